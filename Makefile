@@ -1,0 +1,100 @@
+# gem build. `make` builds ./gem; `make test` runs every test (unit, ASan+UBSan,
+# malformed corpus, fuzzers); `make run` runs the main job on the embedded
+# default model. CUDA: compiled when nvcc is on the PATH or CUDA=1; CUDA=0
+# forces it off.
+
+CC      ?= cc
+NVCC    ?= nvcc
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation \
+               -ffp-contract=off -pthread -Isrc
+CFLAGS  ?= -O2 -g
+LDLIBS  := -lm -pthread
+
+ifeq ($(origin CUDA), undefined)
+  CUDA := $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+endif
+
+BUILD   := build
+LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c)
+CLI_SRC := $(wildcard src/cli/*.c)
+CU_SRC  := $(wildcard src/backend/cuda/*.cu)
+
+OBJ_DIR := $(BUILD)/obj
+LIB_OBJ := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(OBJ_DIR)/%.o)
+
+ifeq ($(CUDA),1)
+  CU_OBJ  := $(CU_SRC:%.cu=$(OBJ_DIR)/%.o)
+  CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
+  CFLAGS_BASE += -DGEM_CUDA
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+  NVFLAGS := -O2 -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -DGEM_CUDA
+endif
+
+.PHONY: all test test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
+all: gem
+
+gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OBJ_DIR)/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c -o $@ $<
+
+$(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+# ---- tests ----
+TEST_SRC  := $(wildcard tests/*/test_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+ASAN_DIR  := $(BUILD)/asan
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(ASAN_DIR)/obj/%.o)
+ASAN_TEST_BIN := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
+
+$(BUILD)/tests/%: tests/%.c $(LIB_OBJ) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(LDLIBS)
+
+$(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -c -o $@ $<
+
+$(ASAN_DIR)/tests/%: tests/%.c $(ASAN_LIB_OBJ) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(LDLIBS)
+
+# libFuzzer targets (clang): every parser gets one.
+FUZZ_CC   ?= clang
+FUZZ_SRC  := $(wildcard tests/*/fuzz_*.c)
+FUZZ_BIN  := $(FUZZ_SRC:tests/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+
+$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
+
+test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(FUZZ_BIN)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
+
+test-unit: gem $(TEST_BIN)
+	@GEM_SKIP_ASAN=1 GEM_SKIP_FUZZ=1 tests/run.sh
+
+# Regenerates the malformed-GGUF corpus (committed under tests/data/malformed).
+corpus: $(BUILD)/tests/gguf/make_malformed
+	$(BUILD)/tests/gguf/make_malformed tests/data/malformed
+
+$(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(LDLIBS)
+
+# Until the CPU engine exists the main job synthesizes the tiny model and inspects it.
+RUN_MODEL := $(BUILD)/gemma4-tiny-q8_0.gguf
+run: gem
+	./gem synth --profile gemma4-tiny --type q8_0 --seed 1 -o $(RUN_MODEL)
+	./gem inspect $(RUN_MODEL)
+
+clean:
+	rm -rf $(BUILD) gem

@@ -1,0 +1,15 @@
+/* Subcommands of the `gem` executable. Each takes the arguments after its
+ * name and returns the process exit status; errors go to stderr as
+ * "gem CMD: error: ...". */
+#ifndef GEM_CLI_CLI_H
+#define GEM_CLI_CLI_H
+
+int cli_inspect(int argc, char **argv);
+int cli_synth(int argc, char **argv);
+
+/* Path of a data file shipped next to the executable (data/...), found via
+ * GEM_DATA_DIR, then the executable's directory, then the working directory.
+ * Writes into buf and returns it. */
+const char *cli_data_path(const char *rel, char *buf, unsigned long cap);
+
+#endif

@@ -1,0 +1,93 @@
+/* gem: entry point and subcommand dispatch. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#ifdef GEM_CUDA
+#include "backend/cuda/cuda_probe.h"
+#endif
+
+#define GEM_VERSION "0.1.0"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "gem %s: a native inference engine for Gemma 4\n"
+            "\n"
+            "usage: gem COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
+            "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
+            "                                      write a synthetic model with the exact layout\n"
+            "  devices                             list the compute backends and devices\n"
+            "  help                                this text\n"
+            "  version                             print the version\n"
+            "\n"
+            "profiles: gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny\n",
+            GEM_VERSION);
+}
+
+const char *cli_data_path(const char *rel, char *buf, unsigned long cap) {
+    const char *env = getenv("GEM_DATA_DIR");
+    if (env && *env) {
+        snprintf(buf, cap, "%s/%s", env, rel);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(buf, cap, "%s/data/%s", exe, rel);
+            if (access(buf, R_OK) == 0) return buf;
+        }
+    }
+    snprintf(buf, cap, "data/%s", rel);
+    return buf;
+}
+
+static int cmd_devices(void) {
+    printf("cpu: available (%ld online cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+#ifdef GEM_CUDA
+    char buf[512];
+    int n = cuda_probe_count(buf, sizeof buf);
+    if (n < 0) {
+        printf("cuda: compiled in; %s\n", buf);
+        return 0;
+    }
+    printf("cuda: compiled in; %d device%s\n", n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        cuda_probe_describe(i, buf, sizeof buf);
+        printf("  %s\n", buf);
+    }
+#else
+    printf("cuda: not compiled in (build with nvcc on the PATH or CUDA=1)\n");
+#endif
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "synth")) return cli_synth(argc - 2, argv + 2);
+    if (!strcmp(cmd, "devices")) return cmd_devices();
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("gem %s\n", GEM_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "gem: error: unknown command '%s' (try 'gem help')\n", cmd);
+    return 2;
+}

@@ -1,0 +1,99 @@
+/* gem synth: write a synthetic model of a profile (see model/gemma4_synth.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "model/gemma4_synth.h"
+#include "quant/quant.h"
+
+static int fail(const char *msg, const char *arg) {
+    fprintf(stderr, "gem synth: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
+    return 2;
+}
+
+static void progress(uint64_t done, uint64_t total, void *ctx) {
+    int *last = ctx;
+    int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct != *last) {
+        *last = pct;
+        fprintf(stderr, "\rgem synth: %3d%%", pct);
+        if (pct == 100) fprintf(stderr, "\n");
+    }
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_synth(int argc, char **argv) {
+    const char *profile = NULL, *type = NULL, *embd = "q8_0", *out = NULL, *vocab = NULL;
+    uint64_t seed = 1, threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (!strcmp(a, "--profile")) profile = v;
+        else if (!strcmp(a, "--type")) type = v;
+        else if (!strcmp(a, "--embd-type")) embd = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "--vocab")) vocab = v;
+        else if (!strcmp(a, "--seed")) {
+            if (!v || parse_u64(v, &seed)) return fail("--seed needs a non-negative integer", v);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!v || parse_u64(v, &threads) || threads > 1024) return fail("-t needs a thread count", v);
+        } else {
+            return fail("unknown option", a);
+        }
+        if (takes && !v) return fail("missing value for", a);
+        i += takes;
+    }
+    if (!profile || !type || !out)
+        return fail("usage: gem synth --profile P --type q4_0|q8_0|f16|bf16|f32 [--embd-type q8_0|q6_k|q4_0] "
+                    "[--seed N] [-t N] [--vocab FILE] -o FILE", NULL);
+    gemma4_synth_opts o = {0};
+    o.profile = gemma4_profile_find(profile);
+    if (!o.profile) return fail("unknown profile (gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny)", profile);
+    int t = quant_type_from_name(type);
+    if (t < 0) return fail("unknown type", type);
+    int e = quant_type_from_name(embd);
+    if (e < 0) return fail("unknown embedding type", embd);
+    o.type = (uint32_t)t;
+    o.embd_type = (uint32_t)e;
+    /* An unquantized model keeps its embedding in the same type unless told. */
+    if ((o.type == QT_F32 || o.type == QT_F16 || o.type == QT_BF16) && !strcmp(embd, "q8_0")) {
+        int given = 0;
+        for (int i = 0; i < argc; i++) given |= !strcmp(argv[i], "--embd-type");
+        if (!given) o.embd_type = o.type;
+    }
+    o.seed = seed;
+    o.threads = (int)threads;
+    o.out_path = out;
+    char vbuf[4096];
+    o.vocab_path = vocab ? vocab : cli_data_path("vocab/gemma-4.gguf", vbuf, sizeof vbuf);
+    int last = -1;
+    if (isatty(2)) {
+        o.progress = progress;
+        o.progress_ctx = &last;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    gem_err err = {{0}};
+    if (gemma4_synth(&o, &err)) {
+        fprintf(stderr, "gem synth: error: %s\n", err.msg);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    fprintf(stderr, "gem synth: wrote %s (%s, %s matrices, %s embedding, seed %llu) in %.1f s\n", out,
+            o.profile->name, quant_type_name(o.type), quant_type_name(o.embd_type), (unsigned long long)seed, s);
+    return 0;
+}

@@ -1,0 +1,543 @@
+/* Gemma 4 dense model contract (see gemma4.h).
+ *
+ * The manifest is generated from the profile rather than listed by hand, so
+ * validation, `gem synth` and the binder can never disagree about names,
+ * shapes or order. Validation walks metadata first (a wrong architecture or
+ * a shape mismatch is the most useful first message), then the manifest in
+ * order, then the file's tensor table for extras. */
+#include "model/gemma4.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+/* The 31B and 12B shapes are the published ones; the small profiles keep the
+ * full structure (head dims 256/512, 5:1 pattern ending on a full layer,
+ * K-as-V, real vocabulary) at small widths, with a window that short prompts
+ * wrap. */
+static const gemma4_profile profiles[] = {
+    {"gemma4-31b", "Gemma 4 31B dense", 60, 5376, 21504, 32, 16, 4, 1024, 262144},
+    {"gemma4-12b", "Gemma 4 12B dense", 48, 3840, 15360, 16, 8, 1, 1024, 262144},
+    {"gemma4-1b", "test profile, about 1B parameters", 18, 1536, 6144, 8, 4, 1, 128, 32768},
+    {"gemma4-tiny", "smallest test profile", 6, 256, 512, 4, 2, 1, 32, 4096},
+};
+
+int gemma4_profile_count(void) { return (int)(sizeof profiles / sizeof profiles[0]); }
+
+const gemma4_profile *gemma4_profile_at(int i) {
+    return i >= 0 && i < gemma4_profile_count() ? &profiles[i] : NULL;
+}
+
+const gemma4_profile *gemma4_profile_find(const char *name) {
+    for (int i = 0; i < gemma4_profile_count(); i++)
+        if (!strcmp(profiles[i].name, name)) return &profiles[i];
+    return NULL;
+}
+
+int gemma4_layer_is_full(const gemma4_profile *p, uint32_t il) {
+    return il % 6 == 5 || il + 1 == p->n_layer;
+}
+
+static uint32_t layer_head_dim(const gemma4_profile *p, uint32_t il) {
+    return gemma4_layer_is_full(p, il) ? GEMMA4_HEAD_DIM_FULL : GEMMA4_HEAD_DIM_SWA;
+}
+
+static uint32_t layer_kv_heads(const gemma4_profile *p, uint32_t il) {
+    return gemma4_layer_is_full(p, il) ? p->n_head_kv_full : p->n_head_kv_swa;
+}
+
+/* ---- manifest ---- */
+
+typedef struct {
+    const char *suffix;
+    gemma4_role role;
+    gemma4_kind kind;
+} layer_entry;
+
+/* Per-layer tensors in the converter's order: HF parameter names sorted as
+ * strings (input_layernorm, layer_scalar, mlp.down/gate/up_proj,
+ * post_attention_layernorm, post_feedforward_layernorm,
+ * pre_feedforward_layernorm, self_attn.k_norm/k_proj/o_proj/q_norm/q_proj/
+ * v_proj), mapped to their GGUF names. */
+static const layer_entry layer_entries[] = {
+    {"attn_norm", G4_ATTN_NORM, G4_KIND_VECTOR},
+    {"layer_output_scale", G4_LAYER_OUT_SCALE, G4_KIND_VECTOR},
+    {"ffn_down", G4_FFN_DOWN, G4_KIND_MATRIX},
+    {"ffn_gate", G4_FFN_GATE, G4_KIND_MATRIX},
+    {"ffn_up", G4_FFN_UP, G4_KIND_MATRIX},
+    {"post_attention_norm", G4_POST_ATTN_NORM, G4_KIND_VECTOR},
+    {"post_ffw_norm", G4_POST_FFW_NORM, G4_KIND_VECTOR},
+    {"ffn_norm", G4_FFN_NORM, G4_KIND_VECTOR},
+    {"attn_k_norm", G4_ATTN_K_NORM, G4_KIND_VECTOR},
+    {"attn_k", G4_ATTN_K, G4_KIND_MATRIX},
+    {"attn_output", G4_ATTN_OUTPUT, G4_KIND_MATRIX},
+    {"attn_q_norm", G4_ATTN_Q_NORM, G4_KIND_VECTOR},
+    {"attn_q", G4_ATTN_Q, G4_KIND_MATRIX},
+    {"attn_v", G4_ATTN_V, G4_KIND_MATRIX},
+};
+
+size_t gemma4_manifest_count(const gemma4_profile *p) {
+    size_t n = 3;
+    for (uint32_t il = 0; il < p->n_layer; il++) n += gemma4_layer_is_full(p, il) ? 13 : 14;
+    return n;
+}
+
+static void spec_shape(const gemma4_profile *p, int il, gemma4_role role, uint64_t ne[2], uint32_t *n_dims) {
+    uint64_t H = p->n_embd, F = p->n_ff;
+    uint64_t d = il >= 0 ? layer_head_dim(p, (uint32_t)il) : 0;
+    uint64_t g = il >= 0 ? layer_kv_heads(p, (uint32_t)il) : 0;
+    *n_dims = 2;
+    ne[1] = 1;
+    switch (role) {
+    case G4_TOKEN_EMBD: ne[0] = H; ne[1] = GEMMA4_N_VOCAB; break;
+    case G4_OUTPUT_NORM: ne[0] = H; *n_dims = 1; break;
+    case G4_ROPE_FREQS: ne[0] = GEMMA4_HEAD_DIM_FULL / 2; *n_dims = 1; break;
+    case G4_ATTN_Q: ne[0] = H; ne[1] = p->n_head * d; break;
+    case G4_ATTN_K: case G4_ATTN_V: ne[0] = H; ne[1] = g * d; break;
+    case G4_ATTN_OUTPUT: ne[0] = p->n_head * d; ne[1] = H; break;
+    case G4_ATTN_Q_NORM: case G4_ATTN_K_NORM: ne[0] = d; *n_dims = 1; break;
+    case G4_FFN_GATE: case G4_FFN_UP: ne[0] = H; ne[1] = F; break;
+    case G4_FFN_DOWN: ne[0] = F; ne[1] = H; break;
+    case G4_LAYER_OUT_SCALE: ne[0] = 1; *n_dims = 1; break;
+    default: ne[0] = H; *n_dims = 1; break; /* the four block norms */
+    }
+}
+
+static void spec_set(const gemma4_profile *p, gemma4_tensor_spec *s, const char *name, gemma4_role role,
+                     gemma4_kind kind, int il) {
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->role = role;
+    s->kind = kind;
+    s->layer = il;
+    spec_shape(p, il, role, s->ne, &s->n_dims);
+}
+
+size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t cap) {
+    size_t n = gemma4_manifest_count(p);
+    if (cap < n) return 0;
+    size_t k = 0;
+    /* The converter emits the generated rope_freqs first, then the HF tensors
+     * sorted by name: embed_tokens, layers.N sorted as strings (0, 1, 10,
+     * 11, ..., 2, 20, ...), norm. */
+    spec_set(p, &out[k++], "rope_freqs.weight", G4_ROPE_FREQS, G4_KIND_VECTOR, -1);
+    spec_set(p, &out[k++], "token_embd.weight", G4_TOKEN_EMBD, G4_KIND_EMBD, -1);
+    char keys[256][8];
+    uint32_t order[256];
+    uint32_t L = p->n_layer < 256 ? p->n_layer : 256;
+    for (uint32_t il = 0; il < L; il++) {
+        snprintf(keys[il], sizeof keys[il], "%u", il);
+        order[il] = il;
+    }
+    for (uint32_t i = 1; i < L; i++) { /* insertion sort by decimal string */
+        uint32_t v = order[i], j = i;
+        while (j > 0 && strcmp(keys[order[j - 1]], keys[v]) > 0) { order[j] = order[j - 1]; j--; }
+        order[j] = v;
+    }
+    for (uint32_t oi = 0; oi < L; oi++) {
+        uint32_t il = order[oi];
+        for (size_t e = 0; e < sizeof layer_entries / sizeof layer_entries[0]; e++) {
+            const layer_entry *le = &layer_entries[e];
+            if (le->role == G4_ATTN_V && gemma4_layer_is_full(p, il)) continue;
+            char name[48];
+            snprintf(name, sizeof name, "blk.%u.%s.weight", il, le->suffix);
+            spec_set(p, &out[k++], name, le->role, le->kind, (int)il);
+        }
+    }
+    spec_set(p, &out[k++], "output_norm.weight", G4_OUTPUT_NORM, G4_KIND_VECTOR, -1);
+    return k == n ? n : 0;
+}
+
+int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
+    switch (kind) {
+    case G4_KIND_VECTOR: return type == QT_F32;
+    case G4_KIND_MATRIX:
+        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_F16 || type == QT_BF16 || type == QT_F32;
+    case G4_KIND_EMBD:
+        return type == QT_Q8_0 || type == QT_Q6_K || type == QT_Q4_0 || type == QT_F16 ||
+               type == QT_BF16 || type == QT_F32;
+    }
+    return 0;
+}
+
+static const char *kind_types(gemma4_kind kind) {
+    switch (kind) {
+    case G4_KIND_VECTOR: return "f32";
+    case G4_KIND_MATRIX: return "q4_0, q8_0, f16, bf16 or f32";
+    default: return "q8_0, q6_k, q4_0, f16, bf16 or f32";
+    }
+}
+
+uint64_t gemma4_param_count(const gemma4_profile *p) {
+    size_t n = gemma4_manifest_count(p);
+    gemma4_tensor_spec *specs = malloc(n * sizeof *specs);
+    if (!specs || !gemma4_manifest(p, specs, n)) {
+        free(specs);
+        return 0;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (specs[i].role != G4_ROPE_FREQS) total += specs[i].ne[0] * specs[i].ne[1];
+    free(specs);
+    return total;
+}
+
+/* ---- metadata validation ---- */
+
+typedef struct {
+    const gguf_file *f;
+    gem_err *err;
+} vctx;
+
+static int meta_fail(vctx *v, const char *key, const char *fmt, const char *detail) {
+    int64_t i = gguf_find_key(v->f, key);
+    char buf[600];
+    snprintf(buf, sizeof buf, fmt, detail);
+    if (i < 0) return gem_err_set(v->err, "%s: key '%s': %s", gguf_path(v->f), key, buf);
+    return gem_err_set(v->err, "%s: offset %llu: key '%s': %s", gguf_path(v->f),
+                       (unsigned long long)gguf_kv_offset(v->f, (uint64_t)i), key, buf);
+}
+
+static int64_t need_key(vctx *v, const char *key) {
+    int64_t i = gguf_find_key(v->f, key);
+    if (i < 0) gem_err_set(v->err, "%s: missing metadata key '%s'", gguf_path(v->f), key);
+    return i;
+}
+
+/* Reads an integer scalar key. */
+static int get_int(vctx *v, const char *key, int64_t *out) {
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    if (gguf_kv_int(v->f, (uint64_t)i, out))
+        return meta_fail(v, key, "has type %s, expected an integer", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
+    return 0;
+}
+
+static int expect_int(vctx *v, const char *key, int64_t want) {
+    int64_t got;
+    if (get_int(v, key, &got)) return -1;
+    if (got != want) {
+        char d[100];
+        snprintf(d, sizeof d, "%lld, expected %lld", (long long)got, (long long)want);
+        return meta_fail(v, key, "is %s", d);
+    }
+    return 0;
+}
+
+static int expect_float(vctx *v, const char *key, double want, double rel) {
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    double got;
+    if (gguf_kv_float(v->f, (uint64_t)i, &got))
+        return meta_fail(v, key, "has type %s, expected a float", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
+    if (!(fabs(got - want) <= rel * fabs(want))) {
+        char d[100];
+        snprintf(d, sizeof d, "%g, expected %g", got, want);
+        return meta_fail(v, key, "is %s", d);
+    }
+    return 0;
+}
+
+/* A per-layer integer: either a scalar (all layers equal) or an array of
+ * n_layer integers. want(il) gives the expected value. */
+static int expect_per_layer(vctx *v, const char *key, const gemma4_profile *p,
+                            uint32_t (*want)(const gemma4_profile *, uint32_t)) {
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    char d[200];
+    if (gguf_kv_type(v->f, (uint64_t)i) == GGUF_T_ARRAY) {
+        if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_layer) {
+            snprintf(d, sizeof d, "%llu entries, expected one per layer (%u)",
+                     (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i), p->n_layer);
+            return meta_fail(v, key, "array has %s", d);
+        }
+        for (uint32_t il = 0; il < p->n_layer; il++) {
+            int64_t x;
+            if (gguf_kv_arr_int(v->f, (uint64_t)i, il, &x))
+                return meta_fail(v, key, "array elements have type %s, expected integers",
+                                 gguf_vtype_name(gguf_kv_arr_type(v->f, (uint64_t)i)));
+            if (x != want(p, il)) {
+                snprintf(d, sizeof d, "[%u] is %lld, expected %u", il, (long long)x, want(p, il));
+                return meta_fail(v, key, "%s", d);
+            }
+        }
+        return 0;
+    }
+    int64_t x;
+    if (gguf_kv_int(v->f, (uint64_t)i, &x))
+        return meta_fail(v, key, "has type %s, expected an integer or an array of integers",
+                         gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        if (x != want(p, il)) {
+            snprintf(d, sizeof d, "%lld for every layer, but layer %u needs %u", (long long)x, il, want(p, il));
+            return meta_fail(v, key, "is %s", d);
+        }
+    }
+    return 0;
+}
+
+static uint32_t want_ff(const gemma4_profile *p, uint32_t il) { (void)il; return p->n_ff; }
+static uint32_t want_head(const gemma4_profile *p, uint32_t il) { (void)il; return p->n_head; }
+
+static int expect_pattern(vctx *v, const char *key, const gemma4_profile *p) {
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_BOOL)
+        return meta_fail(v, key, "%s", "must be an array of bool (true = sliding layer)");
+    char d[200];
+    if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_layer) {
+        snprintf(d, sizeof d, "%llu entries, expected %u", (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i),
+                 p->n_layer);
+        return meta_fail(v, key, "has %s", d);
+    }
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        int b;
+        gguf_kv_arr_bool(v->f, (uint64_t)i, il, &b);
+        if (b != !gemma4_layer_is_full(p, il)) {
+            snprintf(d, sizeof d, "layer %u is marked %s, the profile has it %s", il, b ? "sliding" : "full",
+                     gemma4_layer_is_full(p, il) ? "full" : "sliding");
+            return meta_fail(v, key, "%s", d);
+        }
+    }
+    return 0;
+}
+
+/* Keys the contract knows under the "gemma4." prefix. */
+static const char *const known_keys[] = {
+    "context_length", "block_count", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "attention.key_length_swa", "attention.value_length_swa",
+    "attention.sliding_window", "attention.sliding_window_pattern",
+    "attention.layer_norm_rms_epsilon", "attention.shared_kv_layers", "rope.freq_base",
+    "rope.freq_base_swa", "rope.dimension_count", "rope.dimension_count_swa",
+    "final_logit_softcapping", "embedding_length_per_layer_input", "vocab_size",
+};
+
+static int check_tokenizer(vctx *v) {
+    const char *key = "tokenizer.ggml.model";
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    gguf_str s;
+    if (gguf_kv_str(v->f, (uint64_t)i, &s)) return meta_fail(v, key, "%s", "must be a string");
+    if (!gguf_str_eq(s, "gemma4")) {
+        char d[120];
+        snprintf(d, sizeof d, "'%.*s', expected 'gemma4'", (int)(s.len > 64 ? 64 : s.len), s.ptr);
+        return meta_fail(v, key, "is %s", d);
+    }
+    key = "tokenizer.ggml.tokens";
+    i = need_key(v, key);
+    if (i < 0) return -1;
+    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_STRING)
+        return meta_fail(v, key, "%s", "must be an array of strings");
+    if (gguf_kv_arr_len(v->f, (uint64_t)i) != GEMMA4_N_VOCAB) {
+        char d[100];
+        snprintf(d, sizeof d, "%llu tokens, expected %u", (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i),
+                 GEMMA4_N_VOCAB);
+        return meta_fail(v, key, "has %s", d);
+    }
+    return 0;
+}
+
+static int identify(vctx *v, const gemma4_profile **out) {
+    const char *key = "general.architecture";
+    int64_t i = need_key(v, key);
+    if (i < 0) return -1;
+    gguf_str arch;
+    if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return meta_fail(v, key, "%s", "must be a string");
+    if (!gguf_str_eq(arch, GEMMA4_ARCH)) {
+        char d[200];
+        snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4)",
+                 (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+        return meta_fail(v, key, "%s", d);
+    }
+    int64_t x;
+    if (gguf_find_key(v->f, "gemma4.expert_count") >= 0)
+        return meta_fail(v, "gemma4.expert_count", "%s", "Gemma 4 MoE (26B-A4B) is not supported: gem runs the dense 31B and 12B");
+    i = gguf_find_key(v->f, "gemma4.embedding_length_per_layer_input");
+    if (i >= 0 && !gguf_kv_int(v->f, (uint64_t)i, &x) && x != 0)
+        return meta_fail(v, "gemma4.embedding_length_per_layer_input", "%s",
+                         "Gemma 4 E2B/E4B (per-layer embeddings) is not supported: gem runs the dense 31B and 12B");
+    int64_t n_layer, n_embd;
+    if (get_int(v, "gemma4.block_count", &n_layer) || get_int(v, "gemma4.embedding_length", &n_embd)) return -1;
+    for (int p = 0; p < gemma4_profile_count(); p++) {
+        if (profiles[p].n_layer == n_layer && profiles[p].n_embd == n_embd) {
+            *out = &profiles[p];
+            return 0;
+        }
+    }
+    char names[256] = "";
+    for (int p = 0; p < gemma4_profile_count(); p++) {
+        strncat(names, p ? ", " : "", sizeof names - strlen(names) - 1);
+        strncat(names, profiles[p].name, sizeof names - strlen(names) - 1);
+    }
+    return gem_err_set(v->err,
+                       "%s: block_count %lld with embedding_length %lld matches no supported Gemma 4 profile (%s)",
+                       gguf_path(v->f), (long long)n_layer, (long long)n_embd, names);
+}
+
+static int check_metadata(vctx *v, const gemma4_profile *p) {
+    int64_t ctx;
+    if (get_int(v, "gemma4.context_length", &ctx)) return -1;
+    if (ctx < 1) return meta_fail(v, "gemma4.context_length", "%s", "must be positive");
+    if (expect_per_layer(v, "gemma4.feed_forward_length", p, want_ff) ||
+        expect_per_layer(v, "gemma4.attention.head_count", p, want_head) ||
+        expect_per_layer(v, "gemma4.attention.head_count_kv", p, layer_kv_heads) ||
+        expect_int(v, "gemma4.attention.key_length", GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, "gemma4.attention.value_length", GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, "gemma4.attention.key_length_swa", GEMMA4_HEAD_DIM_SWA) ||
+        expect_int(v, "gemma4.attention.value_length_swa", GEMMA4_HEAD_DIM_SWA) ||
+        expect_int(v, "gemma4.attention.sliding_window", p->window) ||
+        expect_pattern(v, "gemma4.attention.sliding_window_pattern", p) ||
+        expect_float(v, "gemma4.attention.layer_norm_rms_epsilon", 1e-6, 1e-6) ||
+        expect_float(v, "gemma4.rope.freq_base", 1e6, 1e-6) ||
+        expect_float(v, "gemma4.rope.freq_base_swa", 1e4, 1e-6) ||
+        expect_int(v, "gemma4.rope.dimension_count", GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, "gemma4.rope.dimension_count_swa", GEMMA4_HEAD_DIM_SWA) ||
+        expect_float(v, "gemma4.final_logit_softcapping", 30.0, 1e-6))
+        return -1;
+    if (gguf_find_key(v->f, "gemma4.attention.shared_kv_layers") >= 0 &&
+        expect_int(v, "gemma4.attention.shared_kv_layers", 0))
+        return -1;
+    if (gguf_find_key(v->f, "gemma4.embedding_length_per_layer_input") >= 0 &&
+        expect_int(v, "gemma4.embedding_length_per_layer_input", 0))
+        return -1;
+    if (gguf_find_key(v->f, "gemma4.vocab_size") >= 0 && expect_int(v, "gemma4.vocab_size", GEMMA4_N_VOCAB))
+        return -1;
+    for (uint64_t k = 0; k < gguf_kv_count(v->f); k++) {
+        const char *key = gguf_kv_key(v->f, k);
+        if (strncmp(key, "gemma4.", 7)) continue;
+        int known = 0;
+        for (size_t j = 0; j < sizeof known_keys / sizeof known_keys[0]; j++)
+            if (!strcmp(key + 7, known_keys[j])) known = 1;
+        if (!known) return meta_fail(v, key, "%s", "unknown key for the gemma4 contract");
+    }
+    return check_tokenizer(v);
+}
+
+/* ---- tensor validation ---- */
+
+static int check_tensors(vctx *v, const gemma4_profile *p, gemma4_tensor_spec *specs, size_t n) {
+    const char *path = gguf_path(v->f);
+    for (size_t i = 0; i < n; i++) {
+        const gemma4_tensor_spec *s = &specs[i];
+        const gguf_tensor *t = gguf_find_tensor(v->f, s->name);
+        if (!t) return gem_err_set(v->err, "%s: missing tensor '%s'", path, s->name);
+        int shape_ok = t->n_dims == s->n_dims && t->ne[0] == s->ne[0] && (s->n_dims < 2 || t->ne[1] == s->ne[1]);
+        if (!shape_ok) {
+            char got[100], want[100];
+            if (t->n_dims == 1) snprintf(got, sizeof got, "[%llu]", (unsigned long long)t->ne[0]);
+            else snprintf(got, sizeof got, "[%llu, %llu%s]", (unsigned long long)t->ne[0],
+                          (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "");
+            if (s->n_dims == 1) snprintf(want, sizeof want, "[%llu]", (unsigned long long)s->ne[0]);
+            else snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)s->ne[0], (unsigned long long)s->ne[1]);
+            return gem_err_set(v->err, "%s: tensor '%s' has shape %s, profile %s needs %s", path, s->name, got,
+                               p->name, want);
+        }
+        if (!gemma4_type_allowed(s->kind, t->type)) {
+            const char *tn = quant_type_name(t->type);
+            return gem_err_set(v->err, "%s: tensor '%s' has storage type %s, the contract allows %s", path,
+                               s->name, tn ? tn : "?", kind_types(s->kind));
+        }
+    }
+    if (gguf_tensor_count(v->f) != n) {
+        for (uint64_t i = 0; i < gguf_tensor_count(v->f); i++) {
+            const gguf_tensor *t = gguf_tensor_at(v->f, i);
+            int found = 0;
+            for (size_t j = 0; j < n && !found; j++) found = !strcmp(specs[j].name, t->name);
+            if (found) continue;
+            unsigned il;
+            char suffix[64];
+            if (sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 && !strcmp(suffix, "attn_v") &&
+                il < p->n_layer && gemma4_layer_is_full(p, il))
+                return gem_err_set(v->err, "%s: unexpected tensor '%s': full-attention layers use K as V and have no attn_v",
+                                   path, t->name);
+            return gem_err_set(v->err, "%s: unexpected tensor '%s' (not in the %s manifest)", path, t->name, p->name);
+        }
+    }
+    return 0;
+}
+
+int gemma4_validate(const gguf_file *f, const gemma4_profile **out, gem_err *err) {
+    vctx v = {f, err};
+    const gemma4_profile *p;
+    if (identify(&v, &p) || check_metadata(&v, p)) return -1;
+    size_t n = gemma4_manifest_count(p);
+    gemma4_tensor_spec *specs = malloc(n * sizeof *specs);
+    if (!specs) return gem_err_set(err, "out of memory");
+    gemma4_manifest(p, specs, n);
+    int rc = check_tensors(&v, p, specs, n);
+    free(specs);
+    if (rc) return -1;
+    *out = p;
+    return 0;
+}
+
+/* ---- binding ---- */
+
+gemma4_model *gemma4_bind(const gguf_file *f, gem_err *err) {
+    const gemma4_profile *p;
+    if (gemma4_validate(f, &p, err)) return NULL;
+    gemma4_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->layers = calloc(p->n_layer, sizeof *m->layers))) {
+        free(m);
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    m->profile = p;
+    m->file = f;
+    size_t n = gemma4_manifest_count(p);
+    gemma4_tensor_spec *specs = malloc(n * sizeof *specs);
+    if (!specs) {
+        gemma4_free(m);
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    gemma4_manifest(p, specs, n);
+    for (size_t i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_find_tensor(f, specs[i].name);
+        gemma4_layer *L = specs[i].layer >= 0 ? &m->layers[specs[i].layer] : NULL;
+        switch (specs[i].role) {
+        case G4_TOKEN_EMBD: m->token_embd = t; break;
+        case G4_OUTPUT_NORM: m->output_norm = t; break;
+        case G4_ROPE_FREQS: m->rope_freqs = t; break;
+        case G4_ATTN_NORM: L->attn_norm = t; break;
+        case G4_ATTN_Q: L->attn_q = t; break;
+        case G4_ATTN_K: L->attn_k = t; break;
+        case G4_ATTN_V: L->attn_v = t; break;
+        case G4_ATTN_OUTPUT: L->attn_output = t; break;
+        case G4_ATTN_Q_NORM: L->attn_q_norm = t; break;
+        case G4_ATTN_K_NORM: L->attn_k_norm = t; break;
+        case G4_POST_ATTN_NORM: L->post_attention_norm = t; break;
+        case G4_FFN_NORM: L->ffn_norm = t; break;
+        case G4_FFN_GATE: L->ffn_gate = t; break;
+        case G4_FFN_UP: L->ffn_up = t; break;
+        case G4_FFN_DOWN: L->ffn_down = t; break;
+        case G4_POST_FFW_NORM: L->post_ffw_norm = t; break;
+        case G4_LAYER_OUT_SCALE: L->layer_output_scale = t; break;
+        default: break;
+        }
+    }
+    free(specs);
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        m->layers[il].is_full = gemma4_layer_is_full(p, il);
+        m->layers[il].head_dim = layer_head_dim(p, il);
+        m->layers[il].n_head_kv = layer_kv_heads(p, il);
+    }
+    return m;
+}
+
+void gemma4_free(gemma4_model *m) {
+    if (!m) return;
+    free(m->layers);
+    free(m);
+}
+
+uint64_t gemma4_decode_bytes(const gemma4_model *m) {
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(m->file); i++) total += gguf_tensor_at(m->file, i)->n_bytes;
+    /* token_embd is counted once above as the output head; add the gathered row */
+    total += m->token_embd->n_bytes / m->token_embd->ne[1];
+    return total;
+}

@@ -1,0 +1,106 @@
+/* Gemma 4 dense: the model contract (profiles, manifest, validation, binding).
+ *
+ * gem runs a fixed set of exact profiles. A file is accepted only when its
+ * metadata and tensor table describe one of them exactly: every key, tensor
+ * name, shape and storage type is checked, and the first offending item is
+ * named in the error. Binding is zero-copy: the per-layer struct points at
+ * the tensor views of the open gguf_file, which must outlive the model.
+ *
+ * Structure shared by all profiles (docs/gemma4.md in the shared spec):
+ * 5 sliding : 1 full layers (layer il is full when il % 6 == 5, the last
+ * layer is always full), sliding head 256 with theta 1e4, full head 512 with
+ * proportional RoPE (theta 1e6, rope_freqs), K-as-V on full layers (no
+ * attn_v), tied embedding, soft-cap 30, per-layer layer_output_scale. */
+#ifndef GEM_MODEL_GEMMA4_H
+#define GEM_MODEL_GEMMA4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "util/err.h"
+
+#define GEMMA4_ARCH "gemma4"
+#define GEMMA4_N_VOCAB 262144u
+#define GEMMA4_HEAD_DIM_SWA 256u
+#define GEMMA4_HEAD_DIM_FULL 512u
+#define GEMMA4_ROT_DIM_FULL 128u /* partial_rotary_factor 0.25 of 512 */
+
+typedef struct {
+    const char *name;        /* "gemma4-31b" */
+    const char *description;
+    uint32_t n_layer;
+    uint32_t n_embd;
+    uint32_t n_ff;
+    uint32_t n_head;
+    uint32_t n_head_kv_swa;
+    uint32_t n_head_kv_full;
+    uint32_t window;
+    uint32_t n_ctx_train;    /* context_length written by synth */
+} gemma4_profile;
+
+int gemma4_profile_count(void);
+const gemma4_profile *gemma4_profile_at(int i);
+const gemma4_profile *gemma4_profile_find(const char *name);
+int gemma4_layer_is_full(const gemma4_profile *p, uint32_t il);
+
+/* Role of a tensor in the manifest. */
+typedef enum {
+    G4_TOKEN_EMBD, G4_OUTPUT_NORM, G4_ROPE_FREQS,
+    G4_ATTN_NORM, G4_ATTN_Q, G4_ATTN_K, G4_ATTN_V, G4_ATTN_OUTPUT, G4_ATTN_Q_NORM,
+    G4_ATTN_K_NORM, G4_POST_ATTN_NORM, G4_FFN_NORM, G4_FFN_GATE, G4_FFN_UP, G4_FFN_DOWN,
+    G4_POST_FFW_NORM, G4_LAYER_OUT_SCALE, G4_ROLE_COUNT
+} gemma4_role;
+
+typedef enum { G4_KIND_EMBD, G4_KIND_MATRIX, G4_KIND_VECTOR } gemma4_kind;
+
+typedef struct {
+    char name[48];
+    gemma4_role role;
+    gemma4_kind kind;
+    int layer; /* -1 for global tensors */
+    uint32_t n_dims;
+    uint64_t ne[2];
+} gemma4_tensor_spec;
+
+/* Number of tensors of the profile (833 for 31B, 667 for 12B). */
+size_t gemma4_manifest_count(const gemma4_profile *p);
+
+/* Fills out[0..count) in the order the reference converter writes them.
+ * Returns the count, or 0 when cap is too small. */
+size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t cap);
+
+/* Storage types the contract accepts for a tensor kind. */
+int gemma4_type_allowed(gemma4_kind kind, uint32_t type);
+
+/* Checks metadata and tensor table; on success *out is the profile. */
+int gemma4_validate(const gguf_file *f, const gemma4_profile **out, gem_err *err);
+
+typedef struct {
+    int is_full;
+    uint32_t head_dim;
+    uint32_t n_head_kv;
+    const gguf_tensor *attn_norm, *attn_q, *attn_k, *attn_v /* NULL on full layers */,
+        *attn_output, *attn_q_norm, *attn_k_norm, *post_attention_norm, *ffn_norm, *ffn_gate,
+        *ffn_up, *ffn_down, *post_ffw_norm, *layer_output_scale;
+} gemma4_layer;
+
+typedef struct {
+    const gemma4_profile *profile;
+    const gguf_file *file;
+    const gguf_tensor *token_embd, *output_norm, *rope_freqs;
+    gemma4_layer *layers; /* profile->n_layer entries */
+} gemma4_model;
+
+/* Validates then binds; the gguf_file must outlive the model. */
+gemma4_model *gemma4_bind(const gguf_file *f, gem_err *err);
+void gemma4_free(gemma4_model *m);
+
+/* Weight bytes one decode token reads: every layer matrix and vector, the
+ * tied embedding once as the output head, plus one embedding row. */
+uint64_t gemma4_decode_bytes(const gemma4_model *m);
+
+/* Parameter count of a profile (tied embedding counted once). */
+uint64_t gemma4_param_count(const gemma4_profile *p);
+
+#endif

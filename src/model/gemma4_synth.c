@@ -1,0 +1,334 @@
+/* Synthetic Gemma 4 writer (see gemma4_synth.h).
+ *
+ * Tensors are produced in chunks of rows; each chunk is split across worker
+ * threads and written once all workers are done. Per-row seeding makes the
+ * split irrelevant to the bytes. */
+#include "model/gemma4_synth.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf_write.h"
+#include "quant/quant.h"
+
+#define CHUNK_BYTES (64u << 20)
+#define MAX_THREADS 64
+
+uint32_t gemma4_file_type(uint32_t t) {
+    switch (t) {
+    case QT_F32: return 0;
+    case QT_F16: return 1;
+    case QT_Q4_0: return 2;
+    case QT_Q8_0: return 7;
+    case QT_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* ---- deterministic randomness ---- */
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+typedef struct { uint64_t s; } rng;
+
+static uint64_t rng_next(rng *r) { return r->s = mix64(r->s); }
+
+/* Uniform in [-1, 1). */
+static float rng_sym(rng *r) { return (float)((int64_t)(rng_next(r) >> 40) - (1 << 23)) / (float)(1 << 23); }
+
+static rng row_rng(uint64_t seed, uint64_t tensor, uint64_t row) {
+    rng r = {mix64(seed ^ mix64(tensor * 0x100000001b3ull + 1) ^ mix64(row + 0x51ed27ull))};
+    return r;
+}
+
+/* ---- row generators ---- */
+
+typedef struct {
+    const gemma4_tensor_spec *spec;
+    uint32_t type;
+    uint64_t seed;
+    uint64_t index;    /* tensor index in the manifest */
+    uint64_t row_bytes;
+} gen_tensor;
+
+static void put_f16(uint8_t *p, float v) { uint16_t h = quant_f32_to_f16(v); memcpy(p, &h, 2); }
+
+/* Target standard deviation of matrix entries: rows of norm ~1 keep
+ * activations of order one through every projection. */
+static float entry_std(const gemma4_tensor_spec *s) { return 1.0f / sqrtf((float)s->ne[0]); }
+
+static void gen_vector(const gen_tensor *g, rng *r, float *out) {
+    const gemma4_tensor_spec *s = g->spec;
+    for (uint64_t i = 0; i < s->ne[0]; i++) {
+        switch (s->role) {
+        case G4_ROPE_FREQS: /* proportional RoPE: 64 rotated pairs, the rest frozen */
+            out[i] = i < GEMMA4_ROT_DIM_FULL / 2 ? 1.0f : 1e30f;
+            break;
+        case G4_LAYER_OUT_SCALE: out[i] = 0.65f + 0.35f * rng_sym(r); break;
+        default: out[i] = 1.0f + 0.25f * rng_sym(r); break;
+        }
+    }
+}
+
+static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
+    const gemma4_tensor_spec *s = g->spec;
+    rng r = row_rng(g->seed, g->index, row);
+    const uint64_t n = s->ne[0];
+    const float std = entry_std(s);
+    const float a = std * 1.7320508f; /* uniform [-a, a] has this std */
+    switch (g->type) {
+    case QT_F32:
+        if (s->kind == G4_KIND_VECTOR) {
+            gen_vector(g, &r, (float *)out);
+        } else {
+            for (uint64_t i = 0; i < n; i++) {
+                float v = a * rng_sym(&r);
+                memcpy(out + 4 * i, &v, 4);
+            }
+        }
+        break;
+    case QT_F16:
+        for (uint64_t i = 0; i < n; i++) put_f16(out + 2 * i, a * rng_sym(&r));
+        break;
+    case QT_BF16:
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h = quant_f32_to_bf16(a * rng_sym(&r));
+            memcpy(out + 2 * i, &h, 2);
+        }
+        break;
+    case QT_Q8_0: /* codes uniform in [-127, 127]: std 73.3 */
+        for (uint64_t b = 0; b < n / 32; b++) {
+            uint8_t *blk = out + 34 * b;
+            put_f16(blk, std / 73.3f * (1.0f + 0.25f * rng_sym(&r)));
+            for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)(int8_t)((int)(rng_next(&r) % 255) - 127);
+        }
+        break;
+    case QT_Q4_0: /* codes uniform in [0, 15] minus 8: std 4.61; random sign on d removes the -0.5 bias */
+        for (uint64_t b = 0; b < n / 32; b++) {
+            uint8_t *blk = out + 18 * b;
+            uint64_t bits = rng_next(&r);
+            float d = std / 4.61f * (1.0f + 0.25f * rng_sym(&r));
+            put_f16(blk, (bits & 1) ? -d : d);
+            uint64_t q0 = rng_next(&r), q1 = rng_next(&r);
+            memcpy(blk + 2, &q0, 8);
+            memcpy(blk + 10, &q1, 8);
+        }
+        break;
+    case QT_Q6_K: /* codes uniform in [-32, 31] (std 18.5), scales in [-64, 63] (std 37) */
+        for (uint64_t b = 0; b < n / 256; b++) {
+            uint8_t *blk = out + 210 * b;
+            for (int j = 0; j < 192; j += 8) {
+                uint64_t q = rng_next(&r);
+                memcpy(blk + j, &q, 8);
+            }
+            for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(int8_t)((int)(rng_next(&r) % 128) - 64);
+            put_f16(blk + 208, std / (18.5f * 37.0f) * (1.0f + 0.25f * rng_sym(&r)));
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- worker pool over row ranges ---- */
+
+typedef struct {
+    const gen_tensor *g;
+    uint64_t row0, rows;
+    uint8_t *out;
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    for (uint64_t r = 0; r < j->rows; r++) gen_row(j->g, j->row0 + r, j->out + r * j->g->row_bytes);
+    return NULL;
+}
+
+static int gen_chunk(const gen_tensor *g, uint64_t row0, uint64_t rows, uint8_t *out, int threads) {
+    pthread_t tid[MAX_THREADS];
+    job jobs[MAX_THREADS];
+    int n = threads;
+    if ((uint64_t)n > rows) n = (int)rows;
+    if (n <= 1) {
+        job j = {g, row0, rows, out};
+        run_job(&j);
+        return 0;
+    }
+    uint64_t per = rows / (uint64_t)n, extra = rows % (uint64_t)n, at = row0;
+    int started[MAX_THREADS];
+    for (int i = 0; i < n; i++) {
+        uint64_t k = per + ((uint64_t)i < extra);
+        jobs[i] = (job){g, at, k, out + (at - row0) * g->row_bytes};
+        at += k;
+        started[i] = pthread_create(&tid[i], NULL, run_job, &jobs[i]) == 0;
+        if (!started[i]) run_job(&jobs[i]); /* no thread available: do it here */
+    }
+    for (int i = 0; i < n; i++)
+        if (started[i]) pthread_join(tid[i], NULL);
+    return 0;
+}
+
+/* ---- metadata ---- */
+
+static int write_meta(gguf_writer *w, const gemma4_synth_opts *o, const gguf_file *vocab, gem_err *err) {
+    const gemma4_profile *p = o->profile;
+    char name[128];
+    snprintf(name, sizeof name, "gem synth %s %s seed %llu", p->name, quant_type_name(o->type),
+             (unsigned long long)o->seed);
+    int32_t kv_heads[256];
+    uint8_t swa[256];
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        kv_heads[il] = (int32_t)(gemma4_layer_is_full(p, il) ? p->n_head_kv_full : p->n_head_kv_swa);
+        swa[il] = !gemma4_layer_is_full(p, il);
+    }
+    /* Key order and types follow the reference converter's output (as seen
+     * in the vocabulary GGUF it wrote): general.*, the architecture keys in
+     * the order set_gguf_parameters adds them, then the tokenizer. */
+    if (gguf_w_str(w, "general.architecture", GEMMA4_ARCH, err) ||
+        gguf_w_str(w, "general.type", "model", err) ||
+        gguf_w_str(w, "general.name", name, err) ||
+        gguf_w_u32(w, "gemma4.block_count", p->n_layer, err) ||
+        gguf_w_u32(w, "gemma4.context_length", p->n_ctx_train, err) ||
+        gguf_w_u32(w, "gemma4.embedding_length", p->n_embd, err) ||
+        gguf_w_u32(w, "gemma4.feed_forward_length", p->n_ff, err) ||
+        gguf_w_u32(w, "gemma4.attention.head_count", p->n_head, err) ||
+        gguf_w_arr(w, "gemma4.attention.head_count_kv", GGUF_T_INT32, kv_heads, p->n_layer, err) ||
+        gguf_w_f32(w, "gemma4.rope.freq_base", 1e6f, err) ||
+        gguf_w_f32(w, "gemma4.rope.freq_base_swa", 1e4f, err) ||
+        gguf_w_f32(w, "gemma4.attention.layer_norm_rms_epsilon", 1e-6f, err) ||
+        gguf_w_u32(w, "gemma4.attention.key_length", GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, "gemma4.attention.value_length", GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, "general.file_type", gemma4_file_type(o->type), err) ||
+        gguf_w_f32(w, "gemma4.final_logit_softcapping", 30.0f, err) ||
+        gguf_w_u32(w, "gemma4.attention.sliding_window", p->window, err) ||
+        gguf_w_u32(w, "gemma4.attention.shared_kv_layers", 0, err) ||
+        gguf_w_u32(w, "gemma4.embedding_length_per_layer_input", 0, err) ||
+        gguf_w_arr(w, "gemma4.attention.sliding_window_pattern", GGUF_T_BOOL, swa, p->n_layer, err) ||
+        gguf_w_u32(w, "gemma4.attention.key_length_swa", GEMMA4_HEAD_DIM_SWA, err) ||
+        gguf_w_u32(w, "gemma4.attention.value_length_swa", GEMMA4_HEAD_DIM_SWA, err) ||
+        gguf_w_u32(w, "gemma4.rope.dimension_count", GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, "gemma4.rope.dimension_count_swa", GEMMA4_HEAD_DIM_SWA, err) ||
+        gguf_w_u32(w, "general.quantization_version", 2, err))
+        return -1;
+    int copied = 0;
+    for (uint64_t i = 0; i < gguf_kv_count(vocab); i++) {
+        if (strncmp(gguf_kv_key(vocab, i), "tokenizer.", 10)) continue;
+        if (gguf_w_copy_kv(w, vocab, i, err)) return -1;
+        copied++;
+    }
+    if (!copied) return gem_err_set(err, "%s: no tokenizer keys to copy", gguf_path(vocab));
+    return 0;
+}
+
+static int check_vocab(const gguf_file *vocab, gem_err *err) {
+    int64_t i = gguf_find_key(vocab, "tokenizer.ggml.model");
+    gguf_str s;
+    if (i < 0 || gguf_kv_str(vocab, (uint64_t)i, &s) || !gguf_str_eq(s, "gemma4"))
+        return gem_err_set(err, "%s: not a Gemma 4 vocabulary (tokenizer.ggml.model is not 'gemma4')", gguf_path(vocab));
+    i = gguf_find_key(vocab, "tokenizer.ggml.tokens");
+    if (i < 0 || gguf_kv_arr_len(vocab, (uint64_t)i) != GEMMA4_N_VOCAB)
+        return gem_err_set(err, "%s: vocabulary does not have %u tokens", gguf_path(vocab), GEMMA4_N_VOCAB);
+    return 0;
+}
+
+int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
+    const gemma4_profile *p = o->profile;
+    if (!gemma4_type_allowed(G4_KIND_MATRIX, o->type))
+        return gem_err_set(err, "synth: matrix type %s is not allowed (q4_0, q8_0, f16, bf16, f32)",
+                           quant_type_name(o->type) ? quant_type_name(o->type) : "?");
+    if (!gemma4_type_allowed(G4_KIND_EMBD, o->embd_type) ||
+        (o->embd_type != QT_Q8_0 && o->embd_type != QT_Q6_K && o->embd_type != QT_Q4_0 && o->embd_type != o->type))
+        return gem_err_set(err, "synth: embedding type %s is not allowed (q8_0, q6_k, q4_0, or the matrix type)",
+                           quant_type_name(o->embd_type) ? quant_type_name(o->embd_type) : "?");
+    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+
+    gguf_file *vocab = gguf_open(o->vocab_path, err);
+    if (!vocab) return -1;
+    if (check_vocab(vocab, err)) {
+        gguf_close(vocab);
+        return -1;
+    }
+    size_t n = gemma4_manifest_count(p);
+    gemma4_tensor_spec *specs = malloc(n * sizeof *specs);
+    gguf_writer *w = gguf_writer_new(GGUF_DEFAULT_ALIGNMENT);
+    uint8_t *buf = NULL;
+    FILE *fp = NULL;
+    int rc = -1;
+    if (!specs || !w) {
+        gem_err_set(err, "out of memory");
+        goto done;
+    }
+    gemma4_manifest(p, specs, n);
+    if (write_meta(w, o, vocab, err)) goto done;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = specs[i].kind == G4_KIND_VECTOR ? QT_F32 : specs[i].kind == G4_KIND_EMBD ? o->embd_type : o->type;
+        if (gguf_w_tensor(w, specs[i].name, t, specs[i].n_dims, specs[i].ne, err)) goto done;
+        total += gguf_w_tensor_bytes(w, i);
+    }
+    fp = fopen(o->out_path, "wb");
+    if (!fp) {
+        gem_err_set(err, "%s: cannot create: %s", o->out_path, strerror(errno));
+        goto done;
+    }
+    if (gguf_writer_begin(w, fp, err)) goto done;
+    buf = malloc(CHUNK_BYTES);
+    if (!buf) {
+        gem_err_set(err, "out of memory");
+        goto done;
+    }
+    uint64_t done_bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const gemma4_tensor_spec *s = &specs[i];
+        uint32_t t = s->kind == G4_KIND_VECTOR ? QT_F32 : s->kind == G4_KIND_EMBD ? o->embd_type : o->type;
+        gen_tensor g = {s, t, o->seed, i, 0};
+        quant_row_bytes(t, (int64_t)s->ne[0], &g.row_bytes);
+        uint64_t rows = s->n_dims == 1 ? 1 : s->ne[1];
+        uint64_t per_chunk = CHUNK_BYTES / g.row_bytes;
+        if (per_chunk == 0) per_chunk = 1;
+        for (uint64_t r = 0; r < rows; r += per_chunk) {
+            uint64_t k = rows - r < per_chunk ? rows - r : per_chunk;
+            uint8_t *dst = buf;
+            uint8_t *big = NULL;
+            if (k * g.row_bytes > CHUNK_BYTES) { /* a single huge row */
+                big = malloc(k * g.row_bytes);
+                if (!big) {
+                    gem_err_set(err, "out of memory");
+                    goto done;
+                }
+                dst = big;
+            }
+            gen_chunk(&g, r, k, dst, threads);
+            int wrc = gguf_writer_data(w, fp, dst, k * g.row_bytes, err);
+            free(big);
+            if (wrc) {
+                gem_err_wrap(err, "%s", o->out_path);
+                goto done;
+            }
+            done_bytes += k * g.row_bytes;
+            if (o->progress) o->progress(done_bytes, total, o->progress_ctx);
+        }
+    }
+    if (gguf_writer_finish(w, fp, err)) goto done;
+    rc = 0;
+done:
+    if (fp && fclose(fp) && rc == 0) rc = gem_err_set(err, "%s: close failed", o->out_path);
+    if (rc && fp) remove(o->out_path);
+    free(buf);
+    free(specs);
+    gguf_writer_free(w);
+    gguf_close(vocab);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* Minimal test harness: CHECK counts and reports, never aborts, so one run
+ * shows every failure. Each test binary ends by printing
+ * "NAME: N passed, M failed" (tests/run.sh sums these) and exits non-zero
+ * when anything failed. */
+#ifndef GEM_TESTS_TEST_H
+#define GEM_TESTS_TEST_H
+
+#include <stdio.h>
+#include <string.h>
+
+static int test_passed, test_failed;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (cond) test_passed++;                                                     \
+        else {                                                                       \
+            test_failed++;                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                            \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                    \
+    do {                                                                     \
+        if (cond) test_passed++;                                             \
+        else {                                                               \
+            test_failed++;                                                   \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+        }                                                                    \
+    } while (0)
+
+/* err must contain the substring want */
+#define CHECK_ERR(msg, want) CHECKF(strstr((msg), (want)) != NULL, "message '%s' lacks '%s'", (msg), (want))
+
+static inline int test_report(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);
+    return test_failed ? 1 : 0;
+}
+
+#endif
