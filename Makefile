@@ -9,6 +9,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused
                -ffp-contract=off -pthread -Isrc
 CFLAGS  ?= -O2 -g
 LDLIBS  := -lm -pthread
+TEST_LDLIBS := -lm -pthread
 
 ifeq ($(origin CUDA), undefined)
   CUDA := $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
@@ -31,6 +32,7 @@ ifeq ($(CUDA),1)
   NVFLAGS := -O2 -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -DGEM_CUDA
 endif
 
+.SECONDARY:
 .PHONY: all test test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem
 
@@ -55,7 +57,7 @@ ASAN_TEST_BIN := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
 
 $(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
@@ -63,14 +65,14 @@ $(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h)
 
 $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_LIB_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(TEST_LDLIBS)
 
 # libFuzzer targets (clang): every parser gets one.
 FUZZ_CC   ?= clang
 FUZZ_SRC  := $(wildcard tests/*/fuzz_*.c)
 FUZZ_BIN  := $(FUZZ_SRC:tests/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_FLAGS := -Wno-unknown-warning-option -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
 $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
@@ -86,9 +88,9 @@ test-unit: gem $(TEST_BIN)
 corpus: $(BUILD)/tests/gguf/make_malformed
 	$(BUILD)/tests/gguf/make_malformed tests/data/malformed
 
-$(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c $(LIB_OBJ)
+$(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malformed.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
 
 # Until the CPU engine exists the main job synthesizes the tiny model and inspects it.
 RUN_MODEL := $(BUILD)/gemma4-tiny-q8_0.gguf

@@ -503,6 +503,7 @@ static int check_tensor_data(gguf_file *f, gem_err *err) {
 
 static int parse(gguf_file *f, gem_err *err) {
     cursor c = {f->base, f->size, 0, f->path, err};
+    if (f->size == 0) return gem_err_set(err, "%s: empty file", f->path);
     if (f->size < 4 || memcmp(f->base, GGUF_MAGIC, 4)) {
         if (f->size >= 4 && !memcmp(f->base, "FUGG", 4))
             return gem_err_set(err, "%s: offset 0: big-endian GGUF is not supported", f->path);

@@ -66,6 +66,7 @@ static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem) {
 }
 
 static int put(gguf_writer *w, const void *p, uint64_t n) {
+    if (n == 0) return 0; /* memcpy from NULL is undefined even for 0 bytes */
     if (grow((void **)&w->kv, &w->kv_cap, w->kv_len + n, 1)) return -1;
     memcpy(w->kv + w->kv_len, p, n);
     w->kv_len += n;

@@ -1,0 +1,66 @@
+#!/bin/sh
+# The gem executable: exit statuses and messages of inspect and synth, the
+# malformed corpus rejected by `gem inspect` with its named reason, and a
+# synthetic model accepted.
+GEM=${GEM:-./gem}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "test_cli: FAIL: $*" >&2; }
+
+# expect STATUS SUBSTRING -- command...
+expect() {
+    want_rc=$1 want_msg=$2
+    shift 3
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" != "$want_rc" ]; then bad "$* exited $rc, expected $want_rc"; return; fi
+    if [ -n "$want_msg" ] && ! grep -qF -- "$want_msg" "$tmp/out" "$tmp/err"; then
+        bad "$*: output lacks '$want_msg'"; return
+    fi
+    ok
+}
+
+expect 2 "usage: gem COMMAND" -- $GEM
+expect 2 "unknown command 'frobnicate'" -- $GEM frobnicate
+expect 0 "inspect FILE" -- $GEM help
+expect 0 "gem 0." -- $GEM version
+expect 0 "cpu: available" -- $GEM devices
+expect 2 "usage: gem inspect" -- $GEM inspect
+expect 2 "unknown option '--bogus'" -- $GEM inspect --bogus x.gguf
+expect 1 "cannot open" -- $GEM inspect "$tmp/missing.gguf"
+expect 1 "not a regular file" -- $GEM inspect "$tmp"
+expect 2 "unknown profile" -- $GEM synth --profile gemma4-99b --type q4_0 -o "$tmp/x.gguf"
+expect 2 "unknown type" -- $GEM synth --profile gemma4-tiny --type q9_9 -o "$tmp/x.gguf"
+expect 2 "--seed needs" -- $GEM synth --profile gemma4-tiny --type q4_0 --seed -3 -o "$tmp/x.gguf"
+expect 2 "missing value" -- $GEM synth --profile gemma4-tiny --type
+expect 2 "usage: gem synth" -- $GEM synth --profile gemma4-tiny
+expect 1 "matrix type q6_k is not allowed" -- $GEM synth --profile gemma4-tiny --type q6_k -o "$tmp/x.gguf"
+expect 1 "embedding type q5_0 is not allowed" -- $GEM synth --profile gemma4-tiny --type q4_0 --embd-type q5_0 -o "$tmp/x.gguf"
+expect 1 "not a Gemma 4 vocabulary" -- $GEM synth --profile gemma4-tiny --type q4_0 --vocab tests/data/malformed/55_model_other_arch.gguf -o "$tmp/x.gguf"
+[ ! -e "$tmp/x.gguf" ] && ok || bad "a failed synth left its output behind"
+
+# every malformed file is rejected by inspect, naming its reason
+while IFS="$(printf '\t')" read -r name level reason; do
+    expect 1 "$reason" -- $GEM inspect "tests/data/malformed/$name"
+done < tests/data/malformed/EXPECTED
+
+# a synthetic model of each small profile and type is accepted
+for t in q4_0 q8_0 f16; do
+    expect 0 "" -- $GEM synth --profile gemma4-tiny --type $t --seed 3 -o "$tmp/tiny-$t.gguf"
+    expect 0 "verdict:       OK: supported (gemma4-tiny)" -- $GEM inspect "$tmp/tiny-$t.gguf"
+done
+expect 0 "embedding:     q6_k" -- sh -c "$GEM synth --profile gemma4-tiny --type q4_0 --embd-type q6_k -o $tmp/q6.gguf && $GEM inspect $tmp/q6.gguf"
+expect 0 "tensor types:  f32 44" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+expect 0 "key gemma4.attention.sliding_window              32" -- $GEM inspect --keys "$tmp/tiny-q4_0.gguf"
+expect 0 "tensor blk.5.attn_q.weight" -- $GEM inspect --tensors "$tmp/tiny-q4_0.gguf"
+expect 0 "context:       4096" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+# same options, same bytes
+$GEM synth --profile gemma4-tiny --type q4_0 --seed 3 -t 1 -o "$tmp/again.gguf" 2>/dev/null
+cmp -s "$tmp/again.gguf" "$tmp/tiny-q4_0.gguf" && ok || bad "synth is not deterministic"
+# an unquantized model keeps its embedding unquantized
+expect 0 "embedding:     f16" -- $GEM inspect "$tmp/tiny-f16.gguf"
+
+echo "test_cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

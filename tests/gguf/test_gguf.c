@@ -1,0 +1,262 @@
+/* GGUF reader and writer: round trips of every value type, tensor layout and
+ * alignment, the real vocabulary file, and the malformed corpus (every file
+ * rejected with its named reason, and the committed files identical to what
+ * tests/gguf/malformed.h generates). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "gguf/malformed.h"
+#include "model/gemma4.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(p, 1, (size_t)len, f);
+    fclose(f);
+    return p;
+}
+
+static void test_roundtrip(uint32_t alignment) {
+    gem_err err = {{0}};
+    gguf_writer *w = gguf_writer_new(alignment);
+    CHECK(w != NULL);
+    int8_t i8s[3] = {-1, 0, 127};
+    uint16_t u16s[2] = {1, 65535};
+    double f64s[2] = {0.5, -1e300};
+    uint8_t bools[4] = {1, 0, 0, 1};
+    const char *strs[3] = {"alpha", "", "\xe2\x96\x81gamma"};
+    CHECK(!gguf_w_str(w, "general.architecture", "test", &err));
+    if (alignment != 32) CHECK(!gguf_w_u32(w, "general.alignment", alignment, &err));
+    CHECK(!gguf_w_u32(w, "t.u32", 4000000000u, &err));
+    CHECK(!gguf_w_i32(w, "t.i32", -7, &err));
+    CHECK(!gguf_w_u64(w, "t.u64", 18446744073709551615ull, &err));
+    CHECK(!gguf_w_f32(w, "t.f32", 1.5f, &err));
+    CHECK(!gguf_w_bool(w, "t.bool", 1, &err));
+    CHECK(!gguf_w_arr(w, "t.i8s", GGUF_T_INT8, i8s, 3, &err));
+    CHECK(!gguf_w_arr(w, "t.u16s", GGUF_T_UINT16, u16s, 2, &err));
+    CHECK(!gguf_w_arr(w, "t.f64s", GGUF_T_FLOAT64, f64s, 2, &err));
+    CHECK(!gguf_w_arr(w, "t.bools", GGUF_T_BOOL, bools, 4, &err));
+    CHECK(!gguf_w_arr_str(w, "t.strs", strs, 3, &err));
+    CHECK(!gguf_w_arr(w, "t.empty", GGUF_T_UINT32, NULL, 0, &err));
+    CHECK(gguf_w_u32(w, "t.u32", 1, &err) == -1);
+    CHECK_ERR(err.msg, "duplicate key 't.u32'");
+    uint64_t ne_a[1] = {96}, ne_b[2] = {64, 3}, ne_c[3] = {256, 2, 2};
+    CHECK(!gguf_w_tensor(w, "a", QT_F32, 1, ne_a, &err));
+    CHECK(!gguf_w_tensor(w, "b", QT_Q4_0, 2, ne_b, &err));
+    CHECK(!gguf_w_tensor(w, "c", QT_Q6_K, 3, ne_c, &err));
+    uint64_t ne_bad[1] = {33};
+    CHECK(gguf_w_tensor(w, "d", QT_Q8_0, 1, ne_bad, &err) == -1);
+    CHECK_ERR(err.msg, "not whole q8_0 blocks");
+    CHECK(gguf_w_tensor_bytes(w, 1) == 2 * 18 * 3);
+    CHECK(gguf_w_tensor_bytes(w, 2) == 210 * 4);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    CHECK(!gguf_writer_begin(w, fp, &err));
+    uint8_t data[1024];
+    for (int i = 0; i < 1024; i++) data[i] = (uint8_t)(i * 13 + 1);
+    CHECK(!gguf_writer_data(w, fp, data, 384, &err));       /* a */
+    CHECK(!gguf_writer_data(w, fp, data, 100, &err));       /* b, in two chunks */
+    CHECK(!gguf_writer_data(w, fp, data + 100, 8, &err));
+    CHECK(gguf_writer_finish(w, fp, &err) == -1);            /* c is missing */
+    CHECK_ERR(err.msg, "tensor 'c' is missing data");
+    CHECK(!gguf_writer_data(w, fp, data, 840, &err));       /* c */
+    CHECK(gguf_writer_data(w, fp, data, 1, &err) == -1);
+    CHECK_ERR(err.msg, "more data than tensors");
+    CHECK(!gguf_writer_finish(w, fp, &err));
+    fclose(fp);
+    gguf_writer_free(w);
+
+    gguf_file *f = gguf_open_mem(buf, len, "roundtrip", &err);
+    CHECKF(f != NULL, "%s", err.msg);
+    if (!f) { free(buf); return; }
+    CHECK(gguf_version(f) == 3);
+    CHECK(gguf_alignment(f) == alignment);
+    CHECK(gguf_data_offset(f) % alignment == 0);
+    CHECK(gguf_kv_count(f) == (alignment != 32 ? 13u : 12u));
+    int64_t i;
+    int64_t iv;
+    uint64_t uv;
+    double dv;
+    int bv;
+    gguf_str s;
+    i = gguf_find_key(f, "t.u32");
+    CHECK(i >= 0 && !gguf_kv_int(f, (uint64_t)i, &iv) && iv == 4000000000ll);
+    CHECK(gguf_kv_float(f, (uint64_t)i, &dv) == -1);
+    CHECK(gguf_kv_str(f, (uint64_t)i, &s) == -1);
+    i = gguf_find_key(f, "t.i32");
+    CHECK(i >= 0 && !gguf_kv_int(f, (uint64_t)i, &iv) && iv == -7);
+    CHECK(gguf_kv_uint64(f, (uint64_t)i, &uv) == -1); /* negative */
+    i = gguf_find_key(f, "t.u64");
+    CHECK(i >= 0 && gguf_kv_int(f, (uint64_t)i, &iv) == -1); /* out of int64 range */
+    CHECK(!gguf_kv_uint64(f, (uint64_t)i, &uv) && uv == 18446744073709551615ull);
+    i = gguf_find_key(f, "t.f32");
+    CHECK(i >= 0 && !gguf_kv_float(f, (uint64_t)i, &dv) && dv == 1.5);
+    CHECK(gguf_kv_int(f, (uint64_t)i, &iv) == -1);
+    i = gguf_find_key(f, "t.bool");
+    CHECK(i >= 0 && !gguf_kv_bool(f, (uint64_t)i, &bv) && bv == 1);
+    i = gguf_find_key(f, "t.i8s");
+    CHECK(i >= 0 && gguf_kv_arr_type(f, (uint64_t)i) == GGUF_T_INT8 && gguf_kv_arr_len(f, (uint64_t)i) == 3);
+    CHECK(!gguf_kv_arr_int(f, (uint64_t)i, 0, &iv) && iv == -1);
+    CHECK(!gguf_kv_arr_int(f, (uint64_t)i, 2, &iv) && iv == 127);
+    CHECK(gguf_kv_arr_int(f, (uint64_t)i, 3, &iv) == -1); /* out of range index */
+    i = gguf_find_key(f, "t.u16s");
+    CHECK(!gguf_kv_arr_int(f, (uint64_t)i, 1, &iv) && iv == 65535);
+    i = gguf_find_key(f, "t.f64s");
+    CHECK(!gguf_kv_arr_float(f, (uint64_t)i, 1, &dv) && dv == -1e300);
+    i = gguf_find_key(f, "t.bools");
+    CHECK(!gguf_kv_arr_bool(f, (uint64_t)i, 3, &bv) && bv == 1);
+    CHECK(!gguf_kv_arr_bool(f, (uint64_t)i, 1, &bv) && bv == 0);
+    i = gguf_find_key(f, "t.strs");
+    CHECK(gguf_kv_arr_len(f, (uint64_t)i) == 3);
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 0, &s) && gguf_str_eq(s, "alpha"));
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 1, &s) && s.len == 0);
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 2, &s) && gguf_str_eq(s, "\xe2\x96\x81gamma"));
+    CHECK(gguf_kv_arr_data(f, (uint64_t)i) == NULL);
+    i = gguf_find_key(f, "t.empty");
+    CHECK(i >= 0 && gguf_kv_arr_len(f, (uint64_t)i) == 0);
+    CHECK(gguf_find_key(f, "t.missing") == -1);
+    i = gguf_find_key(f, "general.architecture");
+    CHECK(!gguf_kv_str(f, (uint64_t)i, &s) && gguf_str_eq(s, "test"));
+
+    CHECK(gguf_tensor_count(f) == 3);
+    const gguf_tensor *a = gguf_find_tensor(f, "a"), *b = gguf_find_tensor(f, "b"), *c = gguf_find_tensor(f, "c");
+    CHECK(a && b && c && !gguf_find_tensor(f, "d"));
+    if (a && b && c) {
+        CHECK(a->n_dims == 1 && a->ne[0] == 96 && a->ne[1] == 1 && a->n_bytes == 384 && a->offset == 0);
+        CHECK(b->n_dims == 2 && b->ne[1] == 3 && b->type == QT_Q4_0 && b->n_bytes == 108);
+        CHECK(b->offset % alignment == 0 && b->offset >= 384);
+        CHECK(c->n_dims == 3 && c->ne[2] == 2 && c->n_elems == 1024 && c->n_bytes == 840);
+        CHECK(!memcmp(a->data, data, 384));
+        CHECK(!memcmp(b->data, data, 108));
+        CHECK(!memcmp(c->data, data, 840));
+        CHECK((const char *)c->data + c->n_bytes <= buf + len);
+    }
+
+    /* Copying a kv verbatim reproduces it. */
+    gguf_writer *w2 = gguf_writer_new(32);
+    CHECK(!gguf_w_copy_kv(w2, f, (uint64_t)gguf_find_key(f, "t.strs"), &err));
+    CHECK(!gguf_w_copy_kv(w2, f, (uint64_t)gguf_find_key(f, "t.f64s"), &err));
+    char *buf2 = NULL;
+    size_t len2 = 0;
+    FILE *fp2 = open_memstream(&buf2, &len2);
+    CHECK(!gguf_writer_begin(w2, fp2, &err) && !gguf_writer_finish(w2, fp2, &err));
+    fclose(fp2);
+    gguf_writer_free(w2);
+    gguf_file *f2 = gguf_open_mem(buf2, len2, "copy", &err);
+    CHECKF(f2 != NULL, "%s", err.msg);
+    if (f2) {
+        i = gguf_find_key(f2, "t.strs");
+        CHECK(!gguf_kv_arr_str(f2, (uint64_t)i, 2, &s) && gguf_str_eq(s, "\xe2\x96\x81gamma"));
+        i = gguf_find_key(f2, "t.f64s");
+        CHECK(!gguf_kv_arr_float(f2, (uint64_t)i, 0, &dv) && dv == 0.5);
+        gguf_close(f2);
+    }
+    free(buf2);
+
+    /* Version 2 has the same layout for little-endian files. */
+    buf[4] = 2;
+    gguf_file *v2 = gguf_open_mem(buf, len, "v2", &err);
+    CHECKF(v2 && gguf_version(v2) == 2, "%s", err.msg);
+    gguf_close(v2);
+    gguf_close(f);
+    free(buf);
+}
+
+static void test_utf8(void) {
+    CHECK(gguf_utf8_valid("plain", 5));
+    CHECK(gguf_utf8_valid("\xe2\x96\x81", 3));
+    CHECK(gguf_utf8_valid("\xf0\x9f\x98\x80", 4));
+    CHECK(!gguf_utf8_valid("\xf0\x9f\x98", 3));
+    CHECK(!gguf_utf8_valid("\xc1\xbf", 2));         /* overlong */
+    CHECK(!gguf_utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
+    CHECK(!gguf_utf8_valid("\xed\xb0\x80", 3));     /* surrogate */
+    CHECK(!gguf_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    CHECK(!gguf_utf8_valid("\x80", 1));
+}
+
+static void test_vocab(void) {
+    gem_err err = {{0}};
+    gguf_file *f = gguf_open("data/vocab/gemma-4.gguf", &err);
+    CHECKF(f != NULL, "%s", err.msg);
+    if (!f) return;
+    CHECK(gguf_tensor_count(f) == 0);
+    int64_t i = gguf_find_key(f, "tokenizer.ggml.tokens");
+    CHECK(gguf_kv_arr_len(f, (uint64_t)i) == 262144);
+    gguf_str s;
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 2, &s) && gguf_str_eq(s, "<bos>"));
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 106, &s) && gguf_str_eq(s, "<turn|>"));
+    CHECK(!gguf_kv_arr_str(f, (uint64_t)i, 238, &s) && gguf_str_eq(s, "<0x00>"));
+    i = gguf_find_key(f, "tokenizer.ggml.merges");
+    CHECK(gguf_kv_arr_len(f, (uint64_t)i) == 514906);
+    const gemma4_profile *p;
+    CHECK(gemma4_validate(f, &p, &err) == -1); /* a vocabulary is not a model */
+    CHECK_ERR(err.msg, "MoE");
+    gguf_close(f);
+}
+
+static void test_corpus(void) {
+    size_t n;
+    char *ex = (char *)read_file("tests/data/malformed/EXPECTED", &n);
+    CHECK(ex != NULL);
+    if (!ex) return;
+    ex = realloc(ex, n + 1);
+    ex[n] = 0;
+    int files = 0;
+    mcase c;
+    mbuf gen;
+    for (int idx = 0; malformed_case(idx, &c, &gen); idx++) {
+        char name[128], line[512];
+        snprintf(name, sizeof name, "%02d_%s.gguf", idx, c.name);
+        snprintf(line, sizeof line, "%s\t%s\t%s\n", name, c.level, c.expect);
+        CHECKF(strstr(ex, line) != NULL, "EXPECTED lacks '%s' (run make corpus)", name);
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/malformed/%s", name);
+        size_t flen;
+        uint8_t *bytes = read_file(path, &flen);
+        CHECKF(bytes && flen == gen.n && !memcmp(bytes, gen.p, gen.n), "%s differs from its generator", path);
+        free(bytes);
+        gem_err err = {{0}};
+        gguf_file *f = gguf_open(path, &err);
+        if (!strcmp(c.level, "gguf")) {
+            CHECKF(f == NULL, "%s was accepted", path);
+            CHECK_ERR(err.msg, c.expect);
+            CHECK_ERR(err.msg, name); /* the file is named */
+            /* the in-memory parser agrees */
+            gem_err err2 = {{0}};
+            gguf_file *m = gguf_open_mem(gen.p, gen.n, name, &err2);
+            CHECK(m == NULL);
+            if (gen.n) CHECK(!strcmp(err.msg, err2.msg) || strstr(err2.msg, c.expect));
+            gguf_close(m);
+        } else {
+            CHECKF(f != NULL, "%s: %s", path, err.msg);
+            const gemma4_profile *p;
+            CHECK(f && gemma4_validate(f, &p, &err) == -1);
+            CHECK_ERR(err.msg, c.expect);
+        }
+        gguf_close(f);
+        free(gen.p);
+        files++;
+    }
+    CHECKF(files >= 40, "only %d malformed files", files);
+    free(ex);
+}
+
+int main(void) {
+    test_utf8();
+    test_roundtrip(32);
+    test_roundtrip(64);
+    test_roundtrip(4096);
+    test_vocab();
+    test_corpus();
+    return test_report("test_gguf");
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Runs every test of `make test` and prints one total line,
+# "N passed, M failed", last. Each test program reports
+# "NAME: N passed, M failed"; a program that crashes or exits non-zero
+# without reporting a failure counts as one failure. Fuzzers count one
+# check each: no crash, leak or timeout within FUZZ_SECONDS.
+#   GEM_SKIP_ASAN=1, GEM_SKIP_FUZZ=1 skip those parts.
+cd "$(dirname "$0")/.." || exit 2
+total_pass=0 total_fail=0
+log=build/test-logs
+mkdir -p "$log"
+
+account() { # name rc logfile
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$3" | tail -1)
+    p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    [ -z "$line" ] && p=0 f=0
+    if [ "$2" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+    total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
+    if [ "$f" = 0 ]; then echo "ok    $1 ($p checks)"; else echo "FAIL  $1 ($f failed, log $3)"; tail -20 "$3"; fi
+}
+
+run() { # name command...
+    name=$1; shift
+    lf="$log/$(echo "$name" | tr '/ ' '__').log"
+    "$@" >"$lf" 2>&1
+    account "$name" $? "$lf"
+}
+
+for t in build/tests/*/test_*; do
+    [ -x "$t" ] && run "${t#build/tests/}" "$t"
+done
+run "cli/test_cli.sh" tests/cli/test_cli.sh
+
+if [ -z "$GEM_SKIP_ASAN" ]; then
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+    for t in build/asan/tests/*/test_*; do
+        [ -x "$t" ] && run "asan ${t#build/asan/tests/}" "$t"
+    done
+fi
+
+if [ -z "$GEM_SKIP_FUZZ" ]; then
+    secs=${FUZZ_SECONDS:-60}
+    for fz in build/fuzz/*/fuzz_*; do
+        [ -x "$fz" ] || continue
+        name=${fz#build/fuzz/}
+        corpus="build/fuzz-corpus/$name"
+        mkdir -p "$corpus"
+        seeds=$(cat "tests/$name.seeds" 2>/dev/null)
+        lf="$log/fuzz_$(echo "$name" | tr '/' '_').log"
+        "$fz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+            "$corpus" $seeds >"$lf" 2>&1
+        rc=$?
+        if [ $rc = 0 ]; then
+            runs=$(grep -E 'stat::number_of_executed_units' "$lf" | awk '{print $2}')
+            echo "fuzz  $name: 1 passed, 0 failed ($runs inputs in ${secs}s)" >>"$lf"
+        fi
+        account "fuzz $name" $rc "$lf"
+    done
+fi
+
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ]

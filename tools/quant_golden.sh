@@ -1,0 +1,26 @@
+#!/bin/sh
+# Regenerates tests/data/quant/: blocks made by the pinned reference's
+# llama-quantize from a gem-written F32 model, and the reference's own
+# dequantization of them. Needs the reference built (bench/reference/build.sh cpu).
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+ref=.ref/llama.cpp
+bin=$ref/build-cpu/bin
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make -s gem build/obj/src/gguf/gguf.o
+cc -O2 -Isrc -o "$tmp/patch_tensor" tools/patch_tensor.c build/obj/src/gguf/gguf.o \
+   build/obj/src/quant/quant.o build/obj/src/util/err.o -lm
+cc -O2 -I$ref/ggml/include -o "$tmp/ref_dequant" tools/ref_dequant.c -L$bin -lggml-base -Wl,-rpath,"$root/$bin"
+./gem synth --profile gemma4-tiny --type f32 --seed 7 -o "$tmp/in.gguf" 2>/dev/null
+"$tmp/patch_tensor" "$tmp/in.gguf" blk.0.attn_q.weight
+mkdir -p tests/data/quant
+for t in Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K_S Q5_K_S Q6_K F16 BF16; do
+    "$bin/llama-quantize" --pure "$tmp/in.gguf" "$tmp/$t.gguf" $t >/dev/null 2>&1
+    name=$(echo $t | tr 'A-Z' 'a-z' | sed 's/_s$//')
+    "$tmp/ref_dequant" "$tmp/$t.gguf" blk.0.attn_q.weight 32 "tests/data/quant/$name"
+done
+# the F32 input rows themselves (for conversion and, later, quantizer checks)
+"$tmp/ref_dequant" "$tmp/in.gguf" blk.0.attn_q.weight 32 tests/data/quant/input
+rm -f tests/data/quant/input.blocks
