@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf_write.h"
@@ -325,7 +326,10 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     rc = 0;
 done:
     if (fp && fclose(fp) && rc == 0) rc = gem_err_set(err, "%s: close failed", o->out_path);
-    if (rc && fp) remove(o->out_path);
+    /* Remove a half-written output, but only a regular file we created
+     * (never a device such as /dev/null given as the output). */
+    struct stat st;
+    if (rc && fp && !stat(o->out_path, &st) && S_ISREG(st.st_mode)) remove(o->out_path);
     free(buf);
     free(specs);
     gguf_writer_free(w);
