@@ -16,7 +16,7 @@ ifeq ($(origin CUDA), undefined)
 endif
 
 BUILD   := build
-LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c)
+LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 
@@ -100,3 +100,10 @@ run: gem
 
 clean:
 	rm -rf $(BUILD) gem
+
+# Tokenizer goldens are committed compressed; unpack them for the tests.
+TOK_GOLDEN := $(patsubst tests/data/tok/%.gz,$(BUILD)/tok-golden/%,$(wildcard tests/data/tok/*.gz))
+$(BUILD)/tok-golden/%: tests/data/tok/%.gz
+	@mkdir -p $(dir $@)
+	gzip -dc $< > $@
+test test-unit: $(TOK_GOLDEN)

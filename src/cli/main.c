@@ -22,6 +22,8 @@ static void usage(FILE *out) {
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
             "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
+            "  tokenize -m FILE [--no-bos] [--special] [--detok]\n"
+            "                                      text on stdin to token ids (or ids back to text)\n"
             "  devices                             list the compute backends and devices\n"
             "  help                                this text\n"
             "  version                             print the version\n"
@@ -79,6 +81,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

@@ -62,5 +62,23 @@ cmp -s "$tmp/again.gguf" "$tmp/tiny-q4_0.gguf" && ok || bad "synth is not determ
 # an unquantized model keeps its embedding unquantized
 expect 0 "embedding:     f16" -- $GEM inspect "$tmp/tiny-f16.gguf"
 
+# tokenize: the interface external checks use
+V=data/vocab/gemma-4.gguf
+expect 0 "2 9259 1902" -- sh -c "printf 'Hello world' | $GEM tokenize -m $V"
+expect 0 "9259 1902" -- sh -c "printf 'Hello world' | $GEM tokenize -m $V --no-bos"
+[ "$(printf 'Hello world' | $GEM tokenize -m $V)" = "2 9259 1902" ] && ok || bad "tokenize output is not exactly one line of ids"
+[ "$(printf '<|turn>' | $GEM tokenize -m $V --no-bos --special)" = "105" ] && ok || bad "--special"
+[ "$(printf '<|turn>' | $GEM tokenize -m $V --no-bos)" != "105" ] && ok || bad "control tokens parsed without --special"
+[ "$(printf '2 9259 1902' | $GEM tokenize -m $V --detok)" = "Hello world" ] && ok || bad "--detok"
+[ "$(printf '[2, 105, 9259]' | $GEM tokenize -m $V --detok --special)" = "<bos><|turn>Hello" ] && ok || bad "--detok --special"
+printf 'Grüße, 世界! 🎉\n\n  x' > "$tmp/t.txt"
+[ "$($GEM tokenize -m $V --no-bos < "$tmp/t.txt" | $GEM tokenize -m $V --detok)" = "$(cat "$tmp/t.txt")" ] && ok || bad "round trip"
+expect 1 "out of the vocabulary" -- sh -c "echo 262144 | $GEM tokenize -m $V --detok"
+expect 1 "reads token ids" -- sh -c "echo 'hello' | $GEM tokenize -m $V --detok"
+expect 1 "missing tokenizer.ggml.model" -- sh -c "echo hi | $GEM tokenize -m tests/data/seeds/valid_small.gguf"
+expect 1 "cannot open" -- sh -c "echo hi | $GEM tokenize -m $tmp/none.gguf"
+expect 2 "usage: gem tokenize" -- $GEM tokenize
+expect 0 "2 9259 1902" -- sh -c "printf 'Hello world' | $GEM tokenize -m $tmp/tiny-q8_0.gguf"
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

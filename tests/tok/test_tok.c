@@ -1,0 +1,265 @@
+/* Tokenizer: exact ids against the pinned reference on its own vector set
+ * and on the large golden corpus (tests/data/tok, made by
+ * tools/tok_golden.sh), the attribute table, BOS handling, invalid UTF-8,
+ * detokenization and the streaming decoder. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "gguf/gguf.h"
+#include "test.h"
+#include "tok/tok.h"
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)len + 1);
+    *n = fread(p, 1, (size_t)len, f);
+    p[*n] = 0;
+    fclose(f);
+    return p;
+}
+
+/* Runs every input of a vocab-test file and compares with one id line each. */
+static void check_vectors(const tok *t, const char *inp, const char *outp, int special) {
+    size_t ni, no;
+    char *in = slurp(inp, &ni), *out = slurp(outp, &no);
+    CHECKF(in && out, "golden files %s %s", inp, outp);
+    if (!in || !out) { free(in); free(out); return; }
+    const char *sep = "\n__ggml_vocab_test__\n";
+    char *p = in, *line = out;
+    int cases = 0, bad = 0;
+    for (;;) {
+        char *e = strstr(p, sep);
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (!e && len == 0) break;
+        char *nl = strchr(line, '\n');
+        if (!nl) { bad++; break; }
+        *nl = 0;
+        tok_ids ids = {0};
+        tok_encode(t, p, len, 0, special, &ids);
+        /* compare with the expected line */
+        char *q = line;
+        size_t k = 0;
+        int ok = 1;
+        while (*q) {
+            long v = strtol(q, &q, 10);
+            if (k >= ids.n || ids.v[k] != v) { ok = 0; break; }
+            k++;
+            while (*q == ' ') q++;
+        }
+        if (k != ids.n) ok = 0;
+        if (!ok) {
+            if (bad < 5) {
+                fprintf(stderr, "%s case %d (%zu bytes) differs:\n  want %.200s\n  got ", inp, cases, len, line);
+                for (size_t i = 0; i < ids.n && i < 30; i++) fprintf(stderr, "%d ", ids.v[i]);
+                fprintf(stderr, "\n");
+            }
+            bad++;
+        }
+        tok_ids_free(&ids);
+        cases++;
+        line = nl + 1;
+        if (!e) break;
+        p = e + strlen(sep);
+    }
+    CHECKF(bad == 0, "%s (%s): %d of %d cases differ", inp, special ? "special" : "plain", bad, cases);
+    printf("%s (%s): %d cases\n", inp, special ? "special" : "plain", cases);
+    free(in);
+    free(out);
+}
+
+static int ids_eq(const tok *t, const char *text, int bos, int special, const int32_t *want, size_t n) {
+    tok_ids ids = {0};
+    tok_encode(t, text, strlen(text), bos, special, &ids);
+    int ok = ids.n == n && (n == 0 || !memcmp(ids.v, want, n * 4));
+    if (!ok) {
+        fprintf(stderr, "'%s': got", text);
+        for (size_t i = 0; i < ids.n; i++) fprintf(stderr, " %d", ids.v[i]);
+        fprintf(stderr, "\n");
+    }
+    tok_ids_free(&ids);
+    return ok;
+}
+
+static void test_basics(const tok *t) {
+    CHECK(tok_n_vocab(t) == 262144);
+    CHECK(tok_bos(t) == 2 && tok_eos(t) == 1 && tok_add_bos(t));
+    CHECK(tok_is_eog(t, 1) && tok_is_eog(t, 50) && tok_is_eog(t, 106) && !tok_is_eog(t, 212) && !tok_is_eog(t, 2));
+    CHECK(tok_attr(t, 50) == (TOK_ATTR_USER_DEFINED | TOK_ATTR_CONTROL));
+    CHECK(tok_attr(t, 48) == TOK_ATTR_USER_DEFINED && tok_attr(t, 105) == TOK_ATTR_CONTROL);
+    CHECK(tok_attr(t, 212) == TOK_ATTR_NORMAL); /* "</s>" */
+    CHECK(tok_attr(t, 238) == TOK_ATTR_BYTE && tok_attr(t, -1) == 0 && tok_attr(t, 262144) == 0);
+    CHECK(tok_find(t, "<|turn>", 7) == 105 && tok_find(t, "\n", 1) == 107 && tok_find(t, "no such token", 13) == -1);
+    /* shared spec: " Linus" -> [9684 "▁Lin", 605]; newline runs are whole tokens */
+    CHECK(ids_eq(t, " Linus", 0, 0, (int32_t[]){9684, 605}, 2));
+    CHECK(ids_eq(t, "\n\n\n", 0, 0, (int32_t[]){109}, 1));
+    CHECK(ids_eq(t, "", 1, 0, (int32_t[]){2}, 1));
+    CHECK(ids_eq(t, "", 0, 0, NULL, 0));
+    CHECK(ids_eq(t, "Hello world", 1, 0, (int32_t[]){2, 9259, 1902}, 3));
+    /* control tokens only with special parsing; user-defined always */
+    CHECK(ids_eq(t, "<|turn>", 0, 1, (int32_t[]){105}, 1));
+    tok_ids ids = {0};
+    tok_encode(t, "<|turn>", 7, 0, 0, &ids);
+    CHECK(ids.n > 1);
+    tok_ids_free(&ids);
+    CHECK(ids_eq(t, "<|channel>", 0, 0, (int32_t[]){100}, 1));
+    CHECK(ids_eq(t, "<|tool_response>", 0, 1, (int32_t[]){50}, 1));
+    /* byte fallback: a lone invalid byte becomes U+FFFD, as in the reference */
+    tok_encode(t, "\xff", 1, 0, 0, &ids);
+    int32_t fffd = tok_find(t, "\xef\xbf\xbd", 3);
+    CHECK(ids.n >= 1 && (fffd < 0 || (ids.n == 1 && ids.v[0] == fffd)));
+    tok_ids_free(&ids);
+}
+
+/* Every token's attributes and the end-of-generation set equal the table
+ * the reference printed after loading the same vocabulary. */
+static void test_attr_table(const tok *t) {
+    size_t n;
+    char *txt = slurp("tests/data/tok/gemma4-attrs.txt", &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    static uint8_t want[262144];
+    memset(want, TOK_ATTR_NORMAL, sizeof want);
+    int bad = 0, eog_ok = 1;
+    for (char *line = txt; *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        int id, attr;
+        if (sscanf(line, "%d %d", &id, &attr) == 2 && id >= 0 && id < 262144) want[id] = (uint8_t)attr;
+        if (!strncmp(line, "eog:", 4)) {
+            int cnt = 0;
+            for (char *q = line + 4; *q;) {
+                long v = strtol(q, &q, 10);
+                cnt++;
+                eog_ok &= tok_is_eog(t, (int32_t)v);
+                while (*q == ' ') q++;
+            }
+            int mine = 0;
+            for (int32_t i = 0; i < 262144; i++) mine += tok_is_eog(t, i);
+            eog_ok &= mine == cnt;
+        }
+        if (!nl) break;
+        line = nl + 1;
+    }
+    for (int32_t i = 0; i < 262144; i++) bad += tok_attr(t, i) != want[i];
+    CHECKF(bad == 0, "%d token attributes differ from the reference", bad);
+    CHECK(eog_ok);
+    free(txt);
+}
+
+static void append(const char *p, size_t n, void *ctx) {
+    char *buf = ctx;
+    size_t l = strlen(buf);
+    memcpy(buf + l, p, n);
+    buf[l + n] = 0;
+}
+
+static void test_detok(const tok *t) {
+    const char *text = "Hello, wörld!  日本語 🎉 <|\"|> done\n\n";
+    tok_ids ids = {0};
+    tok_encode(t, text, strlen(text), 1, 1, &ids);
+    char out[256] = "";
+    tok_stream st = {{0}, 0};
+    size_t len;
+    for (size_t i = 0; i < ids.n; i++) {
+        const char *p = tok_piece(t, ids.v[i], 0, &len);
+        tok_stream_feed(&st, p, len, append, out);
+    }
+    tok_stream_flush(&st, append, out);
+    CHECKF(!strcmp(out, text), "round trip gave '%s'", out);
+    CHECK(tok_piece(t, 2, 0, &len) && len == 0);             /* <bos> hidden */
+    CHECK(tok_piece(t, 2, 1, &len) && len == 5);             /* shown with special */
+    CHECK(tok_piece(t, 48, 0, &len) && len == 12);           /* <|tool_call> always */
+    CHECK(tok_piece(t, 238 + 0x41, 0, &len) && len == 1);    /* <0x41> */
+    /* a literal U+2581 in text reads back as a space, as in the reference */
+    int32_t sp = tok_find(t, "\xe2\x96\x81", 3);
+    CHECK(sp >= 0 && tok_piece(t, sp, 0, &len) && len == 1);
+    CHECK(tok_piece(t, 262144, 0, &len) == NULL && tok_piece(t, -5, 1, &len) == NULL);
+    tok_ids_free(&ids);
+
+    /* the streaming decoder never splits a character, whatever the chunks */
+    const char *s = "a\xc3\xa9\xe6\x97\xa5\xf0\x9f\x8e\x89z";
+    size_t sl = strlen(s);
+    for (size_t cut1 = 0; cut1 <= sl; cut1++) {
+        for (size_t cut2 = cut1; cut2 <= sl; cut2++) {
+            char o[64] = "";
+            char seen[8][16];
+            int nseen = 0;
+            tok_stream st2 = {{0}, 0};
+            (void)seen; (void)nseen;
+            tok_stream_feed(&st2, s, cut1, append, o);
+            size_t before = strlen(o);
+            int whole = 1;
+            /* everything emitted so far must be whole characters */
+            for (size_t i = 0; i < before; i++) {
+                unsigned char c = (unsigned char)o[i];
+                int need = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+                if (c >= 0x80 && c < 0xc0) { whole = 0; break; }
+                if (i + (size_t)need > before) { whole = 0; break; }
+                i += (size_t)need - 1;
+            }
+            tok_stream_feed(&st2, s + cut1, cut2 - cut1, append, o);
+            tok_stream_feed(&st2, s + cut2, sl - cut2, append, o);
+            tok_stream_flush(&st2, append, o);
+            CHECK(whole && !strcmp(o, s));
+        }
+    }
+    /* invalid bytes are passed through, not held forever */
+    char o2[16] = "";
+    tok_stream st3 = {{0}, 0};
+    tok_stream_feed(&st3, "\xe6x", 2, append, o2);
+    CHECK(!strcmp(o2, "\xe6x"));
+}
+
+/* Encoding time must grow linearly: a 4 MB line may take at most ~6x the
+ * time of a 1 MB line (8x would be quadratic at this ratio... 16x). */
+static void test_linear(const tok *t) {
+    size_t n1 = 1 << 20, n4 = 4 << 20;
+    char *buf = malloc(n4);
+    for (size_t i = 0; i < n4; i++) buf[i] = "abc de,f.ghij klm"[i * 7 % 17];
+    double tm[2];
+    size_t ns[2] = {n1, n4};
+    for (int k = 0; k < 2; k++) {
+        struct timespec a, b;
+        tok_ids ids = {0};
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        tok_encode(t, buf, ns[k], 0, 0, &ids);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        tm[k] = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+        CHECK(ids.n > ns[k] / 20);
+        tok_ids_free(&ids);
+    }
+    /* linear predicts 4x; allow noise up to 8x, quadratic would be 16x */
+    CHECKF(tm[1] < 8 * tm[0] + 0.05, "1 MB %.3fs, 4 MB %.3fs", tm[0], tm[1]);
+    free(buf);
+}
+
+int main(int argc, char **argv) {
+    const char *vocab = argc > 1 ? argv[1] : "data/vocab/gemma-4.gguf";
+    gem_err err = {{0}};
+    gguf_file *f = gguf_open(vocab, &err);
+    tok *t = f ? tok_load(f, &err) : NULL;
+    CHECKF(t != NULL, "%s", err.msg);
+    if (!t) return test_report("test_tok");
+    test_basics(t);
+    test_attr_table(t);
+    check_vectors(t, "tests/data/tok/ggml-vocab-gemma-4.gguf.inp", "tests/data/tok/ggml-vocab-gemma-4.gguf.out", 0);
+    /* the large corpus, unpacked by the Makefile into build/ */
+    FILE *c = fopen("build/tok-golden/corpus.inp", "rb");
+    if (c) {
+        fclose(c);
+        check_vectors(t, "build/tok-golden/corpus.inp", "build/tok-golden/corpus.plain.out", 0);
+        check_vectors(t, "build/tok-golden/corpus.inp", "build/tok-golden/corpus.special.out", 1);
+    } else {
+        CHECKF(0, "build/tok-golden/corpus.inp missing (make unpacks tests/data/tok/*.gz)");
+    }
+    test_detok(t);
+    test_linear(t);
+    tok_free(t);
+    gguf_close(f);
+    return test_report("test_tok");
+}
