@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "quant/quant.h"
+#include "util/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gem reads GGUF on little-endian hosts only"
@@ -99,33 +100,6 @@ static int cur_u64(cursor *c, uint64_t *v, const char *what) {
 }
 
 static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
-
-/* ---- UTF-8 ---- */
-
-int gguf_utf8_valid(const char *s, uint64_t len) {
-    const unsigned char *p = (const unsigned char *)s;
-    uint64_t i = 0;
-    while (i < len) {
-        unsigned char b = p[i];
-        if (b < 0x80) { i++; continue; }
-        uint32_t cp;
-        int n;
-        if (b >= 0xc2 && b <= 0xdf) { n = 1; cp = b & 0x1f; }
-        else if (b >= 0xe0 && b <= 0xef) { n = 2; cp = b & 0x0f; }
-        else if (b >= 0xf0 && b <= 0xf4) { n = 3; cp = b & 0x07; }
-        else return 0;
-        if (len - i <= (uint64_t)n) return 0;
-        for (int k = 1; k <= n; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (uint64_t)n + 1;
-    }
-    return 1;
-}
 
 /* ---- name index ---- */
 
@@ -226,7 +200,7 @@ static char *dup_name(cursor *c, gguf_str s, uint64_t max_len, const char *what)
                  (unsigned long long)s.len, (unsigned long long)max_len);
     } else if (memchr(s.ptr, 0, s.len)) {
         snprintf(buf, sizeof buf, "%s contains a NUL byte", what);
-    } else if (!gguf_utf8_valid(s.ptr, s.len)) {
+    } else if (!utf8_valid(s.ptr, s.len)) {
         snprintf(buf, sizeof buf, "%s is not valid UTF-8", what);
     } else {
         char *out = malloc(s.len + 1);

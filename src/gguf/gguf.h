@@ -107,7 +107,4 @@ uint64_t gguf_tensor_count(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 
-/* 1 when the bytes are valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
-int gguf_utf8_valid(const char *s, uint64_t len);
-
 #endif

@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "util/utf8.h"
 #include "gguf/malformed.h"
 #include "model/gemma4.h"
 #include "quant/quant.h"
@@ -173,15 +174,15 @@ static void test_roundtrip(uint32_t alignment) {
 }
 
 static void test_utf8(void) {
-    CHECK(gguf_utf8_valid("plain", 5));
-    CHECK(gguf_utf8_valid("\xe2\x96\x81", 3));
-    CHECK(gguf_utf8_valid("\xf0\x9f\x98\x80", 4));
-    CHECK(!gguf_utf8_valid("\xf0\x9f\x98", 3));
-    CHECK(!gguf_utf8_valid("\xc1\xbf", 2));         /* overlong */
-    CHECK(!gguf_utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
-    CHECK(!gguf_utf8_valid("\xed\xb0\x80", 3));     /* surrogate */
-    CHECK(!gguf_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
-    CHECK(!gguf_utf8_valid("\x80", 1));
+    CHECK(utf8_valid("plain", 5));
+    CHECK(utf8_valid("\xe2\x96\x81", 3));
+    CHECK(utf8_valid("\xf0\x9f\x98\x80", 4));
+    CHECK(!utf8_valid("\xf0\x9f\x98", 3));
+    CHECK(!utf8_valid("\xc1\xbf", 2));         /* overlong */
+    CHECK(!utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
+    CHECK(!utf8_valid("\xed\xb0\x80", 3));     /* surrogate */
+    CHECK(!utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    CHECK(!utf8_valid("\x80", 1));
 }
 
 static void test_vocab(void) {
