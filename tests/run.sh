@@ -48,7 +48,8 @@ if [ -z "$GEM_SKIP_FUZZ" ]; then
         mkdir -p "$corpus"
         seeds=$(cat "tests/$name.seeds" 2>/dev/null)
         lf="$log/fuzz_$(echo "$name" | tr '/' '_').log"
-        "$fz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        mkdir -p build/fuzz-artifacts
+        "$fz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz-artifacts/ \
             "$corpus" $seeds >"$lf" 2>&1
         rc=$?
         if [ $rc = 0 ]; then

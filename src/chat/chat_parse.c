@@ -55,6 +55,7 @@ static void emit_text(chat_parser *p, chat_ev_kind k, const char *s, size_t n) {
 
 /* Drops the first n pending bytes. */
 static void consume(chat_parser *p, size_t n) {
+    if (!n) return;
     memmove(p->pend.p, p->pend.p + n, p->pend.len - n);
     p->pend.len -= n;
     if (p->pend.p) p->pend.p[p->pend.len] = 0;

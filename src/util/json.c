@@ -478,10 +478,11 @@ int json_set(json *o, const char *key, json *v) {
 void json_quote(const char *s, size_t n, strbuf *out) {
     sb_putc(out, '"');
     size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
         char ubuf[8];
+        size_t adv = 1;
         switch (c) {
         case '"': esc = "\\\""; break;
         case '\\': esc = "\\\\"; break;
@@ -494,6 +495,12 @@ void json_quote(const char *s, size_t n, strbuf *out) {
             if (c < 0x20) {
                 snprintf(ubuf, sizeof ubuf, "\\u%04x", c);
                 esc = ubuf;
+            } else if (c >= 0x80) {
+                /* keep valid UTF-8; an invalid byte becomes U+FFFD so the
+                 * output is always valid JSON (model text can hold any byte) */
+                size_t l = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+                if (i + l <= n && utf8_valid(s + i, l)) adv = l;
+                else esc = "\\ufffd";
             }
         }
         if (esc) {
@@ -501,6 +508,7 @@ void json_quote(const char *s, size_t n, strbuf *out) {
             sb_puts(out, esc);
             run = i + 1;
         }
+        i += adv;
     }
     sb_put(out, s + run, n - run);
     sb_putc(out, '"');

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 
 #include "chat/chat.h"
+#include "gguf/gguf.h"
 #include "test.h"
+#include "tok/tok.h"
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -196,10 +198,52 @@ static void test_args(void) {
     sb_free(&o);
 }
 
+/* Generated text arrives token by token: tokenize a model answer (markers as
+ * their special tokens), then feed each token's rendered piece. */
+static void test_token_by_token(void) {
+    gem_err err = {{0}};
+    gguf_file *f = gguf_open("data/vocab/gemma-4.gguf", &err);
+    tok *t = f ? tok_load(f, &err) : NULL;
+    CHECKF(t != NULL, "%s", err.msg);
+    if (!t) { gguf_close(f); return; }
+    const char *gen = "<|channel>thought\nThe user wants Paris weather; call the tool.<channel|>"
+                      "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3,detail:{hourly:true,fields:[<|\"|>temp<|\"|>,<|\"|>wind<|\"|>]}}<tool_call|>"
+                      "<|tool_response>";
+    tok_ids ids = {0};
+    CHECK(!tok_encode(t, gen, strlen(gen), 0, 1, &ids));
+    int marker_tokens = 0;
+    for (size_t i = 0; i < ids.n; i++) marker_tokens += ids.v[i] == 100 || ids.v[i] == 48 || ids.v[i] == 52;
+    CHECKF(marker_tokens == 8, "%d", marker_tokens); /* <|channel>, <|tool_call>, six <|"|> */
+    collected c = {{0}, {0}, {0}, 0};
+    chat_parser *p = chat_parser_new(collect, &c);
+    for (size_t i = 0; i < ids.n; i++) {
+        if (tok_is_eog(t, ids.v[i])) break; /* the engine stops at <|tool_response> */
+        size_t len;
+        const char *piece = tok_piece(t, ids.v[i], 0, &len);
+        CHECK(!chat_parser_feed(p, piece, len));
+        /* nothing emitted so far may contain a marker fragment */
+        CHECK(!strstr(sb_cstr(&c.content), "<|") && !strstr(sb_cstr(&c.reasoning), "<|") &&
+              !strstr(sb_cstr(&c.reasoning), "channel"));
+    }
+    chat_parser_finish(p);
+    CHECKF(!strcmp(sb_cstr(&c.reasoning), "The user wants Paris weather; call the tool."), "%s", sb_cstr(&c.reasoning));
+    CHECK(!strcmp(sb_cstr(&c.content), ""));
+    CHECKF(!strcmp(sb_cstr(&c.calls), "get_weather{\"city\":\"Paris\",\"days\":3,\"detail\":{\"hourly\":true,\"fields\":[\"temp\",\"wind\"]}}"),
+           "%s", sb_cstr(&c.calls));
+    chat_parser_free(p);
+    sb_free(&c.content);
+    sb_free(&c.reasoning);
+    sb_free(&c.calls);
+    tok_ids_free(&ids);
+    tok_free(t);
+    gguf_close(f);
+}
+
 int main(void) {
     test_goldens();
     test_render_errors();
     test_parser();
     test_args();
+    test_token_by_token();
     return test_report("test_chat");
 }

@@ -1,0 +1,135 @@
+/* JSON: strict parsing with named errors, JavaScript semantics for
+ * duplicate keys and number printing, escaping, builders. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+#include "util/utf8.h"
+
+static void roundtrip(const char *in, const char *want) {
+    gem_err err = {{0}};
+    json *v = json_parse(in, strlen(in), &err);
+    CHECKF(v != NULL, "%s: %s", in, err.msg);
+    if (!v) return;
+    strbuf o = {0};
+    json_dump(v, &o);
+    CHECKF(!strcmp(sb_cstr(&o), want), "%s dumped as %s, want %s", in, sb_cstr(&o), want);
+    sb_free(&o);
+    json_free(v);
+}
+
+static void reject(const char *in, size_t n, const char *want) {
+    gem_err err = {{0}};
+    json *v = json_parse(in, n, &err);
+    CHECKF(v == NULL, "accepted %.*s", (int)n, in);
+    json_free(v);
+    CHECK_ERR(err.msg, want);
+}
+
+static void num(double d, const char *want) {
+    strbuf o = {0};
+    json_num_js(d, &o);
+    CHECKF(!strcmp(sb_cstr(&o), want), "%.17g printed %s, want %s", d, sb_cstr(&o), want);
+    sb_free(&o);
+}
+
+int main(void) {
+    roundtrip(" {\"a\": [1, 2.5, -0.125, true, false, null, \"x\"], \"b\": {}} ",
+              "{\"a\":[1,2.5,-0.125,true,false,null,\"x\"],\"b\":{}}");
+    roundtrip("\"\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/\"", "\"é😀\\n\\t\\\"\\\\/\"");
+    roundtrip("{\"k\":1,\"j\":2,\"k\":3}", "{\"k\":3,\"j\":2}"); /* JS: first position, last value */
+    roundtrip("[1.0, 1e2, 1E-7, 12345678901234567890]", "[1,100,1e-7,12345678901234567000]");
+    roundtrip("\"\\u0000x\"", "\"\\u0000x\"");
+    num(0.1, "0.1");
+    num(1e21, "1e+21");
+    num(1e20, "100000000000000000000");
+    num(123456.789, "123456.789");
+    num(0.000001, "0.000001");
+    num(1e-7, "1e-7");
+    num(-2.5e-8, "-2.5e-8");
+    num(5e-324, "5e-324");
+    num(1.7976931348623157e308, "1.7976931348623157e+308");
+    num(-0.0, "0");
+    num(3.0, "3");
+
+    reject("", 0, "unexpected end of input");
+    reject("{", 1, "object key expected");
+    reject("[1,]", 4, "unexpected character");
+    reject("{\"a\":1,}", 8, "object key expected");
+    reject("01", 2, "trailing characters");
+    reject("1.", 2, "digit expected after '.'");
+    reject("-", 1, "truncated number");
+    reject("1e+", 3, "digit expected in exponent");
+    reject("\"abc", 4, "unterminated string");
+    reject("\"a\nb\"", 5, "control character in string");
+    reject("\"\\x\"", 4, "bad escape");
+    reject("\"\\ud800\"", 8, "lone high surrogate");
+    reject("\"\\udc00\"", 8, "lone low surrogate");
+    reject("\"\\u12g4\"", 8, "bad hex digit");
+    reject("\"\xff\"", 3, "invalid UTF-8");
+    reject("\"\xc0\x80\"", 4, "invalid UTF-8");
+    reject("tru", 3, "unexpected character");
+    reject("nul", 3, "unexpected character");
+    reject("{\"a\" 1}", 7, "':' expected");
+    reject("[1 2]", 5, "',' or ']' expected");
+    reject("{} {}", 5, "trailing characters");
+    reject("// c\n{}", 7, "unexpected character");
+    {
+        char deep[300];
+        memset(deep, '[', sizeof deep);
+        reject(deep, sizeof deep, "nesting too deep");
+        char ok[256];
+        memset(ok, '[', 128);
+        memset(ok + 128, ']', 128);
+        gem_err err = {{0}};
+        json *v = json_parse(ok, 256, &err);
+        CHECKF(v != NULL, "128 levels: %s", err.msg);
+        json_free(v);
+    }
+    /* error offsets */
+    gem_err err = {{0}};
+    CHECK(json_parse("{\"a\": x}", 8, &err) == NULL);
+    CHECK_ERR(err.msg, "at byte 6");
+
+    /* accessors and truthiness */
+    const char *doc = "{\"s\":\"\",\"n\":0,\"t\":\"x\",\"a\":[],\"o\":{\"k\":null}}";
+    json *v = json_parse(doc, strlen(doc), &err);
+    CHECK(v && !json_truthy(json_get(v, "s")) && !json_truthy(json_get(v, "n")) && json_truthy(json_get(v, "t")));
+    CHECK(!json_truthy(json_get(v, "a")) && json_truthy(json_get(v, "o")) && !json_truthy(json_get(v, "missing")));
+    CHECK(json_get_str(v, "t") && !strcmp(json_get_str(v, "t"), "x") && json_get_str(v, "n") == NULL);
+    CHECK(json_get(json_get(v, "o"), "k")->type == JSON_NULL && json_at(json_get(v, "a"), 0) == NULL);
+    json_free(v);
+    v = json_parse("[9007199254740993, 2.5, -4]", 27, &err);
+    CHECK(v && v->items[0]->is_int && !v->items[1]->is_int && v->items[2]->is_int && v->items[2]->num == -4);
+    json_free(v);
+
+    /* builders and escaping: invalid UTF-8 never reaches the output */
+    json *o = json_new(JSON_OBJECT);
+    CHECK(!json_set(o, "text", json_new_str("a\"\x01\xff\xe6\x97\xa5", 7)));
+    CHECK(!json_set(o, "n", json_new_num(2.5)));
+    CHECK(!json_set(o, "n", json_new_num(7)));
+    json *arr = json_new(JSON_ARRAY);
+    CHECK(!json_push(arr, json_new_bool(1)) && !json_push(arr, json_new(JSON_NULL)));
+    CHECK(!json_set(o, "arr", arr));
+    strbuf out = {0};
+    json_dump(o, &out);
+    CHECKF(!strcmp(sb_cstr(&out), "{\"text\":\"a\\\"\\u0001\\ufffd\xe6\x97\xa5\",\"n\":7,\"arr\":[true,null]}"), "%s",
+           sb_cstr(&out));
+    CHECK(utf8_valid(out.p, out.len));
+    sb_free(&out);
+    json_free(o);
+
+    /* many duplicate keys stay fast (no quadratic dedupe) */
+    strbuf big = {0};
+    sb_putc(&big, '{');
+    for (int i = 0; i < 200000; i++) sb_printf(&big, "%s\"k%d\":%d", i ? "," : "", i % 1000, i);
+    sb_putc(&big, '}');
+    v = json_parse(big.p, big.len, &err);
+    CHECK(v && v->len == 1000 && json_get(v, "k5")->num == 199005);
+    json_free(v);
+    sb_free(&big);
+    return test_report("test_json");
+}
