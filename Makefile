@@ -20,7 +20,7 @@ LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 
-OBJ_DIR := $(BUILD)/obj
+OBJ_DIR := $(BUILD)/obj-cuda$(CUDA)
 LIB_OBJ := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(OBJ_DIR)/%.o)
 
@@ -32,12 +32,12 @@ ifeq ($(CUDA),1)
   NVFLAGS := -O2 -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -DGEM_CUDA
 endif
 
-.SECONDARY:
+.PRECIOUS: %.o $(BUILD)/tok-golden/%
 .PHONY: all test test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem
 
-gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(LDLIBS)
+gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ) $(BUILD)/cuda-$(CUDA).stamp
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 $(OBJ_DIR)/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
@@ -107,3 +107,9 @@ $(BUILD)/tok-golden/%: tests/data/tok/%.gz
 	@mkdir -p $(dir $@)
 	gzip -dc $< > $@
 test test-unit: $(TOK_GOLDEN)
+
+# Switching CUDA on or off relinks gem.
+$(BUILD)/cuda-$(CUDA).stamp:
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/cuda-*.stamp
+	@touch $@

@@ -9,9 +9,9 @@ ref=.ref/llama.cpp
 bin=$ref/build-cpu/bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-make -s gem build/obj/src/gguf/gguf.o
-cc -O2 -Isrc -o "$tmp/patch_tensor" tools/patch_tensor.c build/obj/src/gguf/gguf.o \
-   build/obj/src/quant/quant.o build/obj/src/util/err.o -lm
+make -s gem CUDA=0 >/dev/null; o=build/obj-cuda0/src
+cc -O2 -Isrc -o "$tmp/patch_tensor" tools/patch_tensor.c $o/gguf/gguf.o $o/util/utf8.o \
+   $o/quant/quant.o $o/util/err.o -lm; make -s gem
 cc -O2 -I$ref/ggml/include -o "$tmp/ref_dequant" tools/ref_dequant.c -L$bin -lggml-base -Wl,-rpath,"$root/$bin"
 ./gem synth --profile gemma4-tiny --type f32 --seed 7 -o "$tmp/in.gguf" 2>/dev/null
 "$tmp/patch_tensor" "$tmp/in.gguf" blk.0.attn_q.weight
