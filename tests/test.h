@@ -6,6 +6,7 @@
 #define GEM_TESTS_TEST_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int test_passed, test_failed;
@@ -32,6 +33,20 @@ static int test_passed, test_failed;
 
 /* err must contain the substring want */
 #define CHECK_ERR(msg, want) CHECKF(strstr((msg), (want)) != NULL, "message '%s' lacks '%s'", (msg), (want))
+
+/* Reads a whole file (NUL-terminated); NULL when it cannot be read. */
+static inline char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = (char *)malloc(len > 0 ? (size_t)len + 1 : 1);
+    *n = p ? fread(p, 1, (size_t)(len > 0 ? len : 0), f) : 0;
+    if (p) p[*n] = 0;
+    fclose(f);
+    return p;
+}
 
 static inline int test_report(const char *name) {
     printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);

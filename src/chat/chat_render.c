@@ -189,14 +189,7 @@ static int format_items(strbuf *o, const json *items, gem_err *err, int depth) {
             if (is_map(v)) rc = format_parameters(o, v, err, depth + 1);
             sb_putc(o, '}');
         } else if (!strcmp(k, "required")) {
-            sb_puts(o, "required:[");
-            for (size_t r = 0; is_arr(v) && r < v->len; r++) {
-                sb_puts(o, Q);
-                put_scalar(o, v->items[r]);
-                sb_puts(o, Q);
-                if (r + 1 < v->len) sb_putc(o, ',');
-            }
-            sb_putc(o, ']');
+            put_required_list(o, v);
         } else if (!strcmp(k, "type")) {
             sb_puts(o, "type:");
             if (is_str(v)) {
@@ -326,14 +319,8 @@ static int format_function_declaration(strbuf *o, const json *tool, size_t ti, g
         }
         const json *req = json_get(params, "required");
         if (json_truthy(req)) {
-            sb_puts(o, "required:[");
-            for (size_t r = 0; is_arr(req) && r < req->len; r++) {
-                sb_puts(o, Q);
-                put_scalar(o, req->items[r]);
-                sb_puts(o, Q);
-                if (r + 1 < req->len) sb_putc(o, ',');
-            }
-            sb_puts(o, "],");
+            put_required_list(o, req);
+            sb_putc(o, ',');
         }
         const json *type = json_get(params, "type");
         if (json_truthy(type)) {

@@ -13,19 +13,6 @@
 #include "test.h"
 #include "tok/tok.h"
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    p[*n] = 0;
-    fclose(f);
-    return p;
-}
-
 static int render_conv(const char *text, size_t n, strbuf *out, gem_err *err) {
     json *conv = json_parse(text, n, err);
     if (!conv) return -1;
@@ -55,7 +42,7 @@ static void test_goldens(void) {
         snprintf(jp, sizeof jp, "tests/data/chat/%s", e->d_name);
         snprintf(tp, sizeof tp, "tests/data/chat/%.*s.txt", (int)(l - 5), e->d_name);
         size_t jn, tn;
-        char *js = slurp(jp, &jn), *want = slurp(tp, &tn);
+        char *js = test_slurp(jp, &jn), *want = test_slurp(tp, &tn);
         CHECKF(js && want, "%s", jp);
         if (js && want) {
             strbuf out = {0};

@@ -13,18 +13,6 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(len > 0 ? (size_t)len : 1);
-    *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
-
 static void test_roundtrip(uint32_t alignment) {
     gem_err err = {{0}};
     gguf_writer *w = gguf_writer_new(alignment);
@@ -207,7 +195,7 @@ static void test_vocab(void) {
 
 static void test_corpus(void) {
     size_t n;
-    char *ex = (char *)read_file("tests/data/malformed/EXPECTED", &n);
+    char *ex = test_slurp("tests/data/malformed/EXPECTED", &n);
     CHECK(ex != NULL);
     if (!ex) return;
     ex = realloc(ex, n + 1);
@@ -223,7 +211,7 @@ static void test_corpus(void) {
         char path[256];
         snprintf(path, sizeof path, "tests/data/malformed/%s", name);
         size_t flen;
-        uint8_t *bytes = read_file(path, &flen);
+        uint8_t *bytes = (uint8_t *)test_slurp(path, &flen);
         CHECKF(bytes && flen == gen.n && !memcmp(bytes, gen.p, gen.n), "%s differs from its generator", path);
         free(bytes);
         gem_err err = {{0}};

@@ -10,23 +10,10 @@
 #include "test.h"
 #include "tok/tok.h"
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    p[*n] = 0;
-    fclose(f);
-    return p;
-}
-
 /* Runs every input of a vocab-test file and compares with one id line each. */
 static void check_vectors(const tok *t, const char *inp, const char *outp, int special) {
     size_t ni, no;
-    char *in = slurp(inp, &ni), *out = slurp(outp, &no);
+    char *in = test_slurp(inp, &ni), *out = test_slurp(outp, &no);
     CHECKF(in && out, "golden files %s %s", inp, outp);
     if (!in || !out) { free(in); free(out); return; }
     const char *sep = "\n__ggml_vocab_test__\n";
@@ -119,7 +106,7 @@ static void test_basics(const tok *t) {
  * the reference printed after loading the same vocabulary. */
 static void test_attr_table(const tok *t) {
     size_t n;
-    char *txt = slurp("tests/data/tok/gemma4-attrs.txt", &n);
+    char *txt = test_slurp("tests/data/tok/gemma4-attrs.txt", &n);
     CHECK(txt != NULL);
     if (!txt) return;
     static uint8_t want[262144];
