@@ -16,7 +16,7 @@ ifeq ($(origin CUDA), undefined)
 endif
 
 BUILD   := build
-LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c)
+LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 
@@ -92,11 +92,13 @@ $(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malfo
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
 
-# Until the CPU engine exists the main job synthesizes the tiny model and inspects it.
+# Until the trained demo model is embedded, the main job synthesizes the tiny
+# model, inspects it and generates from it (random weights: expect noise).
 RUN_MODEL := $(BUILD)/gemma4-tiny-q8_0.gguf
 run: gem
 	./gem synth --profile gemma4-tiny --type q8_0 --seed 1 -o $(RUN_MODEL)
 	./gem inspect $(RUN_MODEL)
+	./gem run -m $(RUN_MODEL) -p "Once upon a time" -n 32 --temp 0
 
 clean:
 	rm -rf $(BUILD) gem

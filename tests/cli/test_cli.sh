@@ -80,5 +80,20 @@ expect 1 "cannot open" -- sh -c "echo hi | $GEM tokenize -m $tmp/none.gguf"
 expect 2 "usage: gem tokenize" -- $GEM tokenize
 expect 0 "2 9259 1902" -- sh -c "printf 'Hello world' | $GEM tokenize -m $tmp/tiny-q8_0.gguf"
 
+# run: greedy ids on one line, errors named
+M="$tmp/tiny-q8_0.gguf"
+ids=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 8 --temp 0 --ids 2>/dev/null)
+[ "$(echo "$ids" | wc -w)" = 8 ] && ok || bad "run --ids did not print 8 ids: $ids"
+[ "$ids" = "$($GEM run -m "$M" -p "Hello world" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-p and --prompt-ids disagree"
+[ "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" = "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" ] && ok || bad "seeded sampling is not deterministic"
+expect 0 "decode" -- $GEM run -m "$M" -p "Hi" -n 4 --temp 0
+expect 2 "unknown option '--frob'" -- $GEM run -m "$M" -p x --frob
+expect 2 "bad value for --temp" -- $GEM run -m "$M" -p x --temp hot
+expect 1 "exceed the context of 16" -- $GEM run -m "$M" -p "a b c d e f g" -n 10 --ctx 16
+expect 1 "cannot open" -- $GEM run -m "$tmp/none.gguf" -p x
+expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
+expect 1 "no kernels yet" -- $GEM run -m "$M" -p x --backend cuda
+expect 0 "" -- $GEM run -m "$M" -p "Hi" -n 4 --chat --temp 0
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,0 +1,87 @@
+/* The backend seam: what a model's layer loop may ask of a compute device.
+ *
+ * A backend owns device memory: weights are made resident once (`weight`,
+ * zero-copy on the CPU), activations live in `be_buf`s of floats, and each
+ * layer's KV cache is a `be_kv`. Operations are enqueued in order and may run
+ * asynchronously; `sync` waits, and `download` implies it. Shapes are passed
+ * explicitly (rows x width, row-major, width contiguous). Positions inside
+ * one call are contiguous (pos0, pos0+1, ...): a session is one sequence.
+ *
+ * The operations are coarse enough for a GPU (a whole tile of tokens per
+ * call, no host round trips inside a token) and named after the model's
+ * arithmetic, so the same loop runs on every backend. Semantics (all math
+ * in f32):
+ *   embed:      out[i] = E[ids[i]] * scale
+ *   rmsnorm:    out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (w ? w : 1)
+ *   add_rmsnorm h[r] += rmsnorm(x[r]) * w
+ *   matmul:     out[i][o] = sum_k W[o][k] * x[i][k]   (W as stored: out rows of in)
+ *   rope:       NeoX rotation of the first `n_rot` dims of every head, pair
+ *               (j, j + n_rot/2) by angle pos * theta^(-2j/n_rot) / ff[j]
+ *   attention:  causal softmax(q.k) v over the cache plus this call's keys,
+ *               scale 1.0, keys older than `window` hidden when window > 0,
+ *               GQA: kv head = q head / (n_head / n_kv_head)
+ *   geglu:      out = gelu_tanh(gate) * up
+ *   scale:      x *= s[0] (a 1-element weight)
+ *   softcap:    x = cap * tanh(x / cap)
+ */
+#ifndef GEM_BACKEND_BACKEND_H
+#define GEM_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "util/err.h"
+
+typedef struct be_buf be_buf;
+typedef struct be_weight be_weight;
+typedef struct be_kv be_kv;
+typedef struct backend backend;
+
+struct backend {
+    const char *name;     /* "cpu", "cpu-ref", "cuda" */
+    void (*destroy)(backend *b);
+
+    be_weight *(*weight)(backend *b, const gguf_tensor *t, gem_err *err);
+    void (*weight_free)(backend *b, be_weight *w);
+
+    be_buf *(*alloc)(backend *b, size_t n_floats, gem_err *err);
+    void (*buf_free)(backend *b, be_buf *x);
+    void (*upload)(backend *b, be_buf *dst, size_t off, const float *src, size_t n);
+    void (*download)(backend *b, const be_buf *src, size_t off, float *dst, size_t n);
+    void (*copy)(backend *b, const be_buf *src, size_t src_off, be_buf *dst, size_t dst_off, size_t n);
+    void (*sync)(backend *b);
+
+    void (*embed)(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out);
+    void (*rmsnorm)(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
+    void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps);
+    void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
+    void (*rope)(backend *b, be_buf *x, int n, int heads, int head_dim, int n_rot, int pos0, float theta,
+                 const be_weight *freq_factors);
+    void (*geglu)(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+    void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
+    void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
+
+    /* KV cache of one layer: `capacity` positions; a ring (slot = pos %
+     * capacity) when ring is set (sliding layers), else linear. */
+    be_kv *(*kv_new)(backend *b, int n_kv_head, int head_dim, int capacity, int ring, gem_err *err);
+    void (*kv_free)(backend *b, be_kv *kv);
+    /* Attention of n queries at positions pos0.. over the cache (positions
+     * < pos0) and this call's k/v, then stores k/v into the cache. */
+    void (*attention)(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
+                      int n_head, int n_kv_head, int head_dim, int window, be_buf *out);
+    /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
+    size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
+    void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
+    void (*kv_load)(backend *b, be_kv *kv, int n_pos, const void *src);
+};
+
+typedef struct {
+    int threads;   /* 0: all online CPUs */
+    int reference; /* CPU: the scalar reference path (the oracle) */
+} backend_opts;
+
+/* Creates a backend by name ("cpu"); NULL with a reason when unavailable. */
+backend *backend_create(const char *name, const backend_opts *o, gem_err *err);
+
+#endif

@@ -1,0 +1,398 @@
+/* CPU backend (see backend/backend.h).
+ *
+ * Two paths share this file. The reference path (`--cpu-ref`) is plain
+ * scalar loops on one thread with f32 accumulation in index order: it is
+ * the oracle every other kernel is compared with, so it favours obvious
+ * code over speed. The fast path runs the same arithmetic split across a
+ * worker pool (matrix rows, attention heads); faster kernels replace parts
+ * of it only when they match the reference within a stated tolerance.
+ * Weights are views into the mmapped GGUF: nothing is copied. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/pool.h"
+#include "quant/quant.h"
+
+struct be_buf {
+    float *p;
+    size_t n;
+};
+
+struct be_weight {
+    const uint8_t *data;
+    uint32_t type;
+    int64_t ne0, ne1;
+    uint64_t row_bytes;
+};
+
+struct be_kv {
+    float *k, *v; /* [capacity][n_kv_head][head_dim] */
+    int n_kv_head, head_dim, capacity, ring;
+};
+
+typedef struct {
+    backend base;
+    cpu_pool *pool;
+    int reference;
+} cpu_backend;
+
+static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
+
+/* ---- memory ---- */
+
+static be_weight *cpu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
+    (void)b;
+    if (!quant_type_supported(t->type)) {
+        gem_err_set(err, "tensor '%s': storage type %s has no CPU kernel", t->name, quant_type_name(t->type));
+        return NULL;
+    }
+    be_weight *w = calloc(1, sizeof *w);
+    if (!w) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->ne0 = (int64_t)t->ne[0];
+    w->ne1 = (int64_t)(t->n_elems / t->ne[0]);
+    quant_row_bytes(t->type, w->ne0, &w->row_bytes);
+    return w;
+}
+
+static void cpu_weight_free(backend *b, be_weight *w) {
+    (void)b;
+    free(w);
+}
+
+static be_buf *cpu_alloc(backend *b, size_t n, gem_err *err) {
+    (void)b;
+    be_buf *x = calloc(1, sizeof *x);
+    if (x) x->p = calloc(n ? n : 1, sizeof(float));
+    if (!x || !x->p) {
+        if (x) free(x);
+        gem_err_set(err, "out of memory allocating %zu floats", n);
+        return NULL;
+    }
+    x->n = n;
+    return x;
+}
+
+static void cpu_buf_free(backend *b, be_buf *x) {
+    (void)b;
+    if (!x) return;
+    free(x->p);
+    free(x);
+}
+
+static void cpu_upload(backend *b, be_buf *dst, size_t off, const float *src, size_t n) {
+    (void)b;
+    memcpy(dst->p + off, src, n * sizeof(float));
+}
+
+static void cpu_download(backend *b, const be_buf *src, size_t off, float *dst, size_t n) {
+    (void)b;
+    memcpy(dst, src->p + off, n * sizeof(float));
+}
+
+static void cpu_copy(backend *b, const be_buf *src, size_t so, be_buf *dst, size_t d, size_t n) {
+    (void)b;
+    memmove(dst->p + d, src->p + so, n * sizeof(float));
+}
+
+static void cpu_sync(backend *b) { (void)b; }
+
+/* ---- elementwise ---- */
+
+static void cpu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out) {
+    (void)b;
+    for (int i = 0; i < n; i++) {
+        float *row = out->p + (size_t)i * (size_t)E->ne0;
+        quant_dequant_row(E->type, E->data + (uint64_t)ids[i] * E->row_bytes, row, E->ne0);
+        for (int64_t k = 0; k < E->ne0; k++) row[k] *= scale;
+    }
+}
+
+static const float *vec_f32(const be_weight *w) { return (const float *)w->data; }
+
+static void rms_row(const float *x, const float *w, int d, float eps, float *out) {
+    float ss = 0;
+    for (int k = 0; k < d; k++) ss += x[k] * x[k];
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int k = 0; k < d; k++) out[k] = w ? x[k] * r * w[k] : x[k] * r;
+}
+
+static void cpu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int d, float eps, be_buf *out) {
+    (void)b;
+    const float *wv = w ? vec_f32(w) : NULL;
+    for (int r = 0; r < rows; r++) rms_row(x->p + (size_t)r * d, wv, d, eps, out->p + (size_t)r * d);
+}
+
+static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int d, float eps) {
+    (void)b;
+    const float *wv = vec_f32(w);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x->p + (size_t)r * d;
+        float *hr = h->p + (size_t)r * d;
+        float ss = 0;
+        for (int k = 0; k < d; k++) ss += xr[k] * xr[k];
+        const float s = 1.0f / sqrtf(ss / (float)d + eps);
+        for (int k = 0; k < d; k++) hr[k] += xr[k] * s * wv[k];
+    }
+}
+
+static float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static void cpu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {
+    (void)b;
+    for (size_t i = 0; i < n; i++) out->p[i] = gelu_tanh(gate->p[i]) * up->p[i];
+}
+
+static void cpu_scale(backend *b, be_buf *x, size_t n, const be_weight *s) {
+    (void)b;
+    const float v = vec_f32(s)[0];
+    for (size_t i = 0; i < n; i++) x->p[i] *= v;
+}
+
+static void cpu_softcap(backend *b, be_buf *x, size_t n, float cap) {
+    (void)b;
+    for (size_t i = 0; i < n; i++) x->p[i] = cap * tanhf(x->p[i] / cap);
+}
+
+/* The angle of pair j is computed as the reference does: theta_scale =
+ * base^(-2/n_rot) raised by repeated multiplication in f32, divided by the
+ * frequency factor. */
+static void cpu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, int pos0, float base,
+                     const be_weight *ff) {
+    (void)b;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const float *f = ff ? vec_f32(ff) : NULL;
+    const int half = n_rot / 2;
+    float *cs = malloc(sizeof(float) * (size_t)n_rot);
+    if (!cs) return;
+    for (int i = 0; i < n; i++) {
+        float theta = (float)(pos0 + i);
+        for (int j = 0; j < half; j++) {
+            float t = f ? theta / f[j] : theta;
+            cs[2 * j] = cosf(t);
+            cs[2 * j + 1] = sinf(t);
+            theta *= theta_scale;
+        }
+        for (int h = 0; h < heads; h++) {
+            float *v = x->p + ((size_t)i * heads + h) * d;
+            for (int j = 0; j < half; j++) {
+                const float x0 = v[j], x1 = v[j + half];
+                v[j] = x0 * cs[2 * j] - x1 * cs[2 * j + 1];
+                v[j + half] = x0 * cs[2 * j + 1] + x1 * cs[2 * j];
+            }
+        }
+    }
+    free(cs);
+}
+
+/* ---- matmul ---- */
+
+typedef struct {
+    const be_weight *W;
+    const float *x;
+    float *out;
+    int n;
+    int64_t rows_per_task;
+} mm_job;
+
+static void mm_task(void *ctx, int t) {
+    const mm_job *j = ctx;
+    const be_weight *W = j->W;
+    const int64_t in = W->ne0, r0 = (int64_t)t * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > W->ne1) r1 = W->ne1;
+    float *row = malloc(sizeof(float) * (size_t)in);
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr = row;
+        /* f32 rows are read in place (GGUF data is 32-byte aligned) */
+        if (W->type == QT_F32) wr = (const float *)(W->data + (uint64_t)r * W->row_bytes);
+        else quant_dequant_row(W->type, W->data + (uint64_t)r * W->row_bytes, row, in);
+        for (int i = 0; i < j->n; i++) {
+            const float *xi = j->x + (size_t)i * (size_t)in;
+            float acc = 0;
+            for (int64_t k = 0; k < in; k++) acc += wr[k] * xi[k];
+            j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = acc;
+        }
+    }
+    free(row);
+}
+
+static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    mm_job j = {W, x->p, out->p, n, 0};
+    int tasks = c->reference ? 1 : pool_threads(c->pool) * 4;
+    if (tasks > W->ne1) tasks = (int)W->ne1;
+    j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
+    tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
+    if (c->reference) mm_task(&j, 0);
+    else pool_run(c->pool, mm_task, &j, tasks);
+}
+
+/* ---- KV cache and attention ---- */
+
+static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
+    (void)b;
+    be_kv *kv = calloc(1, sizeof *kv);
+    size_t n = (size_t)capacity * n_kv_head * d;
+    if (kv) {
+        kv->k = calloc(n, sizeof(float));
+        kv->v = calloc(n, sizeof(float));
+    }
+    if (!kv || !kv->k || !kv->v) {
+        if (kv) { free(kv->k); free(kv->v); free(kv); }
+        gem_err_set(err, "out of memory for a KV cache of %d positions", capacity);
+        return NULL;
+    }
+    kv->n_kv_head = n_kv_head;
+    kv->head_dim = d;
+    kv->capacity = capacity;
+    kv->ring = ring;
+    return kv;
+}
+
+static void cpu_kv_free(backend *b, be_kv *kv) {
+    (void)b;
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static size_t kv_slot(const be_kv *kv, int pos) { return (size_t)(kv->ring ? pos % kv->capacity : pos); }
+
+typedef struct {
+    const float *q, *k, *v;
+    const be_kv *kv;
+    float *out;
+    int n, pos0, n_head, n_kv_head, d, window;
+} att_job;
+
+/* One (query, head) pair: scores over the visible keys, softmax, sum of v. */
+static void att_task(void *ctx, int t) {
+    const att_job *j = ctx;
+    const int i = t / j->n_head, h = t % j->n_head, g = h / (j->n_head / j->n_kv_head), d = j->d;
+    const int qp = j->pos0 + i;
+    const int first = j->window > 0 && qp - j->window + 1 > 0 ? qp - j->window + 1 : 0;
+    const int count = qp - first + 1;
+    const float *q = j->q + ((size_t)i * j->n_head + h) * d;
+    float *s = malloc(sizeof(float) * (size_t)count);
+    if (!s) return;
+    float mx = -INFINITY;
+    for (int p = first; p <= qp; p++) {
+        const float *k = p < j->pos0 ? j->kv->k + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
+                                     : j->k + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
+        float acc = 0;
+        for (int e = 0; e < d; e++) acc += q[e] * k[e];
+        s[p - first] = acc;
+        if (acc > mx) mx = acc;
+    }
+    float sum = 0;
+    for (int c = 0; c < count; c++) {
+        s[c] = expf(s[c] - mx);
+        sum += s[c];
+    }
+    float *o = j->out + ((size_t)i * j->n_head + h) * d;
+    for (int e = 0; e < d; e++) o[e] = 0;
+    for (int p = first; p <= qp; p++) {
+        const float *v = p < j->pos0 ? j->kv->v + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
+                                     : j->v + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
+        const float w = s[p - first] / sum;
+        for (int e = 0; e < d; e++) o[e] += w * v[e];
+    }
+    free(s);
+}
+
+static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
+                          int n_head, int n_kv_head, int d, int window, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window};
+    if (c->reference) {
+        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
+    } else {
+        pool_run(c->pool, att_task, &j, n * n_head);
+    }
+    /* store this call's keys and values (after all queries read the old ring) */
+    const size_t row = (size_t)n_kv_head * d;
+    for (int i = 0; i < n; i++) {
+        size_t slot = kv_slot(kv, pos0 + i);
+        memcpy(kv->k + slot * row, k->p + (size_t)i * row, row * sizeof(float));
+        memcpy(kv->v + slot * row, v->p + (size_t)i * row, row * sizeof(float));
+    }
+}
+
+static size_t cpu_kv_bytes(backend *b, const be_kv *kv, int n_pos) {
+    (void)b;
+    size_t slots = (size_t)(kv->ring ? (n_pos < kv->capacity ? n_pos : kv->capacity) : n_pos);
+    return 2 * slots * (size_t)kv->n_kv_head * kv->head_dim * sizeof(float);
+}
+
+static void cpu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst) {
+    size_t half = cpu_kv_bytes(b, kv, n_pos) / 2;
+    memcpy(dst, kv->k, half);
+    memcpy((char *)dst + half, kv->v, half);
+}
+
+static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
+    size_t half = cpu_kv_bytes(b, kv, n_pos) / 2;
+    memcpy(kv->k, src, half);
+    memcpy(kv->v, (const char *)src + half, half);
+}
+
+static void cpu_destroy(backend *b) {
+    cpu_backend *c = cpu_of(b);
+    pool_free(c->pool);
+    free(c);
+}
+
+backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->reference = o && o->reference;
+    c->pool = pool_new(c->reference ? 1 : threads);
+    if (!c->pool) {
+        free(c);
+        gem_err_set(err, "cannot start worker threads");
+        return NULL;
+    }
+    backend *b = &c->base;
+    b->name = c->reference ? "cpu-ref" : "cpu";
+    b->destroy = cpu_destroy;
+    b->weight = cpu_weight;
+    b->weight_free = cpu_weight_free;
+    b->alloc = cpu_alloc;
+    b->buf_free = cpu_buf_free;
+    b->upload = cpu_upload;
+    b->download = cpu_download;
+    b->copy = cpu_copy;
+    b->sync = cpu_sync;
+    b->embed = cpu_embed;
+    b->rmsnorm = cpu_rmsnorm;
+    b->add_rmsnorm = cpu_add_rmsnorm;
+    b->matmul = cpu_matmul;
+    b->rope = cpu_rope;
+    b->geglu = cpu_geglu;
+    b->scale = cpu_scale;
+    b->softcap = cpu_softcap;
+    b->kv_new = cpu_kv_new;
+    b->kv_free = cpu_kv_free;
+    b->attention = cpu_attention;
+    b->kv_bytes = cpu_kv_bytes;
+    b->kv_save = cpu_kv_save;
+    b->kv_load = cpu_kv_load;
+    return b;
+}

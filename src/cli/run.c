@@ -1,0 +1,232 @@
+/* gem run: generate from a prompt. Text streams to stdout as whole UTF-8
+ * characters; timings (load, prompt tok/s, time to first token, decode
+ * tok/s) go to stderr. --ids prints only the generated token ids on one
+ * line (an interface external checks use). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat/chat.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void emit_stdout(const char *p, size_t n, void *ctx) {
+    (void)ctx;
+    fwrite(p, 1, n, stdout);
+    fflush(stdout);
+}
+
+static void chat_event_out(const chat_event *ev, void *ctx) {
+    (void)ctx;
+    if (ev->kind == CHAT_EV_CONTENT) emit_stdout(ev->text, ev->len, NULL);
+    else if (ev->kind == CHAT_EV_REASONING) fwrite(ev->text, 1, ev->len, stderr);
+    else printf("\n[tool call] %s %s\n", ev->name, ev->arguments);
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+            "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
+            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu] [--cpu-ref] [--chat]\n"
+            "               [--ignore-eos] [--ids]\n");
+    return 2;
+}
+
+static int parse_num(const char *s, double lo, double hi, double *out) {
+    if (!s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+    size_t cap = 64, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    while (v && *s) {
+        while (*s == ' ' || *s == ',' || *s == '[' || *s == ']' || *s == '\n') s++;
+        if (!*s) break;
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 0 || x > INT32_MAX) { free(v); return -1; }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *nv = realloc(v, cap * sizeof *v);
+            if (!nv) { free(v); return -1; }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        s = end;
+    }
+    *ids = v;
+    *n = (int)k;
+    return v && k ? 0 : -1;
+}
+
+int cli_run(int argc, char **argv) {
+    gem_engine_opts eo = {0};
+    gem_sampling sp = gem_sampling_default();
+    sp.temp = 0.8f;
+    sp.top_k = 64;
+    sp.top_p = 0.95f;
+    const char *prompt = NULL, *prompt_ids = NULL;
+    double n_predict = 128;
+    int chat = 0, ignore_eos = 0, print_ids = 0;
+    char mbuf[4096];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return usage(); eo.model_path = v; i++; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return usage(); prompt = v; i++; }
+        else if (!strcmp(a, "--prompt-ids")) { if (!v) return usage(); prompt_ids = v; i++; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (parse_num(v, 0, 1e9, &n_predict)) goto bad; i++; }
+        else if (!strcmp(a, "--temp")) { if (parse_num(v, 0, 100, &x)) goto bad; sp.temp = (float)x; i++; }
+        else if (!strcmp(a, "--top-k")) { if (parse_num(v, 0, 1e9, &x)) goto bad; sp.top_k = (int)x; i++; }
+        else if (!strcmp(a, "--top-p")) { if (parse_num(v, 0, 1, &x)) goto bad; sp.top_p = (float)x; i++; }
+        else if (!strcmp(a, "--min-p")) { if (parse_num(v, 0, 1, &x)) goto bad; sp.min_p = (float)x; i++; }
+        else if (!strcmp(a, "--repeat-penalty")) { if (parse_num(v, 0.01, 100, &x)) goto bad; sp.repeat_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--presence-penalty")) { if (parse_num(v, -100, 100, &x)) goto bad; sp.presence_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--frequency-penalty")) { if (parse_num(v, -100, 100, &x)) goto bad; sp.frequency_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--seed")) { if (parse_num(v, 0, 1.8e19, &x)) goto bad; sp.seed = (uint64_t)x; i++; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (parse_num(v, 1, 1 << 24, &x)) goto bad; eo.n_ctx = (int)x; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
+        else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
+        else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--ids")) print_ids = 1;
+        else {
+            fprintf(stderr, "gem run: error: unknown option '%s'\n", a);
+            return usage();
+        }
+        continue;
+    bad:
+        fprintf(stderr, "gem run: error: bad value for %s: '%s'\n", a, v ? v : "");
+        return 2;
+    }
+    if (!eo.model_path) eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    if (!prompt && !prompt_ids) return usage();
+    double t0 = now_s();
+    gem_err err = {{0}};
+    gem_engine *e = gem_engine_open(&eo, &err);
+    if (!e) {
+        fprintf(stderr, "gem run: error: %s\n", err.msg);
+        return 1;
+    }
+    const tok *tk = gem_engine_tok(e);
+    double t_load = now_s() - t0;
+    int32_t *ids = NULL;
+    int n_ids = 0, rc = 1;
+    tok_ids enc = {0};
+    gem_session *s = NULL;
+    sampler *smp = NULL;
+    int32_t *out = NULL;
+    chat_parser *cp = NULL;
+    if (prompt_ids) {
+        if (parse_ids(prompt_ids, &ids, &n_ids)) {
+            fprintf(stderr, "gem run: error: --prompt-ids needs token ids\n");
+            goto done;
+        }
+    } else if (chat) {
+        json *msgs = json_new(JSON_ARRAY), *m = json_new(JSON_OBJECT);
+        json_set(m, "role", json_new_str("user", 4));
+        json_set(m, "content", json_new_str(prompt, strlen(prompt)));
+        json_push(msgs, m);
+        strbuf text = {0};
+        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>"};
+        int r = chat_render(&ro, &text, &err);
+        json_free(msgs);
+        if (r || tok_encode(tk, text.p, text.len, 0, 1, &enc)) {
+            fprintf(stderr, "gem run: error: %s\n", r ? err.msg : "out of memory");
+            sb_free(&text);
+            goto done;
+        }
+        sb_free(&text);
+        ids = enc.v;
+        n_ids = (int)enc.n;
+        enc.v = NULL;
+    } else {
+        if (tok_encode(tk, prompt, strlen(prompt), 1, 0, &enc)) goto done;
+        ids = enc.v;
+        n_ids = (int)enc.n;
+        enc.v = NULL;
+    }
+    if (!(s = gem_session_new(e, &err))) {
+        fprintf(stderr, "gem run: error: %s\n", err.msg);
+        goto done;
+    }
+    if (n_ids + (int)n_predict > gem_engine_n_ctx(e)) {
+        fprintf(stderr, "gem run: error: prompt (%d tokens) plus %d to generate exceed the context of %d (use --ctx)\n",
+                n_ids, (int)n_predict, gem_engine_n_ctx(e));
+        goto done;
+    }
+    smp = sampler_new(&sp, (int)tok_n_vocab(tk));
+    out = malloc(((size_t)n_predict + 1) * sizeof *out);
+    if (chat) cp = chat_parser_new(chat_event_out, NULL);
+    if (!smp || !out || (chat && !cp)) goto done;
+    double t1 = now_s();
+    if (gem_session_eval(s, ids, n_ids, &err)) {
+        fprintf(stderr, "gem run: error: %s\n", err.msg);
+        goto done;
+    }
+    double t_prompt = now_s() - t1, t_first = 0;
+    int n_out = 0;
+    tok_stream ts = {{0}, 0};
+    double t2 = now_s();
+    for (; n_out < (int)n_predict; n_out++) {
+        size_t nh;
+        const int32_t *hist = gem_session_tokens(s, &nh);
+        int32_t id = sampler_sample(smp, gem_session_logits(s), hist, nh);
+        if (n_out == 0) t_first = now_s() - t1;
+        if (!ignore_eos && tok_is_eog(tk, id)) break;
+        out[n_out] = id;
+        if (!print_ids) {
+            size_t len;
+            const char *piece = tok_piece(tk, id, 0, &len);
+            if (chat) chat_parser_feed(cp, piece, len);
+            else tok_stream_feed(&ts, piece, len, emit_stdout, NULL);
+        }
+        if (n_out + 1 < (int)n_predict && gem_session_eval(s, &id, 1, &err)) {
+            fprintf(stderr, "\ngem run: error: %s\n", err.msg);
+            goto done;
+        }
+    }
+    double t_decode = now_s() - t2;
+    if (print_ids) {
+        for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
+        printf("\n");
+    } else if (chat) {
+        chat_parser_finish(cp);
+        printf("\n");
+    } else {
+        tok_stream_flush(&ts, emit_stdout, NULL);
+        printf("\n");
+    }
+    fprintf(stderr,
+            "gem run: %s on %s | load %.2f s | prompt %d tokens, %.2f tok/s | first token %.3f s | "
+            "decode %d tokens, %.2f tok/s\n",
+            gem_engine_profile(e), gem_engine_backend(e), t_load, n_ids, n_ids / (t_prompt > 0 ? t_prompt : 1e-9),
+            t_first, n_out, n_out > 1 ? (n_out - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
+    rc = 0;
+done:
+    chat_parser_free(cp);
+    free(out);
+    sampler_free(smp);
+    gem_session_free(s);
+    free(ids);
+    tok_ids_free(&enc);
+    gem_engine_close(e);
+    return rc;
+}

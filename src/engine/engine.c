@@ -1,0 +1,173 @@
+/* Engine and session (see engine.h). */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "model/gemma4.h"
+#include "model/gemma4_run.h"
+
+struct gem_engine {
+    gguf_file *file;
+    gemma4_model *model;
+    tok *tok;
+    backend *be;
+    int n_ctx, tile;
+    int busy; /* a session exists: one sequence at a time per backend */
+};
+
+struct gem_session {
+    gem_engine *e;
+    gemma4_state *st;
+    int32_t *tokens;
+    size_t n_tokens, cap;
+    float *logits;
+};
+
+struct gem_checkpoint {
+    void *state;
+    int32_t *tokens;
+    size_t n_tokens;
+    float *logits;
+};
+
+gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
+    gem_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    if (!(e->file = gguf_open(o->model_path, err))) goto fail;
+    if (!(e->model = gemma4_bind(e->file, err))) goto fail;
+    if (!(e->tok = tok_load(e->file, err))) goto fail;
+    backend_opts bo = {o->threads, o->cpu_ref};
+    if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
+    int64_t trained = 0;
+    int64_t k = gguf_find_key(e->file, "gemma4.context_length");
+    if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
+    e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
+    if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
+    e->tile = o->tile > 0 ? o->tile : 64;
+    return e;
+fail:
+    gem_engine_close(e);
+    return NULL;
+}
+
+void gem_engine_close(gem_engine *e) {
+    if (!e) return;
+    if (e->be) e->be->destroy(e->be);
+    tok_free(e->tok);
+    gemma4_free(e->model);
+    gguf_close(e->file);
+    free(e);
+}
+
+const tok *gem_engine_tok(const gem_engine *e) { return e->tok; }
+const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
+const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
+int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
+
+gem_session *gem_session_new(gem_engine *e, gem_err *err) {
+    if (e->busy) {
+        gem_err_set(err, "the engine already has a session");
+        return NULL;
+    }
+    gem_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    s->e = e;
+    s->logits = calloc(GEMMA4_N_VOCAB, sizeof(float));
+    if (!s->logits || !(s->st = gemma4_state_new(e->model, e->be, e->n_ctx, e->tile, err))) {
+        if (!s->logits) gem_err_set(err, "out of memory");
+        gem_session_free(s);
+        return NULL;
+    }
+    e->busy = 1;
+    return s;
+}
+
+void gem_session_free(gem_session *s) {
+    if (!s) return;
+    if (s->st) s->e->busy = 0;
+    gemma4_state_free(s->st);
+    free(s->tokens);
+    free(s->logits);
+    free(s);
+}
+
+static int remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    if (s->n_tokens + (size_t)n > s->cap) {
+        size_t c = s->cap ? s->cap : 256;
+        while (c < s->n_tokens + (size_t)n) c *= 2;
+        int32_t *t = realloc(s->tokens, c * sizeof *t);
+        if (!t) return gem_err_set(err, "out of memory");
+        s->tokens = t;
+        s->cap = c;
+    }
+    memcpy(s->tokens + s->n_tokens, ids, (size_t)n * sizeof *ids);
+    s->n_tokens += (size_t)n;
+    return 0;
+}
+
+int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    if (gemma4_eval(s->st, ids, n, s->logits, 0, err)) return -1;
+    return remember(s, ids, n, err);
+}
+
+int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
+    if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
+    memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
+    return remember(s, ids, n, err);
+}
+
+const float *gem_session_logits(const gem_session *s) { return s->logits; }
+
+const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
+    *n = s->n_tokens;
+    return s->tokens;
+}
+
+void gem_session_reset(gem_session *s) {
+    gemma4_reset(s->st);
+    s->n_tokens = 0;
+}
+
+gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
+    gem_checkpoint *c = calloc(1, sizeof *c);
+    if (c) {
+        c->state = malloc(gemma4_checkpoint_size(s->st));
+        c->tokens = malloc((s->n_tokens ? s->n_tokens : 1) * sizeof(int32_t));
+        c->logits = malloc(GEMMA4_N_VOCAB * sizeof(float));
+    }
+    if (!c || !c->state || !c->tokens || !c->logits) {
+        gem_checkpoint_free(c);
+        gem_err_set(err, "out of memory for a checkpoint");
+        return NULL;
+    }
+    gemma4_checkpoint(s->st, c->state);
+    memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
+    c->n_tokens = s->n_tokens;
+    memcpy(c->logits, s->logits, GEMMA4_N_VOCAB * sizeof(float));
+    return c;
+}
+
+void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
+    gemma4_restore(s->st, c->state);
+    gem_err err;
+    s->n_tokens = 0;
+    remember(s, c->tokens, (int)c->n_tokens, &err);
+    memcpy(s->logits, c->logits, GEMMA4_N_VOCAB * sizeof(float));
+}
+
+void gem_checkpoint_free(gem_checkpoint *c) {
+    if (!c) return;
+    free(c->state);
+    free(c->tokens);
+    free(c->logits);
+    free(c);
+}

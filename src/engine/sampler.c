@@ -1,0 +1,152 @@
+/* Sampler (see sampler.h). Candidates are (logit, id) pairs; top-k uses a
+ * partial selection so the common case never sorts the whole vocabulary. */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float logit;
+    int32_t id;
+} cand;
+
+struct sampler {
+    gem_sampling p;
+    int n_vocab;
+    uint64_t state;
+    cand *c;
+    float *work;
+    uint16_t *count;
+};
+
+gem_sampling gem_sampling_default(void) {
+    gem_sampling s = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0};
+    return s;
+}
+
+sampler *sampler_new(const gem_sampling *p, int n_vocab) {
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->state = p->seed ^ 0x9e3779b97f4a7c15ull;
+    s->c = malloc((size_t)n_vocab * sizeof *s->c);
+    s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    if (!s->c || !s->work || !s->count) {
+        sampler_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->work);
+    free(s->count);
+    free(s);
+}
+
+static double uniform(sampler *s) {
+    uint64_t x = (s->state += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return (double)(x >> 11) / 9007199254740992.0;
+}
+
+static int cand_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k largest candidates to the front (unordered). */
+static void select_top(cand *c, size_t n, size_t k) {
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        cand pivot = c[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi - 1;
+        while (i <= j) {
+            while (cand_desc(&c[i], &pivot) < 0) i++;
+            while (cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                cand t = c[i]; c[i] = c[j]; c[j] = t;
+                i++;
+                if (j == 0) break;
+                j--;
+            }
+        }
+        if (k <= j) hi = j + 1;
+        else if (k >= i) lo = i;
+        else break;
+    }
+}
+
+int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, size_t n_hist) {
+    const gem_sampling *p = &s->p;
+    float *l = s->work;
+    memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
+    /* penalties over the recent history */
+    if (p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0)) {
+        size_t from = p->penalty_last_n < 0 || (size_t)p->penalty_last_n >= n_hist ? 0 : n_hist - (size_t)p->penalty_last_n;
+        for (size_t i = from; i < n_hist; i++)
+            if (hist[i] >= 0 && hist[i] < s->n_vocab && s->count[hist[i]] < UINT16_MAX) s->count[hist[i]]++;
+        for (size_t i = from; i < n_hist; i++) {
+            int32_t t = hist[i];
+            if (t < 0 || t >= s->n_vocab || !s->count[t]) continue;
+            float v = l[t];
+            if (p->repeat_penalty != 1.0f) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+            v -= (float)s->count[t] * p->frequency_penalty + p->presence_penalty;
+            l[t] = v;
+            s->count[t] = 0; /* each distinct token once */
+        }
+    }
+    if (p->temp <= 0) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < s->n_vocab; i++)
+            if (l[i] > l[best]) best = i;
+        return best;
+    }
+    size_t n = (size_t)s->n_vocab;
+    for (size_t i = 0; i < n; i++) s->c[i] = (cand){l[i], (int32_t)i};
+    if (p->top_k > 0 && (size_t)p->top_k < n) {
+        select_top(s->c, n, (size_t)p->top_k);
+        n = (size_t)p->top_k;
+    }
+    qsort(s->c, n, sizeof *s->c, cand_desc);
+    /* probabilities at temperature 1 for the top-p / min-p filters */
+    double mx = s->c[0].logit, sum = 0;
+    for (size_t i = 0; i < n; i++) sum += exp(s->c[i].logit - mx);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        size_t keep = n;
+        for (size_t i = 0; i < n; i++) {
+            cum += exp(s->c[i].logit - mx) / sum;
+            if (cum >= p->top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0) {
+        size_t keep = 1;
+        for (size_t i = 1; i < n; i++)
+            if (exp(s->c[i].logit - mx) >= p->min_p) keep = i + 1;
+            else break;
+        n = keep;
+    }
+    /* temperature, then a draw */
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = exp((s->c[i].logit - mx) / p->temp);
+        s->work[i] = (float)w;
+        total += w;
+    }
+    double r = uniform(s) * total, acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += s->work[i];
+        if (r < acc) return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}

@@ -1,0 +1,34 @@
+/* Token sampling from logits. The chain and its order follow llama.cpp's
+ * default: repetition/presence/frequency penalties over the last
+ * `penalty_last_n` tokens, then top-k, top-p, min-p, temperature, and a draw
+ * from the renormalised distribution. temp <= 0 means greedy (argmax after
+ * penalties; ties go to the lowest id). The random stream depends only on
+ * the seed, so a seed fixes the output. */
+#ifndef GEM_ENGINE_SAMPLER_H
+#define GEM_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    float temp;              /* 0: greedy */
+    int top_k;               /* 0: off */
+    float top_p;             /* 1: off */
+    float min_p;             /* 0: off */
+    float repeat_penalty;    /* 1: off */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    int penalty_last_n;      /* tokens of history the penalties look at */
+    uint64_t seed;
+} gem_sampling;
+
+gem_sampling gem_sampling_default(void); /* greedy, penalties off, last_n 64 */
+
+typedef struct sampler sampler;
+
+sampler *sampler_new(const gem_sampling *s, int n_vocab);
+void sampler_free(sampler *s);
+/* logits is left unchanged; history are the tokens so far (prompt and output). */
+int32_t sampler_sample(sampler *s, const float *logits, const int32_t *history, size_t n_history);
+
+#endif

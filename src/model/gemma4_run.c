@@ -1,0 +1,238 @@
+/* Gemma 4 forward pass (see gemma4_run.h), in the order of the shared spec
+ * §1 and llama.cpp's graph:
+ *
+ *   h = E[tok] * sqrt(H)
+ *   per layer:  a = N_attn(h); q = N_q(Wq a), k = N_k(Wk a) (RoPE on both);
+ *               v = rms(Wv a), or on full layers rms(raw Wk a) (K as V);
+ *               h += N_post_attn(Wo attention(q, k, v))
+ *               f = N_ffn(h); h += N_post_ffw(Wdown(gelu(Wgate f) * Wup f))
+ *               h *= layer_output_scale
+ *   logits = 30 tanh((E N_out(h)) / 30)
+ *
+ * Sliding layers rotate all 256 dims with theta 1e4; full layers rotate the
+ * 512-dim head with theta 1e6 and the rope_freqs factors (only the first 64
+ * pairs move). Attention scale is 1.0. */
+#include "model/gemma4_run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS 1e-6f
+#define SOFTCAP 30.0f
+
+typedef struct {
+    be_weight *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *gate, *up, *down,
+        *post_ffw_norm, *out_scale;
+    be_kv *kv;
+} layer_w;
+
+struct gemma4_state {
+    const gemma4_model *m;
+    backend *b;
+    int n_ctx, max_tile, n_past;
+    be_weight *embd, *out_norm, *rope_freqs;
+    layer_w *L;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *up, *act, *down, *last, *logits;
+    int logits_rows;
+};
+
+static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
+    return t ? s->b->weight(s->b, t, err) : NULL;
+}
+
+void gemma4_state_free(gemma4_state *s) {
+    if (!s) return;
+    backend *b = s->b;
+    if (s->L) {
+        for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
+            layer_w *l = &s->L[il];
+            be_weight *ws[] = {l->attn_norm, l->q, l->k, l->v, l->o, l->q_norm, l->k_norm, l->post_attn_norm,
+                               l->ffn_norm, l->gate, l->up, l->down, l->post_ffw_norm, l->out_scale};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]) b->weight_free(b, ws[i]);
+            if (l->kv) b->kv_free(b, l->kv);
+        }
+        free(s->L);
+    }
+    be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
+    for (int i = 0; i < 3; i++)
+        if (g[i]) b->weight_free(b, g[i]);
+    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->act, s->down, s->last, s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) b->buf_free(b, bufs[i]);
+    free(s);
+}
+
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, gem_err *err) {
+    const gemma4_profile *p = m->profile;
+    if (n_ctx < 1) {
+        gem_err_set(err, "context size must be positive");
+        return NULL;
+    }
+    if (max_tile < 1) max_tile = 1;
+    gemma4_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    s->m = m;
+    s->b = b;
+    s->n_ctx = n_ctx;
+    s->max_tile = max_tile;
+    s->L = calloc(p->n_layer, sizeof *s->L);
+    if (!s->L) goto oom;
+    if (!(s->embd = up_w(s, m->token_embd, err)) || !(s->out_norm = up_w(s, m->output_norm, err)) ||
+        !(s->rope_freqs = up_w(s, m->rope_freqs, err)))
+        goto fail;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        const gemma4_layer *g = &m->layers[il];
+        layer_w *l = &s->L[il];
+#define UP(dst, src) if (!(l->dst = up_w(s, g->src, err))) goto fail
+        UP(attn_norm, attn_norm); UP(q, attn_q); UP(k, attn_k); UP(o, attn_output); UP(q_norm, attn_q_norm);
+        UP(k_norm, attn_k_norm); UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm);
+        UP(gate, ffn_gate); UP(up, ffn_up); UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm);
+        UP(out_scale, layer_output_scale);
+#undef UP
+        if (g->attn_v && !(l->v = up_w(s, g->attn_v, err))) goto fail;
+        int cap = g->is_full ? n_ctx : (int)p->window;
+        if (!(l->kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, cap, !g->is_full, err))) goto fail;
+    }
+    size_t T = (size_t)max_tile, H = p->n_embd, F = p->n_ff, D = GEMMA4_HEAD_DIM_FULL;
+    size_t qw = p->n_head * D, kw = (p->n_head_kv_swa > p->n_head_kv_full ? p->n_head_kv_swa : p->n_head_kv_full) * D;
+    if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
+        !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
+        !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
+        !(s->gate = b->alloc(b, T * F, err)) || !(s->up = b->alloc(b, T * F, err)) ||
+        !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
+        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)))
+        goto fail;
+    return s;
+oom:
+    gem_err_set(err, "out of memory");
+fail:
+    gemma4_state_free(s);
+    return NULL;
+}
+
+int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
+int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
+void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
+
+/* GEM_DEBUG_SUMS=1 prints the sum of selected activations of layer 0, for
+ * comparison with the reference's eval-callback dumps. */
+static void dbg(gemma4_state *s, const char *name, const be_buf *x, size_t n) {
+    if (!getenv("GEM_DEBUG_SUMS")) return;
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return;
+    s->b->download(s->b, x, 0, tmp, n);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += tmp[i];
+    fprintf(stderr, "%s %f\n", name, sum);
+    free(tmp);
+}
+
+/* One tile of n tokens at positions pos0.. ; leaves h holding the final
+ * residual stream of every token. */
+static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
+    const gemma4_profile *p = s->m->profile;
+    backend *b = s->b;
+    const int H = (int)p->n_embd, F = (int)p->n_ff, nh = (int)p->n_head;
+    b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        const gemma4_layer *g = &s->m->layers[il];
+        layer_w *l = &s->L[il];
+        const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
+        b->rmsnorm(b, s->h, l->attn_norm, n, H, EPS, s->a);
+        b->matmul(b, l->q, s->a, n, s->q);
+        b->matmul(b, l->k, s->a, n, s->k);
+        if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
+        else b->matmul(b, l->v, s->a, n, s->v);
+        b->rmsnorm(b, s->q, l->q_norm, n * nh, d, EPS, s->q);
+        b->rmsnorm(b, s->k, l->k_norm, n * kvh, d, EPS, s->k);
+        b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
+        if (g->is_full) {
+            b->rope(b, s->q, n, nh, d, d, pos0, 1e6f, s->rope_freqs);
+            b->rope(b, s->k, n, kvh, d, d, pos0, 1e6f, s->rope_freqs);
+        } else {
+            b->rope(b, s->q, n, nh, d, d, pos0, 1e4f, NULL);
+            b->rope(b, s->k, n, kvh, d, d, pos0, 1e4f, NULL);
+        }
+        b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
+        if (il == 0) dbg(s, "kqv_out", s->att, (size_t)n * nh * d);
+        b->matmul(b, l->o, s->att, n, s->o);
+        if (il == 0) dbg(s, "attn_out_proj", s->o, (size_t)n * H);
+        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS);
+        if (il == 0) dbg(s, "attn_out(resid)", s->h, (size_t)n * H);
+        b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
+        b->matmul(b, l->gate, s->a, n, s->gate);
+        b->matmul(b, l->up, s->a, n, s->up);
+        if (il == 0) dbg(s, "ffn_gate", s->gate, (size_t)n * F);
+        if (il == 0) dbg(s, "ffn_up", s->up, (size_t)n * F);
+        b->geglu(b, s->gate, s->up, (size_t)n * F, s->act);
+        if (il == 0) dbg(s, "ffn_geglu", s->act, (size_t)n * F);
+        b->matmul(b, l->down, s->act, n, s->down);
+        if (il == 0) dbg(s, "ffn_out", s->down, (size_t)n * H);
+        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS);
+        b->scale(b, s->h, (size_t)n * H, l->out_scale);
+        if (il == 0) dbg(s, "l_out", s->h, (size_t)n * H);
+    }
+}
+
+/* Logits of rows [r0, r0 + rows) of h into host memory. */
+static void head(gemma4_state *s, int r0, int rows, float *dst) {
+    backend *b = s->b;
+    const int H = (int)s->m->profile->n_embd;
+    for (int r = 0; r < rows; r++) {
+        b->copy(b, s->h, (size_t)(r0 + r) * H, s->last, 0, (size_t)H);
+        b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
+        b->matmul(b, s->embd, s->last, 1, s->logits);
+        b->softcap(b, s->logits, GEMMA4_N_VOCAB, SOFTCAP);
+        b->download(b, s->logits, 0, dst + (size_t)r * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
+    }
+}
+
+int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+    if (n <= 0) return gem_err_set(err, "nothing to evaluate");
+    if (n > s->n_ctx - s->n_past)
+        return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
+            return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    for (int done = 0; done < n;) {
+        int t = n - done < s->max_tile ? n - done : s->max_tile;
+        forward_tile(s, ids + done, t, s->n_past);
+        s->n_past += t;
+        if (logits && all_logits) head(s, 0, t, logits + (size_t)done * GEMMA4_N_VOCAB);
+        else if (logits && done + t == n) head(s, t - 1, 1, logits);
+        done += t;
+    }
+    return 0;
+}
+
+size_t gemma4_checkpoint_size(const gemma4_state *s) {
+    size_t n = sizeof(int);
+    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+    return n;
+}
+
+void gemma4_checkpoint(const gemma4_state *s, void *dst) {
+    char *p = dst;
+    memcpy(p, &s->n_past, sizeof(int));
+    p += sizeof(int);
+    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
+        s->b->kv_save(s->b, s->L[il].kv, s->n_past, p);
+        p += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+    }
+}
+
+void gemma4_restore(gemma4_state *s, const void *src) {
+    const char *p = src;
+    memcpy(&s->n_past, p, sizeof(int));
+    p += sizeof(int);
+    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
+        s->b->kv_load(s->b, s->L[il].kv, s->n_past, p);
+        p += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+    }
+}

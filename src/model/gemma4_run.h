@@ -1,0 +1,41 @@
+/* The Gemma 4 forward pass, written once against the backend seam.
+ *
+ * A gemma4_state holds the resident weights, the per-layer KV caches (a
+ * ring of `window` positions for sliding layers, n_ctx positions for full
+ * layers) and the activation buffers of one prompt tile. Evaluation takes
+ * any number of tokens and runs them in tiles; decode is a tile of one.
+ * State can be checkpointed and restored exactly (positions and both caches). */
+#ifndef GEM_MODEL_GEMMA4_RUN_H
+#define GEM_MODEL_GEMMA4_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/gemma4.h"
+
+typedef struct gemma4_state gemma4_state;
+
+/* max_tile: tokens per forward tile (prompt processing granularity). */
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, gem_err *err);
+void gemma4_state_free(gemma4_state *s);
+
+int gemma4_n_past(const gemma4_state *s);
+int gemma4_n_ctx(const gemma4_state *s);
+
+/* Evaluates ids[0..n) at positions n_past.. . Logits (soft-capped) go to
+ * `logits`: of the last token only (GEMMA4_N_VOCAB floats), or of every
+ * token (n x GEMMA4_N_VOCAB) when all_logits is set; logits may be NULL.
+ * Fails without changing the state when the context would overflow. */
+int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err);
+
+/* Forgets everything after position n (n <= n_past). Only n == 0 or a
+ * checkpoint restore is exact for sliding layers; see gemma4_restore. */
+void gemma4_reset(gemma4_state *s);
+
+/* Exact snapshot of positions and caches. */
+size_t gemma4_checkpoint_size(const gemma4_state *s);
+void gemma4_checkpoint(const gemma4_state *s, void *dst);
+void gemma4_restore(gemma4_state *s, const void *src);
+
+#endif
