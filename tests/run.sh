@@ -30,7 +30,9 @@ run() { # name command...
 for t in build/tests/*/test_*; do
     [ -x "$t" ] && run "${t#build/tests/}" "$t"
 done
-run "cli/test_cli.sh" tests/cli/test_cli.sh
+for t in tests/*/test_*.sh; do
+    run "${t#tests/}" "$t"
+done
 
 if [ -z "$GEM_SKIP_ASAN" ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1

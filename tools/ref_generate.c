@@ -1,7 +1,10 @@
 /* Reference runner: greedy generation with the pinned llama.cpp on the CPU,
  * F32 KV cache, from given prompt token ids. Prints the generated ids on
  * one line. With LOGITS=FILE in the environment it also writes the
- * soft-capped logits of every prompt position (f32, n x vocab).
+ * soft-capped logits of every prompt position (f32, n x vocab). The
+ * smallest top-2 logit margin over the generated steps goes to stderr: a
+ * golden whose margin is inside the numerical noise between two correct
+ * implementations cannot decide a greedy choice and is not used.
  *   ref_generate MODEL N_PREDICT THREADS ID ID ...
  * Built against .ref/ by the parity scripts; never part of gem. */
 #include <stdio.h>
@@ -52,16 +55,22 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_prompt; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), (size_t)n_vocab, f);
         fclose(f);
     }
+    float min_margin = 1e30f;
     for (int t = 0; t < n_predict; t++) {
         const float *l = llama_get_logits_ith(ctx, -1);
         int best = 0;
         for (int i = 1; i < n_vocab; i++)
             if (l[i] > l[best]) best = i;
+        float second = -1e30f;
+        for (int i = 0; i < n_vocab; i++)
+            if (i != best && l[i] > second) second = l[i];
+        if (l[best] - second < min_margin) min_margin = l[best] - second;
         printf(t ? " %d" : "%d", best);
         llama_token tk = best;
         if (t + 1 < n_predict && llama_decode(ctx, llama_batch_get_one(&tk, 1))) return 1;
     }
     printf("\n");
+    fprintf(stderr, "min_margin %.6f\n", min_margin);
     llama_free(ctx);
     llama_model_free(m);
     return 0;

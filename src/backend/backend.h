@@ -77,8 +77,14 @@ struct backend {
 };
 
 typedef struct {
-    int threads;   /* 0: all online CPUs */
-    int reference; /* CPU: the scalar reference path (the oracle) */
+    int threads;    /* 0: all online CPUs */
+    int reference;  /* CPU: the scalar reference path (the oracle) */
+    /* Reproduce llama.cpp's CPU GELU, which looks gelu up in a table indexed
+     * by the fp16-rounded input and rounds the result to fp16 (ggml-cpu
+     * vec.h, GGML_GELU_FP16). Off by default: the model is defined with the
+     * exact tanh GELU (transformers computes it in f32). On, greedy runs can
+     * be compared token for token with the reference. */
+    int gelu_fp16;
 } backend_opts;
 
 /* Creates a backend by name ("cpu"); NULL with a reason when unavailable. */

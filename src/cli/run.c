@@ -36,7 +36,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
-            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu] [--cpu-ref] [--chat]\n"
+            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu] [--cpu-ref] [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids]\n");
     return 2;
 }
@@ -104,6 +104,7 @@ int cli_run(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
+        else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--ids")) print_ids = 1;

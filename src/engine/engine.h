@@ -20,6 +20,7 @@ typedef struct {
     int threads;         /* 0: all cores */
     int n_ctx;           /* 0: 4096, capped at the model's trained context */
     int tile;            /* prompt tile, 0: 64 */
+    int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;

@@ -76,6 +76,12 @@ static void gen_vector(const gen_tensor *g, rng *r, float *out) {
             out[i] = i < GEMMA4_ROT_DIM_FULL / 2 ? 1.0f : 1e30f;
             break;
         case G4_LAYER_OUT_SCALE: out[i] = 0.65f + 0.35f * rng_sym(r); break;
+        case G4_ATTN_Q_NORM:
+        case G4_ATTN_K_NORM:
+            /* d^(-1/4) each keeps attention scores q.k of order one (scale is
+             * 1.0): a softmax that is not a hard argmax, as in trained models */
+            out[i] = (1.0f + 0.25f * rng_sym(r)) / sqrtf(sqrtf((float)s->ne[0]));
+            break;
         default: out[i] = 1.0f + 0.25f * rng_sym(r); break;
         }
     }

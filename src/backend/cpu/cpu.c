@@ -37,6 +37,7 @@ typedef struct {
     backend base;
     cpu_pool *pool;
     int reference;
+    int gelu_fp16;
 } cpu_backend;
 
 static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
@@ -148,9 +149,18 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
+/* The reference's table GELU (see backend_opts.gelu_fp16). */
+static float gelu_fp16_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return quant_f16_to_f32(quant_f32_to_f16(gelu_tanh(quant_f16_to_f32(quant_f32_to_f16(x)))));
+}
+
 static void cpu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {
-    (void)b;
-    for (size_t i = 0; i < n; i++) out->p[i] = gelu_tanh(gate->p[i]) * up->p[i];
+    if (cpu_of(b)->gelu_fp16)
+        for (size_t i = 0; i < n; i++) out->p[i] = gelu_fp16_table(gate->p[i]) * up->p[i];
+    else
+        for (size_t i = 0; i < n; i++) out->p[i] = gelu_tanh(gate->p[i]) * up->p[i];
 }
 
 static void cpu_scale(backend *b, be_buf *x, size_t n, const be_weight *s) {
@@ -363,6 +373,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     }
     int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     c->reference = o && o->reference;
+    c->gelu_fp16 = o && o->gelu_fp16;
     c->pool = pool_new(c->reference ? 1 : threads);
     if (!c->pool) {
         free(c);
