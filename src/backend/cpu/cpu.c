@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
 #include "quant/quant.h"
 
@@ -38,6 +39,7 @@ typedef struct {
     cpu_pool *pool;
     int reference;
     int gelu_fp16;
+    cpu_kernels k;
 } cpu_backend;
 
 static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
@@ -213,26 +215,26 @@ typedef struct {
     float *out;
     int n;
     int64_t rows_per_task;
+    dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
+    dot_f32_fn dot;
 } mm_job;
 
+/* Rows [r0, r1) of out for every token: stored rows are read once per row
+ * and stay in cache across the tokens of a tile. */
 static void mm_task(void *ctx, int t) {
     const mm_job *j = ctx;
     const be_weight *W = j->W;
     const int64_t in = W->ne0, r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
-    float *row = malloc(sizeof(float) * (size_t)in);
-    if (!row) return;
+    float *row = j->fused ? NULL : malloc(sizeof(float) * (size_t)in);
+    if (!j->fused && !row) return;
     for (int64_t r = r0; r < r1; r++) {
-        const float *wr = row;
-        /* f32 rows are read in place (GGUF data is 32-byte aligned) */
-        if (W->type == QT_F32) wr = (const float *)(W->data + (uint64_t)r * W->row_bytes);
-        else quant_dequant_row(W->type, W->data + (uint64_t)r * W->row_bytes, row, in);
+        const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
+        if (!j->fused) quant_dequant_row(W->type, src, row, in);
         for (int i = 0; i < j->n; i++) {
             const float *xi = j->x + (size_t)i * (size_t)in;
-            float acc = 0;
-            for (int64_t k = 0; k < in; k++) acc += wr[k] * xi[k];
-            j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = acc;
+            j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = j->fused ? j->fused(src, xi, in) : j->dot(row, xi, in);
         }
     }
     free(row);
@@ -240,8 +242,15 @@ static void mm_task(void *ctx, int t) {
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0};
-    int tasks = c->reference ? 1 : pool_threads(c->pool) * 4;
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot};
+    switch (W->type) {
+    case QT_Q8_0: j.fused = c->k.q8_0; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; break;
+    case QT_F16: j.fused = c->k.f16; break;
+    case QT_F32: j.fused = c->k.f32; break;
+    default: break;
+    }
+    int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
@@ -374,6 +383,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     c->reference = o && o->reference;
     c->gelu_fp16 = o && o->gelu_fp16;
+    c->k = kernels_pick(c->reference);
     c->pool = pool_new(c->reference ? 1 : threads);
     if (!c->pool) {
         free(c);

@@ -1,0 +1,142 @@
+/* CPU dot-product kernels (see kernels.h). The AVX2 functions are compiled
+ * for that target with function attributes, so the rest of gem stays
+ * portable and the choice is made at run time from CPUID. */
+#include "backend/cpu/kernels.h"
+
+#include <string.h>
+
+#include "quant/quant.h"
+
+/* ---- portable ---- */
+
+static float dot_scalar(const float *a, const float *b, int64_t n) {
+    float acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+#define SCALAR_ROW_DOT(NAME, TYPE)                                      \
+    static float NAME(const uint8_t *row, const float *x, int64_t n) { \
+        float tmp[256], acc = 0;                                        \
+        const int64_t bs = quant_block_size(TYPE);                      \
+        const int64_t ts = quant_type_size(TYPE);                       \
+        const int64_t step = 256 / bs * bs;                             \
+        for (int64_t i = 0; i < n; i += step) {                         \
+            int64_t m = n - i < step ? n - i : step;                    \
+            quant_dequant_row(TYPE, row + i / bs * ts, tmp, m);         \
+            for (int64_t k = 0; k < m; k++) acc += tmp[k] * x[i + k];   \
+        }                                                               \
+        return acc;                                                     \
+    }
+
+SCALAR_ROW_DOT(q8_0_scalar, QT_Q8_0)
+SCALAR_ROW_DOT(q4_0_scalar, QT_Q4_0)
+SCALAR_ROW_DOT(f16_scalar, QT_F16)
+
+static float f32_scalar(const uint8_t *row, const float *x, int64_t n) { return dot_scalar((const float *)row, x, n); }
+
+/* ---- AVX2 + FMA + F16C ---- */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static float d16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+AVX2 static __m256 i8x8_ps(const int8_t *q) {
+    __m128i v = _mm_loadl_epi64((const __m128i *)q);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+AVX2 static float q8_0_avx2(const uint8_t *row, const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = row + b * 34;
+        const int8_t *q = (const int8_t *)(blk + 2);
+        const float *xb = x + b * 32;
+        __m256 s = _mm256_mul_ps(i8x8_ps(q), _mm256_loadu_ps(xb));
+        s = _mm256_fmadd_ps(i8x8_ps(q + 8), _mm256_loadu_ps(xb + 8), s);
+        s = _mm256_fmadd_ps(i8x8_ps(q + 16), _mm256_loadu_ps(xb + 16), s);
+        s = _mm256_fmadd_ps(i8x8_ps(q + 24), _mm256_loadu_ps(xb + 24), s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d16(blk)), s, acc);
+    }
+    return hsum(acc);
+}
+
+AVX2 static float q4_0_avx2(const uint8_t *row, const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = row + b * 18;
+        const float *xb = x + b * 32;
+        __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight);                    /* values 0..15 */
+        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight); /* values 16..31 */
+        __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(xb));
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(xb + 8), s);
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(xb + 16), s);
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(xb + 24), s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d16(blk)), s, acc);
+    }
+    return hsum(acc);
+}
+
+AVX2 static float dot_avx2(const float *a, const float *b, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    float r = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+AVX2 static float f16_avx2(const uint8_t *row, const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i))), _mm256_loadu_ps(x + i), acc);
+    float r = hsum(acc);
+    for (; i < n; i++) r += d16(row + 2 * i) * x[i];
+    return r;
+}
+
+AVX2 static float f32_avx2(const uint8_t *row, const float *x, int64_t n) { return dot_avx2((const float *)row, x, n); }
+
+static int have_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#else
+static int have_avx2(void) { return 0; }
+#endif
+
+cpu_kernels kernels_pick(int force_scalar) {
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar};
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!force_scalar && have_avx2()) {
+        k.name = "avx2";
+        k.q8_0 = q8_0_avx2;
+        k.q4_0 = q4_0_avx2;
+        k.f16 = f16_avx2;
+        k.f32 = f32_avx2;
+        k.dot = dot_avx2;
+    }
+#else
+    (void)force_scalar;
+#endif
+    return k;
+}
