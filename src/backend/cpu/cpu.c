@@ -40,6 +40,8 @@ typedef struct {
     int reference;
     int gelu_fp16;
     cpu_kernels k;
+    act_q8 act; /* quantized-activation scratch (one matmul at a time) */
+    size_t act_cap;
 } cpu_backend;
 
 static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
@@ -217,6 +219,8 @@ typedef struct {
     int64_t rows_per_task;
     dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
     dot_f32_fn dot;
+    dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
+    const act_q8 *xq;
 } mm_job;
 
 /* Rows [r0, r1) of out for every token: stored rows are read once per row
@@ -227,14 +231,18 @@ static void mm_task(void *ctx, int t) {
     const int64_t in = W->ne0, r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
-    float *row = j->fused ? NULL : malloc(sizeof(float) * (size_t)in);
-    if (!j->fused && !row) return;
+    float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
+    if (!j->fused && !j->q8 && !row) return;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
-        if (!j->fused) quant_dequant_row(W->type, src, row, in);
+        if (row) quant_dequant_row(W->type, src, row, in);
         for (int i = 0; i < j->n; i++) {
             const float *xi = j->x + (size_t)i * (size_t)in;
-            j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = j->fused ? j->fused(src, xi, in) : j->dot(row, xi, in);
+            float v;
+            if (j->q8) v = j->q8(src, j->xq, (int64_t)i * (in / 32), in);
+            else if (j->fused) v = j->fused(src, xi, in);
+            else v = j->dot(row, xi, in);
+            j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = v;
         }
     }
     free(row);
@@ -242,13 +250,36 @@ static void mm_task(void *ctx, int t) {
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     default: break;
+    }
+    act_q8 xq = {0};
+    if (j.q8) {
+        /* quantize the activations once per call (scratch grows to the
+         * largest tile seen and is reused) */
+        size_t blocks = (size_t)n * (size_t)(W->ne0 / 32);
+        if (blocks > c->act_cap) {
+            free(c->act.d);
+            free(c->act.sum);
+            free(c->act.q);
+            c->act.d = malloc(blocks * sizeof(float));
+            c->act.sum = malloc(blocks * sizeof(float));
+            c->act.q = malloc(blocks * 32);
+            c->act_cap = c->act.d && c->act.sum && c->act.q ? blocks : 0;
+        }
+        if (c->act_cap >= blocks) {
+            for (int i = 0; i < n; i++)
+                c->k.quantize_act(x->p + (size_t)i * (size_t)W->ne0, W->ne0, &c->act, (int64_t)i * (W->ne0 / 32));
+            xq = c->act;
+            j.xq = &xq;
+        } else {
+            j.q8 = NULL; /* no memory for the scratch: the f32 path still works */
+        }
     }
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
@@ -370,6 +401,9 @@ static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
 
 static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
+    free(c->act.d);
+    free(c->act.sum);
+    free(c->act.q);
     pool_free(c->pool);
     free(c);
 }

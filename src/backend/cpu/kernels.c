@@ -116,6 +116,67 @@ AVX2 static float f16_avx2(const uint8_t *row, const float *x, int64_t n) {
 
 AVX2 static float f32_avx2(const uint8_t *row, const float *x, int64_t n) { return dot_avx2((const float *)row, x, n); }
 
+AVX2 static void quantize_act_avx2(const float *x, int64_t n, act_q8 *o, int64_t block0) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
+               v3 = _mm256_loadu_ps(xb + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        const __m256 mul = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, mul)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, mul)),
+                i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, mul)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, mul));
+        __m256i s16a = _mm256_packs_epi32(i0, i1), s16b = _mm256_packs_epi32(i2, i3);
+        __m256i s8 = _mm256_packs_epi16(s16a, s16b);
+        /* undo the lane interleaving of the two packs */
+        s8 = _mm256_permutevar8x32_epi32(s8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(o->q + (block0 + b) * 32), s8);
+        __m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+        t = _mm_hadd_epi32(t, t);
+        t = _mm_hadd_epi32(t, t);
+        o->d[block0 + b] = d;
+        o->sum[block0 + b] = (float)_mm_cvtsi128_si32(t);
+    }
+}
+
+AVX2 static float q8_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = row + b * 34;
+        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + (block0 + b) * 32));
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * x->d[block0 + b]), _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum(acc);
+}
+
+AVX2 static float q4_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    float off = 0;
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = row + b * 18;
+        __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+        /* codes 0..15 in the low lane (values 0..15), high nibbles in the high lane (16..31) */
+        __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), low);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + (block0 + b) * 32));
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, q), ones);
+        const float s = d16(blk) * x->d[block0 + b];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(p), acc);
+        off += s * x->sum[block0 + b]; /* the codes are stored +8 */
+    }
+    return hsum(acc) - 8.0f * off;
+}
+
 static int have_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -125,7 +186,7 @@ static int have_avx2(void) { return 0; }
 #endif
 
 cpu_kernels kernels_pick(int force_scalar) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar};
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!force_scalar && have_avx2()) {
         k.name = "avx2";
@@ -134,6 +195,9 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.f16 = f16_avx2;
         k.f32 = f32_avx2;
         k.dot = dot_avx2;
+        k.q8_0_q8 = q8_0_q8_avx2;
+        k.q4_0_q8 = q4_0_q8_avx2;
+        k.quantize_act = quantize_act_avx2;
     }
 #else
     (void)force_scalar;

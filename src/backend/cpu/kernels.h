@@ -11,10 +11,23 @@
 typedef float (*dot_fn)(const uint8_t *row, const float *x, int64_t n);
 typedef float (*dot_f32_fn)(const float *a, const float *b, int64_t n);
 
+/* Activations quantized to 8 bits per 32-value block (scale = max|x|/127),
+ * for the integer dot products of q8_0 and q4_0 weights: the same scheme the
+ * reference's CPU backend uses, with the same accuracy trade-off. */
+typedef struct {
+    float *d;     /* per block scale */
+    float *sum;   /* per block sum of the codes (q4_0's offset of 8) */
+    int8_t *q;    /* codes, 32 per block */
+} act_q8;
+
+typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
+
 typedef struct {
     const char *name; /* "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
     dot_f32_fn dot;
+    dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
+    void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
 } cpu_kernels;
 
 /* The variants for this CPU; force_scalar picks the portable ones. */

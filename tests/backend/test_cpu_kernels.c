@@ -1,0 +1,88 @@
+/* CPU dot kernels against the reference dequantize-then-dot: the f32-path
+ * kernels (any instruction set) agree to rounding; the integer kernels on
+ * 8-bit activations agree within the bound the activation rounding implies
+ * (half a step per value: sum |w| * max|x| / 254 per block). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cpu/kernels.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t st = 88172645463325252ull;
+static float frand(void) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return (float)((st >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void make_row(uint32_t type, uint8_t *row, int64_t n) {
+    if (type == QT_F32) {
+        for (int64_t i = 0; i < n; i++) ((float *)row)[i] = frand();
+    } else if (type == QT_F16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = quant_f32_to_f16(frand());
+            memcpy(row + 2 * i, &h, 2);
+        }
+    } else {
+        uint32_t ts = quant_type_size(type);
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint8_t *blk = row + b * ts;
+            for (uint32_t k = 2; k < ts; k++) blk[k] = (uint8_t)(st = st * 6364136223846793005ull + 1, st >> 56);
+            uint16_t d = quant_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
+            memcpy(blk, &d, 2);
+        }
+    }
+}
+
+int main(void) {
+    const int64_t n = 1536;
+    cpu_kernels ref = kernels_pick(1), fast = kernels_pick(0);
+    printf("fast kernels: %s\n", fast.name);
+    uint8_t *row = malloc((size_t)n * 4);
+    float *x = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
+    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n / 32 * 4), malloc((size_t)n)};
+    const uint32_t types[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0};
+    for (int trial = 0; trial < 200; trial++) {
+        for (int64_t i = 0; i < n; i++) x[i] = frand() * (trial % 7 == 0 ? 100.0f : 1.0f) * (i % 97 == 0 ? 20.0f : 1.0f);
+        for (size_t t = 0; t < 4; t++) {
+            make_row(types[t], row, n);
+            quant_dequant_row(types[t], row, w, n);
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                exact += (double)w[i] * x[i];
+                mag += fabs((double)w[i] * x[i]);
+            }
+            dot_fn fr = t == 0 ? ref.f32 : t == 1 ? ref.f16 : t == 2 ? ref.q8_0 : ref.q4_0;
+            dot_fn ff = t == 0 ? fast.f32 : t == 1 ? fast.f16 : t == 2 ? fast.q8_0 : fast.q4_0;
+            /* f32 summation error bound: a few ulps of the magnitude sum */
+            double tol = 1e-6 * mag + 1e-6;
+            CHECKF(fabs(fr(row, x, n) - exact) <= tol, "ref type %u", types[t]);
+            CHECKF(fabs(ff(row, x, n) - exact) <= tol, "fast type %u: %g vs %g", types[t], ff(row, x, n), exact);
+            dot_q8_fn fq = t == 2 ? fast.q8_0_q8 : t == 3 ? fast.q4_0_q8 : NULL;
+            if (fq && fast.quantize_act) {
+                fast.quantize_act(x, n, &xq, 0);
+                double bound = 0;
+                for (int64_t b = 0; b < n / 32; b++) {
+                    double sw = 0, amax = 0;
+                    for (int k = 0; k < 32; k++) {
+                        sw += fabs(w[b * 32 + k]);
+                        amax = fmax(amax, fabs(x[b * 32 + k]));
+                    }
+                    bound += sw * amax / 254.0 * 1.0001;
+                }
+                double got = fq(row, &xq, 0, n);
+                CHECKF(fabs(got - exact) <= bound + tol, "int8 type %u: %g vs %g (bound %g)", types[t], got, exact, bound);
+            }
+        }
+    }
+    free(row);
+    free(x);
+    free(w);
+    free(xq.d);
+    free(xq.sum);
+    free(xq.q);
+    return test_report("test_cpu_kernels");
+}
