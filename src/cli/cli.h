@@ -8,6 +8,7 @@ int cli_inspect(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 
 /* Path of a data file shipped next to the executable (data/...), found via
  * GEM_DATA_DIR, then the executable's directory, then the working directory.

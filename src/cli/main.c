@@ -21,6 +21,7 @@ static void usage(FILE *out) {
             "commands:\n"
             "  run -m FILE -p PROMPT [-n N] [--temp T] [--chat] [--ids] ...\n"
             "                                      generate text (gem run --help for every option)\n"
+            "  chat -m FILE [--system TEXT] [--think]  interactive chat (Ctrl-C stops an answer)\n"
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
             "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
@@ -85,6 +86,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cli_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

@@ -95,5 +95,12 @@ expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
 expect 1 "no kernels yet" -- $GEM run -m "$M" -p x --backend cuda
 expect 0 "" -- $GEM run -m "$M" -p "Hi" -n 4 --chat --temp 0
 
+# chat: history, /reset, /quit; Ctrl-C stops an answer and the chat goes on
+out=$(printf 'Hello\n/reset\nAgain\n/quit\n' | $GEM chat -m "$M" -n 4 --temp 0 2>&1)
+[ "$(printf '%s' "$out" | grep -c '^> ')" -ge 3 ] && ok || bad "chat did not answer: $out"
+( (printf 'hi\n'; sleep 4; printf 'again\n'; sleep 2; printf '/quit\n') | $GEM chat -m "$M" -n 1000000 --temp 0 > "$tmp/chat.txt" 2>&1 &
+  pid=$!; sleep 2; kill -INT $pid; wait $pid; echo "exit $?" >> "$tmp/chat.txt" ) 2>/dev/null
+grep -q '\[stopped\]' "$tmp/chat.txt" && grep -q 'exit 0' "$tmp/chat.txt" && ok || bad "Ctrl-C did not stop the answer cleanly"
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

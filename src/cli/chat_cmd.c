@@ -1,0 +1,176 @@
+/* gem chat: an interactive terminal chat. Each turn renders the whole
+ * conversation in the Gemma 4 format; when the new prompt extends what the
+ * session already holds, only the new tokens are evaluated, otherwise the
+ * session restarts. Ctrl-C cancels the answer being generated; Ctrl-C at the
+ * prompt (or twice in a row) quits. Commands: /reset, /quit. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+/* The only global mutable state in gem: a signal handler can reach nothing
+ * else. Set by SIGINT, read and cleared by the chat loop. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted++;
+}
+
+typedef struct {
+    strbuf content;
+} answer;
+
+static void on_event(const chat_event *ev, void *ctx) {
+    answer *a = ctx;
+    if (ev->kind == CHAT_EV_CONTENT) {
+        fwrite(ev->text, 1, ev->len, stdout);
+        fflush(stdout);
+        sb_put(&a->content, ev->text, ev->len);
+    } else if (ev->kind == CHAT_EV_REASONING) {
+        fprintf(stderr, "\x1b[2m%.*s\x1b[0m", (int)ev->len, ev->text);
+    } else {
+        printf("\n[tool call] %s %s\n", ev->name, ev->arguments);
+    }
+}
+
+static void emit_parser(const char *p, size_t n, void *ctx) { chat_parser_feed(ctx, p, n); }
+
+int cli_chat(int argc, char **argv) {
+    gem_engine_opts eo = {0};
+    gem_sampling sp = gem_sampling_default();
+    sp.temp = 0.8f;
+    sp.top_k = 64;
+    sp.top_p = 0.95f;
+    const char *system = NULL;
+    int think = -1, max_tokens = 1024;
+    char mbuf[4096];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) eo.model_path = argv[++i];
+        else if (!strcmp(a, "--system") && v) system = argv[++i];
+        else if (!strcmp(a, "--think")) think = 1;
+        else if (!strcmp(a, "--temp") && v) sp.temp = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--seed") && v) sp.seed = strtoull(argv[++i], NULL, 10);
+        else if ((!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) && v) max_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--ctx") && v) eo.n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && v) eo.threads = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n");
+            return 2;
+        }
+    }
+    if (!eo.model_path) eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    gem_err err = {{0}};
+    gem_engine *e = gem_engine_open(&eo, &err);
+    gem_session *s = e ? gem_session_new(e, &err) : NULL;
+    if (!s) {
+        fprintf(stderr, "gem chat: error: %s\n", err.msg);
+        gem_engine_close(e);
+        return 1;
+    }
+    const tok *tk = gem_engine_tok(e);
+    sampler *smp = sampler_new(&sp, (int)tok_n_vocab(tk));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a read at the prompt returns */
+    sigaction(SIGINT, &sa, NULL);
+    json *msgs = json_new(JSON_ARRAY);
+    if (system) {
+        json *m = json_new(JSON_OBJECT);
+        json_set(m, "role", json_new_str("system", 6));
+        json_set(m, "content", json_new_str(system, strlen(system)));
+        json_push(msgs, m);
+    }
+    fprintf(stderr, "gem chat: %s on %s. /reset clears the history, Ctrl-C stops an answer, Ctrl-C at the prompt quits.\n",
+            gem_engine_profile(e), gem_engine_backend(e));
+    char line[8192];
+    for (;;) {
+        printf("> ");
+        fflush(stdout);
+        interrupted = 0;
+        if (!fgets(line, sizeof line, stdin)) break; /* EOF, or Ctrl-C at the prompt */
+        size_t len = strlen(line);
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (!strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            json_free(msgs);
+            msgs = json_new(JSON_ARRAY);
+            gem_session_reset(s);
+            continue;
+        }
+        json *m = json_new(JSON_OBJECT);
+        json_set(m, "role", json_new_str("user", 4));
+        json_set(m, "content", json_new_str(line, len));
+        json_push(msgs, m);
+        strbuf text = {0};
+        chat_render_opts ro = {msgs, NULL, think, 1, "<bos>"};
+        tok_ids ids = {0};
+        if (chat_render(&ro, &text, &err) || tok_encode(tk, text.p, text.len, 0, 1, &ids)) {
+            fprintf(stderr, "gem chat: error: %s\n", err.msg);
+            sb_free(&text);
+            break;
+        }
+        sb_free(&text);
+        size_t have;
+        const int32_t *held = gem_session_tokens(s, &have);
+        size_t from = 0;
+        if (have <= ids.n && !memcmp(held, ids.v, have * sizeof(int32_t))) from = have;
+        else gem_session_reset(s);
+        if (from == ids.n || gem_session_eval(s, ids.v + from, (int)(ids.n - from), &err)) {
+            fprintf(stderr, "gem chat: error: %s\n", from == ids.n ? "empty prompt" : err.msg);
+            tok_ids_free(&ids);
+            json_free(json_at(msgs, msgs->len - 1));
+            msgs->len--;
+            gem_session_reset(s);
+            continue;
+        }
+        tok_ids_free(&ids);
+        answer ans = {{0}};
+        chat_parser *cp = chat_parser_new(on_event, &ans);
+        tok_stream ts = {{0}, 0};
+        int n = 0;
+        for (; n < max_tokens && !interrupted; n++) {
+            const int32_t *hist = gem_session_tokens(s, &have);
+            int32_t id = sampler_sample(smp, gem_session_logits(s), hist, have);
+            if (tok_is_eog(tk, id)) break;
+            size_t plen;
+            const char *piece = tok_piece(tk, id, 0, &plen);
+            tok_stream_feed(&ts, piece, plen, emit_parser, cp);
+            if (gem_session_eval(s, &id, 1, &err)) {
+                fprintf(stderr, "\ngem chat: %s\n", err.msg);
+                break;
+            }
+        }
+        tok_stream_flush(&ts, emit_parser, cp);
+        chat_parser_finish(cp);
+        chat_parser_free(cp);
+        if (interrupted) {
+            printf(" [stopped]\n");
+            gem_session_reset(s); /* the partial answer is not kept */
+            json_free(json_at(msgs, msgs->len - 1));
+            msgs->len--;
+            sb_free(&ans.content);
+            continue;
+        }
+        printf("\n");
+        json *a = json_new(JSON_OBJECT);
+        json_set(a, "role", json_new_str("assistant", 9));
+        json_set(a, "content", json_new_str(sb_cstr(&ans.content), ans.content.len));
+        json_push(msgs, a);
+        sb_free(&ans.content);
+    }
+    printf("\n");
+    json_free(msgs);
+    sampler_free(smp);
+    gem_session_free(s);
+    gem_engine_close(e);
+    return 0;
+}
