@@ -265,12 +265,10 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
         size_t blocks = (size_t)n * (size_t)(W->ne0 / 32);
         if (blocks > c->act_cap) {
             free(c->act.d);
-            free(c->act.sum);
             free(c->act.q);
             c->act.d = malloc(blocks * sizeof(float));
-            c->act.sum = malloc(blocks * sizeof(float));
             c->act.q = malloc(blocks * 32);
-            c->act_cap = c->act.d && c->act.sum && c->act.q ? blocks : 0;
+            c->act_cap = c->act.d && c->act.q ? blocks : 0;
         }
         if (c->act_cap >= blocks) {
             for (int i = 0; i < n; i++)
@@ -402,7 +400,6 @@ static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
 static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
-    free(c->act.sum);
     free(c->act.q);
     pool_free(c->pool);
     free(c);

@@ -37,6 +37,7 @@ static float f32_scalar(const uint8_t *row, const float *x, int64_t n) { return 
 
 /* ---- AVX2 + FMA + F16C ---- */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -137,49 +138,66 @@ AVX2 static void quantize_act_avx2(const float *x, int64_t n, act_q8 *o, int64_t
         /* undo the lane interleaving of the two packs */
         s8 = _mm256_permutevar8x32_epi32(s8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(o->q + (block0 + b) * 32), s8);
-        __m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
-        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
-        t = _mm_hadd_epi32(t, t);
-        t = _mm_hadd_epi32(t, t);
         o->d[block0 + b] = d;
-        o->sum[block0 + b] = (float)_mm_cvtsi128_si32(t);
     }
+}
+
+/* Two blocks per iteration into two accumulators: one fused multiply-add
+ * chain would serialise on its latency. */
+AVX2 static __m256 q8_block(const uint8_t *blk, const int8_t *q, float dx, __m256 acc) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w)),
+                                        _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
 }
 
 AVX2 static float q8_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = row + b * 34;
-        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + (block0 + b) * 32));
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)), ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * x->d[block0 + b]), _mm256_cvtepi32_ps(p), acc);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    const int8_t *q = x->q + block0 * 32;
+    const float *dx = x->d + block0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = q8_block(row + b * 34, q + b * 32, dx[b], a0);
+        a1 = q8_block(row + (b + 1) * 34, q + (b + 1) * 32, dx[b + 1], a1);
     }
-    return hsum(acc);
+    if (b < nb) a0 = q8_block(row + b * 34, q + b * 32, dx[b], a0);
+    return hsum(_mm256_add_ps(a0, a1));
+}
+
+/* q4_0: codes 0..15 (stored +8) in the low lane, high nibbles in the high
+ * lane; made signed so the same sign trick as q8_0 applies. */
+AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m256 acc) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+    const __m256i w = _mm256_sub_epi8(
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w)),
+                                        _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
 }
 
 AVX2 static float q4_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0;
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
-    for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = row + b * 18;
-        __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
-        /* codes 0..15 in the low lane (values 0..15), high nibbles in the high lane (16..31) */
-        __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), low);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + (block0 + b) * 32));
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, q), ones);
-        const float s = d16(blk) * x->d[block0 + b];
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(p), acc);
-        off += s * x->sum[block0 + b]; /* the codes are stored +8 */
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    const int8_t *q = x->q + block0 * 32;
+    const float *dx = x->d + block0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = q4_block(row + b * 18, q + b * 32, dx[b], a0);
+        a1 = q4_block(row + (b + 1) * 18, q + (b + 1) * 32, dx[b + 1], a1);
     }
-    return hsum(acc) - 8.0f * off;
+    if (b < nb) a0 = q4_block(row + b * 18, q + b * 32, dx[b], a0);
+    return hsum(_mm256_add_ps(a0, a1));
 }
 
 static int have_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    /* F16C is CPUID.1:ECX bit 29 (not every compiler's cpu_supports knows it) */
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 #else
 static int have_avx2(void) { return 0; }

@@ -16,7 +16,6 @@ typedef float (*dot_f32_fn)(const float *a, const float *b, int64_t n);
  * reference's CPU backend uses, with the same accuracy trade-off. */
 typedef struct {
     float *d;     /* per block scale */
-    float *sum;   /* per block sum of the codes (q4_0's offset of 8) */
     int8_t *q;    /* codes, 32 per block */
 } act_q8;
 
