@@ -4,13 +4,7 @@
 # excluding vocabulary load): the golden corpus as one text, and a 10 MB line
 # without newlines (the linear-time check). Writes
 # bench/results/tok-encode-DATE.json. Needs bench/reference/build.sh cpu.
-set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-R=.ref/llama.cpp
-bin=$R/build-cpu/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../tools/ref_env.sh"
 make -s gem
 cc -O2 -I$R/include -I$R/ggml/include tools/ref_tokenize.c -L$bin -lllama -Wl,-rpath,"$root/$bin" -o "$tmp/ref"
 vocab=data/vocab/gemma-4.gguf

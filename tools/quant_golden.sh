@@ -2,17 +2,11 @@
 # Regenerates tests/data/quant/: blocks made by the pinned reference's
 # llama-quantize from a gem-written F32 model, and the reference's own
 # dequantization of them. Needs the reference built (bench/reference/build.sh cpu).
-set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-ref=.ref/llama.cpp
-bin=$ref/build-cpu/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/ref_env.sh"
 make -s gem CUDA=0 >/dev/null; o=build/obj-cuda0/src
 cc -O2 -Isrc -o "$tmp/patch_tensor" tools/patch_tensor.c $o/gguf/gguf.o $o/util/utf8.o \
    $o/quant/quant.o $o/util/err.o -lm; make -s gem
-cc -O2 -I$ref/ggml/include -o "$tmp/ref_dequant" tools/ref_dequant.c -L$bin -lggml-base -Wl,-rpath,"$root/$bin"
+cc -O2 -I$R/ggml/include -o "$tmp/ref_dequant" tools/ref_dequant.c -L$bin -lggml-base -Wl,-rpath,"$root/$bin"
 ./gem synth --profile gemma4-tiny --type f32 --seed 7 -o "$tmp/in.gguf" 2>/dev/null
 "$tmp/patch_tensor" "$tmp/in.gguf" blk.0.attn_q.weight
 mkdir -p tests/data/quant

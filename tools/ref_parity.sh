@@ -10,13 +10,7 @@
 # not a test. Random weights give a near tie somewhere in 128 steps often:
 # try several seeds.
 #   tools/ref_parity.sh [PROFILE TYPE SEED]...   default: gemma4-tiny f32 3
-set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-R=.ref/llama.cpp
-bin=$R/build-cpu/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/ref_env.sh"
 make -s gem
 cc -O2 -I$R/include -I$R/ggml/include tools/ref_generate.c -L$bin -lllama -Wl,-rpath,"$root/$bin" -o "$tmp/ref_generate"
 [ $# -ge 3 ] || set -- gemma4-tiny f32 3

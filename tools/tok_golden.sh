@@ -4,13 +4,7 @@
 # tools/tok_corpus.py tokenized by llama_tokenize without and with special
 # parsing, and the reference's token attribute table.
 # Needs Debian packages jargon-text, bible-kjv and gettext (msgunfmt).
-set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-R=.ref/llama.cpp
-bin=$R/build-cpu/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/ref_env.sh"
 cc -O2 -I$R/include -I$R/ggml/include tools/ref_tokenize.c -L$bin -lllama -Wl,-rpath,"$root/$bin" -o "$tmp/ref_tokenize"
 cc -O2 -I$R/include -I$R/ggml/include tools/ref_vocab_attrs.c -L$bin -lllama -Wl,-rpath,"$root/$bin" -o "$tmp/ref_attrs"
 vocab=data/vocab/gemma-4.gguf

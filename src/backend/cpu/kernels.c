@@ -152,20 +152,6 @@ AVX2 static __m256 q8_block(const uint8_t *blk, const int8_t *q, float dx, __m25
     return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
 }
 
-AVX2 static float q8_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    const int8_t *q = x->q + block0 * 32;
-    const float *dx = x->d + block0;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        a0 = q8_block(row + b * 34, q + b * 32, dx[b], a0);
-        a1 = q8_block(row + (b + 1) * 34, q + (b + 1) * 32, dx[b + 1], a1);
-    }
-    if (b < nb) a0 = q8_block(row + b * 34, q + b * 32, dx[b], a0);
-    return hsum(_mm256_add_ps(a0, a1));
-}
-
 /* q4_0: codes 0..15 (stored +8) in the low lane, high nibbles in the high
  * lane; made signed so the same sign trick as q8_0 applies. */
 AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m256 acc) {
@@ -178,19 +164,24 @@ AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m25
     return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
 }
 
-AVX2 static float q4_0_q8_avx2(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    const int8_t *q = x->q + block0 * 32;
-    const float *dx = x->d + block0;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        a0 = q4_block(row + b * 18, q + b * 32, dx[b], a0);
-        a1 = q4_block(row + (b + 1) * 18, q + (b + 1) * 32, dx[b + 1], a1);
+/* A row of nb blocks of `bytes` each against quantized activations. */
+#define Q8_ROW_DOT(NAME, BLOCK, BYTES)                                                   \
+    AVX2 static float NAME(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) { \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                      \
+        const int64_t nb = n / 32;                                                      \
+        const int8_t *q = x->q + block0 * 32;                                           \
+        const float *dx = x->d + block0;                                                \
+        int64_t b = 0;                                                                  \
+        for (; b + 2 <= nb; b += 2) {                                                   \
+            a0 = BLOCK(row + b * BYTES, q + b * 32, dx[b], a0);                         \
+            a1 = BLOCK(row + (b + 1) * BYTES, q + (b + 1) * 32, dx[b + 1], a1);         \
+        }                                                                               \
+        if (b < nb) a0 = BLOCK(row + b * BYTES, q + b * 32, dx[b], a0);                 \
+        return hsum(_mm256_add_ps(a0, a1));                                             \
     }
-    if (b < nb) a0 = q4_block(row + b * 18, q + b * 32, dx[b], a0);
-    return hsum(_mm256_add_ps(a0, a1));
-}
+
+Q8_ROW_DOT(q8_0_q8_avx2, q8_block, 34)
+Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 
 static int have_avx2(void) {
     __builtin_cpu_init();
