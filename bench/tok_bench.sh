@@ -26,12 +26,14 @@ run() { # input -> "gem_json ref_json" A/B/B/A
 corpus=$(run "$tmp/corpus.txt")
 line=$(run "$tmp/line.txt")
 date=$(date -u +%Y-%m-%d)
+# read the tree state before writing the result file (writing it dirties the tree)
+dirty=$(git diff --quiet && echo false || echo true)
 out=bench/results/tok-encode-$date.json
 cat > "$out" <<JSON
 {
   "benchmark": "tokenizer encode throughput (no BOS, no special parsing), best of 3 passes, A/B/B/A",
   "commit": "$(git rev-parse HEAD)",
-  "dirty": $(git diff --quiet && echo false || echo true),
+  "dirty": $dirty,
   "backend": "cpu (single thread)",
   "cpu": "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')",
   "compiler": "$(${CC:-cc} --version | head -1)",
