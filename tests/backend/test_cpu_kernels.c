@@ -75,17 +75,6 @@ int main(void) {
                 }
                 double got = fq(row, &xq, 0, n);
                 CHECKF(fabs(got - exact) <= bound + tol, "int8 type %u: %g vs %g (bound %g)", types[t], got, exact, bound);
-                /* the four-token kernel gives each token exactly what the one-token kernel gives */
-                dot_q8x4_fn f4 = t == 2 ? fast.q8_0_q8x4 : fast.q4_0_q8x4;
-                if (f4) {
-                    act_q8 x4 = {malloc((size_t)n / 32 * 4 * 4), malloc((size_t)n * 4)};
-                    for (int k = 0; k < 4; k++) fast.quantize_act(x, n, &x4, (int64_t)k * (n / 32));
-                    float o4[4];
-                    f4(row, &x4, 0, n / 32, n, o4);
-                    for (int k = 0; k < 4; k++) CHECK(fabsf(o4[k] - (float)got) <= 1e-5f * (float)(mag + 1));
-                    free(x4.d);
-                    free(x4.q);
-                }
             }
         }
     }

@@ -220,7 +220,6 @@ typedef struct {
     dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
     dot_f32_fn dot;
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
-    dot_q8x4_fn q8x4;
     const act_q8 *xq;
 } mm_job;
 
@@ -237,16 +236,7 @@ static void mm_task(void *ctx, int t) {
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
         if (row) quant_dequant_row(W->type, src, row, in);
-        int i0 = 0;
-        if (j->q8 && j->q8x4) {
-            const int64_t stride = in / 32;
-            for (; i0 + 4 <= j->n; i0 += 4) {
-                float o4[4];
-                j->q8x4(src, j->xq, (int64_t)i0 * stride, stride, in, o4);
-                for (int u = 0; u < 4; u++) j->out[(size_t)(i0 + u) * (size_t)W->ne1 + (size_t)r] = o4[u];
-            }
-        }
-        for (int i = i0; i < j->n; i++) {
+        for (int i = 0; i < j->n; i++) {
             const float *xi = j->x + (size_t)i * (size_t)in;
             float v;
             if (j->q8) v = j->q8(src, j->xq, (int64_t)i * (in / 32), in);
@@ -260,10 +250,10 @@ static void mm_task(void *ctx, int t) {
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.q8x4 = c->k.q8_0_q8x4; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.q8x4 = c->k.q4_0_q8x4; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     default: break;

@@ -183,37 +183,6 @@ AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m25
 Q8_ROW_DOT(q8_0_q8_avx2, q8_block, 34)
 Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 
-/* Signed 8-bit weights of one block. */
-AVX2 static __m256i q8_weights(const uint8_t *blk) { return _mm256_loadu_si256((const __m256i *)(blk + 2)); }
-
-AVX2 static __m256i q4_weights(const uint8_t *blk) {
-    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
-    return _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f)),
-                           _mm256_set1_epi8(8));
-}
-
-#define Q8_ROW_DOT_X4(NAME, WEIGHTS, BYTES)                                                          \
-    AVX2 static void NAME(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t stride, int64_t n, \
-                          float *out4) {                                                             \
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-        const __m256i ones = _mm256_set1_epi16(1);                                                   \
-        for (int64_t b = 0; b < n / 32; b++) {                                                       \
-            const uint8_t *blk = row + b * BYTES;                                                    \
-            const __m256i w = WEIGHTS(blk), aw = _mm256_sign_epi8(w, w);                             \
-            const float dw = d16(blk);                                                               \
-            for (int t = 0; t < 4; t++) {                                                            \
-                const int64_t xb = block0 + t * stride + b;                                          \
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));             \
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(v, w)), ones); \
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d[xb]), _mm256_cvtepi32_ps(p), acc[t]);   \
-            }                                                                                        \
-        }                                                                                            \
-        for (int t = 0; t < 4; t++) out4[t] = hsum(acc[t]);                                          \
-    }
-
-Q8_ROW_DOT_X4(q8_0_q8x4_avx2, q8_weights, 34)
-Q8_ROW_DOT_X4(q4_0_q8x4_avx2, q4_weights, 18)
-
 static int have_avx2(void) {
     __builtin_cpu_init();
     unsigned a, b, c, d;
@@ -226,7 +195,7 @@ static int have_avx2(void) { return 0; }
 #endif
 
 cpu_kernels kernels_pick(int force_scalar) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL};
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!force_scalar && have_avx2()) {
         k.name = "avx2";
@@ -237,8 +206,6 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.dot = dot_avx2;
         k.q8_0_q8 = q8_0_q8_avx2;
         k.q4_0_q8 = q4_0_q8_avx2;
-        k.q8_0_q8x4 = q8_0_q8x4_avx2;
-        k.q4_0_q8x4 = q4_0_q8x4_avx2;
         k.quantize_act = quantize_act_avx2;
     }
 #else

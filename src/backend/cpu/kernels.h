@@ -20,17 +20,12 @@ typedef struct {
 } act_q8;
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
-/* Four tokens at once (prompt tiles): each weight block is decoded once for
- * all four; token t's activations start at block0 + t * stride. */
-typedef void (*dot_q8x4_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t stride, int64_t n,
-                            float *out4);
 
 typedef struct {
     const char *name; /* "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
     dot_f32_fn dot;
     dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
-    dot_q8x4_fn q8_0_q8x4, q4_0_q8x4;
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
 } cpu_kernels;
 
