@@ -53,16 +53,22 @@ int cli_chat(int argc, char **argv) {
     char mbuf[4096];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x = 0;
+        int bad = 0;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) eo.model_path = argv[++i];
         else if (!strcmp(a, "--system") && v) system = argv[++i];
         else if (!strcmp(a, "--think")) think = 1;
-        else if (!strcmp(a, "--temp") && v) sp.temp = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--seed") && v) sp.seed = strtoull(argv[++i], NULL, 10);
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) && v) max_tokens = atoi(argv[++i]);
-        else if (!strcmp(a, "--ctx") && v) eo.n_ctx = atoi(argv[++i]);
-        else if (!strcmp(a, "-t") && v) eo.threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--temp")) { bad = cli_parse_num(v, 0, 100, &x); sp.temp = (float)x; i++; }
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_num(v, 0, 1.8e19, &x); sp.seed = (uint64_t)x; i++; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { bad = cli_parse_num(v, 1, 1e9, &x); max_tokens = (int)x; i++; }
+        else if (!strcmp(a, "--ctx")) { bad = cli_parse_num(v, 1, 1 << 24, &x); eo.n_ctx = (int)x; i++; }
+        else if (!strcmp(a, "-t")) { bad = cli_parse_num(v, 1, 1024, &x); eo.threads = (int)x; i++; }
         else {
             fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n");
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "gem chat: error: bad value for %s: '%s'\n", a, v ? v : "");
             return 2;
         }
     }

@@ -10,6 +10,10 @@ int cli_tokenize(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 
+/* Parses a number in [lo, hi]; -1 for anything else (empty, trailing text,
+ * out of range). */
+int cli_parse_num(const char *s, double lo, double hi, double *out);
+
 /* Path of a data file shipped next to the executable (data/...), found via
  * GEM_DATA_DIR, then the executable's directory, then the working directory.
  * Writes into buf and returns it. */

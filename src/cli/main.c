@@ -1,4 +1,5 @@
 /* gem: entry point and subcommand dispatch. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@ static void usage(FILE *out) {
             "\n"
             "profiles: gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny\n",
             GEM_VERSION);
+}
+
+int cli_parse_num(const char *s, double lo, double hi, double *out) {
+    if (!s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
 }
 
 const char *cli_data_path(const char *rel, char *buf, unsigned long cap) {

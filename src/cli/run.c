@@ -41,16 +41,6 @@ static int usage(void) {
     return 2;
 }
 
-static int parse_num(const char *s, double lo, double hi, double *out) {
-    if (!s) return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_ids(const char *s, int32_t **ids, int *n) {
     size_t cap = 64, k = 0;
     int32_t *v = malloc(cap * sizeof *v);
@@ -91,17 +81,17 @@ int cli_run(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return usage(); eo.model_path = v; i++; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return usage(); prompt = v; i++; }
         else if (!strcmp(a, "--prompt-ids")) { if (!v) return usage(); prompt_ids = v; i++; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (parse_num(v, 0, 1e9, &n_predict)) goto bad; i++; }
-        else if (!strcmp(a, "--temp")) { if (parse_num(v, 0, 100, &x)) goto bad; sp.temp = (float)x; i++; }
-        else if (!strcmp(a, "--top-k")) { if (parse_num(v, 0, 1e9, &x)) goto bad; sp.top_k = (int)x; i++; }
-        else if (!strcmp(a, "--top-p")) { if (parse_num(v, 0, 1, &x)) goto bad; sp.top_p = (float)x; i++; }
-        else if (!strcmp(a, "--min-p")) { if (parse_num(v, 0, 1, &x)) goto bad; sp.min_p = (float)x; i++; }
-        else if (!strcmp(a, "--repeat-penalty")) { if (parse_num(v, 0.01, 100, &x)) goto bad; sp.repeat_penalty = (float)x; i++; }
-        else if (!strcmp(a, "--presence-penalty")) { if (parse_num(v, -100, 100, &x)) goto bad; sp.presence_penalty = (float)x; i++; }
-        else if (!strcmp(a, "--frequency-penalty")) { if (parse_num(v, -100, 100, &x)) goto bad; sp.frequency_penalty = (float)x; i++; }
-        else if (!strcmp(a, "--seed")) { if (parse_num(v, 0, 1.8e19, &x)) goto bad; sp.seed = (uint64_t)x; i++; }
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (parse_num(v, 1, 1 << 24, &x)) goto bad; eo.n_ctx = (int)x; i++; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_num(v, 0, 1e9, &n_predict)) goto bad; i++; }
+        else if (!strcmp(a, "--temp")) { if (cli_parse_num(v, 0, 100, &x)) goto bad; sp.temp = (float)x; i++; }
+        else if (!strcmp(a, "--top-k")) { if (cli_parse_num(v, 0, 1e9, &x)) goto bad; sp.top_k = (int)x; i++; }
+        else if (!strcmp(a, "--top-p")) { if (cli_parse_num(v, 0, 1, &x)) goto bad; sp.top_p = (float)x; i++; }
+        else if (!strcmp(a, "--min-p")) { if (cli_parse_num(v, 0, 1, &x)) goto bad; sp.min_p = (float)x; i++; }
+        else if (!strcmp(a, "--repeat-penalty")) { if (cli_parse_num(v, 0.01, 100, &x)) goto bad; sp.repeat_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--presence-penalty")) { if (cli_parse_num(v, -100, 100, &x)) goto bad; sp.presence_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--frequency-penalty")) { if (cli_parse_num(v, -100, 100, &x)) goto bad; sp.frequency_penalty = (float)x; i++; }
+        else if (!strcmp(a, "--seed")) { if (cli_parse_num(v, 0, 1.8e19, &x)) goto bad; sp.seed = (uint64_t)x; i++; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (cli_parse_num(v, 1, 1 << 24, &x)) goto bad; eo.n_ctx = (int)x; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
         else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;

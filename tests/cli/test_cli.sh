@@ -95,6 +95,7 @@ expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
 expect 1 "no kernels yet" -- $GEM run -m "$M" -p x --backend cuda
 expect 0 "" -- $GEM run -m "$M" -p "Hi" -n 4 --chat --temp 0
 
+expect 2 "bad value for --temp" -- $GEM chat -m "$M" --temp warm
 # chat: history, /reset, /quit; Ctrl-C stops an answer and the chat goes on
 out=$(printf 'Hello\n/reset\nAgain\n/quit\n' | $GEM chat -m "$M" -n 4 --temp 0 2>&1)
 [ "$(printf '%s' "$out" | grep -c '^> ')" -ge 3 ] && ok || bad "chat did not answer: $out"
