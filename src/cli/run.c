@@ -205,6 +205,7 @@ int cli_run(int argc, char **argv) {
         tok_stream_flush(&ts, emit_stdout, NULL);
         printf("\n");
     }
+    fflush(stdout); /* the text's last line before the timings when both go to one terminal */
     fprintf(stderr,
             "gem run: %s on %s | load %.2f s | prompt %d tokens, %.2f tok/s | first token %.3f s | "
             "decode %d tokens, %.2f tok/s\n",
