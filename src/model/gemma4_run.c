@@ -15,7 +15,6 @@
 #include "model/gemma4_run.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,19 +119,6 @@ int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
 int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
 void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
 
-/* GEM_DEBUG_SUMS=1 prints the sum of selected activations of layer 0, for
- * comparison with the reference's eval-callback dumps. */
-static void dbg(gemma4_state *s, const char *name, const be_buf *x, size_t n) {
-    if (!getenv("GEM_DEBUG_SUMS")) return;
-    float *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) return;
-    s->b->download(s->b, x, 0, tmp, n);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += tmp[i];
-    fprintf(stderr, "%s %f\n", name, sum);
-    free(tmp);
-}
-
 /* One tile of n tokens at positions pos0.. ; leaves h holding the final
  * residual stream of every token. */
 static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
@@ -160,23 +146,15 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
             b->rope(b, s->k, n, kvh, d, d, pos0, 1e4f, NULL);
         }
         b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
-        if (il == 0) dbg(s, "kqv_out", s->att, (size_t)n * nh * d);
         b->matmul(b, l->o, s->att, n, s->o);
-        if (il == 0) dbg(s, "attn_out_proj", s->o, (size_t)n * H);
         b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS);
-        if (il == 0) dbg(s, "attn_out(resid)", s->h, (size_t)n * H);
         b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
         b->matmul(b, l->gate, s->a, n, s->gate);
         b->matmul(b, l->up, s->a, n, s->up);
-        if (il == 0) dbg(s, "ffn_gate", s->gate, (size_t)n * F);
-        if (il == 0) dbg(s, "ffn_up", s->up, (size_t)n * F);
         b->geglu(b, s->gate, s->up, (size_t)n * F, s->act);
-        if (il == 0) dbg(s, "ffn_geglu", s->act, (size_t)n * F);
         b->matmul(b, l->down, s->act, n, s->down);
-        if (il == 0) dbg(s, "ffn_out", s->down, (size_t)n * H);
         b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS);
         b->scale(b, s->h, (size_t)n * H, l->out_scale);
-        if (il == 0) dbg(s, "l_out", s->h, (size_t)n * H);
     }
 }
 

@@ -61,7 +61,6 @@ int main(void) {
     CHECKF(e != NULL, "%s", err.msg);
     if (!e) return test_report("test_gemma4_run");
     float *all = malloc((size_t)N * V * sizeof(float));
-    float *one = malloc(V * sizeof(float));
     gem_session *s = gem_session_new(e, &err);
     CHECK(s && !gem_session_eval_all(s, ids, N, all, &err));
     CHECK(gem_session_new(e, &err) == NULL); /* one session per engine */
@@ -151,7 +150,6 @@ int main(void) {
     sampler_free(g);
 
     free(all);
-    free(one);
     free(after);
     remove(path);
     return test_report("test_gemma4_run");
