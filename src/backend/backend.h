@@ -37,6 +37,7 @@ typedef struct be_buf be_buf;
 typedef struct be_weight be_weight;
 typedef struct be_kv be_kv;
 typedef struct backend backend;
+typedef struct be_graph be_graph;
 
 struct backend {
     const char *name;     /* "cpu", "cpu-ref", "cuda" */
@@ -74,6 +75,28 @@ struct backend {
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
     void (*kv_load)(backend *b, be_kv *kv, int n_pos, const void *src);
+
+    /* out[r] = index of the largest value of row r of x (rows x width), the
+     * lowest index among equals, stored as a float (exact below 2^24). Lets
+     * greedy decoding read back one number instead of the vocabulary. */
+    void (*argmax)(backend *b, const be_buf *x, int rows, int width, be_buf *out);
+
+    /* Step parameters: called before the ops of each forward tile with the
+     * tile's token ids and first position. The ops still receive the same
+     * ids/pos0 as arguments; a backend that replays recorded steps reads
+     * them from here instead, so one recording serves every position. */
+    void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
+    /* Optional (NULL when unsupported): record the ops that fn enqueues
+     * (no host round trips inside) as a graph; replay runs it again for the
+     * latest set_step. replay returns -1 when the graph no longer matches
+     * the backend's buffers (a scratch buffer grew): free and record again. */
+    be_graph *(*capture)(backend *b, void (*fn)(void *ctx), void *ctx, gem_err *err);
+    int (*replay)(backend *b, be_graph *g);
+    void (*graph_free)(backend *b, be_graph *g);
+
+    /* 0, or -1 with the first device error since creation (asynchronous
+     * failures surface here; after one, results are undefined). */
+    int (*status)(backend *b, gem_err *err);
 };
 
 typedef struct {
@@ -87,7 +110,8 @@ typedef struct {
     int gelu_fp16;
 } backend_opts;
 
-/* Creates a backend by name ("cpu"); NULL with a reason when unavailable. */
+/* Creates a backend by name ("cpu", "cuda"); NULL with a reason when
+ * unavailable (never a silent fallback to another backend). */
 backend *backend_create(const char *name, const backend_opts *o, gem_err *err);
 
 #endif

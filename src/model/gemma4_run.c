@@ -33,8 +33,8 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *up, *act, *down, *last, *logits;
-    int logits_rows;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *up, *act, *down, *last, *logits, *best;
+    be_graph *decode; /* one recorded decode step (backends with capture) */
 };
 
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
@@ -44,6 +44,7 @@ static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
 void gemma4_state_free(gemma4_state *s) {
     if (!s) return;
     backend *b = s->b;
+    if (s->decode) b->graph_free(b, s->decode);
     if (s->L) {
         for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
             layer_w *l = &s->L[il];
@@ -58,7 +59,8 @@ void gemma4_state_free(gemma4_state *s) {
     be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
-    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->act, s->down, s->last, s->logits};
+    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->act, s->down, s->last, s->logits,
+                      s->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
     free(s);
@@ -105,7 +107,8 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
         !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
         !(s->gate = b->alloc(b, T * F, err)) || !(s->up = b->alloc(b, T * F, err)) ||
         !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
-        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)))
+        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
+        !(s->best = b->alloc(b, 1, err)))
         goto fail;
     return s;
 oom:
@@ -158,35 +161,92 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     }
 }
 
-/* Logits of rows [r0, r0 + rows) of h into host memory. */
-static void head(gemma4_state *s, int r0, int rows, float *dst) {
+/* Soft-capped logits of row r of h into s->logits, and their argmax into
+ * s->best; stays on the device. */
+static void head_dev(gemma4_state *s, int r) {
     backend *b = s->b;
     const int H = (int)s->m->profile->n_embd;
-    for (int r = 0; r < rows; r++) {
-        b->copy(b, s->h, (size_t)(r0 + r) * H, s->last, 0, (size_t)H);
-        b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
-        b->matmul(b, s->embd, s->last, 1, s->logits);
-        b->softcap(b, s->logits, GEMMA4_N_VOCAB, SOFTCAP);
-        b->download(b, s->logits, 0, dst + (size_t)r * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
-    }
+    b->copy(b, s->h, (size_t)r * H, s->last, 0, (size_t)H);
+    b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
+    b->matmul(b, s->embd, s->last, 1, s->logits);
+    b->softcap(b, s->logits, GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, s->logits, 1, GEMMA4_N_VOCAB, s->best);
 }
 
-int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+typedef struct {
+    gemma4_state *s;
+    const int32_t *ids;
+} decode_ctx;
+
+static void decode_body(void *ctx) {
+    decode_ctx *d = ctx;
+    forward_tile(d->s, d->ids, 1, d->s->n_past);
+    head_dev(d->s, 0);
+}
+
+/* One decode step through the recorded graph: recorded on first use (the
+ * recording enqueues nothing, so it is replayed at once) and again whenever
+ * the backend says its buffers changed. */
+static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
+    backend *b = s->b;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!s->decode) {
+            decode_ctx d = {s, id};
+            if (!(s->decode = b->capture(b, decode_body, &d, err))) return -1;
+        }
+        if (b->replay(b, s->decode) == 0) return 0;
+        b->graph_free(b, s->decode);
+        s->decode = NULL;
+    }
+    return gem_err_set(err, "internal: the recorded decode step keeps going stale");
+}
+
+static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,
+                      gem_err *err) {
+    backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
         return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
             return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    const int want_head = logits || best;
     for (int done = 0; done < n;) {
         int t = n - done < s->max_tile ? n - done : s->max_tile;
-        forward_tile(s, ids + done, t, s->n_past);
+        const int last = done + t == n;
+        if (b->set_step) b->set_step(b, ids + done, t, s->n_past);
+        if (t == 1 && last && want_head && !all_logits && b->capture) {
+            if (decode_replay(s, ids + done, err)) return -1;
+        } else {
+            forward_tile(s, ids + done, t, s->n_past);
+            if (want_head && all_logits) {
+                for (int r = 0; r < t; r++) {
+                    head_dev(s, r);
+                    if (logits) b->download(b, s->logits, 0, logits + (size_t)(done + r) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
+                }
+            } else if (want_head && last) {
+                head_dev(s, t - 1);
+            }
+        }
+        if (b->status(b, err)) return -1;
         s->n_past += t;
-        if (logits && all_logits) head(s, 0, t, logits + (size_t)done * GEMMA4_N_VOCAB);
-        else if (logits && done + t == n) head(s, t - 1, 1, logits);
         done += t;
     }
-    return 0;
+    if (logits && !all_logits) b->download(b, s->logits, 0, logits, GEMMA4_N_VOCAB);
+    if (best) {
+        float f = 0;
+        b->download(b, s->best, 0, &f, 1);
+        *best = (int32_t)f;
+    }
+    return b->status(b, err);
+}
+
+int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+    return eval_tiles(s, ids, n, logits, all_logits, NULL, err);
+}
+
+int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    return eval_tiles(s, ids, n, NULL, 0, next, err);
 }
 
 size_t gemma4_checkpoint_size(const gemma4_state *s) {

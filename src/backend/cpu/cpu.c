@@ -397,6 +397,24 @@ static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
     memcpy(kv->v, (const char *)src + half, half);
 }
 
+static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        const float *v = x->p + (size_t)r * width;
+        int best = 0;
+        for (int i = 1; i < width; i++)
+            if (v[i] > v[best]) best = i;
+        out->p[r] = (float)best;
+    }
+}
+
+/* Everything runs synchronously on the host: nothing can fail later. */
+static int cpu_status(backend *b, gem_err *err) {
+    (void)b;
+    (void)err;
+    return 0;
+}
+
 static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
@@ -446,5 +464,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_bytes = cpu_kv_bytes;
     b->kv_save = cpu_kv_save;
     b->kv_load = cpu_kv_load;
+    b->argmax = cpu_argmax;
+    b->status = cpu_status;
     return b;
 }
