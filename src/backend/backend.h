@@ -57,6 +57,9 @@ struct backend {
     void (*rmsnorm)(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
     void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
+    /* out = geglu(gate, W x): the up projection with the gating fused (one
+     * pass over out instead of two, and no separate `up` buffer). */
+    void (*matmul_geglu)(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out);
     void (*rope)(backend *b, be_buf *x, int n, int heads, int head_dim, int n_rot, int pos0, float theta,
                  const be_weight *freq_factors);
     void (*geglu)(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
@@ -86,10 +89,12 @@ struct backend {
      * ids/pos0 as arguments; a backend that replays recorded steps reads
      * them from here instead, so one recording serves every position. */
     void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
-    /* Optional (NULL when unsupported): record the ops that fn enqueues
-     * (no host round trips inside) as a graph; replay runs it again for the
-     * latest set_step. replay returns -1 when the graph no longer matches
-     * the backend's buffers (a scratch buffer grew): free and record again. */
+    /* Optional (NULL when unsupported): run fn once (its ops take effect, as
+     * for a direct call) and record the ops it enqueues (no host round trips
+     * inside) as a graph; replay runs them again for the latest set_step.
+     * fn must be repeatable: the same step parameters give the same state.
+     * replay returns -1 when the graph no longer matches the backend's
+     * buffers (a scratch buffer grew): free it and capture again. */
     be_graph *(*capture)(backend *b, void (*fn)(void *ctx), void *ctx, gem_err *err);
     int (*replay)(backend *b, be_graph *g);
     void (*graph_free)(backend *b, be_graph *g);

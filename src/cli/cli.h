@@ -9,6 +9,7 @@ int cli_synth(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 /* Parses a number in [lo, hi]; -1 for anything else (empty, trailing text,
  * out of range). */

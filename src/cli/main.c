@@ -28,6 +28,8 @@ static void usage(FILE *out) {
             "                                      write a synthetic model with the exact layout\n"
             "  tokenize -m FILE [--no-bos] [--special] [--detok]\n"
             "                                      text on stdin to token ids (or ids back to text)\n"
+            "  bench -m FILE [--backend B] [--prompt N,..] [--gen N] [--depth N,..] [--reps R] [--json OUT]\n"
+            "                                      prefill and decode speed (median of R runs)\n"
             "  devices                             list the compute backends and devices\n"
             "  help                                this text\n"
             "  version                             print the version\n"
@@ -98,6 +100,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cli_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

@@ -33,7 +33,7 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *up, *act, *down, *last, *logits, *best;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *act, *down, *last, *logits, *best;
     be_graph *decode; /* one recorded decode step (backends with capture) */
 };
 
@@ -59,7 +59,7 @@ void gemma4_state_free(gemma4_state *s) {
     be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
-    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->act, s->down, s->last, s->logits,
+    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->act, s->down, s->last, s->logits,
                       s->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
@@ -105,7 +105,7 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
         !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
         !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
-        !(s->gate = b->alloc(b, T * F, err)) || !(s->up = b->alloc(b, T * F, err)) ||
+        !(s->gate = b->alloc(b, T * F, err)) ||
         !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
         !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
         !(s->best = b->alloc(b, 1, err)))
@@ -127,7 +127,7 @@ void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
 static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
     backend *b = s->b;
-    const int H = (int)p->n_embd, F = (int)p->n_ff, nh = (int)p->n_head;
+    const int H = (int)p->n_embd, nh = (int)p->n_head;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &s->m->layers[il];
@@ -153,8 +153,7 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS);
         b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
         b->matmul(b, l->gate, s->a, n, s->gate);
-        b->matmul(b, l->up, s->a, n, s->up);
-        b->geglu(b, s->gate, s->up, (size_t)n * F, s->act);
+        b->matmul_geglu(b, l->up, s->a, n, s->gate, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
         b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS);
         b->scale(b, s->h, (size_t)n * H, l->out_scale);
@@ -184,21 +183,17 @@ static void decode_body(void *ctx) {
     head_dev(d->s, 0);
 }
 
-/* One decode step through the recorded graph: recorded on first use (the
- * recording enqueues nothing, so it is replayed at once) and again whenever
- * the backend says its buffers changed. */
+/* One decode step through the recorded graph, recorded on first use and
+ * again whenever the backend says its buffers changed (capturing runs the
+ * step too; a decode step is repeatable: it rewrites the same cache slot
+ * with the same values). */
 static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
     backend *b = s->b;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!s->decode) {
-            decode_ctx d = {s, id};
-            if (!(s->decode = b->capture(b, decode_body, &d, err))) return -1;
-        }
-        if (b->replay(b, s->decode) == 0) return 0;
-        b->graph_free(b, s->decode);
-        s->decode = NULL;
-    }
-    return gem_err_set(err, "internal: the recorded decode step keeps going stale");
+    if (s->decode && b->replay(b, s->decode) == 0) return 0;
+    if (s->decode) b->graph_free(b, s->decode);
+    decode_ctx d = {s, id};
+    s->decode = b->capture(b, decode_body, &d, err);
+    return s->decode ? 0 : -1;
 }
 
 static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,

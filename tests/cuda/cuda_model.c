@@ -1,16 +1,24 @@
 /* Model-level CUDA checks (make test-cuda): the same GGUF through the engine
  * on the CPU fast path and on the GPU.
- *   cuda_model FILE PROMPT_LEN GEN
- * 1. logits of every prompt position (prompt longer than three sliding
- *    windows, evaluated in tiles) agree within 2e-3 absolute after the
- *    soft-cap and the argmax agrees everywhere: both backends quantize
- *    activations identically, so the differences are f32 summation order
- *    amplified through the layers (the CPU-vs-CPU-reference spread measured
- *    on these models is of the same order);
- * 2. prefill-then-decode on the GPU equals token-by-token decode within 1e-4
- *    (only the attention split differs);
- * 3. GEN greedy tokens after the prompt are identical on both backends, and
- *    identical between the graph-replayed greedy path and the logits path. */
+ *   cuda_model FILE PROMPT_LEN GEN strict|int8
+ * strict (f32/f16/bf16 weights: f32 arithmetic everywhere, only the
+ * summation order differs):
+ * 1. logits of every prompt position (prompts longer than three sliding
+ *    windows, evaluated in tiles) agree within 1e-4 after the soft-cap, and
+ *    the argmax agrees everywhere;
+ * 2. prefill-then-decode on the GPU equals token-by-token decode within 1e-4;
+ * 3. GEN greedy tokens are identical on both backends.
+ * int8 (q8_0/q4_0 weights: both backends round activations to 8 bits per
+ * block; an f32 difference of one ulp can move a code by one step, which
+ * random weights amplify: the CPU fast path against the CPU reference
+ * already differs at 2 of 64 greedy steps on the tiny q8_0 model), so
+ * decisions are compared where they are not near-ties (top-2 margin of the
+ * CPU logits >= 0.1):
+ * 1./2. argmax agrees at every such position, and at least 90% of the
+ *    positions are such;
+ * 3. greedy tokens agree up to the first near-tie, and that prefix is at
+ *    least 32 tokens or the whole run.
+ * Always: the graph-replayed greedy path equals the GPU logits path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,13 +54,23 @@ static int argmax(const float *l) {
     return b;
 }
 
+static float margin(const float *l) {
+    const int b = argmax(l);
+    float second = -INFINITY;
+    for (int i = 0; i < (int)GEMMA4_N_VOCAB; i++)
+        if (i != b && l[i] > second) second = l[i];
+    return l[b] - second;
+}
+
+#define TIE 0.1f
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8\n");
         return 2;
     }
     const char *path = argv[1];
-    const int n = atoi(argv[2]), gen = atoi(argv[3]);
+    const int n = atoi(argv[2]), gen = atoi(argv[3]), strict = !strcmp(argv[4], "strict");
     const size_t V = GEMMA4_N_VOCAB;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n);
     uint64_t r = 12345;
@@ -70,18 +88,25 @@ int main(int argc, char **argv) {
     CHECKF(gem_session_eval_all(sc, prompt, n, lc, &err) == 0, "%s", err.msg);
     CHECKF(gem_session_eval_all(sg, prompt, n, lg, &err) == 0, "%s", err.msg);
     double worst = 0;
-    int argmax_same = 0;
+    int argmax_same = 0, clear = 0, clear_same = 0;
     for (int i = 0; i < n; i++) {
         for (size_t v = 0; v < V; v++) {
             double d = fabs((double)lc[(size_t)i * V + v] - lg[(size_t)i * V + v]);
             if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
         }
-        argmax_same += argmax(lc + (size_t)i * V) == argmax(lg + (size_t)i * V);
+        const int same = argmax(lc + (size_t)i * V) == argmax(lg + (size_t)i * V);
+        argmax_same += same;
+        if (margin(lc + (size_t)i * V) >= TIE) clear++, clear_same += same;
     }
-    printf("cuda_model: %s: %d positions, max |logit diff| gpu vs cpu %.3g, argmax agrees at %d\n", path, n, worst,
-           argmax_same);
-    CHECKF(worst <= 2e-3, "max logit diff %g", worst);
-    CHECKF(argmax_same == n, "argmax differs at %d positions", n - argmax_same);
+    printf("cuda_model: %s: %d positions, max |logit diff| gpu vs cpu %.3g, argmax agrees at %d (%d of %d clear)\n",
+           path, n, worst, argmax_same, clear_same, clear);
+    if (strict) {
+        CHECKF(worst <= 1e-4, "max logit diff %g", worst);
+        CHECKF(argmax_same == n, "argmax differs at %d positions", n - argmax_same);
+    } else {
+        CHECKF(clear_same == clear, "argmax differs at %d clear positions", clear - clear_same);
+        CHECKF(clear * 10 >= n * 9, "only %d of %d positions are clear of ties", clear, n);
+    }
 
     /* 2: token by token on the GPU */
     {
@@ -89,16 +114,21 @@ int main(int argc, char **argv) {
         gem_engine_close(eg);
         gem_session *st = open_session(path, "cuda", 1, &et);
         double w2 = 0;
+        int bad = 0;
         for (int i = 0; i < n && st; i++) {
             CHECKF(gem_session_eval(st, prompt + i, 1, &err) == 0, "%s", err.msg);
             const float *l = gem_session_logits(st);
+            if (!l) break;
             for (size_t v = 0; v < V; v++) {
                 double d = fabs((double)l[v] - lg[(size_t)i * V + v]);
                 if (!(d <= w2)) w2 = isnan(d) ? INFINITY : d;
             }
+            if (margin(lg + (size_t)i * V) >= TIE && argmax(l) != argmax(lg + (size_t)i * V)) bad++;
         }
-        printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g\n", w2);
-        CHECKF(w2 <= 1e-4, "tiled vs token-by-token %g", w2);
+        printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g, %d clear argmax differ\n", w2,
+               bad);
+        if (strict) CHECKF(w2 <= 1e-4, "tiled vs token-by-token %g", w2);
+        CHECKF(bad == 0, "tiled vs token-by-token: argmax differs at %d clear positions", bad);
         gem_session_free(st);
         gem_engine_close(et);
         sg = open_session(path, "cuda", 64, &eg);
@@ -108,24 +138,30 @@ int main(int argc, char **argv) {
     int32_t *oc = malloc(sizeof(int32_t) * (size_t)gen), *og = malloc(sizeof(int32_t) * (size_t)gen),
             *ol = malloc(sizeof(int32_t) * (size_t)gen);
     gem_session_reset(sc);
-    int32_t next_c = 0, next_g = 0;
-    CHECK(gem_session_eval_greedy(sc, prompt, n, &next_c, &err) == 0);
+    int32_t next_g = 0;
+    int first_tie = gen; /* first CPU step whose top-2 margin is a near-tie */
+    float *ml = malloc(sizeof(float) * V);
+    CHECK(gem_session_eval(sc, prompt, n, &err) == 0);
     CHECK(gem_session_eval_greedy(sg, prompt, n, &next_g, &err) == 0);
     for (int i = 0; i < gen; i++) {
-        oc[i] = next_c;
+        memcpy(ml, gem_session_logits(sc), sizeof(float) * V);
+        oc[i] = argmax(ml);
+        if (first_tie == gen && margin(ml) < TIE) first_tie = i;
         og[i] = next_g;
         if (i + 1 < gen) {
-            CHECK(gem_session_eval_greedy(sc, &oc[i], 1, &next_c, &err) == 0);
+            CHECK(gem_session_eval(sc, &oc[i], 1, &err) == 0);
             CHECK(gem_session_eval_greedy(sg, &og[i], 1, &next_g, &err) == 0);
         }
     }
+    free(ml);
     gem_session_reset(sg);
     CHECK(gem_session_eval(sg, prompt, n, &err) == 0);
     for (int i = 0; i < gen; i++) {
         ol[i] = argmax(gem_session_logits(sg));
         if (i + 1 < gen) CHECK(gem_session_eval(sg, &ol[i], 1, &err) == 0);
     }
-    int same = 0, same_l = 0, distinct = 0;
+    int same = 0, same_l = 0, distinct = 0, agree = 0;
+    while (agree < gen && oc[agree] == og[agree]) agree++;
     for (int i = 0; i < gen; i++) {
         same += oc[i] == og[i];
         same_l += ol[i] == og[i];
@@ -133,9 +169,13 @@ int main(int argc, char **argv) {
         for (int j = 0; j < i; j++) seen |= og[j] == og[i];
         distinct += !seen;
     }
-    printf("cuda_model: %d greedy tokens: %d identical to the CPU, %d to the logits path, %d distinct\n", gen, same,
-           same_l, distinct);
-    CHECKF(same == gen, "greedy tokens differ from the CPU backend");
+    printf("cuda_model: %d greedy tokens: %d identical to the CPU (first %d; first CPU near-tie at %d), %d to the "
+           "logits path, %d distinct\n", gen, same, agree, first_tie, same_l, distinct);
+    if (strict) CHECKF(same == gen, "greedy tokens differ from the CPU backend");
+    else {
+        CHECKF(agree >= first_tie, "greedy tokens differ at %d before the first near-tie (%d)", agree, first_tie);
+        CHECKF(first_tie >= 32 || first_tie == gen, "a near-tie at step %d: too short a comparison", first_tie);
+    }
     CHECKF(same_l == gen, "graph greedy path differs from the logits path");
     CHECKF(distinct >= 8, "the continuation barely varies (%d distinct ids): the check proves little", distinct);
     free(oc), free(og), free(ol), free(lc), free(lg), free(prompt);

@@ -114,7 +114,7 @@ static int close_enough(const char *what, const float *a, const float *b, size_t
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]) / (abs_tol + rel * fabs(b[i]));
+        double e = a[i] == b[i] ? 0 : fabs((double)a[i] - b[i]) / (abs_tol + rel * fabs(b[i]));
         if (!(e <= worst)) {
             worst = isnan(e) ? INFINITY : e;
             at = i;
@@ -199,7 +199,9 @@ static void test_elementwise(void) {
         c->geglu(c, gc, uc, n, oc);
         d->geglu(d, gg, ug, n, og);
         float *a = get(d, og, n), *b = get(c, oc, n);
-        CHECKF(close_enough("geglu", a, b, n, 2e-6, 1e-6), "geglu fp16=%d", fp16);
+        /* fp16 mode rounds gelu to f16: the two tanhf may straddle a rounding
+         * boundary, one f16 ulp (2^-10 relative) */
+        CHECKF(close_enough("geglu", a, b, n, fp16 ? 1e-3 : 2e-6, 1e-6), "geglu fp16=%d", fp16);
         free(a), free(b);
         c->buf_free(c, gc), c->buf_free(c, uc), c->buf_free(c, oc), d->buf_free(d, gg), d->buf_free(d, ug), d->buf_free(d, og);
         c->destroy(c), d->destroy(d);
@@ -317,8 +319,10 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
     for (int t = 0; t < n_tiles && ok; t++) {
         const int n = tiles[t];
         const size_t nq = (size_t)n * n_head * d, nk = (size_t)n * kvh * d;
-        /* keys normalised as the model does (rms 1 per head) keep scores O(1)... and some larger to stress softmax */
-        float *q = rand_vec(nq, 1.5f), *k = rand_vec(nk, 1.5f), *v = rand_vec(nk, 1.0f);
+        /* scaled as the model's normed q/k (weights ~ d^-1/4): scores of a
+         * few units, so f32 rounding of the dot products stays at 1e-6 */
+        const float qk = 3.0f / sqrtf(sqrtf((float)d));
+        float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
         int32_t *ids = calloc((size_t)n, sizeof *ids);
         step_both(ids, n, pos);
         be_buf *qc = put(cpu_ref, q, nq), *kcb = put(cpu_ref, k, nk), *vc = put(cpu_ref, v, nk), *oc = put(cpu_ref, NULL, nq);
@@ -355,6 +359,7 @@ static void test_attention(void) {
     test_attention_case(8, 1, 512, 0, 4096, prompt, 12);  /* full, G = 8, head 512 */
     test_attention_case(32, 16, 256, 64, 64, prompt, 12); /* 31B sliding shape, G = 2 */
     test_attention_case(32, 4, 512, 0, 300, prompt, 12);  /* 31B full shape */
+    test_attention_case(16, 1, 512, 0, 300, prompt, 12);  /* 12B full shape: G = 16 in two groups */
     const int long_prompt[] = {512, 512, 1, 1, 3};
     test_attention_case(8, 1, 512, 0, 2048, long_prompt, 5);
 }
@@ -384,7 +389,7 @@ typedef struct {
 static void rec_body(void *p) {
     rec_ctx *c = p;
     int32_t id = 0;
-    gpu->embed(gpu, c->E, &id, 1, 1.0f, c->x);
+    gpu->embed(gpu, c->E, &id, 1, 0.1f, c->x);
     gpu->rope(gpu, c->x, 1, 2, 256, 256, 0, 1e4f, NULL);
     gpu->copy(gpu, c->x, 0, c->k, 0, 256);
     gpu->attention(gpu, c->x, c->k, c->x, c->kv, 1, 0, 2, 1, 256, 16, c->o);
@@ -407,7 +412,7 @@ static void test_graph(void) {
         int32_t id = (pos * 7 + 3) % 50;
         gpu->set_step(gpu, &id, 1, pos);
         CHECK(gpu->replay(gpu, gr) == 0);
-        cpu_ref->embed(cpu_ref, ec, &id, 1, 1.0f, xc);
+        cpu_ref->embed(cpu_ref, ec, &id, 1, 0.1f, xc);
         cpu_ref->rope(cpu_ref, xc, 1, 2, 256, 256, pos, 1e4f, NULL);
         cpu_ref->copy(cpu_ref, xc, 0, kcb, 0, 256);
         cpu_ref->attention(cpu_ref, xc, kcb, xc, kc, 1, pos, 2, 1, 256, 16, oc);

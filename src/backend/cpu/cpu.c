@@ -287,6 +287,11 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     else pool_run(c->pool, mm_task, &j, tasks);
 }
 
+static void cpu_matmul_geglu(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out) {
+    cpu_matmul(b, W, x, n, out);
+    cpu_geglu(b, gate, out, (size_t)n * (size_t)W->ne1, out); /* elementwise: in place is safe */
+}
+
 /* ---- KV cache and attention ---- */
 
 static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
@@ -454,6 +459,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->rmsnorm = cpu_rmsnorm;
     b->add_rmsnorm = cpu_add_rmsnorm;
     b->matmul = cpu_matmul;
+    b->matmul_geglu = cpu_matmul_geglu;
     b->rope = cpu_rope;
     b->geglu = cpu_geglu;
     b->scale = cpu_scale;

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_backend.h"
 
@@ -84,6 +85,20 @@ typedef struct {
     scratch amax_v, amax_i; /* argmax partials */
     void *stage;            /* weight upload staging */
     size_t stage_cap;
+    /* GEM_CUDA_PROFILE=1: every launch waits for the GPU and its time is
+     * added to its op's row, printed at exit (no graphs then) */
+    int profile;
+    double prof_mark;
+    /* the quantized-activation cache of matmul_into: valid while epoch,
+     * bumped by every other op, is unchanged */
+    unsigned epoch, q_epoch;
+    const float *q_src;
+    int q_n, q_K;
+    struct {
+        char name[48];
+        double s;
+        long calls;
+    } prof[48];
 } cuda_backend;
 
 static cuda_backend *cu_of(backend *b) { return (cuda_backend *)b; }
@@ -97,7 +112,30 @@ static int cu_check(cuda_backend *c, cudaError_t e, const char *what) {
     return -1;
 }
 #define CK(c, call) cu_check((c), (call), #call)
-#define LAUNCHED(c, name) cu_check((c), cudaGetLastError(), name)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void launched(cuda_backend *c, const char *name) {
+    c->epoch++;
+    cu_check(c, cudaGetLastError(), name);
+    if (!c->profile) return;
+    cudaStreamSynchronize(c->st);
+    const double t = now_s();
+    for (int i = 0; i < 48; i++) {
+        if (!c->prof[i].name[0]) snprintf(c->prof[i].name, sizeof c->prof[i].name, "%s", name);
+        if (!strcmp(c->prof[i].name, name)) {
+            c->prof[i].s += t - c->prof_mark;
+            c->prof[i].calls++;
+            break;
+        }
+    }
+    c->prof_mark = t;
+}
+#define LAUNCHED(c, name) launched((c), (name))
 
 static int grow(cuda_backend *c, scratch *s, size_t bytes) {
     if (bytes <= s->cap) return 0;
@@ -319,6 +357,7 @@ static void cu_buf_free(backend *b, be_buf *x) {
 
 static void cu_upload(backend *b, be_buf *dst, size_t off, const float *src, size_t n) {
     cuda_backend *c = cu_of(b);
+    c->epoch++;
     CK(c, cudaMemcpyAsync(dst->d + off, src, n * sizeof(float), cudaMemcpyHostToDevice, c->st));
     CK(c, cudaStreamSynchronize(c->st)); /* src may be reused by the caller at once */
 }
@@ -332,6 +371,7 @@ static void cu_download(backend *b, const be_buf *src, size_t off, float *dst, s
 
 static void cu_copy(backend *b, const be_buf *src, size_t so, be_buf *dst, size_t d, size_t n) {
     cuda_backend *c = cu_of(b);
+    c->epoch++;
     CK(c, cudaMemcpyAsync(dst->d + d, src->d + so, n * sizeof(float), cudaMemcpyDeviceToDevice, c->st));
 }
 
@@ -531,14 +571,26 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 #define MV_MAXT 8  /* tokens per launch */
 
 /* Quantized weights x quantized activations. A warp owns MV_ROWS rows; lane
- * L takes blocks L, L+32, ...: 16 (q4_0) or 32 (q8_0) contiguous code bytes
- * per block, so a warp's loads of one row are contiguous 512 or 1024 bytes.
- * Per block: integer dot products (dp4a), then one f32 multiply-add with
- * scale(w) * scale(x), the CPU fast path's arithmetic. */
+ * L takes blocks L, L+32, ... of each row, MV_UNROLL at a time with every
+ * weight load issued before the first use (memory-level parallelism is what
+ * a matrix-vector product at the bandwidth roofline needs): 16 (q4_0) or 32
+ * (q8_0) contiguous code bytes per block, so a warp's loads of one row are
+ * contiguous 512- or 1024-byte runs. Per block: integer dot products
+ * (dp4a), then one f32 multiply-add with scale(w) * scale(x), the CPU fast
+ * path's arithmetic. When `gate` is given (fused GELU gating) the output is
+ * gelu_tanh(gate[t][row]) * (W x)[t][row]. */
+#define MV_UNROLL 4
+
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
 template <int Q4, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const int *__restrict__ xs, float *__restrict__ out, int K, int M) {
+           const float *__restrict__ xd, const int *__restrict__ xs, float *__restrict__ out, int K, int M,
+           const float *__restrict__ gate) {
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
     if (row0 >= M) return;
@@ -548,51 +600,60 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0;
-    for (int b = lane; b < nb; b += 32) {
-        uint4 w0[MV_ROWS], w1[MV_ROWS];
-        float dw[MV_ROWS];
+    for (int b0 = lane; b0 < nb; b0 += 32 * MV_UNROLL) {
+        uint4 w0[MV_UNROLL][MV_ROWS], w1[MV_UNROLL][MV_ROWS];
+        float dw[MV_UNROLL][MV_ROWS];
 #pragma unroll
-        for (int r = 0; r < MV_ROWS; r++) {
-            const size_t blk = (size_t)min(row0 + r, M - 1) * nb + b;
-            if (Q4) {
-                w0[r] = __ldg((const uint4 *)(q + blk * 16));
-            } else {
-                w0[r] = __ldg((const uint4 *)(q + blk * 32));
-                w1[r] = __ldg((const uint4 *)(q + blk * 32 + 16));
-            }
-            dw[r] = __half2float(d[blk]);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const int4 *xv = (const int4 *)(xq + (size_t)t * K + (size_t)b * 32);
-            const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-            const float dx = __ldg(xd + (size_t)t * nb + b);
-            const int sx = __ldg(xs + (size_t)t * nb + b);
+        for (int u = 0; u < MV_UNROLL; u++) {
+            const int b = b0 + 32 * u;
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++) {
-                int s = 0;
-                if (Q4) {
-                    const unsigned m = 0x0F0F0F0Fu;
-                    s = __dp4a((int)(w0[r].x & m), x0.x, s);
-                    s = __dp4a((int)(w0[r].y & m), x0.y, s);
-                    s = __dp4a((int)(w0[r].z & m), x0.z, s);
-                    s = __dp4a((int)(w0[r].w & m), x0.w, s);
-                    s = __dp4a((int)((w0[r].x >> 4) & m), x1.x, s);
-                    s = __dp4a((int)((w0[r].y >> 4) & m), x1.y, s);
-                    s = __dp4a((int)((w0[r].z >> 4) & m), x1.z, s);
-                    s = __dp4a((int)((w0[r].w >> 4) & m), x1.w, s);
-                    s -= 8 * sx; /* codes are stored +8 */
-                } else {
-                    s = __dp4a((int)w0[r].x, x0.x, s);
-                    s = __dp4a((int)w0[r].y, x0.y, s);
-                    s = __dp4a((int)w0[r].z, x0.z, s);
-                    s = __dp4a((int)w0[r].w, x0.w, s);
-                    s = __dp4a((int)w1[r].x, x1.x, s);
-                    s = __dp4a((int)w1[r].y, x1.y, s);
-                    s = __dp4a((int)w1[r].z, x1.z, s);
-                    s = __dp4a((int)w1[r].w, x1.w, s);
+                if (b < nb) {
+                    const size_t blk = (size_t)min(row0 + r, M - 1) * nb + b;
+                    w0[u][r] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                    if (!Q4) w1[u][r] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                    dw[u][r] = __half2float(d[blk]);
                 }
-                acc[r][t] += dw[r] * dx * (float)s;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MV_UNROLL; u++) {
+            const int b = b0 + 32 * u;
+            if (b >= nb) break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xv = (const int4 *)(xq + (size_t)t * K + (size_t)b * 32);
+                const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+                const float dx = __ldg(xd + (size_t)t * nb + b);
+                const int sx = __ldg(xs + (size_t)t * nb + b);
+#pragma unroll
+                for (int r = 0; r < MV_ROWS; r++) {
+                    int s = 0;
+                    if (Q4) {
+                        const unsigned m = 0x0F0F0F0Fu;
+                        const uint4 w = w0[u][r];
+                        s = __dp4a((int)(w.x & m), x0.x, s);
+                        s = __dp4a((int)(w.y & m), x0.y, s);
+                        s = __dp4a((int)(w.z & m), x0.z, s);
+                        s = __dp4a((int)(w.w & m), x0.w, s);
+                        s = __dp4a((int)((w.x >> 4) & m), x1.x, s);
+                        s = __dp4a((int)((w.y >> 4) & m), x1.y, s);
+                        s = __dp4a((int)((w.z >> 4) & m), x1.z, s);
+                        s = __dp4a((int)((w.w >> 4) & m), x1.w, s);
+                        s -= 8 * sx; /* codes are stored +8 */
+                    } else {
+                        const uint4 a = w0[u][r], c = w1[u][r];
+                        s = __dp4a((int)a.x, x0.x, s);
+                        s = __dp4a((int)a.y, x0.y, s);
+                        s = __dp4a((int)a.z, x0.z, s);
+                        s = __dp4a((int)a.w, x0.w, s);
+                        s = __dp4a((int)c.x, x1.x, s);
+                        s = __dp4a((int)c.y, x1.y, s);
+                        s = __dp4a((int)c.z, x1.z, s);
+                        s = __dp4a((int)c.w, x1.w, s);
+                    }
+                    acc[r][t] += dw[u][r] * dx * (float)s;
+                }
             }
         }
     }
@@ -600,8 +661,11 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const float v = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < M) out[(size_t)t * M + row0 + r] = v;
+            float v = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < M) {
+                if (gate) v *= gelu_tanh_f(gate[(size_t)t * M + row0 + r]);
+                out[(size_t)t * M + row0 + r] = v;
+            }
         }
 }
 
@@ -609,7 +673,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
  * consecutive values at 8L, 8L + 256, ... */
 template <int FMT, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    k_mv_f(const void *__restrict__ q, const float *__restrict__ x, float *__restrict__ out, int K, int M) {
+    k_mv_f(const void *__restrict__ q, const float *__restrict__ x, float *__restrict__ out, int K, int M,
+           const float *__restrict__ gate) {
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
     if (row0 >= M) return;
@@ -658,14 +723,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const float v = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < M) out[(size_t)t * M + row0 + r] = v;
+            float v = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < M) {
+                if (gate) v *= gelu_tanh_f(gate[(size_t)t * M + row0 + r]);
+                out[(size_t)t * M + row0 + r] = v;
+            }
         }
 }
 
 typedef void (*mv_q_fn)(const uint8_t *, const __half *, const int8_t *, const float *, const int *, float *, int,
-                        int);
-typedef void (*mv_f_fn)(const void *, const float *, float *, int, int);
+                        int, const float *);
+typedef void (*mv_f_fn)(const void *, const float *, float *, int, int, const float *);
 
 #define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
                           K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
@@ -675,35 +743,68 @@ static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
-static void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
-    cuda_backend *c = cu_of(b);
+/* out = W x, or gelu(gate) * (W x) when gate is given. The 8-bit
+ * activations of the last quantized input are reused while nothing but
+ * matrix products ran since (q, k, v share one input; so do gate and up). */
+static void matmul_into(cuda_backend *c, const be_weight *W, const be_buf *x, int n, be_buf *out, const be_buf *gate) {
     const int K = (int)W->ne0, M = (int)W->ne1;
+    char label[48] = "matmul";
+    if (c->profile)
+        snprintf(label, sizeof label, "matmul%s %s %dx%d n%d", gate ? "+geglu" : "",
+                 W->fmt == DW_Q4_0 ? "q4_0" : W->fmt == DW_Q8_0 ? "q8_0" : "float", M, K, n);
     const unsigned grid = blocks_for((size_t)M, MV_WARPS * MV_ROWS);
+    const float *g = gate ? gate->d : NULL;
     if (W->fmt == DW_Q8_0 || W->fmt == DW_Q4_0) {
         const size_t nblk = (size_t)n * (size_t)(K / 32);
-        if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) || grow(c, &c->xs, nblk * sizeof(int)))
-            return;
-        int8_t *xq = (int8_t *)c->xq.p;
-        float *xd = (float *)c->xd.p;
-        int *xs = (int *)c->xs.p;
-        k_quantize_act<<<blocks_for(nblk * 32, 256), 256, 0, c->st>>>(x->d, (int64_t)nblk, xq, xd, xs);
-        LAUNCHED(c, "quantize activations");
+        const int cached = c->q_src == x->d && c->q_n == n && c->q_K == K && c->q_epoch == c->epoch;
+        if (!cached) {
+            if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) ||
+                grow(c, &c->xs, nblk * sizeof(int)))
+                return;
+            k_quantize_act<<<blocks_for(nblk * 32, 256), 256, 0, c->st>>>(x->d, (int64_t)nblk, (int8_t *)c->xq.p,
+                                                                          (float *)c->xd.p, (int *)c->xs.p);
+            LAUNCHED(c, "quantize activations");
+        }
+        const int8_t *xq = (const int8_t *)c->xq.p;
+        const float *xd = (const float *)c->xd.p;
+        const int *xs = (const int *)c->xs.p;
         const mv_q_fn *tab = W->fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
             tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>((const uint8_t *)W->q, W->d, xq + bo * 32, xd + bo, xs + bo,
-                                                           out->d + (size_t)t0 * M, K, M);
-            LAUNCHED(c, "matmul");
+                                                           out->d + (size_t)t0 * M, K, M, g ? g + (size_t)t0 * M : NULL);
+            LAUNCHED(c, label);
+        }
+        if (out->d != x->d) {
+            c->q_src = x->d;
+            c->q_n = n;
+            c->q_K = K;
+            c->q_epoch = c->epoch;
         }
         return;
     }
     const mv_f_fn *tab = W->fmt == DW_F32 ? mv_f32 : W->fmt == DW_F16 ? mv_f16 : mv_bf16;
     for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
         const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
-        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(W->q, x->d + (size_t)t0 * K, out->d + (size_t)t0 * M, K, M);
-        LAUNCHED(c, "matmul");
+        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(W->q, x->d + (size_t)t0 * K, out->d + (size_t)t0 * M, K, M,
+                                                       g ? g + (size_t)t0 * M : NULL);
+        LAUNCHED(c, label);
     }
+}
+
+static void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
+    matmul_into(cu_of(b), W, x, n, out, NULL);
+}
+
+static void cu_matmul_geglu(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    if (c->gelu_fp16) { /* the table GELU is not fused */
+        matmul_into(c, W, x, n, out, NULL);
+        cu_geglu(b, gate, out, (size_t)n * (size_t)W->ne1, out);
+        return;
+    }
+    matmul_into(c, W, x, n, out, gate);
 }
 
 /* ------------------------------------------------------------------ */
@@ -720,25 +821,26 @@ __device__ __forceinline__ const float *key_row(const float *cur, const float *c
     return cache + ((size_t)slot * kvh + h) * d;
 }
 
-/* One block per (KV head, split, query): the G query heads that share the
- * KV head read each key and value row once. Keys of this call come from
+/* One block per (KV head x head group, split, query): the Gb query heads
+ * of a group share the KV head and read each key and value row once. Keys of this call come from
  * k/v, older ones from the cache (a tile's own keys may overwrite ring slots
  * its earlier queries still need, so the cache is written after). Online
  * softmax over chunks of AT_CHUNK keys; the block leaves unnormalised
  * partial sums with their running max and sum for k_attn_combine. */
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
-                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, float *part, float *pml) {
+                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, int G, float *part, float *pml) {
     extern __shared__ float sm[];
-    const int h = blockIdx.x, split = blockIdx.y, i = blockIdx.z;
-    const int G = n_head / kvh, GD = G * d;
+    const int groups = n_head / kvh / G;
+    const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * G;
+    const int split = blockIdx.y, i = blockIdx.z, GD = G * d;
     float *qs = sm, *S = sm + GD, *mrow = S + G * AT_CHUNK, *lrow = mrow + G, *alpha = lrow + G;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = AT_THREADS / 32;
     const int pos0 = step[0], qp = pos0 + i;
     const int first = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
     const int len = qp - first + 1, per = (len + nsplit - 1) / nsplit;
     const int s0 = first + split * per, s1 = min(s0 + per, qp + 1);
-    for (int idx = tid; idx < GD; idx += AT_THREADS) qs[idx] = q[((size_t)i * n_head + (size_t)h * G) * d + idx];
+    for (int idx = tid; idx < GD; idx += AT_THREADS) qs[idx] = q[((size_t)i * n_head + hq0) * d + idx];
     if (tid < G) {
         mrow[tid] = -INFINITY;
         lrow[tid] = 0;
@@ -805,11 +907,11 @@ __global__ void __launch_bounds__(AT_THREADS)
         const int idx = tid + jj * AT_THREADS;
         if (idx < GD) {
             const int g = idx / d, e = idx % d;
-            part[(((size_t)i * n_head + (size_t)h * G + g) * nsplit + split) * d + e] = acc[jj];
+            part[(((size_t)i * n_head + hq0 + g) * nsplit + split) * d + e] = acc[jj];
         }
     }
     if (tid < G) {
-        const size_t o = (((size_t)i * n_head + (size_t)h * G + tid) * nsplit + split) * 2;
+        const size_t o = (((size_t)i * n_head + hq0 + tid) * nsplit + split) * 2;
         pml[o] = mrow[tid];
         pml[o + 1] = lrow[tid];
     }
@@ -844,6 +946,10 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
 __global__ void k_kv_store(const float *k, const float *v, float *ck, float *cv, const int *step, int row, int cap,
                            int ring) {
     const int i = blockIdx.x, p = step[0] + i;
+    /* a tile longer than the ring stores only its last `cap` positions: the
+     * earlier ones would share slots with them (the CPU's sequential stores
+     * leave the last writer, and so must this) */
+    if (ring && i < (int)gridDim.x - cap) return;
     const size_t slot = (size_t)(ring ? p % cap : p);
     for (int e = threadIdx.x; e < row; e += blockDim.x) {
         ck[slot * row + e] = k[(size_t)i * row + e];
@@ -865,16 +971,21 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
                          int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
-    const int G = n_head / n_kv_head, nsplit = attn_splits(kv, n);
-    if (G * d > AT_MAX_OWN * AT_THREADS || d % 128 || d > 512) {
+    const int nsplit = attn_splits(kv, n);
+    /* the largest group of query heads (a divisor of n_head / n_kv_head)
+     * whose outputs fit the block's registers */
+    int G = n_head / n_kv_head;
+    while (G * d > AT_MAX_OWN * AT_THREADS && G % 2 == 0) G /= 2;
+    if (G * d > AT_MAX_OWN * AT_THREADS || d % 128 || d > 512 || n_head % n_kv_head) {
         cu_check(c, cudaErrorInvalidValue, "attention: unsupported head shape");
         return;
     }
+    const int groups = n_head / n_kv_head / G;
     const size_t rows = (size_t)n * n_head * nsplit;
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
     const size_t shm = sizeof(float) * ((size_t)G * d + (size_t)G * AT_CHUNK + 3 * (size_t)G);
-    k_attn_split<<<dim3(n_kv_head, nsplit, n), AT_THREADS, shm, c->st>>>(
-        q->d, k->d, v->d, kv->k, kv->v, c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit,
+    k_attn_split<<<dim3(n_kv_head * groups, nsplit, n), AT_THREADS, shm, c->st>>>(
+        q->d, k->d, v->d, kv->k, kv->v, c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, G,
         (float *)c->part.p, (float *)c->pml.p);
     LAUNCHED(c, "attention");
     k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
@@ -1004,8 +1115,11 @@ static be_graph *cu_capture(backend *b, void (*fn)(void *ctx), void *ctx, gem_er
         gem_err_set(err, "%s", c->why);
         return NULL;
     }
+    /* run for real first: scratch buffers reach their sizes outside the
+     * recording, and this step's results exist when capture returns */
+    fn(ctx);
     cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
+    cudaError_t e = c->failed ? cudaErrorUnknown : cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
         c->capturing = 1;
         fn(ctx);
@@ -1053,6 +1167,14 @@ static int cu_status(backend *b, gem_err *err) {
 static void cu_destroy(backend *b) {
     cuda_backend *c = cu_of(b);
     cudaStreamSynchronize(c->st);
+    if (c->profile) {
+        double total = 0;
+        for (int i = 0; i < 48 && c->prof[i].name[0]; i++) total += c->prof[i].s;
+        fprintf(stderr, "gem cuda profile (synchronised per launch; includes launch gaps):\n");
+        for (int i = 0; i < 48 && c->prof[i].name[0]; i++)
+            fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
+                    c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
+    }
     scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
@@ -1107,6 +1229,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->rmsnorm = cu_rmsnorm;
     b->add_rmsnorm = cu_add_rmsnorm;
     b->matmul = cu_matmul;
+    b->matmul_geglu = cu_matmul_geglu;
     b->rope = cu_rope;
     b->geglu = cu_geglu;
     b->scale = cu_scale;
@@ -1119,7 +1242,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_load = cu_kv_load;
     b->argmax = cu_argmax;
     b->set_step = cu_set_step;
-    b->capture = cu_capture;
+    const char *prof = getenv("GEM_CUDA_PROFILE");
+    c->profile = prof && *prof && strcmp(prof, "0");
+    c->prof_mark = now_s();
+    b->capture = c->profile ? NULL : cu_capture;
     b->replay = cu_replay;
     b->graph_free = cu_graph_free;
     b->status = cu_status;
