@@ -13,7 +13,7 @@
  * in f32):
  *   embed:      out[i] = E[ids[i]] * scale
  *   rmsnorm:    out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (w ? w : 1)
- *   add_rmsnorm h[r] += rmsnorm(x[r]) * w
+ *   add_rmsnorm h[r] = (h[r] + rmsnorm(x[r]) * w) * (s ? s[0] : 1)
  *   matmul:     out[i][o] = sum_k W[o][k] * x[i][k]   (W as stored: out rows of in)
  *   rope:       NeoX rotation of the first `n_rot` dims of every head, pair
  *               (j, j + n_rot/2) by angle pos * theta^(-2j/n_rot) / ff[j]
@@ -55,14 +55,22 @@ struct backend {
 
     void (*embed)(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out);
     void (*rmsnorm)(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
-    void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps);
+    void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
+                        const be_weight *s);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
-    /* out = geglu(gate, W x): the up projection with the gating fused (one
-     * pass over out instead of two, and no separate `up` buffer). */
-    void (*matmul_geglu)(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out);
+    /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
+     * one pass of the activations, and one launch on a GPU. */
+    void (*matmul_multi)(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
+    /* out = gelu_tanh(Wgate x) * (Wup x): both projections and the gating
+     * in one pass (no gate/up buffers on backends that fuse it). */
+    void (*matmul_geglu)(backend *b, const be_weight *Wgate, const be_weight *Wup, const be_buf *x, int n, be_buf *out);
     void (*rope)(backend *b, be_buf *x, int n, int heads, int head_dim, int n_rot, int pos0, float theta,
                  const be_weight *freq_factors);
     void (*geglu)(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+    /* rmsnorm of every head of x (n x heads x head_dim, weight w or none),
+     * then rope on all head_dim dims: the q/k path of a layer in one op. */
+    void (*rmsnorm_rope)(backend *b, be_buf *x, const be_weight *w, int n, int heads, int head_dim, float eps, int pos0,
+                         float theta, const be_weight *freq_factors);
     void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
     void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
 

@@ -33,7 +33,7 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *act, *down, *last, *logits, *best;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best;
     be_graph *decode; /* one recorded decode step (backends with capture) */
 };
 
@@ -59,7 +59,7 @@ void gemma4_state_free(gemma4_state *s) {
     be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
-    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->act, s->down, s->last, s->logits,
+    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->act, s->down, s->last, s->logits,
                       s->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
@@ -105,7 +105,6 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
         !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
         !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
-        !(s->gate = b->alloc(b, T * F, err)) ||
         !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
         !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
         !(s->best = b->alloc(b, 1, err)))
@@ -134,29 +133,22 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         layer_w *l = &s->L[il];
         const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
         b->rmsnorm(b, s->h, l->attn_norm, n, H, EPS, s->a);
-        b->matmul(b, l->q, s->a, n, s->q);
-        b->matmul(b, l->k, s->a, n, s->k);
+        const be_weight *W[3] = {l->q, l->k, l->v};
+        be_buf *O[3] = {s->q, s->k, s->v};
+        b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
         if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
-        else b->matmul(b, l->v, s->a, n, s->v);
-        b->rmsnorm(b, s->q, l->q_norm, n * nh, d, EPS, s->q);
-        b->rmsnorm(b, s->k, l->k_norm, n * kvh, d, EPS, s->k);
+        const float theta = g->is_full ? 1e6f : 1e4f;
+        const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
+        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
         b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
-        if (g->is_full) {
-            b->rope(b, s->q, n, nh, d, d, pos0, 1e6f, s->rope_freqs);
-            b->rope(b, s->k, n, kvh, d, d, pos0, 1e6f, s->rope_freqs);
-        } else {
-            b->rope(b, s->q, n, nh, d, d, pos0, 1e4f, NULL);
-            b->rope(b, s->k, n, kvh, d, d, pos0, 1e4f, NULL);
-        }
         b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
         b->matmul(b, l->o, s->att, n, s->o);
-        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS);
+        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS, NULL);
         b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
-        b->matmul(b, l->gate, s->a, n, s->gate);
-        b->matmul_geglu(b, l->up, s->a, n, s->gate, s->act);
+        b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
-        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS);
-        b->scale(b, s->h, (size_t)n * H, l->out_scale);
+        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
     }
 }
 

@@ -175,13 +175,20 @@ static void test_norms(void) {
             free(a), free(b);
             cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg), cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, og);
         }
-        be_buf *hc = put(cpu_ref, h, n), *hg = put(gpu, h, n), *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n);
-        cpu_ref->add_rmsnorm(cpu_ref, hc, xc, wc, rows, width, 1e-6f);
-        gpu->add_rmsnorm(gpu, hg, xg, wg, rows, width, 1e-6f);
-        float *a = get(gpu, hg, n), *b = get(cpu_ref, hc, n);
-        CHECKF(close_enough("add_rmsnorm", a, b, n, 1e-5, 2e-5), "add_rmsnorm %dx%d", rows, width);
-        free(a), free(b), free(x), free(h);
-        cpu_ref->buf_free(cpu_ref, hc), gpu->buf_free(gpu, hg), cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+        tensor sc = make_tensor(QT_F32, 1, 1);
+        be_weight *scc = cpu_ref->weight(cpu_ref, &sc.t, &err), *scg = gpu->weight(gpu, &sc.t, &err);
+        for (int with_s = 0; with_s < 2; with_s++) {
+            be_buf *hc = put(cpu_ref, h, n), *hg = put(gpu, h, n), *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n);
+            cpu_ref->add_rmsnorm(cpu_ref, hc, xc, wc, rows, width, 1e-6f, with_s ? scc : NULL);
+            gpu->add_rmsnorm(gpu, hg, xg, wg, rows, width, 1e-6f, with_s ? scg : NULL);
+            float *a = get(gpu, hg, n), *b = get(cpu_ref, hc, n);
+            CHECKF(close_enough("add_rmsnorm", a, b, n, 1e-5, 2e-5), "add_rmsnorm %dx%d scale %d", rows, width, with_s);
+            free(a), free(b);
+            cpu_ref->buf_free(cpu_ref, hc), gpu->buf_free(gpu, hg), cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+        }
+        cpu_ref->weight_free(cpu_ref, scc), gpu->weight_free(gpu, scg);
+        free_tensor(&sc);
+        free(x), free(h);
         cpu_ref->weight_free(cpu_ref, wc), gpu->weight_free(gpu, wg);
         free_tensor(&w);
     }
@@ -242,10 +249,60 @@ static void test_rope(void) {
             /* cos/sin of arguments up to 1.3e5 rad: both libraries reduce
              * exactly, results differ by an ulp of the value */
             CHECKF(close_enough("rope", a, b, len, 1e-5, 2e-5), "rope full=%d pos0=%d", full, pos0s[p]);
+            free(a), free(b);
+            /* the fused q/k path: per-head rmsnorm (weighted) then rope */
+            tensor nw = make_tensor(QT_F32, d, 1);
+            be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gpu->weight(gpu, &nw.t, &err);
+            cpu_ref->upload(cpu_ref, xc, 0, x, len);
+            gpu->upload(gpu, xg, 0, x, len);
+            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
+            gpu->rmsnorm_rope(gpu, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            a = get(gpu, xg, len), b = get(cpu_ref, xc, len);
+            CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope full=%d pos0=%d", full, pos0s[p]);
             free(a), free(b), free(x);
+            cpu_ref->weight_free(cpu_ref, nc), gpu->weight_free(gpu, ng);
+            free_tensor(&nw);
             cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
             cpu_ref->weight_free(cpu_ref, fc), gpu->weight_free(gpu, fg);
             free_tensor(&ff);
+        }
+}
+
+/* Fused launches against their unfused GPU equivalents: the same
+ * arithmetic per row, so exactly equal. */
+static void test_fused_matmul(void) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16};
+    for (size_t t = 0; t < 3; t++)
+        for (int n = 1; n <= 9; n += 8) {
+            const int64_t K = 1024;
+            tensor A = make_tensor(types[t], K, 300), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
+            gem_err err;
+            be_weight *W[3] = {gpu->weight(gpu, &A.t, &err), gpu->weight(gpu, &B.t, &err), gpu->weight(gpu, &C.t, &err)};
+            float *x = rand_vec((size_t)n * K, 1.0f);
+            be_buf *xg = put(gpu, x, (size_t)n * K);
+            be_buf *o[3] = {put(gpu, NULL, (size_t)n * 300), put(gpu, NULL, (size_t)n * 64), put(gpu, NULL, (size_t)n * 300)};
+            be_buf *r[3] = {put(gpu, NULL, (size_t)n * 300), put(gpu, NULL, (size_t)n * 64), put(gpu, NULL, (size_t)n * 300)};
+            gpu->matmul_multi(gpu, 3, (const be_weight *const *)W, xg, n, o);
+            for (int i = 0; i < 3; i++) gpu->matmul(gpu, W[i], xg, n, r[i]);
+            int same = 1;
+            for (int i = 0; i < 3; i++) {
+                const size_t len = (size_t)n * (i == 1 ? 64 : 300);
+                float *a = get(gpu, o[i], len), *b = get(gpu, r[i], len);
+                same &= close_enough("matmul_multi", a, b, len, 0, 0);
+                free(a), free(b);
+            }
+            CHECKF(same, "matmul_multi %s n=%d", quant_type_name(types[t]), n);
+            /* geglu pair: gate = A, up = C */
+            be_buf *fused = put(gpu, NULL, (size_t)n * 300);
+            gpu->matmul_geglu(gpu, W[0], W[2], xg, n, fused);
+            gpu->geglu(gpu, r[0], r[2], (size_t)n * 300, o[0]);
+            float *a = get(gpu, fused, (size_t)n * 300), *b = get(gpu, o[0], (size_t)n * 300);
+            CHECKF(close_enough("matmul_geglu", a, b, (size_t)n * 300, 0, 0), "matmul_geglu %s n=%d",
+                   quant_type_name(types[t]), n);
+            free(a), free(b), free(x);
+            gpu->buf_free(gpu, fused), gpu->buf_free(gpu, xg);
+            for (int i = 0; i < 3; i++) gpu->buf_free(gpu, o[i]), gpu->buf_free(gpu, r[i]), gpu->weight_free(gpu, W[i]);
+            free_tensor(&A), free_tensor(&B), free_tensor(&C);
         }
 }
 
@@ -446,6 +503,7 @@ int main(void) {
     test_elementwise();
     test_rope();
     test_matmul();
+    test_fused_matmul();
     test_attention();
     test_argmax();
     test_graph();

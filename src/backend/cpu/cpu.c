@@ -42,6 +42,8 @@ typedef struct {
     cpu_kernels k;
     act_q8 act; /* quantized-activation scratch (one matmul at a time) */
     size_t act_cap;
+    be_buf up; /* matmul_geglu's up projection */
+    size_t up_cap;
 } cpu_backend;
 
 static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
@@ -135,9 +137,11 @@ static void cpu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int row
     for (int r = 0; r < rows; r++) rms_row(x->p + (size_t)r * d, wv, d, eps, out->p + (size_t)r * d);
 }
 
-static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int d, float eps) {
+static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int d, float eps,
+                            const be_weight *sw) {
     (void)b;
     const float *wv = vec_f32(w);
+    const float sv = sw ? vec_f32(sw)[0] : 1.0f;
     for (int r = 0; r < rows; r++) {
         const float *xr = x->p + (size_t)r * d;
         float *hr = h->p + (size_t)r * d;
@@ -145,6 +149,8 @@ static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_wei
         for (int k = 0; k < d; k++) ss += xr[k] * xr[k];
         const float s = 1.0f / sqrtf(ss / (float)d + eps);
         for (int k = 0; k < d; k++) hr[k] += xr[k] * s * wv[k];
+        if (sw)
+            for (int k = 0; k < d; k++) hr[k] *= sv;
     }
 }
 
@@ -287,9 +293,33 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     else pool_run(c->pool, mm_task, &j, tasks);
 }
 
-static void cpu_matmul_geglu(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out) {
-    cpu_matmul(b, W, x, n, out);
-    cpu_geglu(b, gate, out, (size_t)n * (size_t)W->ne1, out); /* elementwise: in place is safe */
+static void cpu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n,
+                             be_buf *const *out) {
+    for (int i = 0; i < count; i++) cpu_matmul(b, W[i], x, n, out[i]);
+}
+
+static void cpu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    const size_t len = (size_t)n * (size_t)Wu->ne1;
+    if (len > c->up_cap) { /* the up projection's scratch grows to the largest tile */
+        free(c->up.p);
+        c->up.p = malloc(len * sizeof(float));
+        c->up_cap = c->up.p ? len : 0;
+        c->up.n = c->up_cap;
+    }
+    if (!c->up.p) { /* no memory: nothing sensible to compute; zeros make the failure visible */
+        memset(out->p, 0, len * sizeof(float));
+        return;
+    }
+    cpu_matmul(b, Wg, x, n, out);
+    cpu_matmul(b, Wu, x, n, &c->up);
+    cpu_geglu(b, out, &c->up, len, out); /* elementwise: in place is safe */
+}
+
+static void cpu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
+                             float theta, const be_weight *ff) {
+    cpu_rmsnorm(b, x, w, n * heads, d, eps, x);
+    cpu_rope(b, x, n, heads, d, d, pos0, theta, ff);
 }
 
 /* ---- KV cache and attention ---- */
@@ -424,6 +454,7 @@ static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
     free(c->act.q);
+    free(c->up.p);
     pool_free(c->pool);
     free(c);
 }
@@ -460,6 +491,8 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->add_rmsnorm = cpu_add_rmsnorm;
     b->matmul = cpu_matmul;
     b->matmul_geglu = cpu_matmul_geglu;
+    b->matmul_multi = cpu_matmul_multi;
+    b->rmsnorm_rope = cpu_rmsnorm_rope;
     b->rope = cpu_rope;
     b->geglu = cpu_geglu;
     b->scale = cpu_scale;

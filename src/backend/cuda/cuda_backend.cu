@@ -83,6 +83,7 @@ typedef struct {
     scratch xq, xd, xs;     /* quantized activations: codes, scales, code sums */
     scratch part, pml;      /* attention partials */
     scratch amax_v, amax_i; /* argmax partials */
+    scratch up;             /* matmul_geglu's unfused path */
     void *stage;            /* weight upload staging */
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every launch waits for the GPU and its time is
@@ -431,7 +432,7 @@ static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, 
 }
 
 /* One block per row. add: h += rmsnorm(x) * w (x unchanged); else out = rmsnorm(x) * (w or 1). */
-__global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add) {
+__global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * width;
     float ss = 0;
@@ -441,24 +442,27 @@ __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, 
     float *o = out + (size_t)blockIdx.x * width;
     for (int k = threadIdx.x; k < width; k += blockDim.x) {
         const float v = w ? xr[k] * r * w[k] : xr[k] * r;
-        if (add) o[k] += v;
+        if (add) o[k] = scale ? (o[k] + v) * scale[0] : o[k] + v;
         else o[k] = v;
     }
 }
 
 static void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out) {
     cuda_backend *c = cu_of(b);
-    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, w ? (const float *)w->q : NULL, width, eps, out->d, 0);
+    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, w ? (const float *)w->q : NULL, width, eps, out->d, 0, NULL);
     LAUNCHED(c, "rmsnorm");
 }
 
-static void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps) {
+static void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
+                           const be_weight *s) {
     cuda_backend *c = cu_of(b);
-    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, (const float *)w->q, width, eps, h->d, 1);
+    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, (const float *)w->q, width, eps, h->d, 1, s ? (const float *)s->q : NULL);
     LAUNCHED(c, "add_rmsnorm");
 }
 
-__device__ __forceinline__ float gelu_tanh(float x) {
+/* The one GELU of this file (the fused matmul epilogue uses it too, so
+ * fused and unfused gating round identically). */
+__device__ __forceinline__ float gelu_tanh_f(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
@@ -470,9 +474,9 @@ __global__ void k_geglu(const float *g, const float *u, size_t n, float *out, in
             /* llama.cpp's CPU table (backend_opts.gelu_fp16) */
             a = a <= -10.0f ? 0.0f
                 : a >= 10.0f ? a
-                             : __half2float(__float2half_rn(gelu_tanh(__half2float(__float2half_rn(a)))));
+                             : __half2float(__float2half_rn(gelu_tanh_f(__half2float(__float2half_rn(a)))));
         } else {
-            a = gelu_tanh(a);
+            a = gelu_tanh_f(a);
         }
         out[i] = a * u[i];
     }
@@ -546,6 +550,42 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
     LAUNCHED(c, "rope");
 }
 
+/* rmsnorm + rope of one (token, head) row per block: the row is normalised
+ * into shared memory, then rotated pairwise; the arithmetic of each step is
+ * that of k_rmsnorm and k_rope. */
+__global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float eps, const int *step, float theta_scale,
+                               const float *ff) {
+    extern __shared__ float row[];
+    __shared__ float sh[32];
+    const int i = blockIdx.x / heads, half = d / 2;
+    float *v = x + (size_t)blockIdx.x * d;
+    float ss = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) ss += v[k] * v[k];
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int k = threadIdx.x; k < d; k += blockDim.x) row[k] = w ? v[k] * r * w[k] : v[k] * r;
+    __syncthreads();
+    const float pos = (float)(step[0] + i);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        float theta = pos;
+        for (int m = 0; m < j; m++) theta *= theta_scale;
+        const float t = ff ? theta / ff[j] : theta;
+        const float cs = cosf(t), sn = sinf(t), x0 = row[j], x1 = row[j + half];
+        v[j] = x0 * cs - x1 * sn;
+        v[j + half] = x0 * sn + x1 * cs;
+    }
+}
+
+static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
+                            float base, const be_weight *ff) {
+    cuda_backend *c = cu_of(b);
+    (void)pos0; /* read from the step buffer */
+    const float theta_scale = powf(base, -2.0f / (float)d);
+    k_rmsnorm_rope<<<n * heads, 128, sizeof(float) * (size_t)d, c->st>>>(
+        x->d, w ? (const float *)w->q : NULL, heads, d, eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
+    LAUNCHED(c, "rmsnorm+rope");
+}
+
 /* ------------------------------------------------------------------ */
 /* matrix products                                                     */
 
@@ -570,36 +610,109 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 #define MV_ROWS 2  /* output rows per warp: each activation block loaded serves both */
 #define MV_MAXT 8  /* tokens per launch */
 
-/* Quantized weights x quantized activations. A warp owns MV_ROWS rows; lane
- * L takes blocks L, L+32, ... of each row, MV_UNROLL at a time with every
- * weight load issued before the first use (memory-level parallelism is what
- * a matrix-vector product at the bandwidth roofline needs): 16 (q4_0) or 32
- * (q8_0) contiguous code bytes per block, so a warp's loads of one row are
- * contiguous 512- or 1024-byte runs. Per block: integer dot products
- * (dp4a), then one f32 multiply-add with scale(w) * scale(x), the CPU fast
- * path's arithmetic. When `gate` is given (fused GELU gating) the output is
- * gelu_tanh(gate[t][row]) * (W x)[t][row]. */
+/* Matrix-vector products (n <= MV_MAXT tokens per launch).
+ *
+ * One launch serves up to three matrices that share the input (q, k, v):
+ * blocks are dealt to the matrices in order. A warp owns MV_ROWS output
+ * rows; in `pair` mode (gate/up with GELU gating fused) its two rows are
+ * row R of matrix 0 (gate) and row R of matrix 1 (up), and it writes
+ * gelu_tanh(gate) * up. Lane L takes blocks L, L+32, ... of each row,
+ * MV_UNROLL at a time with every weight load issued before the first use
+ * (memory-level parallelism is what a product at the bandwidth roofline
+ * needs).
+ *
+ * q8_0/q4_0: 16 (q4_0) or 32 (q8_0) contiguous code bytes per block, so a
+ * warp's loads of one row are contiguous 512- or 1024-byte runs; integer dot
+ * products (dp4a) per block, then one f32 multiply-add with
+ * scale(w) * scale(x), the CPU fast path's arithmetic.
+ * f32/f16/bf16: lane L takes 8 consecutive values at 8L, 8L + 256, ... */
 #define MV_UNROLL 4
 
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+typedef struct {
+    const void *q;
+    const __half *d;
+    float *out;
+    int M;      /* rows */
+    int blocks; /* thread blocks dealt to this matrix */
+} mv_mat;
+
+typedef struct {
+    mv_mat m[3];
+    int count;
+    int pair;
+} mv_job;
+
+/* The rows of this warp: per slot a matrix base and a row index; *mi is the
+ * matrix of slot 0 (its out/M receive the results). */
+struct mv_rows {
+    const void *q[MV_ROWS];
+    const __half *d[MV_ROWS];
+    int row[MV_ROWS];
+    float *out;
+    int M, row0;
+};
+
+__device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
+    int bid = blockIdx.x, mi = 0;
+    if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
+    if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
+    const mv_mat &m = mi == 0 ? job.m[0] : mi == 1 ? job.m[1] : job.m[2];
+    const int warp = bid * MV_WARPS + (threadIdx.x >> 5);
+    r.out = m.out;
+    r.M = m.M;
+    if (job.pair) {
+        r.row0 = warp;
+        if (warp >= m.M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = k == 0 ? job.m[0].q : job.m[1].q;
+            r.d[k] = k == 0 ? job.m[0].d : job.m[1].d;
+            r.row[k] = warp;
+        }
+    } else {
+        r.row0 = warp * MV_ROWS;
+        if (r.row0 >= m.M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = m.q;
+            r.d[k] = m.d;
+            r.row[k] = min(r.row0 + k, m.M - 1);
+        }
+    }
+    return true;
+}
+
+template <int NT>
+__device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, float (&acc)[MV_ROWS][NT]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = warp_sum(acc[k][t]);
+    if (lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (job.pair) {
+            r.out[(size_t)t * r.M + r.row0] = gelu_tanh_f(acc[0][t]) * acc[1][t];
+        } else {
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+                if (r.row0 + k < r.M) r.out[(size_t)t * r.M + r.row0 + k] = acc[k][t];
+        }
+    }
 }
 
 template <int Q4, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    k_mv_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const int *__restrict__ xs, float *__restrict__ out, int K, int M,
-           const float *__restrict__ gate) {
-    const int lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
-    if (row0 >= M) return;
-    const int nb = K / 32;
+    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    mv_rows r;
+    if (!mv_rows_of(job, r)) return;
+    const int lane = threadIdx.x & 31, nb = K / 32;
     float acc[MV_ROWS][NT];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
+    for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0;
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
     for (int b0 = lane; b0 < nb; b0 += 32 * MV_UNROLL) {
         uint4 w0[MV_UNROLL][MV_ROWS], w1[MV_UNROLL][MV_ROWS];
         float dw[MV_UNROLL][MV_ROWS];
@@ -607,12 +720,13 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         for (int u = 0; u < MV_UNROLL; u++) {
             const int b = b0 + 32 * u;
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) {
+            for (int k = 0; k < MV_ROWS; k++) {
                 if (b < nb) {
-                    const size_t blk = (size_t)min(row0 + r, M - 1) * nb + b;
-                    w0[u][r] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
-                    if (!Q4) w1[u][r] = __ldg((const uint4 *)(q + blk * 32 + 16));
-                    dw[u][r] = __half2float(d[blk]);
+                    const size_t blk = (size_t)r.row[k] * nb + b;
+                    const uint8_t *q = (const uint8_t *)r.q[k];
+                    w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                    if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                    dw[u][k] = __half2float(r.d[k][blk]);
                 }
             }
         }
@@ -627,113 +741,90 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 const float dx = __ldg(xd + (size_t)t * nb + b);
                 const int sx = __ldg(xs + (size_t)t * nb + b);
 #pragma unroll
-                for (int r = 0; r < MV_ROWS; r++) {
-                    int s = 0;
+                for (int k = 0; k < MV_ROWS; k++) {
+                    int sum = 0;
                     if (Q4) {
                         const unsigned m = 0x0F0F0F0Fu;
-                        const uint4 w = w0[u][r];
-                        s = __dp4a((int)(w.x & m), x0.x, s);
-                        s = __dp4a((int)(w.y & m), x0.y, s);
-                        s = __dp4a((int)(w.z & m), x0.z, s);
-                        s = __dp4a((int)(w.w & m), x0.w, s);
-                        s = __dp4a((int)((w.x >> 4) & m), x1.x, s);
-                        s = __dp4a((int)((w.y >> 4) & m), x1.y, s);
-                        s = __dp4a((int)((w.z >> 4) & m), x1.z, s);
-                        s = __dp4a((int)((w.w >> 4) & m), x1.w, s);
-                        s -= 8 * sx; /* codes are stored +8 */
+                        const uint4 w = w0[u][k];
+                        sum = __dp4a((int)(w.x & m), x0.x, sum);
+                        sum = __dp4a((int)(w.y & m), x0.y, sum);
+                        sum = __dp4a((int)(w.z & m), x0.z, sum);
+                        sum = __dp4a((int)(w.w & m), x0.w, sum);
+                        sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
+                        sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
+                        sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
+                        sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
+                        sum -= 8 * sx; /* codes are stored +8 */
                     } else {
-                        const uint4 a = w0[u][r], c = w1[u][r];
-                        s = __dp4a((int)a.x, x0.x, s);
-                        s = __dp4a((int)a.y, x0.y, s);
-                        s = __dp4a((int)a.z, x0.z, s);
-                        s = __dp4a((int)a.w, x0.w, s);
-                        s = __dp4a((int)c.x, x1.x, s);
-                        s = __dp4a((int)c.y, x1.y, s);
-                        s = __dp4a((int)c.z, x1.z, s);
-                        s = __dp4a((int)c.w, x1.w, s);
+                        const uint4 a = w0[u][k], c = w1[u][k];
+                        sum = __dp4a((int)a.x, x0.x, sum);
+                        sum = __dp4a((int)a.y, x0.y, sum);
+                        sum = __dp4a((int)a.z, x0.z, sum);
+                        sum = __dp4a((int)a.w, x0.w, sum);
+                        sum = __dp4a((int)c.x, x1.x, sum);
+                        sum = __dp4a((int)c.y, x1.y, sum);
+                        sum = __dp4a((int)c.z, x1.z, sum);
+                        sum = __dp4a((int)c.w, x1.w, sum);
                     }
-                    acc[r][t] += dw[u][r] * dx * (float)s;
+                    acc[k][t] += dw[u][k] * dx * (float)sum;
                 }
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < M) {
-                if (gate) v *= gelu_tanh_f(gate[(size_t)t * M + row0 + r]);
-                out[(size_t)t * M + row0 + r] = v;
-            }
-        }
+    mv_store<NT>(job, r, acc);
 }
 
-/* Plain f32/f16/bf16 weights with f32 activations: lane L takes 8
- * consecutive values at 8L, 8L + 256, ... */
 template <int FMT, int NT>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    k_mv_f(const void *__restrict__ q, const float *__restrict__ x, float *__restrict__ out, int K, int M,
-           const float *__restrict__ gate) {
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
+    mv_rows r;
+    if (!mv_rows_of(job, r)) return;
     const int lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
-    if (row0 >= M) return;
     float acc[MV_ROWS][NT];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
+    for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0;
-    for (int k = lane * 8; k < K; k += 256) {
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    for (int e = lane * 8; e < K; e += 256) {
         float w[MV_ROWS][8];
 #pragma unroll
-        for (int r = 0; r < MV_ROWS; r++) {
-            const size_t base = (size_t)min(row0 + r, M - 1) * K + k;
+        for (int k = 0; k < MV_ROWS; k++) {
+            const size_t base = (size_t)r.row[k] * K + e;
             if (FMT == DW_F32) {
-                const float4 a = __ldg((const float4 *)((const float *)q + base)),
-                             c = __ldg((const float4 *)((const float *)q + base + 4));
-                w[r][0] = a.x, w[r][1] = a.y, w[r][2] = a.z, w[r][3] = a.w;
-                w[r][4] = c.x, w[r][5] = c.y, w[r][6] = c.z, w[r][7] = c.w;
+                const float4 a = __ldg((const float4 *)((const float *)r.q[k] + base)),
+                             c = __ldg((const float4 *)((const float *)r.q[k] + base + 4));
+                w[k][0] = a.x, w[k][1] = a.y, w[k][2] = a.z, w[k][3] = a.w;
+                w[k][4] = c.x, w[k][5] = c.y, w[k][6] = c.z, w[k][7] = c.w;
             } else {
-                const uint4 raw = __ldg((const uint4 *)((const uint16_t *)q + base));
+                const uint4 raw = __ldg((const uint4 *)((const uint16_t *)r.q[k] + base));
                 const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     if (FMT == DW_F16) {
                         const float2 f = __half22float2(*(const __half2 *)&u[j]);
-                        w[r][2 * j] = f.x, w[r][2 * j + 1] = f.y;
+                        w[k][2 * j] = f.x, w[k][2 * j + 1] = f.y;
                     } else {
-                        w[r][2 * j] = __uint_as_float(u[j] << 16);
-                        w[r][2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
+                        w[k][2 * j] = __uint_as_float(u[j] << 16);
+                        w[k][2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
                     }
                 }
             }
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const float4 a = __ldg((const float4 *)(x + (size_t)t * K + k)),
-                         c = __ldg((const float4 *)(x + (size_t)t * K + k + 4));
+            const float4 a = __ldg((const float4 *)(x + (size_t)t * K + e)),
+                         c = __ldg((const float4 *)(x + (size_t)t * K + e + 4));
             const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++)
+            for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[r][t] = fmaf(w[r][j], xv[j], acc[r][t]);
+                for (int j = 0; j < 8; j++) acc[k][t] = fmaf(w[k][j], xv[j], acc[k][t]);
         }
     }
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < M) {
-                if (gate) v *= gelu_tanh_f(gate[(size_t)t * M + row0 + r]);
-                out[(size_t)t * M + row0 + r] = v;
-            }
-        }
+    mv_store<NT>(job, r, acc);
 }
 
-typedef void (*mv_q_fn)(const uint8_t *, const __half *, const int8_t *, const float *, const int *, float *, int,
-                        int, const float *);
-typedef void (*mv_f_fn)(const void *, const float *, float *, int, int, const float *);
+typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
+typedef void (*mv_f_fn)(mv_job, const float *, int);
 
 #define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
                           K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
@@ -743,18 +834,35 @@ static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
-/* out = W x, or gelu(gate) * (W x) when gate is given. The 8-bit
+/* outs[i] = W[i] x (pair: outs[0] = gelu(W[0] x) * (W[1] x)). The 8-bit
  * activations of the last quantized input are reused while nothing but
- * matrix products ran since (q, k, v share one input; so do gate and up). */
-static void matmul_into(cuda_backend *c, const be_weight *W, const be_buf *x, int n, be_buf *out, const be_buf *gate) {
-    const int K = (int)W->ne0, M = (int)W->ne1;
-    char label[48] = "matmul";
+ * matrix products ran since. Weights of one call share a format (else the
+ * caller splits the call). */
+static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
+                   int pair) {
+    const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
+    char label[64] = "matmul";
     if (c->profile)
-        snprintf(label, sizeof label, "matmul%s %s %dx%d n%d", gate ? "+geglu" : "",
-                 W->fmt == DW_Q4_0 ? "q4_0" : W->fmt == DW_Q8_0 ? "q8_0" : "float", M, K, n);
-    const unsigned grid = blocks_for((size_t)M, MV_WARPS * MV_ROWS);
-    const float *g = gate ? gate->d : NULL;
-    if (W->fmt == DW_Q8_0 || W->fmt == DW_Q4_0) {
+        snprintf(label, sizeof label, "matmul%s x%d %s %dx%d n%d", pair ? "+geglu" : "", count,
+                 fmt == DW_Q4_0 ? "q4_0" : fmt == DW_Q8_0 ? "q8_0" : "float", (int)W[0]->ne1, K, n);
+    mv_job job;
+    memset(&job, 0, sizeof job);
+    job.count = pair ? 1 : count;
+    job.pair = pair;
+    unsigned grid = 0;
+    for (int i = 0; i < job.count; i++) {
+        job.m[i].q = W[i]->q;
+        job.m[i].d = W[i]->d;
+        job.m[i].M = (int)W[i]->ne1;
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
+        grid += (unsigned)job.m[i].blocks;
+    }
+    if (pair) {
+        job.m[1].q = W[1]->q;
+        job.m[1].d = W[1]->d;
+        job.m[1].M = (int)W[1]->ne1;
+    }
+    if (fmt == DW_Q8_0 || fmt == DW_Q4_0) {
         const size_t nblk = (size_t)n * (size_t)(K / 32);
         const int cached = c->q_src == x->d && c->q_n == n && c->q_K == K && c->q_epoch == c->epoch;
         if (!cached) {
@@ -765,18 +873,19 @@ static void matmul_into(cuda_backend *c, const be_weight *W, const be_buf *x, in
                                                                           (float *)c->xd.p, (int *)c->xs.p);
             LAUNCHED(c, "quantize activations");
         }
-        const int8_t *xq = (const int8_t *)c->xq.p;
-        const float *xd = (const float *)c->xd.p;
-        const int *xs = (const int *)c->xs.p;
-        const mv_q_fn *tab = W->fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        const mv_q_fn *tab = fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
-            tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>((const uint8_t *)W->q, W->d, xq + bo * 32, xd + bo, xs + bo,
-                                                           out->d + (size_t)t0 * M, K, M, g ? g + (size_t)t0 * M : NULL);
+            mv_job jt = job;
+            for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+            tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, (const int8_t *)c->xq.p + bo * 32,
+                                                           (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }
-        if (out->d != x->d) {
+        int writes_x = 0;
+        for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
+        if (!writes_x) {
             c->q_src = x->d;
             c->q_n = n;
             c->q_K = K;
@@ -784,27 +893,46 @@ static void matmul_into(cuda_backend *c, const be_weight *W, const be_buf *x, in
         }
         return;
     }
-    const mv_f_fn *tab = W->fmt == DW_F32 ? mv_f32 : W->fmt == DW_F16 ? mv_f16 : mv_bf16;
+    const mv_f_fn *tab = fmt == DW_F32 ? mv_f32 : fmt == DW_F16 ? mv_f16 : mv_bf16;
     for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
         const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
-        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(W->q, x->d + (size_t)t0 * K, out->d + (size_t)t0 * M, K, M,
-                                                       g ? g + (size_t)t0 * M : NULL);
+        mv_job jt = job;
+        for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, x->d + (size_t)t0 * K, K);
         LAUNCHED(c, label);
     }
 }
 
 static void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
-    matmul_into(cu_of(b), W, x, n, out, NULL);
+    mv_run(cu_of(b), 1, &W, x, n, &out, 0);
 }
 
-static void cu_matmul_geglu(backend *b, const be_weight *W, const be_buf *x, int n, const be_buf *gate, be_buf *out) {
-    cuda_backend *c = cu_of(b);
-    if (c->gelu_fp16) { /* the table GELU is not fused */
-        matmul_into(c, W, x, n, out, NULL);
-        cu_geglu(b, gate, out, (size_t)n * (size_t)W->ne1, out);
+static void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n,
+                            be_buf *const *out) {
+    int same = 1;
+    for (int i = 1; i < count; i++) same &= W[i]->fmt == W[0]->fmt && W[i]->ne0 == W[0]->ne0;
+    if (same) {
+        mv_run(cu_of(b), count, W, x, n, out, 0);
         return;
     }
-    matmul_into(c, W, x, n, out, gate);
+    for (int i = 0; i < count; i++) mv_run(cu_of(b), 1, &W[i], x, n, &out[i], 0);
+}
+
+static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    const be_weight *W[2] = {Wg, Wu};
+    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1) {
+        /* the table GELU and mixed formats go the long way, through scratch */
+        const size_t len = (size_t)n * (size_t)Wu->ne1;
+        if (grow(c, &c->up, len * sizeof(float))) return;
+        be_buf up = {(float *)c->up.p, len};
+        be_buf *o1 = out, *o2 = &up;
+        mv_run(c, 1, &W[0], x, n, &o1, 0);
+        mv_run(c, 1, &W[1], x, n, &o2, 0);
+        cu_geglu(b, out, &up, len, out);
+        return;
+    }
+    mv_run(c, 2, W, x, n, &out, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -829,7 +957,8 @@ __device__ __forceinline__ const float *key_row(const float *cur, const float *c
  * partial sums with their running max and sum for k_attn_combine. */
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
-                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, int G, float *part, float *pml) {
+                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, int G, float *part, float *pml,
+                 float *store_k, float *store_v) {
     extern __shared__ float sm[];
     const int groups = n_head / kvh / G;
     const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * G;
@@ -837,6 +966,16 @@ __global__ void __launch_bounds__(AT_THREADS)
     float *qs = sm, *S = sm + GD, *mrow = S + G * AT_CHUNK, *lrow = mrow + G, *alpha = lrow + G;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = AT_THREADS / 32;
     const int pos0 = step[0], qp = pos0 + i;
+    /* one-token steps store the new key/value here: no block reads that
+     * cache slot (the new key comes from k/v; in a ring the slot held the
+     * position just outside the window) */
+    if (store_k && split == 0 && blockIdx.x % groups == 0) {
+        const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
+        for (int e = threadIdx.x; e < d; e += AT_THREADS) {
+            store_k[(slot * kvh + h) * d + e] = k[(size_t)h * d + e];
+            store_v[(slot * kvh + h) * d + e] = v[(size_t)h * d + e];
+        }
+    }
     const int first = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
     const int len = qp - first + 1, per = (len + nsplit - 1) / nsplit;
     const int s0 = first + split * per, s1 = min(s0 + per, qp + 1);
@@ -986,13 +1125,15 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     const size_t shm = sizeof(float) * ((size_t)G * d + (size_t)G * AT_CHUNK + 3 * (size_t)G);
     k_attn_split<<<dim3(n_kv_head * groups, nsplit, n), AT_THREADS, shm, c->st>>>(
         q->d, k->d, v->d, kv->k, kv->v, c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, G,
-        (float *)c->part.p, (float *)c->pml.p);
+        (float *)c->part.p, (float *)c->pml.p, n == 1 ? kv->k : NULL, n == 1 ? kv->v : NULL);
     LAUNCHED(c, "attention");
     k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
         (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d);
     LAUNCHED(c, "attention combine");
-    k_kv_store<<<n, 256, 0, c->st>>>(k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
-    LAUNCHED(c, "kv store");
+    if (n > 1) {
+        k_kv_store<<<n, 256, 0, c->st>>>(k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
+        LAUNCHED(c, "kv store");
+    }
 }
 
 static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
@@ -1175,7 +1316,7 @@ static void cu_destroy(backend *b) {
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
-    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i};
+    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->step);
@@ -1230,6 +1371,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->add_rmsnorm = cu_add_rmsnorm;
     b->matmul = cu_matmul;
     b->matmul_geglu = cu_matmul_geglu;
+    b->matmul_multi = cu_matmul_multi;
+    b->rmsnorm_rope = cu_rmsnorm_rope;
     b->rope = cu_rope;
     b->geglu = cu_geglu;
     b->scale = cu_scale;
