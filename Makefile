@@ -45,7 +45,7 @@ $(OBJ_DIR)/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 
 $(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -c -o $@ $<
 
 # ---- tests ----
 TEST_SRC  := $(wildcard tests/*/test_*.c)

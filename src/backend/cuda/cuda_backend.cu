@@ -606,9 +606,15 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
     }
 }
 
+/* Launch shape of the matrix-vector kernels (overridable for tuning runs,
+ * e.g. make NVEXTRA=-DMV_WARPS=8). */
+#ifndef MV_WARPS
 #define MV_WARPS 4 /* warps per block */
-#define MV_ROWS 2  /* output rows per warp: each activation block loaded serves both */
-#define MV_MAXT 8  /* tokens per launch */
+#endif
+#ifndef MV_ROWS
+#define MV_ROWS 2 /* output rows per warp: each activation block loaded serves all */
+#endif
+#define MV_MAXT 8 /* tokens per launch */
 
 /* Matrix-vector products (n <= MV_MAXT tokens per launch).
  *
@@ -626,7 +632,9 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
  * products (dp4a) per block, then one f32 multiply-add with
  * scale(w) * scale(x), the CPU fast path's arithmetic.
  * f32/f16/bf16: lane L takes 8 consecutive values at 8L, 8L + 256, ... */
+#ifndef MV_UNROLL
 #define MV_UNROLL 4
+#endif
 
 typedef struct {
     const void *q;
