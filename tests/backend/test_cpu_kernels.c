@@ -83,5 +83,42 @@ int main(void) {
     free(w);
     free(xq.d);
     free(xq.q);
+
+    /* register blocks (4 rows x 1..4 tokens) against the one-row integer
+     * kernels: the same int32 lane sums and scales, only the f32 order of
+     * the block accumulation differs (1e-6 of the sum of |terms|) */
+    if (fast.q8_0_gemm) {
+        const int64_t K = 1536, nb = K / 32;
+        const uint32_t gt[2] = {QT_Q8_0, QT_Q4_0};
+        for (int ti = 0; ti < 2; ti++) {
+            const uint64_t rb = (uint64_t)(nb * quant_type_size(gt[ti]));
+            uint8_t *rows = malloc(rb * 4);
+            float *xs = malloc(sizeof(float) * (size_t)(K * 4)), *deq = malloc(sizeof(float) * (size_t)K);
+            act_q8 q4 = {malloc(sizeof(float) * (size_t)(nb * 4)), malloc((size_t)(K * 4))};
+            for (int r = 0; r < 4; r++) make_row(gt[ti], rows + rb * (uint64_t)r, K);
+            for (int64_t i = 0; i < K * 4; i++) xs[i] = frand() * (i % 53 == 0 ? 25.0f : 1.0f);
+            for (int t = 0; t < 4; t++) fast.quantize_act(xs + t * K, K, &q4, t * nb);
+            gemm_q8_fn g = gt[ti] == QT_Q8_0 ? fast.q8_0_gemm : fast.q4_0_gemm;
+            dot_q8_fn d1 = gt[ti] == QT_Q8_0 ? fast.q8_0_q8 : fast.q4_0_q8;
+            for (int ntok = 1; ntok <= 4; ntok++) {
+                float out[4 * 5];
+                for (int i = 0; i < 20; i++) out[i] = NAN;
+                g(rows, rb, &q4, 0, nb, ntok, K, out, 5); /* stride 5: rows land in 0..3 of each token's 5 */
+                int ok = 1;
+                for (int t = 0; t < ntok; t++)
+                    for (int r = 0; r < 4; r++) {
+                        quant_dequant_row(gt[ti], rows + rb * (uint64_t)r, deq, K);
+                        double mag = 0;
+                        for (int64_t i = 0; i < K; i++) mag += fabs((double)deq[i] * xs[t * K + i]);
+                        const float want = d1(rows + rb * (uint64_t)r, &q4, t * nb, K);
+                        if (!(fabs(out[t * 5 + r] - want) <= 1e-6 * mag + 1e-6)) ok = 0;
+                    }
+                CHECKF(ok, "gemm %s ntok %d", quant_type_name(gt[ti]), ntok);
+            }
+            free(rows), free(xs), free(deq), free(q4.d), free(q4.q);
+        }
+    } else {
+        printf("no AVX512-VNNI on this CPU: register-block kernels not tested here\n");
+    }
     return test_report("test_cpu_kernels");
 }

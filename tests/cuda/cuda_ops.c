@@ -308,7 +308,7 @@ static void test_fused_matmul(void) {
 
 static void test_matmul(void) {
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
-    const int ns[] = {1, 3, 8, 13};
+    const int ns[] = {1, 3, 8, 13, 70}; /* 70: prefill tiles (tensor cores with GEM_CUDA_MMA=1) over two token tiles */
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int64_t K = 1536, M = 333; /* M odd: a warp's second row runs off the end */
         tensor W = make_tensor(types[t], K, M);
@@ -316,7 +316,7 @@ static void test_matmul(void) {
         be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wf = cpu_fast->weight(cpu_fast, &W.t, &err),
                   *wg = gpu->weight(gpu, &W.t, &err);
         CHECKF(wg != NULL, "%s", err.msg);
-        for (size_t ni = 0; ni < 4; ni++) {
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             const int n = ns[ni];
             float *x = rand_vec((size_t)n * K, 1.0f);
             for (int64_t i = 0; i < n * K; i += 97) x[i] *= 30.0f; /* outliers stress the activation scales */

@@ -23,6 +23,7 @@ account() { # name rc logfile
 run() { name=$1; shift; lf="$log/$(echo "$name" | tr '/ ' '__').log"; "$@" >"$lf" 2>&1; account "$name" $? "$lf"; }
 
 run cuda_ops build/tests/cuda/cuda_ops
+run "cuda_ops (tensor-core prefill)" env GEM_CUDA_MMA=1 build/tests/cuda/cuda_ops
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
@@ -33,6 +34,8 @@ for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 
     if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
     run "cuda_model $1 $2" build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
 done
+./gem synth --profile gemma4-1b --type q4_0 --seed 6 -o "$tmp/m.gguf" >/dev/null
+run "cuda_model 1b q4_0 (tensor-core prefill)" env GEM_CUDA_MMA=1 build/tests/cuda/cuda_model "$tmp/m.gguf" 300 64 int8
 if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     # the CPU side reads the whole model per greedy step: f16 (24 GB) gets 48
     for spec in "f16 7 strict 48" "q4_0 4 int8 128"; do

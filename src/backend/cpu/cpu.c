@@ -226,6 +226,7 @@ typedef struct {
     dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
     dot_f32_fn dot;
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
+    gemm_q8_fn gemm; /* its 4-row register block, or NULL */
     const act_q8 *xq;
 } mm_job;
 
@@ -234,11 +235,21 @@ typedef struct {
 static void mm_task(void *ctx, int t) {
     const mm_job *j = ctx;
     const be_weight *W = j->W;
-    const int64_t in = W->ne0, r0 = (int64_t)t * j->rows_per_task;
+    const int64_t in = W->ne0;
+    int64_t r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
     float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
     if (!j->fused && !j->q8 && !row) return;
+    if (j->q8 && j->gemm) {
+        /* four rows at a time against up to four tokens; leftover rows below */
+        const int64_t nb = in / 32;
+        for (; r0 + 4 <= r1; r0 += 4)
+            for (int t0 = 0; t0 < j->n; t0 += 4)
+                j->gemm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, j->xq, (int64_t)t0 * nb, nb,
+                        j->n - t0 < 4 ? j->n - t0 : 4, in, j->out + (size_t)t0 * (size_t)W->ne1 + (size_t)r0,
+                        (size_t)W->ne1);
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
         if (row) quant_dequant_row(W->type, src, row, in);
@@ -256,10 +267,10 @@ static void mm_task(void *ctx, int t) {
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.gemm = c->k.q8_0_gemm; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.gemm = c->k.q4_0_gemm; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     default: break;
@@ -288,6 +299,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
+    if (j.gemm) j.rows_per_task = (j.rows_per_task + 3) / 4 * 4; /* whole register blocks per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);

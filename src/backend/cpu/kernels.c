@@ -183,6 +183,93 @@ AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m25
 Q8_ROW_DOT(q8_0_q8_avx2, q8_block, 34)
 Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 
+/* ---- AVX512-VNNI register blocks (256-bit vectors, 32 registers) ----
+ *
+ * Per 32-value block: the weight codes as unsigned bytes (q4_0: 0..15 as
+ * stored; q8_0: |w| with the sign moved onto x), vpdpbusd against the
+ * activation codes sums groups of four consecutive bytes into 8 int32
+ * lanes (the same groups as the AVX2 maddubs/madd pair), q4_0 subtracts
+ * 8 x (the same groups of x), and the lanes are scaled by d(w) d(x) into f32
+ * accumulators, one per (row, token). */
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+VNNI static inline __m256i q4_unpack(const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+}
+
+#define GEMM_BODY(BYTES, Q4)                                                                              \
+    __m256 acc[4][4];                                                                                     \
+    for (int r = 0; r < 4; r++)                                                                           \
+        for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();                                      \
+    const int64_t nb = n / 32;                                                                            \
+    for (int64_t b = 0; b < nb; b++) {                                                                    \
+        __m256i w[4];                                                                                     \
+        float dw[4];                                                                                      \
+        for (int r = 0; r < 4; r++) {                                                                     \
+            const uint8_t *blk = row0 + (uint64_t)r * row_bytes + b * BYTES;                              \
+            w[r] = Q4 ? q4_unpack(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));                   \
+            dw[r] = d16(blk);                                                                             \
+        }                                                                                                 \
+        for (int t = 0; t < NTOK; t++) {                                                                  \
+            const int64_t xb = block0 + t * tok_blocks + b;                                               \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));                      \
+            const float dx = x->d[xb];                                                                    \
+            const __m256i eight = Q4 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v) \
+                                     : _mm256_setzero_si256();                                            \
+            for (int r = 0; r < 4; r++) {                                                                 \
+                __m256i p;                                                                                \
+                if (Q4) {                                                                                 \
+                    p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], v), eight);    \
+                } else {                                                                                  \
+                    p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w[r], w[r]),         \
+                                            _mm256_sign_epi8(v, w[r]));                                   \
+                }                                                                                         \
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[r][t]); \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int t = 0; t < NTOK; t++)                                                                        \
+        for (int r = 0; r < 4; r++) out[(size_t)t * out_stride + r] = hsum(acc[r][t]);
+
+/* NTOK is a compile-time constant per instance so the accumulators stay in
+ * registers; the dispatcher picks the instance for ntok. */
+#define GEMM_INSTANCE(NAME, NT, BYTES, Q4)                                                              \
+    VNNI static void NAME(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,     \
+                          int64_t tok_blocks, int64_t n, float *out, size_t out_stride) {               \
+        enum { NTOK = NT };                                                                             \
+        GEMM_BODY(BYTES, Q4)                                                                            \
+    }
+
+GEMM_INSTANCE(q4_gemm_1, 1, 18, 1)
+GEMM_INSTANCE(q4_gemm_2, 2, 18, 1)
+GEMM_INSTANCE(q4_gemm_3, 3, 18, 1)
+GEMM_INSTANCE(q4_gemm_4, 4, 18, 1)
+GEMM_INSTANCE(q8_gemm_1, 1, 34, 0)
+GEMM_INSTANCE(q8_gemm_2, 2, 34, 0)
+GEMM_INSTANCE(q8_gemm_3, 3, 34, 0)
+GEMM_INSTANCE(q8_gemm_4, 4, 34, 0)
+
+typedef void (*gemm_inst)(const uint8_t *, uint64_t, const act_q8 *, int64_t, int64_t, int64_t, float *, size_t);
+
+static void q4_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q4_gemm_1, q4_gemm_2, q4_gemm_3, q4_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static void q8_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q8_gemm_1, q8_gemm_2, q8_gemm_3, q8_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static int have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
+
 static int have_avx2(void) {
     __builtin_cpu_init();
     unsigned a, b, c, d;
@@ -191,11 +278,98 @@ static int have_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 #else
+/* ---- AVX512-VNNI register blocks (256-bit vectors, 32 registers) ----
+ *
+ * Per 32-value block: the weight codes as unsigned bytes (q4_0: 0..15 as
+ * stored; q8_0: |w| with the sign moved onto x), vpdpbusd against the
+ * activation codes sums groups of four consecutive bytes into 8 int32
+ * lanes (the same groups as the AVX2 maddubs/madd pair), q4_0 subtracts
+ * 8 x (the same groups of x), and the lanes are scaled by d(w) d(x) into f32
+ * accumulators, one per (row, token). */
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+VNNI static inline __m256i q4_unpack(const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+}
+
+#define GEMM_BODY(BYTES, Q4)                                                                              \
+    __m256 acc[4][4];                                                                                     \
+    for (int r = 0; r < 4; r++)                                                                           \
+        for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();                                      \
+    const int64_t nb = n / 32;                                                                            \
+    for (int64_t b = 0; b < nb; b++) {                                                                    \
+        __m256i w[4];                                                                                     \
+        float dw[4];                                                                                      \
+        for (int r = 0; r < 4; r++) {                                                                     \
+            const uint8_t *blk = row0 + (uint64_t)r * row_bytes + b * BYTES;                              \
+            w[r] = Q4 ? q4_unpack(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));                   \
+            dw[r] = d16(blk);                                                                             \
+        }                                                                                                 \
+        for (int t = 0; t < NTOK; t++) {                                                                  \
+            const int64_t xb = block0 + t * tok_blocks + b;                                               \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));                      \
+            const float dx = x->d[xb];                                                                    \
+            const __m256i eight = Q4 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v) \
+                                     : _mm256_setzero_si256();                                            \
+            for (int r = 0; r < 4; r++) {                                                                 \
+                __m256i p;                                                                                \
+                if (Q4) {                                                                                 \
+                    p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], v), eight);    \
+                } else {                                                                                  \
+                    p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w[r], w[r]),         \
+                                            _mm256_sign_epi8(v, w[r]));                                   \
+                }                                                                                         \
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[r][t]); \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int t = 0; t < NTOK; t++)                                                                        \
+        for (int r = 0; r < 4; r++) out[(size_t)t * out_stride + r] = hsum(acc[r][t]);
+
+/* NTOK is a compile-time constant per instance so the accumulators stay in
+ * registers; the dispatcher picks the instance for ntok. */
+#define GEMM_INSTANCE(NAME, NT, BYTES, Q4)                                                              \
+    VNNI static void NAME(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,     \
+                          int64_t tok_blocks, int64_t n, float *out, size_t out_stride) {               \
+        enum { NTOK = NT };                                                                             \
+        GEMM_BODY(BYTES, Q4)                                                                            \
+    }
+
+GEMM_INSTANCE(q4_gemm_1, 1, 18, 1)
+GEMM_INSTANCE(q4_gemm_2, 2, 18, 1)
+GEMM_INSTANCE(q4_gemm_3, 3, 18, 1)
+GEMM_INSTANCE(q4_gemm_4, 4, 18, 1)
+GEMM_INSTANCE(q8_gemm_1, 1, 34, 0)
+GEMM_INSTANCE(q8_gemm_2, 2, 34, 0)
+GEMM_INSTANCE(q8_gemm_3, 3, 34, 0)
+GEMM_INSTANCE(q8_gemm_4, 4, 34, 0)
+
+typedef void (*gemm_inst)(const uint8_t *, uint64_t, const act_q8 *, int64_t, int64_t, int64_t, float *, size_t);
+
+static void q4_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q4_gemm_1, q4_gemm_2, q4_gemm_3, q4_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static void q8_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q8_gemm_1, q8_gemm_2, q8_gemm_3, q8_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static int have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
+
 static int have_avx2(void) { return 0; }
 #endif
 
 cpu_kernels kernels_pick(int force_scalar) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL};
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!force_scalar && have_avx2()) {
         k.name = "avx2";
@@ -207,6 +381,11 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.q8_0_q8 = q8_0_q8_avx2;
         k.q4_0_q8 = q4_0_q8_avx2;
         k.quantize_act = quantize_act_avx2;
+        if (have_vnni()) {
+            k.name = "avx512vnni";
+            k.q8_0_gemm = q8_0_gemm_vnni;
+            k.q4_0_gemm = q4_0_gemm_vnni;
+        }
     }
 #else
     (void)force_scalar;

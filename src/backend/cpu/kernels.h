@@ -6,6 +6,7 @@
 #ifndef GEM_BACKEND_CPU_KERNELS_H
 #define GEM_BACKEND_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef float (*dot_fn)(const uint8_t *row, const float *x, int64_t n);
@@ -21,11 +22,20 @@ typedef struct {
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
 
+/* A register block of the same products: 4 stored rows (row_bytes apart)
+ * against ntok (1..4) tokens of quantized activations (token t's blocks
+ * start at block0 + t * tok_blocks), n values each. out[t * out_stride + r].
+ * Each weight block is decoded once for all tokens and each activation
+ * block loaded once for all rows. */
+typedef void (*gemm_q8_fn)(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,
+                           int64_t tok_blocks, int ntok, int64_t n, float *out, size_t out_stride);
+
 typedef struct {
-    const char *name; /* "avx2" or "scalar" */
+    const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
     dot_f32_fn dot;
     dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
+    gemm_q8_fn q8_0_gemm, q4_0_gemm; /* NULL without AVX512-VNNI */
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
 } cpu_kernels;
 

@@ -95,6 +95,9 @@ typedef struct {
     unsigned epoch, q_epoch;
     const float *q_src;
     int q_n, q_K;
+    /* GEM_CUDA_MMA=1: prefill tiles of q8_0/q4_0 on the tensor cores
+     * (k_mm_q); off by default until make test-cuda has run it */
+    int mma;
     struct {
         char name[48];
         double s;
@@ -836,6 +839,103 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float 
     mv_store<NT>(job, r, acc);
 }
 
+/* Prefill tiles (n > MV_MAXT tokens): q8_0/q4_0 weights against 8-bit
+ * activations on the tensor cores, mma.sync m16n8k32 with s8 operands and
+ * s32 results. One 32-value block is exactly one k-step, so each mma gives
+ * the exact integer block sums of the dp4a path (q4_0 codes made signed,
+ * code - 8, when loaded), scaled per block by d(w) d(x) into f32: the
+ * matrix-vector arithmetic, in another f32 order. Block tile 64 rows x 64
+ * tokens, four warps of 32 x 32 (2 x 4 mma tiles). Fragments are read
+ * straight from global memory (each thread's words of a block are 4-byte
+ * aligned); rows and tokens past the ends are clamped on load and skipped
+ * on store.
+ *
+ * Fragment layout (PTX ISA, m16n8k32 .s8): g = lane / 4, c = lane % 4;
+ * A: a0 = row g, k 4c..4c+3; a1 = row g+8, same k; a2, a3 = the same rows
+ * at k + 16. B: b0 = token g, k 4c..4c+3; b1 = k + 16. C: c0/c1 = row g,
+ * tokens 2c, 2c+1; c2/c3 = row g+8. */
+#define MM_ROWS 64
+#define MM_TOKS 64
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(128)
+    k_mm_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int row_base = blockIdx.x * MM_ROWS + (warp >> 1) * 32, tok_base = blockIdx.y * MM_TOKS + (warp & 1) * 32;
+    const int nb = K / 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0;
+    int rows[2][2], toks[4], cols[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        rows[mi][0] = min(row_base + mi * 16 + g, M - 1);
+        rows[mi][1] = min(row_base + mi * 16 + g + 8, M - 1);
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        toks[ni] = min(tok_base + ni * 8 + g, N - 1);
+        cols[ni][0] = min(tok_base + ni * 8 + 2 * c, N - 1);
+        cols[ni][1] = min(tok_base + ni * 8 + 2 * c + 1, N - 1);
+    }
+    for (int b = 0; b < nb; b++) {
+        unsigned a[2][4];
+        float dw[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const size_t blk = (size_t)rows[mi][h] * nb + b;
+                if (Q4) {
+                    const unsigned w = __ldg((const unsigned *)(q + blk * 16) + c);
+                    a[mi][h] = __vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
+                    a[mi][h + 2] = __vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                } else {
+                    a[mi][h] = __ldg((const unsigned *)(q + blk * 32) + c);
+                    a[mi][h + 2] = __ldg((const unsigned *)(q + blk * 32) + 4 + c);
+                }
+                dw[mi][h] = __half2float(d[blk]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            const unsigned *xv = (const unsigned *)(xq + (size_t)toks[ni] * K + (size_t)b * 32);
+            const unsigned b0 = __ldg(xv + c), b1 = __ldg(xv + 4 + c);
+            const float dx0 = __ldg(xd + (size_t)cols[ni][0] * nb + b), dx1 = __ldg(xd + (size_t)cols[ni][1] * nb + b);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                int r[4] = {0, 0, 0, 0};
+                mma_s8(r, a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
+                acc[mi][ni][0] += dw[mi][0] * dx0 * (float)r[0];
+                acc[mi][ni][1] += dw[mi][0] * dx1 * (float)r[1];
+                acc[mi][ni][2] += dw[mi][1] * dx0 * (float)r[2];
+                acc[mi][ni][3] += dw[mi][1] * dx1 * (float)r[3];
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = row_base + mi * 16 + g + (e >= 2 ? 8 : 0), tok = tok_base + ni * 8 + 2 * c + (e & 1);
+                if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mi][ni][e];
+            }
+}
+
 typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
 typedef void (*mv_f_fn)(mv_job, const float *, int);
 
@@ -886,6 +986,20 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                                           (float *)c->xd.p, (int *)c->xs.p);
             LAUNCHED(c, "quantize activations");
         }
+        if (n > MV_MAXT && !pair && c->mma) {
+            for (int i = 0; i < job.count; i++) {
+                const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
+                if (fmt == DW_Q4_0)
+                    k_mm_q<1><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                else
+                    k_mm_q<0><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                LAUNCHED(c, "matmul (tensor cores)");
+            }
+            goto quantized_done;
+        }
+        {
         const mv_q_fn *tab = fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
@@ -896,6 +1010,8 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                            (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }
+        }
+    quantized_done:;
         int writes_x = 0;
         for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
         if (!writes_x) {
@@ -934,7 +1050,8 @@ static void cu_matmul_multi(backend *b, int count, const be_weight *const *W, co
 static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
     cuda_backend *c = cu_of(b);
     const be_weight *W[2] = {Wg, Wu};
-    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1) {
+    const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0;
+    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > MV_MAXT)) {
         /* the table GELU and mixed formats go the long way, through scratch */
         const size_t len = (size_t)n * (size_t)Wu->ne1;
         if (grow(c, &c->up, len * sizeof(float))) return;
@@ -1398,6 +1515,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_load = cu_kv_load;
     b->argmax = cu_argmax;
     b->set_step = cu_set_step;
+    const char *mma = getenv("GEM_CUDA_MMA");
+    c->mma = mma && *mma && strcmp(mma, "0");
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     c->prof_mark = now_s();
