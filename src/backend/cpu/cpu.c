@@ -241,14 +241,16 @@ static void mm_task(void *ctx, int t) {
     if (r1 > W->ne1) r1 = W->ne1;
     float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
     if (!j->fused && !j->q8 && !row) return;
-    if (j->q8 && j->gemm) {
-        /* four rows at a time against up to four tokens; leftover rows below */
+    /* prompt tiles: eight rows at a time against every token (decode stays
+     * on the one-row kernels: one use per weight does not pay for the
+     * interleaving); leftover rows below */
+    if (j->q8 && j->gemm && j->n > 1) {
         const int64_t nb = in / 32;
-        for (; r0 + 4 <= r1; r0 += 4)
-            for (int t0 = 0; t0 < j->n; t0 += 4)
-                j->gemm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, j->xq, (int64_t)t0 * nb, nb,
-                        j->n - t0 < 4 ? j->n - t0 : 4, in, j->out + (size_t)t0 * (size_t)W->ne1 + (size_t)r0,
-                        (size_t)W->ne1);
+        void *scratch = malloc(gemm8_scratch_bytes(nb));
+        for (; scratch && r0 + 8 <= r1; r0 += 8)
+            j->gemm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, 8, j->xq, nb, j->n, j->out + r0,
+                    (size_t)W->ne1, scratch);
+        free(scratch);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
@@ -283,13 +285,17 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
         if (blocks > c->act_cap) {
             free(c->act.d);
             free(c->act.q);
+            free(c->act.u);
             c->act.d = malloc(blocks * sizeof(float));
             c->act.q = malloc(blocks * 32);
-            c->act_cap = c->act.d && c->act.q ? blocks : 0;
+            c->act.u = malloc(blocks * 32);
+            c->act_cap = c->act.d && c->act.q && c->act.u ? blocks : 0;
         }
         if (c->act_cap >= blocks) {
             for (int i = 0; i < n; i++)
                 c->k.quantize_act(x->p + (size_t)i * (size_t)W->ne0, W->ne0, &c->act, (int64_t)i * (W->ne0 / 32));
+            if (j.gemm && n > 1)
+                for (size_t i = 0; i < blocks * 32; i++) c->act.u[i] = (uint8_t)c->act.q[i] ^ 0x80;
             xq = c->act;
             j.xq = &xq;
         } else {
@@ -299,7 +305,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.gemm) j.rows_per_task = (j.rows_per_task + 3) / 4 * 4; /* whole register blocks per task */
+    if (j.gemm) j.rows_per_task = (j.rows_per_task + 7) / 8 * 8; /* whole eight-row blocks per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);
@@ -466,6 +472,7 @@ static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
     free(c->act.q);
+    free(c->act.u);
     free(c->up.p);
     pool_free(c->pool);
     free(c);

@@ -18,17 +18,18 @@ typedef float (*dot_f32_fn)(const float *a, const float *b, int64_t n);
 typedef struct {
     float *d;     /* per block scale */
     int8_t *q;    /* codes, 32 per block */
+    uint8_t *u;   /* the codes XOR 0x80 (unsigned), for the eight-row kernels */
 } act_q8;
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
 
-/* A register block of the same products: 4 stored rows (row_bytes apart)
- * against ntok (1..4) tokens of quantized activations (token t's blocks
- * start at block0 + t * tok_blocks), n values each. out[t * out_stride + r].
- * Each weight block is decoded once for all tokens and each activation
- * block loaded once for all rows. */
-typedef void (*gemm_q8_fn)(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,
-                           int64_t tok_blocks, int ntok, int64_t n, float *out, size_t out_stride);
+/* Rows [0, nrows) (nrows <= 8, row_bytes apart) of a q8_0/q4_0 matrix
+ * against ntok tokens of quantized activations (token t's blocks start at
+ * t * nb; x->u must hold the codes XOR 0x80), nb blocks per row:
+ * out[t * out_stride + r]. scratch: gemm8_scratch_bytes(nb) bytes. */
+typedef void (*gemm_q8_fn)(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                           float *out, size_t out_stride, void *scratch);
+size_t gemm8_scratch_bytes(int64_t nb);
 
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
