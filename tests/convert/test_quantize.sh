@@ -74,5 +74,14 @@ cp "$f32" "$tmp/big.gguf" && patch "$tmp/big.gguf" 1028 1e10
 expect_fail "scale overflow" "tensor 'blk.5.attn_q.weight': quantized data validation failed" 1 \
     "$tmp/big.gguf" "$tmp/bad.gguf" --type q8_0
 
+# K-quant files (the Q4_K_M mix: q4_k, q6_k and q5_k tensors) pass the
+# contract and run: the fast path and the scalar reference pick the same
+# greedy ids (both dequantize k-quant rows and take f32 dot products)
+$GEM quantize "$f32" "$tmp/q4k.gguf" --type q4_k 2>/dev/null
+if $GEM inspect "$tmp/q4k.gguf" >/dev/null 2>&1; then ok; else ko "q4_k output refused by gem inspect"; fi
+a=$($GEM run -m "$tmp/q4k.gguf" --prompt-ids "2 100 200" -n 8 --temp 0 --ids 2>/dev/null)
+b=$($GEM run -m "$tmp/q4k.gguf" --prompt-ids "2 100 200" -n 8 --temp 0 --ids --cpu-ref 2>/dev/null)
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo $a | wc -w)" = 8 ]; then ok; else ko "q4_k run: '$a' vs reference path '$b'"; fi
+
 echo "test_quantize: $pass passed, $fail failed"
 [ "$fail" = 0 ]
