@@ -9,6 +9,10 @@ int cli_synth(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+
+/* "gem 0.1.0": the version string (also the server's build info). */
+const char *cli_version(void);
 
 /* Parses a number in [lo, hi]; -1 for anything else (empty, trailing text,
  * out of range). */
