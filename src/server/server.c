@@ -546,14 +546,20 @@ static int not_ready(server *s, int fd, int keep) {
     return respond_error(s, fd, &e, keep, "Retry-After: 1\r\n");
 }
 
-static void models_json(server *s, strbuf *b) {
-    sb_puts(b, "{\"object\":\"list\",\"data\":[{\"id\":");
+static void model_json(server *s, strbuf *b) {
+    sb_puts(b, "{\"id\":");
     json_quote(s->alias, strlen(s->alias), b);
     sb_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"gem\"", s->started);
     if (atomic_load(&s->ready))
         sb_printf(b, ",\"meta\":{\"profile\":\"%s\",\"backend\":\"%s\",\"n_ctx\":%d,\"n_vocab\":%u}",
                   gem_engine_profile(s->e), gem_engine_backend(s->e), s->n_ctx, s->n_vocab);
-    sb_puts(b, "}]}");
+    sb_putc(b, '}');
+}
+
+static void models_json(server *s, strbuf *b) {
+    sb_puts(b, "{\"object\":\"list\",\"data\":[");
+    model_json(s, b);
+    sb_puts(b, "]}");
 }
 
 static void props_json(server *s, strbuf *b) {
@@ -766,6 +772,17 @@ static int handle(conn *c, const http_req *r) {
     if (path_is(r, "/v1/models") || path_is(r, "/models")) {
         if (!get) goto method;
         models_json(s, &b);
+        goto send;
+    }
+    if (r->path_len > 11 && !memcmp(r->target, "/v1/models/", 11)) {
+        if (!get) goto method;
+        size_t n = r->path_len - 11;
+        if (n != strlen(s->alias) || memcmp(r->target + 11, s->alias, n)) {
+            api_fail(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.*s' does not exist",
+                     (int)(n < 200 ? n : 200), r->target + 11);
+            return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+        }
+        model_json(s, &b);
         goto send;
     }
     if (path_is(r, "/props")) {
