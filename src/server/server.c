@@ -360,8 +360,11 @@ static void run_job(server *s, job *j) {
     g.last_send = t0;
     size_t from = reuse_prefix(s, j), ck_at = checkpoint_at(s, j);
     u.cached_tokens = (int)from;
-    for (size_t i = from; i < j->n_ids && !g.gone;) {
-        if (client_gone(j->fd)) {
+    for (size_t i = from;;) {
+        /* the checkpoint is taken when the session stands exactly at ck_at */
+        if (rq->cache_prompt && i == ck_at && i > 0) save_checkpoint(s, j, ck_at);
+        if (i >= j->n_ids || g.gone) break;
+        if (client_gone(j->fd) || atomic_load(&s->stop)) {
             g.gone = 1;
             break;
         }
@@ -372,11 +375,8 @@ static void run_job(server *s, job *j) {
             break;
         }
         i = end;
-        if (rq->cache_prompt && i == ck_at) save_checkpoint(s, j, ck_at);
-        if (stream && s->o.heartbeat >= 0 && now_s() - g.last_send >= s->o.heartbeat && i < j->n_ids)
-            send_sse_comment(&g, "prefill");
+        if (stream && now_s() - g.last_send >= s->o.heartbeat && i < j->n_ids) send_sse_comment(&g, "prefill");
     }
-    if (rq->cache_prompt && from == ck_at && from > 0) save_checkpoint(s, j, ck_at);
     u.prompt_ms = (now_s() - t0) * 1e3;
     if (fail || g.gone) goto respond;
     if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
@@ -406,7 +406,7 @@ static void run_job(server *s, job *j) {
             finish = "stop";
             break;
         }
-        if (g.gone || client_gone(j->fd)) {
+        if (g.gone || client_gone(j->fd) || atomic_load(&s->stop)) {
             g.gone = 1;
             break;
         }
@@ -818,6 +818,25 @@ send:
     return rc ? 0 : keep;
 }
 
+/* Closes after the client has read our answer: half-closes, then discards
+ * what the client still sends (briefly), so a refused request body does not
+ * turn the close into a reset that destroys the error response. */
+static void linger_close(int fd) {
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    double end = now_s() + 1.0;
+    size_t drained = 0;
+    while (drained < (1 << 20)) {
+        double left = end - now_s();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+        ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k <= 0) break;
+        drained += (size_t)k;
+    }
+    close(fd);
+}
+
 static void *conn_main(void *arg) {
     conn *c = arg;
     server *s = c->s;
@@ -880,7 +899,7 @@ static void *conn_main(void *arg) {
     }
 out:
     sb_free(&in);
-    close(c->fd);
+    linger_close(c->fd);
     atomic_fetch_sub(&s->n_conns, 1);
     free(c);
     return NULL;
