@@ -67,6 +67,11 @@ $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_LIB_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(TEST_LDLIBS)
 
+# gem itself under ASan+UBSan (the server tests can run against it: GEM=build/asan/gem).
+ASAN_CLI_OBJ := $(CLI_SRC:%.c=$(ASAN_DIR)/obj/%.o)
+$(ASAN_DIR)/gem: $(ASAN_LIB_OBJ) $(ASAN_CLI_OBJ) $(CU_OBJ)
+	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+
 # libFuzzer targets (clang): every parser gets one.
 FUZZ_CC   ?= clang
 FUZZ_SRC  := $(wildcard tests/*/fuzz_*.c)
@@ -78,7 +83,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(FUZZ_BIN)
+test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-unit: gem $(TEST_BIN)

@@ -509,8 +509,14 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (!j) break;
-        if (atomic_load(&s->stop)) j->close_conn = 1;
-        else run_job(s, j);
+        if (atomic_load(&s->stop)) { /* shutting down: queued jobs are refused */
+            api_error e;
+            api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
+            respond_error(s, j->fd, &e, 0, NULL);
+            j->close_conn = 1;
+        } else {
+            run_job(s, j);
+        }
         finish_job(s, j);
     }
     return NULL;

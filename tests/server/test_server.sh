@@ -35,7 +35,14 @@ let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
 }
 
 M="$tmp/tiny.gguf"
-$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || { bad "synth"; echo "test_server: $pass passed, $fail failed"; exit 1; }
+$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || { bad "synth"; # no sanitizer report in any server log (when GEM is the ASan build)
+if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
+    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
+else
+    ok
+fi
+
+echo "test_server: $pass passed, $fail failed"; exit 1; }
 
 # start NAME ARGS...: starts a server, sets PORT and PID (log in $tmp/NAME.log)
 start() {
@@ -246,10 +253,19 @@ t1=$(date +%s%N)
 [ $(((t1 - t0) / 1000000)) -lt 2000 ] && ok || bad "the engine was not freed: next request took $(((t1 - t0) / 1000000)) ms"
 grep -q "cancelled: the client left" "$tmp/main.log" && ok || bad "no cancellation logged"
 grep -c '^data: ' "$tmp/cut" | grep -qv '^0$' && ok || bad "nothing streamed before the disconnect"
+# a client that leaves during a long prefill: cancelled within a prompt tile
+ids=$(node -e 'console.log(JSON.stringify(Array.from({length: 4000}, (_, i) => 1000 + (i * 7919) % 200000)))')
+curl -sN --max-time 0.5 "$U/v1/completions" -d '{"prompt":'"$ids"',"stream":true,"max_tokens":4}' >/dev/null 2>&1
+t0=$(date +%s%N)
+r=$(curl -s --max-time 10 "$U/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+t1=$(date +%s%N)
+[ "$(echo "$r" | jget usage.completion_tokens)" = 2 ] && [ $(((t1 - t0) / 1000000)) -lt 1500 ] && ok \
+    || bad "prefill not cancelled: the next request took $(((t1 - t0) / 1000000)) ms: $r"
+grep -q "cancelled: the client left (prompt 4000 tokens, 0 cached, 0 generated)" "$tmp/main.log" && ok || bad "prefill cancellation not logged"
 # a client that leaves during a non-streamed request
 curl -s --max-time 1 "$U/v1/completions" -d '{"prompt":"Once upon a time","temperature":0}' >/dev/null 2>&1
 sleep 0.3
-[ "$(grep -c 'cancelled: the client left' "$tmp/main.log")" -ge 2 ] && ok || bad "non-streamed request not cancelled"
+[ "$(grep -c 'cancelled: the client left' "$tmp/main.log")" -ge 3 ] && ok || bad "non-streamed request not cancelled"
 kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
 [ "$(curl -s "$U/health")" = '{"status":"ok"}' ] && ok || bad "health after the corpus"
 
@@ -283,6 +299,13 @@ kill -TERM $MAIN_PID
 wait $MAIN_PID
 rc=$?
 [ $rc = 0 ] && ok || bad "SIGTERM exit status $rc"
+
+# no sanitizer report in any server log (when GEM is the ASan build)
+if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
+    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
+else
+    ok
+fi
 
 echo "test_server: $pass passed, $fail failed"
 [ "$fail" = 0 ]
