@@ -75,6 +75,7 @@ async function conversation(port, cache) {
   return turns;
 }
 
+const load_before = os.loadavg()[0];
 const srv = await start();
 await conversation(srv.port, true); // warm-up
 const runs = { reuse: await conversation(srv.port, true), fresh: await conversation(srv.port, false) };
@@ -90,6 +91,8 @@ const result = {
   model: model.split("/").pop(), turns: TURNS, cpu: os.cpus()[0].model, nproc: os.cpus().length,
   commit: execSync("git rev-parse HEAD").toString().trim(),
   clean_tree: execSync("git status --porcelain --untracked-files=no").toString().trim() === "",
+  // the machine may be shared: the 1-minute load average around the run
+  load_avg_1m: { before: +load_before.toFixed(2), after: +os.loadavg()[0].toFixed(2) },
   rows,
   median_ttft_reuse_ms_turns_2_on: median(later.map((r) => r.ttft_reuse_ms)),
   median_ttft_fresh_ms_turns_2_on: median(later.map((r) => r.ttft_fresh_ms)),
