@@ -52,7 +52,9 @@ if srv:
     lines.append(f"`gem serve` time to first token on a {d['turns']}-turn chat ({d['model']}, {d['cpu']}, {d['nproc']} cores; "
                  f"`{srv}`, commit {d['commit'][:10]}): median over turns 2-{d['turns']} "
                  f"{d['median_ttft_reuse_ms_turns_2_on']:.0f} ms with prefix reuse, "
-                 f"{d['median_ttft_fresh_ms_turns_2_on']:.0f} ms without ({d['speedup']:.2f}x); answers identical.")
+                 f"{d['median_ttft_fresh_ms_turns_2_on']:.0f} ms without ({d['speedup']:.2f}x); answers identical"
+                 + (f"; load average {d['load_avg_1m']['before']}-{d['load_avg_1m']['after']} during the run, so absolute "
+                    "times are noisy" if "load_avg_1m" in d else "") + ".")
     lines.append("")
     lines.append("| turn | prompt tokens | reused | TTFT with reuse | TTFT without |")
     lines.append("|---|---|---|---|---|")
