@@ -156,7 +156,9 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
             r->content_length = cl;
             have_length = 1;
         } else if (h->name_len == 17 && !strncasecmp(h->name, "Transfer-Encoding", 17)) {
-            return fail(r, 501, "Transfer-Encoding request bodies are not supported (send Content-Length)");
+            if (r->chunked || h->value_len != 7 || strncasecmp(h->value, "chunked", 7))
+                return fail(r, 501, "only the chunked transfer coding is supported");
+            r->chunked = 1;
         } else if (h->name_len == 10 && !strncasecmp(h->name, "Connection", 10)) {
             conn_close |= token_has(h->value, h->value_len, "close");
             conn_keep |= token_has(h->value, h->value_len, "keep-alive");
@@ -165,12 +167,107 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
             else return fail(r, 417, "unsupported expectation");
         }
     }
+    if (r->chunked && have_length) return fail(r, 400, "both Content-Length and Transfer-Encoding");
+    if (r->chunked && r->minor == 0) return fail(r, 400, "Transfer-Encoding in an HTTP/1.0 request");
     r->head_len = skip + end;
     r->keep_alive = r->minor >= 1 ? !conn_close : (conn_keep && !conn_close);
+    if (r->chunked) return HTTP_HEAD;
     if (n - r->head_len < r->content_length) return HTTP_HEAD;
     r->total_len = r->head_len + r->content_length;
     r->body = buf + r->head_len;
     return HTTP_DONE;
+}
+
+enum { DC_SIZE, DC_EXT, DC_SIZE_LF, DC_DATA, DC_DATA_CR, DC_DATA_LF, DC_TRAILER, DC_TRAILER_LF, DC_DONE };
+#define DC_MAX_LINE 1024
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int http_dechunk_feed(http_dechunk *d, const char *p, size_t n, size_t max_body, strbuf *body, size_t *used,
+                      int *status, const char **why) {
+    size_t i = 0;
+#define DC_FAIL(st, msg) do { *status = (st); *why = (msg); *used = i; return HTTP_ERROR; } while (0)
+    while (i < n && d->stage != DC_DONE) {
+        char c = p[i];
+        switch (d->stage) {
+        case DC_SIZE: {
+            int h = hexval(c);
+            if (h >= 0) {
+                if (++d->digits > 15) DC_FAIL(413, "request body too large");
+                d->left = d->left * 16 + (size_t)h;
+                if (body->len + d->left > max_body) DC_FAIL(413, "request body too large");
+                i++;
+                break;
+            }
+            if (!d->digits) DC_FAIL(400, "malformed chunk size");
+            d->stage = c == ';' ? DC_EXT : c == '\r' ? DC_SIZE_LF : -1;
+            if (c == '\n') d->stage = d->left ? DC_DATA : DC_TRAILER;
+            if (d->stage < 0) DC_FAIL(400, "malformed chunk size");
+            i++;
+            break;
+        }
+        case DC_EXT: /* chunk extensions are ignored, within a line limit */
+            if (++d->line > DC_MAX_LINE) DC_FAIL(400, "chunk extension too long");
+            if (c == '\r') d->stage = DC_SIZE_LF;
+            else if (c == '\n') d->stage = d->left ? DC_DATA : DC_TRAILER;
+            else if ((unsigned char)c < 0x20 && c != '\t') DC_FAIL(400, "malformed chunk extension");
+            i++;
+            break;
+        case DC_SIZE_LF:
+            if (c != '\n') DC_FAIL(400, "malformed chunk size line");
+            d->stage = d->left ? DC_DATA : DC_TRAILER;
+            d->line = 0;
+            i++;
+            break;
+        case DC_DATA: {
+            size_t k = n - i < d->left ? n - i : d->left;
+            sb_put(body, p + i, k);
+            if (body->failed) DC_FAIL(413, "request body too large");
+            d->left -= k;
+            i += k;
+            if (!d->left) d->stage = DC_DATA_CR;
+            break;
+        }
+        case DC_DATA_CR:
+            if (c == '\r') d->stage = DC_DATA_LF;
+            else if (c == '\n') { d->stage = DC_SIZE; d->digits = 0; d->line = 0; }
+            else DC_FAIL(400, "chunk data longer than its size");
+            i++;
+            break;
+        case DC_DATA_LF:
+            if (c != '\n') DC_FAIL(400, "chunk data longer than its size");
+            d->stage = DC_SIZE;
+            d->digits = 0;
+            d->line = 0;
+            i++;
+            break;
+        case DC_TRAILER: /* trailer fields are ignored; an empty line ends the body */
+            if (c == '\n') {
+                d->stage = d->line ? DC_TRAILER : DC_DONE;
+                d->line = 0;
+            } else if (c == '\r' && d->line == 0) {
+                d->stage = DC_TRAILER_LF;
+            } else {
+                if (++d->line > DC_MAX_LINE) DC_FAIL(400, "chunk trailer too long");
+                if ((unsigned char)c < 0x20 && c != '\t' && c != '\r') DC_FAIL(400, "malformed chunk trailer");
+            }
+            i++;
+            break;
+        case DC_TRAILER_LF:
+            if (c != '\n') DC_FAIL(400, "malformed chunk trailer");
+            d->stage = DC_DONE;
+            i++;
+            break;
+        }
+    }
+#undef DC_FAIL
+    *used = i;
+    return d->stage == DC_DONE ? HTTP_DONE : HTTP_PARTIAL;
 }
 
 const char *http_header_get(const http_req *r, const char *name, size_t *len) {

@@ -11,9 +11,10 @@
  * injection risk): a request line "METHOD SP target SP HTTP/1.x", header
  * lines "name: value" ended by CRLF (a bare LF is tolerated, a bare CR is
  * not), no obsolete line folding, no whitespace before the colon, a body
- * only by Content-Length (repeated values must agree). Transfer-Encoding in
- * a request is refused (501): a Content-Length body is all the OpenAI
- * clients send, and refusing it removes the classic CL/TE ambiguity. */
+ * by Content-Length (repeated values must agree) or by "Transfer-Encoding:
+ * chunked", decoded incrementally by http_dechunk_feed. A request with both
+ * is refused (400: the classic smuggling ambiguity), as is any other
+ * transfer coding (501). */
 #ifndef GEM_SERVER_HTTP_H
 #define GEM_SERVER_HTTP_H
 
@@ -47,6 +48,7 @@ typedef struct {
     const char *body;   /* when complete */
     int keep_alive;
     int expect_continue;
+    int chunked;        /* the body is chunked: HTTP_HEAD, then http_dechunk_feed */
     int status;         /* when HTTP_ERROR: the status to answer */
     const char *error;  /* when HTTP_ERROR: why (a static string) */
 } http_req;
@@ -58,6 +60,22 @@ enum { HTTP_ERROR = -1, HTTP_PARTIAL = 0, HTTP_HEAD = 1, HTTP_DONE = 2 };
  * the whole request is there (total_len bytes; any more belong to the next
  * request). */
 int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r);
+
+/* A chunked body, decoded as its bytes arrive (state kept between calls,
+ * so a body that trickles in is scanned once). */
+typedef struct {
+    int stage;     /* size line, data, data CRLF, trailer, done */
+    size_t left;   /* data bytes left in the current chunk */
+    size_t line;   /* bytes of the current size or trailer line */
+    int digits;    /* hex digits of the current size */
+} http_dechunk;
+
+/* Feeds p[0..n) (the bytes after what was consumed before); appends data to
+ * body and sets *used to the bytes consumed. HTTP_DONE after the last chunk
+ * and the trailer (*used then ends exactly there), HTTP_PARTIAL for more,
+ * HTTP_ERROR with *status (400 or 413) and *why. */
+int http_dechunk_feed(http_dechunk *d, const char *p, size_t n, size_t max_body, strbuf *body, size_t *used,
+                      int *status, const char **why);
 
 /* A header's value (case-insensitive name), or NULL. */
 const char *http_header_get(const http_req *r, const char *name, size_t *len);

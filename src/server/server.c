@@ -847,14 +847,35 @@ static void *conn_main(void *arg) {
     conn *c = arg;
     server *s = c->s;
     http_limits lim = {MAX_HEAD, s->o.max_body};
-    strbuf in = {0};
+    strbuf in = {0}, body = {0};
     char buf[16384];
     for (;;) {
         http_req r;
         int st, sent_continue = 0;
         double start = now_s(), first = in.len ? start : 0;
+        http_dechunk dc = {0};
+        size_t fed = 0; /* chunked body bytes consumed after the head */
+        body.len = 0;
         for (;;) {
             st = http_parse(in.p, in.len, &lim, &r);
+            if (st == HTTP_HEAD && r.chunked) {
+                size_t used;
+                int cst = 0;
+                const char *why = NULL;
+                int dr = http_dechunk_feed(&dc, in.p + r.head_len + fed, in.len - r.head_len - fed, s->o.max_body,
+                                           &body, &used, &cst, &why);
+                fed += used;
+                if (dr == HTTP_DONE) {
+                    r.body = body.p ? body.p : "";
+                    r.content_length = body.len;
+                    r.total_len = r.head_len + fed;
+                    st = HTTP_DONE;
+                } else if (dr == HTTP_ERROR) {
+                    r.status = cst;
+                    r.error = why;
+                    st = HTTP_ERROR;
+                }
+            }
             if (st == HTTP_DONE || st == HTTP_ERROR) break;
             if (st == HTTP_HEAD && r.expect_continue && !sent_continue) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -902,9 +923,11 @@ static void *conn_main(void *arg) {
             sb_free(&in);
             in = small;
         }
+        if (body.cap > 1 << 20) sb_free(&body);
     }
 out:
     sb_free(&in);
+    sb_free(&body);
     linger_close(c->fd);
     atomic_fetch_sub(&s->n_conns, 1);
     free(c);

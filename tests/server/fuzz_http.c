@@ -1,8 +1,9 @@
 /* libFuzzer target: the HTTP request parser. Beyond not crashing: every
  * pointer it returns lies inside the input, lengths add up, an error names
  * a 4xx/5xx status and a reason, a complete request's every prefix parses
- * as incomplete (never as an error or another request), and its response
- * head and chunk writers produce what they promise. */
+ * as incomplete (never as an error or another request), a chunked body
+ * decodes identically whole or in pieces, and the response head and chunk
+ * writers produce what they promise. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     if (rc != HTTP_HEAD && rc != HTTP_DONE) abort();
+    if (r.chunked) {
+        if (rc != HTTP_HEAD || r.content_length) abort();
+        /* the chunked body decodes the same whole or in small pieces */
+        const char *rest = b + r.head_len;
+        size_t n = size - r.head_len, used_all = 0;
+        strbuf whole = {0}, pieces = {0};
+        http_dechunk d1 = {0}, d2 = {0};
+        int st1 = 0, st2 = 0;
+        const char *why1 = NULL, *why2 = NULL;
+        int r1 = http_dechunk_feed(&d1, rest, n, lim.max_body, &whole, &used_all, &st1, &why1);
+        int r2 = HTTP_PARTIAL;
+        size_t off = 0, step = 1 + (size ? data[0] % 7 : 0);
+        while (off < n && r2 == HTTP_PARTIAL) {
+            size_t k = n - off < step ? n - off : step, used;
+            r2 = http_dechunk_feed(&d2, rest + off, k, lim.max_body, &pieces, &used, &st2, &why2);
+            if (used > k || (r2 == HTTP_PARTIAL && used != k)) abort();
+            off += used;
+        }
+        if (used_all > n || whole.len > lim.max_body) abort();
+        if (r1 != r2 || (r1 != HTTP_PARTIAL && off != used_all)) abort();
+        if (r1 == HTTP_DONE && (whole.len != pieces.len || (whole.len && memcmp(whole.p, pieces.p, whole.len)))) abort();
+        if (r1 == HTTP_ERROR && (st1 != st2 || !why1 || strcmp(why1, why2))) abort();
+        sb_free(&whole);
+        sb_free(&pieces);
+        return 0;
+    }
     if (r.head_len > size || r.content_length > lim.max_body) abort();
     if (!inside(r.target, r.target_len, data, size) || r.path_len > r.target_len || r.target[0] == 0) abort();
     if (r.minor < 0 || r.minor > 1 || !r.method[0]) abort();

@@ -90,7 +90,13 @@ static void test_errors(void) {
     expect_error("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400, "conflicting Content-Length");
     expect_error("POST / HTTP/1.1\r\nContent-Length: 4097\r\n\r\n", 413, "too large");
     expect_error("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413, "too large");
-    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "Transfer-Encoding");
+    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "only the chunked transfer coding");
+    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "only the chunked transfer coding");
+    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501,
+                 "only the chunked transfer coding");
+    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400,
+                 "both Content-Length and Transfer-Encoding");
+    expect_error("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "HTTP/1.0");
     expect_error("POST / HTTP/1.1\r\nExpect: something\r\n\r\n", 417, "unsupported expectation");
     /* same Content-Length twice is fine */
     http_req r;
@@ -115,6 +121,67 @@ static void test_limits(void) {
     CHECK(http_parse(s.p, s.len, &wide, &r) == HTTP_ERROR && r.status == 431);
     CHECK_ERR(r.error, "too many header fields");
     sb_free(&s);
+}
+
+/* Decodes a chunked body fed in pieces of `step` bytes. */
+static int dechunk(const char *s, size_t step, size_t max, strbuf *body, size_t *total, int *status, const char **why) {
+    http_dechunk d = {0};
+    size_t n = strlen(s), off = 0;
+    int rc = HTTP_PARTIAL;
+    body->len = 0;
+    while (off < n && rc == HTTP_PARTIAL) {
+        size_t k = n - off < step ? n - off : step, used;
+        rc = http_dechunk_feed(&d, s + off, k, max, body, &used, status, why);
+        if (used > k) return -99;
+        off += used;
+        if (rc == HTTP_PARTIAL && used != k) return -98; /* partial must consume everything */
+    }
+    *total = off;
+    return rc;
+}
+
+static void test_chunked(void) {
+    http_req r;
+    const char *head = "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
+    CHECK(parse(head, &r) == HTTP_HEAD && r.chunked && r.head_len == strlen(head) && r.content_length == 0);
+    const char *good = "5\r\nhello\r\nB;ext=1\r\n, world! 12\r\n0\r\nX-Trailer: t\r\n\r\nGET";
+    strbuf b = {0};
+    int st = 0;
+    const char *why = NULL;
+    size_t total;
+    for (size_t step = 1; step <= strlen(good); step += step < 4 ? 1 : 7) {
+        int rc = dechunk(good, step, 100, &b, &total, &st, &why);
+        CHECKF(rc == HTTP_DONE, "step %zu: rc %d", step, rc);
+        CHECKF(b.len == 16 && !memcmp(b.p, "hello, world! 12", 16), "step %zu: body '%.*s'", step, (int)b.len, b.p);
+        CHECKF(total == strlen(good) - 3, "step %zu: consumed %zu", step, total); /* "GET" is the next request */
+    }
+    CHECK(dechunk("0\r\n\r\n", 100, 100, &b, &total, &st, &why) == HTTP_DONE && b.len == 0 && total == 5);
+    CHECK(dechunk("3\nabc\n0\n\n", 2, 100, &b, &total, &st, &why) == HTTP_DONE && b.len == 3); /* bare LF */
+    CHECK(dechunk("5\r\nhel", 100, 100, &b, &total, &st, &why) == HTTP_PARTIAL && b.len == 3);
+#define DC_BAD(in, status, msg)                                                             \
+    do {                                                                                   \
+        int rc_ = dechunk(in, 3, 100, &b, &total, &st, &why);                              \
+        CHECKF(rc_ == HTTP_ERROR && st == status, "'%s': rc %d status %d", in, rc_, st);   \
+        if (rc_ == HTTP_ERROR) CHECK_ERR(why, msg);                                        \
+    } while (0)
+    DC_BAD("x\r\n", 400, "malformed chunk size");
+    DC_BAD("\r\n", 400, "malformed chunk size");
+    DC_BAD("5 \r\nhello\r\n", 400, "malformed chunk size");
+    DC_BAD("3\r\nabcd\r\n", 400, "chunk data longer than its size");
+    DC_BAD("3\r\nabc\rx", 400, "chunk data longer than its size");
+    DC_BAD("65\r\n", 413, "too large"); /* 101 > 100 */
+    DC_BAD("40\r\n" "0123456789012345678901234567890123456789012345678901234567890123\r\n40\r\n", 413, "too large");
+    DC_BAD("ffffffffffffffffffff\r\n", 413, "too large");
+    DC_BAD("1\rx", 400, "malformed chunk size line");
+    DC_BAD("0\r\nA: \x01\r\n\r\n", 400, "malformed chunk trailer");
+    DC_BAD("0\r\n\rx", 400, "malformed chunk trailer");
+#undef DC_BAD
+    strbuf longext = {0};
+    sb_puts(&longext, "1;");
+    for (int i = 0; i < 1100; i++) sb_putc(&longext, 'e');
+    CHECK(dechunk(sb_cstr(&longext), 50, 100, &b, &total, &st, &why) == HTTP_ERROR && st == 400);
+    sb_free(&longext);
+    sb_free(&b);
 }
 
 static void test_heads(void) {
@@ -143,6 +210,7 @@ int main(void) {
     test_partial();
     test_errors();
     test_limits();
+    test_chunked();
     test_heads();
     return test_report("test_http");
 }

@@ -221,8 +221,15 @@ raw 'GET /health HTTP/2.0\r\n\r\n' 3
 grep -q "^HTTP/1.1 505" "$tmp/raw" && ok || bad "HTTP/2.0: $(head -1 "$tmp/raw")"
 raw 'NONSENSE\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "garbage request line: $(head -1 "$tmp/raw")"
-raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n' 3
-grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "chunked request body: $(head -1 "$tmp/raw")"
+raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n' 3
+grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "gzip request body: $(head -1 "$tmp/raw")"
+raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "Content-Length with Transfer-Encoding: $(head -1 "$tmp/raw")"
+# a chunked body, arriving in two parts
+raw 'POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
+grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
+# curl streams a body from stdin chunked
+[ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
 raw 'GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
