@@ -8,7 +8,9 @@
  * answers everything that needs no engine itself (health, models, props,
  * tokenize, errors) and turns a completion request into a job: validated,
  * rendered and tokenized, so a bad request never waits for the engine.
- * Jobs wait in a bounded FIFO (full: 503 with Retry-After); the one worker
+ * Jobs wait in a bounded FIFO (full: 503 with Retry-After; a waiting
+ * streaming client gets the SSE head and ": queued" comments, a waiting
+ * client that leaves is taken out of the queue); the one worker
  * thread owns the engine and its single session, runs one job at a time and
  * writes the response to the job's socket itself, so each token goes out as
  * soon as it is final. The connection thread sleeps until its job is done,
@@ -73,6 +75,10 @@ typedef struct job {
     char *forced; /* text a tool_choice forces at the start of the answer */
     int keep_alive;
     char peer[64], path[64];
+    /* under the server's mutex: started is set by the worker when it takes
+     * the job; until then only the connection thread writes to the socket
+     * (the SSE head and ": queued" comments), and head_sent says so */
+    int started, head_sent;
     /* set by the worker */
     int done, close_conn, status;
     pthread_cond_t cond;
@@ -349,7 +355,7 @@ static void run_job(server *s, job *j) {
         strbuf x = {0};
         extra_headers(s, &x);
         sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
-        http_head(&g.frame, 200, "text/event-stream", -1, j->keep_alive, x.p);
+        if (!j->head_sent) http_head(&g.frame, 200, "text/event-stream", -1, j->keep_alive, x.p);
         sb_free(&x);
         if (g.frame.failed || send_all(j->fd, g.frame.p, g.frame.len)) g.gone = 1;
         reply_start(g.rp);
@@ -506,13 +512,14 @@ static void *worker_main(void *arg) {
             s->head = j->next;
             if (!s->head) s->tail = NULL;
             s->n_waiting--;
+            j->started = 1;
         }
         pthread_mutex_unlock(&s->mu);
         if (!j) break;
         if (atomic_load(&s->stop)) { /* shutting down: queued jobs are refused */
             api_error e;
             api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
-            respond_error(s, j->fd, &e, 0, NULL);
+            if (!j->head_sent) respond_error(s, j->fd, &e, 0, NULL);
             j->close_conn = 1;
         } else {
             run_job(s, j);
@@ -650,6 +657,63 @@ static int handle_detokenize(server *s, int fd, const http_req *r, int keep) {
     return rc;
 }
 
+/* Removes a job that has not started from the queue (server mutex held). */
+static void unqueue(server *s, job *j) {
+    job **p = &s->head, *prev = NULL;
+    while (*p && *p != j) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (!*p) return;
+    *p = j->next;
+    if (s->tail == j) s->tail = prev;
+    s->n_waiting--;
+}
+
+/* Waits for a queued job (server mutex held). While it has not started, a
+ * client that leaves takes its job out of the queue, and a streaming
+ * client gets the SSE head and ": queued" comments every heartbeat. These
+ * sends never block (the mutex is held): a full socket skips a comment, a
+ * partial write gives the connection up. */
+static void wait_job(conn *c, job *j) {
+    server *s = c->s;
+    double last = now_s();
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cond, &s->mu, &ts);
+        if (j->done || j->started) continue;
+        int gone = client_gone(c->fd);
+        if (!gone && j->req.stream && now_s() - last >= s->o.heartbeat) {
+            strbuf out = {0}, x = {0};
+            if (!j->head_sent) {
+                extra_headers(s, &x);
+                sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+                http_head(&out, 200, "text/event-stream", -1, j->keep_alive, x.p);
+            }
+            http_chunk(&out, ": queued\n\n", 10);
+            ssize_t k = out.failed ? -1 : send(c->fd, out.p, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0 && (size_t)k < out.len) gone = 1;
+            else if (k > 0) j->head_sent = 1;
+            else if (!(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) gone = 1;
+            sb_free(&out);
+            sb_free(&x);
+            last = now_s();
+        }
+        if (gone) {
+            unqueue(s, j);
+            j->done = 1;
+            j->close_conn = 1;
+            logf_("%s %s cancelled: the client left while queued", j->peer, j->path);
+        }
+    }
+}
+
 /* Validates, renders and tokenizes; queues the job and waits for it.
  * Returns 1 to keep the connection, 0 to close it. */
 static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
@@ -722,7 +786,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     s->tail = j;
     s->n_waiting++;
     pthread_cond_signal(&s->work);
-    while (!j->done) pthread_cond_wait(&j->cond, &s->mu);
+    wait_job(c, j);
     pthread_mutex_unlock(&s->mu);
     pthread_cond_destroy(&j->cond);
     ok = keep && !j->close_conn;

@@ -276,6 +276,27 @@ sleep 0.3
 kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
 [ "$(curl -s "$U/health")" = '{"status":"ok"}' ] && ok || bad "health after the corpus"
 
+# ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
+start queue --queue 1 --heartbeat 0.3 || exit 1
+Q="http://127.0.0.1:$PORT"
+curl -s "$Q/v1/completions" -d '{"prompt":"Once","max_tokens":400,"temperature":0}' >"$tmp/long1" &
+lp=$!
+sleep 0.3
+curl -sN "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2,"stream":true}' >"$tmp/queued"
+[ "$(head -c 9 "$tmp/queued")" = ": queued" ] && ok || bad "no ': queued' comment first: $(head -c 80 "$tmp/queued")"
+tail -c 14 "$tmp/queued" | grep -q "data: \[DONE\]" && ok || bad "queued stream did not finish"
+wait $lp
+curl -s "$Q/v1/completions" -d '{"prompt":"Once","max_tokens":400,"temperature":0}' >"$tmp/long2" &
+lp=$!
+sleep 0.3
+curl -s --max-time 0.6 "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2}' >/dev/null 2>&1
+sleep 0.4
+grep -q "cancelled: the client left while queued" "$tmp/queue.log" && ok || bad "a waiting client that left was not dropped"
+r=$(curl -s -w ' %{http_code}' "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+case "$r" in *' 200') ok ;; *) bad "the place of a client that left was not freed: $r" ;; esac
+wait $lp
+[ "$(jget usage.completion_tokens <"$tmp/long2")" = 400 ] && ok || bad "the long request"
+
 # ---- API key and CORS ----
 start auth --api-key s3cret --cors http://example.test || exit 1
 A="http://127.0.0.1:$PORT"
