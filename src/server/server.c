@@ -493,8 +493,7 @@ static void *worker_main(void *arg) {
     if (s->e) s->sess = gem_session_new(s->e, &err);
     if (!s->sess) {
         snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
-        atomic_store(&s->failed, 1);
-        got_signal = 1;
+        atomic_store(&s->failed, 1); /* the accept loop sees it and stops */
         return NULL;
     }
     s->tk = gem_engine_tok(s->e);
@@ -1069,7 +1068,7 @@ int server_run(const server_opts *o) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1 << 20);
-    while (!got_signal) {
+    while (!got_signal && !atomic_load(&s->failed)) {
         struct pollfd p = {s->lfd, POLLIN, 0};
         if (poll(&p, 1, 200) <= 0) continue;
         struct sockaddr_storage ss;
