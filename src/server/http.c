@@ -308,8 +308,8 @@ void http_head(strbuf *out, int status, const char *content_type, long long cont
                const char *extra) {
     sb_printf(out, "HTTP/1.1 %d %s\r\nServer: gem\r\n", status, http_reason(status));
     if (content_type) sb_printf(out, "Content-Type: %s\r\n", content_type);
-    if (status == 204 || status < 200) {
-        /* no body and no length header */
+    if (status == 204 || status < 200 || content_length == -2) {
+        /* no body, or one that ends when the connection closes: no length header */
     } else if (content_length >= 0) {
         sb_printf(out, "Content-Length: %lld\r\n", content_length);
     } else {

@@ -84,8 +84,9 @@ const char *http_header_get(const http_req *r, const char *name, size_t *len);
 const char *http_reason(int status);
 
 /* Appends a response head: status line, Content-Type (when given),
- * Content-Length (when content_length >= 0) or Transfer-Encoding: chunked
- * (when -1), Connection, then `extra` (complete header lines, each ending in
+ * Content-Length (when content_length >= 0), Transfer-Encoding: chunked
+ * (when -1) or neither (-2: the body ends when the connection closes, what
+ * HTTP/1.0 streams need), Connection, then `extra` (header lines, each ending in
  * CRLF, or NULL) and the blank line. */
 void http_head(strbuf *out, int status, const char *content_type, long long content_length, int keep_alive,
                const char *extra);

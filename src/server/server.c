@@ -74,6 +74,7 @@ typedef struct job {
     size_t n_ids;
     char *forced; /* text a tool_choice forces at the start of the answer */
     int keep_alive;
+    int http10;   /* HTTP/1.0 has no chunked coding: a stream ends by closing */
     char peer[64], path[64];
     /* under the server's mutex: started is set by the worker when it takes
      * the job; until then only the connection thread writes to the socket
@@ -226,6 +227,13 @@ static void after_detok(const char *p, size_t n, void *ctx) {
     stopper_feed(&g->st, p, n, after_stop, g);
 }
 
+/* One piece of a streamed body: a chunk, or the bytes as they are for an
+ * HTTP/1.0 client (whose stream ends when the connection closes). */
+static void stream_frame(const job *j, strbuf *out, const char *p, size_t n) {
+    if (!j->http10) http_chunk(out, p, n);
+    else if (n) sb_put(out, p, n);
+}
+
 /* Sends what the reply has ready as one chunk of the SSE stream. */
 static void flush_stream(gen *g) {
     strbuf *o = reply_out(g->rp);
@@ -234,7 +242,7 @@ static void flush_stream(gen *g) {
         return;
     }
     g->frame.len = 0;
-    http_chunk(&g->frame, o->p, o->len);
+    stream_frame(g->j, &g->frame, o->p, o->len);
     o->len = 0;
     if (g->frame.failed || send_all(g->j->fd, g->frame.p, g->frame.len)) g->gone = 1;
     g->last_send = now_s();
@@ -355,7 +363,7 @@ static void run_job(server *s, job *j) {
         strbuf x = {0};
         extra_headers(s, &x);
         sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
-        if (!j->head_sent) http_head(&g.frame, 200, "text/event-stream", -1, j->keep_alive, x.p);
+        if (!j->head_sent) http_head(&g.frame, 200, "text/event-stream", j->http10 ? -2 : -1, j->keep_alive, x.p);
         sb_free(&x);
         if (g.frame.failed || send_all(j->fd, g.frame.p, g.frame.len)) g.gone = 1;
         reply_start(g.rp);
@@ -437,7 +445,7 @@ respond:
         if (stream) {
             stream_error(&g, fail);
             g.frame.len = 0;
-            http_chunk(&g.frame, NULL, 0);
+            stream_frame(j, &g.frame, NULL, 0);
             send_all(j->fd, g.frame.p, g.frame.len);
         } else {
             api_error e;
@@ -451,7 +459,7 @@ respond:
         if (stream) {
             flush_stream(&g);
             g.frame.len = 0;
-            http_chunk(&g.frame, NULL, 0);
+            stream_frame(j, &g.frame, NULL, 0);
             if (g.gone || send_all(j->fd, g.frame.p, g.frame.len)) j->close_conn = 1;
         } else if (o->failed) {
             api_error e;
@@ -693,9 +701,9 @@ static void wait_job(conn *c, job *j) {
             if (!j->head_sent) {
                 extra_headers(s, &x);
                 sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
-                http_head(&out, 200, "text/event-stream", -1, j->keep_alive, x.p);
+                http_head(&out, 200, "text/event-stream", j->http10 ? -2 : -1, j->keep_alive, x.p);
             }
-            http_chunk(&out, ": queued\n\n", 10);
+            stream_frame(j, &out, ": queued\n\n", 10);
             ssize_t k = out.failed ? -1 : send(c->fd, out.p, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (k > 0 && (size_t)k < out.len) gone = 1;
             else if (k > 0) j->head_sent = 1;
@@ -766,7 +774,8 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     j->n_ids = ids.n;
     ids.v = NULL;
     j->forced = forced.len ? strdup(forced.p) : NULL;
-    j->keep_alive = keep;
+    j->http10 = r->minor == 0;
+    j->keep_alive = keep && !(j->http10 && j->req.stream);
     snprintf(j->peer, sizeof j->peer, "%s", c->peer);
     snprintf(j->path, sizeof j->path, "%.*s", (int)(r->path_len < 60 ? r->path_len : 60), r->target);
     pthread_cond_init(&j->cond, NULL);
@@ -788,7 +797,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     wait_job(c, j);
     pthread_mutex_unlock(&s->mu);
     pthread_cond_destroy(&j->cond);
-    ok = keep && !j->close_conn;
+    ok = j->keep_alive && !j->close_conn;
     goto out;
 fail:
     ok = respond_error(s, c->fd, &e, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL) ? 0 : keep;

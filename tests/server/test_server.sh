@@ -247,6 +247,10 @@ grep -q "^HTTP/1.1 431" "$tmp/raw" && ok || bad "endless head: no 431: $(head -1
 # keep-alive: two requests on one connection, pipelined
 raw 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
 [ "$(grep -o 'HTTP/1.1 200' "$tmp/raw" | wc -l)" = 2 ] && ok || bad "pipelined keep-alive requests"
+# an HTTP/1.0 stream: no chunked coding, the end of the stream closes the connection
+raw 'POST /v1/completions HTTP/1.0\r\nContent-Length: 61\r\n\r\n{"prompt":"x","stream":true,"gem_forced_output":"one two"}   ' 5
+grep -q "^HTTP/1.1 200" "$tmp/raw" && ! grep -qi "^Transfer-Encoding" "$tmp/raw" && grep -qi "^Connection: close" "$tmp/raw" \
+    && [ "$(tail -c 14 "$tmp/raw")" = "$(printf 'data: [DONE]\n\n')" ] && ok || bad "HTTP/1.0 stream: $(cat "$tmp/raw")"
 # Expect: 100-continue (the body follows the interim answer)
 raw 'POST /tokenize HTTP/1.1\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
 grep -q "^HTTP/1.1 100 Continue" "$tmp/raw" && grep -q '"tokens":\[' "$tmp/raw" && ok || bad "100-continue"
