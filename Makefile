@@ -16,7 +16,8 @@ ifeq ($(origin CUDA), undefined)
 endif
 
 BUILD   := build
-LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/server/*.c)
+LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c \
+           src/convert/*.c src/server/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 
@@ -29,11 +30,11 @@ ifeq ($(CUDA),1)
   CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
   CFLAGS_BASE += -DGEM_CUDA
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
-  NVFLAGS := -O2 -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -DGEM_CUDA
+  NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics -Werror all-warnings -DGEM_CUDA
 endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
-.PHONY: all test test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
+.PHONY: all test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem
 
 gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ) $(BUILD)/cuda-$(CUDA).stamp
@@ -45,32 +46,36 @@ $(OBJ_DIR)/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 
 $(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -c -o $@ $<
 
 # ---- tests ----
 TEST_SRC  := $(wildcard tests/*/test_*.c)
+# GPU tests (make test-cuda, on a machine with an NVIDIA GPU)
+CUDA_TEST_SRC := $(wildcard tests/cuda/cuda_*.c)
+CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 ASAN_DIR  := $(BUILD)/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(ASAN_DIR)/obj/%.o)
 ASAN_TEST_BIN := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 
-$(BUILD)/tests/%: tests/%.c $(LIB_OBJ) tests/test.h
+$(BUILD)/tests/%: tests/%.c $(LIB_OBJ) $(CU_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(CU_OBJ) $(LDLIBS)
 
-$(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h)
+# The sanitizer and fuzzer builds leave the CUDA backend out (host code only).
+$(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS_BASE) -UGEM_CUDA $(ASAN_FLAGS) -c -o $@ $<
 
 $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_LIB_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(TEST_LDLIBS)
+	$(CC) $(CFLAGS_BASE) -UGEM_CUDA $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(TEST_LDLIBS)
 
 # gem itself under ASan+UBSan (the server tests can run against it: GEM=build/asan/gem).
 ASAN_CLI_OBJ := $(CLI_SRC:%.c=$(ASAN_DIR)/obj/%.o)
-$(ASAN_DIR)/gem: $(ASAN_LIB_OBJ) $(ASAN_CLI_OBJ) $(CU_OBJ)
-	$(CC) $(CFLAGS_BASE) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+$(ASAN_DIR)/gem: $(ASAN_LIB_OBJ) $(ASAN_CLI_OBJ)
+	$(CC) $(CFLAGS_BASE) -UGEM_CUDA $(ASAN_FLAGS) -o $@ $^ $(TEST_LDLIBS)
 
 # libFuzzer targets (clang): every parser gets one.
 FUZZ_CC   ?= clang
@@ -79,12 +84,16 @@ FUZZ_BIN  := $(FUZZ_SRC:tests/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -Wno-unknown-warning-option -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
-$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h)
+$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
+	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
 test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
+
+test-cuda: gem $(CUDA_TEST_BIN)
+	@if [ "$(CUDA)" != 1 ]; then echo "make test-cuda needs nvcc (CUDA=1)"; exit 1; fi
+	@tests/cuda/run.sh
 
 test-unit: gem $(TEST_BIN)
 	@GEM_SKIP_ASAN=1 GEM_SKIP_FUZZ=1 tests/run.sh

@@ -2,9 +2,10 @@
 """CPU speed, gem against the pinned llama.cpp reference, side by side in one
 run on this machine: prompt processing and decode tok/s on synthetic
 gemma4-1b files (Q4_0 and Q8_0 matrices, Q8_0 embedding), same file, same
-prompt token ids, same thread count, greedy, EOS ignored. Order A/B/B/A per
-repetition, medians reported with the paired ratio. Peak RSS of gem is
-measured with /usr/bin/time. Writes bench/results/cpu-DATE.json and prints a
+thread count, greedy, EOS ignored; both measured in-process after a warm-up
+(`gem bench` and `llama-bench`: prompt from an empty context, decode from
+depth 0). Order A/B/B/A per repetition, medians reported with the paired
+ratio. Peak RSS of gem is measured with /usr/bin/time. Writes bench/results/cpu-DATE.json and prints a
 markdown table.
 
 usage: bench/cpu_bench.py [--reps 3] [--threads 2] [--prompt 64] [--gen 32]
@@ -47,12 +48,17 @@ def sha256(path):
 
 
 def run_gem(model):
-    cmd = ["/usr/bin/time", "-f", "RSS %M", "./gem", "run", "-m", model, "--prompt-ids", ids, "-n", str(a.gen),
-           "--temp", "0", "--ignore-eos", "--ids", "-t", str(a.threads)]
+    # `gem bench` measures like llama-bench: in one process, after one
+    # warm-up run (mapped weights faulted in), prompt from an empty context,
+    # decode from depth 0 with greedy single-token steps
+    out = os.path.join(a.dir, "gem-bench.json")
+    cmd = ["/usr/bin/time", "-f", "RSS %M", "./gem", "bench", "-m", model, "--prompt", str(a.prompt), "--gen",
+           str(a.gen), "--depth", "0", "--reps", "1", "-t", str(a.threads), "--json", out]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    m = re.search(r"prompt (\d+) tokens, ([\d.]+) tok/s \| first token ([\d.]+) s \| decode (\d+) tokens, ([\d.]+) tok/s", p.stderr)
+    r = json.load(open(out))
     rss = int(re.search(r"RSS (\d+)", p.stderr).group(1))
-    return {"pp": float(m.group(2)), "ttft": float(m.group(3)), "tg": float(m.group(5)), "rss_kib": rss}
+    return {"pp": r["prefill"][0]["tok_s"], "ttft": r["prefill"][0]["ttft_s"], "tg": r["decode"][0]["tok_s"],
+            "rss_kib": rss}
 
 
 def run_ref(model):
@@ -95,7 +101,7 @@ commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=
 dirty = subprocess.run(["git", "diff", "--quiet"]).returncode != 0
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 doc = {
-    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, gemma4-1b synthetic, greedy",
+    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, gemma4-1b synthetic, greedy; gem bench vs llama-bench",
     "date": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty, "backend": "cpu",
     "threads": a.threads, "cpu": cpu, "nproc": os.cpu_count(),
     "compiler": subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout.splitlines()[0],

@@ -41,6 +41,20 @@ if tok:
         r = max(x["mb_per_s"] for x in d[k]["reference"])
         lines.append(f"| {name} | {g:.2f} | {r:.2f} | {g / r:.1f}x |")
     lines.append("")
+conv = newest("bench/results/convert-*.json")
+if conv:
+    d = json.load(open(conv))
+    lines.append(f"Quantization and conversion of {d['model']} ({d['input_bytes'] / 1e9:.1f} GB), {d['threads']} threads, "
+                 f"input MB read per second (`{conv}`, commit {d['commit'][:10]}):")
+    lines.append("")
+    lines.append("| step | gem MB/s | reference MB/s | ratio | same bytes |")
+    lines.append("|---|---|---|---|---|")
+    for t, v in d["quantize"].items():
+        lines.append(f"| quantize {t} | {v['gem']['mb_per_s']:.0f} | {v['ref']['mb_per_s']:.0f} | {v['ratio']:.2f}x | "
+                     f"{'yes' if v['identical'] else 'NO'} |")
+    for t, v in d["convert"].items():
+        lines.append(f"| convert safetensors to {t} | {v['mb_per_s']:.0f} | (needs torch) | | |")
+    lines.append("")
 for f in sorted(glob.glob("bench/results/*synth*.json")):
     d = json.load(open(f))
     lines.append(f"`gem synth` 31B Q4_0 on the H200 machine: {d['file_bytes'] / 1e9:.1f} GB in {d['wall_seconds']} s "

@@ -44,10 +44,13 @@ if [ -z "$GEM_SKIP_ASAN" ]; then
 fi
 
 if [ -z "$GEM_SKIP_FUZZ" ]; then
-    secs=${FUZZ_SECONDS:-60}
     for fz in build/fuzz/*/fuzz_*; do
         [ -x "$fz" ] || continue
         name=${fz#build/fuzz/}
+        # a target may ask for less time (tests/NAME.seconds), never more
+        own=$(cat "tests/$name.seconds" 2>/dev/null)
+        secs=${FUZZ_SECONDS:-60}
+        [ -n "$own" ] && [ "$own" -lt "$secs" ] && secs=$own
         corpus="build/fuzz-corpus/$name"
         mkdir -p "$corpus"
         seeds=$(cat "tests/$name.seeds" 2>/dev/null)

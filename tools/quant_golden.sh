@@ -18,3 +18,9 @@ done
 # the F32 input rows themselves (for conversion and, later, quantizer checks)
 "$tmp/ref_dequant" "$tmp/in.gguf" blk.0.attn_q.weight 32 tests/data/quant/input
 rm -f tests/data/quant/input.blocks
+# row-quantizer goldens: the reference's quantization of special-pattern rows
+# and of the synthetic input rows (tests/quant/test_quantize.c)
+cc -O2 -I$R/ggml/include -o "$tmp/ref_quant" tools/ref_quant.c -L$bin -lggml-base -Wl,-rpath,"$root/$bin"
+python3 tools/quant_rows.py tests/data/quant/rows.f32
+"$tmp/ref_quant" tests/data/quant/rows.f32 tests/data/quant/rows
+"$tmp/ref_quant" tests/data/quant/input.f32 tests/data/quant/input

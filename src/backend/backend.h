@@ -13,7 +13,7 @@
  * in f32):
  *   embed:      out[i] = E[ids[i]] * scale
  *   rmsnorm:    out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (w ? w : 1)
- *   add_rmsnorm h[r] += rmsnorm(x[r]) * w
+ *   add_rmsnorm h[r] = (h[r] + rmsnorm(x[r]) * w) * (s ? s[0] : 1)
  *   matmul:     out[i][o] = sum_k W[o][k] * x[i][k]   (W as stored: out rows of in)
  *   rope:       NeoX rotation of the first `n_rot` dims of every head, pair
  *               (j, j + n_rot/2) by angle pos * theta^(-2j/n_rot) / ff[j]
@@ -37,6 +37,7 @@ typedef struct be_buf be_buf;
 typedef struct be_weight be_weight;
 typedef struct be_kv be_kv;
 typedef struct backend backend;
+typedef struct be_graph be_graph;
 
 struct backend {
     const char *name;     /* "cpu", "cpu-ref", "cuda" */
@@ -54,11 +55,22 @@ struct backend {
 
     void (*embed)(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out);
     void (*rmsnorm)(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
-    void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps);
+    void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
+                        const be_weight *s);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
+    /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
+     * one pass of the activations, and one launch on a GPU. */
+    void (*matmul_multi)(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
+    /* out = gelu_tanh(Wgate x) * (Wup x): both projections and the gating
+     * in one pass (no gate/up buffers on backends that fuse it). */
+    void (*matmul_geglu)(backend *b, const be_weight *Wgate, const be_weight *Wup, const be_buf *x, int n, be_buf *out);
     void (*rope)(backend *b, be_buf *x, int n, int heads, int head_dim, int n_rot, int pos0, float theta,
                  const be_weight *freq_factors);
     void (*geglu)(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+    /* rmsnorm of every head of x (n x heads x head_dim, weight w or none),
+     * then rope on all head_dim dims: the q/k path of a layer in one op. */
+    void (*rmsnorm_rope)(backend *b, be_buf *x, const be_weight *w, int n, int heads, int head_dim, float eps, int pos0,
+                         float theta, const be_weight *freq_factors);
     void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
     void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
 
@@ -74,6 +86,30 @@ struct backend {
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
     void (*kv_load)(backend *b, be_kv *kv, int n_pos, const void *src);
+
+    /* out[r] = index of the largest value of row r of x (rows x width), the
+     * lowest index among equals, stored as a float (exact below 2^24). Lets
+     * greedy decoding read back one number instead of the vocabulary. */
+    void (*argmax)(backend *b, const be_buf *x, int rows, int width, be_buf *out);
+
+    /* Step parameters: called before the ops of each forward tile with the
+     * tile's token ids and first position. The ops still receive the same
+     * ids/pos0 as arguments; a backend that replays recorded steps reads
+     * them from here instead, so one recording serves every position. */
+    void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
+    /* Optional (NULL when unsupported): run fn once (its ops take effect, as
+     * for a direct call) and record the ops it enqueues (no host round trips
+     * inside) as a graph; replay runs them again for the latest set_step.
+     * fn must be repeatable: the same step parameters give the same state.
+     * replay returns -1 when the graph no longer matches the backend's
+     * buffers (a scratch buffer grew): free it and capture again. */
+    be_graph *(*capture)(backend *b, void (*fn)(void *ctx), void *ctx, gem_err *err);
+    int (*replay)(backend *b, be_graph *g);
+    void (*graph_free)(backend *b, be_graph *g);
+
+    /* 0, or -1 with the first device error since creation (asynchronous
+     * failures surface here; after one, results are undefined). */
+    int (*status)(backend *b, gem_err *err);
 };
 
 typedef struct {
@@ -87,7 +123,8 @@ typedef struct {
     int gelu_fp16;
 } backend_opts;
 
-/* Creates a backend by name ("cpu"); NULL with a reason when unavailable. */
+/* Creates a backend by name ("cpu", "cuda"); NULL with a reason when
+ * unavailable (never a silent fallback to another backend). */
 backend *backend_create(const char *name, const backend_opts *o, gem_err *err);
 
 #endif

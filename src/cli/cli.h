@@ -4,11 +4,16 @@
 #ifndef GEM_CLI_CLI_H
 #define GEM_CLI_CLI_H
 
+#include <stdint.h>
+
 int cli_inspect(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 
 /* "gem 0.1.0": the version string (also the server's build info). */
@@ -22,5 +27,9 @@ int cli_parse_num(const char *s, double lo, double hi, double *out);
  * GEM_DATA_DIR, then the executable's directory, then the working directory.
  * Writes into buf and returns it. */
 const char *cli_data_path(const char *rel, char *buf, unsigned long cap);
+
+/* A 40-column progress bar on stderr ("gem CMD: [####....]  45.0%"),
+ * redrawn when the permille changes; *last holds the state (start at -1). */
+void cli_progress_bar(const char *cmd, uint64_t done, uint64_t total, int *last);
 
 #endif

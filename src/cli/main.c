@@ -28,8 +28,14 @@ static void usage(FILE *out) {
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
             "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
+            "  quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k|q6_k [--embd-type T] [-t N]\n"
+            "                                      quantize an f32/f16/bf16 model (same bytes as llama-quantize)\n"
+            "  convert HF_DIR -o FILE.gguf [--type f32|bf16|f16]\n"
+            "                                      Hugging Face safetensors checkpoint to GGUF\n"
             "  tokenize -m FILE [--no-bos] [--special] [--detok]\n"
             "                                      text on stdin to token ids (or ids back to text)\n"
+            "  bench -m FILE [--backend B] [--prompt N,..] [--gen N] [--depth N,..] [--reps R] [--json OUT]\n"
+            "                                      prefill and decode speed (median of R runs)\n"
             "  devices                             list the compute backends and devices\n"
             "  help                                this text\n"
             "  version                             print the version\n"
@@ -102,6 +108,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cli_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -167,8 +167,12 @@ int cli_run(int argc, char **argv) {
     out = malloc(((size_t)n_predict + 1) * sizeof *out);
     if (chat) cp = chat_parser_new(chat_event_out, NULL);
     if (!smp || !out || (chat && !cp)) goto done;
+    /* greedy without penalties: the argmax is taken on the backend and only
+     * the chosen id comes back (a GPU then skips reading the vocabulary) */
+    const int greedy = sampler_is_greedy(smp);
+    int32_t next = 0;
     double t1 = now_s();
-    if (gem_session_eval(s, ids, n_ids, &err)) {
+    if (greedy ? gem_session_eval_greedy(s, ids, n_ids, &next, &err) : gem_session_eval(s, ids, n_ids, &err)) {
         fprintf(stderr, "gem run: error: %s\n", err.msg);
         goto done;
     }
@@ -179,7 +183,7 @@ int cli_run(int argc, char **argv) {
     for (; n_out < (int)n_predict; n_out++) {
         size_t nh;
         const int32_t *hist = gem_session_tokens(s, &nh);
-        int32_t id = sampler_sample(smp, gem_session_logits(s), hist, nh);
+        int32_t id = greedy ? next : sampler_sample(smp, gem_session_logits(s), hist, nh);
         if (n_out == 0) t_first = now_s() - t1;
         if (!ignore_eos && tok_is_eog(tk, id)) break;
         out[n_out] = id;
@@ -189,7 +193,8 @@ int cli_run(int argc, char **argv) {
             if (chat) chat_parser_feed(cp, piece, len);
             else tok_stream_feed(&ts, piece, len, emit_stdout, NULL);
         }
-        if (n_out + 1 < (int)n_predict && gem_session_eval(s, &id, 1, &err)) {
+        if (n_out + 1 < (int)n_predict &&
+            (greedy ? gem_session_eval_greedy(s, &id, 1, &next, &err) : gem_session_eval(s, &id, 1, &err))) {
             fprintf(stderr, "\ngem run: error: %s\n", err.msg);
             goto done;
         }

@@ -24,6 +24,7 @@ struct gem_session {
     int32_t *tokens;
     size_t n_tokens, cap;
     float *logits;
+    int logits_valid;
 };
 
 struct gem_checkpoint {
@@ -31,6 +32,7 @@ struct gem_checkpoint {
     int32_t *tokens;
     size_t n_tokens;
     float *logits;
+    int logits_valid;
 };
 
 gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
@@ -115,17 +117,27 @@ static int remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 }
 
 int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    s->logits_valid = 0;
     if (gemma4_eval(s->st, ids, n, s->logits, 0, err)) return -1;
+    s->logits_valid = 1;
+    return remember(s, ids, n, err);
+}
+
+int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    s->logits_valid = 0;
+    if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
     return remember(s, ids, n, err);
 }
 
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
+    s->logits_valid = 0;
     if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
     memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
+    s->logits_valid = 1;
     return remember(s, ids, n, err);
 }
 
-const float *gem_session_logits(const gem_session *s) { return s->logits; }
+const float *gem_session_logits(const gem_session *s) { return s->logits_valid ? s->logits : NULL; }
 
 const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
     *n = s->n_tokens;
@@ -135,6 +147,7 @@ const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
 void gem_session_reset(gem_session *s) {
     gemma4_reset(s->st);
     s->n_tokens = 0;
+    s->logits_valid = 0;
 }
 
 gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
@@ -153,6 +166,7 @@ gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
     memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
     c->n_tokens = s->n_tokens;
     memcpy(c->logits, s->logits, GEMMA4_N_VOCAB * sizeof(float));
+    c->logits_valid = s->logits_valid;
     return c;
 }
 
@@ -162,6 +176,7 @@ void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
     s->n_tokens = 0;
     remember(s, c->tokens, (int)c->n_tokens, &err);
     memcpy(s->logits, c->logits, GEMMA4_N_VOCAB * sizeof(float));
+    s->logits_valid = c->logits_valid;
 }
 
 void gem_checkpoint_free(gem_checkpoint *c) {

@@ -39,6 +39,11 @@ void gem_session_free(gem_session *s);
 int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err);
 /* As eval, and copies the logits of every token (n x vocab) into out. */
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err);
+/* As eval, but only the greedy choice (argmax of the last logits, lowest id
+ * on ties) comes back, computed on the backend; gem_session_logits is NULL
+ * until the next eval. */
+int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
+/* Logits of the last evaluated token, or NULL after eval_greedy. */
 const float *gem_session_logits(const gem_session *s);
 const int32_t *gem_session_tokens(const gem_session *s, size_t *n);
 void gem_session_reset(gem_session *s);

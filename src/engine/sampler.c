@@ -85,12 +85,18 @@ static void select_top(cand *c, size_t n, size_t k) {
     }
 }
 
+static int penalties_on(const gem_sampling *p) {
+    return p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0);
+}
+
+int sampler_is_greedy(const sampler *s) { return s->p.temp <= 0 && !penalties_on(&s->p); }
+
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, size_t n_hist) {
     const gem_sampling *p = &s->p;
     float *l = s->work;
     memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
     /* penalties over the recent history */
-    if (p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0)) {
+    if (penalties_on(p)) {
         size_t from = p->penalty_last_n < 0 || (size_t)p->penalty_last_n >= n_hist ? 0 : n_hist - (size_t)p->penalty_last_n;
         for (size_t i = from; i < n_hist; i++)
             if (hist[i] >= 0 && hist[i] < s->n_vocab && s->count[hist[i]] < UINT16_MAX) s->count[hist[i]]++;

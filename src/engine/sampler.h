@@ -28,6 +28,9 @@ typedef struct sampler sampler;
 
 sampler *sampler_new(const gem_sampling *s, int n_vocab);
 void sampler_free(sampler *s);
+/* True when the draw is a plain argmax (greedy, no penalty): the engine can
+ * then take the argmax on the device (gem_session_eval_greedy). */
+int sampler_is_greedy(const sampler *s);
 /* logits is left unchanged; history are the tokens so far (prompt and output). */
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *history, size_t n_history);
 

@@ -153,11 +153,13 @@ size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t 
 int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
     switch (kind) {
     case G4_KIND_VECTOR: return type == QT_F32;
+    /* k-quants are what published Q4_K_M / Q5_K_M / Q6_K files (and
+     * `gem quantize --type q4_k|q6_k`) contain: every backend runs them (the
+     * CPU through its dequantizers, CUDA expanded to f16 at load) */
     case G4_KIND_MATRIX:
-        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_F16 || type == QT_BF16 || type == QT_F32;
     case G4_KIND_EMBD:
-        return type == QT_Q8_0 || type == QT_Q6_K || type == QT_Q4_0 || type == QT_F16 ||
-               type == QT_BF16 || type == QT_F32;
+        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q5_0 || type == QT_Q4_K || type == QT_Q5_K ||
+               type == QT_Q6_K || type == QT_F16 || type == QT_BF16 || type == QT_F32;
     }
     return 0;
 }
@@ -165,8 +167,7 @@ int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
 static const char *kind_types(gemma4_kind kind) {
     switch (kind) {
     case G4_KIND_VECTOR: return "f32";
-    case G4_KIND_MATRIX: return "q4_0, q8_0, f16, bf16 or f32";
-    default: return "q8_0, q6_k, q4_0, f16, bf16 or f32";
+    default: return "q4_0, q8_0, q5_0, q4_k, q5_k, q6_k, f16, bf16 or f32";
     }
 }
 

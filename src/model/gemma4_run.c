@@ -33,8 +33,8 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *gate, *up, *act, *down, *last, *logits;
-    int logits_rows;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best;
+    be_graph *decode; /* one recorded decode step (backends with capture) */
 };
 
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
@@ -44,6 +44,7 @@ static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
 void gemma4_state_free(gemma4_state *s) {
     if (!s) return;
     backend *b = s->b;
+    if (s->decode) b->graph_free(b, s->decode);
     if (s->L) {
         for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
             layer_w *l = &s->L[il];
@@ -58,7 +59,8 @@ void gemma4_state_free(gemma4_state *s) {
     be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
-    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->act, s->down, s->last, s->logits};
+    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->act, s->down, s->last, s->logits,
+                      s->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
     free(s);
@@ -103,9 +105,9 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
         !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
         !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
-        !(s->gate = b->alloc(b, T * F, err)) || !(s->up = b->alloc(b, T * F, err)) ||
         !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
-        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)))
+        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
+        !(s->best = b->alloc(b, 1, err)))
         goto fail;
     return s;
 oom:
@@ -124,69 +126,114 @@ void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
 static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
     backend *b = s->b;
-    const int H = (int)p->n_embd, F = (int)p->n_ff, nh = (int)p->n_head;
+    const int H = (int)p->n_embd, nh = (int)p->n_head;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
         const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
         b->rmsnorm(b, s->h, l->attn_norm, n, H, EPS, s->a);
-        b->matmul(b, l->q, s->a, n, s->q);
-        b->matmul(b, l->k, s->a, n, s->k);
+        const be_weight *W[3] = {l->q, l->k, l->v};
+        be_buf *O[3] = {s->q, s->k, s->v};
+        b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
         if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
-        else b->matmul(b, l->v, s->a, n, s->v);
-        b->rmsnorm(b, s->q, l->q_norm, n * nh, d, EPS, s->q);
-        b->rmsnorm(b, s->k, l->k_norm, n * kvh, d, EPS, s->k);
+        const float theta = g->is_full ? 1e6f : 1e4f;
+        const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
+        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
         b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
-        if (g->is_full) {
-            b->rope(b, s->q, n, nh, d, d, pos0, 1e6f, s->rope_freqs);
-            b->rope(b, s->k, n, kvh, d, d, pos0, 1e6f, s->rope_freqs);
-        } else {
-            b->rope(b, s->q, n, nh, d, d, pos0, 1e4f, NULL);
-            b->rope(b, s->k, n, kvh, d, d, pos0, 1e4f, NULL);
-        }
         b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
         b->matmul(b, l->o, s->att, n, s->o);
-        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS);
+        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS, NULL);
         b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
-        b->matmul(b, l->gate, s->a, n, s->gate);
-        b->matmul(b, l->up, s->a, n, s->up);
-        b->geglu(b, s->gate, s->up, (size_t)n * F, s->act);
+        b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
-        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS);
-        b->scale(b, s->h, (size_t)n * H, l->out_scale);
+        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
     }
 }
 
-/* Logits of rows [r0, r0 + rows) of h into host memory. */
-static void head(gemma4_state *s, int r0, int rows, float *dst) {
+/* Soft-capped logits of row r of h into s->logits, and their argmax into
+ * s->best; stays on the device. */
+static void head_dev(gemma4_state *s, int r) {
     backend *b = s->b;
     const int H = (int)s->m->profile->n_embd;
-    for (int r = 0; r < rows; r++) {
-        b->copy(b, s->h, (size_t)(r0 + r) * H, s->last, 0, (size_t)H);
-        b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
-        b->matmul(b, s->embd, s->last, 1, s->logits);
-        b->softcap(b, s->logits, GEMMA4_N_VOCAB, SOFTCAP);
-        b->download(b, s->logits, 0, dst + (size_t)r * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
-    }
+    b->copy(b, s->h, (size_t)r * H, s->last, 0, (size_t)H);
+    b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
+    b->matmul(b, s->embd, s->last, 1, s->logits);
+    b->softcap(b, s->logits, GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, s->logits, 1, GEMMA4_N_VOCAB, s->best);
 }
 
-int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+typedef struct {
+    gemma4_state *s;
+    const int32_t *ids;
+} decode_ctx;
+
+static void decode_body(void *ctx) {
+    decode_ctx *d = ctx;
+    forward_tile(d->s, d->ids, 1, d->s->n_past);
+    head_dev(d->s, 0);
+}
+
+/* One decode step through the recorded graph, recorded on first use and
+ * again whenever the backend says its buffers changed (capturing runs the
+ * step too; a decode step is repeatable: it rewrites the same cache slot
+ * with the same values). */
+static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
+    backend *b = s->b;
+    if (s->decode && b->replay(b, s->decode) == 0) return 0;
+    if (s->decode) b->graph_free(b, s->decode);
+    decode_ctx d = {s, id};
+    s->decode = b->capture(b, decode_body, &d, err);
+    return s->decode ? 0 : -1;
+}
+
+static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,
+                      gem_err *err) {
+    backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
         return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
             return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    const int want_head = logits || best;
     for (int done = 0; done < n;) {
         int t = n - done < s->max_tile ? n - done : s->max_tile;
-        forward_tile(s, ids + done, t, s->n_past);
+        const int last = done + t == n;
+        if (b->set_step) b->set_step(b, ids + done, t, s->n_past);
+        if (t == 1 && last && want_head && !all_logits && b->capture) {
+            if (decode_replay(s, ids + done, err)) return -1;
+        } else {
+            forward_tile(s, ids + done, t, s->n_past);
+            if (want_head && all_logits) {
+                for (int r = 0; r < t; r++) {
+                    head_dev(s, r);
+                    if (logits) b->download(b, s->logits, 0, logits + (size_t)(done + r) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
+                }
+            } else if (want_head && last) {
+                head_dev(s, t - 1);
+            }
+        }
+        if (b->status(b, err)) return -1;
         s->n_past += t;
-        if (logits && all_logits) head(s, 0, t, logits + (size_t)done * GEMMA4_N_VOCAB);
-        else if (logits && done + t == n) head(s, t - 1, 1, logits);
         done += t;
     }
-    return 0;
+    if (logits && !all_logits) b->download(b, s->logits, 0, logits, GEMMA4_N_VOCAB);
+    if (best) {
+        float f = 0;
+        b->download(b, s->best, 0, &f, 1);
+        *best = (int32_t)f;
+    }
+    return b->status(b, err);
+}
+
+int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+    return eval_tiles(s, ids, n, logits, all_logits, NULL, err);
+}
+
+int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    return eval_tiles(s, ids, n, NULL, 0, next, err);
 }
 
 size_t gemma4_checkpoint_size(const gemma4_state *s) {

@@ -29,6 +29,11 @@ int gemma4_n_ctx(const gemma4_state *s);
  * Fails without changing the state when the context would overflow. */
 int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err);
 
+/* As gemma4_eval, but only the argmax of the last token's logits (lowest id
+ * on ties) comes back: on a GPU one number instead of the vocabulary, and a
+ * decode step is one replay of a recorded graph. */
+int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
+
 /* Forgets everything after position n (n <= n_past). Only n == 0 or a
  * checkpoint restore is exact for sliding layers; see gemma4_restore. */
 void gemma4_reset(gemma4_state *s);

@@ -43,7 +43,7 @@ int main(void) {
     printf("fast kernels: %s\n", fast.name);
     uint8_t *row = malloc((size_t)n * 4);
     float *x = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
-    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n)};
+    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n), NULL};
     const uint32_t types[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0};
     for (int trial = 0; trial < 200; trial++) {
         for (int64_t i = 0; i < n; i++) x[i] = frand() * (trial % 7 == 0 ? 100.0f : 1.0f) * (i % 97 == 0 ? 20.0f : 1.0f);
@@ -83,5 +83,50 @@ int main(void) {
     free(w);
     free(xq.d);
     free(xq.q);
+
+    /* eight-row blocks against the one-row integer kernels: the same exact
+     * integer block sums and per-block scales, only the f32 accumulation
+     * order differs (1e-6 of the sum of |terms|); 1..8 rows, 1..9 tokens */
+    if (fast.q8_0_gemm) {
+        const int64_t K = 1536, nb = K / 32;
+        const uint32_t gt[2] = {QT_Q8_0, QT_Q4_0};
+        for (int ti = 0; ti < 2; ti++) {
+            const uint64_t rb = (uint64_t)(nb * quant_type_size(gt[ti]));
+            uint8_t *rows = malloc(rb * 8);
+            float *xs = malloc(sizeof(float) * (size_t)(K * 9)), *deq = malloc(sizeof(float) * (size_t)K);
+            act_q8 q9 = {malloc(sizeof(float) * (size_t)(nb * 9)), malloc((size_t)(K * 9)), malloc((size_t)(K * 9))};
+            void *scratch = malloc(gemm8_scratch_bytes(nb));
+            for (int r = 0; r < 8; r++) make_row(gt[ti], rows + rb * (uint64_t)r, K);
+            for (int64_t i = 0; i < K * 9; i++) xs[i] = frand() * (i % 53 == 0 ? 25.0f : 1.0f);
+            for (int t = 0; t < 9; t++) fast.quantize_act(xs + t * K, K, &q9, t * nb);
+            for (int64_t i = 0; i < K * 9; i++) q9.u[i] = (uint8_t)q9.q[i] ^ 0x80;
+            gemm_q8_fn g = gt[ti] == QT_Q8_0 ? fast.q8_0_gemm : fast.q4_0_gemm;
+            dot_q8_fn d1 = gt[ti] == QT_Q8_0 ? fast.q8_0_q8 : fast.q4_0_q8;
+            for (int nrows = 1; nrows <= 8; nrows += 7)
+                for (int ntok = 1; ntok <= 9; ntok += 4) {
+                    float out[9 * 10];
+                    for (int i = 0; i < 90; i++) out[i] = NAN;
+                    g(rows, rb, nrows, &q9, nb, ntok, out, 10, scratch);
+                    int ok = 1;
+                    for (int t = 0; t < 9; t++)
+                        for (int r = 0; r < 10; r++) {
+                            const float got = out[t * 10 + r];
+                            if (t >= ntok || r >= nrows) { /* nothing written outside the block */
+                                if (!isnan(got)) ok = 0;
+                                continue;
+                            }
+                            quant_dequant_row(gt[ti], rows + rb * (uint64_t)r, deq, K);
+                            double mag = 0;
+                            for (int64_t i = 0; i < K; i++) mag += fabs((double)deq[i] * xs[t * K + i]);
+                            const float want = d1(rows + rb * (uint64_t)r, &q9, t * nb, K);
+                            if (!(fabs(got - want) <= 1e-6 * mag + 1e-6)) ok = 0;
+                        }
+                    CHECKF(ok, "gemm8 %s rows %d tokens %d", quant_type_name(gt[ti]), nrows, ntok);
+                }
+            free(rows), free(xs), free(deq), free(q9.d), free(q9.q), free(q9.u), free(scratch);
+        }
+    } else {
+        printf("no AVX512-VNNI on this CPU: the eight-row kernels are not tested here\n");
+    }
     return test_report("test_cpu_kernels");
 }

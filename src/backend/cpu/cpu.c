@@ -42,6 +42,8 @@ typedef struct {
     cpu_kernels k;
     act_q8 act; /* quantized-activation scratch (one matmul at a time) */
     size_t act_cap;
+    be_buf up; /* matmul_geglu's up projection */
+    size_t up_cap;
 } cpu_backend;
 
 static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
@@ -135,9 +137,11 @@ static void cpu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int row
     for (int r = 0; r < rows; r++) rms_row(x->p + (size_t)r * d, wv, d, eps, out->p + (size_t)r * d);
 }
 
-static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int d, float eps) {
+static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int d, float eps,
+                            const be_weight *sw) {
     (void)b;
     const float *wv = vec_f32(w);
+    const float sv = sw ? vec_f32(sw)[0] : 1.0f;
     for (int r = 0; r < rows; r++) {
         const float *xr = x->p + (size_t)r * d;
         float *hr = h->p + (size_t)r * d;
@@ -145,6 +149,8 @@ static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_wei
         for (int k = 0; k < d; k++) ss += xr[k] * xr[k];
         const float s = 1.0f / sqrtf(ss / (float)d + eps);
         for (int k = 0; k < d; k++) hr[k] += xr[k] * s * wv[k];
+        if (sw)
+            for (int k = 0; k < d; k++) hr[k] *= sv;
     }
 }
 
@@ -220,6 +226,7 @@ typedef struct {
     dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
     dot_f32_fn dot;
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
+    gemm_q8_fn gemm; /* its 4-row register block, or NULL */
     const act_q8 *xq;
 } mm_job;
 
@@ -228,11 +235,23 @@ typedef struct {
 static void mm_task(void *ctx, int t) {
     const mm_job *j = ctx;
     const be_weight *W = j->W;
-    const int64_t in = W->ne0, r0 = (int64_t)t * j->rows_per_task;
+    const int64_t in = W->ne0;
+    int64_t r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
     float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
     if (!j->fused && !j->q8 && !row) return;
+    /* prompt tiles: eight rows at a time against every token (decode stays
+     * on the one-row kernels: one use per weight does not pay for the
+     * interleaving); leftover rows below */
+    if (j->q8 && j->gemm && j->n > 1) {
+        const int64_t nb = in / 32;
+        void *scratch = malloc(gemm8_scratch_bytes(nb));
+        for (; scratch && r0 + 8 <= r1; r0 += 8)
+            j->gemm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, 8, j->xq, nb, j->n, j->out + r0,
+                    (size_t)W->ne1, scratch);
+        free(scratch);
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
         if (row) quant_dequant_row(W->type, src, row, in);
@@ -250,10 +269,10 @@ static void mm_task(void *ctx, int t) {
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.gemm = c->k.q8_0_gemm; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.gemm = c->k.q4_0_gemm; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     default: break;
@@ -266,13 +285,17 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
         if (blocks > c->act_cap) {
             free(c->act.d);
             free(c->act.q);
+            free(c->act.u);
             c->act.d = malloc(blocks * sizeof(float));
             c->act.q = malloc(blocks * 32);
-            c->act_cap = c->act.d && c->act.q ? blocks : 0;
+            c->act.u = malloc(blocks * 32);
+            c->act_cap = c->act.d && c->act.q && c->act.u ? blocks : 0;
         }
         if (c->act_cap >= blocks) {
             for (int i = 0; i < n; i++)
                 c->k.quantize_act(x->p + (size_t)i * (size_t)W->ne0, W->ne0, &c->act, (int64_t)i * (W->ne0 / 32));
+            if (j.gemm && n > 1)
+                for (size_t i = 0; i < blocks * 32; i++) c->act.u[i] = (uint8_t)c->act.q[i] ^ 0x80;
             xq = c->act;
             j.xq = &xq;
         } else {
@@ -282,9 +305,39 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
+    if (j.gemm) j.rows_per_task = (j.rows_per_task + 7) / 8 * 8; /* whole eight-row blocks per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);
+}
+
+static void cpu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n,
+                             be_buf *const *out) {
+    for (int i = 0; i < count; i++) cpu_matmul(b, W[i], x, n, out[i]);
+}
+
+static void cpu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    const size_t len = (size_t)n * (size_t)Wu->ne1;
+    if (len > c->up_cap) { /* the up projection's scratch grows to the largest tile */
+        free(c->up.p);
+        c->up.p = malloc(len * sizeof(float));
+        c->up_cap = c->up.p ? len : 0;
+        c->up.n = c->up_cap;
+    }
+    if (!c->up.p) { /* no memory: nothing sensible to compute; zeros make the failure visible */
+        memset(out->p, 0, len * sizeof(float));
+        return;
+    }
+    cpu_matmul(b, Wg, x, n, out);
+    cpu_matmul(b, Wu, x, n, &c->up);
+    cpu_geglu(b, out, &c->up, len, out); /* elementwise: in place is safe */
+}
+
+static void cpu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
+                             float theta, const be_weight *ff) {
+    cpu_rmsnorm(b, x, w, n * heads, d, eps, x);
+    cpu_rope(b, x, n, heads, d, d, pos0, theta, ff);
 }
 
 /* ---- KV cache and attention ---- */
@@ -397,10 +450,30 @@ static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
     memcpy(kv->v, (const char *)src + half, half);
 }
 
+static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        const float *v = x->p + (size_t)r * width;
+        int best = 0;
+        for (int i = 1; i < width; i++)
+            if (v[i] > v[best]) best = i;
+        out->p[r] = (float)best;
+    }
+}
+
+/* Everything runs synchronously on the host: nothing can fail later. */
+static int cpu_status(backend *b, gem_err *err) {
+    (void)b;
+    (void)err;
+    return 0;
+}
+
 static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
     free(c->act.q);
+    free(c->act.u);
+    free(c->up.p);
     pool_free(c->pool);
     free(c);
 }
@@ -436,6 +509,9 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->rmsnorm = cpu_rmsnorm;
     b->add_rmsnorm = cpu_add_rmsnorm;
     b->matmul = cpu_matmul;
+    b->matmul_geglu = cpu_matmul_geglu;
+    b->matmul_multi = cpu_matmul_multi;
+    b->rmsnorm_rope = cpu_rmsnorm_rope;
     b->rope = cpu_rope;
     b->geglu = cpu_geglu;
     b->scale = cpu_scale;
@@ -446,5 +522,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_bytes = cpu_kv_bytes;
     b->kv_save = cpu_kv_save;
     b->kv_load = cpu_kv_load;
+    b->argmax = cpu_argmax;
+    b->status = cpu_status;
     return b;
 }

@@ -183,6 +183,138 @@ AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m25
 Q8_ROW_DOT(q8_0_q8_avx2, q8_block, 34)
 Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 
+/* ---- AVX512-VNNI eight-row blocks for prompt tiles ----
+ *
+ * Lanes are rows: eight rows' codes are interleaved once per call into
+ * [block][4-byte group][row] (a 256-bit vector per group), so one vpdpbusd
+ * multiplies a group of four activation codes, broadcast, with the same
+ * group of eight rows. vpdpbusd takes unsigned x signed bytes: activations
+ * go in as x + 128 (x XOR 0x80) and 128 * sum(w) is subtracted per block and
+ * row, leaving the exact integer block sum sum(w x). Each block then adds
+ * float(sum) * (d(w) d(x)) to the row's f32 accumulator, the one-row
+ * kernels' per-block term. Weights stay in the mapping: the interleaved
+ * copy lives in per-task scratch and serves every token of the tile. */
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+size_t gemm8_scratch_bytes(int64_t nb) { return (size_t)nb * 8 * (32 + 4 + 4); }
+
+/* Interleaving: each row's block is unpacked to 32 signed codes (one
+ * vector of eight 4-byte groups), the eight rows' vectors are transposed as
+ * an 8 x 8 matrix of 32-bit groups, and the row sums for the +128
+ * correction come from vpdpbusd against ones. */
+VNNI static void repack8(int q4, const uint8_t *row0, uint64_t row_bytes, int nrows, int64_t nb, int8_t *pw,
+                         int32_t *corr, float *sw) {
+    const int64_t bytes = q4 ? 18 : 34;
+    const uint8_t *rows[8];
+    for (int r = 0; r < 8; r++) rows[r] = row0 + row_bytes * (uint64_t)(r < nrows ? r : nrows - 1); /* pad: a real row */
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i v[8];
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = rows[r] + b * bytes;
+            if (q4) {
+                const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+                v[r] = _mm256_sub_epi8(
+                    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f)),
+                    _mm256_set1_epi8(8));
+            } else {
+                v[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            }
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            sw[b * 8 + r] = _cvtsh_ss(h);
+        }
+        /* 8 x 8 transpose of 32-bit groups: t[g] holds group g of rows 0..7 */
+        __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
+        __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
+        __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
+        __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
+        __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
+        __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
+        __m256i t[8];
+        t[0] = _mm256_permute2x128_si256(b0, b4, 0x20), t[4] = _mm256_permute2x128_si256(b0, b4, 0x31);
+        t[1] = _mm256_permute2x128_si256(b1, b5, 0x20), t[5] = _mm256_permute2x128_si256(b1, b5, 0x31);
+        t[2] = _mm256_permute2x128_si256(b2, b6, 0x20), t[6] = _mm256_permute2x128_si256(b2, b6, 0x31);
+        t[3] = _mm256_permute2x128_si256(b3, b7, 0x20), t[7] = _mm256_permute2x128_si256(b3, b7, 0x31);
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            _mm256_storeu_si256((__m256i *)(pw + (b * 8 + g) * 32), t[g]);
+            sum = _mm256_dpbusd_epi32(sum, ones, t[g]);
+        }
+        _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_slli_epi32(sum, 7));
+    }
+}
+
+/* Four tokens at a time with four independent vpdpbusd chains (one chain
+ * would wait on its own latency at every step). */
+VNNI static void gemm8_compute(const int8_t *pw, const int32_t *corr, const float *sw, const act_q8 *x, int64_t nb,
+                               int ntok, int nrows, float *out, size_t out_stride) {
+    const __mmask8 mask = (__mmask8)((1u << nrows) - 1);
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
+        const int nt = ntok - t0 < 4 ? ntok - t0 : 4;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        /* tokens past the end repeat the last one (results not stored) */
+        int64_t tb[4];
+        for (int tt = 0; tt < 4; tt++) tb[tt] = (int64_t)(t0 + (tt < nt ? tt : nt - 1)) * nb;
+        /* named accumulators and unrolled loops: -O2 keeps them in registers
+         * only this way (an ai[4] array went to the stack every step) */
+        const uint8_t *x0 = x->u + tb[0] * 32, *x1 = x->u + tb[1] * 32, *x2 = x->u + tb[2] * 32,
+                      *x3 = x->u + tb[3] * 32;
+        __m256 c0 = acc[0], c1 = acc[1], c2 = acc[2], c3 = acc[3];
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+            const int8_t *wb = pw + b * 256;
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + g * 32));
+                int32_t v0, v1, v2, v3;
+                memcpy(&v0, x0 + b * 32 + g * 4, 4);
+                memcpy(&v1, x1 + b * 32 + g * 4, 4);
+                memcpy(&v2, x2 + b * 32 + g * 4, 4);
+                memcpy(&v3, x3 + b * 32 + g * 4, 4);
+                i0 = _mm256_dpbusd_epi32(i0, _mm256_set1_epi32(v0), w);
+                i1 = _mm256_dpbusd_epi32(i1, _mm256_set1_epi32(v1), w);
+                i2 = _mm256_dpbusd_epi32(i2, _mm256_set1_epi32(v2), w);
+                i3 = _mm256_dpbusd_epi32(i3, _mm256_set1_epi32(v3), w);
+            }
+            const __m256i cr = _mm256_loadu_si256((const __m256i *)(corr + b * 8));
+            const __m256 s = _mm256_loadu_ps(sw + b * 8);
+            c0 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[0] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i0, cr)), c0);
+            c1 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[1] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i1, cr)), c1);
+            c2 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[2] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i2, cr)), c2);
+            c3 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[3] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i3, cr)), c3);
+        }
+        acc[0] = c0, acc[1] = c1, acc[2] = c2, acc[3] = c3;
+        for (int tt = 0; tt < nt; tt++) _mm256_mask_storeu_ps(out + (size_t)(t0 + tt) * out_stride, mask, acc[tt]);
+    }
+}
+
+static void gemm8_q4_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                       float *out, size_t out_stride, void *scratch) {
+    int8_t *pw = scratch;
+    int32_t *corr = (int32_t *)(pw + nb * 256);
+    float *sw = (float *)(corr + nb * 8);
+    repack8(1, row0, row_bytes, nrows, nb, pw, corr, sw);
+    gemm8_compute(pw, corr, sw, x, nb, ntok, nrows, out, out_stride);
+}
+
+static void gemm8_q8_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                       float *out, size_t out_stride, void *scratch) {
+    int8_t *pw = scratch;
+    int32_t *corr = (int32_t *)(pw + nb * 256);
+    float *sw = (float *)(corr + nb * 8);
+    repack8(0, row0, row_bytes, nrows, nb, pw, corr, sw);
+    gemm8_compute(pw, corr, sw, x, nb, ntok, nrows, out, out_stride);
+}
+
+static int have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
+
 static int have_avx2(void) {
     __builtin_cpu_init();
     unsigned a, b, c, d;
@@ -191,11 +323,98 @@ static int have_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 #else
+/* ---- AVX512-VNNI register blocks (256-bit vectors, 32 registers) ----
+ *
+ * Per 32-value block: the weight codes as unsigned bytes (q4_0: 0..15 as
+ * stored; q8_0: |w| with the sign moved onto x), vpdpbusd against the
+ * activation codes sums groups of four consecutive bytes into 8 int32
+ * lanes (the same groups as the AVX2 maddubs/madd pair), q4_0 subtracts
+ * 8 x (the same groups of x), and the lanes are scaled by d(w) d(x) into f32
+ * accumulators, one per (row, token). */
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+VNNI static inline __m256i q4_unpack(const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+}
+
+#define GEMM_BODY(BYTES, Q4)                                                                              \
+    __m256 acc[4][4];                                                                                     \
+    for (int r = 0; r < 4; r++)                                                                           \
+        for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();                                      \
+    const int64_t nb = n / 32;                                                                            \
+    for (int64_t b = 0; b < nb; b++) {                                                                    \
+        __m256i w[4];                                                                                     \
+        float dw[4];                                                                                      \
+        for (int r = 0; r < 4; r++) {                                                                     \
+            const uint8_t *blk = row0 + (uint64_t)r * row_bytes + b * BYTES;                              \
+            w[r] = Q4 ? q4_unpack(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));                   \
+            dw[r] = d16(blk);                                                                             \
+        }                                                                                                 \
+        for (int t = 0; t < NTOK; t++) {                                                                  \
+            const int64_t xb = block0 + t * tok_blocks + b;                                               \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));                      \
+            const float dx = x->d[xb];                                                                    \
+            const __m256i eight = Q4 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v) \
+                                     : _mm256_setzero_si256();                                            \
+            for (int r = 0; r < 4; r++) {                                                                 \
+                __m256i p;                                                                                \
+                if (Q4) {                                                                                 \
+                    p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], v), eight);    \
+                } else {                                                                                  \
+                    p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w[r], w[r]),         \
+                                            _mm256_sign_epi8(v, w[r]));                                   \
+                }                                                                                         \
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[r][t]); \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int t = 0; t < NTOK; t++)                                                                        \
+        for (int r = 0; r < 4; r++) out[(size_t)t * out_stride + r] = hsum(acc[r][t]);
+
+/* NTOK is a compile-time constant per instance so the accumulators stay in
+ * registers; the dispatcher picks the instance for ntok. */
+#define GEMM_INSTANCE(NAME, NT, BYTES, Q4)                                                              \
+    VNNI static void NAME(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,     \
+                          int64_t tok_blocks, int64_t n, float *out, size_t out_stride) {               \
+        enum { NTOK = NT };                                                                             \
+        GEMM_BODY(BYTES, Q4)                                                                            \
+    }
+
+GEMM_INSTANCE(q4_gemm_1, 1, 18, 1)
+GEMM_INSTANCE(q4_gemm_2, 2, 18, 1)
+GEMM_INSTANCE(q4_gemm_3, 3, 18, 1)
+GEMM_INSTANCE(q4_gemm_4, 4, 18, 1)
+GEMM_INSTANCE(q8_gemm_1, 1, 34, 0)
+GEMM_INSTANCE(q8_gemm_2, 2, 34, 0)
+GEMM_INSTANCE(q8_gemm_3, 3, 34, 0)
+GEMM_INSTANCE(q8_gemm_4, 4, 34, 0)
+
+typedef void (*gemm_inst)(const uint8_t *, uint64_t, const act_q8 *, int64_t, int64_t, int64_t, float *, size_t);
+
+static void q4_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q4_gemm_1, q4_gemm_2, q4_gemm_3, q4_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static void q8_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
+                           int ntok, int64_t n, float *out, size_t out_stride) {
+    static const gemm_inst f[4] = {q8_gemm_1, q8_gemm_2, q8_gemm_3, q8_gemm_4};
+    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
+}
+
+static int have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
+
 static int have_avx2(void) { return 0; }
 #endif
 
 cpu_kernels kernels_pick(int force_scalar) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL};
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!force_scalar && have_avx2()) {
         k.name = "avx2";
@@ -207,6 +426,11 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.q8_0_q8 = q8_0_q8_avx2;
         k.q4_0_q8 = q4_0_q8_avx2;
         k.quantize_act = quantize_act_avx2;
+        if (have_vnni()) {
+            k.name = "avx512vnni";
+            k.q8_0_gemm = gemm8_q8_0;
+            k.q4_0_gemm = gemm8_q4_0;
+        }
     }
 #else
     (void)force_scalar;

@@ -6,6 +6,7 @@
 #ifndef GEM_BACKEND_CPU_KERNELS_H
 #define GEM_BACKEND_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef float (*dot_fn)(const uint8_t *row, const float *x, int64_t n);
@@ -17,15 +18,25 @@ typedef float (*dot_f32_fn)(const float *a, const float *b, int64_t n);
 typedef struct {
     float *d;     /* per block scale */
     int8_t *q;    /* codes, 32 per block */
+    uint8_t *u;   /* the codes XOR 0x80 (unsigned), for the eight-row kernels */
 } act_q8;
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
 
+/* Rows [0, nrows) (nrows <= 8, row_bytes apart) of a q8_0/q4_0 matrix
+ * against ntok tokens of quantized activations (token t's blocks start at
+ * t * nb; x->u must hold the codes XOR 0x80), nb blocks per row:
+ * out[t * out_stride + r]. scratch: gemm8_scratch_bytes(nb) bytes. */
+typedef void (*gemm_q8_fn)(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                           float *out, size_t out_stride, void *scratch);
+size_t gemm8_scratch_bytes(int64_t nb);
+
 typedef struct {
-    const char *name; /* "avx2" or "scalar" */
+    const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
     dot_f32_fn dot;
     dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
+    gemm_q8_fn q8_0_gemm, q4_0_gemm; /* NULL without AVX512-VNNI */
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
 } cpu_kernels;
 

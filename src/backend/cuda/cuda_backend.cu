@@ -1,0 +1,1528 @@
+/* CUDA backend (see cuda_backend.h and backend/backend.h).
+ *
+ * Invariants:
+ * - One stream per backend; every op is enqueued on it in call order, so the
+ *   seam's ordering is the stream's. Host-visible results come only from
+ *   download/kv_save, which synchronise.
+ * - Weights are resident after `weight`: f32/f16/bf16 as stored; q8_0 and
+ *   q4_0 split into a contiguous code array (32 or 16 bytes per block, so a
+ *   lane loads one block with 16-byte loads) and an f16 scale array; other
+ *   GGUF types are expanded to f16 at load (correct, not yet fast).
+ * - Position-dependent ops (embed, rope, attention) read the token ids and
+ *   the first position from the device step buffer written by set_step, so a
+ *   recorded decode step replays at any position. Their launch shapes depend
+ *   only on n and the cache capacity, never on the position.
+ * - Scratch buffers a recorded graph may point at (quantized activations,
+ *   attention partials, argmax partials, the step buffer) only grow outside
+ *   a capture; each growth bumps `generation`, which invalidates graphs.
+ * - Errors are sticky: the first failing CUDA call is remembered and
+ *   reported by status(); later ops still run but their results are void.
+ *
+ * Numerics: q8_0/q4_0 products quantize the activations to 8 bits per
+ * 32-value block exactly as the CPU fast path does (scale max|x|/127, round
+ * to nearest even), so integer block sums are identical and only the f32
+ * summation order differs. Everything else is f32. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+extern "C" {
+#include "quant/quant.h"
+}
+
+enum { DW_F32, DW_F16, DW_BF16, DW_Q8_0, DW_Q4_0 };
+
+struct be_buf {
+    float *d;
+    size_t n;
+};
+
+struct be_weight {
+    int fmt;
+    int64_t ne0, ne1;
+    void *q;   /* codes or plain values */
+    __half *d; /* per-block scales (q8_0, q4_0) */
+};
+
+struct be_kv {
+    float *k, *v; /* [capacity][n_kv_head][head_dim], the CPU layout */
+    int n_kv_head, head_dim, capacity, ring;
+    int nsplit; /* attention splits of a one-token step */
+};
+
+struct be_graph {
+    cudaGraphExec_t exec;
+    unsigned generation;
+};
+
+/* A device scratch buffer that only grows (see the invariants above). */
+typedef struct {
+    void *p;
+    size_t cap;
+} scratch;
+
+typedef struct {
+    backend base;
+    cudaStream_t st;
+    cudaEvent_t step_copied;
+    int failed;
+    char why[512];
+    int gelu_fp16;
+    int capturing;
+    unsigned generation;
+    int *step;      /* device: pos0, n, ids[n] */
+    int *step_host; /* pinned staging of the same */
+    int step_cap;
+    scratch xq, xd, xs;     /* quantized activations: codes, scales, code sums */
+    scratch part, pml;      /* attention partials */
+    scratch amax_v, amax_i; /* argmax partials */
+    scratch up;             /* matmul_geglu's unfused path */
+    void *stage;            /* weight upload staging */
+    size_t stage_cap;
+    /* GEM_CUDA_PROFILE=1: every launch waits for the GPU and its time is
+     * added to its op's row, printed at exit (no graphs then) */
+    int profile;
+    double prof_mark;
+    /* the quantized-activation cache of matmul_into: valid while epoch,
+     * bumped by every other op, is unchanged */
+    unsigned epoch, q_epoch;
+    const float *q_src;
+    int q_n, q_K;
+    /* GEM_CUDA_MMA=1: prefill tiles of q8_0/q4_0 on the tensor cores
+     * (k_mm_q); off by default until make test-cuda has run it */
+    int mma;
+    struct {
+        char name[48];
+        double s;
+        long calls;
+    } prof[48];
+} cuda_backend;
+
+static cuda_backend *cu_of(backend *b) { return (cuda_backend *)b; }
+
+static int cu_check(cuda_backend *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    if (!c->failed) {
+        c->failed = 1;
+        snprintf(c->why, sizeof c->why, "CUDA error in %s: %s", what, cudaGetErrorString(e));
+    }
+    return -1;
+}
+#define CK(c, call) cu_check((c), (call), #call)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void launched(cuda_backend *c, const char *name) {
+    c->epoch++;
+    cu_check(c, cudaGetLastError(), name);
+    if (!c->profile) return;
+    cudaStreamSynchronize(c->st);
+    const double t = now_s();
+    for (int i = 0; i < 48; i++) {
+        if (!c->prof[i].name[0]) snprintf(c->prof[i].name, sizeof c->prof[i].name, "%s", name);
+        if (!strcmp(c->prof[i].name, name)) {
+            c->prof[i].s += t - c->prof_mark;
+            c->prof[i].calls++;
+            break;
+        }
+    }
+    c->prof_mark = t;
+}
+#define LAUNCHED(c, name) launched((c), (name))
+
+static int grow(cuda_backend *c, scratch *s, size_t bytes) {
+    if (bytes <= s->cap) return 0;
+    if (c->capturing) {
+        if (!c->failed) {
+            c->failed = 1;
+            snprintf(c->why, sizeof c->why, "internal: scratch buffer grew during graph capture");
+        }
+        return -1;
+    }
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < bytes) cap *= 2;
+    if (s->p) CK(c, cudaStreamSynchronize(c->st)), CK(c, cudaFree(s->p));
+    s->p = NULL;
+    s->cap = 0;
+    if (CK(c, cudaMalloc(&s->p, cap))) return -1;
+    s->cap = cap;
+    c->generation++;
+    return 0;
+}
+
+static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------------ */
+/* reductions                                                          */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ int warp_isum(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024). */
+__device__ float block_sum(float v, float *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = 0;
+    for (int i = 0; i < nw; i++) t += sh[i];
+    return t;
+}
+
+/* ------------------------------------------------------------------ */
+/* weights                                                             */
+
+__global__ void k_repack_q8_0(const uint8_t *raw, int64_t nblk, int8_t *q, __half *d) {
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblk) return;
+    const uint8_t *src = raw + b * 34;
+    d[b] = *(const __half *)src;
+    for (int j = 0; j < 32; j++) q[b * 32 + j] = (int8_t)src[2 + j];
+}
+
+__global__ void k_repack_q4_0(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d) {
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblk) return;
+    const uint8_t *src = raw + b * 18;
+    d[b] = *(const __half *)src;
+    for (int j = 0; j < 16; j++) q[b * 16 + j] = src[2 + j];
+}
+
+__device__ __forceinline__ float w_value(int fmt, const void *q, const __half *d, int64_t row, int64_t k, int64_t K) {
+    const int64_t i = row * K + k;
+    switch (fmt) {
+    case DW_F16: return __half2float(((const __half *)q)[i]);
+    case DW_BF16: return __bfloat162float(((const __nv_bfloat16 *)q)[i]);
+    case DW_Q8_0: return __half2float(d[i / 32]) * (float)((const int8_t *)q)[i];
+    case DW_Q4_0: {
+        const uint8_t byte = ((const uint8_t *)q)[(i / 32) * 16 + (k % 16)];
+        const int code = (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
+        return (float)(code - 8) * __half2float(d[i / 32]);
+    }
+    default: return ((const float *)q)[i];
+    }
+}
+
+static void free_weight(be_weight *w) {
+    if (!w) return;
+    cudaFree(w->q);
+    cudaFree(w->d);
+    free(w);
+}
+
+static int stage_grow(cuda_backend *c, size_t bytes) {
+    if (bytes <= c->stage_cap) return 0;
+    if (c->stage) CK(c, cudaFree(c->stage));
+    c->stage = NULL;
+    c->stage_cap = 0;
+    if (CK(c, cudaMalloc(&c->stage, bytes))) return -1;
+    c->stage_cap = bytes;
+    return 0;
+}
+
+#define STAGE_BYTES ((size_t)64 << 20)
+
+static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
+    cuda_backend *c = cu_of(b);
+    be_weight *w = (be_weight *)calloc(1, sizeof *w);
+    if (!w) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    w->ne0 = (int64_t)t->ne[0];
+    w->ne1 = (int64_t)(t->n_elems / t->ne[0]);
+    const int64_t n = w->ne0 * w->ne1;
+    uint64_t row_bytes = 0;
+    quant_row_bytes(t->type, w->ne0, &row_bytes);
+    cudaError_t e = cudaSuccess;
+    const char *what = "copy";
+    if (t->type == QT_F32 || t->type == QT_F16 || t->type == QT_BF16) {
+        w->fmt = t->type == QT_F32 ? DW_F32 : t->type == QT_F16 ? DW_F16 : DW_BF16;
+        what = "cudaMalloc";
+        if ((e = cudaMalloc(&w->q, t->n_bytes)) == cudaSuccess) {
+            what = "cudaMemcpy";
+            e = cudaMemcpy(w->q, t->data, t->n_bytes, cudaMemcpyHostToDevice);
+        }
+    } else if ((t->type == QT_Q8_0 || t->type == QT_Q4_0) && w->ne0 % 32 == 0) {
+        const int q8 = t->type == QT_Q8_0;
+        w->fmt = q8 ? DW_Q8_0 : DW_Q4_0;
+        const int64_t nblk = n / 32, blk_bytes = q8 ? 34 : 18;
+        what = "cudaMalloc";
+        if ((e = cudaMalloc(&w->q, (size_t)nblk * (q8 ? 32 : 16))) == cudaSuccess &&
+            (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
+            if (stage_grow(c, STAGE_BYTES)) e = cudaErrorMemoryAllocation;
+            const int64_t per = (int64_t)(STAGE_BYTES / blk_bytes);
+            for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
+                const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
+                what = "cudaMemcpy";
+                e = cudaMemcpy(c->stage, (const uint8_t *)t->data + b0 * blk_bytes, (size_t)(nb * blk_bytes),
+                               cudaMemcpyHostToDevice);
+                if (e != cudaSuccess) break;
+                what = "repack";
+                if (q8)
+                    k_repack_q8_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
+                                                                         (int8_t *)w->q + b0 * 32, w->d + b0);
+                else
+                    k_repack_q4_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
+                                                                         (uint8_t *)w->q + b0 * 16, w->d + b0);
+                if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
+            }
+        }
+    } else if (quant_type_supported(t->type)) {
+        /* expanded to f16 row by row on the host */
+        w->fmt = DW_F16;
+        float *row = (float *)malloc(sizeof(float) * (size_t)w->ne0);
+        __half *h = (__half *)malloc(sizeof(__half) * (size_t)w->ne0);
+        what = "cudaMalloc";
+        if (!row || !h) e = cudaErrorMemoryAllocation;
+        else e = cudaMalloc(&w->q, (size_t)n * sizeof(__half));
+        for (int64_t r = 0; e == cudaSuccess && r < w->ne1; r++) {
+            quant_dequant_row(t->type, (const uint8_t *)t->data + (uint64_t)r * row_bytes, row, w->ne0);
+            for (int64_t k = 0; k < w->ne0; k++) h[k] = __float2half_rn(row[k]);
+            what = "cudaMemcpy";
+            e = cudaMemcpy((__half *)w->q + r * w->ne0, h, sizeof(__half) * (size_t)w->ne0, cudaMemcpyHostToDevice);
+        }
+        free(row);
+        free(h);
+    } else {
+        free(w);
+        gem_err_set(err, "tensor '%s': storage type %s has no CUDA kernel", t->name, quant_type_name(t->type));
+        return NULL;
+    }
+    if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* pageable copies may still be in flight */
+    if (e != cudaSuccess) {
+        gem_err_set(err, "tensor '%s' (%.1f MiB) could not be made resident on the GPU: %s failed: %s", t->name,
+                    t->n_bytes / 1048576.0, what, cudaGetErrorString(e));
+        free_weight(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void cu_weight_free(backend *b, be_weight *w) {
+    (void)b;
+    free_weight(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* buffers                                                             */
+
+static be_buf *cu_alloc(backend *b, size_t n, gem_err *err) {
+    cuda_backend *c = cu_of(b);
+    be_buf *x = (be_buf *)calloc(1, sizeof *x);
+    if (!x) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    cudaError_t e = cudaMalloc(&x->d, (n ? n : 1) * sizeof(float));
+    if (e == cudaSuccess) e = cudaMemsetAsync(x->d, 0, (n ? n : 1) * sizeof(float), c->st);
+    if (e != cudaSuccess) {
+        gem_err_set(err, "cannot allocate %zu floats on the GPU: %s", n, cudaGetErrorString(e));
+        free(x);
+        return NULL;
+    }
+    x->n = n;
+    return x;
+}
+
+static void cu_buf_free(backend *b, be_buf *x) {
+    (void)b;
+    if (!x) return;
+    cudaFree(x->d);
+    free(x);
+}
+
+static void cu_upload(backend *b, be_buf *dst, size_t off, const float *src, size_t n) {
+    cuda_backend *c = cu_of(b);
+    c->epoch++;
+    CK(c, cudaMemcpyAsync(dst->d + off, src, n * sizeof(float), cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaStreamSynchronize(c->st)); /* src may be reused by the caller at once */
+}
+
+static void cu_download(backend *b, const be_buf *src, size_t off, float *dst, size_t n) {
+    cuda_backend *c = cu_of(b);
+    if (CK(c, cudaMemcpyAsync(dst, src->d + off, n * sizeof(float), cudaMemcpyDeviceToHost, c->st)) ||
+        CK(c, cudaStreamSynchronize(c->st)))
+        memset(dst, 0, n * sizeof(float));
+}
+
+static void cu_copy(backend *b, const be_buf *src, size_t so, be_buf *dst, size_t d, size_t n) {
+    cuda_backend *c = cu_of(b);
+    c->epoch++;
+    CK(c, cudaMemcpyAsync(dst->d + d, src->d + so, n * sizeof(float), cudaMemcpyDeviceToDevice, c->st));
+}
+
+static void cu_sync(backend *b) {
+    cuda_backend *c = cu_of(b);
+    CK(c, cudaStreamSynchronize(c->st));
+}
+
+/* ------------------------------------------------------------------ */
+/* step parameters                                                     */
+
+static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
+    cuda_backend *c = cu_of(b);
+    if (n > c->step_cap) {
+        int cap = c->step_cap ? c->step_cap : 64;
+        while (cap < n) cap *= 2;
+        CK(c, cudaStreamSynchronize(c->st));
+        cudaFree(c->step);
+        cudaFreeHost(c->step_host);
+        c->step = NULL;
+        c->step_host = NULL;
+        c->step_cap = 0;
+        if (CK(c, cudaMalloc(&c->step, sizeof(int) * (size_t)(cap + 2))) ||
+            CK(c, cudaMallocHost(&c->step_host, sizeof(int) * (size_t)(cap + 2))))
+            return;
+        c->step_cap = cap;
+        c->generation++;
+    }
+    /* the previous step's copy must have left the staging area before it is
+     * rewritten; this waits at most for the tile before the last one */
+    CK(c, cudaEventSynchronize(c->step_copied));
+    c->step_host[0] = pos0;
+    c->step_host[1] = n;
+    memcpy(c->step_host + 2, ids, sizeof(int) * (size_t)n);
+    CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * (size_t)(n + 2), cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(c->step_copied, c->st));
+}
+
+/* ------------------------------------------------------------------ */
+/* elementwise and norms                                               */
+
+__global__ void k_embed(int fmt, const void *q, const __half *d, int64_t K, int64_t rows, const int *step, int n,
+                        float scale, float *out) {
+    const int i = blockIdx.x;
+    if (i >= n) return;
+    int64_t id = step[2 + i];
+    if (id < 0) id = 0;
+    if (id >= rows) id = rows - 1;
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) out[(int64_t)i * K + k] = w_value(fmt, q, d, id, k, K) * scale;
+}
+
+static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    (void)ids; /* read from the step buffer */
+    k_embed<<<n, 256, 0, c->st>>>(E->fmt, E->q, E->d, E->ne0, E->ne1, c->step, n, scale, out->d);
+    LAUNCHED(c, "embed");
+}
+
+/* One block per row. add: h += rmsnorm(x) * w (x unchanged); else out = rmsnorm(x) * (w or 1). */
+__global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * width;
+    float ss = 0;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) ss += xr[k] * xr[k];
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)width + eps);
+    float *o = out + (size_t)blockIdx.x * width;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) {
+        const float v = w ? xr[k] * r * w[k] : xr[k] * r;
+        if (add) o[k] = scale ? (o[k] + v) * scale[0] : o[k] + v;
+        else o[k] = v;
+    }
+}
+
+static void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, w ? (const float *)w->q : NULL, width, eps, out->d, 0, NULL);
+    LAUNCHED(c, "rmsnorm");
+}
+
+static void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
+                           const be_weight *s) {
+    cuda_backend *c = cu_of(b);
+    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, (const float *)w->q, width, eps, h->d, 1, s ? (const float *)s->q : NULL);
+    LAUNCHED(c, "add_rmsnorm");
+}
+
+/* The one GELU of this file (the fused matmul epilogue uses it too, so
+ * fused and unfused gating round identically). */
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void k_geglu(const float *g, const float *u, size_t n, float *out, int fp16) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float a = g[i];
+        if (fp16) {
+            /* llama.cpp's CPU table (backend_opts.gelu_fp16) */
+            a = a <= -10.0f ? 0.0f
+                : a >= 10.0f ? a
+                             : __half2float(__float2half_rn(gelu_tanh_f(__half2float(__float2half_rn(a)))));
+        } else {
+            a = gelu_tanh_f(a);
+        }
+        out[i] = a * u[i];
+    }
+}
+
+static unsigned grid_1d(size_t n) {
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g > 65535 * 4 ? 65535 * 4 : g ? g : 1);
+}
+
+static void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    k_geglu<<<grid_1d(n), 256, 0, c->st>>>(gate->d, up->d, n, out->d, c->gelu_fp16);
+    LAUNCHED(c, "geglu");
+}
+
+__global__ void k_scale(float *x, size_t n, const float *s) {
+    const float v = s[0];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= v;
+}
+
+static void cu_scale(backend *b, be_buf *x, size_t n, const be_weight *s) {
+    cuda_backend *c = cu_of(b);
+    k_scale<<<grid_1d(n), 256, 0, c->st>>>(x->d, n, (const float *)s->q);
+    LAUNCHED(c, "scale");
+}
+
+__global__ void k_softcap(float *x, size_t n, float cap) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+static void cu_softcap(backend *b, be_buf *x, size_t n, float cap) {
+    cuda_backend *c = cu_of(b);
+    k_softcap<<<grid_1d(n), 256, 0, c->st>>>(x->d, n, cap);
+    LAUNCHED(c, "softcap");
+}
+
+/* One block per token. The angle of pair j is built as the CPU reference
+ * builds it: theta = pos, multiplied by theta_scale once per pair (f32,
+ * sequential), so both backends round the same way; theta_scale comes from
+ * the host's powf for the same reason. */
+__global__ void k_rope(float *x, int heads, int d, int n_rot, const int *step, float theta_scale, const float *ff) {
+    extern __shared__ float cs[];
+    const int i = blockIdx.x, half = n_rot / 2;
+    const float pos = (float)(step[0] + i);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        float theta = pos;
+        for (int m = 0; m < j; m++) theta *= theta_scale;
+        const float t = ff ? theta / ff[j] : theta;
+        cs[2 * j] = cosf(t);
+        cs[2 * j + 1] = sinf(t);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+        const int h = idx / half, j = idx % half;
+        float *v = x + ((size_t)i * heads + h) * d;
+        const float x0 = v[j], x1 = v[j + half];
+        v[j] = x0 * cs[2 * j] - x1 * cs[2 * j + 1];
+        v[j + half] = x0 * cs[2 * j + 1] + x1 * cs[2 * j];
+    }
+}
+
+static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, int pos0, float base,
+                    const be_weight *ff) {
+    cuda_backend *c = cu_of(b);
+    (void)pos0; /* read from the step buffer */
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    k_rope<<<n, 256, sizeof(float) * (size_t)n_rot, c->st>>>(x->d, heads, d, n_rot, c->step, theta_scale,
+                                                             ff ? (const float *)ff->q : NULL);
+    LAUNCHED(c, "rope");
+}
+
+/* rmsnorm + rope of one (token, head) row per block: the row is normalised
+ * into shared memory, then rotated pairwise; the arithmetic of each step is
+ * that of k_rmsnorm and k_rope. */
+__global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float eps, const int *step, float theta_scale,
+                               const float *ff) {
+    extern __shared__ float row[];
+    __shared__ float sh[32];
+    const int i = blockIdx.x / heads, half = d / 2;
+    float *v = x + (size_t)blockIdx.x * d;
+    float ss = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) ss += v[k] * v[k];
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int k = threadIdx.x; k < d; k += blockDim.x) row[k] = w ? v[k] * r * w[k] : v[k] * r;
+    __syncthreads();
+    const float pos = (float)(step[0] + i);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        float theta = pos;
+        for (int m = 0; m < j; m++) theta *= theta_scale;
+        const float t = ff ? theta / ff[j] : theta;
+        const float cs = cosf(t), sn = sinf(t), x0 = row[j], x1 = row[j + half];
+        v[j] = x0 * cs - x1 * sn;
+        v[j + half] = x0 * sn + x1 * cs;
+    }
+}
+
+static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
+                            float base, const be_weight *ff) {
+    cuda_backend *c = cu_of(b);
+    (void)pos0; /* read from the step buffer */
+    const float theta_scale = powf(base, -2.0f / (float)d);
+    k_rmsnorm_rope<<<n * heads, 128, sizeof(float) * (size_t)d, c->st>>>(
+        x->d, w ? (const float *)w->q : NULL, heads, d, eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
+    LAUNCHED(c, "rmsnorm+rope");
+}
+
+/* ------------------------------------------------------------------ */
+/* matrix products                                                     */
+
+/* Activations to 8-bit codes per 32-value block: one warp per block. */
+__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (blk >= nblk) return;
+    const float v = x[blk * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const int code = __float2int_rn(v * id);
+    q[blk * 32 + lane] = (int8_t)code;
+    const int sum = warp_isum(code);
+    if (lane == 0) {
+        d[blk] = amax / 127.0f;
+        s[blk] = sum;
+    }
+}
+
+/* Launch shape of the matrix-vector kernels (overridable for tuning runs,
+ * e.g. make NVEXTRA=-DMV_WARPS=8). */
+#ifndef MV_WARPS
+#define MV_WARPS 4 /* warps per block */
+#endif
+#ifndef MV_ROWS
+#define MV_ROWS 2 /* output rows per warp: each activation block loaded serves all */
+#endif
+#define MV_MAXT 8 /* tokens per launch */
+
+/* Matrix-vector products (n <= MV_MAXT tokens per launch).
+ *
+ * One launch serves up to three matrices that share the input (q, k, v):
+ * blocks are dealt to the matrices in order. A warp owns MV_ROWS output
+ * rows; in `pair` mode (gate/up with GELU gating fused) its two rows are
+ * row R of matrix 0 (gate) and row R of matrix 1 (up), and it writes
+ * gelu_tanh(gate) * up. Lane L takes blocks L, L+32, ... of each row,
+ * MV_UNROLL at a time with every weight load issued before the first use
+ * (memory-level parallelism is what a product at the bandwidth roofline
+ * needs).
+ *
+ * q8_0/q4_0: 16 (q4_0) or 32 (q8_0) contiguous code bytes per block, so a
+ * warp's loads of one row are contiguous 512- or 1024-byte runs; integer dot
+ * products (dp4a) per block, then one f32 multiply-add with
+ * scale(w) * scale(x), the CPU fast path's arithmetic.
+ * f32/f16/bf16: lane L takes 8 consecutive values at 8L, 8L + 256, ... */
+#ifndef MV_UNROLL
+#define MV_UNROLL 4
+#endif
+
+typedef struct {
+    const void *q;
+    const __half *d;
+    float *out;
+    int M;      /* rows */
+    int blocks; /* thread blocks dealt to this matrix */
+} mv_mat;
+
+typedef struct {
+    mv_mat m[3];
+    int count;
+    int pair;
+} mv_job;
+
+/* The rows of this warp: per slot a matrix base and a row index; *mi is the
+ * matrix of slot 0 (its out/M receive the results). */
+struct mv_rows {
+    const void *q[MV_ROWS];
+    const __half *d[MV_ROWS];
+    int row[MV_ROWS];
+    float *out;
+    int M, row0;
+};
+
+/* Fields are picked with selects, never by indexing job.m with a run-time
+ * index: that would copy the parameter struct to local memory (a stack
+ * frame, measured 8% slower decode). */
+__device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
+    int bid = blockIdx.x, mi = 0;
+    if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
+    if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
+    const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
+    const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
+    const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+    const int warp = bid * MV_WARPS + (threadIdx.x >> 5);
+    r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
+    r.M = M;
+    if (job.pair) {
+        r.row0 = warp;
+        if (warp >= M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = k == 0 ? job.m[0].q : job.m[1].q;
+            r.d[k] = k == 0 ? job.m[0].d : job.m[1].d;
+            r.row[k] = warp;
+        }
+    } else {
+        r.row0 = warp * MV_ROWS;
+        if (r.row0 >= M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = mq;
+            r.d[k] = md;
+            r.row[k] = min(r.row0 + k, M - 1);
+        }
+    }
+    return true;
+}
+
+template <int NT>
+__device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, float (&acc)[MV_ROWS][NT]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = warp_sum(acc[k][t]);
+    if (lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (job.pair) {
+            r.out[(size_t)t * r.M + r.row0] = gelu_tanh_f(acc[0][t]) * acc[1][t];
+        } else {
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+                if (r.row0 + k < r.M) r.out[(size_t)t * r.M + r.row0 + k] = acc[k][t];
+        }
+    }
+}
+
+template <int Q4, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    mv_rows r;
+    if (!mv_rows_of(job, r)) return;
+    const int lane = threadIdx.x & 31, nb = K / 32;
+    float acc[MV_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    for (int b0 = lane; b0 < nb; b0 += 32 * MV_UNROLL) {
+        uint4 w0[MV_UNROLL][MV_ROWS], w1[MV_UNROLL][MV_ROWS];
+        float dw[MV_UNROLL][MV_ROWS];
+#pragma unroll
+        for (int u = 0; u < MV_UNROLL; u++) {
+            const int b = b0 + 32 * u;
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++) {
+                if (b < nb) {
+                    const size_t blk = (size_t)r.row[k] * nb + b;
+                    const uint8_t *q = (const uint8_t *)r.q[k];
+                    w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                    if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                    dw[u][k] = __half2float(r.d[k][blk]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MV_UNROLL; u++) {
+            const int b = b0 + 32 * u;
+            if (b >= nb) break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xv = (const int4 *)(xq + (size_t)t * K + (size_t)b * 32);
+                const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+                const float dx = __ldg(xd + (size_t)t * nb + b);
+                const int sx = __ldg(xs + (size_t)t * nb + b);
+#pragma unroll
+                for (int k = 0; k < MV_ROWS; k++) {
+                    int sum = 0;
+                    if (Q4) {
+                        const unsigned m = 0x0F0F0F0Fu;
+                        const uint4 w = w0[u][k];
+                        sum = __dp4a((int)(w.x & m), x0.x, sum);
+                        sum = __dp4a((int)(w.y & m), x0.y, sum);
+                        sum = __dp4a((int)(w.z & m), x0.z, sum);
+                        sum = __dp4a((int)(w.w & m), x0.w, sum);
+                        sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
+                        sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
+                        sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
+                        sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
+                        sum -= 8 * sx; /* codes are stored +8 */
+                    } else {
+                        const uint4 a = w0[u][k], c = w1[u][k];
+                        sum = __dp4a((int)a.x, x0.x, sum);
+                        sum = __dp4a((int)a.y, x0.y, sum);
+                        sum = __dp4a((int)a.z, x0.z, sum);
+                        sum = __dp4a((int)a.w, x0.w, sum);
+                        sum = __dp4a((int)c.x, x1.x, sum);
+                        sum = __dp4a((int)c.y, x1.y, sum);
+                        sum = __dp4a((int)c.z, x1.z, sum);
+                        sum = __dp4a((int)c.w, x1.w, sum);
+                    }
+                    acc[k][t] += dw[u][k] * dx * (float)sum;
+                }
+            }
+        }
+    }
+    mv_store<NT>(job, r, acc);
+}
+
+template <int FMT, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
+    mv_rows r;
+    if (!mv_rows_of(job, r)) return;
+    const int lane = threadIdx.x & 31;
+    float acc[MV_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    for (int e = lane * 8; e < K; e += 256) {
+        float w[MV_ROWS][8];
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            const size_t base = (size_t)r.row[k] * K + e;
+            if (FMT == DW_F32) {
+                const float4 a = __ldg((const float4 *)((const float *)r.q[k] + base)),
+                             c = __ldg((const float4 *)((const float *)r.q[k] + base + 4));
+                w[k][0] = a.x, w[k][1] = a.y, w[k][2] = a.z, w[k][3] = a.w;
+                w[k][4] = c.x, w[k][5] = c.y, w[k][6] = c.z, w[k][7] = c.w;
+            } else {
+                const uint4 raw = __ldg((const uint4 *)((const uint16_t *)r.q[k] + base));
+                const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    if (FMT == DW_F16) {
+                        const float2 f = __half22float2(*(const __half2 *)&u[j]);
+                        w[k][2 * j] = f.x, w[k][2 * j + 1] = f.y;
+                    } else {
+                        w[k][2 * j] = __uint_as_float(u[j] << 16);
+                        w[k][2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)t * K + e)),
+                         c = __ldg((const float4 *)(x + (size_t)t * K + e + 4));
+            const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[k][t] = fmaf(w[k][j], xv[j], acc[k][t]);
+        }
+    }
+    mv_store<NT>(job, r, acc);
+}
+
+/* Prefill tiles (n > MV_MAXT tokens): q8_0/q4_0 weights against 8-bit
+ * activations on the tensor cores, mma.sync m16n8k32 with s8 operands and
+ * s32 results. One 32-value block is exactly one k-step, so each mma gives
+ * the exact integer block sums of the dp4a path (q4_0 codes made signed,
+ * code - 8, when loaded), scaled per block by d(w) d(x) into f32: the
+ * matrix-vector arithmetic, in another f32 order. Block tile 64 rows x 64
+ * tokens, four warps of 32 x 32 (2 x 4 mma tiles). Fragments are read
+ * straight from global memory (each thread's words of a block are 4-byte
+ * aligned); rows and tokens past the ends are clamped on load and skipped
+ * on store.
+ *
+ * Fragment layout (PTX ISA, m16n8k32 .s8): g = lane / 4, c = lane % 4;
+ * A: a0 = row g, k 4c..4c+3; a1 = row g+8, same k; a2, a3 = the same rows
+ * at k + 16. B: b0 = token g, k 4c..4c+3; b1 = k + 16. C: c0/c1 = row g,
+ * tokens 2c, 2c+1; c2/c3 = row g+8. */
+#define MM_ROWS 64
+#define MM_TOKS 64
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(128)
+    k_mm_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int row_base = blockIdx.x * MM_ROWS + (warp >> 1) * 32, tok_base = blockIdx.y * MM_TOKS + (warp & 1) * 32;
+    const int nb = K / 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0;
+    int rows[2][2], toks[4], cols[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        rows[mi][0] = min(row_base + mi * 16 + g, M - 1);
+        rows[mi][1] = min(row_base + mi * 16 + g + 8, M - 1);
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        toks[ni] = min(tok_base + ni * 8 + g, N - 1);
+        cols[ni][0] = min(tok_base + ni * 8 + 2 * c, N - 1);
+        cols[ni][1] = min(tok_base + ni * 8 + 2 * c + 1, N - 1);
+    }
+    for (int b = 0; b < nb; b++) {
+        unsigned a[2][4];
+        float dw[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const size_t blk = (size_t)rows[mi][h] * nb + b;
+                if (Q4) {
+                    const unsigned w = __ldg((const unsigned *)(q + blk * 16) + c);
+                    a[mi][h] = __vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
+                    a[mi][h + 2] = __vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                } else {
+                    a[mi][h] = __ldg((const unsigned *)(q + blk * 32) + c);
+                    a[mi][h + 2] = __ldg((const unsigned *)(q + blk * 32) + 4 + c);
+                }
+                dw[mi][h] = __half2float(d[blk]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            const unsigned *xv = (const unsigned *)(xq + (size_t)toks[ni] * K + (size_t)b * 32);
+            const unsigned b0 = __ldg(xv + c), b1 = __ldg(xv + 4 + c);
+            const float dx0 = __ldg(xd + (size_t)cols[ni][0] * nb + b), dx1 = __ldg(xd + (size_t)cols[ni][1] * nb + b);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                int r[4] = {0, 0, 0, 0};
+                mma_s8(r, a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
+                acc[mi][ni][0] += dw[mi][0] * dx0 * (float)r[0];
+                acc[mi][ni][1] += dw[mi][0] * dx1 * (float)r[1];
+                acc[mi][ni][2] += dw[mi][1] * dx0 * (float)r[2];
+                acc[mi][ni][3] += dw[mi][1] * dx1 * (float)r[3];
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = row_base + mi * 16 + g + (e >= 2 ? 8 : 0), tok = tok_base + ni * 8 + 2 * c + (e & 1);
+                if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mi][ni][e];
+            }
+}
+
+typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
+typedef void (*mv_f_fn)(mv_job, const float *, int);
+
+#define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
+                          K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
+static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE(k_mv_q, 1);
+static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE(k_mv_q, 0);
+static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
+static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
+static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
+
+/* outs[i] = W[i] x (pair: outs[0] = gelu(W[0] x) * (W[1] x)). The 8-bit
+ * activations of the last quantized input are reused while nothing but
+ * matrix products ran since. Weights of one call share a format (else the
+ * caller splits the call). */
+static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
+                   int pair) {
+    const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
+    char label[64] = "matmul";
+    if (c->profile)
+        snprintf(label, sizeof label, "matmul%s x%d %s %dx%d n%d", pair ? "+geglu" : "", count,
+                 fmt == DW_Q4_0 ? "q4_0" : fmt == DW_Q8_0 ? "q8_0" : "float", (int)W[0]->ne1, K, n);
+    mv_job job;
+    memset(&job, 0, sizeof job);
+    job.count = pair ? 1 : count;
+    job.pair = pair;
+    unsigned grid = 0;
+    for (int i = 0; i < job.count; i++) {
+        job.m[i].q = W[i]->q;
+        job.m[i].d = W[i]->d;
+        job.m[i].M = (int)W[i]->ne1;
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
+        grid += (unsigned)job.m[i].blocks;
+    }
+    if (pair) {
+        job.m[1].q = W[1]->q;
+        job.m[1].d = W[1]->d;
+        job.m[1].M = (int)W[1]->ne1;
+    }
+    if (fmt == DW_Q8_0 || fmt == DW_Q4_0) {
+        const size_t nblk = (size_t)n * (size_t)(K / 32);
+        const int cached = c->q_src == x->d && c->q_n == n && c->q_K == K && c->q_epoch == c->epoch;
+        if (!cached) {
+            if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) ||
+                grow(c, &c->xs, nblk * sizeof(int)))
+                return;
+            k_quantize_act<<<blocks_for(nblk * 32, 256), 256, 0, c->st>>>(x->d, (int64_t)nblk, (int8_t *)c->xq.p,
+                                                                          (float *)c->xd.p, (int *)c->xs.p);
+            LAUNCHED(c, "quantize activations");
+        }
+        if (n > MV_MAXT && !pair && c->mma) {
+            for (int i = 0; i < job.count; i++) {
+                const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
+                if (fmt == DW_Q4_0)
+                    k_mm_q<1><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                else
+                    k_mm_q<0><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                LAUNCHED(c, "matmul (tensor cores)");
+            }
+            goto quantized_done;
+        }
+        {
+        const mv_q_fn *tab = fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
+            const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
+            const size_t bo = (size_t)t0 * (size_t)(K / 32);
+            mv_job jt = job;
+            for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+            tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, (const int8_t *)c->xq.p + bo * 32,
+                                                           (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
+            LAUNCHED(c, label);
+        }
+        }
+    quantized_done:;
+        int writes_x = 0;
+        for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
+        if (!writes_x) {
+            c->q_src = x->d;
+            c->q_n = n;
+            c->q_K = K;
+            c->q_epoch = c->epoch;
+        }
+        return;
+    }
+    const mv_f_fn *tab = fmt == DW_F32 ? mv_f32 : fmt == DW_F16 ? mv_f16 : mv_bf16;
+    for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
+        const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
+        mv_job jt = job;
+        for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, x->d + (size_t)t0 * K, K);
+        LAUNCHED(c, label);
+    }
+}
+
+static void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
+    mv_run(cu_of(b), 1, &W, x, n, &out, 0);
+}
+
+static void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n,
+                            be_buf *const *out) {
+    int same = 1;
+    for (int i = 1; i < count; i++) same &= W[i]->fmt == W[0]->fmt && W[i]->ne0 == W[0]->ne0;
+    if (same) {
+        mv_run(cu_of(b), count, W, x, n, out, 0);
+        return;
+    }
+    for (int i = 0; i < count; i++) mv_run(cu_of(b), 1, &W[i], x, n, &out[i], 0);
+}
+
+static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    const be_weight *W[2] = {Wg, Wu};
+    const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0;
+    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > MV_MAXT)) {
+        /* the table GELU and mixed formats go the long way, through scratch */
+        const size_t len = (size_t)n * (size_t)Wu->ne1;
+        if (grow(c, &c->up, len * sizeof(float))) return;
+        be_buf up = {(float *)c->up.p, len};
+        be_buf *o1 = out, *o2 = &up;
+        mv_run(c, 1, &W[0], x, n, &o1, 0);
+        mv_run(c, 1, &W[1], x, n, &o2, 0);
+        cu_geglu(b, out, &up, len, out);
+        return;
+    }
+    mv_run(c, 2, W, x, n, &out, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* attention                                                           */
+
+#define AT_THREADS 256
+#define AT_CHUNK 64
+#define AT_MAX_OWN 16 /* (query heads per KV head) x head_dim <= 16 * AT_THREADS */
+
+__device__ __forceinline__ const float *key_row(const float *cur, const float *cache, int p, int pos0, int kvh, int h,
+                                                int d, int cap, int ring) {
+    if (p >= pos0) return cur + ((size_t)(p - pos0) * kvh + h) * d;
+    const int slot = ring ? p % cap : p;
+    return cache + ((size_t)slot * kvh + h) * d;
+}
+
+/* One block per (KV head x head group, split, query): the Gb query heads
+ * of a group share the KV head and read each key and value row once. Keys of this call come from
+ * k/v, older ones from the cache (a tile's own keys may overwrite ring slots
+ * its earlier queries still need, so the cache is written after). Online
+ * softmax over chunks of AT_CHUNK keys; the block leaves unnormalised
+ * partial sums with their running max and sum for k_attn_combine. */
+__global__ void __launch_bounds__(AT_THREADS)
+    k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
+                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, int G, float *part, float *pml,
+                 float *store_k, float *store_v) {
+    extern __shared__ float sm[];
+    const int groups = n_head / kvh / G;
+    const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * G;
+    const int split = blockIdx.y, i = blockIdx.z, GD = G * d;
+    float *qs = sm, *S = sm + GD, *mrow = S + G * AT_CHUNK, *lrow = mrow + G, *alpha = lrow + G;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = AT_THREADS / 32;
+    const int pos0 = step[0], qp = pos0 + i;
+    /* one-token steps store the new key/value here: no block reads that
+     * cache slot (the new key comes from k/v; in a ring the slot held the
+     * position just outside the window) */
+    if (store_k && split == 0 && blockIdx.x % groups == 0) {
+        const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
+        for (int e = threadIdx.x; e < d; e += AT_THREADS) {
+            store_k[(slot * kvh + h) * d + e] = k[(size_t)h * d + e];
+            store_v[(slot * kvh + h) * d + e] = v[(size_t)h * d + e];
+        }
+    }
+    const int first = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
+    const int len = qp - first + 1, per = (len + nsplit - 1) / nsplit;
+    const int s0 = first + split * per, s1 = min(s0 + per, qp + 1);
+    for (int idx = tid; idx < GD; idx += AT_THREADS) qs[idx] = q[((size_t)i * n_head + hq0) * d + idx];
+    if (tid < G) {
+        mrow[tid] = -INFINITY;
+        lrow[tid] = 0;
+    }
+    float acc[AT_MAX_OWN];
+#pragma unroll
+    for (int j = 0; j < AT_MAX_OWN; j++) acc[j] = 0;
+    __syncthreads();
+    for (int c0 = s0; c0 < s1; c0 += AT_CHUNK) {
+        const int cn = min(AT_CHUNK, s1 - c0);
+        for (int j = warp; j < cn; j += nwarps) {
+            const float *kr = key_row(k, ck, c0 + j, pos0, kvh, h, d, cap, ring);
+            float4 kv4[4] = {};
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                if (m * 128 < d) kv4[m] = *(const float4 *)(kr + m * 128 + lane * 4);
+            for (int g = 0; g < G; g++) {
+                float dot = 0;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m * 128 < d) {
+                        const float4 qv = *(const float4 *)(qs + g * d + m * 128 + lane * 4);
+                        dot += qv.x * kv4[m].x + qv.y * kv4[m].y + qv.z * kv4[m].z + qv.w * kv4[m].w;
+                    }
+                dot = warp_sum(dot);
+                if (lane == 0) S[g * AT_CHUNK + j] = dot;
+            }
+        }
+        __syncthreads();
+        for (int g = warp; g < G; g += nwarps) {
+            float mx = -INFINITY;
+            for (int j = lane; j < cn; j += 32) mx = fmaxf(mx, S[g * AT_CHUNK + j]);
+            mx = warp_max(mx);
+            const float mnew = fmaxf(mrow[g], mx);
+            float sum = 0;
+            for (int j = lane; j < cn; j += 32) {
+                const float e = expf(S[g * AT_CHUNK + j] - mnew);
+                S[g * AT_CHUNK + j] = e;
+                sum += e;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float a = expf(mrow[g] - mnew);
+                alpha[g] = a;
+                lrow[g] = lrow[g] * a + sum;
+                mrow[g] = mnew;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int jj = 0; jj < AT_MAX_OWN; jj++) {
+            const int idx = tid + jj * AT_THREADS;
+            if (idx < GD) {
+                const int g = idx / d, e = idx % d;
+                float a = acc[jj] * alpha[g];
+                for (int j = 0; j < cn; j++) a += S[g * AT_CHUNK + j] * key_row(v, cv, c0 + j, pos0, kvh, h, d, cap, ring)[e];
+                acc[jj] = a;
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int jj = 0; jj < AT_MAX_OWN; jj++) {
+        const int idx = tid + jj * AT_THREADS;
+        if (idx < GD) {
+            const int g = idx / d, e = idx % d;
+            part[(((size_t)i * n_head + hq0 + g) * nsplit + split) * d + e] = acc[jj];
+        }
+    }
+    if (tid < G) {
+        const size_t o = (((size_t)i * n_head + hq0 + tid) * nsplit + split) * 2;
+        pml[o] = mrow[tid];
+        pml[o + 1] = lrow[tid];
+    }
+}
+
+__global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out) {
+    extern __shared__ float wgt[];
+    __shared__ float total;
+    const int hq = blockIdx.x, i = blockIdx.y;
+    const size_t base = (size_t)i * n_head + hq;
+    const float *ml = pml + base * nsplit * 2;
+    if (threadIdx.x == 0) {
+        float M = -INFINITY;
+        for (int s = 0; s < nsplit; s++) M = fmaxf(M, ml[2 * s]);
+        float L = 0;
+        for (int s = 0; s < nsplit; s++) {
+            const float w = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
+            wgt[s] = w;
+            L += w * ml[2 * s + 1];
+        }
+        total = L;
+    }
+    __syncthreads();
+    const float inv = 1.0f / total;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        float o = 0;
+        for (int s = 0; s < nsplit; s++) o += wgt[s] * part[(base * nsplit + s) * d + e];
+        out[base * d + e] = o * inv;
+    }
+}
+
+__global__ void k_kv_store(const float *k, const float *v, float *ck, float *cv, const int *step, int row, int cap,
+                           int ring) {
+    const int i = blockIdx.x, p = step[0] + i;
+    /* a tile longer than the ring stores only its last `cap` positions: the
+     * earlier ones would share slots with them (the CPU's sequential stores
+     * leave the last writer, and so must this) */
+    if (ring && i < (int)gridDim.x - cap) return;
+    const size_t slot = (size_t)(ring ? p % cap : p);
+    for (int e = threadIdx.x; e < row; e += blockDim.x) {
+        ck[slot * row + e] = k[(size_t)i * row + e];
+        cv[slot * row + e] = v[(size_t)i * row + e];
+    }
+}
+
+static int attn_splits(const be_kv *kv, int n) {
+    int s = kv->nsplit;
+    if (n > 1) {
+        s = 256 / n;
+        if (s > kv->nsplit) s = kv->nsplit;
+        if (s < 1) s = 1;
+    }
+    return s;
+}
+
+static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
+                         int n_head, int n_kv_head, int d, int window, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    (void)pos0; /* read from the step buffer */
+    const int nsplit = attn_splits(kv, n);
+    /* the largest group of query heads (a divisor of n_head / n_kv_head)
+     * whose outputs fit the block's registers */
+    int G = n_head / n_kv_head;
+    while (G * d > AT_MAX_OWN * AT_THREADS && G % 2 == 0) G /= 2;
+    if (G * d > AT_MAX_OWN * AT_THREADS || d % 128 || d > 512 || n_head % n_kv_head) {
+        cu_check(c, cudaErrorInvalidValue, "attention: unsupported head shape");
+        return;
+    }
+    const int groups = n_head / n_kv_head / G;
+    const size_t rows = (size_t)n * n_head * nsplit;
+    if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
+    const size_t shm = sizeof(float) * ((size_t)G * d + (size_t)G * AT_CHUNK + 3 * (size_t)G);
+    k_attn_split<<<dim3(n_kv_head * groups, nsplit, n), AT_THREADS, shm, c->st>>>(
+        q->d, k->d, v->d, kv->k, kv->v, c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, G,
+        (float *)c->part.p, (float *)c->pml.p, n == 1 ? kv->k : NULL, n == 1 ? kv->v : NULL);
+    LAUNCHED(c, "attention");
+    k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
+        (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d);
+    LAUNCHED(c, "attention combine");
+    if (n > 1) {
+        k_kv_store<<<n, 256, 0, c->st>>>(k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
+        LAUNCHED(c, "kv store");
+    }
+}
+
+static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
+    cuda_backend *c = cu_of(b);
+    be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
+    const size_t bytes = (size_t)capacity * n_kv_head * d * sizeof(float);
+    cudaError_t e = kv ? cudaMalloc(&kv->k, bytes) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaMalloc(&kv->v, bytes);
+    if (e == cudaSuccess) e = cudaMemsetAsync(kv->k, 0, bytes, c->st);
+    if (e == cudaSuccess) e = cudaMemsetAsync(kv->v, 0, bytes, c->st);
+    if (e != cudaSuccess) {
+        gem_err_set(err, "cannot allocate a KV cache of %d positions (%.1f MiB) on the GPU: %s", capacity,
+                    2.0 * bytes / 1048576.0, cudaGetErrorString(e));
+        if (kv) {
+            cudaFree(kv->k);
+            cudaFree(kv->v);
+            free(kv);
+        }
+        return NULL;
+    }
+    kv->n_kv_head = n_kv_head;
+    kv->head_dim = d;
+    kv->capacity = capacity;
+    kv->ring = ring;
+    kv->nsplit = capacity / 64;
+    if (kv->nsplit > 128) kv->nsplit = 128;
+    if (kv->nsplit < 1) kv->nsplit = 1;
+    return kv;
+}
+
+static void cu_kv_free(backend *b, be_kv *kv) {
+    (void)b;
+    if (!kv) return;
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
+}
+
+static size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos) {
+    (void)b;
+    size_t slots = (size_t)(kv->ring ? (n_pos < kv->capacity ? n_pos : kv->capacity) : n_pos);
+    return 2 * slots * (size_t)kv->n_kv_head * kv->head_dim * sizeof(float);
+}
+
+static void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst) {
+    cuda_backend *c = cu_of(b);
+    size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    CK(c, cudaStreamSynchronize(c->st));
+    CK(c, cudaMemcpy(dst, kv->k, half, cudaMemcpyDeviceToHost));
+    CK(c, cudaMemcpy((char *)dst + half, kv->v, half, cudaMemcpyDeviceToHost));
+}
+
+static void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
+    cuda_backend *c = cu_of(b);
+    size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    CK(c, cudaStreamSynchronize(c->st));
+    CK(c, cudaMemcpy(kv->k, src, half, cudaMemcpyHostToDevice));
+    CK(c, cudaMemcpy(kv->v, (const char *)src + half, half, cudaMemcpyHostToDevice));
+}
+
+/* ------------------------------------------------------------------ */
+/* argmax                                                              */
+
+#define AM_BLOCKS 64
+
+__device__ __forceinline__ void better(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+__device__ void block_argmax(float &v, int &i) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    for (int o = 16; o > 0; o >>= 1) better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sv[w] = v, si[w] = i;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int j = 1; j < (int)(blockDim.x >> 5); j++) better(v, i, sv[j], si[j]);
+}
+
+__global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
+    const int r = blockIdx.y;
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < width; j += gridDim.x * blockDim.x)
+        better(v, idx, x[(size_t)r * width + j], j);
+    block_argmax(v, idx);
+    if (threadIdx.x == 0) pv[r * AM_BLOCKS + blockIdx.x] = v, pi[r * AM_BLOCKS + blockIdx.x] = idx;
+}
+
+__global__ void k_argmax_final(const float *pv, const int *pi, float *out) {
+    const int r = blockIdx.x;
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    if (threadIdx.x < AM_BLOCKS) v = pv[r * AM_BLOCKS + threadIdx.x], idx = pi[r * AM_BLOCKS + threadIdx.x];
+    block_argmax(v, idx);
+    if (threadIdx.x == 0) out[r] = (float)(idx == 0x7fffffff ? 0 : idx);
+}
+
+static void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    if (grow(c, &c->amax_v, sizeof(float) * AM_BLOCKS * (size_t)rows) ||
+        grow(c, &c->amax_i, sizeof(int) * AM_BLOCKS * (size_t)rows))
+        return;
+    k_argmax_part<<<dim3(AM_BLOCKS, rows), 256, 0, c->st>>>(x->d, width, (float *)c->amax_v.p, (int *)c->amax_i.p);
+    LAUNCHED(c, "argmax");
+    k_argmax_final<<<rows, AM_BLOCKS, 0, c->st>>>((const float *)c->amax_v.p, (const int *)c->amax_i.p, out->d);
+    LAUNCHED(c, "argmax");
+}
+
+/* ------------------------------------------------------------------ */
+/* graphs                                                              */
+
+static be_graph *cu_capture(backend *b, void (*fn)(void *ctx), void *ctx, gem_err *err) {
+    cuda_backend *c = cu_of(b);
+    if (c->failed) {
+        gem_err_set(err, "%s", c->why);
+        return NULL;
+    }
+    /* run for real first: scratch buffers reach their sizes outside the
+     * recording, and this step's results exist when capture returns */
+    fn(ctx);
+    cudaGraph_t g = NULL;
+    cudaError_t e = c->failed ? cudaErrorUnknown : cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        c->capturing = 1;
+        fn(ctx);
+        c->capturing = 0;
+        e = cudaStreamEndCapture(c->st, &g);
+    }
+    be_graph *r = (be_graph *)calloc(1, sizeof *r);
+    if (e == cudaSuccess && !c->failed && r) e = cudaGraphInstantiate(&r->exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || c->failed || !r) {
+        gem_err_set(err, "recording a decode step failed: %s", c->failed ? c->why : cudaGetErrorString(e));
+        free(r);
+        return NULL;
+    }
+    r->generation = c->generation;
+    return r;
+}
+
+static int cu_replay(backend *b, be_graph *g) {
+    cuda_backend *c = cu_of(b);
+    if (g->generation != c->generation) return -1;
+    CK(c, cudaGraphLaunch(g->exec, c->st));
+    return 0;
+}
+
+static void cu_graph_free(backend *b, be_graph *g) {
+    (void)b;
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
+}
+
+static int cu_status(backend *b, gem_err *err) {
+    cuda_backend *c = cu_of(b);
+    if (!c->failed) {
+        cudaError_t e = cudaStreamQuery(c->st);
+        if (e != cudaSuccess && e != cudaErrorNotReady) cu_check(c, e, "stream");
+    }
+    if (c->failed) return gem_err_set(err, "%s", c->why);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void cu_destroy(backend *b) {
+    cuda_backend *c = cu_of(b);
+    cudaStreamSynchronize(c->st);
+    if (c->profile) {
+        double total = 0;
+        for (int i = 0; i < 48 && c->prof[i].name[0]; i++) total += c->prof[i].s;
+        fprintf(stderr, "gem cuda profile (synchronised per launch; includes launch gaps):\n");
+        for (int i = 0; i < 48 && c->prof[i].name[0]; i++)
+            fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
+                    c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
+    }
+    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
+    cudaFree(c->stage);
+    cudaFree(c->step);
+    cudaFreeHost(c->step_host);
+    cudaEventDestroy(c->step_copied);
+    cudaStreamDestroy(c->st);
+    free(c);
+}
+
+extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        gem_err_set(err, "backend 'cuda': no usable CUDA device (%s)",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess) {
+        gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    if (p.major < 9) {
+        gem_err_set(err, "backend 'cuda': %s is sm_%d%d; this build targets Hopper (sm_90a)", p.name, p.major, p.minor);
+        return NULL;
+    }
+    cuda_backend *c = (cuda_backend *)calloc(1, sizeof *c);
+    if (!c) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->step_copied, cudaEventDisableTiming)) != cudaSuccess) {
+        gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
+        free(c);
+        return NULL;
+    }
+    c->gelu_fp16 = o && o->gelu_fp16;
+    backend *b = &c->base;
+    b->name = "cuda";
+    b->destroy = cu_destroy;
+    b->weight = cu_weight;
+    b->weight_free = cu_weight_free;
+    b->alloc = cu_alloc;
+    b->buf_free = cu_buf_free;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->copy = cu_copy;
+    b->sync = cu_sync;
+    b->embed = cu_embed;
+    b->rmsnorm = cu_rmsnorm;
+    b->add_rmsnorm = cu_add_rmsnorm;
+    b->matmul = cu_matmul;
+    b->matmul_geglu = cu_matmul_geglu;
+    b->matmul_multi = cu_matmul_multi;
+    b->rmsnorm_rope = cu_rmsnorm_rope;
+    b->rope = cu_rope;
+    b->geglu = cu_geglu;
+    b->scale = cu_scale;
+    b->softcap = cu_softcap;
+    b->kv_new = cu_kv_new;
+    b->kv_free = cu_kv_free;
+    b->attention = cu_attention;
+    b->kv_bytes = cu_kv_bytes;
+    b->kv_save = cu_kv_save;
+    b->kv_load = cu_kv_load;
+    b->argmax = cu_argmax;
+    b->set_step = cu_set_step;
+    const char *mma = getenv("GEM_CUDA_MMA");
+    c->mma = mma && *mma && strcmp(mma, "0");
+    const char *prof = getenv("GEM_CUDA_PROFILE");
+    c->profile = prof && *prof && strcmp(prof, "0");
+    c->prof_mark = now_s();
+    b->capture = c->profile ? NULL : cu_capture;
+    b->replay = cu_replay;
+    b->graph_free = cu_graph_free;
+    b->status = cu_status;
+    return b;
+}

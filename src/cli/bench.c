@@ -1,0 +1,208 @@
+/* gem bench: prefill and decode speed of one model on one backend.
+ *
+ * Token ids are fixed pseudo-random ids (the same for every run and every
+ * engine), greedy, EOS ignored. Each measurement is repeated (after one
+ * warm-up run) and the median and spread are reported. Prefill of P tokens
+ * is timed from the first token in to the logits of the last out (that is
+ * also the time to first token for a prompt of P); decode at depth D first
+ * evaluates D tokens untimed, then times `gen` single-token greedy steps.
+ * Achieved bandwidth counts the weight bytes one decode step reads (the
+ * tied embedding once as the head) plus the KV cache bytes at that depth. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/gemma4.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
+            "                 [--reps R] [--tile T] [-t THREADS] [--peak-gbs G] [--json OUT]\n");
+    return 2;
+}
+
+/* "512,2048" -> values; -1 on anything malformed */
+static int parse_list(const char *s, int *v, int cap, int lo, int hi) {
+    int n = 0;
+    while (*s) {
+        char buf[32];
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof buf || n == cap) return -1;
+        memcpy(buf, s, len);
+        buf[len] = 0;
+        double x;
+        if (cli_parse_num(buf, lo, hi, &x)) return -1;
+        v[n++] = (int)x;
+        s += len;
+        if (*s == ',') s++;
+    }
+    return n;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    double median, p95, min, max;
+} stats;
+
+static stats summarize(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    stats s = {v[n / 2], v[(int)ceil(0.95 * n) - 1 < 0 ? 0 : (int)ceil(0.95 * n) - 1], v[0], v[n - 1]};
+    if (n % 2 == 0) s.median = 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return s;
+}
+
+int cli_bench(int argc, char **argv) {
+    const char *model = NULL, *backend = "cpu", *json = NULL;
+    int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
+    double peak = 4800;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        if (!v) return usage();
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--json")) json = v;
+        else if (!strcmp(a, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 16, 1, 1 << 20)) < 1) goto bad; }
+        else if (!strcmp(a, "--depth")) { if ((n_depths = parse_list(v, depths, 16, 0, 1 << 20)) < 1) goto bad; }
+        else if (!strcmp(a, "--gen")) { if (cli_parse_num(v, 1, 1 << 20, &x)) goto bad; gen = (int)x; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_num(v, 1, 1000, &x)) goto bad; reps = (int)x; }
+        else if (!strcmp(a, "--tile")) { if (cli_parse_num(v, 1, 1 << 16, &x)) goto bad; tile = (int)x; }
+        else if (!strcmp(a, "-t")) { if (cli_parse_num(v, 1, 4096, &x)) goto bad; threads = (int)x; }
+        else if (!strcmp(a, "--peak-gbs")) { if (cli_parse_num(v, 1, 1e6, &x)) goto bad; peak = x; }
+        else {
+            fprintf(stderr, "gem bench: error: unknown option '%s'\n", a);
+            return usage();
+        }
+        i++;
+        continue;
+    bad:
+        fprintf(stderr, "gem bench: error: bad value '%s' for %s\n", v, a);
+        return 2;
+    }
+    if (!model) return usage();
+
+    int need = 0;
+    for (int i = 0; i < n_prompts; i++) need = prompts[i] > need ? prompts[i] : need;
+    for (int i = 0; i < n_depths; i++) need = depths[i] + gen + 1 > need ? depths[i] + gen + 1 : need;
+    gem_err err;
+    /* bytes one decode step reads, from the model's own tensor table */
+    uint64_t wbytes = 0;
+    {
+        gguf_file *f = gguf_open(model, &err);
+        gemma4_model *m = f ? gemma4_bind(f, &err) : NULL;
+        if (m) wbytes = gemma4_decode_bytes(m);
+        gemma4_free(m);
+        gguf_close(f);
+        if (!m) {
+            fprintf(stderr, "gem bench: error: %s\n", err.msg);
+            return 1;
+        }
+    }
+    gem_engine_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.model_path = model;
+    eo.backend = backend;
+    eo.threads = threads;
+    eo.n_ctx = need;
+    eo.tile = tile;
+    double t0 = now_s();
+    gem_engine *e = gem_engine_open(&eo, &err);
+    gem_session *s = e ? gem_session_new(e, &err) : NULL;
+    if (!s) {
+        fprintf(stderr, "gem bench: error: %s\n", err.msg);
+        gem_engine_close(e);
+        return 1;
+    }
+    if (gem_engine_n_ctx(e) < need) {
+        fprintf(stderr, "gem bench: error: the runs need a context of %d; the model allows %d\n", need,
+                gem_engine_n_ctx(e));
+        gem_session_free(s);
+        gem_engine_close(e);
+        return 1;
+    }
+    const double t_load = now_s() - t0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)need);
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    ids[0] = 2;
+    for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % 200000) + 1000;
+    double *samples = malloc(sizeof(double) * (size_t)(reps + 1));
+    FILE *js = json ? fopen(json, "w") : NULL;
+    if (json && !js) {
+        fprintf(stderr, "gem bench: error: cannot write %s\n", json);
+        return 1;
+    }
+    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), peak %.0f GB/s\n",
+           gem_engine_profile(e), gem_engine_backend(e), t_load, wbytes / 1e9, peak);
+    if (js)
+        fprintf(js, "{\"model\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"load_s\": %.3f, "
+                    "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %.0f, \"reps\": %d,\n \"prefill\": [",
+                model, gem_engine_profile(e), gem_engine_backend(e), t_load, (unsigned long long)wbytes, peak, reps);
+    int rc = 0;
+    for (int pi = 0; pi < n_prompts && !rc; pi++) {
+        const int P = prompts[pi];
+        for (int k = 0; k <= reps && !rc; k++) {
+            gem_session_reset(s);
+            int32_t next;
+            double t = now_s();
+            if (gem_session_eval_greedy(s, ids, P, &next, &err)) rc = 1;
+            if (k > 0) samples[k - 1] = now_s() - t; /* run 0 is the warm-up */
+        }
+        if (rc) break;
+        stats st = summarize(samples, reps);
+        printf("prefill %6d tokens: %9.1f tok/s (median; p95 %.1f, min %.1f, max %.1f), time to first token %.3f s\n", P,
+               P / st.median, P / st.p95, P / st.max, P / st.min, st.median);
+        if (js)
+            fprintf(js, "%s\n  {\"tokens\": %d, \"tok_s\": %.2f, \"tok_s_p95\": %.2f, \"ttft_s\": %.5f, \"spread\": [%.5f, %.5f]}",
+                    pi ? "," : "", P, P / st.median, P / st.p95, st.median, st.min, st.max);
+    }
+    if (js) fprintf(js, "],\n \"decode\": [");
+    for (int di = 0; di < n_depths && !rc; di++) {
+        const int D = depths[di];
+        for (int k = 0; k <= reps && !rc; k++) {
+            gem_session_reset(s);
+            int32_t next;
+            if (gem_session_eval_greedy(s, ids, D > 0 ? D : 1, &next, &err)) { rc = 1; break; }
+            double t = now_s();
+            for (int g = 0; g < gen && !rc; g++) {
+                int32_t id = ids[(D + g) % need]; /* fixed ids: the same work on every engine */
+                if (gem_session_eval_greedy(s, &id, 1, &next, &err)) rc = 1;
+            }
+            if (k > 0) samples[k - 1] = (now_s() - t) / gen;
+        }
+        if (rc) break;
+        stats st = summarize(samples, reps);
+        const double tps = 1.0 / st.median, gbs = wbytes / st.median / 1e9;
+        printf("decode at depth %6d: %8.2f tok/s (median of %d x %d steps; p95 %.2f, spread %.2f-%.2f), %.0f GB/s "
+               "weights, %.1f%% of peak\n",
+               D, tps, reps, gen, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, 100 * gbs / peak);
+        if (js)
+            fprintf(js, "%s\n  {\"depth\": %d, \"gen\": %d, \"tok_s\": %.3f, \"tok_s_p95\": %.3f, \"spread\": [%.3f, %.3f], "
+                        "\"weight_gbs\": %.1f, \"roofline_fraction\": %.4f}",
+                    di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, gbs / peak);
+    }
+    if (js) {
+        fprintf(js, "]}\n");
+        fclose(js);
+    }
+    if (rc) fprintf(stderr, "gem bench: error: %s\n", err.msg);
+    free(samples);
+    free(ids);
+    gem_session_free(s);
+    gem_engine_close(e);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* Model quantization: a Gemma 4 GGUF in f32/f16/bf16 to q8_0, q4_0, q4_k or
+ * q6_k, writing the same bytes as the pinned reference's `llama-quantize`
+ * for the same type (SHA-256 identical: metadata keys and their order,
+ * tensor order, types, alignment, padding and data).
+ *
+ * What "the same" takes, besides bit-exact row quantizers (quantize.h in
+ * quant/): the reference copies every metadata key, then re-adds
+ * general.quantization_version and general.file_type at the end; it writes
+ * tensors sorted by layer number, then by name; it picks a type per tensor
+ * from the file type (1-D tensors and norms stay as they are, the tied
+ * token embedding becomes q6_k unless the type is q8_0, q4_k is the
+ * reference's Q4_K_M mix with q6_k for some attn_v and ffn_down); it checks
+ * every input row (non-finite values are refused) and every quantized row.
+ * The output bytes never depend on the thread count. */
+#ifndef GEM_CONVERT_QUANTIZE_H
+#define GEM_CONVERT_QUANTIZE_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+typedef struct {
+    const char *in_path;
+    const char *out_path;
+    const char *type;   /* q8_0, q4_0, q4_k (= Q4_K_M), q6_k */
+    int embd_type;      /* token_embd type (QT_*), or -1 for the reference's default */
+    int threads;        /* 0 = all online CPUs */
+    void (*progress)(uint64_t done, uint64_t total, void *ctx);
+    void *progress_ctx;
+} gem_quantize_opts;
+
+/* Summary of a finished run (for the CLI's last line). */
+typedef struct {
+    uint64_t in_bytes, out_bytes; /* tensor data */
+    uint32_t n_tensors, n_quantized;
+    uint32_t ftype;               /* general.file_type written */
+} gem_quantize_stats;
+
+int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *err);
+
+/* The reference's file-type code for a --type name; -1 when unknown. */
+int gem_quantize_ftype(const char *type);
+
+#endif

@@ -1,0 +1,516 @@
+/* Every CUDA backend op against the CPU backend (make test-cuda; needs a
+ * GPU). Inputs are fresh random values of order one, outputs are poisoned
+ * before each op so an unwritten element fails. Tolerances:
+ * - data movement (embed of f32/f16/bf16/q8_0/q4_0, KV blobs, argmax): exact;
+ * - f32 arithmetic in another order (norms, rope, attention, plain matmul):
+ *   a few ulps of the magnitudes involved (1e-5 relative / 2e-5 absolute);
+ * - q8_0/q4_0 matmul: the same 8-bit activation codes as the CPU fast path,
+ *   so against it only the f32 summation order differs (1e-5 of the sum of
+ *   |terms|); against the scalar reference the bound the activation
+ *   rounding implies (sum |w| * max|x| / 254 per block);
+ * - types expanded to f16 at load (q6_k): f16 rounding, 1e-3 relative. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
+
+static backend *cpu_ref, *cpu_fast, *gpu;
+
+/* A weight tensor of `rows` x `cols` in `type` with random contents. */
+typedef struct {
+    gguf_tensor t;
+    uint8_t *data;
+    float *deq; /* dequantized values */
+} tensor;
+
+static tensor make_tensor(uint32_t type, int64_t cols, int64_t rows) {
+    tensor x;
+    memset(&x, 0, sizeof x);
+    uint64_t rb = 0;
+    quant_row_bytes(type, cols, &rb);
+    x.data = malloc(rb * (size_t)rows);
+    x.deq = malloc(sizeof(float) * (size_t)(cols * rows));
+    const uint32_t bs = quant_block_size(type), ts = quant_type_size(type);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = x.data + rb * (size_t)r;
+        if (type == QT_F32) {
+            for (int64_t i = 0; i < cols; i++) ((float *)row)[i] = frand();
+        } else if (type == QT_F16 || type == QT_BF16) {
+            for (int64_t i = 0; i < cols; i++) {
+                uint16_t h = type == QT_F16 ? quant_f32_to_f16(frand()) : quant_f32_to_bf16(frand());
+                memcpy(row + 2 * i, &h, 2);
+            }
+        } else {
+            for (int64_t b = 0; b < cols / bs; b++) {
+                uint8_t *blk = row + b * ts;
+                for (uint32_t k = 0; k < ts; k++) blk[k] = brand();
+                uint16_t d = quant_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
+                if (type == QT_Q6_K) memcpy(blk + ts - 2, &d, 2); /* d is the block's last field */
+                else memcpy(blk, &d, 2);
+            }
+        }
+        quant_dequant_row(type, row, x.deq + cols * r, cols);
+    }
+    x.t.name = "test";
+    x.t.n_dims = rows > 1 ? 2 : 1;
+    x.t.ne[0] = (uint64_t)cols;
+    x.t.ne[1] = (uint64_t)rows;
+    x.t.ne[2] = x.t.ne[3] = 1;
+    x.t.type = type;
+    x.t.n_elems = (uint64_t)(cols * rows);
+    x.t.n_bytes = rb * (uint64_t)rows;
+    x.t.data = x.data;
+    return x;
+}
+
+static void free_tensor(tensor *x) {
+    free(x->data);
+    free(x->deq);
+}
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+/* A buffer on backend b holding v (or poison when v is NULL). */
+static be_buf *put(backend *b, const float *v, size_t n) {
+    gem_err err;
+    be_buf *x = b->alloc(b, n, &err);
+    float *poison = NULL;
+    if (!v) {
+        poison = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) poison[i] = NAN;
+        v = poison;
+    }
+    b->upload(b, x, 0, v, n);
+    free(poison);
+    return x;
+}
+
+static float *get(backend *b, be_buf *x, size_t n) {
+    float *v = malloc(sizeof(float) * n);
+    b->download(b, x, 0, v, n);
+    return v;
+}
+
+/* max |a - b| / (abs_tol + rel * |b|) <= 1, NaN fails */
+static int close_enough(const char *what, const float *a, const float *b, size_t n, double rel, double abs_tol) {
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = a[i] == b[i] ? 0 : fabs((double)a[i] - b[i]) / (abs_tol + rel * fabs(b[i]));
+        if (!(e <= worst)) {
+            worst = isnan(e) ? INFINITY : e;
+            at = i;
+        }
+    }
+    if (worst > 1) fprintf(stderr, "%s: element %zu: %.9g vs %.9g\n", what, at, a[at], b[at]);
+    return worst <= 1;
+}
+
+static void step_both(const int32_t *ids, int n, int pos0) {
+    if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos0);
+    gpu->set_step(gpu, ids, n, pos0);
+}
+
+static void test_embed(void) {
+    const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int64_t cols = 512, rows = 300;
+        tensor E = make_tensor(types[t], cols, rows);
+        gem_err err;
+        be_weight *wc = cpu_ref->weight(cpu_ref, &E.t, &err), *wg = gpu->weight(gpu, &E.t, &err);
+        CHECKF(wg != NULL, "%s", err.msg);
+        const int32_t ids[5] = {0, 299, 17, 17, 150};
+        step_both(ids, 5, 0);
+        be_buf *oc = put(cpu_ref, NULL, 5 * cols), *og = put(gpu, NULL, 5 * cols);
+        cpu_ref->embed(cpu_ref, wc, ids, 5, 1.7f, oc);
+        gpu->embed(gpu, wg, ids, 5, 1.7f, og);
+        float *a = get(gpu, og, 5 * cols), *b = get(cpu_ref, oc, 5 * cols);
+        CHECKF(close_enough("embed", a, b, 5 * cols, types[t] == QT_Q6_K ? 1e-3 : 0, types[t] == QT_Q6_K ? 1e-4 : 0),
+               "embed type %s", quant_type_name(types[t]));
+        free(a), free(b);
+        cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, og);
+        cpu_ref->weight_free(cpu_ref, wc), gpu->weight_free(gpu, wg);
+        free_tensor(&E);
+    }
+}
+
+static void test_norms(void) {
+    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}};
+    for (size_t s = 0; s < 4; s++) {
+        const int rows = shapes[s][0], width = shapes[s][1];
+        const size_t n = (size_t)rows * width;
+        tensor w = make_tensor(QT_F32, width, 1);
+        gem_err err;
+        be_weight *wc = cpu_ref->weight(cpu_ref, &w.t, &err), *wg = gpu->weight(gpu, &w.t, &err);
+        float *x = rand_vec(n, 3.0f), *h = rand_vec(n, 1.0f);
+        for (int with_w = 0; with_w < 2; with_w++) {
+            be_buf *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n), *oc = put(cpu_ref, NULL, n), *og = put(gpu, NULL, n);
+            cpu_ref->rmsnorm(cpu_ref, xc, with_w ? wc : NULL, rows, width, 1e-6f, oc);
+            gpu->rmsnorm(gpu, xg, with_w ? wg : NULL, rows, width, 1e-6f, og);
+            float *a = get(gpu, og, n), *b = get(cpu_ref, oc, n);
+            CHECKF(close_enough("rmsnorm", a, b, n, 1e-5, 2e-5), "rmsnorm %dx%d", rows, width);
+            /* in place, as the layer loop uses it */
+            gpu->rmsnorm(gpu, xg, with_w ? wg : NULL, rows, width, 1e-6f, xg);
+            free(a);
+            a = get(gpu, xg, n);
+            CHECKF(close_enough("rmsnorm in place", a, b, n, 1e-5, 2e-5), "in place %dx%d", rows, width);
+            free(a), free(b);
+            cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg), cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, og);
+        }
+        tensor sc = make_tensor(QT_F32, 1, 1);
+        be_weight *scc = cpu_ref->weight(cpu_ref, &sc.t, &err), *scg = gpu->weight(gpu, &sc.t, &err);
+        for (int with_s = 0; with_s < 2; with_s++) {
+            be_buf *hc = put(cpu_ref, h, n), *hg = put(gpu, h, n), *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n);
+            cpu_ref->add_rmsnorm(cpu_ref, hc, xc, wc, rows, width, 1e-6f, with_s ? scc : NULL);
+            gpu->add_rmsnorm(gpu, hg, xg, wg, rows, width, 1e-6f, with_s ? scg : NULL);
+            float *a = get(gpu, hg, n), *b = get(cpu_ref, hc, n);
+            CHECKF(close_enough("add_rmsnorm", a, b, n, 1e-5, 2e-5), "add_rmsnorm %dx%d scale %d", rows, width, with_s);
+            free(a), free(b);
+            cpu_ref->buf_free(cpu_ref, hc), gpu->buf_free(gpu, hg), cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+        }
+        cpu_ref->weight_free(cpu_ref, scc), gpu->weight_free(gpu, scg);
+        free_tensor(&sc);
+        free(x), free(h);
+        cpu_ref->weight_free(cpu_ref, wc), gpu->weight_free(gpu, wg);
+        free_tensor(&w);
+    }
+}
+
+static void test_elementwise(void) {
+    const size_t n = 100003;
+    float *g = rand_vec(n, 6.0f), *u = rand_vec(n, 2.0f), *x = rand_vec(n, 80.0f);
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        gem_err err;
+        backend_opts o = {1, 1, fp16};
+        backend *c = backend_create("cpu", &o, &err), *d = backend_create("cuda", &o, &err);
+        be_buf *gc = put(c, g, n), *uc = put(c, u, n), *oc = put(c, NULL, n);
+        be_buf *gg = put(d, g, n), *ug = put(d, u, n), *og = put(d, NULL, n);
+        c->geglu(c, gc, uc, n, oc);
+        d->geglu(d, gg, ug, n, og);
+        float *a = get(d, og, n), *b = get(c, oc, n);
+        /* fp16 mode rounds gelu to f16: the two tanhf may straddle a rounding
+         * boundary, one f16 ulp (2^-10 relative) */
+        CHECKF(close_enough("geglu", a, b, n, fp16 ? 1e-3 : 2e-6, 1e-6), "geglu fp16=%d", fp16);
+        free(a), free(b);
+        c->buf_free(c, gc), c->buf_free(c, uc), c->buf_free(c, oc), d->buf_free(d, gg), d->buf_free(d, ug), d->buf_free(d, og);
+        c->destroy(c), d->destroy(d);
+    }
+    tensor s = make_tensor(QT_F32, 1, 1);
+    gem_err err;
+    be_weight *sc = cpu_ref->weight(cpu_ref, &s.t, &err), *sg = gpu->weight(gpu, &s.t, &err);
+    be_buf *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n);
+    cpu_ref->scale(cpu_ref, xc, n, sc);
+    gpu->scale(gpu, xg, n, sg);
+    cpu_ref->softcap(cpu_ref, xc, n, 30.0f);
+    gpu->softcap(gpu, xg, n, 30.0f);
+    float *a = get(gpu, xg, n), *b = get(cpu_ref, xc, n);
+    CHECK(close_enough("scale+softcap", a, b, n, 2e-6, 1e-6));
+    free(a), free(b), free(g), free(u), free(x);
+    cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+    cpu_ref->weight_free(cpu_ref, sc), gpu->weight_free(gpu, sg);
+    free_tensor(&s);
+}
+
+static void test_rope(void) {
+    const int pos0s[] = {0, 37, 131000};
+    for (int full = 0; full < 2; full++)
+        for (int p = 0; p < 3; p++) {
+            const int n = 5, heads = 6, d = full ? 512 : 256;
+            const size_t len = (size_t)n * heads * d;
+            tensor ff = make_tensor(QT_F32, d / 2, 1);
+            for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < 64 ? 1.0f : 1e30f; /* as rope_freqs */
+            gem_err err;
+            be_weight *fc = cpu_ref->weight(cpu_ref, &ff.t, &err), *fg = gpu->weight(gpu, &ff.t, &err);
+            float *x = rand_vec(len, 2.0f);
+            int32_t ids[5] = {0};
+            step_both(ids, n, pos0s[p]);
+            be_buf *xc = put(cpu_ref, x, len), *xg = put(gpu, x, len);
+            cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
+            gpu->rope(gpu, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            float *a = get(gpu, xg, len), *b = get(cpu_ref, xc, len);
+            /* cos/sin of arguments up to 1.3e5 rad: both libraries reduce
+             * exactly, results differ by an ulp of the value */
+            CHECKF(close_enough("rope", a, b, len, 1e-5, 2e-5), "rope full=%d pos0=%d", full, pos0s[p]);
+            free(a), free(b);
+            /* the fused q/k path: per-head rmsnorm (weighted) then rope */
+            tensor nw = make_tensor(QT_F32, d, 1);
+            be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gpu->weight(gpu, &nw.t, &err);
+            cpu_ref->upload(cpu_ref, xc, 0, x, len);
+            gpu->upload(gpu, xg, 0, x, len);
+            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
+            gpu->rmsnorm_rope(gpu, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            a = get(gpu, xg, len), b = get(cpu_ref, xc, len);
+            CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope full=%d pos0=%d", full, pos0s[p]);
+            free(a), free(b), free(x);
+            cpu_ref->weight_free(cpu_ref, nc), gpu->weight_free(gpu, ng);
+            free_tensor(&nw);
+            cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+            cpu_ref->weight_free(cpu_ref, fc), gpu->weight_free(gpu, fg);
+            free_tensor(&ff);
+        }
+}
+
+/* Fused launches against their unfused GPU equivalents: the same
+ * arithmetic per row, so exactly equal. */
+static void test_fused_matmul(void) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16};
+    for (size_t t = 0; t < 3; t++)
+        for (int n = 1; n <= 9; n += 8) {
+            const int64_t K = 1024;
+            tensor A = make_tensor(types[t], K, 300), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
+            gem_err err;
+            be_weight *W[3] = {gpu->weight(gpu, &A.t, &err), gpu->weight(gpu, &B.t, &err), gpu->weight(gpu, &C.t, &err)};
+            float *x = rand_vec((size_t)n * K, 1.0f);
+            be_buf *xg = put(gpu, x, (size_t)n * K);
+            be_buf *o[3] = {put(gpu, NULL, (size_t)n * 300), put(gpu, NULL, (size_t)n * 64), put(gpu, NULL, (size_t)n * 300)};
+            be_buf *r[3] = {put(gpu, NULL, (size_t)n * 300), put(gpu, NULL, (size_t)n * 64), put(gpu, NULL, (size_t)n * 300)};
+            gpu->matmul_multi(gpu, 3, (const be_weight *const *)W, xg, n, o);
+            for (int i = 0; i < 3; i++) gpu->matmul(gpu, W[i], xg, n, r[i]);
+            int same = 1;
+            for (int i = 0; i < 3; i++) {
+                const size_t len = (size_t)n * (i == 1 ? 64 : 300);
+                float *a = get(gpu, o[i], len), *b = get(gpu, r[i], len);
+                same &= close_enough("matmul_multi", a, b, len, 0, 0);
+                free(a), free(b);
+            }
+            CHECKF(same, "matmul_multi %s n=%d", quant_type_name(types[t]), n);
+            /* geglu pair: gate = A, up = C */
+            be_buf *fused = put(gpu, NULL, (size_t)n * 300);
+            gpu->matmul_geglu(gpu, W[0], W[2], xg, n, fused);
+            gpu->geglu(gpu, r[0], r[2], (size_t)n * 300, o[0]);
+            float *a = get(gpu, fused, (size_t)n * 300), *b = get(gpu, o[0], (size_t)n * 300);
+            CHECKF(close_enough("matmul_geglu", a, b, (size_t)n * 300, 0, 0), "matmul_geglu %s n=%d",
+                   quant_type_name(types[t]), n);
+            free(a), free(b), free(x);
+            gpu->buf_free(gpu, fused), gpu->buf_free(gpu, xg);
+            for (int i = 0; i < 3; i++) gpu->buf_free(gpu, o[i]), gpu->buf_free(gpu, r[i]), gpu->weight_free(gpu, W[i]);
+            free_tensor(&A), free_tensor(&B), free_tensor(&C);
+        }
+}
+
+static void test_matmul(void) {
+    const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
+    const int ns[] = {1, 3, 8, 13, 70}; /* 70: prefill tiles (tensor cores with GEM_CUDA_MMA=1) over two token tiles */
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int64_t K = 1536, M = 333; /* M odd: a warp's second row runs off the end */
+        tensor W = make_tensor(types[t], K, M);
+        gem_err err;
+        be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wf = cpu_fast->weight(cpu_fast, &W.t, &err),
+                  *wg = gpu->weight(gpu, &W.t, &err);
+        CHECKF(wg != NULL, "%s", err.msg);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int n = ns[ni];
+            float *x = rand_vec((size_t)n * K, 1.0f);
+            for (int64_t i = 0; i < n * K; i += 97) x[i] *= 30.0f; /* outliers stress the activation scales */
+            be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xf = put(cpu_fast, x, (size_t)n * K), *xg = put(gpu, x, (size_t)n * K);
+            be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *of = put(cpu_fast, NULL, (size_t)n * M),
+                   *og = put(gpu, NULL, (size_t)n * M);
+            cpu_ref->matmul(cpu_ref, wr, xr, n, orf);
+            cpu_fast->matmul(cpu_fast, wf, xf, n, of);
+            gpu->matmul(gpu, wg, xg, n, og);
+            float *a = get(gpu, og, (size_t)n * M), *r = get(cpu_ref, orf, (size_t)n * M), *f = get(cpu_fast, of, (size_t)n * M);
+            int ok = 1;
+            for (int i = 0; i < n && ok; i++)
+                for (int64_t o = 0; o < M && ok; o++) {
+                    double mag = 0, bound = 0;
+                    for (int64_t b = 0; b < K / 32; b++) {
+                        double sw = 0, amax = 0;
+                        for (int k = 0; k < 32; k++) {
+                            const double wv = W.deq[o * K + b * 32 + k], xv = x[(size_t)i * K + b * 32 + k];
+                            mag += fabs(wv * xv);
+                            sw += fabs(wv);
+                            amax = fmax(amax, fabs(xv));
+                        }
+                        bound += sw * amax / 254.0 * 1.0001;
+                    }
+                    const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o], fast = f[(size_t)i * M + o];
+                    const int int8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
+                    const double tol_ref = int8 ? bound + 1e-5 * mag : types[t] == QT_Q6_K ? 1e-3 * mag : 1e-5 * mag;
+                    if (!(fabs(got - ref) <= tol_ref + 1e-6)) {
+                        fprintf(stderr, "matmul %s n=%d row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
+                                quant_type_name(types[t]), n, (long long)o, i, got, ref, tol_ref);
+                        ok = 0;
+                    }
+                    if (int8 && !(fabs(got - fast) <= 1e-5 * mag + 1e-6)) {
+                        fprintf(stderr, "matmul %s n=%d row %lld token %d: gpu %.9g cpu fast %.9g\n",
+                                quant_type_name(types[t]), n, (long long)o, i, got, fast);
+                        ok = 0;
+                    }
+                }
+            CHECKF(ok, "matmul %s n=%d", quant_type_name(types[t]), n);
+            free(a), free(r), free(f), free(x);
+            cpu_ref->buf_free(cpu_ref, xr), cpu_fast->buf_free(cpu_fast, xf), gpu->buf_free(gpu, xg);
+            cpu_ref->buf_free(cpu_ref, orf), cpu_fast->buf_free(cpu_fast, of), gpu->buf_free(gpu, og);
+        }
+        cpu_ref->weight_free(cpu_ref, wr), cpu_fast->weight_free(cpu_fast, wf), gpu->weight_free(gpu, wg);
+        free_tensor(&W);
+    }
+}
+
+/* Runs the same sequence of attention calls (a prompt in tiles, then single
+ * tokens) on both backends and compares every output and the final caches. */
+static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
+    gem_err err;
+    be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err);
+    be_kv *kg = gpu->kv_new(gpu, kvh, d, cap, window > 0, &err);
+    CHECKF(kg != NULL, "%s", err.msg);
+    int pos = 0, ok = 1;
+    for (int t = 0; t < n_tiles && ok; t++) {
+        const int n = tiles[t];
+        const size_t nq = (size_t)n * n_head * d, nk = (size_t)n * kvh * d;
+        /* scaled as the model's normed q/k (weights ~ d^-1/4): scores of a
+         * few units, so f32 rounding of the dot products stays at 1e-6 */
+        const float qk = 3.0f / sqrtf(sqrtf((float)d));
+        float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
+        int32_t *ids = calloc((size_t)n, sizeof *ids);
+        step_both(ids, n, pos);
+        be_buf *qc = put(cpu_ref, q, nq), *kcb = put(cpu_ref, k, nk), *vc = put(cpu_ref, v, nk), *oc = put(cpu_ref, NULL, nq);
+        be_buf *qg = put(gpu, q, nq), *kgb = put(gpu, k, nk), *vg = put(gpu, v, nk), *og = put(gpu, NULL, nq);
+        cpu_ref->attention(cpu_ref, qc, kcb, vc, kc, n, pos, n_head, kvh, d, window, oc);
+        gpu->attention(gpu, qg, kgb, vg, kg, n, pos, n_head, kvh, d, window, og);
+        float *a = get(gpu, og, nq), *b = get(cpu_ref, oc, nq);
+        ok = close_enough("attention", a, b, nq, 1e-5, 2e-5);
+        CHECKF(ok, "attention heads %d/%d d %d window %d tile %d (n %d at %d)", n_head, kvh, d, window, t, n, pos);
+        free(a), free(b), free(q), free(k), free(v), free(ids);
+        cpu_ref->buf_free(cpu_ref, qc), cpu_ref->buf_free(cpu_ref, kcb), cpu_ref->buf_free(cpu_ref, vc), cpu_ref->buf_free(cpu_ref, oc);
+        gpu->buf_free(gpu, qg), gpu->buf_free(gpu, kgb), gpu->buf_free(gpu, vg), gpu->buf_free(gpu, og);
+        pos += n;
+    }
+    /* checkpoint blobs have one layout on every backend */
+    size_t bytes = cpu_ref->kv_bytes(cpu_ref, kc, pos);
+    CHECK(bytes == gpu->kv_bytes(gpu, kg, pos));
+    char *bc = malloc(bytes), *bg = malloc(bytes);
+    cpu_ref->kv_save(cpu_ref, kc, pos, bc);
+    gpu->kv_save(gpu, kg, pos, bg);
+    CHECKF(memcmp(bc, bg, bytes) == 0, "kv blobs differ");
+    memset(bg, 0, bytes);
+    gpu->kv_load(gpu, kg, pos, bc);
+    gpu->kv_save(gpu, kg, pos, bg);
+    CHECKF(memcmp(bc, bg, bytes) == 0, "kv load/save round trip");
+    free(bc), free(bg);
+    cpu_ref->kv_free(cpu_ref, kc), gpu->kv_free(gpu, kg);
+}
+
+static void test_attention(void) {
+    const int prompt[] = {7, 1, 1, 33, 1, 64, 1, 1, 1, 2, 1, 1};
+    /* sliding: window 32, ring of 32, tiles wrap it several times */
+    test_attention_case(4, 2, 256, 32, 32, prompt, 12);
+    test_attention_case(8, 1, 512, 0, 4096, prompt, 12);  /* full, G = 8, head 512 */
+    test_attention_case(32, 16, 256, 64, 64, prompt, 12); /* 31B sliding shape, G = 2 */
+    test_attention_case(32, 4, 512, 0, 300, prompt, 12);  /* 31B full shape */
+    test_attention_case(16, 1, 512, 0, 300, prompt, 12);  /* 12B full shape: G = 16 in two groups */
+    const int long_prompt[] = {512, 512, 1, 1, 3};
+    test_attention_case(8, 1, 512, 0, 2048, long_prompt, 5);
+}
+
+static void test_argmax(void) {
+    const int width = 262144;
+    float *x = rand_vec((size_t)width * 2, 10.0f);
+    x[77] = 50, x[1000] = 50, x[width + 262143] = 60; /* a tie goes to the lowest index */
+    be_buf *xg = put(gpu, x, (size_t)width * 2), *og = put(gpu, NULL, 2);
+    be_buf *xc = put(cpu_ref, x, (size_t)width * 2), *oc = put(cpu_ref, NULL, 2);
+    gpu->argmax(gpu, xg, 2, width, og);
+    cpu_ref->argmax(cpu_ref, xc, 2, width, oc);
+    float *a = get(gpu, og, 2), *b = get(cpu_ref, oc, 2);
+    CHECKF(a[0] == 77 && a[1] == 262143, "argmax %g %g", a[0], a[1]);
+    CHECK(a[0] == b[0] && a[1] == b[1]);
+    free(a), free(b), free(x);
+    gpu->buf_free(gpu, xg), gpu->buf_free(gpu, og), cpu_ref->buf_free(cpu_ref, xc), cpu_ref->buf_free(cpu_ref, oc);
+}
+
+/* A recorded step replays at other positions with other ids. */
+typedef struct {
+    be_weight *E;
+    be_buf *x, *k, *v, *o;
+    be_kv *kv;
+} rec_ctx;
+
+static void rec_body(void *p) {
+    rec_ctx *c = p;
+    int32_t id = 0;
+    gpu->embed(gpu, c->E, &id, 1, 0.1f, c->x);
+    gpu->rope(gpu, c->x, 1, 2, 256, 256, 0, 1e4f, NULL);
+    gpu->copy(gpu, c->x, 0, c->k, 0, 256);
+    gpu->attention(gpu, c->x, c->k, c->x, c->kv, 1, 0, 2, 1, 256, 16, c->o);
+}
+
+static void test_graph(void) {
+    tensor E = make_tensor(QT_Q8_0, 512, 50);
+    gem_err err;
+    be_weight *eg = gpu->weight(gpu, &E.t, &err), *ec = cpu_ref->weight(cpu_ref, &E.t, &err);
+    rec_ctx g = {eg, put(gpu, NULL, 512), put(gpu, NULL, 512), NULL, put(gpu, NULL, 512), NULL};
+    g.kv = gpu->kv_new(gpu, 1, 256, 16, 1, &err);
+    be_kv *kc = cpu_ref->kv_new(cpu_ref, 1, 256, 16, 1, &err);
+    be_buf *xc = put(cpu_ref, NULL, 512), *kcb = put(cpu_ref, NULL, 256), *oc = put(cpu_ref, NULL, 512);
+    int32_t first = 3;
+    gpu->set_step(gpu, &first, 1, 0);
+    be_graph *gr = gpu->capture(gpu, rec_body, &g, &err);
+    CHECKF(gr != NULL, "%s", err.msg);
+    int ok = 1;
+    for (int pos = 0; pos < 40 && gr; pos++) {
+        int32_t id = (pos * 7 + 3) % 50;
+        gpu->set_step(gpu, &id, 1, pos);
+        CHECK(gpu->replay(gpu, gr) == 0);
+        cpu_ref->embed(cpu_ref, ec, &id, 1, 0.1f, xc);
+        cpu_ref->rope(cpu_ref, xc, 1, 2, 256, 256, pos, 1e4f, NULL);
+        cpu_ref->copy(cpu_ref, xc, 0, kcb, 0, 256);
+        cpu_ref->attention(cpu_ref, xc, kcb, xc, kc, 1, pos, 2, 1, 256, 16, oc);
+        float *a = get(gpu, g.o, 512), *b = get(cpu_ref, oc, 512);
+        if (!close_enough("graph replay", a, b, 512, 1e-5, 2e-5)) ok = 0;
+        free(a), free(b);
+    }
+    CHECKF(ok, "replayed steps match direct execution at 40 positions");
+    CHECK(gpu->status(gpu, &err) == 0);
+    if (gr) gpu->graph_free(gpu, gr);
+    gpu->kv_free(gpu, g.kv), cpu_ref->kv_free(cpu_ref, kc);
+    gpu->buf_free(gpu, g.x), gpu->buf_free(gpu, g.k), gpu->buf_free(gpu, g.o);
+    cpu_ref->buf_free(cpu_ref, xc), cpu_ref->buf_free(cpu_ref, kcb), cpu_ref->buf_free(cpu_ref, oc);
+    gpu->weight_free(gpu, eg), cpu_ref->weight_free(cpu_ref, ec);
+    free_tensor(&E);
+}
+
+int main(void) {
+    gem_err err;
+    backend_opts ref = {1, 1, 0}, fast = {2, 0, 0}, g = {0, 0, 0};
+    cpu_ref = backend_create("cpu", &ref, &err);
+    cpu_fast = backend_create("cpu", &fast, &err);
+    gpu = backend_create("cuda", &g, &err);
+    if (!gpu) {
+        fprintf(stderr, "cuda_ops: %s\n", err.msg);
+        printf("cuda_ops: 0 passed, 1 failed\n");
+        return 1;
+    }
+    test_embed();
+    test_norms();
+    test_elementwise();
+    test_rope();
+    test_matmul();
+    test_fused_matmul();
+    test_attention();
+    test_argmax();
+    test_graph();
+    CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
+    gpu->destroy(gpu);
+    cpu_ref->destroy(cpu_ref);
+    cpu_fast->destroy(cpu_fast);
+    printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);
+    return test_failed ? 1 : 0;
+}
