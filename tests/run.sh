@@ -54,17 +54,14 @@ if [ -z "$GEM_SKIP_FUZZ" ]; then
         corpus="build/fuzz-corpus/$name"
         mkdir -p "$corpus"
         seeds=$(cat "tests/$name.seeds" 2>/dev/null)
-        # a target may ask for less time than FUZZ_SECONDS (tests/NAME.seconds)
-        fsecs=$(cat "tests/$name.seconds" 2>/dev/null)
-        if [ -n "$fsecs" ] && [ "$fsecs" -lt "$secs" ]; then fsecs_use=$fsecs; else fsecs_use=$secs; fi
         lf="$log/fuzz_$(echo "$name" | tr '/' '_').log"
         mkdir -p build/fuzz-artifacts
-        "$fz" -max_total_time="$fsecs_use" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz-artifacts/ \
+        "$fz" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz-artifacts/ \
             "$corpus" $seeds >"$lf" 2>&1
         rc=$?
         if [ $rc = 0 ]; then
             runs=$(grep -E 'stat::number_of_executed_units' "$lf" | awk '{print $2}')
-            echo "fuzz  $name: 1 passed, 0 failed ($runs inputs in ${fsecs_use}s)" >>"$lf"
+            echo "fuzz  $name: 1 passed, 0 failed ($runs inputs in ${secs}s)" >>"$lf"
         fi
         account "fuzz $name" $rc "$lf"
     done
