@@ -17,7 +17,7 @@ endif
 
 BUILD   := build
 LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c \
-           src/convert/*.c)
+           src/convert/*.c src/server/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 
@@ -72,6 +72,11 @@ $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_LIB_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -UGEM_CUDA $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB_OBJ) $(TEST_LDLIBS)
 
+# gem itself under ASan+UBSan (the server tests can run against it: GEM=build/asan/gem).
+ASAN_CLI_OBJ := $(CLI_SRC:%.c=$(ASAN_DIR)/obj/%.o)
+$(ASAN_DIR)/gem: $(ASAN_LIB_OBJ) $(ASAN_CLI_OBJ)
+	$(CC) $(CFLAGS_BASE) -UGEM_CUDA $(ASAN_FLAGS) -o $@ $^ $(TEST_LDLIBS)
+
 # libFuzzer targets (clang): every parser gets one.
 FUZZ_CC   ?= clang
 FUZZ_SRC  := $(wildcard tests/*/fuzz_*.c)
@@ -83,7 +88,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(FUZZ_BIN)
+test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(CUDA_TEST_BIN)

@@ -60,6 +60,22 @@ for f in sorted(glob.glob("bench/results/*synth*.json")):
     lines.append(f"`gem synth` 31B Q4_0 on the H200 machine: {d['file_bytes'] / 1e9:.1f} GB in {d['wall_seconds']} s "
                  f"(`{f}`); weight-read roofline {d['weight_read_roofline_tok_s_at_4p8_TBps']} tok/s at 4.8 TB/s.")
     lines.append("")
+srv = newest("bench/results/serve-prefix-*.json")
+if srv:
+    d = json.load(open(srv))
+    lines.append(f"`gem serve` time to first token on a {d['turns']}-turn chat ({d['model']}, {d['cpu']}, {d['nproc']} cores; "
+                 f"`{srv}`, commit {d['commit'][:10]}): median over turns 2-{d['turns']} "
+                 f"{d['median_ttft_reuse_ms_turns_2_on']:.0f} ms with prefix reuse, "
+                 f"{d['median_ttft_fresh_ms_turns_2_on']:.0f} ms without ({d['speedup']:.2f}x); answers identical"
+                 + (f"; load average {d['load_avg_1m']['before']}-{d['load_avg_1m']['after']} during the run, so absolute "
+                    "times are noisy" if "load_avg_1m" in d else "") + ".")
+    lines.append("")
+    lines.append("| turn | prompt tokens | reused | TTFT with reuse | TTFT without |")
+    lines.append("|---|---|---|---|---|")
+    for r in d["rows"]:
+        lines.append(f"| {r['turn']} | {r['prompt_tokens']} | {r['cached_tokens']} | {r['ttft_reuse_ms']:.0f} ms | "
+                     f"{r['ttft_fresh_ms']:.0f} ms |")
+    lines.append("")
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:

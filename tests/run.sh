@@ -39,6 +39,8 @@ if [ -z "$GEM_SKIP_ASAN" ]; then
     for t in build/asan/tests/*/test_*; do
         [ -x "$t" ] && run "asan ${t#build/asan/tests/}" "$t"
     done
+    # the server against real connections, under the sanitizers
+    [ -x build/asan/gem ] && run "asan server/test_server.sh" env GEM=build/asan/gem tests/server/test_server.sh
 fi
 
 if [ -z "$GEM_SKIP_FUZZ" ]; then

@@ -23,6 +23,8 @@ static void usage(FILE *out) {
             "  run -m FILE -p PROMPT [-n N] [--temp T] [--chat] [--ids] ...\n"
             "                                      generate text (gem run --help for every option)\n"
             "  chat -m FILE [--system TEXT] [--think]  interactive chat (Ctrl-C stops an answer)\n"
+            "  serve -m FILE [--host H] [--port P] [--api-key KEY] ...\n"
+            "                                      OpenAI-compatible HTTP server (gem serve --help)\n"
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
             "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
@@ -41,6 +43,8 @@ static void usage(FILE *out) {
             "profiles: gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny\n",
             GEM_VERSION);
 }
+
+const char *cli_version(void) { return "gem " GEM_VERSION; }
 
 int cli_parse_num(const char *s, double lo, double hi, double *out) {
     if (!s) return -1;
@@ -107,6 +111,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 2, argv + 2);
     if (!strcmp(cmd, "convert")) return cli_convert(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

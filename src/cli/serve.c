@@ -1,0 +1,86 @@
+/* gem serve: option parsing for the OpenAI-compatible server (src/server).
+ * Binds 127.0.0.1 unless told otherwise; --port 0 picks a free port, which
+ * the "listening on" line on stderr names (the tests rely on it). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "server/server.h"
+#include "util/strbuf.h"
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--ctx N] [-t THREADS]\n"
+            "                 [--api-key KEY] [--cors ORIGIN] [--max-body BYTES] [--alias NAME] [--queue N]\n"
+            "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
+            "                 [--test-hooks]\n");
+    return 2;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    strbuf b = {0};
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_put(&b, buf, n);
+    fclose(f);
+    if (b.failed || !b.len) {
+        sb_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+int cli_serve(int argc, char **argv) {
+    server_opts o = {0};
+    o.host = "127.0.0.1";
+    o.port = 8080;
+    o.max_body = 8 << 20;
+    o.queue = 16;
+    o.max_conns = 128;
+    o.read_timeout = 30;
+    o.idle_timeout = 60;
+    o.send_timeout = 30;
+    o.heartbeat = 5;
+    o.version = cli_version();
+    char mbuf[4096], tbuf[4096];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x = 0;
+        int bad = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { bad = !v; o.model_path = v; i++; }
+        else if (!strcmp(a, "--alias")) { bad = !v || !*v; o.alias = v; i++; }
+        else if (!strcmp(a, "--host")) { bad = !v || !*v; o.host = v; i++; }
+        else if (!strcmp(a, "--port")) { bad = cli_parse_num(v, 0, 65535, &x) || x != (int)x; o.port = (int)x; i++; }
+        else if (!strcmp(a, "--backend")) { bad = !v; o.backend = v; i++; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x); o.n_ctx = (int)x; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x); o.threads = (int)x; i++; }
+        else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }
+        else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
+        else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x); o.max_body = (size_t)x; i++; }
+        else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 0, 4096, &x); o.queue = (int)x; i++; }
+        else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x); o.max_conns = (int)x; i++; }
+        else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }
+        else if (!strcmp(a, "--idle-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.idle_timeout = x; i++; }
+        else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }
+        else if (!strcmp(a, "--heartbeat")) { bad = cli_parse_num(v, 0, 86400, &x); o.heartbeat = x; i++; }
+        else if (!strcmp(a, "--test-hooks")) o.test_hooks = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else {
+            fprintf(stderr, "gem serve: error: unknown option '%s'\n", a);
+            return usage();
+        }
+        if (bad) {
+            fprintf(stderr, "gem serve: error: bad value for %s: '%s'\n", a, v ? v : "");
+            return 2;
+        }
+    }
+    if (!o.model_path) o.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    char *tpl = slurp(cli_data_path("templates/google-gemma-4-31B-it.jinja", tbuf, sizeof tbuf));
+    o.chat_template = tpl;
+    int rc = server_run(&o);
+    free(tpl);
+    return rc;
+}

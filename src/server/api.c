@@ -1,0 +1,495 @@
+/* OpenAI request bodies to generation requests (see api.h).
+ *
+ * Validation is explicit field by field: a field of the wrong type or out
+ * of range is an error naming it, never silently ignored, and options gem
+ * cannot honour (n > 1, logprobs, JSON response formats, image parts) are
+ * refused rather than dropped. Unknown fields are ignored, as OpenAI
+ * clients send many (user, metadata, store, ...). */
+#include "server/api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat.h"
+
+#define INVALID "invalid_request_error"
+
+int api_fail(api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...) {
+    if (!e) return -1;
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : INVALID);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void api_error_json(const api_error *e, strbuf *out) {
+    sb_puts(out, "{\"error\":{\"message\":");
+    json_quote(e->message, strlen(e->message), out);
+    sb_puts(out, ",\"type\":");
+    json_quote(e->type, strlen(e->type), out);
+    sb_puts(out, ",\"param\":");
+    if (e->param[0]) json_quote(e->param, strlen(e->param), out);
+    else sb_puts(out, "null");
+    sb_puts(out, ",\"code\":");
+    if (e->code[0]) json_quote(e->code, strlen(e->code), out);
+    else sb_puts(out, "null");
+    sb_puts(out, "}}");
+}
+
+static const char *type_name(const json *v) {
+    static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+    return names[v->type];
+}
+
+static int bad_type(api_error *e, const char *param, const char *want, const json *v) {
+    return api_fail(e, 400, INVALID, param, NULL, "'%s' must be %s, not %s", param, want, type_name(v));
+}
+
+/* Present and not null. */
+static const json *field(const json *o, const char *key) {
+    const json *v = json_get(o, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
+/* 1 when present (value in *out), 0 when absent or null, -1 on error. */
+static int get_num(const json *o, const char *key, double lo, double hi, int integer, double *out, api_error *e) {
+    const json *v = field(o, key);
+    if (!v) return 0;
+    if (v->type != JSON_NUMBER) return bad_type(e, key, integer ? "an integer" : "a number", v);
+    if (integer && !v->is_int) return api_fail(e, 400, INVALID, key, NULL, "'%s' must be an integer", key);
+    if (!(v->num >= lo && v->num <= hi))
+        return api_fail(e, 400, INVALID, key, NULL, "'%s' must be between %g and %g, not %g", key, lo, hi, v->num);
+    *out = v->num;
+    return 1;
+}
+
+static int get_bool(const json *o, const char *key, int *out, api_error *e) {
+    const json *v = field(o, key);
+    if (!v) return 0;
+    if (v->type != JSON_BOOL) return bad_type(e, key, "a boolean", v);
+    *out = v->boolean;
+    return 1;
+}
+
+static int parse_stop(const json *root, api_request *r, api_error *e) {
+    const json *v = field(root, "stop");
+    if (!v) return 0;
+    const json *one[1] = {v};
+    const json *const *items = one;
+    size_t n = 1;
+    if (v->type == JSON_ARRAY) {
+        items = (const json *const *)v->items;
+        n = v->len;
+        if (n > API_MAX_STOP)
+            return api_fail(e, 400, INVALID, "stop", NULL, "'stop' has %zu strings; at most %d are allowed", n, API_MAX_STOP);
+    } else if (v->type != JSON_STRING) {
+        return bad_type(e, "stop", "a string or an array of strings", v);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i]->type != JSON_STRING) return bad_type(e, "stop", "a string or an array of strings", items[i]);
+        if (items[i]->len == 0 || items[i]->len > API_MAX_STOP_LEN)
+            return api_fail(e, 400, INVALID, "stop", NULL, "each stop string must have 1 to %d bytes", API_MAX_STOP_LEN);
+        r->stop[r->n_stop] = items[i]->str;
+        r->stop_len[r->n_stop++] = items[i]->len;
+    }
+    return 0;
+}
+
+static int parse_common(const json *root, const api_opts *o, api_request *r, api_error *e) {
+    const json *v;
+    double x;
+    int rc;
+    if ((v = field(root, "model")) && v->type != JSON_STRING) return bad_type(e, "model", "a string", v);
+    r->model = v ? v->str : NULL;
+    if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
+    if ((v = field(root, "stream_options"))) {
+        if (v->type != JSON_OBJECT) return bad_type(e, "stream_options", "an object", v);
+        const json *u = field(v, "include_usage");
+        if (u && u->type != JSON_BOOL) return bad_type(e, "stream_options.include_usage", "a boolean", u);
+        r->include_usage = u && u->boolean;
+    }
+    gem_sampling *s = &r->sampling;
+    if ((rc = get_num(root, "temperature", 0, 2, 0, &x, e)) < 0) return -1;
+    if (rc) s->temp = (float)x;
+    if ((rc = get_num(root, "top_p", 0, 1, 0, &x, e)) < 0) return -1;
+    if (rc) s->top_p = (float)x;
+    if ((rc = get_num(root, "top_k", 0, 1e9, 1, &x, e)) < 0) return -1;
+    if (rc) s->top_k = (int)x;
+    if ((rc = get_num(root, "min_p", 0, 1, 0, &x, e)) < 0) return -1;
+    if (rc) s->min_p = (float)x;
+    if ((rc = get_num(root, "presence_penalty", -2, 2, 0, &x, e)) < 0) return -1;
+    if (rc) s->presence_penalty = (float)x;
+    if ((rc = get_num(root, "frequency_penalty", -2, 2, 0, &x, e)) < 0) return -1;
+    if (rc) s->frequency_penalty = (float)x;
+    if ((rc = get_num(root, "repeat_penalty", 0.01, 100, 0, &x, e)) < 0) return -1;
+    if (rc) s->repeat_penalty = (float)x;
+    if ((rc = get_num(root, "seed", -9.2e18, 1.8e19, 1, &x, e)) < 0) return -1;
+    if (rc) {
+        s->seed = x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
+        r->seed_given = 1;
+    }
+    r->max_tokens = -1;
+    if ((rc = get_num(root, "max_tokens", 1, 1e9, 1, &x, e)) < 0) return -1;
+    if (rc) r->max_tokens = (long)x;
+    if ((rc = get_num(root, "max_completion_tokens", 1, 1e9, 1, &x, e)) < 0) return -1;
+    if (rc) r->max_tokens = (long)x;
+    if ((rc = get_num(root, "n", 1, 1e9, 1, &x, e)) < 0) return -1;
+    if (rc && x != 1) return api_fail(e, 400, INVALID, "n", NULL, "'n' must be 1: one choice per request");
+    if (parse_stop(root, r, e)) return -1;
+    r->cache_prompt = 1;
+    if (get_bool(root, "cache_prompt", &r->cache_prompt, e) < 0) return -1;
+    if ((v = field(root, "gem_forced_output"))) {
+        if (!o || !o->allow_forced_output)
+            return api_fail(e, 400, INVALID, "gem_forced_output", NULL,
+                            "'gem_forced_output' is a test hook; the server was not started with --test-hooks");
+        if (v->type != JSON_STRING) return bad_type(e, "gem_forced_output", "a string", v);
+        r->forced_output = v->str;
+        r->forced_output_len = v->len;
+    }
+    return 0;
+}
+
+/* ---- chat ---- */
+
+static int is_role(const char *r) {
+    return !strcmp(r, "system") || !strcmp(r, "developer") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+           !strcmp(r, "tool");
+}
+
+static int check_parts(const json *c, size_t i, api_error *e) {
+    char p[64];
+    for (size_t j = 0; j < c->len; j++) {
+        const json *part = c->items[j];
+        snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, j);
+        if (part->type != JSON_OBJECT) return bad_type(e, p, "an object", part);
+        const char *type = json_get_str(part, "type");
+        if (!type) return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'type' string", p);
+        if (strcmp(type, "text"))
+            return api_fail(e, 400, INVALID, p, NULL, "'%s' is a '%.40s' part; this model takes text parts only", p,
+                            type);
+        const json *t = json_get(part, "text");
+        if (!t || t->type != JSON_STRING) return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'text' string", p);
+    }
+    return 0;
+}
+
+/* Assistant tool calls: names checked, string arguments (what OpenAI
+ * clients send) parsed into objects so the renderer writes Gemma's syntax. */
+static int check_tool_calls(json *tc, size_t i, api_error *e) {
+    char p[80];
+    snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+    if (tc->type != JSON_ARRAY) return bad_type(e, p, "an array", tc);
+    for (size_t c = 0; c < tc->len; c++) {
+        snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
+        json *call = tc->items[c];
+        if (call->type != JSON_OBJECT) return bad_type(e, p, "an object", call);
+        const char *type = json_get_str(call, "type");
+        if (json_get(call, "type") && (!type || strcmp(type, "function")))
+            return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
+        json *fn = json_get(call, "function");
+        if (!fn || fn->type != JSON_OBJECT) return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'function' object", p);
+        const json *name = json_get(fn, "name");
+        if (!name || name->type != JSON_STRING || !name->len)
+            return api_fail(e, 400, INVALID, p, NULL, "'%s.function.name' must be a non-empty string", p);
+        json *args = json_get(fn, "arguments");
+        if (!args || args->type == JSON_NULL) continue;
+        if (args->type == JSON_STRING) {
+            json *parsed = json_parse(args->str, args->len, NULL);
+            if (!parsed || parsed->type != JSON_OBJECT) {
+                json_free(parsed);
+                return api_fail(e, 400, INVALID, p, NULL, "'%s.function.arguments' is not a JSON object text", p);
+            }
+            if (json_set(fn, "arguments", parsed)) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        } else if (args->type != JSON_OBJECT) {
+            return api_fail(e, 400, INVALID, p, NULL, "'%s.function.arguments' must be a string or an object", p);
+        }
+    }
+    return 0;
+}
+
+static int check_messages(json *msgs, api_error *e) {
+    if (!msgs) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' is required");
+    if (msgs->type != JSON_ARRAY) return bad_type(e, "messages", "an array", msgs);
+    if (!msgs->len) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' must not be empty");
+    char p[64];
+    for (size_t i = 0; i < msgs->len; i++) {
+        json *m = msgs->items[i];
+        snprintf(p, sizeof p, "messages[%zu]", i);
+        if (m->type != JSON_OBJECT) return bad_type(e, p, "an object", m);
+        const json *role = json_get(m, "role");
+        snprintf(p, sizeof p, "messages[%zu].role", i);
+        if (!role) return api_fail(e, 400, INVALID, p, NULL, "'%s' is required", p);
+        if (role->type != JSON_STRING) return bad_type(e, p, "a string", role);
+        if (!is_role(role->str))
+            return api_fail(e, 400, INVALID, p, NULL,
+                            "'%s' is '%.40s'; the roles are system, developer, user, assistant and tool", p, role->str);
+        int assistant = !strcmp(role->str, "assistant");
+        const json *c = field(m, "content");
+        snprintf(p, sizeof p, "messages[%zu].content", i);
+        if (!c) {
+            if (!assistant) return api_fail(e, 400, INVALID, p, NULL, "'%s' is required for role '%s'", p, role->str);
+        } else if (c->type == JSON_ARRAY) {
+            if (check_parts(c, i, e)) return -1;
+        } else if (c->type != JSON_STRING) {
+            return bad_type(e, p, "a string or an array of parts", c);
+        }
+        json *tc = json_get(m, "tool_calls");
+        if (tc && tc->type != JSON_NULL) {
+            if (!assistant) {
+                snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+                return api_fail(e, 400, INVALID, p, NULL, "'%s' is only allowed on assistant messages", p);
+            }
+            if (check_tool_calls(tc, i, e)) return -1;
+        }
+        const json *rc = field(m, "reasoning_content");
+        snprintf(p, sizeof p, "messages[%zu].reasoning_content", i);
+        if (rc && rc->type != JSON_STRING) return bad_type(e, p, "a string", rc);
+    }
+    return 0;
+}
+
+static int name_ok(const json *n) {
+    if (!n || n->type != JSON_STRING || !n->len || n->len > 128) return 0;
+    for (size_t i = 0; i < n->len; i++) {
+        char c = n->str[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static int check_tools(const json *root, api_request *r, api_error *e) {
+    const json *tools = field(root, "tools");
+    char p[64];
+    if (tools) {
+        if (tools->type != JSON_ARRAY) return bad_type(e, "tools", "an array", tools);
+        for (size_t i = 0; i < tools->len; i++) {
+            const json *t = tools->items[i];
+            snprintf(p, sizeof p, "tools[%zu]", i);
+            if (t->type != JSON_OBJECT) return bad_type(e, p, "an object", t);
+            const char *type = json_get_str(t, "type");
+            if (!type || strcmp(type, "function"))
+                return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
+            const json *fn = json_get(t, "function");
+            if (!fn || fn->type != JSON_OBJECT)
+                return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'function' object", p);
+            if (!name_ok(json_get(fn, "name")))
+                return api_fail(e, 400, INVALID, p, NULL,
+                                "'%s.function.name' must be 1 to 128 letters, digits, '_', '-' or '.'", p);
+            const json *d = field(fn, "description");
+            if (d && d->type != JSON_STRING)
+                return api_fail(e, 400, INVALID, p, NULL, "'%s.function.description' must be a string", p);
+            const json *params = field(fn, "parameters");
+            if (params && params->type != JSON_OBJECT)
+                return api_fail(e, 400, INVALID, p, NULL, "'%s.function.parameters' must be an object", p);
+        }
+        if (tools->len) r->tools = tools;
+    }
+    const json *tc = field(root, "tool_choice");
+    if (!tc) return 0;
+    if (tc->type == JSON_STRING) {
+        if (!strcmp(tc->str, "auto")) r->tool_choice = API_TOOLS_AUTO;
+        else if (!strcmp(tc->str, "none")) r->tool_choice = API_TOOLS_NONE;
+        else if (!strcmp(tc->str, "required")) r->tool_choice = API_TOOLS_REQUIRED;
+        else
+            return api_fail(e, 400, INVALID, "tool_choice", NULL,
+                            "'tool_choice' is '%.40s'; it must be \"none\", \"auto\", \"required\" or a function", tc->str);
+    } else if (tc->type == JSON_OBJECT) {
+        const char *type = json_get_str(tc, "type");
+        const char *name = json_get_str(json_get(tc, "function"), "name");
+        if (!type || strcmp(type, "function") || !name)
+            return api_fail(e, 400, INVALID, "tool_choice", NULL,
+                            "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r->tool_choice = API_TOOLS_NAMED;
+        r->tool_name = name;
+    } else {
+        return bad_type(e, "tool_choice", "a string or an object", tc);
+    }
+    if (r->tool_choice == API_TOOLS_NONE) {
+        r->tools = NULL; /* the model is not told about tools it may not call */
+        return 0;
+    }
+    if ((r->tool_choice == API_TOOLS_REQUIRED || r->tool_choice == API_TOOLS_NAMED) && !r->tools)
+        return api_fail(e, 400, INVALID, "tool_choice", NULL, "'tool_choice' asks for a tool call but 'tools' is empty");
+    if (r->tool_choice == API_TOOLS_NAMED) {
+        for (size_t i = 0; i < r->tools->len; i++) {
+            const char *n = json_get_str(json_get(r->tools->items[i], "function"), "name");
+            if (n && !strcmp(n, r->tool_name)) return 0;
+        }
+        return api_fail(e, 400, INVALID, "tool_choice", NULL, "'tool_choice' names '%.60s', which is not in 'tools'",
+                        r->tool_name);
+    }
+    return 0;
+}
+
+static int parse_chat(json *root, api_request *r, api_error *e) {
+    if (check_messages(json_get(root, "messages"), e)) return -1;
+    r->messages = json_get(root, "messages");
+    if (check_tools(root, r, e)) return -1;
+    r->enable_thinking = -1;
+    const json *kw = field(root, "chat_template_kwargs");
+    if (kw) {
+        if (kw->type != JSON_OBJECT) return bad_type(e, "chat_template_kwargs", "an object", kw);
+        const json *t = field(kw, "enable_thinking");
+        if (t && t->type != JSON_BOOL) return bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", t);
+        if (t) r->enable_thinking = t->boolean;
+    }
+    const json *eff = field(root, "reasoning_effort");
+    if (eff) {
+        if (eff->type != JSON_STRING) return bad_type(e, "reasoning_effort", "a string", eff);
+        if (!strcmp(eff->str, "none") || !strcmp(eff->str, "minimal")) r->enable_thinking = 0;
+        else if (!strcmp(eff->str, "low") || !strcmp(eff->str, "medium") || !strcmp(eff->str, "high"))
+            r->enable_thinking = 1;
+        else
+            return api_fail(e, 400, INVALID, "reasoning_effort", NULL,
+                            "'reasoning_effort' must be none, minimal, low, medium or high");
+    }
+    const json *lp = field(root, "logprobs");
+    if (lp && !(lp->type == JSON_BOOL && !lp->boolean))
+        return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
+    const json *rf = field(root, "response_format");
+    if (rf) {
+        const char *t = json_get_str(rf, "type");
+        if (rf->type != JSON_OBJECT || !t) return bad_type(e, "response_format", "an object with a 'type'", rf);
+        if (strcmp(t, "text"))
+            return api_fail(e, 400, INVALID, "response_format", NULL,
+                            "'response_format' type '%.40s' is not supported (only \"text\")", t);
+    }
+    return 0;
+}
+
+/* ---- completions ---- */
+
+static int parse_completion(json *root, api_request *r, api_error *e) {
+    const json *p = field(root, "prompt");
+    if (!p) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' is required");
+    if (p->type == JSON_ARRAY && p->len == 1 && p->items[0]->type == JSON_STRING) p = p->items[0];
+    if (p->type == JSON_STRING) {
+        r->prompt = p->str;
+        r->prompt_len = p->len;
+    } else if (p->type == JSON_ARRAY) {
+        if (!p->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must not be empty");
+        r->prompt_ids = malloc(p->len * sizeof *r->prompt_ids);
+        if (!r->prompt_ids) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        for (size_t i = 0; i < p->len; i++) {
+            const json *id = p->items[i];
+            if (id->type != JSON_NUMBER || !id->is_int || id->num < 0 || id->num > INT32_MAX)
+                return api_fail(e, 400, INVALID, "prompt", NULL,
+                                "'prompt' must be a string or an array of token ids (element %zu is not)", i);
+            r->prompt_ids[i] = (int32_t)id->num;
+        }
+        r->n_prompt_ids = p->len;
+    } else {
+        return bad_type(e, "prompt", "a string or an array of token ids", p);
+    }
+    int echo = 0;
+    if (get_bool(root, "echo", &echo, e) < 0) return -1;
+    if (echo) return api_fail(e, 400, INVALID, "echo", NULL, "'echo' is not supported");
+    if (field(root, "suffix")) return api_fail(e, 400, INVALID, "suffix", NULL, "'suffix' is not supported");
+    if (field(root, "logprobs")) return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
+    double x;
+    int rc = get_num(root, "best_of", 1, 1e9, 1, &x, e);
+    if (rc < 0) return -1;
+    if (rc && x != 1) return api_fail(e, 400, INVALID, "best_of", NULL, "'best_of' must be 1");
+    if (get_bool(root, "return_tokens", &r->return_tokens, e) < 0) return -1;
+    return 0;
+}
+
+int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_request *r, api_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->enable_thinking = -1;
+    r->sampling = gem_sampling_default();
+    /* gem's sampling defaults, the same as gem run and gem chat */
+    r->sampling.temp = 0.8f;
+    r->sampling.top_k = 64;
+    r->sampling.top_p = 0.95f;
+    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
+    gem_err err = {{0}};
+    r->root = json_parse(body, n, &err);
+    if (!r->root) return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    if (r->root->type != JSON_OBJECT)
+        return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object, not %s",
+                        type_name(r->root));
+    if (parse_common(r->root, o, r, e)) return -1;
+    return kind == API_CHAT ? parse_chat(r->root, r, e) : parse_completion(r->root, r, e);
+}
+
+void api_request_free(api_request *r) {
+    json_free(r->root);
+    free(r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}
+
+int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e) {
+    gem_err err = {{0}};
+    chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
+    if (chat_render(&ro, prompt, &err)) return api_fail(e, 400, INVALID, "messages", NULL, "%s", err.msg);
+    if (r->tool_choice == API_TOOLS_REQUIRED) sb_puts(forced, "<|tool_call>call:");
+    else if (r->tool_choice == API_TOOLS_NAMED) sb_printf(forced, "<|tool_call>call:%s{", r->tool_name);
+    if (prompt->failed || forced->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
+int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e) {
+    memset(t, 0, sizeof *t);
+    t->parse_special = 1;
+    gem_err err = {{0}};
+    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
+    if (!(t->root = json_parse(body, n, &err)))
+        return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    if (t->root->type != JSON_OBJECT)
+        return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+    const json *c = json_get(t->root, "content");
+    if (!c) return api_fail(e, 400, INVALID, "content", NULL, "'content' is required");
+    if (c->type != JSON_STRING) return bad_type(e, "content", "a string", c);
+    t->content = c->str;
+    t->content_len = c->len;
+    if (get_bool(t->root, "add_special", &t->add_special, e) < 0) return -1;
+    if (get_bool(t->root, "parse_special", &t->parse_special, e) < 0) return -1;
+    if (get_bool(t->root, "with_pieces", &t->with_pieces, e) < 0) return -1;
+    return 0;
+}
+
+int api_parse_detokenize(const char *body, size_t n, uint32_t n_vocab, int32_t **ids, size_t *n_ids, api_error *e) {
+    *ids = NULL;
+    *n_ids = 0;
+    gem_err err = {{0}};
+    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
+    json *root = json_parse(body, n, &err);
+    if (!root) return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    int rc = -1;
+    const json *t = json_get(root, "tokens");
+    if (root->type != JSON_OBJECT) api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+    else if (!t) api_fail(e, 400, INVALID, "tokens", NULL, "'tokens' is required");
+    else if (t->type != JSON_ARRAY) bad_type(e, "tokens", "an array", t);
+    else if (!(*ids = malloc((t->len ? t->len : 1) * sizeof **ids))) api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    else {
+        rc = 0;
+        for (size_t i = 0; i < t->len; i++) {
+            const json *v = t->items[i];
+            if (v->type != JSON_NUMBER || !v->is_int || v->num < 0 || v->num >= n_vocab) {
+                rc = api_fail(e, 400, INVALID, "tokens", NULL, "'tokens[%zu]' is not a token id below %u", i, n_vocab);
+                break;
+            }
+            (*ids)[i] = (int32_t)v->num;
+        }
+        *n_ids = t->len;
+    }
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
+    }
+    json_free(root);
+    return rc;
+}

@@ -1,0 +1,98 @@
+/* The OpenAI-compatible request layer of `gem serve`: request bodies to
+ * validated generation requests, and errors in OpenAI's shape.
+ *
+ * Everything here is pure (no sockets, no engine), so the mapping can be
+ * fuzzed and unit-tested. A request that passes api_parse is fully
+ * validated: types, ranges, roles, content parts, tools and tool_choice; a
+ * failure fills an api_error with the 4xx status, the OpenAI error type, the
+ * offending parameter and a message that names it. The parsed body stays
+ * alive inside the request (messages and tools are passed to the chat
+ * renderer as they are). */
+#ifndef GEM_SERVER_API_H
+#define GEM_SERVER_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+
+typedef struct {
+    int status;        /* 400, 401, 404, ... */
+    char type[32];     /* invalid_request_error, authentication_error, not_found_error, ... */
+    char param[64];    /* the offending request field, "" when none */
+    char code[48];     /* a machine-readable code, "" when none */
+    char message[512];
+} api_error;
+
+/* Fills e and returns -1. param and code may be NULL. */
+int api_fail(api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
+    GEM_PRINTF(6, 7);
+
+/* {"error":{"message":..,"type":..,"param":..,"code":..}} */
+void api_error_json(const api_error *e, strbuf *out);
+
+typedef enum { API_CHAT, API_COMPLETION } api_kind;
+typedef enum { API_TOOLS_AUTO, API_TOOLS_NONE, API_TOOLS_REQUIRED, API_TOOLS_NAMED } api_tool_choice;
+
+#define API_MAX_STOP 16
+#define API_MAX_STOP_LEN 256
+
+typedef struct {
+    int allow_forced_output; /* accept the test-only field "gem_forced_output" */
+} api_opts;
+
+typedef struct {
+    api_kind kind;
+    json *root; /* the parsed body; owns everything below that points into it */
+    /* chat */
+    const json *messages;
+    const json *tools;       /* NULL when absent, empty or tool_choice is "none" */
+    api_tool_choice tool_choice;
+    const char *tool_name;   /* API_TOOLS_NAMED */
+    int enable_thinking;     /* -1 not given */
+    /* completion: text or token ids */
+    const char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids;     /* owned; NULL unless the prompt was given as ids */
+    size_t n_prompt_ids;
+    int return_tokens;
+    /* common */
+    const char *model;       /* as given, or NULL */
+    int stream, include_usage;
+    gem_sampling sampling;
+    int seed_given;
+    long max_tokens;         /* -1: until the context ends */
+    const char *stop[API_MAX_STOP];
+    size_t stop_len[API_MAX_STOP];
+    int n_stop;
+    int cache_prompt;        /* reuse the cached prefix (default 1) */
+    const char *forced_output; /* test hook: the text to "generate" instead of sampling */
+    size_t forced_output_len;
+} api_request;
+
+/* Parses and validates a request body of the given kind. */
+int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_request *r, api_error *e);
+void api_request_free(api_request *r);
+
+/* The prompt text of a chat request in the Gemma 4 format (BOS included),
+ * plus the text that tool_choice "required" or a named tool forces at the
+ * start of the answer (empty otherwise): the server appends it to the prompt
+ * and feeds it to the chat parser as if generated. */
+int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e);
+
+/* POST /tokenize {"content": str, "add_special": bool, "parse_special": bool,
+ * "with_pieces": bool} (llama.cpp's fields and defaults). */
+typedef struct {
+    json *root;
+    const char *content;
+    size_t content_len;
+    int add_special, parse_special, with_pieces;
+} api_tokenize;
+int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e);
+
+/* POST /detokenize {"tokens": [ids]}; ids are checked against n_vocab. */
+int api_parse_detokenize(const char *body, size_t n, uint32_t n_vocab, int32_t **ids, size_t *n_ids, api_error *e);
+
+#endif

@@ -1,0 +1,311 @@
+/* Response assembly and stop strings (see reply.h).
+ *
+ * Chunks are written by hand with json_quote rather than built as json
+ * trees: they are small, their field order is fixed, and one is written per
+ * generated token. Tool call ids are "call_" + the response id's suffix +
+ * the call's index, unique within the server's lifetime because response
+ * ids are. */
+#include "server/reply.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/json.h"
+#include "util/utf8.h"
+
+typedef struct {
+    char *name, *args;
+} tool_call;
+
+struct reply {
+    reply_opts o;
+    strbuf out;
+    strbuf content, reasoning; /* not streaming */
+    tool_call *calls;
+    int n_calls, cap_calls;
+    int32_t *tokens;
+    size_t n_tokens, cap_tokens;
+    strbuf tmp;
+};
+
+void utf8_sanitize(const char *s, size_t n, strbuf *out) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < n) {
+        unsigned char b = p[i];
+        size_t len = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+        if (len && (len == 1 || (i + len <= n && utf8_valid(s + i, len)))) {
+            i += len;
+            run += len;
+            continue;
+        }
+        sb_put(out, s + i - run, run);
+        run = 0;
+        sb_puts(out, "\xef\xbf\xbd");
+        i++;
+    }
+    sb_put(out, s + i - run, run);
+}
+
+reply *reply_new(const reply_opts *o) {
+    reply *r = calloc(1, sizeof *r);
+    if (r) r->o = *o;
+    return r;
+}
+
+void reply_free(reply *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].name);
+        free(r->calls[i].args);
+    }
+    free(r->calls);
+    free(r->tokens);
+    sb_free(&r->out);
+    sb_free(&r->content);
+    sb_free(&r->reasoning);
+    sb_free(&r->tmp);
+    free(r);
+}
+
+strbuf *reply_out(reply *r) { return &r->out; }
+int reply_n_tool_calls(const reply *r) { return r->n_calls; }
+
+static void put_str(strbuf *o, const char *s) { json_quote(s, strlen(s), o); }
+
+/* The fields every chunk and body start with. */
+static void put_envelope(reply *r, const char *object) {
+    strbuf *o = &r->out;
+    sb_puts(o, "{\"id\":");
+    put_str(o, r->o.id);
+    sb_puts(o, ",\"object\":");
+    put_str(o, object);
+    sb_printf(o, ",\"created\":%lld,\"model\":", r->o.created);
+    put_str(o, r->o.model);
+    if (r->o.fingerprint) {
+        sb_puts(o, ",\"system_fingerprint\":");
+        put_str(o, r->o.fingerprint);
+    }
+}
+
+static const char *chunk_object(const reply *r) {
+    return r->o.kind == API_CHAT ? "chat.completion.chunk" : "text_completion";
+}
+
+/* data: {envelope, "choices":[{"index":0, <choice>, "logprobs":null,
+ * "finish_reason":..}]} for one streamed event. choice is the JSON of the
+ * delta (chat) or text (completion) member, without braces. */
+static void put_chunk(reply *r, const char *choice, const char *finish) {
+    strbuf *o = &r->out;
+    sb_puts(o, "data: ");
+    put_envelope(r, chunk_object(r));
+    sb_puts(o, ",\"choices\":[{\"index\":0,");
+    sb_puts(o, choice);
+    sb_puts(o, ",\"logprobs\":null,\"finish_reason\":");
+    if (finish) put_str(o, finish);
+    else sb_puts(o, "null");
+    sb_puts(o, "}]");
+    if (r->o.include_usage) sb_puts(o, ",\"usage\":null");
+    sb_puts(o, "}\n\n");
+}
+
+void reply_start(reply *r) {
+    if (!r->o.stream || r->o.kind != API_CHAT) return;
+    put_chunk(r, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", NULL);
+}
+
+static void stream_text(reply *r, const char *field, const char *s, size_t n) {
+    strbuf *t = &r->tmp;
+    t->len = 0;
+    strbuf clean = {0};
+    utf8_sanitize(s, n, &clean);
+    if (r->o.kind == API_CHAT) sb_printf(t, "\"delta\":{\"%s\":", field);
+    else sb_puts(t, "\"text\":");
+    json_quote(clean.p ? clean.p : "", clean.len, t);
+    if (r->o.kind == API_CHAT) sb_putc(t, '}');
+    sb_free(&clean);
+    put_chunk(r, sb_cstr(t), NULL);
+}
+
+void reply_text(reply *r, const char *s, size_t n) {
+    if (!n) return;
+    if (r->o.stream) stream_text(r, "content", s, n);
+    else utf8_sanitize(s, n, &r->content);
+}
+
+void reply_reasoning(reply *r, const char *s, size_t n) {
+    if (!n) return;
+    if (r->o.stream) stream_text(r, "reasoning_content", s, n);
+    else utf8_sanitize(s, n, &r->reasoning);
+}
+
+static void put_call(reply *r, strbuf *o, int i, int with_index) {
+    sb_puts(o, "{");
+    if (with_index) sb_printf(o, "\"index\":%d,", i);
+    const char *dash = strchr(r->o.id, '-');
+    sb_printf(o, "\"id\":\"call_%s_%d\",\"type\":\"function\",\"function\":{\"name\":", dash ? dash + 1 : r->o.id, i);
+    put_str(o, r->calls[i].name);
+    sb_puts(o, ",\"arguments\":");
+    put_str(o, r->calls[i].args);
+    sb_puts(o, "}}");
+}
+
+void reply_tool_call(reply *r, const char *name, const char *arguments) {
+    if (r->n_calls == r->cap_calls) {
+        int c = r->cap_calls ? 2 * r->cap_calls : 4;
+        tool_call *nc = realloc(r->calls, (size_t)c * sizeof *nc);
+        if (!nc) {
+            r->out.failed = 1;
+            return;
+        }
+        r->calls = nc;
+        r->cap_calls = c;
+    }
+    strbuf n = {0}, a = {0};
+    utf8_sanitize(name, strlen(name), &n);
+    utf8_sanitize(arguments, strlen(arguments), &a);
+    r->calls[r->n_calls].name = strdup(sb_cstr(&n));
+    r->calls[r->n_calls].args = strdup(sb_cstr(&a));
+    sb_free(&n);
+    sb_free(&a);
+    int i = r->n_calls++;
+    if (!r->calls[i].name || !r->calls[i].args) r->out.failed = 1;
+    if (!r->o.stream || r->out.failed) return;
+    /* one chunk per call: index, id, type, name and the whole arguments */
+    strbuf *t = &r->tmp;
+    t->len = 0;
+    sb_puts(t, "\"delta\":{\"tool_calls\":[");
+    put_call(r, t, i, 1);
+    sb_puts(t, "]}");
+    put_chunk(r, sb_cstr(t), NULL);
+}
+
+void reply_token(reply *r, int32_t id) {
+    if (!r->o.return_tokens) return;
+    if (r->n_tokens == r->cap_tokens) {
+        size_t c = r->cap_tokens ? 2 * r->cap_tokens : 64;
+        int32_t *t = realloc(r->tokens, c * sizeof *t);
+        if (!t) {
+            r->out.failed = 1;
+            return;
+        }
+        r->tokens = t;
+        r->cap_tokens = c;
+    }
+    r->tokens[r->n_tokens++] = id;
+}
+
+static void put_usage(strbuf *o, const reply_usage *u) {
+    sb_printf(o,
+              "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d}},"
+              "\"timings\":{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"predicted_n\":%d,\"predicted_ms\":%.3f}",
+              u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens,
+              u->cached_tokens, u->prompt_tokens - u->cached_tokens, u->prompt_ms, u->completion_tokens,
+              u->predicted_ms);
+}
+
+static void put_tokens(reply *r, strbuf *o) {
+    if (!r->o.return_tokens) return;
+    sb_puts(o, ",\"tokens\":[");
+    for (size_t i = 0; i < r->n_tokens; i++) sb_printf(o, i ? ",%d" : "%d", r->tokens[i]);
+    sb_putc(o, ']');
+}
+
+void reply_finish(reply *r, const char *finish, const reply_usage *u) {
+    if (r->o.kind == API_CHAT && r->n_calls && !strcmp(finish, "stop")) finish = "tool_calls";
+    strbuf *o = &r->out;
+    if (r->o.stream) {
+        strbuf *t = &r->tmp;
+        t->len = 0;
+        if (r->o.kind == API_CHAT) sb_puts(t, "\"delta\":{}");
+        else sb_puts(t, "\"text\":\"\"");
+        put_tokens(r, t);
+        put_chunk(r, sb_cstr(t), finish);
+        if (r->o.include_usage) {
+            sb_puts(o, "data: ");
+            put_envelope(r, chunk_object(r));
+            sb_puts(o, ",\"choices\":[],");
+            put_usage(o, u);
+            sb_puts(o, "}\n\n");
+        }
+        sb_puts(o, "data: [DONE]\n\n");
+        return;
+    }
+    put_envelope(r, r->o.kind == API_CHAT ? "chat.completion" : "text_completion");
+    sb_puts(o, ",\"choices\":[{\"index\":0,");
+    if (r->o.kind == API_CHAT) {
+        sb_puts(o, "\"message\":{\"role\":\"assistant\",\"content\":");
+        if (r->n_calls && !r->content.len) sb_puts(o, "null");
+        else json_quote(sb_cstr(&r->content), r->content.len, o);
+        if (r->reasoning.len) {
+            sb_puts(o, ",\"reasoning_content\":");
+            json_quote(r->reasoning.p, r->reasoning.len, o);
+        }
+        if (r->n_calls) {
+            sb_puts(o, ",\"tool_calls\":[");
+            for (int i = 0; i < r->n_calls; i++) {
+                if (i) sb_putc(o, ',');
+                put_call(r, o, i, 0);
+            }
+            sb_putc(o, ']');
+        }
+        sb_putc(o, '}');
+    } else {
+        sb_puts(o, "\"text\":");
+        json_quote(sb_cstr(&r->content), r->content.len, o);
+        put_tokens(r, o);
+    }
+    sb_puts(o, ",\"logprobs\":null,\"finish_reason\":");
+    put_str(o, finish);
+    sb_puts(o, "}],");
+    put_usage(o, u);
+    sb_putc(o, '}');
+}
+
+/* ---- stop strings ---- */
+
+static void stop_drop(stopper *s, size_t n) {
+    memmove(s->hold.p, s->hold.p + n, s->hold.len - n);
+    s->hold.len -= n;
+}
+
+int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *ctx) {
+    if (s->hit) return 1;
+    if (!s->n) {
+        emit(p, n, ctx);
+        return 0;
+    }
+    sb_put(&s->hold, p, n);
+    if (s->hold.failed) return 0;
+    const char *h = s->hold.p;
+    size_t hn = s->hold.len, best = hn + 1;
+    for (int i = 0; i < s->n; i++) {
+        const char *m = memmem(h, hn, s->stop[i], s->len[i]);
+        if (m && (size_t)(m - h) < best) best = (size_t)(m - h);
+    }
+    if (best <= hn) {
+        emit(h, best, ctx);
+        s->hit = 1;
+        s->hold.len = 0;
+        return 1;
+    }
+    /* hold the longest suffix that is a proper prefix of a stop string */
+    size_t keep = 0;
+    for (int i = 0; i < s->n; i++)
+        for (size_t k = s->len[i] - 1; k > keep; k--)
+            if (k <= hn && !memcmp(h + hn - k, s->stop[i], k)) {
+                keep = k;
+                break;
+            }
+    emit(h, hn - keep, ctx);
+    stop_drop(s, hn - keep);
+    return 0;
+}
+
+void stopper_flush(stopper *s, stop_emit_fn emit, void *ctx) {
+    if (!s->hit && s->hold.len) emit(s->hold.p, s->hold.len, ctx);
+    s->hold.len = 0;
+}
+
+void stopper_free(stopper *s) { sb_free(&s->hold); }

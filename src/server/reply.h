@@ -1,0 +1,81 @@
+/* Response assembly for `gem serve`: generated text, reasoning and tool
+ * calls to OpenAI's chat.completion / text_completion bodies, or to their
+ * SSE chunk streams; and the stop-string filter that decides which
+ * generated text is final.
+ *
+ * Pure (no sockets, no engine), so the shapes are unit-tested with
+ * synthetic events. When streaming, every event becomes one SSE event in
+ * the outbox at once (the server sends it after each token); otherwise the
+ * reply accumulates and reply_finish writes the whole body. Text is
+ * sanitised to UTF-8 on the way in (a byte the model produced that is not
+ * part of a valid character becomes U+FFFD), so every body is valid JSON. */
+#ifndef GEM_SERVER_REPLY_H
+#define GEM_SERVER_REPLY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/api.h"
+#include "util/strbuf.h"
+
+typedef struct {
+    api_kind kind;
+    int stream, include_usage, return_tokens;
+    const char *id;          /* "chatcmpl-..." or "cmpl-..." */
+    const char *model;
+    const char *fingerprint; /* system_fingerprint */
+    long long created;
+} reply_opts;
+
+typedef struct {
+    int prompt_tokens, completion_tokens;
+    int cached_tokens;   /* prompt tokens reused from the previous request */
+    double prompt_ms;    /* evaluating the new prompt tokens */
+    double predicted_ms; /* first to last generated token */
+} reply_usage;
+
+typedef struct reply reply;
+
+reply *reply_new(const reply_opts *o);
+void reply_free(reply *r);
+
+/* Stream of a chat: the first chunk (role "assistant"). */
+void reply_start(reply *r);
+void reply_text(reply *r, const char *s, size_t n); /* content (chat) or text (completion) */
+void reply_reasoning(reply *r, const char *s, size_t n);
+void reply_tool_call(reply *r, const char *name, const char *arguments);
+void reply_token(reply *r, int32_t id); /* recorded when return_tokens */
+int reply_n_tool_calls(const reply *r);
+
+/* finish: "stop" or "length"; a chat that made tool calls and stopped
+ * finishes with "tool_calls". Streaming: the final chunk, the usage chunk
+ * when asked for, and "data: [DONE]". Otherwise the whole JSON body. */
+void reply_finish(reply *r, const char *finish, const reply_usage *u);
+
+/* The bytes to send: SSE events (streaming) or the body (after finish).
+ * The caller sends them and sets len to 0. */
+strbuf *reply_out(reply *r);
+
+/* Stop strings over the generated text: text that could still be the start
+ * of a stop string is held back; a match ends the text just before it. */
+typedef void (*stop_emit_fn)(const char *p, size_t n, void *ctx);
+
+typedef struct {
+    const char *const *stop;
+    const size_t *len;
+    int n;
+    strbuf hold;
+    int hit;
+} stopper;
+
+/* Returns 1 once a stop string has been found (later text is dropped). */
+int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *ctx);
+/* End of generation: releases what was held. */
+void stopper_flush(stopper *s, stop_emit_fn emit, void *ctx);
+void stopper_free(stopper *s);
+
+/* Appends s as UTF-8 with every byte that is not part of a valid character
+ * replaced by U+FFFD. */
+void utf8_sanitize(const char *s, size_t n, strbuf *out);
+
+#endif

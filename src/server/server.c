@@ -1,0 +1,1141 @@
+/* `gem serve` (see server.h): sockets, connection threads, the bounded
+ * queue and the engine worker.
+ *
+ * Threads. The main thread accepts connections and starts one detached
+ * thread per connection (at most max_conns; beyond that a connection gets a
+ * 503 and is closed at once). A connection thread reads requests with
+ * deadlines (a slow or endless head is answered 408 or 431 and closed),
+ * answers everything that needs no engine itself (health, models, props,
+ * tokenize, errors) and turns a completion request into a job: validated,
+ * rendered and tokenized, so a bad request never waits for the engine.
+ * Jobs wait in a bounded FIFO (full: 503 with Retry-After; a waiting
+ * streaming client gets the SSE head and ": queued" comments, a waiting
+ * client that leaves is taken out of the queue); the one worker
+ * thread owns the engine and its single session, runs one job at a time and
+ * writes the response to the job's socket itself, so each token goes out as
+ * soon as it is final. The connection thread sleeps until its job is done,
+ * then reads the connection's next request.
+ *
+ * Cancellation. Between prompt tiles and after every generated token the
+ * worker polls the client's socket: a hang-up, a reset or an orderly close
+ * (recv peek of 0 bytes) cancels the job, as does a failed send (sends use
+ * MSG_NOSIGNAL and SIGPIPE is ignored, so a broken pipe is only an error
+ * code). A send blocked on a client that stopped reading gives up after
+ * send_timeout. Cancelling only stops the job; the session keeps whatever
+ * it evaluated, which is a valid state for prefix reuse.
+ *
+ * Prefix reuse. The session holds the tokens of the last request (prompt
+ * and generated); a checkpoint holds the state at the start of the last
+ * turn of the last prompt (the last <|turn> token, or the prompt's end
+ * when there is none): the next turn of a chat repeats everything before
+ * it, while the generation prompt after it and the generated text are
+ * re-rendered differently (the empty thought channel, stripped reasoning).
+ * A new prompt continues whichever of the two is the longer prefix of it;
+ * otherwise the session starts over. Both paths are exact: the live state
+ * only grows, and a checkpoint restores the sliding-window caches as well. */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat/chat.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "server/api.h"
+#include "server/http.h"
+#include "server/reply.h"
+
+#define MAX_HEAD (16 * 1024)
+#define TILE 64
+
+typedef struct server server;
+
+typedef struct job {
+    server *s;
+    int fd;
+    api_request req;
+    int32_t *ids; /* the prompt */
+    size_t n_ids;
+    char *forced; /* text a tool_choice forces at the start of the answer */
+    int keep_alive;
+    int http10;   /* HTTP/1.0 has no chunked coding: a stream ends by closing */
+    char peer[64], path[64];
+    /* under the server's mutex: started is set by the worker when it takes
+     * the job; until then only the connection thread writes to the socket
+     * (the SSE head and ": queued" comments), and head_sent says so */
+    int started, head_sent;
+    /* set by the worker */
+    int done, close_conn, status;
+    pthread_cond_t cond;
+    struct job *next;
+} job;
+
+struct server {
+    server_opts o;
+    int lfd;
+    char alias[256];
+    long long started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    job *head, *tail;
+    int n_waiting;
+    atomic_int ready, stop, n_conns, failed;
+    atomic_ullong counter;
+    uint64_t id_base;
+    char load_error[1024];
+    /* engine state: the worker's alone once ready */
+    gem_engine *e;
+    gem_session *sess;
+    const tok *tk;
+    int n_ctx;
+    uint32_t n_vocab;
+    int32_t turn_id;
+    gem_checkpoint *ck;
+    int32_t *ck_ids;
+    size_t ck_n;
+};
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) {
+    (void)sig;
+    got_signal = 1;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void logf_(const char *fmt, ...) GEM_PRINTF(1, 2);
+static void logf_(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gem serve: %s\n", line); /* one write per line: threads do not interleave */
+}
+
+/* ---- sockets ---- */
+
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* 1 when the client closed or reset its connection. Data waiting to be read
+ * (a pipelined request) is not a disconnect. */
+static int client_gone(int fd) {
+    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return 1;
+    if (p.revents & POLLIN) {
+        char c;
+        ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return 0;
+}
+
+static void extra_headers(const server *s, strbuf *x) {
+    if (s->o.cors) sb_printf(x, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", s->o.cors);
+}
+
+static int respond(server *s, int fd, int status, const char *ctype, const char *body, size_t n, int keep,
+                   const char *more) {
+    strbuf out = {0}, x = {0};
+    extra_headers(s, &x);
+    if (more) sb_puts(&x, more);
+    http_head(&out, status, ctype, (long long)n, keep, x.len ? x.p : NULL);
+    sb_put(&out, body, n);
+    int rc = out.failed ? -1 : send_all(fd, out.p, out.len);
+    sb_free(&out);
+    sb_free(&x);
+    return rc;
+}
+
+static int respond_json(server *s, int fd, int status, strbuf *body, int keep, const char *more) {
+    if (body->failed) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        return respond(s, fd, 500, "application/json", oom, sizeof oom - 1, 0, NULL);
+    }
+    return respond(s, fd, status, "application/json", sb_cstr(body), body->len, keep, more);
+}
+
+static int respond_error(server *s, int fd, const api_error *e, int keep, const char *more) {
+    strbuf b = {0};
+    api_error_json(e, &b);
+    int rc = respond_json(s, fd, e->status, &b, keep, more);
+    sb_free(&b);
+    return rc;
+}
+
+/* ---- the worker ---- */
+
+typedef struct {
+    server *s;
+    job *j;
+    reply *rp;
+    stopper st;
+    chat_parser *cp;
+    tok_stream ts;
+    int gone;
+    double last_send;
+    strbuf frame;
+} gen;
+
+static void on_chat_event(const chat_event *ev, void *ctx) {
+    gen *g = ctx;
+    if (ev->kind == CHAT_EV_CONTENT) reply_text(g->rp, ev->text, ev->len);
+    else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(g->rp, ev->text, ev->len);
+    else reply_tool_call(g->rp, ev->name, ev->arguments);
+}
+
+static void after_stop(const char *p, size_t n, void *ctx) {
+    gen *g = ctx;
+    if (!n) return;
+    if (g->cp) chat_parser_feed(g->cp, p, n);
+    else reply_text(g->rp, p, n);
+}
+
+static void after_detok(const char *p, size_t n, void *ctx) {
+    gen *g = ctx;
+    stopper_feed(&g->st, p, n, after_stop, g);
+}
+
+/* One piece of a streamed body: a chunk, or the bytes as they are for an
+ * HTTP/1.0 client (whose stream ends when the connection closes). */
+static void stream_frame(const job *j, strbuf *out, const char *p, size_t n) {
+    if (!j->http10) http_chunk(out, p, n);
+    else if (n) sb_put(out, p, n);
+}
+
+/* Sends what the reply has ready as one chunk of the SSE stream. */
+static void flush_stream(gen *g) {
+    strbuf *o = reply_out(g->rp);
+    if (!o->len || g->gone) {
+        o->len = 0;
+        return;
+    }
+    g->frame.len = 0;
+    stream_frame(g->j, &g->frame, o->p, o->len);
+    o->len = 0;
+    if (g->frame.failed || send_all(g->j->fd, g->frame.p, g->frame.len)) g->gone = 1;
+    g->last_send = now_s();
+}
+
+static void send_sse_comment(gen *g, const char *text) {
+    strbuf *o = reply_out(g->rp);
+    sb_printf(o, ": %s\n\n", text);
+    flush_stream(g);
+}
+
+static int common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    return na <= nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+}
+
+/* Brings the session to a prefix of the prompt; returns how many prompt
+ * tokens it already holds. */
+static size_t reuse_prefix(server *s, const job *j) {
+    if (!j->req.cache_prompt) {
+        gem_session_reset(s->sess);
+        return 0;
+    }
+    size_t have;
+    const int32_t *held = gem_session_tokens(s->sess, &have);
+    int live = have && common_prefix(held, have, j->ids, j->n_ids);
+    int ck = s->ck && s->ck_n && common_prefix(s->ck_ids, s->ck_n, j->ids, j->n_ids);
+    if (live && (!ck || have >= s->ck_n)) return have;
+    if (ck) {
+        gem_session_restore(s->sess, s->ck);
+        return s->ck_n;
+    }
+    gem_session_reset(s->sess);
+    return 0;
+}
+
+/* Where the checkpoint of this prompt goes: its last <|turn> token. */
+static size_t checkpoint_at(const server *s, const job *j) {
+    for (size_t i = j->n_ids; i-- > 0;)
+        if (j->ids[i] == s->turn_id) return i;
+    return j->n_ids;
+}
+
+static void save_checkpoint(server *s, const job *j, size_t at) {
+    if (s->ck && s->ck_n == at && !memcmp(s->ck_ids, j->ids, at * sizeof *j->ids)) return;
+    gem_checkpoint_free(s->ck);
+    free(s->ck_ids);
+    s->ck = NULL;
+    s->ck_ids = NULL;
+    s->ck_n = 0;
+    if (!at) return;
+    gem_err err;
+    s->ck = gem_session_save(s->sess, &err);
+    s->ck_ids = malloc(at * sizeof *s->ck_ids);
+    if (!s->ck || !s->ck_ids) {
+        gem_checkpoint_free(s->ck);
+        free(s->ck_ids);
+        s->ck = NULL;
+        s->ck_ids = NULL;
+        return;
+    }
+    memcpy(s->ck_ids, j->ids, at * sizeof *s->ck_ids);
+    s->ck_n = at;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* An error after the SSE head went out: one error event, then [DONE]. */
+static void stream_error(gen *g, const char *msg) {
+    api_error e;
+    api_fail(&e, 500, "server_error", NULL, NULL, "%s", msg);
+    strbuf *o = reply_out(g->rp);
+    sb_puts(o, "data: ");
+    api_error_json(&e, o);
+    sb_puts(o, "\n\ndata: [DONE]\n\n");
+    flush_stream(g);
+}
+
+static void run_job(server *s, job *j) {
+    api_request *rq = &j->req;
+    int chat = rq->kind == API_CHAT, stream = rq->stream;
+    if (client_gone(j->fd)) { /* left while queued */
+        j->close_conn = 1;
+        j->status = 499;
+        return;
+    }
+    uint64_t serial = atomic_fetch_add(&s->counter, 1);
+    char id[64];
+    snprintf(id, sizeof id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)mix64(s->id_base + serial));
+    reply_opts ro = {rq->kind, stream, rq->include_usage, rq->return_tokens, id,
+                     rq->model ? rq->model : s->alias, s->o.version, (long long)time(NULL)};
+    gen g = {0};
+    g.s = s;
+    g.j = j;
+    g.rp = reply_new(&ro);
+    g.st.stop = rq->stop;
+    g.st.len = rq->stop_len;
+    g.st.n = rq->n_stop;
+    if (chat) g.cp = chat_parser_new(on_chat_event, &g);
+    gem_sampling sp = rq->sampling;
+    if (!rq->seed_given) sp.seed = mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
+    sampler *sm = sampler_new(&sp, (int)s->n_vocab);
+    tok_ids forced = {0};
+    int forced_ok = !rq->forced_output || !tok_encode(s->tk, rq->forced_output, rq->forced_output_len, 0, 1, &forced);
+    gem_err err = {{0}};
+    const char *finish = "length", *fail = NULL;
+    reply_usage u = {0};
+    u.prompt_tokens = (int)j->n_ids;
+    if (!g.rp || !sm || (chat && !g.cp) || !forced_ok) {
+        fail = "out of memory";
+        goto respond;
+    }
+    if (stream) {
+        strbuf x = {0};
+        extra_headers(s, &x);
+        sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        if (!j->head_sent) http_head(&g.frame, 200, "text/event-stream", j->http10 ? -2 : -1, j->keep_alive, x.p);
+        sb_free(&x);
+        if (g.frame.failed || send_all(j->fd, g.frame.p, g.frame.len)) g.gone = 1;
+        reply_start(g.rp);
+        flush_stream(&g);
+    }
+    /* prompt: reuse, then the new tokens tile by tile */
+    double t0 = now_s();
+    g.last_send = t0;
+    size_t from = reuse_prefix(s, j), ck_at = checkpoint_at(s, j);
+    u.cached_tokens = (int)from;
+    for (size_t i = from;;) {
+        /* the checkpoint is taken when the session stands exactly at ck_at */
+        if (rq->cache_prompt && i == ck_at && i > 0) save_checkpoint(s, j, ck_at);
+        if (i >= j->n_ids || g.gone) break;
+        if (client_gone(j->fd) || atomic_load(&s->stop)) {
+            g.gone = 1;
+            break;
+        }
+        size_t end = i + TILE < j->n_ids ? i + TILE : j->n_ids;
+        if (rq->cache_prompt && i < ck_at && end > ck_at) end = ck_at;
+        if (gem_session_eval(s->sess, j->ids + i, (int)(end - i), &err)) {
+            fail = err.msg;
+            break;
+        }
+        i = end;
+        if (stream && now_s() - g.last_send >= s->o.heartbeat && i < j->n_ids) send_sse_comment(&g, "prefill");
+    }
+    u.prompt_ms = (now_s() - t0) * 1e3;
+    if (fail || g.gone) goto respond;
+    if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
+    long room = (long)s->n_ctx - (long)j->n_ids;
+    long max = rq->max_tokens < 0 || rq->max_tokens > room ? room : rq->max_tokens;
+    double t1 = now_s();
+    for (long k = 0; k < max; k++) {
+        int32_t tid;
+        if (rq->forced_output) {
+            tid = (size_t)k < forced.n ? forced.v[k] : tok_eos(s->tk);
+        } else {
+            size_t nh;
+            const int32_t *hist = gem_session_tokens(s->sess, &nh);
+            tid = sampler_sample(sm, gem_session_logits(s->sess), hist, nh);
+        }
+        if (tok_is_eog(s->tk, tid)) {
+            finish = "stop";
+            break;
+        }
+        u.completion_tokens++;
+        reply_token(g.rp, tid);
+        size_t plen;
+        const char *piece = tok_piece(s->tk, tid, 0, &plen);
+        tok_stream_feed(&g.ts, piece, plen, after_detok, &g);
+        if (stream) flush_stream(&g);
+        if (g.st.hit || (g.cp && chat_parser_ended(g.cp))) {
+            finish = "stop";
+            break;
+        }
+        if (g.gone || client_gone(j->fd) || atomic_load(&s->stop)) {
+            g.gone = 1;
+            break;
+        }
+        if (k + 1 == max) break;
+        if (gem_session_eval(s->sess, &tid, 1, &err)) {
+            fail = err.msg;
+            break;
+        }
+    }
+    u.predicted_ms = (now_s() - t1) * 1e3;
+    tok_stream_flush(&g.ts, after_detok, &g);
+    stopper_flush(&g.st, after_stop, &g);
+    if (g.cp) chat_parser_finish(g.cp);
+respond:
+    if (g.gone) {
+        j->close_conn = 1;
+        j->status = 499;
+        logf_("%s %s cancelled: the client left (prompt %zu tokens, %d cached, %d generated)", j->peer, j->path,
+              j->n_ids, u.cached_tokens, u.completion_tokens);
+    } else if (fail) {
+        j->status = 500;
+        if (stream) {
+            stream_error(&g, fail);
+            g.frame.len = 0;
+            stream_frame(j, &g.frame, NULL, 0);
+            send_all(j->fd, g.frame.p, g.frame.len);
+        } else {
+            api_error e;
+            api_fail(&e, 500, "server_error", NULL, NULL, "%s", fail);
+            respond_error(s, j->fd, &e, j->keep_alive, NULL);
+        }
+        logf_("%s %s failed: %s", j->peer, j->path, fail);
+    } else {
+        reply_finish(g.rp, finish, &u);
+        strbuf *o = reply_out(g.rp);
+        if (stream) {
+            flush_stream(&g);
+            g.frame.len = 0;
+            stream_frame(j, &g.frame, NULL, 0);
+            if (g.gone || send_all(j->fd, g.frame.p, g.frame.len)) j->close_conn = 1;
+        } else if (o->failed) {
+            api_error e;
+            api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+            respond_error(s, j->fd, &e, 0, NULL);
+            j->close_conn = 1;
+        } else if (respond(s, j->fd, 200, "application/json", o->p, o->len, j->keep_alive, NULL)) {
+            j->close_conn = 1;
+        }
+        j->status = 200;
+        logf_("%s %s 200: prompt %zu tokens (%d cached) %.1f ms, %d generated %.1f ms, %s", j->peer, j->path, j->n_ids,
+              u.cached_tokens, u.prompt_ms, u.completion_tokens, u.predicted_ms, finish);
+    }
+    tok_ids_free(&forced);
+    sampler_free(sm);
+    chat_parser_free(g.cp);
+    stopper_free(&g.st);
+    reply_free(g.rp);
+    sb_free(&g.frame);
+}
+
+static void finish_job(server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    j->done = 1;
+    pthread_cond_signal(&j->cond);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker_main(void *arg) {
+    server *s = arg;
+    gem_engine_opts eo = {0};
+    eo.model_path = s->o.model_path;
+    eo.backend = s->o.backend;
+    eo.n_ctx = s->o.n_ctx;
+    eo.threads = s->o.threads;
+    gem_err err = {{0}};
+    double t0 = now_s();
+    s->e = gem_engine_open(&eo, &err);
+    if (s->e) s->sess = gem_session_new(s->e, &err);
+    if (!s->sess) {
+        snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
+        atomic_store(&s->failed, 1); /* the accept loop sees it and stops */
+        return NULL;
+    }
+    s->tk = gem_engine_tok(s->e);
+    s->n_ctx = gem_engine_n_ctx(s->e);
+    s->n_vocab = tok_n_vocab(s->tk);
+    s->turn_id = tok_find(s->tk, "<|turn>", 7);
+    logf_("%s on %s loaded in %.2f s; context %d tokens", gem_engine_profile(s->e), gem_engine_backend(s->e),
+          now_s() - t0, s->n_ctx);
+    atomic_store(&s->ready, 1);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !atomic_load(&s->stop)) pthread_cond_wait(&s->work, &s->mu);
+        job *j = s->head;
+        if (j) {
+            s->head = j->next;
+            if (!s->head) s->tail = NULL;
+            s->n_waiting--;
+            j->started = 1;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!j) break;
+        if (atomic_load(&s->stop)) { /* shutting down: queued jobs are refused */
+            api_error e;
+            api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
+            if (!j->head_sent) respond_error(s, j->fd, &e, 0, NULL);
+            j->close_conn = 1;
+        } else {
+            run_job(s, j);
+        }
+        finish_job(s, j);
+    }
+    return NULL;
+}
+
+/* ---- connection threads ---- */
+
+typedef struct {
+    server *s;
+    int fd;
+    char peer[64];
+} conn;
+
+static int path_is(const http_req *r, const char *p) {
+    size_t n = strlen(p);
+    return r->path_len == n && !memcmp(r->target, p, n);
+}
+
+static int authorized(const server *s, const http_req *r) {
+    if (!s->o.api_key) return 1;
+    size_t n;
+    const char *v = http_header_get(r, "Authorization", &n);
+    size_t kl = strlen(s->o.api_key);
+    if (!v || n != kl + 7 || strncasecmp(v, "Bearer ", 7)) return 0;
+    unsigned char diff = 0; /* constant time in the key */
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(v[7 + i] ^ s->o.api_key[i]);
+    return diff == 0;
+}
+
+static int not_ready(server *s, int fd, int keep) {
+    api_error e;
+    api_fail(&e, 503, "unavailable_error", NULL, NULL, "the model is loading");
+    return respond_error(s, fd, &e, keep, "Retry-After: 1\r\n");
+}
+
+static void model_json(server *s, strbuf *b) {
+    sb_puts(b, "{\"id\":");
+    json_quote(s->alias, strlen(s->alias), b);
+    sb_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"gem\"", s->started);
+    if (atomic_load(&s->ready))
+        sb_printf(b, ",\"meta\":{\"profile\":\"%s\",\"backend\":\"%s\",\"n_ctx\":%d,\"n_vocab\":%u}",
+                  gem_engine_profile(s->e), gem_engine_backend(s->e), s->n_ctx, s->n_vocab);
+    sb_putc(b, '}');
+}
+
+static void models_json(server *s, strbuf *b) {
+    sb_puts(b, "{\"object\":\"list\",\"data\":[");
+    model_json(s, b);
+    sb_puts(b, "]}");
+}
+
+static void props_json(server *s, strbuf *b) {
+    sb_printf(b,
+              "{\"default_generation_settings\":{\"n_ctx\":%d,\"params\":{\"temperature\":0.8,\"top_k\":64,"
+              "\"top_p\":0.95,\"min_p\":0,\"repeat_penalty\":1,\"repeat_last_n\":64,\"presence_penalty\":0,"
+              "\"frequency_penalty\":0,\"n_predict\":-1,\"seed\":-1,\"stream\":false}},"
+              "\"total_slots\":1,\"model_alias\":",
+              s->n_ctx);
+    json_quote(s->alias, strlen(s->alias), b);
+    sb_puts(b, ",\"model_path\":");
+    json_quote(s->o.model_path, strlen(s->o.model_path), b);
+    sb_puts(b, ",\"modalities\":{\"vision\":false,\"video\":false,\"audio\":false},\"chat_template\":");
+    const char *tpl = s->o.chat_template ? s->o.chat_template : "";
+    json_quote(tpl, strlen(tpl), b);
+    sb_puts(b,
+            ",\"chat_template_caps\":{\"supports_object_arguments\":true,\"supports_parallel_tool_calls\":true,"
+            "\"supports_string_content\":true,\"supports_system_role\":true,\"supports_tool_calls\":true,"
+            "\"supports_tools\":true,\"supports_typed_content\":true},"
+            "\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\",\"build_info\":");
+    json_quote(s->o.version, strlen(s->o.version), b);
+    sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false}", gem_engine_backend(s->e),
+              gem_engine_profile(s->e));
+}
+
+static int handle_tokenize(server *s, int fd, const http_req *r, int keep) {
+    api_tokenize t;
+    api_error e;
+    if (api_parse_tokenize(r->body, r->content_length, &t, &e)) {
+        json_free(t.root);
+        return respond_error(s, fd, &e, keep, NULL);
+    }
+    tok_ids ids = {0};
+    strbuf b = {0};
+    if (tok_encode(s->tk, t.content, t.content_len, t.add_special, t.parse_special, &ids)) b.failed = 1;
+    sb_puts(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < ids.n; i++) {
+        if (i) sb_putc(&b, ',');
+        if (!t.with_pieces) {
+            sb_printf(&b, "%d", ids.v[i]);
+            continue;
+        }
+        size_t pl;
+        const char *p = tok_piece(s->tk, ids.v[i], 1, &pl);
+        strbuf clean = {0};
+        utf8_sanitize(p, pl, &clean);
+        sb_printf(&b, "{\"id\":%d,\"piece\":", ids.v[i]);
+        json_quote(sb_cstr(&clean), clean.len, &b);
+        sb_putc(&b, '}');
+        sb_free(&clean);
+    }
+    sb_puts(&b, "]}");
+    int rc = respond_json(s, fd, 200, &b, keep, NULL);
+    sb_free(&b);
+    tok_ids_free(&ids);
+    json_free(t.root);
+    return rc;
+}
+
+static int handle_detokenize(server *s, int fd, const http_req *r, int keep) {
+    int32_t *ids;
+    size_t n;
+    api_error e;
+    if (api_parse_detokenize(r->body, r->content_length, s->n_vocab, &ids, &n, &e))
+        return respond_error(s, fd, &e, keep, NULL);
+    strbuf text = {0}, b = {0};
+    for (size_t i = 0; i < n; i++) {
+        size_t pl;
+        const char *p = tok_piece(s->tk, ids[i], 0, &pl);
+        sb_put(&text, p, pl);
+    }
+    sb_puts(&b, "{\"content\":");
+    strbuf clean = {0};
+    utf8_sanitize(text.p ? text.p : "", text.len, &clean);
+    json_quote(sb_cstr(&clean), clean.len, &b);
+    sb_putc(&b, '}');
+    int rc = respond_json(s, fd, 200, &b, keep, NULL);
+    sb_free(&clean);
+    sb_free(&text);
+    sb_free(&b);
+    free(ids);
+    return rc;
+}
+
+/* Removes a job that has not started from the queue (server mutex held). */
+static void unqueue(server *s, job *j) {
+    job **p = &s->head, *prev = NULL;
+    while (*p && *p != j) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (!*p) return;
+    *p = j->next;
+    if (s->tail == j) s->tail = prev;
+    s->n_waiting--;
+}
+
+/* Waits for a queued job (server mutex held). While it has not started, a
+ * client that leaves takes its job out of the queue, and a streaming
+ * client gets the SSE head and ": queued" comments every heartbeat. These
+ * sends never block (the mutex is held): a full socket skips a comment, a
+ * partial write gives the connection up. */
+static void wait_job(conn *c, job *j) {
+    server *s = c->s;
+    double last = now_s();
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cond, &s->mu, &ts);
+        if (j->done || j->started) continue;
+        int gone = client_gone(c->fd);
+        if (!gone && j->req.stream && now_s() - last >= s->o.heartbeat) {
+            strbuf out = {0}, x = {0};
+            if (!j->head_sent) {
+                extra_headers(s, &x);
+                sb_puts(&x, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+                http_head(&out, 200, "text/event-stream", j->http10 ? -2 : -1, j->keep_alive, x.p);
+            }
+            stream_frame(j, &out, ": queued\n\n", 10);
+            ssize_t k = out.failed ? -1 : send(c->fd, out.p, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0 && (size_t)k < out.len) gone = 1;
+            else if (k > 0) j->head_sent = 1;
+            else if (!(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) gone = 1;
+            sb_free(&out);
+            sb_free(&x);
+            last = now_s();
+        }
+        if (gone) {
+            unqueue(s, j);
+            j->done = 1;
+            j->close_conn = 1;
+            logf_("%s %s cancelled: the client left while queued", j->peer, j->path);
+        }
+    }
+}
+
+/* Validates, renders and tokenizes; queues the job and waits for it.
+ * Returns 1 to keep the connection, 0 to close it. */
+static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
+    server *s = c->s;
+    if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep) ? 0 : keep;
+    job *j = calloc(1, sizeof *j);
+    api_error e = {0};
+    api_opts ao = {s->o.test_hooks};
+    strbuf prompt = {0}, forced = {0};
+    tok_ids ids = {0};
+    int ok = 0;
+    if (!j) {
+        api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    if (api_parse(kind, r->body, r->content_length, &ao, &j->req, &e)) goto fail;
+    if (kind == API_CHAT) {
+        if (api_render(&j->req, &prompt, &forced, &e)) goto fail;
+        sb_put(&prompt, forced.p, forced.len);
+        if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, &ids)) {
+            api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+    } else if (j->req.prompt_ids) {
+        for (size_t i = 0; i < j->req.n_prompt_ids; i++)
+            if ((uint32_t)j->req.prompt_ids[i] >= s->n_vocab) {
+                api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "'prompt[%zu]' is not a token id below %u",
+                         i, s->n_vocab);
+                goto fail;
+            }
+        ids.v = j->req.prompt_ids;
+        ids.n = j->req.n_prompt_ids;
+        j->req.prompt_ids = NULL;
+    } else if (tok_encode(s->tk, j->req.prompt, j->req.prompt_len, 1, 1, &ids)) {
+        api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    if (!ids.n) {
+        api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
+        goto fail;
+    }
+    if (ids.n >= (size_t)s->n_ctx) {
+        api_fail(&e, 400, "invalid_request_error", kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                 "the prompt has %zu tokens; the context holds %d (start the server with a larger --ctx)", ids.n,
+                 s->n_ctx);
+        goto fail;
+    }
+    j->s = s;
+    j->fd = c->fd;
+    j->ids = ids.v;
+    j->n_ids = ids.n;
+    ids.v = NULL;
+    j->forced = forced.len ? strdup(forced.p) : NULL;
+    j->http10 = r->minor == 0;
+    j->keep_alive = keep && !(j->http10 && j->req.stream);
+    snprintf(j->peer, sizeof j->peer, "%s", c->peer);
+    snprintf(j->path, sizeof j->path, "%.*s", (int)(r->path_len < 60 ? r->path_len : 60), r->target);
+    pthread_cond_init(&j->cond, NULL);
+    pthread_mutex_lock(&s->mu);
+    if (s->n_waiting >= s->o.queue) {
+        int waiting = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
+                 "the server is busy (%d requests are waiting); retry later", waiting);
+        pthread_cond_destroy(&j->cond);
+        logf_("%s %s 503: queue full", c->peer, j->path);
+        goto fail;
+    }
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    s->n_waiting++;
+    pthread_cond_signal(&s->work);
+    wait_job(c, j);
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&j->cond);
+    ok = j->keep_alive && !j->close_conn;
+    goto out;
+fail:
+    ok = respond_error(s, c->fd, &e, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL) ? 0 : keep;
+    if (e.status != 503) logf_("%s %.*s %d: %s", c->peer, (int)(r->path_len < 60 ? r->path_len : 60), r->target,
+                               e.status, e.message);
+out:
+    if (j) {
+        api_request_free(&j->req);
+        free(j->ids);
+        free(j->forced);
+        free(j);
+    }
+    tok_ids_free(&ids);
+    sb_free(&prompt);
+    sb_free(&forced);
+    return ok;
+}
+
+/* Answers one complete request; 1 to keep the connection open. */
+static int handle(conn *c, const http_req *r) {
+    server *s = c->s;
+    int fd = c->fd, keep = r->keep_alive && !atomic_load(&s->stop);
+    int get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    api_error e;
+    strbuf b = {0};
+    int rc;
+    if (!strcmp(r->method, "OPTIONS")) { /* CORS preflight: no authentication */
+        strbuf x = {0};
+        extra_headers(s, &x);
+        sb_puts(&x, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+                    "Access-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Max-Age: 86400\r\n");
+        strbuf out = {0};
+        http_head(&out, 204, NULL, 0, keep, x.p);
+        rc = out.failed ? -1 : send_all(fd, out.p, out.len);
+        sb_free(&out);
+        sb_free(&x);
+        return rc ? 0 : keep;
+    }
+    if (path_is(r, "/health") || path_is(r, "/v1/health")) {
+        if (!get) goto method;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        sb_puts(&b, "{\"status\":\"ok\"}");
+        goto send;
+    }
+    if (!authorized(s, r)) {
+        api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
+                 "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
+        return respond_error(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n") ? 0 : keep;
+    }
+    if (path_is(r, "/v1/models") || path_is(r, "/models")) {
+        if (!get) goto method;
+        models_json(s, &b);
+        goto send;
+    }
+    if (r->path_len > 11 && !memcmp(r->target, "/v1/models/", 11)) {
+        if (!get) goto method;
+        size_t n = r->path_len - 11;
+        if (n != strlen(s->alias) || memcmp(r->target + 11, s->alias, n)) {
+            api_fail(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.*s' does not exist",
+                     (int)(n < 200 ? n : 200), r->target + 11);
+            return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+        }
+        model_json(s, &b);
+        goto send;
+    }
+    if (path_is(r, "/props")) {
+        if (!get) goto method;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        props_json(s, &b);
+        goto send;
+    }
+    if (path_is(r, "/v1/chat/completions") || path_is(r, "/chat/completions")) {
+        if (!post) goto method;
+        return handle_generate(c, r, API_CHAT, keep);
+    }
+    if (path_is(r, "/v1/completions") || path_is(r, "/completions")) {
+        if (!post) goto method;
+        return handle_generate(c, r, API_COMPLETION, keep);
+    }
+    if (path_is(r, "/tokenize") || path_is(r, "/detokenize")) {
+        if (!post) goto method;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        if (path_is(r, "/tokenize")) return handle_tokenize(s, fd, r, keep) ? 0 : keep;
+        return handle_detokenize(s, fd, r, keep) ? 0 : keep;
+    }
+    api_fail(&e, 404, "not_found_error", NULL, NULL, "no route %.*s %.*s", (int)strlen(r->method), r->method,
+             (int)(r->path_len < 200 ? r->path_len : 200), r->target);
+    return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+method:
+    api_fail(&e, 405, "invalid_request_error", NULL, NULL, "method %s is not allowed on %.*s", r->method,
+             (int)(r->path_len < 200 ? r->path_len : 200), r->target);
+    return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+send:
+    rc = respond_json(s, fd, 200, &b, keep, NULL);
+    sb_free(&b);
+    return rc ? 0 : keep;
+}
+
+/* Closes after the client has read our answer: half-closes, then discards
+ * what the client still sends (briefly), so a refused request body does not
+ * turn the close into a reset that destroys the error response. */
+static void linger_close(int fd) {
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    double end = now_s() + 1.0;
+    size_t drained = 0;
+    while (drained < (1 << 20)) {
+        double left = end - now_s();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+        ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k <= 0) break;
+        drained += (size_t)k;
+    }
+    close(fd);
+}
+
+static void *conn_main(void *arg) {
+    conn *c = arg;
+    server *s = c->s;
+    http_limits lim = {MAX_HEAD, s->o.max_body};
+    strbuf in = {0}, body = {0};
+    char buf[16384];
+    for (;;) {
+        http_req r;
+        int st, sent_continue = 0;
+        double start = now_s(), first = in.len ? start : 0;
+        http_dechunk dc = {0};
+        size_t fed = 0; /* chunked body bytes consumed after the head */
+        body.len = 0;
+        for (;;) {
+            st = http_parse(in.p, in.len, &lim, &r);
+            if (st == HTTP_HEAD && r.chunked) {
+                size_t used;
+                int cst = 0;
+                const char *why = NULL;
+                int dr = http_dechunk_feed(&dc, in.p + r.head_len + fed, in.len - r.head_len - fed, s->o.max_body,
+                                           &body, &used, &cst, &why);
+                fed += used;
+                if (dr == HTTP_DONE) {
+                    r.body = body.p ? body.p : "";
+                    r.content_length = body.len;
+                    r.total_len = r.head_len + fed;
+                    st = HTTP_DONE;
+                } else if (dr == HTTP_ERROR) {
+                    r.status = cst;
+                    r.error = why;
+                    st = HTTP_ERROR;
+                }
+            }
+            if (st == HTTP_DONE || st == HTTP_ERROR) break;
+            if (st == HTTP_HEAD && r.expect_continue && !sent_continue) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (send_all(c->fd, cont, sizeof cont - 1)) goto out;
+                sent_continue = 1;
+            }
+            double t = now_s();
+            double deadline = first ? first + s->o.read_timeout : start + s->o.idle_timeout;
+            if (t >= deadline || atomic_load(&s->stop)) {
+                if (first && !atomic_load(&s->stop)) {
+                    api_error e;
+                    api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                             "the request did not arrive within %g s", s->o.read_timeout);
+                    respond_error(s, c->fd, &e, 0, NULL);
+                    logf_("%s 408: request timeout", c->peer);
+                }
+                goto out;
+            }
+            double wait = deadline - t;
+            struct pollfd p = {c->fd, POLLIN, 0};
+            int pr = poll(&p, 1, (int)(wait > 0.25 ? 250 : wait * 1000 + 1));
+            if (pr < 0 && errno != EINTR) goto out;
+            if (pr <= 0) continue;
+            ssize_t k = recv(c->fd, buf, sizeof buf, 0);
+            if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (k <= 0) goto out;
+            if (!first) first = now_s();
+            sb_put(&in, buf, (size_t)k);
+            if (in.failed) goto out;
+        }
+        if (st == HTTP_ERROR) {
+            api_error e;
+            api_fail(&e, r.status, "invalid_request_error", NULL, NULL, "%s", r.error);
+            respond_error(s, c->fd, &e, 0, NULL);
+            logf_("%s %d: %s", c->peer, r.status, r.error);
+            goto out;
+        }
+        if (!handle(c, &r)) goto out;
+        size_t used = r.total_len;
+        memmove(in.p, in.p + used, in.len - used);
+        in.len -= used;
+        if (in.cap > 1 << 20 && in.len < 4096) { /* do not keep a large body's buffer for the next request */
+            strbuf small = {0};
+            sb_put(&small, in.p, in.len);
+            sb_free(&in);
+            in = small;
+        }
+        if (body.cap > 1 << 20) sb_free(&body);
+    }
+out:
+    sb_free(&in);
+    sb_free(&body);
+    linger_close(c->fd);
+    atomic_fetch_sub(&s->n_conns, 1);
+    free(c);
+    return NULL;
+}
+
+/* ---- main thread ---- */
+
+static int listen_on(server *s) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->o.port);
+    int rc = getaddrinfo(s->o.host, port, &hints, &ai);
+    if (rc) {
+        fprintf(stderr, "gem serve: error: cannot resolve host '%s': %s\n", s->o.host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128)) {
+        fprintf(stderr, "gem serve: error: cannot listen on %s:%d: %s\n", s->o.host, s->o.port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+    logf_("listening on http://%s%s%s:%s", ss.ss_family == AF_INET6 ? "[" : "", host,
+          ss.ss_family == AF_INET6 ? "]" : "", serv);
+    s->lfd = fd;
+    return 0;
+}
+
+static void peer_name(const struct sockaddr_storage *ss, socklen_t sl, char *out, size_t cap) {
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo((const struct sockaddr *)ss, sl, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV))
+        snprintf(out, cap, "?");
+    else snprintf(out, cap, "%s:%s", host, serv);
+}
+
+int server_run(const server_opts *o) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->o = *o;
+    s->lfd = -1;
+    const char *base = strrchr(o->model_path, '/');
+    snprintf(s->alias, sizeof s->alias, "%s", o->alias ? o->alias : base ? base + 1 : o->model_path);
+    s->started = (long long)time(NULL);
+    s->id_base = mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int rc = 1;
+    pthread_t worker;
+    int have_worker = 0;
+    if (listen_on(s)) goto done;
+    if (pthread_create(&worker, NULL, worker_main, s)) goto done;
+    have_worker = 1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    while (!got_signal && !atomic_load(&s->failed)) {
+        struct pollfd p = {s->lfd, POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0) continue;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) usleep(50000); /* out of descriptors: let connections close */
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct timeval tv = {(time_t)o->send_timeout, (suseconds_t)((o->send_timeout - (time_t)o->send_timeout) * 1e6)};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (atomic_load(&s->n_conns) >= o->max_conns) {
+            api_error e;
+            api_fail(&e, 503, "unavailable_error", NULL, "server_busy", "too many open connections; retry later");
+            respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
+            close(fd);
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
+        pthread_t t;
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->s = s;
+        c->fd = fd;
+        peer_name(&ss, sl, c->peer, sizeof c->peer);
+        atomic_fetch_add(&s->n_conns, 1);
+        if (pthread_create(&t, &attr, conn_main, c)) {
+            atomic_fetch_sub(&s->n_conns, 1);
+            close(fd);
+            free(c);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    rc = atomic_load(&s->failed) ? 1 : 0;
+    if (rc) fprintf(stderr, "gem serve: error: %s\n", s->load_error);
+    else logf_("stopping");
+done:
+    if (s->lfd >= 0) close(s->lfd);
+    if (have_worker) {
+        pthread_mutex_lock(&s->mu);
+        atomic_store(&s->stop, 1);
+        pthread_cond_broadcast(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(worker, NULL);
+    }
+    /* Connection threads may still be reading; the engine they no longer
+     * reach is freed only when none remain, or the process exits. */
+    for (int i = 0; i < 50 && atomic_load(&s->n_conns) > 0; i++) usleep(20000);
+    if (atomic_load(&s->n_conns) == 0) {
+        gem_checkpoint_free(s->ck);
+        free(s->ck_ids);
+        gem_session_free(s->sess);
+        gem_engine_close(s->e);
+        free(s);
+    }
+    return rc;
+}

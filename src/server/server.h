@@ -1,0 +1,33 @@
+/* `gem serve`: the OpenAI-compatible HTTP/SSE server (sockets, threads, the
+ * engine worker). See server.c for the threading model. */
+#ifndef GEM_SERVER_SERVER_H
+#define GEM_SERVER_SERVER_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *model_path;
+    const char *alias;      /* the model id clients see; NULL: the file's base name */
+    const char *host;       /* "127.0.0.1" */
+    int port;               /* 0: any free port (the log line names it) */
+    const char *backend;    /* "cpu" */
+    int n_ctx, threads;
+    const char *api_key;    /* NULL: no authentication */
+    const char *cors;       /* Access-Control-Allow-Origin, or NULL */
+    size_t max_body;        /* request body limit in bytes */
+    int queue;              /* requests waiting for the engine beyond the running one */
+    int max_conns;          /* open connections; more are answered 503 and closed */
+    double read_timeout;    /* seconds for a request head and body to arrive */
+    double idle_timeout;    /* seconds a keep-alive connection may sit idle */
+    double send_timeout;    /* seconds a blocked send may wait for the client */
+    double heartbeat;       /* seconds between SSE comments during a prefill */
+    int test_hooks;         /* accept the test-only request field gem_forced_output */
+    const char *version;    /* build info */
+    const char *chat_template; /* the template text /props reports, or NULL */
+} server_opts;
+
+/* Serves until SIGINT or SIGTERM. Returns the process exit status; errors
+ * (bind, model load) are printed to stderr as "gem serve: error: ...". */
+int server_run(const server_opts *o);
+
+#endif

@@ -1,0 +1,130 @@
+/* libFuzzer target: the server's request mapping and response assembly.
+ * The first byte picks what the rest is: a chat request body ('c'), a
+ * completion body ('p'), a tokenize or detokenize body ('t', 'd'), or
+ * generated text ('g') to run through the stop filter, the chat parser and
+ * the reply builders. Errors must carry a 4xx/5xx status and serialize to
+ * valid JSON; accepted chat requests must render (or fail with 400); every
+ * reply body and SSE event must be valid JSON. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat.h"
+#include "server/api.h"
+#include "server/reply.h"
+#include "util/utf8.h"
+
+static void check_json(const char *p, size_t n) {
+    json *v = json_parse(p, n, NULL);
+    if (!v) abort();
+    json_free(v);
+}
+
+static void check_error(const api_error *e) {
+    if (e->status < 400 || e->status > 599 || !e->message[0]) abort();
+    strbuf o = {0};
+    api_error_json(e, &o);
+    check_json(o.p, o.len);
+    sb_free(&o);
+}
+
+/* Each "data: " event of an SSE stream is JSON, or [DONE] last. */
+static void check_sse(const strbuf *s) {
+    const char *p = s->p, *end = s->p + s->len;
+    while (p < end) {
+        const char *e = memmem(p, (size_t)(end - p), "\n\n", 2);
+        if (!e || memcmp(p, "data: ", 6)) abort();
+        if (!(e - p - 6 == 6 && !memcmp(p + 6, "[DONE]", 6))) check_json(p + 6, (size_t)(e - p - 6));
+        p = e + 2;
+    }
+}
+
+static void on_ev(const chat_event *ev, void *ctx) {
+    reply *r = ctx;
+    if (ev->kind == CHAT_EV_CONTENT) reply_text(r, ev->text, ev->len);
+    else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(r, ev->text, ev->len);
+    else reply_tool_call(r, ev->name, ev->arguments);
+}
+
+typedef struct {
+    chat_parser *p;
+} sink;
+
+static void to_parser(const char *p, size_t n, void *ctx) { chat_parser_feed(((sink *)ctx)->p, p, n); }
+
+static void generated(const char *s, size_t n) {
+    static const char *const stops[] = {"STOP", "<end>"};
+    static const size_t lens[] = {4, 5};
+    for (int stream = 0; stream < 2; stream++) {
+        reply_opts o = {API_CHAT, stream, 1, 0, "chatcmpl-x", "m", "gem", 1};
+        reply *r = reply_new(&o);
+        sink k = {chat_parser_new(on_ev, r)};
+        stopper st = {stops, lens, 2, {0}, 0};
+        reply_start(r);
+        for (size_t i = 0; i < n; i += 3) stopper_feed(&st, s + i, n - i < 3 ? n - i : 3, to_parser, &k);
+        stopper_flush(&st, to_parser, &k);
+        chat_parser_finish(k.p);
+        reply_usage u = {1, 2, 0, 0, 0};
+        reply_finish(r, n % 2 ? "stop" : "length", &u);
+        if (stream) check_sse(reply_out(r));
+        else check_json(reply_out(r)->p, reply_out(r)->len);
+        if (!utf8_valid(reply_out(r)->p, reply_out(r)->len)) abort();
+        stopper_free(&st);
+        chat_parser_free(k.p);
+        reply_free(r);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!size) return 0;
+    const char *b = (const char *)data + 1;
+    size_t n = size - 1;
+    api_error e = {0};
+    api_opts ao = {1};
+    switch (data[0]) {
+    case 'c':
+    case 'p': {
+        api_request r;
+        if (api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e)) {
+            check_error(&e);
+        } else if (r.kind == API_CHAT) {
+            strbuf p = {0}, f = {0};
+            if (api_render(&r, &p, &f, &e)) {
+                if (e.status != 400) abort();
+                check_error(&e);
+            } else if (p.len < 5 || memcmp(p.p, "<bos>", 5)) {
+                abort();
+            }
+            sb_free(&p);
+            sb_free(&f);
+        } else if (!r.prompt && !r.n_prompt_ids) {
+            abort();
+        }
+        api_request_free(&r);
+        break;
+    }
+    case 't': {
+        api_tokenize t;
+        if (api_parse_tokenize(b, n, &t, &e)) check_error(&e);
+        else if (!t.content) abort();
+        json_free(t.root);
+        break;
+    }
+    case 'd': {
+        int32_t *ids;
+        size_t k;
+        if (api_parse_detokenize(b, n, 1000, &ids, &k, &e)) check_error(&e);
+        else
+            for (size_t i = 0; i < k; i++)
+                if (ids[i] < 0 || ids[i] >= 1000) abort();
+        free(ids);
+        break;
+    }
+    case 'g':
+        generated(b, n);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}

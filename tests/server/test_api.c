@@ -1,0 +1,477 @@
+/* The server's request mapping (api.h) and response assembly (reply.h):
+ * every validation error with its status, parameter and message; tool
+ * choice rendering; response bodies and SSE chunks built from synthetic
+ * generation events (including the chat parser's reasoning and tool calls);
+ * stop strings; UTF-8 sanitising. */
+#include "server/api.h"
+#include "server/reply.h"
+
+#include <math.h>
+
+#include "chat/chat.h"
+#include "test.h"
+
+static api_opts hooks_off = {0}, hooks_on = {1};
+
+static int parse(api_kind k, const char *body, api_request *r, api_error *e) {
+    return api_parse(k, body, strlen(body), &hooks_off, r, e);
+}
+
+/* the request fails with status, param and a message containing want */
+static void expect_bad(api_kind k, const char *body, int status, const char *param, const char *want) {
+    api_request r;
+    api_error e = {0};
+    int rc = parse(k, body, &r, &e);
+    CHECKF(rc == -1 && e.status == status, "%s: rc %d status %d (%s)", body, rc, e.status, e.message);
+    CHECKF(!strcmp(e.param, param), "%s: param '%s', want '%s'", body, e.param, param);
+    CHECK_ERR(e.message, want);
+    CHECK(!strcmp(e.type, "invalid_request_error"));
+    api_request_free(&r);
+}
+
+static void test_chat_valid(void) {
+    api_request r;
+    api_error e = {0};
+    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+                       "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"presence_penalty\":1.5,"
+                       "\"frequency_penalty\":-0.5,\"seed\":-3,\"max_tokens\":7,\"max_completion_tokens\":9,"
+                       "\"stop\":[\"a\",\"bc\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                       "\"user\":\"ignored\",\"n\":1,\"logprobs\":false,\"response_format\":{\"type\":\"text\"},"
+                       "\"chat_template_kwargs\":{\"enable_thinking\":true},\"cache_prompt\":false}";
+    CHECK(parse(API_CHAT, body, &r, &e) == 0);
+    CHECK(!strcmp(r.model, "m"));
+    CHECK(r.messages && r.messages->len == 2);
+    CHECK(r.sampling.temp == 0.5f && r.sampling.top_p == 0.9f && r.sampling.top_k == 40);
+    CHECK(r.sampling.min_p == 0.05f && r.sampling.presence_penalty == 1.5f && r.sampling.frequency_penalty == -0.5f);
+    CHECK(r.seed_given && r.sampling.seed == (uint64_t)(int64_t)-3);
+    CHECK(r.max_tokens == 9); /* max_completion_tokens wins */
+    CHECK(r.n_stop == 2 && r.stop_len[1] == 2 && !memcmp(r.stop[1], "bc", 2));
+    CHECK(r.stream && r.include_usage && !r.cache_prompt);
+    CHECK(r.enable_thinking == 1 && !r.tools && r.tool_choice == API_TOOLS_AUTO);
+    strbuf p = {0}, f = {0};
+    CHECK(api_render(&r, &p, &f, &e) == 0);
+    CHECK(!strcmp(sb_cstr(&p), "<bos><|turn>system\n<|think|>\nbe brief<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n"));
+    CHECK(f.len == 0);
+    sb_free(&p);
+    sb_free(&f);
+    api_request_free(&r);
+
+    /* defaults: gem's sampling, no limit, prompt reuse on */
+    CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":\"END\"}", &r, &e) == 0);
+    CHECK(r.sampling.temp == 0.8f && r.sampling.top_k == 64 && r.sampling.top_p == 0.95f && !r.seed_given);
+    CHECK(r.max_tokens == -1 && r.cache_prompt == 1 && !r.stream && r.n_stop == 1 && r.enable_thinking == -1);
+    api_request_free(&r);
+
+    /* reasoning_effort turns thinking off or on */
+    CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}", &r, &e) == 0);
+    CHECK(r.enable_thinking == 0);
+    api_request_free(&r);
+
+    /* assistant history with tool calls whose arguments are a JSON string */
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null,"
+           "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":"
+           "\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\"}}}]}";
+    CHECK(parse(API_CHAT, body, &r, &e) == 0);
+    CHECK(r.tools && r.tools->len == 1);
+    CHECK(api_render(&r, &p, &f, &e) == 0);
+    CHECKF(strstr(sb_cstr(&p), "<|tool_call>call:get{city:<|\"|>Paris<|\"|>}<tool_call|>") != NULL, "%s", sb_cstr(&p));
+    CHECK(strstr(sb_cstr(&p), "<|tool>declaration:get{") != NULL);
+    sb_free(&p);
+    sb_free(&f);
+    api_request_free(&r);
+}
+
+static void test_tool_choice(void) {
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
+    char body[1024];
+    api_request r;
+    api_error e = {0};
+    strbuf p = {0}, f = {0};
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"required\"}", tools);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_REQUIRED);
+    CHECK(api_render(&r, &p, &f, &e) == 0 && !strcmp(sb_cstr(&f), "<|tool_call>call:"));
+    api_request_free(&r);
+    p.len = f.len = 0;
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
+             "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+             tools);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_NAMED);
+    CHECK(api_render(&r, &p, &f, &e) == 0 && !strcmp(sb_cstr(&f), "<|tool_call>call:get_weather{"));
+    api_request_free(&r);
+    p.len = f.len = 0;
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"none\"}", tools);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_NONE && !r.tools);
+    CHECK(api_render(&r, &p, &f, &e) == 0 && !strstr(sb_cstr(&p), "declaration") && !f.len);
+    api_request_free(&r);
+    sb_free(&p);
+    sb_free(&f);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
+             "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}}",
+             tools);
+    expect_bad(API_CHAT, body, 400, "tool_choice", "names 'other', which is not in 'tools'");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400,
+               "tool_choice", "'tools' is empty");
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"maybe\"}", tools);
+    expect_bad(API_CHAT, body, 400, "tool_choice", "'tool_choice' is 'maybe'");
+}
+
+static void test_chat_errors(void) {
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}", 400, "", "invalid JSON in the request body");
+    expect_bad(API_CHAT, "[1,2]", 400, "", "must be a JSON object, not an array");
+    expect_bad(API_CHAT, "{\"a\":\"\xff\"}", 400, "", "invalid JSON");
+    expect_bad(API_CHAT, "{}", 400, "messages", "'messages' is required");
+    expect_bad(API_CHAT, "{\"messages\":{}}", 400, "messages", "'messages' must be an array, not an object");
+    expect_bad(API_CHAT, "{\"messages\":[]}", 400, "messages", "'messages' must not be empty");
+    expect_bad(API_CHAT, "{\"messages\":[3]}", 400, "messages[0]", "must be an object, not a number");
+    expect_bad(API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "is required");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role",
+               "'messages[0].role' is 'wizard'; the roles are system, developer, user, assistant and tool");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":7,\"content\":\"x\"}]}", 400, "messages[0].role", "must be a string");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "is required for role 'user'");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content",
+               "must be a string or an array of parts, not a number");
+    expect_bad(API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+               400, "messages[0].content[0]", "is a 'image_url' part; this model takes text parts only");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400,
+               "messages[0].content[0]", "has no 'text' string");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400,
+               "messages[0].tool_calls", "only allowed on assistant messages");
+    expect_bad(API_CHAT,
+               "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}]}",
+               400, "messages[0].tool_calls[0]", "arguments' is not a JSON object text");
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}", 400,
+               "messages[0].tool_calls[0]", "function.name' must be a non-empty string");
+    const char *m = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+    char b[512];
+#define BAD(extra, param, want)                      \
+    snprintf(b, sizeof b, "%s%s}", m, extra);        \
+    expect_bad(API_CHAT, b, 400, param, want)
+    BAD("\"temperature\":\"hot\"", "temperature", "'temperature' must be a number, not a string");
+    BAD("\"temperature\":2.5", "temperature", "'temperature' must be between 0 and 2, not 2.5");
+    BAD("\"top_p\":-0.1", "top_p", "between 0 and 1");
+    BAD("\"top_k\":1.5", "top_k", "'top_k' must be an integer");
+    BAD("\"presence_penalty\":3", "presence_penalty", "between -2 and 2");
+    BAD("\"max_tokens\":0", "max_tokens", "'max_tokens' must be between 1 and");
+    BAD("\"max_tokens\":\"5\"", "max_tokens", "must be an integer, not a string");
+    BAD("\"seed\":1.5", "seed", "'seed' must be an integer");
+    BAD("\"n\":2", "n", "'n' must be 1");
+    BAD("\"stream\":\"yes\"", "stream", "'stream' must be a boolean");
+    BAD("\"stream_options\":[]", "stream_options", "must be an object");
+    BAD("\"stop\":5", "stop", "a string or an array of strings");
+    BAD("\"stop\":[\"\"]", "stop", "1 to 256 bytes");
+    BAD("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]",
+        "stop", "at most 16");
+    BAD("\"logprobs\":true", "logprobs", "not supported");
+    BAD("\"response_format\":{\"type\":\"json_object\"}", "response_format", "'json_object' is not supported");
+    BAD("\"tools\":{}", "tools", "'tools' must be an array");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}]", "tools[0]", "letters, digits");
+    BAD("\"tools\":[{\"type\":\"retrieval\"}]", "tools[0]", "must be \"function\"");
+    BAD("\"model\":3", "model", "'model' must be a string");
+    BAD("\"chat_template_kwargs\":{\"enable_thinking\":1}", "chat_template_kwargs.enable_thinking", "a boolean");
+    BAD("\"reasoning_effort\":\"max\"", "reasoning_effort", "none, minimal, low, medium or high");
+    BAD("\"gem_forced_output\":\"x\"", "gem_forced_output", "not started with --test-hooks");
+#undef BAD
+    api_request r;
+    api_error e = {0};
+    CHECK(api_parse(API_CHAT, "", 0, &hooks_off, &r, &e) == -1 && e.status == 400);
+    CHECK_ERR(e.message, "the request body is empty");
+    api_request_free(&r);
+    const char *hook = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"gem_forced_output\":\"abc\"}";
+    CHECK(api_parse(API_CHAT, hook, strlen(hook), &hooks_on, &r, &e) == 0);
+    CHECK(r.forced_output_len == 3 && !memcmp(r.forced_output, "abc", 3));
+    api_request_free(&r);
+}
+
+static void test_completion(void) {
+    api_request r;
+    api_error e = {0};
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"Hello\",\"max_tokens\":4,\"return_tokens\":true}", &r, &e) == 0);
+    CHECK(r.prompt_len == 5 && !memcmp(r.prompt, "Hello", 5) && !r.prompt_ids && r.return_tokens);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":[\"one\"]}", &r, &e) == 0 && r.prompt_len == 3);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":[2,9259,1902]}", &r, &e) == 0);
+    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[0] == 2 && r.prompt_ids[2] == 1902);
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{}", 400, "prompt", "'prompt' is required");
+    expect_bad(API_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "must not be empty");
+    expect_bad(API_COMPLETION, "{\"prompt\":[1,-2]}", 400, "prompt", "(element 1 is not)");
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "(element 0 is not)");
+    expect_bad(API_COMPLETION, "{\"prompt\":{}}", 400, "prompt", "a string or an array of token ids, not an object");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo", "not supported");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", "'best_of' must be 1");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "not supported");
+}
+
+static void test_tokenize_requests(void) {
+    api_tokenize t;
+    api_error e = {0};
+    const char *b = "{\"content\":\"hi\",\"with_pieces\":true}";
+    CHECK(api_parse_tokenize(b, strlen(b), &t, &e) == 0);
+    CHECK(t.content_len == 2 && t.with_pieces && t.parse_special && !t.add_special);
+    json_free(t.root);
+    b = "{\"content\":3}";
+    CHECK(api_parse_tokenize(b, strlen(b), &t, &e) == -1 && !strcmp(e.param, "content"));
+    json_free(t.root);
+    int32_t *ids;
+    size_t n;
+    b = "{\"tokens\":[2,5]}";
+    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == 0 && n == 2 && ids[1] == 5);
+    free(ids);
+    b = "{\"tokens\":[2,100]}";
+    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == -1 && !ids);
+    CHECK_ERR(e.message, "'tokens[1]' is not a token id below 100");
+    b = "{\"tokens\":\"x\"}";
+    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == -1);
+    CHECK_ERR(e.message, "'tokens' must be an array");
+}
+
+static void test_error_json(void) {
+    api_error e;
+    strbuf o = {0};
+    api_fail(&e, 400, NULL, "messages", "context_length_exceeded", "too \"long\"");
+    api_error_json(&e, &o);
+    CHECK(!strcmp(sb_cstr(&o), "{\"error\":{\"message\":\"too \\\"long\\\"\",\"type\":\"invalid_request_error\","
+                               "\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}"));
+    o.len = 0;
+    api_fail(&e, 401, "authentication_error", NULL, NULL, "no");
+    api_error_json(&e, &o);
+    CHECK(!strcmp(sb_cstr(&o), "{\"error\":{\"message\":\"no\",\"type\":\"authentication_error\",\"param\":null,\"code\":null}}"));
+    sb_free(&o);
+}
+
+/* ---- replies ---- */
+
+static reply_opts chat_opts(int stream, int usage) {
+    reply_opts o = {API_CHAT, stream, usage, 0, "chatcmpl-abc", "tiny", "gem 0.1.0", 1700000000};
+    return o;
+}
+
+static void on_ev(const chat_event *ev, void *ctx) {
+    reply *r = ctx;
+    if (ev->kind == CHAT_EV_CONTENT) reply_text(r, ev->text, ev->len);
+    else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(r, ev->text, ev->len);
+    else reply_tool_call(r, ev->name, ev->arguments);
+}
+
+static json *parse_body(reply *r) {
+    strbuf *o = reply_out(r);
+    json *v = json_parse(o->p, o->len, NULL);
+    CHECKF(v != NULL, "not JSON: %s", sb_cstr(o));
+    return v;
+}
+
+static void test_reply_chat(void) {
+    reply_opts o = chat_opts(0, 0);
+    reply *r = reply_new(&o);
+    chat_parser *p = chat_parser_new(on_ev, r);
+    const char *gen = "<|channel>thought\nLet me think.<channel|>Sure.<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}"
+                      "<tool_call|><|tool_call>call:get_time{}<tool_call|>";
+    /* fed a byte at a time, as the slowest stream would */
+    for (size_t i = 0; gen[i]; i++) chat_parser_feed(p, gen + i, 1);
+    chat_parser_finish(p);
+    reply_usage u = {10, 20, 4, 1.0, 2.0};
+    reply_finish(r, "stop", &u);
+    json *v = parse_body(r);
+    CHECK(!strcmp(json_get_str(v, "object"), "chat.completion"));
+    CHECK(!strcmp(json_get_str(v, "id"), "chatcmpl-abc") && !strcmp(json_get_str(v, "model"), "tiny"));
+    json *c0 = json_at(json_get(v, "choices"), 0), *msg = json_get(c0, "message");
+    CHECK(!strcmp(json_get_str(c0, "finish_reason"), "tool_calls"));
+    CHECK(!strcmp(json_get_str(msg, "content"), "Sure."));
+    CHECK(!strcmp(json_get_str(msg, "reasoning_content"), "Let me think."));
+    json *calls = json_get(msg, "tool_calls");
+    CHECK(calls && calls->len == 2);
+    json *f0 = json_get(json_at(calls, 0), "function");
+    CHECK(!strcmp(json_get_str(f0, "name"), "get_weather") && !strcmp(json_get_str(f0, "arguments"), "{\"city\":\"Paris\"}"));
+    CHECK(!strcmp(json_get_str(json_at(calls, 0), "id"), "call_abc_0") && !strcmp(json_get_str(json_at(calls, 1), "id"), "call_abc_1"));
+    CHECK(!strcmp(json_get_str(json_get(json_at(calls, 1), "function"), "arguments"), "{}"));
+    json *usage = json_get(v, "usage");
+    CHECK(json_get(usage, "prompt_tokens")->num == 10 && json_get(usage, "completion_tokens")->num == 20);
+    CHECK(json_get(usage, "total_tokens")->num == 30);
+    CHECK(json_get(json_get(usage, "prompt_tokens_details"), "cached_tokens")->num == 4);
+    json_free(v);
+    chat_parser_free(p);
+    reply_free(r);
+
+    /* only tool calls: content is null; "length" stays "length" */
+    r = reply_new(&o);
+    reply_tool_call(r, "f", "{\"a\":1}");
+    reply_finish(r, "length", &u);
+    v = parse_body(r);
+    c0 = json_at(json_get(v, "choices"), 0);
+    CHECK(json_get(json_get(c0, "message"), "content")->type == JSON_NULL);
+    CHECK(!strcmp(json_get_str(c0, "finish_reason"), "length"));
+    json_free(v);
+    reply_free(r);
+}
+
+/* Splits an SSE stream into its data payloads. */
+static int sse_events(const char *s, char ev[][2048], int max) {
+    int n = 0;
+    while (*s && n < max) {
+        const char *end = strstr(s, "\n\n");
+        CHECKF(end != NULL, "unterminated event: %s", s);
+        if (!end) break;
+        CHECKF(!strncmp(s, "data: ", 6), "event without data: %.40s", s);
+        size_t len = (size_t)(end - s - 6);
+        if (len >= 2048) len = 2047;
+        memcpy(ev[n], s + 6, len);
+        ev[n][len] = 0;
+        n++;
+        s = end + 2;
+    }
+    return n;
+}
+
+static void test_reply_chat_stream(void) {
+    reply_opts o = chat_opts(1, 1);
+    reply *r = reply_new(&o);
+    strbuf all = {0};
+    reply_start(r);
+    reply_reasoning(r, "hmm", 3);
+    reply_text(r, "Hi", 2);
+    reply_tool_call(r, "f", "{\"a\":1}");
+    reply_usage u = {5, 3, 0, 1.0, 2.0};
+    reply_finish(r, "stop", &u);
+    sb_put(&all, reply_out(r)->p, reply_out(r)->len);
+    static char ev[16][2048];
+    int n = sse_events(sb_cstr(&all), ev, 16);
+    CHECKF(n == 7, "%d events", n);
+    if (n == 7) {
+        json *e0 = json_parse(ev[0], strlen(ev[0]), NULL);
+        CHECK(!strcmp(json_get_str(e0, "object"), "chat.completion.chunk"));
+        json *d0 = json_get(json_at(json_get(e0, "choices"), 0), "delta");
+        CHECK(!strcmp(json_get_str(d0, "role"), "assistant") && !strcmp(json_get_str(d0, "content"), ""));
+        CHECK(json_get(e0, "usage")->type == JSON_NULL);
+        json_free(e0);
+        json *e1 = json_parse(ev[1], strlen(ev[1]), NULL);
+        CHECK(!strcmp(json_get_str(json_get(json_at(json_get(e1, "choices"), 0), "delta"), "reasoning_content"), "hmm"));
+        json_free(e1);
+        json *e3 = json_parse(ev[3], strlen(ev[3]), NULL);
+        json *tc = json_at(json_get(json_get(json_at(json_get(e3, "choices"), 0), "delta"), "tool_calls"), 0);
+        CHECK(tc && json_get(tc, "index")->num == 0 && !strcmp(json_get_str(tc, "id"), "call_abc_0"));
+        CHECK(!strcmp(json_get_str(tc, "type"), "function"));
+        CHECK(!strcmp(json_get_str(json_get(tc, "function"), "name"), "f"));
+        CHECK(!strcmp(json_get_str(json_get(tc, "function"), "arguments"), "{\"a\":1}"));
+        json_free(e3);
+        json *e4 = json_parse(ev[4], strlen(ev[4]), NULL);
+        json *c4 = json_at(json_get(e4, "choices"), 0);
+        CHECK(!strcmp(json_get_str(c4, "finish_reason"), "tool_calls") && json_get(c4, "delta")->len == 0);
+        json_free(e4);
+        json *e5 = json_parse(ev[5], strlen(ev[5]), NULL);
+        CHECK(json_get(e5, "choices")->len == 0 && json_get(json_get(e5, "usage"), "total_tokens")->num == 8);
+        json_free(e5);
+        CHECK(!strcmp(ev[6], "[DONE]"));
+    }
+    sb_free(&all);
+    reply_free(r);
+    /* without include_usage: no usage chunk and no "usage" member */
+    o = chat_opts(1, 0);
+    r = reply_new(&o);
+    reply_text(r, "x", 1);
+    reply_finish(r, "length", &u);
+    n = sse_events(sb_cstr(reply_out(r)), ev, 16);
+    CHECK(n == 3 && !strstr(sb_cstr(reply_out(r)), "usage") && !strcmp(ev[2], "[DONE]"));
+    reply_free(r);
+}
+
+static void test_reply_completion(void) {
+    reply_opts o = {API_COMPLETION, 0, 0, 1, "cmpl-1", "tiny", NULL, 1};
+    reply *r = reply_new(&o);
+    reply_text(r, "ab", 2);
+    reply_token(r, 7);
+    reply_text(r, "\xff" "c", 2);
+    reply_token(r, 8);
+    reply_usage u = {1, 2, 0, 0, 0};
+    reply_finish(r, "length", &u);
+    json *v = parse_body(r);
+    json *c0 = json_at(json_get(v, "choices"), 0);
+    CHECK(!strcmp(json_get_str(v, "object"), "text_completion"));
+    CHECK(!strcmp(json_get_str(c0, "text"), "ab\xef\xbf\xbd" "c"));
+    CHECK(json_get(c0, "tokens")->len == 2 && json_at(json_get(c0, "tokens"), 1)->num == 8);
+    CHECK(!json_get(v, "system_fingerprint"));
+    json_free(v);
+    reply_free(r);
+    o.stream = 1;
+    o.return_tokens = 0;
+    r = reply_new(&o);
+    reply_start(r); /* nothing for completions */
+    CHECK(reply_out(r)->len == 0);
+    reply_text(r, "z", 1);
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"choices\":[{\"index\":0,\"text\":\"z\",\"logprobs\":null,\"finish_reason\":null}]"));
+    reply_free(r);
+}
+
+typedef struct {
+    strbuf out;
+} sink;
+
+static void to_sink(const char *p, size_t n, void *ctx) { sb_put(&((sink *)ctx)->out, p, n); }
+
+static void test_stopper(void) {
+    const char *stops[] = {"STOP", "<end>"};
+    size_t lens[] = {4, 5};
+    stopper s = {stops, lens, 2, {0}, 0};
+    sink k = {{0}};
+    CHECK(stopper_feed(&s, "hello S", 7, to_sink, &k) == 0);
+    CHECK(!strcmp(sb_cstr(&k.out), "hello ")); /* "S" held */
+    CHECK(stopper_feed(&s, "T", 1, to_sink, &k) == 0 && k.out.len == 6);
+    CHECK(stopper_feed(&s, "x <e", 4, to_sink, &k) == 0);
+    CHECK(!strcmp(sb_cstr(&k.out), "hello STx ")); /* "STx" is no stop string: released */
+    CHECK(stopper_feed(&s, "nd> tail", 8, to_sink, &k) == 1);
+    CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
+    CHECK(stopper_feed(&s, "more", 4, to_sink, &k) == 1);
+    stopper_flush(&s, to_sink, &k);
+    CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
+    stopper_free(&s);
+    /* held text is released at the end */
+    stopper t = {stops, lens, 2, {0}, 0};
+    k.out.len = 0;
+    stopper_feed(&t, "abc<en", 6, to_sink, &k);
+    CHECK(!strcmp(sb_cstr(&k.out), "abc"));
+    stopper_flush(&t, to_sink, &k);
+    CHECK(!strcmp(sb_cstr(&k.out), "abc<en"));
+    stopper_free(&t);
+    /* the earliest of two matches wins */
+    stopper w = {stops, lens, 2, {0}, 0};
+    k.out.len = 0;
+    CHECK(stopper_feed(&w, "a<end>bSTOP", 11, to_sink, &k) == 1 && !strcmp(sb_cstr(&k.out), "a"));
+    stopper_free(&w);
+    /* no stop strings: everything passes at once */
+    stopper none = {NULL, NULL, 0, {0}, 0};
+    k.out.len = 0;
+    CHECK(stopper_feed(&none, "ST", 2, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ST"));
+    stopper_free(&none);
+    sb_free(&k.out);
+}
+
+static void test_sanitize(void) {
+    strbuf o = {0};
+    utf8_sanitize("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x8e\x89z", 11, &o);
+    CHECK(o.len == 11 && !memcmp(o.p, "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x8e\x89z", 11));
+    o.len = 0;
+    utf8_sanitize("\x80x\xc3\xed\xa0\x80\xc0\xaf", 8, &o); /* stray continuation, truncated, surrogate, overlong */
+    CHECK(!strcmp(sb_cstr(&o), "\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
+    sb_free(&o);
+}
+
+int main(void) {
+    test_chat_valid();
+    test_tool_choice();
+    test_chat_errors();
+    test_completion();
+    test_tokenize_requests();
+    test_error_json();
+    test_reply_chat();
+    test_reply_chat_stream();
+    test_reply_completion();
+    test_stopper();
+    test_sanitize();
+    return test_report("test_api");
+}

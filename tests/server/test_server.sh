@@ -1,0 +1,343 @@
+#!/bin/bash
+# gem serve against a real server process on loopback with the tiny model,
+# driven by curl (and raw bytes through bash's /dev/tcp): routes and
+# headers, the SSE framing byte for byte, determinism against `gem run`,
+# prefix reuse, stop strings, heartbeats, the malformed-request corpus
+# (tests/server/bad), slow and endless heads, oversized bodies, the API key
+# and CORS, and a client that disconnects mid-stream. JSON fields are read
+# with node (installed by .ci/run for the SDK test).
+GEM=${GEM:-./gem}
+pass=0 fail=0
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    for p in $pids; do wait "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "test_server: FAIL: $*" >&2; }
+check() { # description, then a command that must succeed
+    local what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+
+# jget PATH: a field of the JSON on stdin (strings raw, others as JSON)
+jget() {
+    node -e '
+let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
+  let v; try { v = JSON.parse(s); } catch (e) { console.log("<not json>"); return; }
+  for (const k of process.argv[1].split(".").filter(Boolean)) v = v == null ? undefined : v[k];
+  console.log(typeof v === "string" ? v : JSON.stringify(v));
+});' "$1"
+}
+
+M="$tmp/tiny.gguf"
+$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || { bad "synth"; # no sanitizer report in any server log (when GEM is the ASan build)
+if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
+    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
+else
+    ok
+fi
+
+echo "test_server: $pass passed, $fail failed"; exit 1; }
+
+# start NAME ARGS...: starts a server, sets PORT and PID (log in $tmp/NAME.log)
+start() {
+    local name=$1
+    shift
+    $GEM serve -m "$M" --port 0 "$@" 2>"$tmp/$name.log" &
+    PID=$!
+    pids="$pids $PID"
+    PORT=""
+    for _ in $(seq 100); do
+        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
+        [ -n "$PORT" ] && grep -q "loaded in" "$tmp/$name.log" && return 0
+        sleep 0.1
+    done
+    bad "server $name did not start: $(cat "$tmp/$name.log")"
+    return 1
+}
+
+start main --test-hooks --timeout 1 --max-body 65536 --heartbeat 0 --alias tiny || exit 1
+U="http://127.0.0.1:$PORT"
+MAIN_PID=$PID
+grep -q "listening on http://127.0.0.1:" "$tmp/main.log" && ok || bad "binds 127.0.0.1 by default"
+
+# ---- routes and headers ----
+curl -s -D "$tmp/h" "$U/health" >"$tmp/b"
+check "health 200" grep -q "^HTTP/1.1 200 OK" "$tmp/h"
+check "health body" grep -qx '{"status":"ok"}' "$tmp/b"
+check "health is JSON" grep -qi "^Content-Type: application/json" "$tmp/h"
+[ "$(curl -s "$U/v1/models" | jget data.0.id)" = tiny ] && ok || bad "/v1/models id"
+[ "$(curl -s "$U/v1/models" | jget object)" = list ] && ok || bad "/v1/models object"
+curl -s "$U/props" >"$tmp/props"
+[ "$(jget default_generation_settings.n_ctx <"$tmp/props")" = 4096 ] && ok || bad "/props n_ctx"
+[ "$(jget model_alias <"$tmp/props")" = tiny ] && ok || bad "/props alias"
+[ "$(jget model_path <"$tmp/props")" = "$M" ] && ok || bad "/props model_path"
+[ "$(jget modalities <"$tmp/props")" = '{"vision":false,"video":false,"audio":false}' ] && ok || bad "/props modalities"
+jget chat_template <"$tmp/props" | grep -q "macro format_parameters" && ok || bad "/props chat_template"
+jget build_info <"$tmp/props" | grep -q "^gem 0\." && ok || bad "/props build_info"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/nope")" = 404 ] && ok || bad "404"
+[ "$(curl -s "$U/nope" | jget error.type)" = not_found_error ] && ok || bad "404 error shape"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/chat/completions")" = 405 ] && ok || bad "GET on a POST route: 405"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$U/health")" = 405 ] && ok || bad "DELETE /health: 405"
+
+# tokenize / detokenize
+[ "$(curl -s "$U/tokenize" -d '{"content":"Hello world"}' | jget tokens)" = "[9259,1902]" ] && ok || bad "tokenize"
+[ "$(curl -s "$U/tokenize" -d '{"content":"Hello world","add_special":true}' | jget tokens)" = "[2,9259,1902]" ] && ok || bad "tokenize add_special"
+[ "$(curl -s "$U/tokenize" -d '{"content":"<|turn>","parse_special":true}' | jget tokens)" = "[105]" ] && ok || bad "tokenize special"
+[ "$(curl -s "$U/tokenize" -d '{"content":"Hello world","with_pieces":true}' | jget tokens.1.piece)" = " world" ] && ok || bad "tokenize pieces"
+[ "$(curl -s "$U/detokenize" -d '{"tokens":[9259,1902]}' | jget content)" = "Hello world" ] && ok || bad "detokenize"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/detokenize" -d '{"tokens":[262144]}')" = 400 ] && ok || bad "detokenize out of vocabulary"
+
+# ---- determinism against gem run ----
+want=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 12 --temp 0 --ids 2>/dev/null | tr ' ' ',')
+got=$(curl -s "$U/v1/completions" -d '{"prompt":[2,9259,1902],"max_tokens":12,"temperature":0,"return_tokens":true}' | jget choices.0.tokens)
+[ "$got" = "[$want]" ] && ok || bad "greedy ids differ from gem run: [$want] vs $got"
+want=$($GEM run -m "$M" -p "Hello world" -n 12 --temp 0 2>/dev/null)
+got=$(curl -s "$U/v1/completions" -d '{"prompt":"Hello world","max_tokens":12,"temperature":0}' | jget choices.0.text)
+[ "$got" = "$want" ] && ok || bad "greedy text differs from gem run: '$want' vs '$got'"
+want=$($GEM run -m "$M" -p "Hi there" -n 10 --temp 0 --chat 2>/dev/null)
+got=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi there"}],"max_tokens":10,"temperature":0}' | jget choices.0.message.content)
+[ "$got" = "$want" ] && ok || bad "greedy chat differs from gem run --chat: '$want' vs '$got'"
+a=$(curl -s "$U/v1/completions" -d '{"prompt":"Once","max_tokens":10,"temperature":1,"seed":42}' | jget choices.0.text)
+b=$(curl -s "$U/v1/completions" -d '{"prompt":"Once","max_tokens":10,"temperature":1,"seed":42,"cache_prompt":false}' | jget choices.0.text)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "same seed, different text: '$a' vs '$b'"
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"Once","max_tokens":5,"temperature":0.7,"top_k":5,"top_p":0.5,"min_p":0.1,"presence_penalty":1,"frequency_penalty":1,"seed":1}')
+[ "$(echo "$r" | jget usage.completion_tokens)" = 5 ] && [ "$(echo "$r" | jget choices.0.finish_reason)" = length ] && ok || bad "sampling options: $r"
+
+# ---- prefix reuse: the same answers as a fresh start, with the cache counted ----
+conv1='{"messages":[{"role":"system","content":"You are a terse assistant that answers in one short sentence."},{"role":"user","content":"Tell me about the history of the city of Paris and its bridges."}],"max_tokens":8,"temperature":0}'
+r1=$(curl -s "$U/v1/chat/completions" -d "$conv1")
+ans=$(echo "$r1" | jget choices.0.message.content | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.stringify(s.replace(/\n$/,""))))')
+conv2='{"messages":[{"role":"system","content":"You are a terse assistant that answers in one short sentence."},{"role":"user","content":"Tell me about the history of the city of Paris and its bridges."},{"role":"assistant","content":'"$ans"'},{"role":"user","content":"And of Rome, with its many fountains and hills?"}],"max_tokens":8,"temperature":0'
+r2=$(curl -s "$U/v1/chat/completions" -d "$conv2}")
+r2fresh=$(curl -s "$U/v1/chat/completions" -d "$conv2,\"cache_prompt\":false}")
+p1=$(echo "$r1" | jget usage.prompt_tokens)
+c2=$(echo "$r2" | jget usage.prompt_tokens_details.cached_tokens)
+[ -n "$c2" ] && [ "$c2" -ge $((p1 - 7)) ] && [ "$c2" -gt 32 ] && ok || bad "second turn reused $c2 of the first prompt's $p1 tokens"
+[ "$(echo "$r2fresh" | jget usage.prompt_tokens_details.cached_tokens)" = 0 ] && ok || bad "cache_prompt false still reused"
+[ "$(echo "$r2" | jget choices.0.message.content)" = "$(echo "$r2fresh" | jget choices.0.message.content)" ] && ok || bad "prefix reuse changed the answer"
+# identical replay after a different conversation: restored, same answer
+r3=$(curl -s "$U/v1/chat/completions" -d "$conv2}")
+[ "$(echo "$r3" | jget choices.0.message.content)" = "$(echo "$r2" | jget choices.0.message.content)" ] && ok || bad "replay changed the answer"
+other='{"messages":[{"role":"user","content":"Something else entirely."}],"max_tokens":8,"temperature":0}'
+o1=$(curl -s "$U/v1/chat/completions" -d "$other")
+[ "$(echo "$o1" | jget usage.prompt_tokens_details.cached_tokens)" -lt 3 ] && ok || bad "a different conversation reused the cache"
+o2=$(curl -s "$U/v1/chat/completions" -d "$other")
+[ "$(echo "$o1" | jget choices.0.message.content)" = "$(echo "$o2" | jget choices.0.message.content)" ] && ok || bad "identical replay differs"
+[ "$(echo "$o2" | jget usage.prompt_tokens_details.cached_tokens)" -gt 0 ] && ok || bad "identical replay reused nothing"
+
+# ---- stop strings and max_tokens ----
+full=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":20,"gem_forced_output":"alpha beta gamma delta"}')
+[ "$(echo "$full" | jget choices.0.text)" = "alpha beta gamma delta" ] && ok || bad "forced output: $full"
+[ "$(echo "$full" | jget choices.0.finish_reason)" = stop ] && ok || bad "forced output ends with stop"
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":20,"gem_forced_output":"alpha beta gamma delta","stop":["zzz","gam"]}')
+[ "$(echo "$r" | jget choices.0.text)" = "alpha beta " ] && [ "$(echo "$r" | jget choices.0.finish_reason)" = stop ] && ok || bad "stop string: $r"
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":2,"gem_forced_output":"alpha beta gamma delta"}')
+[ "$(echo "$r" | jget choices.0.finish_reason)" = length ] && [ "$(echo "$r" | jget usage.completion_tokens)" = 2 ] && ok || bad "max_tokens: $r"
+
+# ---- SSE framing, byte for byte ----
+curl -sN -D "$tmp/sh" "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"gem_forced_output":"<|channel>thought\nhm<channel|>Hello there"}' >"$tmp/sse"
+check "SSE status" grep -q "^HTTP/1.1 200 OK" "$tmp/sh"
+check "SSE content type" grep -qi "^Content-Type: text/event-stream" "$tmp/sh"
+check "SSE no-cache" grep -qi "^Cache-Control: no-cache" "$tmp/sh"
+check "SSE chunked" grep -qi "^Transfer-Encoding: chunked" "$tmp/sh"
+node -e '
+const s = require("fs").readFileSync(process.argv[1], "utf8");
+if (!s.endsWith("data: [DONE]\n\n")) throw new Error("does not end with [DONE]");
+const ev = s.split("\n\n").filter(Boolean);
+for (const e of ev) if (!/^(data: |: )/.test(e) || e.includes("\n")) throw new Error("bad event " + JSON.stringify(e));
+const js = ev.filter(e => e.startsWith("data: ")).slice(0, -1).map(e => JSON.parse(e.slice(6)));
+const ids = new Set(js.map(j => j.id));
+if (ids.size !== 1 || !/^chatcmpl-/.test([...ids][0])) throw new Error("ids " + [...ids]);
+if (js[0].choices[0].delta.role !== "assistant") throw new Error("first chunk has no role");
+const reasoning = js.map(j => j.choices[0]?.delta?.reasoning_content || "").join("");
+const content = js.map(j => j.choices[0]?.delta?.content || "").join("");
+if (reasoning !== "hm" || content !== "Hello there") throw new Error(`reasoning ${reasoning} content ${content}`);
+const fin = js.filter(j => j.choices.length && j.choices[0].finish_reason);
+if (fin.length !== 1 || fin[0].choices[0].finish_reason !== "stop") throw new Error("finish");
+const last = js[js.length - 1];
+if (last.choices.length !== 0 || last.usage.completion_tokens < 3) throw new Error("usage chunk");
+if (js.slice(0, -1).some(j => j.usage !== null)) throw new Error("usage must be null before the last chunk");
+' "$tmp/sse" && ok || bad "SSE events: $(head -c 600 "$tmp/sse")"
+# completions stream: text chunks, then finish, then [DONE]
+curl -sN "$U/v1/completions" -d '{"prompt":"x","stream":true,"gem_forced_output":"one two"}' >"$tmp/sse2"
+node -e '
+const s = require("fs").readFileSync(process.argv[1], "utf8");
+const ev = s.split("\n\n").filter(Boolean);
+if (ev[ev.length - 1] !== "data: [DONE]") throw new Error("no DONE");
+const js = ev.slice(0, -1).map(e => JSON.parse(e.slice(6)));
+if (js.some(j => j.object !== "text_completion")) throw new Error("object");
+if (js.map(j => j.choices[0].text).join("") !== "one two") throw new Error("text");
+if (js[js.length - 1].choices[0].finish_reason !== "stop") throw new Error("finish");
+' "$tmp/sse2" && ok || bad "completion SSE: $(cat "$tmp/sse2")"
+# heartbeats: SSE comments during a long prefill, before the first data event
+ids=$(node -e 'console.log(JSON.stringify(Array.from({length: 300}, (_, i) => 1000 + i)))')
+curl -sN "$U/v1/completions" -d '{"prompt":'"$ids"',"stream":true,"max_tokens":2}' >"$tmp/hb"
+[ "$(head -c 10 "$tmp/hb")" = ": prefill" ] && ok || bad "no heartbeat comment first: $(head -c 100 "$tmp/hb")"
+[ "$(grep -c '^: prefill$' "$tmp/hb")" -ge 3 ] && ok || bad "fewer than 3 heartbeats over 5 prompt tiles"
+
+# ---- tool calls ----
+tools='"tools":[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather in Paris?"}],'"$tools"',"gem_forced_output":"<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_response>"}')
+[ "$(echo "$r" | jget choices.0.finish_reason)" = tool_calls ] && ok || bad "tool call finish: $r"
+[ "$(echo "$r" | jget choices.0.message.tool_calls.0.function.arguments)" = '{"city":"Paris"}' ] && ok || bad "tool call arguments: $r"
+[ "$(echo "$r" | jget choices.0.message.content)" = null ] && ok || bad "tool call content must be null"
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"gem_forced_output":"city:<|\"|>Oslo<|\"|>}<tool_call|>"}')
+[ "$(echo "$r" | jget choices.0.message.tool_calls.0.function.name)" = get_weather ] && ok || bad "named tool_choice: $r"
+
+# ---- the malformed-request corpus: status and message, and the server keeps serving ----
+while IFS="$(printf '\t')" read -r file route status want; do
+    case "$file" in ''|'#'*) continue ;; esac
+    code=$(curl -s -o "$tmp/err" -w '%{http_code}' "$U$route" -H 'Content-Type: application/json' --data-binary "@tests/server/bad/$file")
+    if [ "$code" != "$status" ]; then bad "bad/$file: status $code, expected $status: $(cat "$tmp/err")"; continue; fi
+    node -e 'const e = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).error;
+      if (typeof e.message !== "string" || typeof e.type !== "string" || !("param" in e) || !("code" in e)) process.exit(1);
+      if (!e.message.includes(process.argv[2])) { console.error(e.message); process.exit(1); }' "$tmp/err" "$want" \
+        && ok || bad "bad/$file: error lacks '$want': $(cat "$tmp/err")"
+done < tests/server/bad/EXPECTED
+# a prompt longer than the context
+long=$(node -e 'console.log(JSON.stringify({messages: [{role: "user", content: "hello ".repeat(5000)}]}))')
+r=$(curl -s -w ' %{http_code}' "$U/v1/chat/completions" -d "$long")
+case "$r" in *context_length_exceeded*400) ok ;; *) bad "long prompt: ${r:0:300}" ;; esac
+# an oversized body: 413 before it is read
+head -c 70000 /dev/zero | tr '\0' 'a' >"$tmp/big"
+[ "$(curl -s -o "$tmp/err" -w '%{http_code}' "$U/v1/completions" --data-binary "@$tmp/big")" = 413 ] && ok || bad "oversized body"
+grep -q "request body too large" "$tmp/err" && ok || bad "413 message"
+
+# raw requests: framing errors, timeouts, endless heads
+raw() { # bytes, seconds to wait for the answer[, more bytes sent after 0.5 s]
+    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+    printf '%b' "$1" >&3
+    if [ -n "$3" ]; then sleep 0.5; printf '%b' "$3" >&3; fi
+    timeout "$2" cat <&3 >"$tmp/raw" 2>/dev/null
+    exec 3<&-
+}
+raw 'GET /health HTTP/2.0\r\n\r\n' 3
+grep -q "^HTTP/1.1 505" "$tmp/raw" && ok || bad "HTTP/2.0: $(head -1 "$tmp/raw")"
+raw 'NONSENSE\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "garbage request line: $(head -1 "$tmp/raw")"
+raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n' 3
+grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "gzip request body: $(head -1 "$tmp/raw")"
+raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "Content-Length with Transfer-Encoding: $(head -1 "$tmp/raw")"
+# a chunked body, arriving in two parts
+raw 'POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
+grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
+# curl streams a body from stdin chunked
+[ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
+raw 'GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
+raw 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+grep -q '{"status":"ok"}' "$tmp/raw" && ok || bad "raw health"
+t0=$(date +%s%N)
+raw 'GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ' 5
+t1=$(date +%s%N)
+grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow head: no 408: $(head -1 "$tmp/raw")"
+[ $(((t1 - t0) / 1000000)) -lt 4000 ] && ok || bad "slow head took $(((t1 - t0) / 1000000)) ms to time out"
+raw "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
+grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow body: no 408"
+endless=$(head -c 20000 /dev/zero | tr '\0' 'a')
+raw "GET /health HTTP/1.1\r\nX-Endless: $endless" 5
+grep -q "^HTTP/1.1 431" "$tmp/raw" && ok || bad "endless head: no 431: $(head -1 "$tmp/raw")"
+# keep-alive: two requests on one connection, pipelined
+raw 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+[ "$(grep -o 'HTTP/1.1 200' "$tmp/raw" | wc -l)" = 2 ] && ok || bad "pipelined keep-alive requests"
+# an HTTP/1.0 stream: no chunked coding, the end of the stream closes the connection
+raw 'POST /v1/completions HTTP/1.0\r\nContent-Length: 61\r\n\r\n{"prompt":"x","stream":true,"gem_forced_output":"one two"}   ' 5
+grep -q "^HTTP/1.1 200" "$tmp/raw" && ! grep -qi "^Transfer-Encoding" "$tmp/raw" && grep -qi "^Connection: close" "$tmp/raw" \
+    && [ "$(tail -c 14 "$tmp/raw")" = "$(printf 'data: [DONE]\n\n')" ] && ok || bad "HTTP/1.0 stream: $(cat "$tmp/raw")"
+# Expect: 100-continue (the body follows the interim answer)
+raw 'POST /tokenize HTTP/1.1\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
+grep -q "^HTTP/1.1 100 Continue" "$tmp/raw" && grep -q '"tokens":\[' "$tmp/raw" && ok || bad "100-continue"
+
+# ---- a client that leaves mid-stream cancels its request ----
+curl -sN --max-time 1 "$U/v1/completions" -d '{"prompt":"Once upon a time","stream":true,"temperature":0}' >"$tmp/cut" 2>/dev/null
+t0=$(date +%s%N)
+r=$(curl -s --max-time 10 "$U/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+t1=$(date +%s%N)
+[ "$(echo "$r" | jget usage.completion_tokens)" = 2 ] && ok || bad "request after a disconnect: $r"
+[ $(((t1 - t0) / 1000000)) -lt 2000 ] && ok || bad "the engine was not freed: next request took $(((t1 - t0) / 1000000)) ms"
+grep -q "cancelled: the client left" "$tmp/main.log" && ok || bad "no cancellation logged"
+grep -c '^data: ' "$tmp/cut" | grep -qv '^0$' && ok || bad "nothing streamed before the disconnect"
+# a client that leaves during a long prefill: cancelled within a prompt tile
+ids=$(node -e 'console.log(JSON.stringify(Array.from({length: 4000}, (_, i) => 1000 + (i * 7919) % 200000)))')
+curl -sN --max-time 0.5 "$U/v1/completions" -d '{"prompt":'"$ids"',"stream":true,"max_tokens":4}' >/dev/null 2>&1
+t0=$(date +%s%N)
+r=$(curl -s --max-time 10 "$U/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+t1=$(date +%s%N)
+[ "$(echo "$r" | jget usage.completion_tokens)" = 2 ] && [ $(((t1 - t0) / 1000000)) -lt 1500 ] && ok \
+    || bad "prefill not cancelled: the next request took $(((t1 - t0) / 1000000)) ms: $r"
+grep -q "cancelled: the client left (prompt 4000 tokens, 0 cached, 0 generated)" "$tmp/main.log" && ok || bad "prefill cancellation not logged"
+# a client that leaves during a non-streamed request
+curl -s --max-time 1 "$U/v1/completions" -d '{"prompt":"Once upon a time","temperature":0}' >/dev/null 2>&1
+sleep 0.3
+[ "$(grep -c 'cancelled: the client left' "$tmp/main.log")" -ge 3 ] && ok || bad "non-streamed request not cancelled"
+kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
+[ "$(curl -s "$U/health")" = '{"status":"ok"}' ] && ok || bad "health after the corpus"
+
+# ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
+start queue --queue 1 --heartbeat 0.3 || exit 1
+Q="http://127.0.0.1:$PORT"
+curl -s "$Q/v1/completions" -d '{"prompt":"Once","max_tokens":400,"temperature":0}' >"$tmp/long1" &
+lp=$!
+sleep 0.3
+curl -sN "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2,"stream":true}' >"$tmp/queued"
+[ "$(head -c 9 "$tmp/queued")" = ": queued" ] && ok || bad "no ': queued' comment first: $(head -c 80 "$tmp/queued")"
+tail -c 14 "$tmp/queued" | grep -q "data: \[DONE\]" && ok || bad "queued stream did not finish"
+wait $lp
+curl -s "$Q/v1/completions" -d '{"prompt":"Once","max_tokens":400,"temperature":0}' >"$tmp/long2" &
+lp=$!
+sleep 0.3
+curl -s --max-time 0.6 "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2}' >/dev/null 2>&1
+sleep 0.4
+grep -q "cancelled: the client left while queued" "$tmp/queue.log" && ok || bad "a waiting client that left was not dropped"
+r=$(curl -s -w ' %{http_code}' "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+case "$r" in *' 200') ok ;; *) bad "the place of a client that left was not freed: $r" ;; esac
+wait $lp
+[ "$(jget usage.completion_tokens <"$tmp/long2")" = 400 ] && ok || bad "the long request"
+
+# ---- API key and CORS ----
+start auth --api-key s3cret --cors http://example.test || exit 1
+A="http://127.0.0.1:$PORT"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$A/health")" = 200 ] && ok || bad "health needs no key"
+for route in /v1/models /props; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$A$route")" = 401 ] && ok || bad "$route without a key"
+done
+r=$(curl -s -w ' %{http_code}' "$A/v1/chat/completions" -H 'Authorization: Bearer wrong' -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":1}')
+case "$r" in *'"type":"authentication_error"'*'"code":"invalid_api_key"'*' 401') ok ;; *) bad "wrong key: $r" ;; esac
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret' -d '{"prompt":"x","max_tokens":1}')" = 200 ] && ok || bad "right key"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret2' -d '{"prompt":"x","max_tokens":1}')" = 401 ] && ok || bad "key with a suffix"
+curl -s -D "$tmp/ch" -o /dev/null "$A/v1/models" -H 'Authorization: Bearer s3cret'
+grep -qi "^Access-Control-Allow-Origin: http://example.test" "$tmp/ch" && ok || bad "CORS origin header"
+curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin: http://example.test' -H 'Access-Control-Request-Method: POST'
+grep -q "^HTTP/1.1 204" "$tmp/ch" && grep -qi "^Access-Control-Allow-Headers: Authorization, Content-Type" "$tmp/ch" && ok || bad "CORS preflight"
+
+# ---- startup errors ----
+$GEM serve -m "$tmp/missing.gguf" --port 0 >"$tmp/o" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "gem serve: error: .*cannot open" "$tmp/o" && ok || bad "missing model: rc $rc $(cat "$tmp/o")"
+$GEM serve -m "$M" --port 99999 >"$tmp/o" 2>&1
+[ $? = 2 ] && grep -q "bad value for --port" "$tmp/o" && ok || bad "bad port"
+$GEM serve -m "$M" --frob >"$tmp/o" 2>&1
+[ $? = 2 ] && grep -q "unknown option '--frob'" "$tmp/o" && ok || bad "unknown option"
+
+# SIGTERM stops the server cleanly
+kill -TERM $MAIN_PID
+wait $MAIN_PID
+rc=$?
+[ $rc = 0 ] && ok || bad "SIGTERM exit status $rc"
+
+# no sanitizer report in any server log (when GEM is the ASan build)
+if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
+    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
+else
+    ok
+fi
+
+echo "test_server: $pass passed, $fail failed"
+[ "$fail" = 0 ]
