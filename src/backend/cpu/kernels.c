@@ -291,22 +291,23 @@ VNNI static void gemm8_compute(const int8_t *pw, const int32_t *corr, const floa
     }
 }
 
-static void gemm8_q4_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
-                       float *out, size_t out_stride, void *scratch) {
+static void gemm8(int q4, const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                  float *out, size_t out_stride, void *scratch) {
     int8_t *pw = scratch;
     int32_t *corr = (int32_t *)(pw + nb * 256);
     float *sw = (float *)(corr + nb * 8);
-    repack8(1, row0, row_bytes, nrows, nb, pw, corr, sw);
+    repack8(q4, row0, row_bytes, nrows, nb, pw, corr, sw);
     gemm8_compute(pw, corr, sw, x, nb, ntok, nrows, out, out_stride);
+}
+
+static void gemm8_q4_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
+                       float *out, size_t out_stride, void *scratch) {
+    gemm8(1, row0, row_bytes, nrows, x, nb, ntok, out, out_stride, scratch);
 }
 
 static void gemm8_q8_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
                        float *out, size_t out_stride, void *scratch) {
-    int8_t *pw = scratch;
-    int32_t *corr = (int32_t *)(pw + nb * 256);
-    float *sw = (float *)(corr + nb * 8);
-    repack8(0, row0, row_bytes, nrows, nb, pw, corr, sw);
-    gemm8_compute(pw, corr, sw, x, nb, ntok, nrows, out, out_stride);
+    gemm8(0, row0, row_bytes, nrows, x, nb, ntok, out, out_stride, scratch);
 }
 
 static int have_vnni(void) {
