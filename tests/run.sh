@@ -10,22 +10,7 @@ total_pass=0 total_fail=0
 log=build/test-logs
 mkdir -p "$log"
 
-account() { # name rc logfile
-    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$3" | tail -1)
-    p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    [ -z "$line" ] && p=0 f=0
-    if [ "$2" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-    total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
-    if [ "$f" = 0 ]; then echo "ok    $1 ($p checks)"; else echo "FAIL  $1 ($f failed, log $3)"; tail -20 "$3"; fi
-}
-
-run() { # name command...
-    name=$1; shift
-    lf="$log/$(echo "$name" | tr '/ ' '__').log"
-    "$@" >"$lf" 2>&1
-    account "$name" $? "$lf"
-}
+. tests/tally.sh
 
 for t in build/tests/*/test_*; do
     [ -x "$t" ] && run "${t#build/tests/}" "$t"

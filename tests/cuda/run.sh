@@ -9,18 +9,9 @@
 cd "$(dirname "$0")/../.." || exit 2
 log=build/test-logs/cuda
 mkdir -p "$log"
-total_pass=0 total_fail=0
-account() { # name rc logfile
-    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$3" | tail -1)
-    p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    [ -z "$line" ] && p=0 f=0
-    if [ "$2" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-    total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
-    if [ "$f" = 0 ]; then echo "ok    $1 ($p checks)"; else echo "FAIL  $1 ($f failed, log $3)"; tail -20 "$3"; fi
-    grep '^cuda_model: ' "$3" | grep -v passed
-}
-run() { name=$1; shift; lf="$log/$(echo "$name" | tr '/ ' '__').log"; "$@" >"$lf" 2>&1; account "$name" $? "$lf"; }
+. tests/tally.sh
+# the model checks' measurements go to the terminal too
+run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
 
 run cuda_ops build/tests/cuda/cuda_ops
 run "cuda_ops (tensor-core prefill)" env GEM_CUDA_MMA=1 build/tests/cuda/cuda_ops
@@ -32,16 +23,16 @@ for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 
     set -- $spec
     ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
     if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
-    run "cuda_model $1 $2" build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+    run_model "cuda_model $1 $2" build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
 done
 ./gem synth --profile gemma4-1b --type q4_0 --seed 6 -o "$tmp/m.gguf" >/dev/null
-run "cuda_model 1b q4_0 (tensor-core prefill)" env GEM_CUDA_MMA=1 build/tests/cuda/cuda_model "$tmp/m.gguf" 300 64 int8
+run_model "cuda_model 1b q4_0 (tensor-core prefill)" env GEM_CUDA_MMA=1 build/tests/cuda/cuda_model "$tmp/m.gguf" 300 64 int8
 if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     # the CPU side reads the whole model per greedy step: f16 (24 GB) gets 48
     for spec in "f16 7 strict 48" "q4_0 4 int8 128"; do
         set -- $spec
         ./gem synth --profile gemma4-12b --type "$1" --seed "$2" -o "$tmp/m.gguf" >/dev/null
-        run "cuda_model 12b $1" build/tests/cuda/cuda_model "$tmp/m.gguf" 40 "$4" "$3"
+        run_model "cuda_model 12b $1" build/tests/cuda/cuda_model "$tmp/m.gguf" 40 "$4" "$3"
     done
 fi
 rm -f "$tmp/m.gguf"
