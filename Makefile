@@ -35,7 +35,7 @@ endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
 .PHONY: all test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
-all: gem
+all: gem $(DEFAULT_MODEL)
 
 gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ) $(BUILD)/cuda-$(CUDA).stamp
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
@@ -88,14 +88,14 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(CUDA_TEST_BIN)
 	@if [ "$(CUDA)" != 1 ]; then echo "make test-cuda needs nvcc (CUDA=1)"; exit 1; fi
 	@tests/cuda/run.sh
 
-test-unit: gem $(TEST_BIN)
+test-unit: gem $(DEFAULT_MODEL) $(TEST_BIN)
 	@GEM_SKIP_ASAN=1 GEM_SKIP_FUZZ=1 tests/run.sh
 
 # Regenerates the malformed-GGUF corpus (committed under tests/data/malformed).
@@ -106,13 +106,16 @@ $(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malfo
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
 
-# Until the trained demo model is embedded, the main job synthesizes the tiny
-# model, inspects it and generates from it (random weights: expect noise).
-RUN_MODEL := $(BUILD)/gemma4-tiny-q8_0.gguf
-run: gem
-	./gem synth --profile gemma4-tiny --type q8_0 --seed 1 -o $(RUN_MODEL)
-	./gem inspect $(RUN_MODEL)
-	./gem run -m $(RUN_MODEL) -p "Once upon a time" -n 32 --temp 0
+# The embedded default model: the trained demo model (models/README.md),
+# committed gzip-compressed and unpacked where gem looks for its default
+# (data/models/default.gguf beside the executable).
+DEFAULT_MODEL := data/models/default.gguf
+$(DEFAULT_MODEL): models/gemma4-demo-q4_0.gguf.gz
+	@mkdir -p $(dir $@)
+	gzip -dc $< > $@.tmp && mv $@.tmp $@
+run: gem $(DEFAULT_MODEL)
+	./gem inspect $(DEFAULT_MODEL)
+	./gem run -p "In the beginning" -n 48 --temp 0
 
 clean:
 	rm -rf $(BUILD) gem

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "chat/chat.h"
@@ -107,7 +108,14 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "gem run: error: bad value for %s: '%s'\n", a, v ? v : "");
         return 2;
     }
-    if (!eo.model_path) eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    if (!eo.model_path) {
+        eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+        if (access(eo.model_path, R_OK)) {
+            fprintf(stderr, "gem run: error: no -m given and the embedded default model %s is missing (make unpacks it)\n",
+                    eo.model_path);
+            return 1;
+        }
+    }
     if (!prompt && !prompt_ids) return usage();
     double t0 = now_s();
     gem_err err = {{0}};

@@ -23,6 +23,10 @@ static const gemma4_profile profiles[] = {
     {"gemma4-12b", "Gemma 4 12B dense", 48, 3840, 15360, 16, 8, 1, 1024, 262144},
     {"gemma4-1b", "test profile, about 1B parameters", 18, 1536, 6144, 8, 4, 1, 128, 32768},
     {"gemma4-tiny", "smallest test profile", 6, 256, 512, 4, 2, 1, 32, 4096},
+    /* The trained demo model (models/README.md): the tiny widths with a
+     * window and FFN large enough to learn from book-length text; its
+     * size is dominated by the real 262144-token embedding. */
+    {"gemma4-demo", "trained demo model, the embedded default", 6, 256, 1024, 4, 2, 1, 256, 1024},
 };
 
 int gemma4_profile_count(void) { return (int)(sizeof profiles / sizeof profiles[0]); }
@@ -362,12 +366,19 @@ static int identify(vctx *v, const gemma4_profile **out) {
                          "Gemma 4 E2B/E4B (per-layer embeddings) is not supported: gem runs the dense 31B and 12B");
     int64_t n_layer, n_embd;
     if (get_int(v, "gemma4.block_count", &n_layer) || get_int(v, "gemma4.embedding_length", &n_embd)) return -1;
+    /* gemma4-tiny and gemma4-demo share depth and width: the sliding
+     * window tells them apart; without a match on it the first profile of
+     * that shape is taken, so the window check names what is wrong */
+    int64_t window = -1;
+    i = gguf_find_key(v->f, "gemma4.attention.sliding_window");
+    if (i < 0 || gguf_kv_int(v->f, (uint64_t)i, &window)) window = -1;
+    *out = NULL;
     for (int p = 0; p < gemma4_profile_count(); p++) {
-        if (profiles[p].n_layer == n_layer && profiles[p].n_embd == n_embd) {
-            *out = &profiles[p];
-            return 0;
-        }
+        if (profiles[p].n_layer != n_layer || profiles[p].n_embd != n_embd) continue;
+        if (!*out || profiles[p].window == window) *out = &profiles[p];
+        if (profiles[p].window == window) break;
     }
+    if (*out) return 0;
     char names[256] = "";
     for (int p = 0; p < gemma4_profile_count(); p++) {
         strncat(names, p ? ", " : "", sizeof names - strlen(names) - 1);
