@@ -308,7 +308,7 @@ static void test_fused_matmul(void) {
 
 static void test_matmul(void) {
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
-    const int ns[] = {1, 3, 8, 13, 70}; /* 70: prefill tiles (tensor cores with GEM_CUDA_MMA=1) over two token tiles */
+    const int ns[] = {1, 3, 8, 13, 70}; /* 70: prefill tiles (tensor cores unless GEM_CUDA_MMA=0) over two token tiles */
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int64_t K = 1536, M = 333; /* M odd: a warp's second row runs off the end */
         tensor W = make_tensor(types[t], K, M);

@@ -95,8 +95,8 @@ typedef struct {
     unsigned epoch, q_epoch;
     const float *q_src;
     int q_n, q_K;
-    /* GEM_CUDA_MMA=1: prefill tiles of q8_0/q4_0 on the tensor cores
-     * (k_mm_q); off by default until make test-cuda has run it */
+    /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
+     * GEM_CUDA_MMA=0 */
     int mma;
     struct {
         char name[48];
@@ -1070,7 +1070,7 @@ static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu
 
 #define AT_THREADS 256
 #define AT_CHUNK 64
-#define AT_MAX_OWN 16 /* (query heads per KV head) x head_dim <= 16 * AT_THREADS */
+#define AT_MAX_OWN 16 /* accumulators per thread: rows x ceil(head_dim / AT_THREADS) */
 
 __device__ __forceinline__ const float *key_row(const float *cur, const float *cache, int p, int pos0, int kvh, int h,
                                                 int d, int cap, int ring) {
@@ -1079,40 +1079,58 @@ __device__ __forceinline__ const float *key_row(const float *cur, const float *c
     return cache + ((size_t)slot * kvh + h) * d;
 }
 
-/* One block per (KV head x head group, split, query): the Gb query heads
- * of a group share the KV head and read each key and value row once. Keys of this call come from
- * k/v, older ones from the cache (a tile's own keys may overwrite ring slots
- * its earlier queries still need, so the cache is written after). Online
- * softmax over chunks of AT_CHUNK keys; the block leaves unnormalised
- * partial sums with their running max and sum for k_attn_combine. */
+/* One block per (KV head x head group, split, query block): its R rows are
+ * QB queries x G query heads sharing one KV head, so each key and value
+ * row read serves all R of them (prefill tiles share the reads across
+ * queries; a one-token step has QB = 1). Keys of this call come from k/v,
+ * older ones from the cache (a tile's own keys may overwrite ring slots its
+ * earlier queries still need, so the cache is written after). Each row
+ * masks keys outside its own causal window. Online softmax over chunks of
+ * AT_CHUNK keys; the block leaves unnormalised partial sums with their
+ * running max and sum for k_attn_combine (a row with no key in a split
+ * leaves max -inf and sum 0, which the combine weighs as nothing).
+ * Thread t accumulates output elements t, t + 256, ... (EPT of them) of
+ * every row, so one value load serves all rows. */
+template <int D>
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
-                 int n_head, int kvh, int d, int cap, int ring, int window, int nsplit, int G, float *part, float *pml,
-                 float *store_k, float *store_v) {
+                 int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
+                 float *pml, float *store_k, float *store_v) {
+    constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
     extern __shared__ float sm[];
+    const int R = G * QB;
     const int groups = n_head / kvh / G;
     const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * G;
-    const int split = blockIdx.y, i = blockIdx.z, GD = G * d;
-    float *qs = sm, *S = sm + GD, *mrow = S + G * AT_CHUNK, *lrow = mrow + G, *alpha = lrow + G;
+    const int split = blockIdx.y, i0 = blockIdx.z * QB;
+    float *qs = sm, *S = sm + R * D, *mrow = S + R * AT_CHUNK, *lrow = mrow + R, *alpha = lrow + R;
+    int *rfirst = (int *)(alpha + R), *rlast = rfirst + R;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = AT_THREADS / 32;
-    const int pos0 = step[0], qp = pos0 + i;
+    const int pos0 = step[0];
     /* one-token steps store the new key/value here: no block reads that
      * cache slot (the new key comes from k/v; in a ring the slot held the
      * position just outside the window) */
     if (store_k && split == 0 && blockIdx.x % groups == 0) {
         const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
-        for (int e = threadIdx.x; e < d; e += AT_THREADS) {
-            store_k[(slot * kvh + h) * d + e] = k[(size_t)h * d + e];
-            store_v[(slot * kvh + h) * d + e] = v[(size_t)h * d + e];
+        for (int e = threadIdx.x; e < D; e += AT_THREADS) {
+            store_k[(slot * kvh + h) * D + e] = k[(size_t)h * D + e];
+            store_v[(slot * kvh + h) * D + e] = v[(size_t)h * D + e];
         }
     }
-    const int first = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
-    const int len = qp - first + 1, per = (len + nsplit - 1) / nsplit;
-    const int s0 = first + split * per, s1 = min(s0 + per, qp + 1);
-    for (int idx = tid; idx < GD; idx += AT_THREADS) qs[idx] = q[((size_t)i * n_head + hq0) * d + idx];
-    if (tid < G) {
+    const int i_last = min(i0 + QB, n) - 1;
+    const int qp_first = pos0 + i0, qp_last = pos0 + i_last;
+    const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    const int len = qp_last - first + 1, per = (len + nsplit - 1) / nsplit;
+    const int s0 = first + split * per, s1 = min(s0 + per, qp_last + 1);
+    for (int idx = tid; idx < R * D; idx += AT_THREADS) {
+        const int r = idx / D, qi = r / G, g = r % G;
+        qs[idx] = i0 + qi < n ? q[((size_t)(i0 + qi) * n_head + hq0 + g) * D + idx % D] : 0.0f;
+    }
+    if (tid < R) {
+        const int i = i0 + tid / G, qp = pos0 + i;
         mrow[tid] = -INFINITY;
         lrow[tid] = 0;
+        rfirst[tid] = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
+        rlast[tid] = i < n ? qp : -1; /* rows past the tile see no key */
     }
     float acc[AT_MAX_OWN];
 #pragma unroll
@@ -1121,66 +1139,71 @@ __global__ void __launch_bounds__(AT_THREADS)
     for (int c0 = s0; c0 < s1; c0 += AT_CHUNK) {
         const int cn = min(AT_CHUNK, s1 - c0);
         for (int j = warp; j < cn; j += nwarps) {
-            const float *kr = key_row(k, ck, c0 + j, pos0, kvh, h, d, cap, ring);
+            const int p = c0 + j;
+            const float *kr = key_row(k, ck, p, pos0, kvh, h, D, cap, ring);
             float4 kv4[4] = {};
 #pragma unroll
             for (int m = 0; m < 4; m++)
-                if (m * 128 < d) kv4[m] = *(const float4 *)(kr + m * 128 + lane * 4);
-            for (int g = 0; g < G; g++) {
+                if (m * 128 < D) kv4[m] = *(const float4 *)(kr + m * 128 + lane * 4);
+            for (int r = 0; r < R; r++) {
+                if (p < rfirst[r] || p > rlast[r]) { /* the same for the whole warp */
+                    if (lane == 0) S[r * AT_CHUNK + j] = -INFINITY;
+                    continue;
+                }
                 float dot = 0;
 #pragma unroll
                 for (int m = 0; m < 4; m++)
-                    if (m * 128 < d) {
-                        const float4 qv = *(const float4 *)(qs + g * d + m * 128 + lane * 4);
+                    if (m * 128 < D) {
+                        const float4 qv = *(const float4 *)(qs + r * D + m * 128 + lane * 4);
                         dot += qv.x * kv4[m].x + qv.y * kv4[m].y + qv.z * kv4[m].z + qv.w * kv4[m].w;
                     }
                 dot = warp_sum(dot);
-                if (lane == 0) S[g * AT_CHUNK + j] = dot;
+                if (lane == 0) S[r * AT_CHUNK + j] = dot;
             }
         }
         __syncthreads();
-        for (int g = warp; g < G; g += nwarps) {
+        for (int r = warp; r < R; r += nwarps) {
             float mx = -INFINITY;
-            for (int j = lane; j < cn; j += 32) mx = fmaxf(mx, S[g * AT_CHUNK + j]);
+            for (int j = lane; j < cn; j += 32) mx = fmaxf(mx, S[r * AT_CHUNK + j]);
             mx = warp_max(mx);
-            const float mnew = fmaxf(mrow[g], mx);
+            const float mnew = fmaxf(mrow[r], mx);
             float sum = 0;
             for (int j = lane; j < cn; j += 32) {
-                const float e = expf(S[g * AT_CHUNK + j] - mnew);
-                S[g * AT_CHUNK + j] = e;
+                const float e = mnew == -INFINITY ? 0.0f : expf(S[r * AT_CHUNK + j] - mnew);
+                S[r * AT_CHUNK + j] = e;
                 sum += e;
             }
             sum = warp_sum(sum);
             if (lane == 0) {
-                const float a = expf(mrow[g] - mnew);
-                alpha[g] = a;
-                lrow[g] = lrow[g] * a + sum;
-                mrow[g] = mnew;
+                const float a = mnew == -INFINITY ? 1.0f : expf(mrow[r] - mnew);
+                alpha[r] = a;
+                lrow[r] = lrow[r] * a + sum;
+                mrow[r] = mnew;
             }
         }
         __syncthreads();
 #pragma unroll
-        for (int jj = 0; jj < AT_MAX_OWN; jj++) {
-            const int idx = tid + jj * AT_THREADS;
-            if (idx < GD) {
-                const int g = idx / d, e = idx % d;
-                float a = acc[jj] * alpha[g];
-                for (int j = 0; j < cn; j++) a += S[g * AT_CHUNK + j] * key_row(v, cv, c0 + j, pos0, kvh, h, d, cap, ring)[e];
-                acc[jj] = a;
-            }
+        for (int jj = 0; jj < AT_MAX_OWN; jj++)
+            if (jj < R * EPT) acc[jj] *= alpha[jj / EPT];
+        for (int j = 0; j < cn; j++) {
+            const float *vr = key_row(v, cv, c0 + j, pos0, kvh, h, D, cap, ring);
+            float vv[EPT];
+#pragma unroll
+            for (int e = 0; e < EPT; e++) vv[e] = tid + e * AT_THREADS < D ? vr[tid + e * AT_THREADS] : 0.0f;
+#pragma unroll
+            for (int jj = 0; jj < AT_MAX_OWN; jj++)
+                if (jj < R * EPT) acc[jj] += S[(jj / EPT) * AT_CHUNK + j] * vv[jj % EPT];
         }
         __syncthreads();
     }
 #pragma unroll
     for (int jj = 0; jj < AT_MAX_OWN; jj++) {
-        const int idx = tid + jj * AT_THREADS;
-        if (idx < GD) {
-            const int g = idx / d, e = idx % d;
-            part[(((size_t)i * n_head + hq0 + g) * nsplit + split) * d + e] = acc[jj];
-        }
+        const int r = jj / EPT, e = tid + (jj % EPT) * AT_THREADS, qi = r / G, g = r % G;
+        if (jj < R * EPT && e < D && i0 + qi < n)
+            part[(((size_t)(i0 + qi) * n_head + hq0 + g) * nsplit + split) * D + e] = acc[jj];
     }
-    if (tid < G) {
-        const size_t o = (((size_t)i * n_head + hq0 + tid) * nsplit + split) * 2;
+    if (tid < R && i0 + tid / G < n) {
+        const size_t o = (((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split) * 2;
         pml[o] = mrow[tid];
         pml[o + 1] = lrow[tid];
     }
@@ -1244,18 +1267,35 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     /* the largest group of query heads (a divisor of n_head / n_kv_head)
      * whose outputs fit the block's registers */
     int G = n_head / n_kv_head;
-    while (G * d > AT_MAX_OWN * AT_THREADS && G % 2 == 0) G /= 2;
-    if (G * d > AT_MAX_OWN * AT_THREADS || d % 128 || d > 512 || n_head % n_kv_head) {
+    const int ept = (d + AT_THREADS - 1) / AT_THREADS; /* output elements per thread and row */
+    while (G * ept > AT_MAX_OWN && G % 2 == 0) G /= 2;
+    if (G * ept > AT_MAX_OWN || d % 128 || d > 512 || n_head % n_kv_head) {
         cu_check(c, cudaErrorInvalidValue, "attention: unsupported head shape");
         return;
     }
     const int groups = n_head / n_kv_head / G;
+    /* queries per block: as many as the accumulators hold (one value load
+     * then serves G x QB rows) */
+    int QB = AT_MAX_OWN / (G * ept);
+    if (QB < 1) QB = 1;
+    if (QB > n) QB = n;
+    const int R = G * QB;
     const size_t rows = (size_t)n * n_head * nsplit;
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
-    const size_t shm = sizeof(float) * ((size_t)G * d + (size_t)G * AT_CHUNK + 3 * (size_t)G);
-    k_attn_split<<<dim3(n_kv_head * groups, nsplit, n), AT_THREADS, shm, c->st>>>(
-        q->d, k->d, v->d, kv->k, kv->v, c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, G,
-        (float *)c->part.p, (float *)c->pml.p, n == 1 ? kv->k : NULL, n == 1 ? kv->v : NULL);
+    const size_t shm = sizeof(float) * ((size_t)R * d + (size_t)R * AT_CHUNK + 5 * (size_t)R);
+    const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
+    float *sk = n == 1 ? kv->k : NULL, *sv = n == 1 ? kv->v : NULL;
+#define ATTN_LAUNCH(DIM)                                                                                         \
+    k_attn_split<DIM><<<grid, AT_THREADS, shm, c->st>>>(q->d, k->d, v->d, kv->k, kv->v, c->step, n, n_head,      \
+                                                        n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, \
+                                                        (float *)c->part.p, (float *)c->pml.p, sk, sv)
+    switch (d) {
+    case 128: ATTN_LAUNCH(128); break;
+    case 256: ATTN_LAUNCH(256); break;
+    case 384: ATTN_LAUNCH(384); break;
+    default: ATTN_LAUNCH(512); break;
+    }
+#undef ATTN_LAUNCH
     LAUNCHED(c, "attention");
     k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
         (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d);
@@ -1515,8 +1555,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_load = cu_kv_load;
     b->argmax = cu_argmax;
     b->set_step = cu_set_step;
+    /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
+     * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
     const char *mma = getenv("GEM_CUDA_MMA");
-    c->mma = mma && *mma && strcmp(mma, "0");
+    c->mma = !(mma && !strcmp(mma, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     c->prof_mark = now_s();
