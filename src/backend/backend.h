@@ -110,6 +110,11 @@ struct backend {
     /* 0, or -1 with the first device error since creation (asynchronous
      * failures surface here; after one, results are undefined). */
     int (*status)(backend *b, gem_err *err);
+
+    /* Optional (NULL on host backends): bytes of device memory taken since
+     * the backend was created (weights, caches, scratch). Buffers only grow
+     * during a run, so the value at the end of a run is its peak. */
+    size_t (*mem_used)(backend *b);
 };
 
 typedef struct {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -195,8 +196,15 @@ int cli_bench(int argc, char **argv) {
                         "\"weight_gbs\": %.1f, \"roofline_fraction\": %.4f}",
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, gbs / peak);
     }
+    /* device memory on the GPU, peak resident set size on the CPU */
+    const size_t dev = gem_engine_mem_used(e);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss = (double)ru.ru_maxrss * 1024.0;
+    if (dev) printf("peak device memory: %.2f GiB\n", dev / 1073741824.0);
+    printf("peak resident set: %.2f GiB\n", rss / 1073741824.0);
     if (js) {
-        fprintf(js, "]}\n");
+        fprintf(js, "],\n \"peak_device_bytes\": %zu, \"peak_rss_bytes\": %.0f}\n", dev, rss);
         fclose(js);
     }
     if (rc) fprintf(stderr, "gem bench: error: %s\n", err.msg);

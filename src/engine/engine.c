@@ -70,6 +70,7 @@ void gem_engine_close(gem_engine *e) {
 const tok *gem_engine_tok(const gem_engine *e) { return e->tok; }
 const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
 const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
+size_t gem_engine_mem_used(const gem_engine *e) { return e->be->mem_used ? e->be->mem_used(e->be) : 0; }
 int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err) {

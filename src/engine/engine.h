@@ -31,6 +31,8 @@ void gem_engine_close(gem_engine *e);
 const tok *gem_engine_tok(const gem_engine *e);
 const char *gem_engine_backend(const gem_engine *e);
 const char *gem_engine_profile(const gem_engine *e);
+/* Device memory held by the engine's backend (0 on the CPU). */
+size_t gem_engine_mem_used(const gem_engine *e);
 int gem_engine_n_ctx(const gem_engine *e);
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err);

@@ -98,6 +98,7 @@ typedef struct {
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
+    size_t mem_free0; /* free device memory when the backend was created */
     struct {
         char name[48];
         double s;
@@ -386,6 +387,15 @@ static void cu_sync(backend *b) {
 
 /* ------------------------------------------------------------------ */
 /* step parameters                                                     */
+
+/* Other processes on the GPU can move the free count too; on the benchmark
+ * machine the GPU is ours alone. */
+static size_t cu_mem_used(backend *b) {
+    cuda_backend *c = cu_of(b);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || free_b > c->mem_free0) return 0;
+    return c->mem_free0 - free_b;
+}
 
 static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
     cuda_backend *c = cu_of(b);
@@ -1562,6 +1572,9 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     c->prof_mark = now_s();
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) c->mem_free0 = free_b;
+    b->mem_used = cu_mem_used;
     b->capture = c->profile ? NULL : cu_capture;
     b->replay = cu_replay;
     b->graph_free = cu_graph_free;
