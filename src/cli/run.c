@@ -1,7 +1,12 @@
 /* gem run: generate from a prompt. Text streams to stdout as whole UTF-8
  * characters; timings (load, prompt tok/s, time to first token, decode
  * tok/s) go to stderr. --ids prints only the generated token ids on one
- * line (an interface external checks use). */
+ * line (an interface external checks use). --top-logprobs K prints instead
+ * one JSON line per step: the chosen id, its log-probability and the K most
+ * likely ids with theirs (log-softmax of the soft-capped logits over the
+ * whole vocabulary); --force-ids makes the first steps take given ids
+ * (teacher forcing, for comparisons along another implementation's path).
+ * Both are what bench/logits.py reads. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +17,7 @@
 #include "chat/chat.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 static double now_s(void) {
@@ -38,8 +44,23 @@ static int usage(void) {
             "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu] [--cpu-ref] [--compat-llama] [--chat]\n"
-            "               [--ignore-eos] [--ids]\n");
+            "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n");
     return 2;
+}
+
+/* One --top-logprobs line: step, the position the distribution predicts
+ * (tokens evaluated before it), the chosen id and whether it was forced,
+ * the argmax, the log-sum-exp of the logits (logit = logprob + lse), the
+ * chosen id's logprob and the top K. */
+static void print_logprobs(int step, size_t pos, int32_t id, int forced, const float *logits, int n_vocab, int k,
+                           int32_t *top, double *lp) {
+    double lse = gem_top_logprobs(logits, n_vocab, k, top, lp);
+    printf("{\"step\":%d,\"pos\":%zu,\"id\":%d,\"forced\":%s,\"argmax\":%d,\"lse\":%.9g,\"logprob\":%.9g,\"top_ids\":[",
+           step, pos, id, forced ? "true" : "false", top[0], lse, (double)logits[id] - lse);
+    for (int j = 0; j < k; j++) printf(j ? ",%d" : "%d", top[j]);
+    printf("],\"top_logprobs\":[");
+    for (int j = 0; j < k; j++) printf(j ? ",%.9g" : "%.9g", lp[j]);
+    printf("]}\n");
 }
 
 static int parse_ids(const char *s, int32_t **ids, int *n) {
@@ -72,8 +93,8 @@ int cli_run(int argc, char **argv) {
     sp.temp = 0.8f;
     sp.top_k = 64;
     sp.top_p = 0.95f;
-    const char *prompt = NULL, *prompt_ids = NULL;
-    double n_predict = 128;
+    const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL;
+    double n_predict = 128, top_logprobs = 0;
     int chat = 0, ignore_eos = 0, print_ids = 0;
     char mbuf[4096];
     for (int i = 0; i < argc; i++) {
@@ -99,6 +120,8 @@ int cli_run(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--ids")) print_ids = 1;
+        else if (!strcmp(a, "--top-logprobs")) { if (cli_parse_num(v, 1, 1000, &top_logprobs)) goto bad; i++; }
+        else if (!strcmp(a, "--force-ids")) { if (!v) return usage(); force_ids = v; i++; }
         else {
             fprintf(stderr, "gem run: error: unknown option '%s'\n", a);
             return usage();
@@ -133,6 +156,21 @@ int cli_run(int argc, char **argv) {
     sampler *smp = NULL;
     int32_t *out = NULL;
     chat_parser *cp = NULL;
+    int32_t *forced = NULL, *top = NULL;
+    double *top_lp = NULL;
+    int n_forced = 0;
+    const int n_top = (int)top_logprobs;
+    if (force_ids && parse_ids(force_ids, &forced, &n_forced)) {
+        fprintf(stderr, "gem run: error: --force-ids needs token ids\n");
+        goto done;
+    }
+    for (int i = 0; i < n_forced; i++)
+        if (forced[i] >= (int32_t)tok_n_vocab(tk)) {
+            fprintf(stderr, "gem run: error: --force-ids: id %d is outside the vocabulary\n", forced[i]);
+            goto done;
+        }
+    if (n_top && (!(top = malloc((size_t)n_top * sizeof *top)) || !(top_lp = malloc((size_t)n_top * sizeof *top_lp))))
+        goto done;
     if (prompt_ids) {
         if (parse_ids(prompt_ids, &ids, &n_ids)) {
             fprintf(stderr, "gem run: error: --prompt-ids needs token ids\n");
@@ -176,8 +214,9 @@ int cli_run(int argc, char **argv) {
     if (chat) cp = chat_parser_new(chat_event_out, NULL);
     if (!smp || !out || (chat && !cp)) goto done;
     /* greedy without penalties: the argmax is taken on the backend and only
-     * the chosen id comes back (a GPU then skips reading the vocabulary) */
-    const int greedy = sampler_is_greedy(smp);
+     * the chosen id comes back (a GPU then skips reading the vocabulary);
+     * --top-logprobs needs the logits themselves */
+    const int greedy = sampler_is_greedy(smp) && !n_top;
     int32_t next = 0;
     double t1 = now_s();
     if (greedy ? gem_session_eval_greedy(s, ids, n_ids, &next, &err) : gem_session_eval(s, ids, n_ids, &err)) {
@@ -191,11 +230,13 @@ int cli_run(int argc, char **argv) {
     for (; n_out < (int)n_predict; n_out++) {
         size_t nh;
         const int32_t *hist = gem_session_tokens(s, &nh);
-        int32_t id = greedy ? next : sampler_sample(smp, gem_session_logits(s), hist, nh);
+        const int is_forced = n_out < n_forced;
+        int32_t id = is_forced ? forced[n_out] : greedy ? next : sampler_sample(smp, gem_session_logits(s), hist, nh);
         if (n_out == 0) t_first = now_s() - t1;
+        if (n_top) print_logprobs(n_out, nh, id, is_forced, gem_session_logits(s), (int)tok_n_vocab(tk), n_top, top, top_lp);
         if (!ignore_eos && tok_is_eog(tk, id)) break;
         out[n_out] = id;
-        if (!print_ids) {
+        if (!print_ids && !n_top) {
             size_t len;
             const char *piece = tok_piece(tk, id, 0, &len);
             if (chat) chat_parser_feed(cp, piece, len);
@@ -208,7 +249,9 @@ int cli_run(int argc, char **argv) {
         }
     }
     double t_decode = now_s() - t2;
-    if (print_ids) {
+    if (n_top) {
+        /* the JSON lines were the output */
+    } else if (print_ids) {
         for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
         printf("\n");
     } else if (chat) {
@@ -226,6 +269,9 @@ int cli_run(int argc, char **argv) {
             t_first, n_out, n_out > 1 ? (n_out - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
     rc = 0;
 done:
+    free(forced);
+    free(top);
+    free(top_lp);
     chat_parser_free(cp);
     free(out);
     sampler_free(smp);
