@@ -1,24 +1,41 @@
 /* Worker pool (see pool.h). One job at a time: a generation counter tells
  * workers a new job is posted; tasks are claimed with an atomic counter; the
- * last finisher signals the caller. */
+ * last finisher tells the caller.
+ *
+ * Decode posts hundreds of small jobs per token, so both sides spin for a
+ * short while (POOL_SPIN polls, some tens of microseconds) before sleeping
+ * on a condition variable: a futex round trip per job cost several percent
+ * of decode time. Lost wake-ups are excluded by the usual store/load pairs,
+ * all sequentially consistent: the caller publishes the generation and then
+ * reads `sleepers`; a worker counts itself in `sleepers` under the mutex and
+ * then re-reads the generation, so one of the two sees the other. The same
+ * holds for `active` and `caller_sleeping` at the end of a job. */
 #include "backend/cpu/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+
+/* polls before sleeping; every 64th yields the CPU, so a spinning thread
+ * does not starve a busy one when cores are oversubscribed */
+#define POOL_SPIN 4096
 
 struct cpu_pool {
     int n;
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    unsigned long gen;
-    int quit;
+    atomic_ulong gen;
+    atomic_int quit;
     void (*fn)(void *, int);
     void *ctx;
     int n_tasks;
     atomic_int next;
-    int active; /* workers still inside the current job */
+    atomic_int active;          /* workers still inside the current job */
+    atomic_int sleepers;        /* workers waiting on `wake` */
+    atomic_int caller_sleeping; /* the caller waits on `done` */
 };
 
 static void drain(cpu_pool *p) {
@@ -29,20 +46,37 @@ static void drain(cpu_pool *p) {
     }
 }
 
+static inline void relax(int s) {
+    if ((s & 63) == 63) {
+        sched_yield();
+        return;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *worker(void *arg) {
     cpu_pool *p = arg;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
+        for (int s = 0; s < POOL_SPIN && atomic_load(&p->gen) == seen && !atomic_load(&p->quit); s++) relax(s);
+        if (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit)) break;
+        seen = atomic_load(&p->gen);
         drain(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->active, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            if (atomic_load(&p->caller_sleeping)) pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -66,7 +100,7 @@ cpu_pool *pool_new(int threads) {
 void pool_free(cpu_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->tid[i], NULL);
@@ -85,17 +119,26 @@ void pool_run(cpu_pool *p, void (*fn)(void *, int), void *ctx, int n) {
         for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* workers of the previous job have all left drain() (active reached 0),
+     * so the job fields can be rewritten before the generation moves */
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n;
     atomic_store(&p->next, 0);
-    p->active = p->n - 1;
-    p->gen++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->active, p->n - 1);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
     drain(p);
-    pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int s = 0; s < POOL_SPIN && atomic_load(&p->active) > 0; s++) relax(s);
+    if (atomic_load(&p->active) > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeping, 1);
+        while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_sleeping, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
