@@ -39,7 +39,7 @@ margin (closer than 1e-3: reported as close calls).
 
 usage: bench/logits.py [--steps 128] [--text TEXT] [--threads N]
                        [--model NAME=PATH]... [--variants default,compat-llama]
-                       [--no-ref] [--no-hf] [--backend cpu] [--out PREFIX]
+                       [--no-ref] [--no-hf] [--backend cpu] [--gem PATH] [--note TEXT]... [--out PREFIX]
 Default models: gemma4-tiny f32 seed 3 (gem synth) and the demo model
 data/models/default.gguf; writes bench/results/logits-cpu-DATE.json and .md.
 Needs ./gem (built here) and, for the reference mode, the reference
@@ -85,7 +85,7 @@ def gem_tokenize(text):
 
 def gem_logprobs(a, model, prompt, n, extra, force=None):
     """gem run --top-logprobs: one record per step."""
-    cmd = ["./gem", "run", "-m", model, "--prompt-ids", " ".join(map(str, prompt)), "-n", str(n), "--temp", "0",
+    cmd = [a.gem, "run", "-m", model, "--prompt-ids", " ".join(map(str, prompt)), "-n", str(n), "--temp", "0",
            "--ignore-eos", "--top-logprobs", str(a.lookup), "--ctx", str(len(prompt) + n + 16)]
     if a.threads:
         cmd += ["-t", str(a.threads)]
@@ -289,12 +289,15 @@ def main():
     ap.add_argument("--no-ref", action="store_true")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--backend", default="")
+    ap.add_argument("--gem", default="./gem", help="the gem executable (default ./gem, built first)")
     ap.add_argument("--server", default=".ref/llama.cpp/build-cpu/bin/llama-server")
+    ap.add_argument("--note", action="append", default=[], help="a finding to record with the results (repeatable)")
     ap.add_argument("--out", default="", help="output prefix (default bench/results/logits-BACKEND-DATE)")
     a = ap.parse_args()
     if a.lookup < TOP:
         sys.exit(f"--lookup must be at least {TOP}")
-    subprocess.run(["make", "-s", "gem"], check=True)
+    if a.gem == "./gem":
+        subprocess.run(["make", "-s", "gem"], check=True)
     tmp = tempfile.mkdtemp(prefix="gem-logits-")
     variants = a.variants.split(",")
 
@@ -331,7 +334,7 @@ def main():
                       "gem teacher-forced along the reference's ids (--force-ids) for all steps, and greedy on its own "
                       "for the identical-prefix count; per step the union of both top-20 sets, each side's value from "
                       "its own top-%d; argmax = gem's vs the reference's top-1 (pre-EOG-bias)" % a.lookup),
-           "reference": [], "transformers": []}
+           "notes": a.note, "reference": [], "transformers": []}
 
     if not a.no_ref:
         if not os.path.exists(a.server):
@@ -423,6 +426,8 @@ def render(doc, jpath):
                      f"{r['max_abs_dlogit']:.2e} | {r['max_abs_dlogprob_rel_top1']:.2e} | "
                      f"{r['argmax_agree']}/{r['positions']} | {r['argmax_close_calls']} |")
         L.append("")
+    if doc.get("notes"):
+        L += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
     files = []
     for r in doc["reference"] + doc["transformers"]:
         if (r["model"], r["model_sha256"]) not in files:
