@@ -34,6 +34,10 @@ ifeq ($(CUDA),1)
 endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
+# The embedded default model, unpacked by the rule below `run` (defined here:
+# prerequisite lists expand when make reads them).
+DEFAULT_MODEL := data/models/default.gguf
+
 .PHONY: all test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem $(DEFAULT_MODEL)
 
@@ -109,7 +113,6 @@ $(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malfo
 # The embedded default model: the trained demo model (models/README.md),
 # committed gzip-compressed and unpacked where gem looks for its default
 # (data/models/default.gguf beside the executable).
-DEFAULT_MODEL := data/models/default.gguf
 $(DEFAULT_MODEL): models/gemma4-demo-q4_0.gguf.gz
 	@mkdir -p $(dir $@)
 	gzip -dc $< > $@.tmp && mv $@.tmp $@
