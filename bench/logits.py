@@ -70,11 +70,8 @@ VARIANTS = {"default": [], "compat-llama": ["--compat-llama"]}
 
 
 def sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def gem_tokenize(text):

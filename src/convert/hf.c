@@ -639,16 +639,10 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         }
     }
     if (read_config(o->dir, cfg, &h, err)) goto done;
-    const gemma4_profile *p = NULL;
-    for (int i = 0; i < gemma4_profile_count() && !p; i++) {
-        const gemma4_profile *q = gemma4_profile_at(i);
-        /* profiles can share depth and width (gemma4-tiny, gemma4-demo) */
-        if (q->n_layer == h.n_layer && q->n_embd == h.n_embd && q->n_ff == h.n_ff && q->window == h.window) p = q;
-    }
+    const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, h.window);
     if (!p) {
-        gem_err_set(err,
-                    "%s/config.json: %u layers of width %u (FFN %u, window %u) match no supported Gemma 4 profile",
-                    o->dir, h.n_layer, h.n_embd, h.n_ff, h.window);
+        gem_err_set(err, "%s/config.json: %u layers of width %u match no supported Gemma 4 profile", o->dir, h.n_layer,
+                    h.n_embd);
         goto done;
     }
     if (load_shards(o->dir, &h, &c, err)) goto done;

@@ -41,6 +41,17 @@ const gemma4_profile *gemma4_profile_find(const char *name) {
     return NULL;
 }
 
+const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t window) {
+    const gemma4_profile *m = NULL;
+    for (int i = 0; i < gemma4_profile_count(); i++) {
+        const gemma4_profile *p = &profiles[i];
+        if (p->n_layer != n_layer || p->n_embd != n_embd) continue;
+        if (p->window == window) return p;
+        if (!m) m = p;
+    }
+    return m;
+}
+
 int gemma4_layer_is_full(const gemma4_profile *p, uint32_t il) {
     return il % 6 == 5 || il + 1 == p->n_layer;
 }
@@ -366,19 +377,10 @@ static int identify(vctx *v, const gemma4_profile **out) {
                          "Gemma 4 E2B/E4B (per-layer embeddings) is not supported: gem runs the dense 31B and 12B");
     int64_t n_layer, n_embd;
     if (get_int(v, "gemma4.block_count", &n_layer) || get_int(v, "gemma4.embedding_length", &n_embd)) return -1;
-    /* gemma4-tiny and gemma4-demo share depth and width: the sliding
-     * window tells them apart; without a match on it the first profile of
-     * that shape is taken, so the window check names what is wrong */
     int64_t window = -1;
     i = gguf_find_key(v->f, "gemma4.attention.sliding_window");
     if (i < 0 || gguf_kv_int(v->f, (uint64_t)i, &window)) window = -1;
-    *out = NULL;
-    for (int p = 0; p < gemma4_profile_count(); p++) {
-        if (profiles[p].n_layer != n_layer || profiles[p].n_embd != n_embd) continue;
-        if (!*out || profiles[p].window == window) *out = &profiles[p];
-        if (profiles[p].window == window) break;
-    }
-    if (*out) return 0;
+    if ((*out = gemma4_profile_match(n_layer, n_embd, window))) return 0;
     char names[256] = "";
     for (int p = 0; p < gemma4_profile_count(); p++) {
         strncat(names, p ? ", " : "", sizeof names - strlen(names) - 1);

@@ -42,6 +42,11 @@ typedef struct {
 int gemma4_profile_count(void);
 const gemma4_profile *gemma4_profile_at(int i);
 const gemma4_profile *gemma4_profile_find(const char *name);
+/* The profile of a file or checkpoint by its shape: depth and width, and
+ * among profiles sharing those (gemma4-tiny, gemma4-demo) the one with this
+ * sliding window, else the first of that shape, so that the window check
+ * afterwards names what is wrong. NULL when no profile has that shape. */
+const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t window);
 int gemma4_layer_is_full(const gemma4_profile *p, uint32_t il);
 
 /* Role of a tensor in the manifest. */

@@ -114,7 +114,7 @@ expect_fail "MoE" "Gemma 4 MoE (num_experts 128) is not supported" 1 "$tmp/x"
 mk; edit_json "$tmp/x/config.json" "d['hidden_size_per_layer_input'] = 256"
 expect_fail "per-layer embeddings" "Gemma 4 E2B/E4B (per-layer embeddings) is not supported" 1 "$tmp/x"
 mk; edit_json "$tmp/x/config.json" "d['hidden_size'] = 300"
-expect_fail "no profile" "6 layers of width 300 (FFN 512, window 32) match no supported Gemma 4 profile" 1 "$tmp/x"
+expect_fail "no profile" "6 layers of width 300 match no supported Gemma 4 profile" 1 "$tmp/x"
 mk; edit_json "$tmp/x/config.json" "del d['layer_types']"
 expect_fail "no layer types" "'layer_types' must list one type per layer (6)" 1 "$tmp/x"
 mkc; patch_header "$tmp/x/model.safetensors" '"shape":[1024,256]' '"shape":[256,1024]'

@@ -6,7 +6,7 @@
 # sliding windows and more), and synthetic gemma4-12b in f16 and q4_0
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
-# (tests/cuda/demo.sh).
+# (tests/model/test_demo.sh with BACKEND=cuda).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order is the CPU fast path's, and
@@ -25,8 +25,8 @@ run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
 
 run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
 run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
-run "demo model (dp4a prefill)" env GEM_CUDA_MMA=0 tests/cuda/demo.sh
-run "demo model (tensor-core prefill)" tests/cuda/demo.sh
+run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
+run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
