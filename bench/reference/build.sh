@@ -4,7 +4,9 @@
 # what was built in .ref/VERSION. Nothing of it is ever committed.
 #
 #   bench/reference/build.sh cpu     # this machine (about 20 minutes on 2 cores)
-#   bench/reference/build.sh cuda    # the H200 machine (sm_90)
+#   bench/reference/build.sh cuda    # sm_90a; needs nvcc, not a GPU: built here,
+#                                    # static, so bin/llama-bench can be carried
+#                                    # to the H200 machine (about 90 min on 2 cores)
 set -eu
 kind=${1:-cpu}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,9 +26,10 @@ cpu)
     cmake --build build-cpu -j"$(nproc)" --target $targets >/dev/null
     bin=build-cpu/bin ;;
 cuda)
-    cmake -B build-cuda -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+    cmake -B build-cuda -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF \
+          -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
           -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build build-cuda -j"$(nproc)" --target llama-bench llama-server llama-completion >/dev/null
+    cmake --build build-cuda -j"$(nproc)" --target ${CUDA_TARGETS:-llama-bench} >/dev/null
     bin=build-cuda/bin ;;
 *) echo "usage: $0 cpu|cuda" >&2; exit 2 ;;
 esac

@@ -41,6 +41,10 @@ typedef struct be_graph be_graph;
 
 struct backend {
     const char *name;     /* "cpu", "cpu-ref", "cuda" */
+    /* Tokens per prompt tile the engine uses unless told otherwise: a GPU
+     * wants tiles large enough that each weight read from memory serves
+     * hundreds of tokens; the CPU's caches want small ones. */
+    int prompt_tile;
     void (*destroy)(backend *b);
 
     be_weight *(*weight)(backend *b, const gguf_tensor *t, gem_err *err);
@@ -57,6 +61,12 @@ struct backend {
     void (*rmsnorm)(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
     void (*add_rmsnorm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
                         const be_weight *s);
+    /* Optional (NULL: the model calls add_rmsnorm, then rmsnorm): h +=
+     * rmsnorm(x) w (times s[0] when s), then out = rmsnorm(h) w_next, in
+     * one pass over h (a residual add and the next norm). Results equal
+     * the two calls'. */
+    void (*add_rmsnorm_norm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, const be_weight *s,
+                             const be_weight *w_next, int rows, int width, float eps, be_buf *out);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
     /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
      * one pass of the activations, and one launch on a GPU. */

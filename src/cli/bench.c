@@ -5,7 +5,10 @@
  * warm-up run) and the median and spread are reported. Prefill of P tokens
  * is timed from the first token in to the logits of the last out (that is
  * also the time to first token for a prompt of P); decode at depth D first
- * evaluates D tokens untimed, then times `gen` single-token greedy steps.
+ * evaluates D tokens untimed (once), then times `gen` single-token greedy
+ * steps per run, each run continuing where the one before stopped (so the
+ * runs see depths D .. D + (reps + 1) gen: filling a deep context once per
+ * run would cost more than the measurement).
  * Achieved bandwidth counts the weight bytes one decode step reads (the
  * tied embedding once as the head) plus the KV cache bytes at that depth. */
 #include <math.h>
@@ -99,7 +102,10 @@ int cli_bench(int argc, char **argv) {
 
     int need = 0;
     for (int i = 0; i < n_prompts; i++) need = prompts[i] > need ? prompts[i] : need;
-    for (int i = 0; i < n_depths; i++) need = depths[i] + gen + 1 > need ? depths[i] + gen + 1 : need;
+    for (int i = 0; i < n_depths; i++) {
+        const int d = depths[i] + (reps + 1) * gen + 1;
+        need = d > need ? d : need;
+    }
     gem_err err;
     /* bytes one decode step reads, from the model's own tensor table */
     uint64_t wbytes = 0;
@@ -174,13 +180,13 @@ int cli_bench(int argc, char **argv) {
     if (js) fprintf(js, "],\n \"decode\": [");
     for (int di = 0; di < n_depths && !rc; di++) {
         const int D = depths[di];
+        gem_session_reset(s);
+        int32_t next;
+        if (gem_session_eval_greedy(s, ids, D > 0 ? D : 1, &next, &err)) { rc = 1; break; }
         for (int k = 0; k <= reps && !rc; k++) {
-            gem_session_reset(s);
-            int32_t next;
-            if (gem_session_eval_greedy(s, ids, D > 0 ? D : 1, &next, &err)) { rc = 1; break; }
             double t = now_s();
             for (int g = 0; g < gen && !rc; g++) {
-                int32_t id = ids[(D + g) % need]; /* fixed ids: the same work on every engine */
+                int32_t id = ids[(D + k * gen + g) % need]; /* fixed ids: the same work on every engine */
                 if (gem_session_eval_greedy(s, &id, 1, &next, &err)) rc = 1;
             }
             if (k > 0) samples[k - 1] = (now_s() - t) / gen;

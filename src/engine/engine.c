@@ -51,7 +51,7 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
     e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
-    e->tile = o->tile > 0 ? o->tile : 64;
+    e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
     return e;
 fail:
     gem_engine_close(e);

@@ -19,7 +19,7 @@ typedef struct {
     int cpu_ref;         /* the scalar reference path */
     int threads;         /* 0: all cores */
     int n_ctx;           /* 0: 4096, capped at the model's trained context */
-    int tile;            /* prompt tile, 0: 64 */
+    int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 512) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
 } gem_engine_opts;
 

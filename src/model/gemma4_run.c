@@ -121,18 +121,34 @@ int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
 int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
 void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
 
+/* h += rmsnorm(x) w (times s), then a = rmsnorm(h) w_next: fused where
+ * the backend offers it (results are equal). */
+static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, const be_weight *scale,
+                          const be_weight *w_next, int n) {
+    backend *b = s->b;
+    const int H = (int)s->m->profile->n_embd;
+    if (b->add_rmsnorm_norm) {
+        b->add_rmsnorm_norm(b, s->h, x, w, scale, w_next, n, H, EPS, s->a);
+        return;
+    }
+    b->add_rmsnorm(b, s->h, x, w, n, H, EPS, scale);
+    b->rmsnorm(b, s->h, w_next, n, H, EPS, s->a);
+}
+
 /* One tile of n tokens at positions pos0.. ; leaves h holding the final
- * residual stream of every token. */
+ * residual stream of every token. Each layer starts with a = attn_norm(h)
+ * already computed (by the previous layer's last step, or before the
+ * first). */
 static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
     backend *b = s->b;
     const int H = (int)p->n_embd, nh = (int)p->n_head;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
+    b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
         const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
-        b->rmsnorm(b, s->h, l->attn_norm, n, H, EPS, s->a);
         const be_weight *W[3] = {l->q, l->k, l->v};
         be_buf *O[3] = {s->q, s->k, s->v};
         b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
@@ -144,11 +160,13 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
         b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
         b->matmul(b, l->o, s->att, n, s->o);
-        b->add_rmsnorm(b, s->h, s->o, l->post_attn_norm, n, H, EPS, NULL);
-        b->rmsnorm(b, s->h, l->ffn_norm, n, H, EPS, s->a);
+        add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
-        b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
+        if (il + 1 < p->n_layer)
+            add_then_norm(s, s->down, l->post_ffw_norm, l->out_scale, s->L[il + 1].attn_norm, n);
+        else
+            b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
     }
 }
 

@@ -153,8 +153,9 @@ static void test_embed(void) {
 }
 
 static void test_norms(void) {
-    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}};
-    for (size_t s = 0; s < 4; s++) {
+    /* 1002: not a multiple of 4, the plain kernel */
+    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}, {2, 1002}};
+    for (size_t s = 0; s < 5; s++) {
         const int rows = shapes[s][0], width = shapes[s][1];
         const size_t n = (size_t)rows * width;
         tensor w = make_tensor(QT_F32, width, 1);
@@ -184,6 +185,15 @@ static void test_norms(void) {
             float *a = get(gpu, hg, n), *b = get(cpu_ref, hc, n);
             CHECKF(close_enough("add_rmsnorm", a, b, n, 1e-5, 2e-5), "add_rmsnorm %dx%d scale %d", rows, width, with_s);
             free(a), free(b);
+            /* the fused residual add + next norm equals the two calls */
+            be_buf *h2 = put(gpu, h, n), *o1 = put(gpu, NULL, n), *o2 = put(gpu, NULL, n);
+            gpu->add_rmsnorm_norm(gpu, h2, xg, wg, with_s ? scg : NULL, wg, rows, width, 1e-6f, o1);
+            gpu->rmsnorm(gpu, hg, wg, rows, width, 1e-6f, o2);
+            float *f1 = get(gpu, h2, n), *f2 = get(gpu, hg, n), *g1 = get(gpu, o1, n), *g2 = get(gpu, o2, n);
+            CHECKF(close_enough("add_rmsnorm_norm h", f1, f2, n, 0, 0) && close_enough("add_rmsnorm_norm out", g1, g2, n, 0, 0),
+                   "add_rmsnorm_norm %dx%d scale %d", rows, width, with_s);
+            free(f1), free(f2), free(g1), free(g2);
+            gpu->buf_free(gpu, h2), gpu->buf_free(gpu, o1), gpu->buf_free(gpu, o2);
             cpu_ref->buf_free(cpu_ref, hc), gpu->buf_free(gpu, hg), cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
         }
         cpu_ref->weight_free(cpu_ref, scc), gpu->weight_free(gpu, scg);
@@ -308,9 +318,17 @@ static void test_fused_matmul(void) {
 
 static void test_matmul(void) {
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
-    const int ns[] = {1, 3, 8, 13, 70}; /* 70: prefill tiles (tensor cores unless GEM_CUDA_MMA=0) over two token tiles */
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        const int64_t K = 1536, M = 333; /* M odd: a warp's second row runs off the end */
+    /* 70 and 300: prefill tiles (tensor cores unless GEM_CUDA_MMA=0) over
+     * one and three token tiles of the staged kernel, two and five of the
+     * direct one */
+    const int ns[] = {1, 3, 8, 13, 70, 300};
+    /* K = 1536 (48 blocks) takes the staged tensor-core kernel, 1568 (49,
+     * not a multiple of its 4-block stage) the direct one; q6_k rows need a
+     * multiple of 256 */
+    const int64_t Ks[] = {1536, 1568};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+    for (size_t ki = 0; ki < (types[t] == QT_Q8_0 || types[t] == QT_Q4_0 ? 2u : 1u); ki++) {
+        const int64_t K = Ks[ki], M = 333; /* M odd: a warp's second row runs off the end */
         tensor W = make_tensor(types[t], K, M);
         gem_err err;
         be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wf = cpu_fast->weight(cpu_fast, &W.t, &err),
@@ -355,7 +373,7 @@ static void test_matmul(void) {
                         ok = 0;
                     }
                 }
-            CHECKF(ok, "matmul %s n=%d", quant_type_name(types[t]), n);
+            CHECKF(ok, "matmul %s K=%lld n=%d", quant_type_name(types[t]), (long long)K, n);
             free(a), free(r), free(f), free(x);
             cpu_ref->buf_free(cpu_ref, xr), cpu_fast->buf_free(cpu_fast, xf), gpu->buf_free(gpu, xg);
             cpu_ref->buf_free(cpu_ref, orf), cpu_fast->buf_free(cpu_fast, of), gpu->buf_free(gpu, og);
@@ -487,6 +505,61 @@ static void test_graph(void) {
     free_tensor(&E);
 }
 
+/* rmsnorm and attention leave the 8-bit codes of their output for the
+ * next product; that product must equal one that quantizes a copy itself
+ * (bit for bit: the same codes, the same kernel). */
+static void test_quantized_handoff(void) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    for (size_t t = 0; t < 2; t++)
+        for (int n = 1; n <= 300; n += 299) {
+            const int K = 1024;
+            tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
+            gem_err err;
+            be_weight *wg = gpu->weight(gpu, &W.t, &err), *ng = gpu->weight(gpu, &nw.t, &err);
+            float *x = rand_vec((size_t)n * K, 3.0f);
+            be_buf *xg = put(gpu, x, (size_t)n * K), *a = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
+            be_buf *o1 = put(gpu, NULL, (size_t)n * 200), *o2 = put(gpu, NULL, (size_t)n * 200);
+            gpu->rmsnorm(gpu, xg, ng, n, K, 1e-6f, a);
+            gpu->matmul(gpu, wg, a, n, o1); /* codes from the norm */
+            gpu->copy(gpu, a, 0, copy, 0, (size_t)n * K);
+            gpu->matmul(gpu, wg, copy, n, o2); /* codes of its own */
+            float *r1 = get(gpu, o1, (size_t)n * 200), *r2 = get(gpu, o2, (size_t)n * 200);
+            CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "rmsnorm -> matmul %s n=%d",
+                   quant_type_name(types[t]), n);
+            free(r1), free(r2), free(x);
+            be_buf *bufs[] = {xg, a, copy, o1, o2};
+            for (int i = 0; i < 5; i++) gpu->buf_free(gpu, bufs[i]);
+            gpu->weight_free(gpu, wg), gpu->weight_free(gpu, ng);
+            free_tensor(&W), free_tensor(&nw);
+        }
+    /* attention -> output projection: 8 heads of 256 (one-token step and a
+     * tile), against the same product of a copy */
+    for (int n = 1; n <= 70; n += 69) {
+        const int nh = 8, kvh = 2, d = 256, K = nh * d;
+        tensor W = make_tensor(QT_Q4_0, K, 128);
+        gem_err err;
+        be_weight *wg = gpu->weight(gpu, &W.t, &err);
+        be_kv *kv = gpu->kv_new(gpu, kvh, d, 512, 0, &err);
+        float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
+        be_buf *qg = put(gpu, q, (size_t)n * K), *kg = put(gpu, k, (size_t)n * kvh * d), *vg = put(gpu, v, (size_t)n * kvh * d);
+        be_buf *att = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
+        be_buf *o1 = put(gpu, NULL, (size_t)n * 128), *o2 = put(gpu, NULL, (size_t)n * 128);
+        gpu->set_step(gpu, (const int32_t[70]){0}, n, 0);
+        gpu->attention(gpu, qg, kg, vg, kv, n, 0, nh, kvh, d, 0, att);
+        gpu->matmul(gpu, wg, att, n, o1);
+        gpu->copy(gpu, att, 0, copy, 0, (size_t)n * K);
+        gpu->matmul(gpu, wg, copy, n, o2);
+        float *r1 = get(gpu, o1, (size_t)n * 128), *r2 = get(gpu, o2, (size_t)n * 128);
+        CHECKF(close_enough("attention handoff", r1, r2, (size_t)n * 128, 0, 0), "attention -> matmul n=%d", n);
+        free(r1), free(r2), free(q), free(k), free(v);
+        be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
+        for (int i = 0; i < 7; i++) gpu->buf_free(gpu, bufs[i]);
+        gpu->kv_free(gpu, kv);
+        gpu->weight_free(gpu, wg);
+        free_tensor(&W);
+    }
+}
+
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0}, fast = {2, 0, 0}, g = {0, 0, 0};
@@ -504,6 +577,7 @@ int main(void) {
     test_rope();
     test_matmul();
     test_fused_matmul();
+    test_quantized_handoff();
     test_attention();
     test_argmax();
     test_graph();

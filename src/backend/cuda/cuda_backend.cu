@@ -444,7 +444,112 @@ static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, 
     LAUNCHED(c, "embed");
 }
 
-/* One block per row. add: h += rmsnorm(x) * w (x unchanged); else out = rmsnorm(x) * (w or 1). */
+/* One block per row. add: h += rmsnorm(x) * w (x unchanged); else out = rmsnorm(x) * (w or 1).
+ *
+ * Rows whose width is a multiple of 4 (every row of the supported models)
+ * are read once into registers, NV float4 per thread, every load issued
+ * before the first use: a one-token step's norms are single rows, bound by
+ * memory latency, not bandwidth. `out` may be `x` (each element is read
+ * before its own store, by the same thread). Other widths take the plain
+ * loop. */
+/* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
+ * lanes (lane & 7 = 0 holds the first four): the arithmetic of
+ * k_quantize_act, so a product reading them sees identical codes. */
+__device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q, float *d, int *s, bool valid) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
+              c3 = __float2int_rn(v.w * id);
+    const int lane8 = threadIdx.x & 7;
+    if (valid)
+        ((char4 *)q)[blk * 8 + lane8] = make_char4((signed char)c0, (signed char)c1, (signed char)c2, (signed char)c3);
+    int sum = c0 + c1 + c2 + c3;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (valid && lane8 == 0) {
+        d[blk] = amax / 127.0f;
+        s[blk] = sum;
+    }
+}
+
+/* Stage 1: out = rmsnorm(x) w, or with add: out += rmsnorm(x) w, then
+ * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
+ * still in registers (a residual add and the next layer's norm in one
+ * launch). The last output written gets 8-bit codes when xq is set. */
+template <int NV>
+__global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
+                           const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
+                           int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+    __shared__ float sh[32];
+    const int n4 = width / 4, lane = threadIdx.x & 31;
+    const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * width);
+    float4 v[NV];
+    float ss = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int idx = threadIdx.x + i * blockDim.x;
+        v[i] = idx < n4 ? xr[idx] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)width + eps);
+    const float sc = add && scale ? scale[0] : 1.0f;
+    float4 *o = (float4 *)(out + (size_t)blockIdx.x * width);
+    float4 ov[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) ov[i] = make_float4(0, 0, 0, 0);
+    if (add) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int idx = threadIdx.x + i * blockDim.x;
+            if (idx < n4) ov[i] = o[idx];
+        }
+    }
+    /* whole warps stay in these loops while any lane has values: the block
+     * quantization shuffles across 8 lanes (widths are multiples of 32 when
+     * it runs, so a 32-value block is all in or all out); values past the
+     * end stay zero */
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int idx = threadIdx.x + i * blockDim.x;
+        if (idx - lane >= n4) break;
+        const float4 wv = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+        float4 t;
+        /* (x r) w as the plain loop computes it; with no weight, x r */
+        t.x = w ? v[i].x * r * wv.x : v[i].x * r;
+        t.y = w ? v[i].y * r * wv.y : v[i].y * r;
+        t.z = w ? v[i].z * r * wv.z : v[i].z * r;
+        t.w = w ? v[i].w * r * wv.w : v[i].w * r;
+        if (add) {
+            t.x = ov[i].x + t.x, t.y = ov[i].y + t.y, t.z = ov[i].z + t.z, t.w = ov[i].w + t.w;
+            if (scale) t.x *= sc, t.y *= sc, t.z *= sc, t.w *= sc;
+        }
+        if (idx < n4) o[idx] = t;
+        else t = make_float4(0, 0, 0, 0);
+        v[i] = t;
+        if (xq && !w2) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
+    }
+    if (!w2) return;
+    float ss2 = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) ss2 += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    ss2 = block_sum(ss2, sh);
+    const float r2 = 1.0f / sqrtf(ss2 / (float)width + eps);
+    float4 *o2 = (float4 *)(out2 + (size_t)blockIdx.x * width);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int idx = threadIdx.x + i * blockDim.x;
+        if (idx - lane >= n4) break;
+        const float4 wv = idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
+        if (idx < n4) o2[idx] = t;
+        if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
+    }
+}
+
 __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * width;
@@ -460,17 +565,73 @@ __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, 
     }
 }
 
+/* Returns 1 when the kernel also left the 8-bit codes of `out` in the
+ * quantized-activation scratch (quant set, width a multiple of 32). */
+static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int rows, int width, float eps, float *out,
+                          int add, const float *scale, const float *w2, float *out2, int quant) {
+    const int n4 = width / 4;
+    if (width % 4 == 0 && n4 <= 8 * 256) {
+        int8_t *xq = NULL;
+        float *xd = NULL;
+        int *xs = NULL;
+        const size_t nblk = (size_t)rows * (size_t)(width / 32);
+        /* scratch only grows outside a capture (a step's scratch was sized
+         * by the tiles before it; if not, the product quantizes itself) */
+        if (quant && width % 32 == 0 &&
+            (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap && nblk * sizeof(int) <= c->xs.cap)) &&
+            !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) && !grow(c, &c->xs, nblk * sizeof(int))) {
+            xq = (int8_t *)c->xq.p;
+            xd = (float *)c->xd.p;
+            xs = (int *)c->xs.p;
+        }
+        int threads = (n4 + 31) / 32 * 32;
+        if (threads > 256) threads = 256;
+        const int nv = (n4 + threads - 1) / threads;
+        if (nv <= 1) k_rmsnorm4<1><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else if (nv <= 2) k_rmsnorm4<2><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else if (nv <= 4) k_rmsnorm4<4><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else k_rmsnorm4<8><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        return xq != NULL;
+    }
+    k_rmsnorm<<<rows, 256, 0, c->st>>>(x, w, width, eps, out, add, scale);
+    if (w2) k_rmsnorm<<<rows, 256, 0, c->st>>>(out, w2, width, eps, out2, 0, NULL);
+    return 0;
+}
+
+/* After a launch that left the 8-bit codes of buffer p (n rows of K) in the
+ * scratch: the next product of p reuses them (see mv_run). */
+static void quantized_cache_set(cuda_backend *c, const float *p, int n, int K) {
+    c->q_src = p;
+    c->q_n = n;
+    c->q_K = K;
+    c->q_epoch = c->epoch;
+}
+
 static void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out) {
     cuda_backend *c = cu_of(b);
-    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, w ? (const float *)w->q : NULL, width, eps, out->d, 0, NULL);
+    /* normed rows are the input of the next products (q/k/v, gate/up, the
+     * head): their 8-bit codes are made here, saving a launch per product */
+    const int quant =
+        rmsnorm_launch(c, x->d, w ? (const float *)w->q : NULL, rows, width, eps, out->d, 0, NULL, NULL, NULL, 1);
     LAUNCHED(c, "rmsnorm");
+    if (quant) quantized_cache_set(c, out->d, rows, width);
 }
 
 static void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
                            const be_weight *s) {
     cuda_backend *c = cu_of(b);
-    k_rmsnorm<<<rows, 256, 0, c->st>>>(x->d, (const float *)w->q, width, eps, h->d, 1, s ? (const float *)s->q : NULL);
+    rmsnorm_launch(c, x->d, (const float *)w->q, rows, width, eps, h->d, 1, s ? (const float *)s->q : NULL, NULL, NULL,
+                   0);
     LAUNCHED(c, "add_rmsnorm");
+}
+
+static void cu_add_rmsnorm_norm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, const be_weight *s,
+                                const be_weight *w_next, int rows, int width, float eps, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    const int quant = rmsnorm_launch(c, x->d, (const float *)w->q, rows, width, eps, h->d, 1,
+                                     s ? (const float *)s->q : NULL, (const float *)w_next->q, out->d, 1);
+    LAUNCHED(c, "add_rmsnorm+rmsnorm");
+    if (quant) quantized_cache_set(c, out->d, rows, width);
 }
 
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
@@ -946,6 +1107,174 @@ __global__ void __launch_bounds__(128)
             }
 }
 
+/* The same products staged through shared memory (the prefill kernel when
+ * K is a multiple of 32 MMT_KS): block tile MMT_BM rows x MMT_BN tokens,
+ * eight warps of 64 x 32, and per pipeline stage MMT_KS 32-value blocks of
+ * codes and scales copied with cp.async, MMT_STAGES stages in flight, so
+ * each weight and activation byte crosses from global memory once per
+ * block tile and the tensor cores are fed from shared memory. Rows of
+ * shared memory are padded by 16 bytes so the fragment reads of a warp
+ * (8 rows x 4 words) fall into 32 distinct banks. Grid x walks the token
+ * tiles, so the blocks that share a weight tile run together and read it
+ * from memory once between them. Block sums become f32 with the exact
+ * 2^23 trick (|sum| < 2^22) instead of the slower integer-to-float
+ * conversion; scaling and summation order are those of k_mm_q. */
+#define MMT_BM 128
+#define MMT_BN 128
+#define MMT_KS 4
+#define MMT_STAGES 3
+#define MMT_THREADS 256
+#ifndef MMT_MINB
+#define MMT_MINB 1 /* blocks per SM the register budget is sized for */
+#endif
+
+template <int Q4> struct mmt_geom {
+    static constexpr int WB = Q4 ? 16 : 32;           /* code bytes per weight block */
+    static constexpr int A_STRIDE = MMT_KS * WB + 16; /* smem bytes per weight row */
+    static constexpr int B_STRIDE = MMT_KS * 32 + 16; /* smem bytes per token */
+    static constexpr int A_BYTES = MMT_BM * A_STRIDE;
+    static constexpr int B_BYTES = MMT_BN * B_STRIDE;
+    static constexpr int AS_BYTES = MMT_BM * MMT_KS * 2; /* f16 weight scales */
+    static constexpr int BS_BYTES = MMT_BN * MMT_KS * 4; /* f32 activation scales */
+    static constexpr int STAGE = A_BYTES + B_BYTES + AS_BYTES + BS_BYTES;
+    static constexpr int SMEM = STAGE * MMT_STAGES;
+};
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* four q4_0 codes (0..15, one per byte) to the signed values code - 8:
+ * the +0x78 never carries out of a byte, the xor flips the sign bit */
+__device__ __forceinline__ unsigned q4_signed(unsigned nibbles) { return (nibbles + 0x78787878u) ^ 0x80808080u; }
+
+/* Stage kb0 .. kb0 + MMT_KS - 1 of the block tile into shared memory.
+ * Rows and tokens past the ends are clamped (read, never stored). */
+template <int Q4>
+__device__ __forceinline__ void mmt_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const int8_t *__restrict__ xq, const float *__restrict__ xd, int nb, int M,
+                                         int N, int m0, int n0, int kb0) {
+    typedef mmt_geom<Q4> G;
+    uint8_t *A = st, *B = st + G::A_BYTES, *As = B + G::B_BYTES, *Bs = As + G::AS_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 32 / 16; /* 16-byte chunks per row / token */
+#pragma unroll
+    for (int i = tid; i < MMT_BM * ACH; i += MMT_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMT_BN * BCH; i += MMT_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1);
+        cp_async16(B + t * G::B_STRIDE + ch * 16, xq + ((size_t)tok * nb + kb0) * 32 + ch * 16);
+    }
+    if (tid < MMT_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    } else if (tid < MMT_BM + MMT_BN) {
+        const int t = tid - MMT_BM, tok = min(n0 + t, N - 1);
+        cp_async16(Bs + t * MMT_KS * 4, xd + (size_t)tok * nb + kb0);
+    }
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
+    k_mm_tiled(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    typedef mmt_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmt_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3; /* 2 x 4 warps of 64 rows x 32 tokens */
+    const int n0 = blockIdx.x * MMT_BN, m0 = blockIdx.y * MMT_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    float acc[4][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0;
+#pragma unroll
+    for (int s = 0; s < MMT_STAGES - 1; s++) {
+        if (s < nsteps) mmt_load<Q4>(mmt_smem + s * G::STAGE, q, d, xq, xd, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        /* this step's stage has landed, and every warp is done with the
+         * stage the next load overwrites (it was read last iteration) */
+        cp_async_wait<MMT_STAGES - 2>();
+        __syncthreads();
+        const int nxt = step + MMT_STAGES - 1;
+        if (nxt < nsteps) mmt_load<Q4>(mmt_smem + (nxt % MMT_STAGES) * G::STAGE, q, d, xq, xd, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        const uint8_t *A = mmt_smem + (step % MMT_STAGES) * G::STAGE, *B = A + G::A_BYTES;
+        const __half *As = (const __half *)(B + G::B_BYTES);
+        const float *Bs = (const float *)((const uint8_t *)As + G::AS_BYTES);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            /* activation fragments of all four token tiles stay in
+             * registers; weight fragments are read one row tile at a time
+             * (fewer live registers: two blocks per SM without spills) */
+            unsigned bf[4][2];
+            float dx[4][2];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const uint8_t *br = B + (wn * 32 + nt * 8 + g) * G::B_STRIDE + kb * 32;
+                bf[nt][0] = *(const unsigned *)(br + 4 * c);
+                bf[nt][1] = *(const unsigned *)(br + 16 + 4 * c);
+                dx[nt][0] = Bs[(wn * 32 + nt * 8 + 2 * c) * MMT_KS + kb];
+                dx[nt][1] = Bs[(wn * 32 + nt * 8 + 2 * c + 1) * MMT_KS + kb];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                unsigned a[4];
+                float dw[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 64 + mt * 16 + g + 8 * h;
+                    const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                    if (Q4) {
+                        const unsigned w = *(const unsigned *)(ar + 4 * c);
+                        a[h] = q4_signed(w & 0x0F0F0F0Fu);
+                        a[h + 2] = q4_signed((w >> 4) & 0x0F0F0F0Fu);
+                    } else {
+                        a[h] = *(const unsigned *)(ar + 4 * c);
+                        a[h + 2] = *(const unsigned *)(ar + 16 + 4 * c);
+                    }
+                    dw[h] = __half2float(As[r * MMT_KS + kb]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    int r[4] = {0, 0, 0, 0};
+                    mma_s8(r, a[0], a[1], a[2], a[3], bf[nt][0], bf[nt][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float f = __int_as_float(r[e] + 0x4B400000) - 12582912.0f; /* exact: |r| < 2^22 */
+                        acc[mt][nt][e] += dw[e >> 1] * dx[nt][e & 1] * f;
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>(); /* no copy may still target shared memory at exit */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = m0 + wm * 64 + mt * 16 + g + (e >= 2 ? 8 : 0), tok = n0 + wn * 32 + nt * 8 + 2 * c + (e & 1);
+                if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mt][nt][e];
+            }
+}
+
 typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
 typedef void (*mv_f_fn)(mv_job, const float *, int);
 
@@ -996,6 +1325,21 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                                           (float *)c->xd.p, (int *)c->xs.p);
             LAUNCHED(c, "quantize activations");
         }
+        if (n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+            for (int i = 0; i < job.count; i++) {
+                const dim3 g((unsigned)((n + MMT_BN - 1) / MMT_BN), (unsigned)((job.m[i].M + MMT_BM - 1) / MMT_BM));
+                if (fmt == DW_Q4_0)
+                    k_mm_tiled<1><<<g, MMT_THREADS, mmt_geom<1>::SMEM, c->st>>>(
+                        (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
+                        job.m[i].M, n, outs[i]->d);
+                else
+                    k_mm_tiled<0><<<g, MMT_THREADS, mmt_geom<0>::SMEM, c->st>>>(
+                        (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
+                        job.m[i].M, n, outs[i]->d);
+                LAUNCHED(c, "matmul (tensor cores, tiled)");
+            }
+            goto quantized_done;
+        }
         if (n > MV_MAXT && !pair && c->mma) {
             for (int i = 0; i < job.count; i++) {
                 const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
@@ -1024,12 +1368,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     quantized_done:;
         int writes_x = 0;
         for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
-        if (!writes_x) {
-            c->q_src = x->d;
-            c->q_n = n;
-            c->q_K = K;
-            c->q_epoch = c->epoch;
-        }
+        if (!writes_x) quantized_cache_set(c, x->d, n, K);
         return;
     }
     const mv_f_fn *tab = fmt == DW_F32 ? mv_f32 : fmt == DW_F16 ? mv_f16 : mv_bf16;
@@ -1081,6 +1420,13 @@ static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu
 #define AT_THREADS 256
 #define AT_CHUNK 64
 #define AT_MAX_OWN 16 /* accumulators per thread: rows x ceil(head_dim / AT_THREADS) */
+#define AT_MIN_SPLIT 32
+#ifndef AT_KU
+#define AT_KU 2 /* key rows in flight per warp */
+#endif
+#ifndef AT_VU
+#define AT_VU 16 /* value rows in flight per thread */
+#endif
 
 __device__ __forceinline__ const float *key_row(const float *cur, const float *cache, int p, int pos0, int kvh, int h,
                                                 int d, int cap, int ring) {
@@ -1129,11 +1475,25 @@ __global__ void __launch_bounds__(AT_THREADS)
     const int i_last = min(i0 + QB, n) - 1;
     const int qp_first = pos0 + i0, qp_last = pos0 + i_last;
     const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    const int len = qp_last - first + 1, per = (len + nsplit - 1) / nsplit;
+    /* splits of at least AT_MIN_SPLIT keys: at a shallow depth only the
+     * first few have keys; the rest leave an empty partial the combine
+     * skips without reading */
+    const int len = qp_last - first + 1, per = max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
     const int s0 = first + split * per, s1 = min(s0 + per, qp_last + 1);
-    for (int idx = tid; idx < R * D; idx += AT_THREADS) {
-        const int r = idx / D, qi = r / G, g = r % G;
-        qs[idx] = i0 + qi < n ? q[((size_t)(i0 + qi) * n_head + hq0 + g) * D + idx % D] : 0.0f;
+    if (s0 >= s1) {
+        if (tid < R && i0 + tid / G < n) {
+            const size_t o = (((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split) * 2;
+            pml[o] = -INFINITY;
+            pml[o + 1] = 0;
+        }
+        return;
+    }
+    /* float4 loads, four in flight per thread (D is a multiple of 128) */
+#pragma unroll 4
+    for (int idx = tid; idx < R * D / 4; idx += AT_THREADS) {
+        const int r = idx / (D / 4), qi = r / G, g = r % G;
+        ((float4 *)qs)[idx] = i0 + qi < n ? *(const float4 *)(q + ((size_t)(i0 + qi) * n_head + hq0 + g) * D + 4 * (idx % (D / 4)))
+                                          : make_float4(0, 0, 0, 0);
     }
     if (tid < R) {
         const int i = i0 + tid / G, qp = pos0 + i;
@@ -1148,27 +1508,37 @@ __global__ void __launch_bounds__(AT_THREADS)
     __syncthreads();
     for (int c0 = s0; c0 < s1; c0 += AT_CHUNK) {
         const int cn = min(AT_CHUNK, s1 - c0);
-        for (int j = warp; j < cn; j += nwarps) {
-            const int p = c0 + j;
-            const float *kr = key_row(k, ck, p, pos0, kvh, h, D, cap, ring);
-            float4 kv4[4] = {};
+        /* each warp scores keys warp, warp + nwarps, ...: AT_KU keys at a
+         * time, all their loads issued before the first dot product */
+        for (int j0 = warp; j0 < cn; j0 += AT_KU * nwarps) {
+            float4 kv4[AT_KU][4];
 #pragma unroll
-            for (int m = 0; m < 4; m++)
-                if (m * 128 < D) kv4[m] = *(const float4 *)(kr + m * 128 + lane * 4);
-            for (int r = 0; r < R; r++) {
-                if (p < rfirst[r] || p > rlast[r]) { /* the same for the whole warp */
-                    if (lane == 0) S[r * AT_CHUNK + j] = -INFINITY;
-                    continue;
-                }
-                float dot = 0;
+            for (int u = 0; u < AT_KU; u++) {
+                const int p = c0 + min(j0 + u * nwarps, cn - 1);
+                const float *kr = key_row(k, ck, p, pos0, kvh, h, D, cap, ring);
 #pragma unroll
                 for (int m = 0; m < 4; m++)
-                    if (m * 128 < D) {
-                        const float4 qv = *(const float4 *)(qs + r * D + m * 128 + lane * 4);
-                        dot += qv.x * kv4[m].x + qv.y * kv4[m].y + qv.z * kv4[m].z + qv.w * kv4[m].w;
+                    kv4[u][m] = m * 128 < D ? *(const float4 *)(kr + m * 128 + lane * 4) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < AT_KU; u++) {
+                const int j = j0 + u * nwarps, p = c0 + j;
+                if (j >= cn) break;
+                for (int r = 0; r < R; r++) {
+                    if (p < rfirst[r] || p > rlast[r]) { /* the same for the whole warp */
+                        if (lane == 0) S[r * AT_CHUNK + j] = -INFINITY;
+                        continue;
                     }
-                dot = warp_sum(dot);
-                if (lane == 0) S[r * AT_CHUNK + j] = dot;
+                    float dot = 0;
+#pragma unroll
+                    for (int m = 0; m < 4; m++)
+                        if (m * 128 < D) {
+                            const float4 qv = *(const float4 *)(qs + r * D + m * 128 + lane * 4);
+                            dot += qv.x * kv4[u][m].x + qv.y * kv4[u][m].y + qv.z * kv4[u][m].z + qv.w * kv4[u][m].w;
+                        }
+                    dot = warp_sum(dot);
+                    if (lane == 0) S[r * AT_CHUNK + j] = dot;
+                }
             }
         }
         __syncthreads();
@@ -1195,14 +1565,23 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
         for (int jj = 0; jj < AT_MAX_OWN; jj++)
             if (jj < R * EPT) acc[jj] *= alpha[jj / EPT];
-        for (int j = 0; j < cn; j++) {
-            const float *vr = key_row(v, cv, c0 + j, pos0, kvh, h, D, cap, ring);
-            float vv[EPT];
+        /* AT_VU value rows in flight per thread (latency, not bandwidth,
+         * bounds a one-token step: each split has few keys) */
+        for (int j0 = 0; j0 < cn; j0 += AT_VU) {
+            float vv[AT_VU][EPT];
 #pragma unroll
-            for (int e = 0; e < EPT; e++) vv[e] = tid + e * AT_THREADS < D ? vr[tid + e * AT_THREADS] : 0.0f;
+            for (int u = 0; u < AT_VU; u++) {
+                const float *vr = key_row(v, cv, c0 + min(j0 + u, cn - 1), pos0, kvh, h, D, cap, ring);
 #pragma unroll
-            for (int jj = 0; jj < AT_MAX_OWN; jj++)
-                if (jj < R * EPT) acc[jj] += S[(jj / EPT) * AT_CHUNK + j] * vv[jj % EPT];
+                for (int e = 0; e < EPT; e++) vv[u][e] = tid + e * AT_THREADS < D ? vr[tid + e * AT_THREADS] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < AT_VU; u++) {
+                if (j0 + u >= cn) break;
+#pragma unroll
+                for (int jj = 0; jj < AT_MAX_OWN; jj++)
+                    if (jj < R * EPT) acc[jj] += S[(jj / EPT) * AT_CHUNK + j0 + u] * vv[u][jj % EPT];
+            }
         }
         __syncthreads();
     }
@@ -1219,29 +1598,54 @@ __global__ void __launch_bounds__(AT_THREADS)
     }
 }
 
-__global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out) {
+/* Weights of the splits in parallel (a one-token step may have 256), then
+ * each output element sums only the splits that had keys. */
+__global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
+                               int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
     extern __shared__ float wgt[];
-    __shared__ float total;
-    const int hq = blockIdx.x, i = blockIdx.y;
+    __shared__ float red[32];
+    const int hq = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int nw = blockDim.x >> 5;
     const size_t base = (size_t)i * n_head + hq;
     const float *ml = pml + base * nsplit * 2;
-    if (threadIdx.x == 0) {
-        float M = -INFINITY;
-        for (int s = 0; s < nsplit; s++) M = fmaxf(M, ml[2 * s]);
-        float L = 0;
-        for (int s = 0; s < nsplit; s++) {
-            const float w = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
-            wgt[s] = w;
-            L += w * ml[2 * s + 1];
-        }
-        total = L;
-    }
+    float M = -INFINITY;
+    for (int s = tid; s < nsplit; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
+    M = warp_max(M);
+    if (lane == 0) red[w] = M;
     __syncthreads();
-    const float inv = 1.0f / total;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    M = red[0];
+    for (int j = 1; j < nw; j++) M = fmaxf(M, red[j]);
+    __syncthreads();
+    float L = 0;
+    for (int s = tid; s < nsplit; s += blockDim.x) {
+        const float wt = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
+        wgt[s] = wt;
+        L += wt * ml[2 * s + 1];
+    }
+    L = block_sum(L, red);
+    const float inv = 1.0f / L;
+    for (int e = tid; e < d; e += blockDim.x) {
         float o = 0;
-        for (int s = 0; s < nsplit; s++) o += wgt[s] * part[(base * nsplit + s) * d + e];
-        out[base * d + e] = o * inv;
+#pragma unroll 8
+        for (int s = 0; s < nsplit; s++)
+            if (wgt[s] != 0.0f) o += wgt[s] * part[(base * nsplit + s) * d + e];
+        o *= inv;
+        out[base * d + e] = o;
+        if (xq) {
+            /* the 8-bit codes for the output projection: a warp holds one
+             * 32-value block (d is a multiple of 32), k_quantize_act's
+             * arithmetic */
+            const size_t blk = (base * d + e) / 32;
+            const float amax = warp_max(fabsf(o));
+            const float id = amax > 0 ? 127.0f / amax : 0.0f;
+            const int code = __float2int_rn(o * id);
+            xq[blk * 32 + lane] = (int8_t)code;
+            const int sum = warp_isum(code);
+            if (lane == 0) {
+                xd[blk] = amax / 127.0f;
+                xs[blk] = sum;
+            }
+        }
     }
 }
 
@@ -1307,13 +1711,23 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     }
 #undef ATTN_LAUNCH
     LAUNCHED(c, "attention");
+    /* the output is the input of the output projection: its 8-bit codes
+     * are made here (as in cu_rmsnorm) */
+    const size_t nblk = (size_t)n * n_head * d / 32;
+    const int quant = d % 32 == 0 &&
+                      (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
+                                         nblk * sizeof(int) <= c->xs.cap)) &&
+                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
+                      !grow(c, &c->xs, nblk * sizeof(int));
     k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
-        (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d);
+        (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
+        quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL);
     LAUNCHED(c, "attention combine");
     if (n > 1) {
         k_kv_store<<<n, 256, 0, c->st>>>(k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
         LAUNCHED(c, "kv store");
     }
+    if (quant) quantized_cache_set(c, out->d, n, n_head * d);
 }
 
 static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
@@ -1338,8 +1752,10 @@ static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring
     kv->head_dim = d;
     kv->capacity = capacity;
     kv->ring = ring;
-    kv->nsplit = capacity / 64;
-    if (kv->nsplit > 128) kv->nsplit = 128;
+    /* a one-token step is latency-bound: many short splits (32 keys each,
+     * up to 256) keep every multiprocessor busy */
+    kv->nsplit = capacity / 32;
+    if (kv->nsplit > 256) kv->nsplit = 256;
     if (kv->nsplit < 1) kv->nsplit = 1;
     return kv;
 }
@@ -1529,7 +1945,11 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         return NULL;
     }
     if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->step_copied, cudaEventDisableTiming)) != cudaSuccess) {
+        (e = cudaEventCreateWithFlags(&c->step_copied, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaFuncSetAttribute(k_mm_tiled<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<1>::SMEM)) !=
+            cudaSuccess ||
+        (e = cudaFuncSetAttribute(k_mm_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<0>::SMEM)) !=
+            cudaSuccess) {
         gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
         free(c);
         return NULL;
@@ -1537,6 +1957,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->gelu_fp16 = o && o->gelu_fp16;
     backend *b = &c->base;
     b->name = "cuda";
+    b->prompt_tile = 512;
     b->destroy = cu_destroy;
     b->weight = cu_weight;
     b->weight_free = cu_weight_free;
@@ -1549,6 +1970,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->embed = cu_embed;
     b->rmsnorm = cu_rmsnorm;
     b->add_rmsnorm = cu_add_rmsnorm;
+    b->add_rmsnorm_norm = cu_add_rmsnorm_norm;
     b->matmul = cu_matmul;
     b->matmul_geglu = cu_matmul_geglu;
     b->matmul_multi = cu_matmul_multi;
