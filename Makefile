@@ -38,8 +38,14 @@ endif
 # prerequisite lists expand when make reads them).
 DEFAULT_MODEL := data/models/default.gguf
 
-.PHONY: all test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
+.PHONY: all flags test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem $(DEFAULT_MODEL)
+
+# the compiler flags of this build, for benchmark records (bench/ab)
+flags:
+	@echo "CFLAGS=$(CFLAGS_BASE) $(CFLAGS)"
+	@echo "NVFLAGS=$(NVFLAGS) $(NVEXTRA)"
+	@echo "CUDA=$(CUDA)"
 
 gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ) $(BUILD)/cuda-$(CUDA).stamp
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)

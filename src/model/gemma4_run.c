@@ -155,9 +155,13 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
         const float theta = g->is_full ? 1e6f : 1e4f;
         const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
-        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
-        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
-        b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
+        if (b->qkv_norm_rope) {
+            b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, n, nh, kvh, d, EPS, pos0, theta, ff);
+        } else {
+            b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+            b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
+            b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
+        }
         b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);

@@ -269,7 +269,30 @@ static void test_rope(void) {
             gpu->rmsnorm_rope(gpu, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
             a = get(gpu, xg, len), b = get(cpu_ref, xc, len);
             CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope full=%d pos0=%d", full, pos0s[p]);
-            free(a), free(b), free(x);
+            free(a), free(b);
+            /* the q/k/v launch: q = these 6 heads, k = the first 2 heads'
+             * worth of rows, v likewise; against the separate calls */
+            {
+                const int kvh = 2;
+                const size_t klen = (size_t)n * kvh * d;
+                be_buf *q1 = put(gpu, x, len), *k1 = put(gpu, x, klen), *v1 = put(gpu, x + klen, klen);
+                be_buf *q2 = put(gpu, x, len), *k2 = put(gpu, x, klen), *v2 = put(gpu, x + klen, klen);
+                gpu->qkv_norm_rope(gpu, q1, ng, k1, ng, v1, n, heads, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f,
+                                   full ? fg : NULL);
+                gpu->rmsnorm_rope(gpu, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+                gpu->rmsnorm_rope(gpu, k2, ng, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+                gpu->rmsnorm(gpu, v2, NULL, n * kvh, d, 1e-6f, v2);
+                float *a1 = get(gpu, q1, len), *a2 = get(gpu, q2, len), *b1 = get(gpu, k1, klen), *b2 = get(gpu, k2, klen);
+                float *c1 = get(gpu, v1, klen), *c2 = get(gpu, v2, klen);
+                /* q and k: the same code, exactly; v: another summation order */
+                CHECKF(close_enough("qkv q", a1, a2, len, 0, 0) && close_enough("qkv k", b1, b2, klen, 0, 0) &&
+                           close_enough("qkv v", c1, c2, klen, 1e-6, 1e-6),
+                       "qkv_norm_rope full=%d pos0=%d", full, pos0s[p]);
+                free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
+                be_buf *bb[] = {q1, k1, v1, q2, k2, v2};
+                for (int i = 0; i < 6; i++) gpu->buf_free(gpu, bb[i]);
+            }
+            free(x);
             cpu_ref->weight_free(cpu_ref, nc), gpu->weight_free(gpu, ng);
             free_tensor(&nw);
             cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);

@@ -31,6 +31,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <utility>
+
 #include "backend/cuda/cuda_backend.h"
 
 extern "C" {
@@ -98,6 +100,7 @@ typedef struct {
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
+    int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
         char name[48];
@@ -162,7 +165,40 @@ static int grow(cuda_backend *c, scratch *s, size_t bytes) {
     return 0;
 }
 
+/* Launches on the backend's stream (see pdl_wait). */
+template <typename... P, typename... A>
+static void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->st;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
+    if (e != cudaSuccess) cu_check(c, e, "kernel launch");
+}
+
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------------ */
+/* launches                                                            */
+
+/* Programmatic dependent launch: every kernel of the stream is launched
+ * with programmatic stream serialization, so the next kernel's launch and
+ * block scheduling overlap the end of the one before. Safety: every kernel
+ * starts with pdl_wait() (griddepcontrol.wait returns once the previous
+ * grid has completed and its memory is visible; a no-op for plain
+ * launches) before it reads or writes anything, so all ordering is the
+ * stream's; pdl_wait() then lets the next grid be scheduled. GEM_CUDA_PDL=0
+ * turns it off. */
+__device__ __forceinline__ void pdl_wait() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 
 /* ------------------------------------------------------------------ */
 /* reductions                                                          */
@@ -201,6 +237,7 @@ __device__ float block_sum(float v, float *sh) {
 /* weights                                                             */
 
 __global__ void k_repack_q8_0(const uint8_t *raw, int64_t nblk, int8_t *q, __half *d) {
+    pdl_wait();
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= nblk) return;
     const uint8_t *src = raw + b * 34;
@@ -209,6 +246,7 @@ __global__ void k_repack_q8_0(const uint8_t *raw, int64_t nblk, int8_t *q, __hal
 }
 
 __global__ void k_repack_q4_0(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d) {
+    pdl_wait();
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= nblk) return;
     const uint8_t *src = raw + b * 18;
@@ -429,6 +467,7 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
 
 __global__ void k_embed(int fmt, const void *q, const __half *d, int64_t K, int64_t rows, const int *step, int n,
                         float scale, float *out) {
+    pdl_wait();
     const int i = blockIdx.x;
     if (i >= n) return;
     int64_t id = step[2 + i];
@@ -440,7 +479,7 @@ __global__ void k_embed(int fmt, const void *q, const __half *d, int64_t K, int6
 static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out) {
     cuda_backend *c = cu_of(b);
     (void)ids; /* read from the step buffer */
-    k_embed<<<n, 256, 0, c->st>>>(E->fmt, E->q, E->d, E->ne0, E->ne1, c->step, n, scale, out->d);
+    launch(c, k_embed, n, 256, 0, E->fmt, E->q, E->d, E->ne0, E->ne1, c->step, n, scale, out->d);
     LAUNCHED(c, "embed");
 }
 
@@ -482,6 +521,7 @@ template <int NV>
 __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+    pdl_wait();
     __shared__ float sh[32];
     const int n4 = width / 4, lane = threadIdx.x & 31;
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * width);
@@ -551,6 +591,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
 }
 
 __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
+    pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * width;
     float ss = 0;
@@ -587,14 +628,14 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
         const int nv = (n4 + threads - 1) / threads;
-        if (nv <= 1) k_rmsnorm4<1><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else if (nv <= 2) k_rmsnorm4<2><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else if (nv <= 4) k_rmsnorm4<4><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else k_rmsnorm4<8><<<rows, threads, 0, c->st>>>(x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        if (nv <= 1) launch(c, k_rmsnorm4<1>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else if (nv <= 2) launch(c, k_rmsnorm4<2>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else if (nv <= 4) launch(c, k_rmsnorm4<4>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+        else launch(c, k_rmsnorm4<8>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
         return xq != NULL;
     }
-    k_rmsnorm<<<rows, 256, 0, c->st>>>(x, w, width, eps, out, add, scale);
-    if (w2) k_rmsnorm<<<rows, 256, 0, c->st>>>(out, w2, width, eps, out2, 0, NULL);
+    launch(c, k_rmsnorm, rows, 256, 0, x, w, width, eps, out, add, scale);
+    if (w2) launch(c, k_rmsnorm, rows, 256, 0, out, w2, width, eps, out2, 0, (const float *)NULL);
     return 0;
 }
 
@@ -642,6 +683,7 @@ __device__ __forceinline__ float gelu_tanh_f(float x) {
 }
 
 __global__ void k_geglu(const float *g, const float *u, size_t n, float *out, int fp16) {
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float a = g[i];
         if (fp16) {
@@ -663,29 +705,31 @@ static unsigned grid_1d(size_t n) {
 
 static void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {
     cuda_backend *c = cu_of(b);
-    k_geglu<<<grid_1d(n), 256, 0, c->st>>>(gate->d, up->d, n, out->d, c->gelu_fp16);
+    launch(c, k_geglu, grid_1d(n), 256, 0, gate->d, up->d, n, out->d, c->gelu_fp16);
     LAUNCHED(c, "geglu");
 }
 
 __global__ void k_scale(float *x, size_t n, const float *s) {
+    pdl_wait();
     const float v = s[0];
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= v;
 }
 
 static void cu_scale(backend *b, be_buf *x, size_t n, const be_weight *s) {
     cuda_backend *c = cu_of(b);
-    k_scale<<<grid_1d(n), 256, 0, c->st>>>(x->d, n, (const float *)s->q);
+    launch(c, k_scale, grid_1d(n), 256, 0, x->d, n, (const float *)s->q);
     LAUNCHED(c, "scale");
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap) {
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 static void cu_softcap(backend *b, be_buf *x, size_t n, float cap) {
     cuda_backend *c = cu_of(b);
-    k_softcap<<<grid_1d(n), 256, 0, c->st>>>(x->d, n, cap);
+    launch(c, k_softcap, grid_1d(n), 256, 0, x->d, n, cap);
     LAUNCHED(c, "softcap");
 }
 
@@ -694,6 +738,7 @@ static void cu_softcap(backend *b, be_buf *x, size_t n, float cap) {
  * sequential), so both backends round the same way; theta_scale comes from
  * the host's powf for the same reason. */
 __global__ void k_rope(float *x, int heads, int d, int n_rot, const int *step, float theta_scale, const float *ff) {
+    pdl_wait();
     extern __shared__ float cs[];
     const int i = blockIdx.x, half = n_rot / 2;
     const float pos = (float)(step[0] + i);
@@ -719,7 +764,7 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    k_rope<<<n, 256, sizeof(float) * (size_t)n_rot, c->st>>>(x->d, heads, d, n_rot, c->step, theta_scale,
+    launch(c, k_rope, n, 256, sizeof(float) * (size_t)n_rot, x->d, heads, d, n_rot, c->step, theta_scale,
                                                              ff ? (const float *)ff->q : NULL);
     LAUNCHED(c, "rope");
 }
@@ -727,19 +772,21 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
 /* rmsnorm + rope of one (token, head) row per block: the row is normalised
  * into shared memory, then rotated pairwise; the arithmetic of each step is
  * that of k_rmsnorm and k_rope. */
-__global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float eps, const int *step, float theta_scale,
-                               const float *ff) {
-    extern __shared__ float row[];
-    __shared__ float sh[32];
-    const int i = blockIdx.x / heads, half = d / 2;
-    float *v = x + (size_t)blockIdx.x * d;
+/* rmsnorm (+ rope when rope) of one head row v of d values, by the block;
+ * the arithmetic of k_rmsnorm and k_rope. */
+__device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, float eps, float pos, float theta_scale,
+                                               const float *ff, bool rope, float *row, float *sh) {
+    const int half = d / 2;
     float ss = 0;
     for (int k = threadIdx.x; k < d; k += blockDim.x) ss += v[k] * v[k];
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
+    if (!rope) {
+        for (int k = threadIdx.x; k < d; k += blockDim.x) v[k] = w ? v[k] * r * w[k] : v[k] * r;
+        return;
+    }
     for (int k = threadIdx.x; k < d; k += blockDim.x) row[k] = w ? v[k] * r * w[k] : v[k] * r;
     __syncthreads();
-    const float pos = (float)(step[0] + i);
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         float theta = pos;
         for (int m = 0; m < j; m++) theta *= theta_scale;
@@ -750,12 +797,58 @@ __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float
     }
 }
 
+/* rmsnorm + rope of one (token, head) row per block: the row is normalised
+ * into shared memory, then rotated pairwise. */
+__global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float eps, const int *step, float theta_scale,
+                               const float *ff) {
+    pdl_wait();
+    extern __shared__ float row[];
+    __shared__ float sh[32];
+    const int i = blockIdx.x / heads;
+    head_norm_rope(x + (size_t)blockIdx.x * d, w, d, eps, (float)(step[0] + i), theta_scale, ff, true, row, sh);
+}
+
+/* The q, k and v rows of a layer in one launch: blocks [0, n nh) take q
+ * rows (weight qw, rope), the next n kvh k rows (weight kw, rope), the last
+ * n kvh v rows (no weight, no rope). */
+__global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int n, int nh, int kvh,
+                                int d, float eps, const int *step, float theta_scale, const float *ff) {
+    pdl_wait();
+    extern __shared__ float row[];
+    __shared__ float sh[32];
+    int bid = blockIdx.x;
+    const int pos0 = step[0];
+    if (bid < n * nh) {
+        head_norm_rope(q + (size_t)bid * d, qw, d, eps, (float)(pos0 + bid / nh), theta_scale, ff, true, row, sh);
+        return;
+    }
+    bid -= n * nh;
+    if (bid < n * kvh) {
+        head_norm_rope(k + (size_t)bid * d, kw, d, eps, (float)(pos0 + bid / kvh), theta_scale, ff, true, row, sh);
+        return;
+    }
+    bid -= n * kvh;
+    head_norm_rope(v + (size_t)bid * d, NULL, d, eps, 0.0f, theta_scale, ff, false, row, sh);
+}
+
+static void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                             int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
+                             const be_weight *ff) {
+    cuda_backend *c = cu_of(b);
+    (void)pos0; /* read from the step buffer */
+    const float theta_scale = powf(base, -2.0f / (float)d);
+    launch(c, k_qkv_norm_rope, n * (n_head + 2 * n_kv_head), 128, sizeof(float) * (size_t)d, 
+        q->d, qw ? (const float *)qw->q : NULL, k->d, kw ? (const float *)kw->q : NULL, v->d, n, n_head, n_kv_head, d,
+        eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
+    LAUNCHED(c, "q/k/v norm+rope");
+}
+
 static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
                             float base, const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
     const float theta_scale = powf(base, -2.0f / (float)d);
-    k_rmsnorm_rope<<<n * heads, 128, sizeof(float) * (size_t)d, c->st>>>(
+    launch(c, k_rmsnorm_rope, n * heads, 128, sizeof(float) * (size_t)d, 
         x->d, w ? (const float *)w->q : NULL, heads, d, eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
     LAUNCHED(c, "rmsnorm+rope");
 }
@@ -765,6 +858,7 @@ static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, in
 
 /* Activations to 8-bit codes per 32-value block: one warp per block. */
 __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
+    pdl_wait();
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
@@ -808,6 +902,9 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
  * f32/f16/bf16: lane L takes 8 consecutive values at 8L, 8L + 256, ... */
 #ifndef MV_UNROLL
 #define MV_UNROLL 4
+#endif
+#ifndef MV_UNROLL_Q4
+#define MV_UNROLL_Q4 8 /* q4_0 blocks are half the bytes: twice as many in flight (+3% decode, 31B) */
 #endif
 
 typedef struct {
@@ -892,19 +989,21 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
 template <int Q4, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    pdl_wait();
     mv_rows r;
     if (!mv_rows_of(job, r)) return;
+    constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
     const int lane = threadIdx.x & 31, nb = K / 32;
     float acc[MV_ROWS][NT];
 #pragma unroll
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int b0 = lane; b0 < nb; b0 += 32 * MV_UNROLL) {
-        uint4 w0[MV_UNROLL][MV_ROWS], w1[MV_UNROLL][MV_ROWS];
-        float dw[MV_UNROLL][MV_ROWS];
+    for (int b0 = lane; b0 < nb; b0 += 32 * U) {
+        uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
+        float dw[U][MV_ROWS];
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * u;
 #pragma unroll
             for (int k = 0; k < MV_ROWS; k++) {
@@ -918,7 +1017,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * u;
             if (b >= nb) break;
 #pragma unroll
@@ -963,6 +1062,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 
 template <int FMT, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
+    pdl_wait();
     mv_rows r;
     if (!mv_rows_of(job, r)) return;
     const int lane = threadIdx.x & 31;
@@ -1040,6 +1140,7 @@ template <int Q4>
 __global__ void __launch_bounds__(128)
     k_mm_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int row_base = blockIdx.x * MM_ROWS + (warp >> 1) * 32, tok_base = blockIdx.y * MM_TOKS + (warp & 1) * 32;
     const int nb = K / 32;
@@ -1188,6 +1289,7 @@ template <int Q4>
 __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
     k_mm_tiled(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
     typedef mmt_geom<Q4> G;
     extern __shared__ __align__(16) uint8_t mmt_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -1321,7 +1423,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) ||
                 grow(c, &c->xs, nblk * sizeof(int)))
                 return;
-            k_quantize_act<<<blocks_for(nblk * 32, 256), 256, 0, c->st>>>(x->d, (int64_t)nblk, (int8_t *)c->xq.p,
+            launch(c, k_quantize_act, blocks_for(nblk * 32, 256), 256, 0, x->d, (int64_t)nblk, (int8_t *)c->xq.p,
                                                                           (float *)c->xd.p, (int *)c->xs.p);
             LAUNCHED(c, "quantize activations");
         }
@@ -1329,11 +1431,11 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             for (int i = 0; i < job.count; i++) {
                 const dim3 g((unsigned)((n + MMT_BN - 1) / MMT_BN), (unsigned)((job.m[i].M + MMT_BM - 1) / MMT_BM));
                 if (fmt == DW_Q4_0)
-                    k_mm_tiled<1><<<g, MMT_THREADS, mmt_geom<1>::SMEM, c->st>>>(
+                    launch(c, k_mm_tiled<1>, g, MMT_THREADS, mmt_geom<1>::SMEM, 
                         (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
                         job.m[i].M, n, outs[i]->d);
                 else
-                    k_mm_tiled<0><<<g, MMT_THREADS, mmt_geom<0>::SMEM, c->st>>>(
+                    launch(c, k_mm_tiled<0>, g, MMT_THREADS, mmt_geom<0>::SMEM, 
                         (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
                         job.m[i].M, n, outs[i]->d);
                 LAUNCHED(c, "matmul (tensor cores, tiled)");
@@ -1344,10 +1446,10 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             for (int i = 0; i < job.count; i++) {
                 const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
                 if (fmt == DW_Q4_0)
-                    k_mm_q<1><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                    launch(c, k_mm_q<1>, g, 128, 0, (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
                                                     (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
                 else
-                    k_mm_q<0><<<g, 128, 0, c->st>>>((const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                    launch(c, k_mm_q<0>, g, 128, 0, (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
                                                     (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
                 LAUNCHED(c, "matmul (tensor cores)");
             }
@@ -1360,7 +1462,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
             mv_job jt = job;
             for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
-            tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, (const int8_t *)c->xq.p + bo * 32,
+            launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
                                                            (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }
@@ -1376,7 +1478,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
         mv_job jt = job;
         for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
-        tab[nt - 1]<<<grid, MV_WARPS * 32, 0, c->st>>>(jt, x->d + (size_t)t0 * K, K);
+        launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, x->d + (size_t)t0 * K, K);
         LAUNCHED(c, label);
     }
 }
@@ -1452,6 +1554,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
                  float *pml, float *store_k, float *store_v) {
+    pdl_wait();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
     extern __shared__ float sm[];
     const int R = G * QB;
@@ -1600,16 +1703,29 @@ __global__ void __launch_bounds__(AT_THREADS)
 
 /* Weights of the splits in parallel (a one-token step may have 256), then
  * each output element sums only the splits that had keys. */
+/* The number of splits with keys for query i: the split kernel's ranges
+ * (per query block of QB) recomputed; splits past it wrote nothing. */
+__device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
+    const int i0 = i / QB * QB, pos0 = step[0];
+    const int qp_first = pos0 + i0, qp_last = pos0 + min(i0 + QB, n) - 1;
+    const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    const int len = qp_last - first + 1, per = max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+    return min(nsplit, (len + per - 1) / per);
+}
+
 __global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
-                               int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+                               int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
+                               const int *step, int n, int QB, int window) {
+    pdl_wait();
     extern __shared__ float wgt[];
     __shared__ float red[32];
     const int hq = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int nw = blockDim.x >> 5;
     const size_t base = (size_t)i * n_head + hq;
     const float *ml = pml + base * nsplit * 2;
+    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
     float M = -INFINITY;
-    for (int s = tid; s < nsplit; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
+    for (int s = tid; s < used; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
     M = warp_max(M);
     if (lane == 0) red[w] = M;
     __syncthreads();
@@ -1617,7 +1733,7 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
     for (int j = 1; j < nw; j++) M = fmaxf(M, red[j]);
     __syncthreads();
     float L = 0;
-    for (int s = tid; s < nsplit; s += blockDim.x) {
+    for (int s = tid; s < used; s += blockDim.x) {
         const float wt = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
         wgt[s] = wt;
         L += wt * ml[2 * s + 1];
@@ -1626,9 +1742,10 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
     const float inv = 1.0f / L;
     for (int e = tid; e < d; e += blockDim.x) {
         float o = 0;
+        /* no branch: eight partial loads in flight (a split of a row's
+         * query block that saw none of the row's keys left zeros) */
 #pragma unroll 8
-        for (int s = 0; s < nsplit; s++)
-            if (wgt[s] != 0.0f) o += wgt[s] * part[(base * nsplit + s) * d + e];
+        for (int s = 0; s < used; s++) o += wgt[s] * part[(base * nsplit + s) * d + e];
         o *= inv;
         out[base * d + e] = o;
         if (xq) {
@@ -1651,6 +1768,7 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
 
 __global__ void k_kv_store(const float *k, const float *v, float *ck, float *cv, const int *step, int row, int cap,
                            int ring) {
+    pdl_wait();
     const int i = blockIdx.x, p = step[0] + i;
     /* a tile longer than the ring stores only its last `cap` positions: the
      * earlier ones would share slots with them (the CPU's sequential stores
@@ -1700,7 +1818,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
     float *sk = n == 1 ? kv->k : NULL, *sv = n == 1 ? kv->v : NULL;
 #define ATTN_LAUNCH(DIM)                                                                                         \
-    k_attn_split<DIM><<<grid, AT_THREADS, shm, c->st>>>(q->d, k->d, v->d, kv->k, kv->v, c->step, n, n_head,      \
+    launch(c, k_attn_split<DIM>, grid, AT_THREADS, shm, q->d, k->d, v->d, kv->k, kv->v, c->step, n, n_head,      \
                                                         n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, \
                                                         (float *)c->part.p, (float *)c->pml.p, sk, sv)
     switch (d) {
@@ -1719,12 +1837,12 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
                                          nblk * sizeof(int) <= c->xs.cap)) &&
                       !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
                       !grow(c, &c->xs, nblk * sizeof(int));
-    k_attn_combine<<<dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, c->st>>>(
+    launch(c, k_attn_combine, dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, 
         (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
-        quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL);
+        quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
     LAUNCHED(c, "attention combine");
     if (n > 1) {
-        k_kv_store<<<n, 256, 0, c->st>>>(k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
+        launch(c, k_kv_store, n, 256, 0, k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
         LAUNCHED(c, "kv store");
     }
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
@@ -1814,6 +1932,7 @@ __device__ void block_argmax(float &v, int &i) {
 }
 
 __global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
+    pdl_wait();
     const int r = blockIdx.y;
     float v = -INFINITY;
     int idx = 0x7fffffff;
@@ -1824,6 +1943,7 @@ __global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
 }
 
 __global__ void k_argmax_final(const float *pv, const int *pi, float *out) {
+    pdl_wait();
     const int r = blockIdx.x;
     float v = -INFINITY;
     int idx = 0x7fffffff;
@@ -1837,9 +1957,9 @@ static void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *
     if (grow(c, &c->amax_v, sizeof(float) * AM_BLOCKS * (size_t)rows) ||
         grow(c, &c->amax_i, sizeof(int) * AM_BLOCKS * (size_t)rows))
         return;
-    k_argmax_part<<<dim3(AM_BLOCKS, rows), 256, 0, c->st>>>(x->d, width, (float *)c->amax_v.p, (int *)c->amax_i.p);
+    launch(c, k_argmax_part, dim3(AM_BLOCKS, rows), 256, 0, x->d, width, (float *)c->amax_v.p, (int *)c->amax_i.p);
     LAUNCHED(c, "argmax");
-    k_argmax_final<<<rows, AM_BLOCKS, 0, c->st>>>((const float *)c->amax_v.p, (const int *)c->amax_i.p, out->d);
+    launch(c, k_argmax_final, rows, AM_BLOCKS, 0, (const float *)c->amax_v.p, (const int *)c->amax_i.p, out->d);
     LAUNCHED(c, "argmax");
 }
 
@@ -1971,6 +2091,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->rmsnorm = cu_rmsnorm;
     b->add_rmsnorm = cu_add_rmsnorm;
     b->add_rmsnorm_norm = cu_add_rmsnorm_norm;
+    b->qkv_norm_rope = cu_qkv_norm_rope;
     b->matmul = cu_matmul;
     b->matmul_geglu = cu_matmul_geglu;
     b->matmul_multi = cu_matmul_multi;
@@ -1991,6 +2112,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
     const char *mma = getenv("GEM_CUDA_MMA");
     c->mma = !(mma && !strcmp(mma, "0"));
+    const char *pdl = getenv("GEM_CUDA_PDL");
+    c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     c->prof_mark = now_s();
