@@ -17,6 +17,27 @@ def newest(pattern):
 
 
 lines = []
+# A/B comparisons (bench/ab): one table per backend, newest file of each
+for backend in ("cuda", "cpu"):
+    ab = newest(f"bench/results/ab-{backend}-*.json")
+    if not ab:
+        continue
+    d = json.load(open(ab))
+    st = d["settings"]
+    hw = d["hardware"].get("gpu", {}).get("name") or d["hardware"]["cpu"]
+    lines += [f"{backend.upper()} A/B, {hw}: gem vs llama.cpp ({d['reference'].split(';')[0]}) in one run, "
+              f"A/B/B/A, {st['reps']} repetitions after a warm-up, medians; prompt {st['prompt']} tokens, "
+              f"{st['gen']} decode steps per depth (`{ab}`, report `{ab[:-5]}.md`"
+              + (f", plot `{d['png']}`" if d.get("png") else "") + f", commit {d['commit'][:10]}):", "",
+              "| model | figure | gem | llama.cpp | gem / llama.cpp |", "|---|---|---|---|---|"]
+    for m in d["models"]:
+        figs = [(f"prefill {st['prompt']} tok/s", m["prefill_tok_s"], "%.1f"),
+                ("time to first token s", m["ttft_s"], "%.3f")]
+        figs += [(f"decode tok/s, depth {k}", v, "%.2f") for k, v in m["decode_tok_s"].items()]
+        for name, f, fmt in figs:
+            lines.append(f"| {m['name']} | {name} | {fmt % f['gem']['median']} | {fmt % f['ref']['median']} | "
+                         f"{f['ratio']:.2f}x |")
+    lines.append("")
 cpu = newest("bench/results/cpu-2*.json")
 if cpu:
     d = json.load(open(cpu))

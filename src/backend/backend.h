@@ -142,6 +142,10 @@ typedef struct {
      * exact tanh GELU (transformers computes it in f32). On, greedy runs can
      * be compared token for token with the reference. */
     int gelu_fp16;
+    /* K/V cache entries in f16 instead of f32 (CUDA only: half the cache
+     * memory and the bytes a deep decode step reads; the logit drift it
+     * costs is measured in bench/results). */
+    int kv_f16;
 } backend_opts;
 
 /* Creates a backend by name ("cpu", "cuda"); NULL with a reason when

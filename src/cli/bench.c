@@ -32,7 +32,7 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr,
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
-            "                 [--reps R] [--tile T] [-t THREADS] [--peak-gbs G] [--json OUT]\n");
+            "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n");
     return 2;
 }
 
@@ -74,12 +74,14 @@ int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 4800;
+    int kv_f16 = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         if (!v) return usage();
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--kv-type")) { if ((kv_f16 = cli_parse_kv_type(v)) < 0) goto bad; }
         else if (!strcmp(a, "--json")) json = v;
         else if (!strcmp(a, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 16, 1, 1 << 20)) < 1) goto bad; }
         else if (!strcmp(a, "--depth")) { if ((n_depths = parse_list(v, depths, 16, 0, 1 << 20)) < 1) goto bad; }
@@ -124,6 +126,7 @@ int cli_bench(int argc, char **argv) {
     memset(&eo, 0, sizeof eo);
     eo.model_path = model;
     eo.backend = backend;
+    eo.kv_f16 = kv_f16;
     eo.threads = threads;
     eo.n_ctx = need;
     eo.tile = tile;

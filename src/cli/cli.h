@@ -24,6 +24,9 @@ const char *cli_version(void);
  * out of range). */
 int cli_parse_num(const char *s, double lo, double hi, double *out);
 
+/* "--kv-type" values: "f32" -> 0, "f16" -> 1; -1 for anything else. */
+int cli_parse_kv_type(const char *s);
+
 /* Path of a data file shipped next to the executable (data/...), found via
  * GEM_DATA_DIR, then the executable's directory, then the working directory.
  * Writes into buf and returns it. */

@@ -48,6 +48,12 @@ static void usage(FILE *out) {
 
 const char *cli_version(void) { return "gem " GEM_VERSION; }
 
+int cli_parse_kv_type(const char *s) {
+    if (s && !strcmp(s, "f32")) return 0;
+    if (s && !strcmp(s, "f16")) return 1;
+    return -1;
+}
+
 int cli_parse_num(const char *s, double lo, double hi, double *out) {
     if (!s) return -1;
     char *end;

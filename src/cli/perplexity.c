@@ -48,7 +48,7 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr,
             "usage: gem perplexity -m FILE -f TEXTFILE [-c N] [--chunks N] [-t THREADS] [--backend cpu|cuda]\n"
-            "                      [--cpu-ref] [--compat-llama] [--tile T] [--json OUT]\n");
+            "                      [--cpu-ref] [--compat-llama] [--kv-type f32|f16] [--tile T] [--json OUT]\n");
     return 2;
 }
 
@@ -131,6 +131,13 @@ int cli_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--tile")) { if (cli_parse_num(v, 1, 512, &x) || x != (int)x) goto bad; tile = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
+        else if (!strcmp(a, "--kv-type")) {
+            if ((eo.kv_f16 = cli_parse_kv_type(v)) < 0) {
+                fprintf(stderr, "gem perplexity: error: --kv-type wants f32 or f16, not '%s'\n", v ? v : "");
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--json")) { if (!v) return usage(); json_path = v; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
         else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;

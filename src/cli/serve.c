@@ -11,7 +11,8 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--ctx N] [-t THREADS]\n"
+            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
+            "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY] [--cors ORIGIN] [--max-body BYTES] [--alias NAME] [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--test-hooks]\n");
@@ -55,6 +56,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) { bad = !v || !*v; o.host = v; i++; }
         else if (!strcmp(a, "--port")) { bad = cli_parse_num(v, 0, 65535, &x) || x != (int)x; o.port = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { bad = !v; o.backend = v; i++; }
+        else if (!strcmp(a, "--kv-type")) { bad = (o.kv_f16 = cli_parse_kv_type(v)) < 0; i++; }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x); o.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x); o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }

@@ -44,7 +44,7 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     if (!(e->file = gguf_open(o->model_path, err))) goto fail;
     if (!(e->model = gemma4_bind(e->file, err))) goto fail;
     if (!(e->tok = tok_load(e->file, err))) goto fail;
-    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama};
+    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama, o->kv_f16};
     if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
     int64_t trained = 0;
     int64_t k = gguf_find_key(e->file, "gemma4.context_length");

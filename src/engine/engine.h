@@ -21,6 +21,7 @@ typedef struct {
     int n_ctx;           /* 0: 4096, capped at the model's trained context */
     int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 512) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
+    int kv_f16;          /* --kv-type f16 (backend_opts.kv_f16) */
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;

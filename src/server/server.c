@@ -493,6 +493,7 @@ static void *worker_main(void *arg) {
     gem_engine_opts eo = {0};
     eo.model_path = s->o.model_path;
     eo.backend = s->o.backend;
+    eo.kv_f16 = s->o.kv_f16;
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
     gem_err err = {{0}};

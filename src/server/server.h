@@ -11,6 +11,7 @@ typedef struct {
     const char *host;       /* "127.0.0.1" */
     int port;               /* 0: any free port (the log line names it) */
     const char *backend;    /* "cpu" */
+    int kv_f16;             /* --kv-type f16 */
     int n_ctx, threads;
     const char *api_key;    /* NULL: no authentication */
     const char *cors;       /* Access-Control-Allow-Origin, or NULL */

@@ -92,6 +92,13 @@ expect 2 "bad value for --temp" -- $GEM run -m "$M" -p x --temp hot
 expect 1 "exceed the context of 16" -- $GEM run -m "$M" -p "a b c d e f g" -n 10 --ctx 16
 expect 1 "cannot open" -- $GEM run -m "$tmp/none.gguf" -p x
 expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
+# --kv-type: a bad value names the choices; f16 is a CUDA option
+expect 2 "--kv-type wants f32 or f16, not 'f8'" -- $GEM run -m "$M" -p x --kv-type f8
+expect 2 "bad value 'q8' for --kv-type" -- $GEM bench -m "$M" --kv-type q8
+expect 1 "the CPU backend keeps its KV cache in f32" -- $GEM run -m "$M" -p x --kv-type f16
+expect 0 "" -- $GEM run -m "$M" -p x -n 2 --kv-type f32
+# gem bench: every depth reported (the depth is filled once, runs continue)
+expect 0 "decode at depth      4" -- $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0,4 --reps 2
 # no silent fallback: without nvcc at build time, or without a GPU at run time,
 # --backend cuda is an error that says which
 devs=$($GEM devices 2>&1)

@@ -209,7 +209,7 @@ static void test_elementwise(void) {
     float *g = rand_vec(n, 6.0f), *u = rand_vec(n, 2.0f), *x = rand_vec(n, 80.0f);
     for (int fp16 = 0; fp16 < 2; fp16++) {
         gem_err err;
-        backend_opts o = {1, 1, fp16};
+        backend_opts o = {1, 1, fp16, 0};
         backend *c = backend_create("cpu", &o, &err), *d = backend_create("cuda", &o, &err);
         be_buf *gc = put(c, g, n), *uc = put(c, u, n), *oc = put(c, NULL, n);
         be_buf *gg = put(d, g, n), *ug = put(d, u, n), *og = put(d, NULL, n);
@@ -408,10 +408,15 @@ static void test_matmul(void) {
 
 /* Runs the same sequence of attention calls (a prompt in tiles, then single
  * tokens) on both backends and compares every output and the final caches. */
-static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
+/* gpu_kv: the GPU backend under test (gpu, or gpu_f16 whose caches hold
+ * f16 entries); tol: relative and absolute tolerance against the f32
+ * reference. */
+static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh, int d, int window, int cap,
+                                   const int *tiles, int n_tiles) {
+    const int f16 = tol > 1e-5;
     gem_err err;
     be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err);
-    be_kv *kg = gpu->kv_new(gpu, kvh, d, cap, window > 0, &err);
+    be_kv *kg = gk->kv_new(gk, kvh, d, cap, window > 0, &err);
     CHECKF(kg != NULL, "%s", err.msg);
     int pos = 0, ok = 1;
     for (int t = 0; t < n_tiles && ok; t++) {
@@ -423,31 +428,45 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
         float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
         int32_t *ids = calloc((size_t)n, sizeof *ids);
         step_both(ids, n, pos);
+        gk->set_step(gk, ids, n, pos);
         be_buf *qc = put(cpu_ref, q, nq), *kcb = put(cpu_ref, k, nk), *vc = put(cpu_ref, v, nk), *oc = put(cpu_ref, NULL, nq);
-        be_buf *qg = put(gpu, q, nq), *kgb = put(gpu, k, nk), *vg = put(gpu, v, nk), *og = put(gpu, NULL, nq);
+        be_buf *qg = put(gk, q, nq), *kgb = put(gk, k, nk), *vg = put(gk, v, nk), *og = put(gk, NULL, nq);
         cpu_ref->attention(cpu_ref, qc, kcb, vc, kc, n, pos, n_head, kvh, d, window, oc);
-        gpu->attention(gpu, qg, kgb, vg, kg, n, pos, n_head, kvh, d, window, og);
-        float *a = get(gpu, og, nq), *b = get(cpu_ref, oc, nq);
-        ok = close_enough("attention", a, b, nq, 1e-5, 2e-5);
-        CHECKF(ok, "attention heads %d/%d d %d window %d tile %d (n %d at %d)", n_head, kvh, d, window, t, n, pos);
+        gk->attention(gk, qg, kgb, vg, kg, n, pos, n_head, kvh, d, window, og);
+        float *a = get(gk, og, nq), *b = get(cpu_ref, oc, nq);
+        ok = close_enough("attention", a, b, nq, tol, 2 * tol);
+        CHECKF(ok, "attention%s heads %d/%d d %d window %d tile %d (n %d at %d)", f16 ? " (f16 KV)" : "", n_head, kvh,
+               d, window, t, n, pos);
         free(a), free(b), free(q), free(k), free(v), free(ids);
         cpu_ref->buf_free(cpu_ref, qc), cpu_ref->buf_free(cpu_ref, kcb), cpu_ref->buf_free(cpu_ref, vc), cpu_ref->buf_free(cpu_ref, oc);
-        gpu->buf_free(gpu, qg), gpu->buf_free(gpu, kgb), gpu->buf_free(gpu, vg), gpu->buf_free(gpu, og);
+        gk->buf_free(gk, qg), gk->buf_free(gk, kgb), gk->buf_free(gk, vg), gk->buf_free(gk, og);
         pos += n;
     }
-    /* checkpoint blobs have one layout on every backend */
+    /* checkpoint blobs have one layout on every backend with f32 caches
+     * (f16 caches: half the bytes, their own round trip below) */
     size_t bytes = cpu_ref->kv_bytes(cpu_ref, kc, pos);
-    CHECK(bytes == gpu->kv_bytes(gpu, kg, pos));
+    CHECK(f16 ? 2 * gk->kv_bytes(gk, kg, pos) == bytes : bytes == gk->kv_bytes(gk, kg, pos));
+    if (f16) bytes /= 2;
     char *bc = malloc(bytes), *bg = malloc(bytes);
-    cpu_ref->kv_save(cpu_ref, kc, pos, bc);
-    gpu->kv_save(gpu, kg, pos, bg);
+    if (f16) gk->kv_save(gk, kg, pos, bc);
+    else cpu_ref->kv_save(cpu_ref, kc, pos, bc);
+    gk->kv_save(gk, kg, pos, bg);
     CHECKF(memcmp(bc, bg, bytes) == 0, "kv blobs differ");
     memset(bg, 0, bytes);
-    gpu->kv_load(gpu, kg, pos, bc);
-    gpu->kv_save(gpu, kg, pos, bg);
+    gk->kv_load(gk, kg, pos, bc);
+    gk->kv_save(gk, kg, pos, bg);
     CHECKF(memcmp(bc, bg, bytes) == 0, "kv load/save round trip");
     free(bc), free(bg);
-    cpu_ref->kv_free(cpu_ref, kc), gpu->kv_free(gpu, kg);
+    cpu_ref->kv_free(cpu_ref, kc), gk->kv_free(gk, kg);
+}
+
+static backend *gpu_f16; /* caches in f16 (--kv-type f16) */
+
+static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
+    test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
+    /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
+     * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
+    test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 static void test_attention(void) {
@@ -585,10 +604,12 @@ static void test_quantized_handoff(void) {
 
 int main(void) {
     gem_err err;
-    backend_opts ref = {1, 1, 0}, fast = {2, 0, 0}, g = {0, 0, 0};
+    backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
+    backend_opts gh = {0, 0, 0, 1};
+    gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");
@@ -606,6 +627,7 @@ int main(void) {
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
+    if (gpu_f16) gpu_f16->destroy(gpu_f16);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

@@ -479,6 +479,10 @@ static void cpu_destroy(backend *b) {
 }
 
 backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
+    if (o && o->kv_f16) {
+        gem_err_set(err, "--kv-type f16: the CPU backend keeps its KV cache in f32 (f16 is a CUDA option)");
+        return NULL;
+    }
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) {
         gem_err_set(err, "out of memory");

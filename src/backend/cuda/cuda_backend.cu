@@ -17,6 +17,16 @@
  *   a capture; each growth bumps `generation`, which invalidates graphs.
  * - Errors are sticky: the first failing CUDA call is remembered and
  *   reported by status(); later ops still run but their results are void.
+ * - Every kernel begins with pdl_wait() and is launched through launch()
+ *   (programmatic dependent launch): a kernel touches memory only after the
+ *   one before it on the stream has completed, as with plain launches.
+ * - The quantized-activation scratch (xq/xd/xs) holds the 8-bit codes of
+ *   one buffer, named by q_src/q_n/q_K and valid while `epoch` (bumped by
+ *   every launch) equals q_epoch: set by a product that quantized its input
+ *   and by the ops that produce a product's input (rmsnorm, the residual
+ *   add + norm, the attention combine), which write the codes as they go.
+ * - KV caches hold f32 entries, or f16 with backend_opts.kv_f16; the
+ *   checkpoint blob is the cache's own bytes (f32: the CPU's layout).
  *
  * Numerics: q8_0/q4_0 products quantize the activations to 8 bits per
  * 32-value block exactly as the CPU fast path does (scale max|x|/127, round
@@ -54,7 +64,8 @@ struct be_weight {
 };
 
 struct be_kv {
-    float *k, *v; /* [capacity][n_kv_head][head_dim], the CPU layout */
+    void *k, *v; /* [capacity][n_kv_head][head_dim], the CPU layout; f32, or f16 when f16 */
+    int f16;
     int n_kv_head, head_dim, capacity, ring;
     int nsplit; /* attention splits of a one-token step */
 };
@@ -101,6 +112,7 @@ typedef struct {
      * GEM_CUDA_MMA=0 */
     int mma;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
+    int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
         char name[48];
@@ -1530,11 +1542,34 @@ static void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu
 #define AT_VU 16 /* value rows in flight per thread */
 #endif
 
-__device__ __forceinline__ const float *key_row(const float *cur, const float *cache, int p, int pos0, int kvh, int h,
-                                                int d, int cap, int ring) {
-    if (p >= pos0) return cur + ((size_t)(p - pos0) * kvh + h) * d;
+/* Cache entries are f32 or f16 (--kv-type f16: half the bytes a deep
+ * step reads); keys and values of the current call are always f32. */
+__device__ __forceinline__ float4 kv_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 kv_ld4(const __half *p) {
+    const uint2 u = *(const uint2 *)p;
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float kv_ld1(const float *p) { return *p; }
+__device__ __forceinline__ float kv_ld1(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void kv_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kv_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* Element e of the key (or value) row of position p: this call's rows for
+ * p >= pos0, else the cache (slot p, or p mod cap in a ring). */
+template <typename KT>
+__device__ __forceinline__ float4 kv_row4(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
+                                          int cap, int ring, int e) {
+    if (p >= pos0) return *(const float4 *)(cur + ((size_t)(p - pos0) * kvh + h) * d + e);
     const int slot = ring ? p % cap : p;
-    return cache + ((size_t)slot * kvh + h) * d;
+    return kv_ld4(cache + ((size_t)slot * kvh + h) * d + e);
+}
+template <typename KT>
+__device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
+                                         int cap, int ring, int e) {
+    if (p >= pos0) return cur[((size_t)(p - pos0) * kvh + h) * d + e];
+    const int slot = ring ? p % cap : p;
+    return kv_ld1(cache + ((size_t)slot * kvh + h) * d + e);
 }
 
 /* One block per (KV head x head group, split, query block): its R rows are
@@ -1549,11 +1584,11 @@ __device__ __forceinline__ const float *key_row(const float *cur, const float *c
  * leaves max -inf and sum 0, which the combine weighs as nothing).
  * Thread t accumulates output elements t, t + 256, ... (EPT of them) of
  * every row, so one value load serves all rows. */
-template <int D>
+template <int D, typename KT>
 __global__ void __launch_bounds__(AT_THREADS)
-    k_attn_split(const float *q, const float *k, const float *v, const float *ck, const float *cv, const int *step,
+    k_attn_split(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
-                 float *pml, float *store_k, float *store_v) {
+                 float *pml, KT *store_k, KT *store_v) {
     pdl_wait();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
     extern __shared__ float sm[];
@@ -1571,8 +1606,8 @@ __global__ void __launch_bounds__(AT_THREADS)
     if (store_k && split == 0 && blockIdx.x % groups == 0) {
         const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
         for (int e = threadIdx.x; e < D; e += AT_THREADS) {
-            store_k[(slot * kvh + h) * D + e] = k[(size_t)h * D + e];
-            store_v[(slot * kvh + h) * D + e] = v[(size_t)h * D + e];
+            kv_st(store_k + (slot * kvh + h) * D + e, k[(size_t)h * D + e]);
+            kv_st(store_v + (slot * kvh + h) * D + e, v[(size_t)h * D + e]);
         }
     }
     const int i_last = min(i0 + QB, n) - 1;
@@ -1618,10 +1653,10 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
             for (int u = 0; u < AT_KU; u++) {
                 const int p = c0 + min(j0 + u * nwarps, cn - 1);
-                const float *kr = key_row(k, ck, p, pos0, kvh, h, D, cap, ring);
 #pragma unroll
                 for (int m = 0; m < 4; m++)
-                    kv4[u][m] = m * 128 < D ? *(const float4 *)(kr + m * 128 + lane * 4) : make_float4(0, 0, 0, 0);
+                    kv4[u][m] = m * 128 < D ? kv_row4(k, ck, p, pos0, kvh, h, D, cap, ring, m * 128 + lane * 4)
+                                            : make_float4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < AT_KU; u++) {
@@ -1674,9 +1709,11 @@ __global__ void __launch_bounds__(AT_THREADS)
             float vv[AT_VU][EPT];
 #pragma unroll
             for (int u = 0; u < AT_VU; u++) {
-                const float *vr = key_row(v, cv, c0 + min(j0 + u, cn - 1), pos0, kvh, h, D, cap, ring);
+                const int p = c0 + min(j0 + u, cn - 1);
 #pragma unroll
-                for (int e = 0; e < EPT; e++) vv[u][e] = tid + e * AT_THREADS < D ? vr[tid + e * AT_THREADS] : 0.0f;
+                for (int e = 0; e < EPT; e++)
+                    vv[u][e] = tid + e * AT_THREADS < D ? kv_row1(v, cv, p, pos0, kvh, h, D, cap, ring, tid + e * AT_THREADS)
+                                                        : 0.0f;
             }
 #pragma unroll
             for (int u = 0; u < AT_VU; u++) {
@@ -1766,7 +1803,8 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
     }
 }
 
-__global__ void k_kv_store(const float *k, const float *v, float *ck, float *cv, const int *step, int row, int cap,
+template <typename KT>
+__global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const int *step, int row, int cap,
                            int ring) {
     pdl_wait();
     const int i = blockIdx.x, p = step[0] + i;
@@ -1776,8 +1814,8 @@ __global__ void k_kv_store(const float *k, const float *v, float *ck, float *cv,
     if (ring && i < (int)gridDim.x - cap) return;
     const size_t slot = (size_t)(ring ? p % cap : p);
     for (int e = threadIdx.x; e < row; e += blockDim.x) {
-        ck[slot * row + e] = k[(size_t)i * row + e];
-        cv[slot * row + e] = v[(size_t)i * row + e];
+        kv_st(ck + slot * row + e, k[(size_t)i * row + e]);
+        kv_st(cv + slot * row + e, v[(size_t)i * row + e]);
     }
 }
 
@@ -1816,11 +1854,15 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
     const size_t shm = sizeof(float) * ((size_t)R * d + (size_t)R * AT_CHUNK + 5 * (size_t)R);
     const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
-    float *sk = n == 1 ? kv->k : NULL, *sv = n == 1 ? kv->v : NULL;
-#define ATTN_LAUNCH(DIM)                                                                                         \
-    launch(c, k_attn_split<DIM>, grid, AT_THREADS, shm, q->d, k->d, v->d, kv->k, kv->v, c->step, n, n_head,      \
-                                                        n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, \
-                                                        (float *)c->part.p, (float *)c->pml.p, sk, sv)
+#define ATTN_LAUNCH_T(DIM, KT)                                                                                  \
+    launch(c, k_attn_split<DIM, KT>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
+           c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,       \
+           (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL)
+#define ATTN_LAUNCH(DIM)                 \
+    if (kv->f16)                         \
+        ATTN_LAUNCH_T(DIM, __half);      \
+    else                                 \
+        ATTN_LAUNCH_T(DIM, float)
     switch (d) {
     case 128: ATTN_LAUNCH(128); break;
     case 256: ATTN_LAUNCH(256); break;
@@ -1828,6 +1870,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     default: ATTN_LAUNCH(512); break;
     }
 #undef ATTN_LAUNCH
+#undef ATTN_LAUNCH_T
     LAUNCHED(c, "attention");
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
@@ -1842,7 +1885,12 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
         quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
     LAUNCHED(c, "attention combine");
     if (n > 1) {
-        launch(c, k_kv_store, n, 256, 0, k->d, v->d, kv->k, kv->v, c->step, n_kv_head * d, kv->capacity, kv->ring);
+        if (kv->f16)
+            launch(c, k_kv_store<__half>, n, 256, 0, k->d, v->d, (__half *)kv->k, (__half *)kv->v, c->step,
+                   n_kv_head * d, kv->capacity, kv->ring);
+        else
+            launch(c, k_kv_store<float>, n, 256, 0, k->d, v->d, (float *)kv->k, (float *)kv->v, c->step,
+                   n_kv_head * d, kv->capacity, kv->ring);
         LAUNCHED(c, "kv store");
     }
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
@@ -1851,7 +1899,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
 static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
     cuda_backend *c = cu_of(b);
     be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
-    const size_t bytes = (size_t)capacity * n_kv_head * d * sizeof(float);
+    const size_t bytes = (size_t)capacity * n_kv_head * d * (c->kv_f16 ? sizeof(__half) : sizeof(float));
     cudaError_t e = kv ? cudaMalloc(&kv->k, bytes) : cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaMalloc(&kv->v, bytes);
     if (e == cudaSuccess) e = cudaMemsetAsync(kv->k, 0, bytes, c->st);
@@ -1866,6 +1914,7 @@ static be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring
         }
         return NULL;
     }
+    kv->f16 = c->kv_f16;
     kv->n_kv_head = n_kv_head;
     kv->head_dim = d;
     kv->capacity = capacity;
@@ -1889,7 +1938,7 @@ static void cu_kv_free(backend *b, be_kv *kv) {
 static size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos) {
     (void)b;
     size_t slots = (size_t)(kv->ring ? (n_pos < kv->capacity ? n_pos : kv->capacity) : n_pos);
-    return 2 * slots * (size_t)kv->n_kv_head * kv->head_dim * sizeof(float);
+    return 2 * slots * (size_t)kv->n_kv_head * kv->head_dim * (kv->f16 ? sizeof(__half) : sizeof(float));
 }
 
 static void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst) {
@@ -2075,6 +2124,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         return NULL;
     }
     c->gelu_fp16 = o && o->gelu_fp16;
+    c->kv_f16 = o && o->kv_f16;
     backend *b = &c->base;
     b->name = "cuda";
     b->prompt_tile = 512;
