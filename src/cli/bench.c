@@ -73,7 +73,7 @@ static stats summarize(double *v, int n) {
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
-    double peak = 4800;
+    double peak = 0; /* GB/s; 0: the backend's known figure (H200 HBM3e for cuda) or none */
     int kv_f16 = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -156,12 +156,20 @@ int cli_bench(int argc, char **argv) {
         fprintf(stderr, "gem bench: error: cannot write %s\n", json);
         return 1;
     }
-    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), peak %.0f GB/s\n",
-           gem_engine_profile(e), gem_engine_backend(e), t_load, wbytes / 1e9, peak);
+    /* a CPU's memory bandwidth is not known here: without --peak-gbs no
+     * fraction is printed rather than one against a made-up peak */
+    if (peak == 0 && !strcmp(gem_engine_backend(e), "cuda")) peak = 4800;
+    char peak_txt[48] = "peak unknown (--peak-gbs)", peak_js[24] = "null";
+    if (peak > 0) {
+        snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);
+        snprintf(peak_js, sizeof peak_js, "%.0f", peak);
+    }
+    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s\n", gem_engine_profile(e),
+           gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt);
     if (js)
         fprintf(js, "{\"model\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"load_s\": %.3f, "
-                    "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %.0f, \"reps\": %d,\n \"prefill\": [",
-                model, gem_engine_profile(e), gem_engine_backend(e), t_load, (unsigned long long)wbytes, peak, reps);
+                    "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %s, \"reps\": %d,\n \"prefill\": [",
+                model, gem_engine_profile(e), gem_engine_backend(e), t_load, (unsigned long long)wbytes, peak_js, reps);
     int rc = 0;
     for (int pi = 0; pi < n_prompts && !rc; pi++) {
         const int P = prompts[pi];
@@ -197,13 +205,18 @@ int cli_bench(int argc, char **argv) {
         if (rc) break;
         stats st = summarize(samples, reps);
         const double tps = 1.0 / st.median, gbs = wbytes / st.median / 1e9;
+        char frac[40] = "", frac_js[24] = "null";
+        if (peak > 0) {
+            snprintf(frac, sizeof frac, ", %.1f%% of peak", 100 * gbs / peak);
+            snprintf(frac_js, sizeof frac_js, "%.4f", gbs / peak);
+        }
         printf("decode at depth %6d: %8.2f tok/s (median of %d x %d steps; p95 %.2f, spread %.2f-%.2f), %.0f GB/s "
-               "weights, %.1f%% of peak\n",
-               D, tps, reps, gen, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, 100 * gbs / peak);
+               "weights%s\n",
+               D, tps, reps, gen, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac);
         if (js)
             fprintf(js, "%s\n  {\"depth\": %d, \"gen\": %d, \"tok_s\": %.3f, \"tok_s_p95\": %.3f, \"spread\": [%.3f, %.3f], "
-                        "\"weight_gbs\": %.1f, \"roofline_fraction\": %.4f}",
-                    di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, gbs / peak);
+                        "\"weight_gbs\": %.1f, \"roofline_fraction\": %s}",
+                    di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);

@@ -43,7 +43,8 @@ int main(void) {
     printf("fast kernels: %s\n", fast.name);
     uint8_t *row = malloc((size_t)n * 4);
     float *x = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
-    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n), NULL};
+    /* m8 set: the q4_0 decode kernel takes its VNNI form where the CPU has it */
+    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n), NULL, malloc((size_t)n / 32 * 8 * sizeof(int32_t))};
     const uint32_t types[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0};
     for (int trial = 0; trial < 200; trial++) {
         for (int64_t i = 0; i < n; i++) x[i] = frand() * (trial % 7 == 0 ? 100.0f : 1.0f) * (i % 97 == 0 ? 20.0f : 1.0f);
@@ -75,6 +76,13 @@ int main(void) {
                 }
                 double got = fq(row, &xq, 0, n);
                 CHECKF(fabs(got - exact) <= bound + tol, "int8 type %u: %g vs %g (bound %g)", types[t], got, exact, bound);
+                /* without m8 (the AVX2 form): the same exact block sums, so
+                 * equal up to the f32 accumulation order */
+                int32_t *m8 = xq.m8;
+                xq.m8 = NULL;
+                const double got2 = fq(row, &xq, 0, n);
+                xq.m8 = m8;
+                CHECKF(fabs(got - got2) <= 1e-6 * mag + 1e-6, "int8 type %u: %g with m8, %g without", types[t], got, got2);
             }
         }
     }
@@ -83,6 +91,37 @@ int main(void) {
     free(w);
     free(xq.d);
     free(xq.q);
+    free(xq.m8);
+
+    /* tanh-based element ops: the SIMD variants against tanhf, over the
+     * range the model feeds them (gate values, logits / 30) and the
+     * switch between their two tanh forms at |x| = 0.25 */
+    {
+        const int64_t m = 4099; /* not a multiple of 8: the tail runs the portable loop */
+        float *g = malloc(sizeof(float) * m), *u = malloc(sizeof(float) * m), *o1 = malloc(sizeof(float) * m),
+              *o2 = malloc(sizeof(float) * m);
+        for (int trial = 0; trial < 4; trial++) {
+            const float span = trial == 0 ? 0.6f : trial == 1 ? 4.0f : trial == 2 ? 30.0f : 400.0f;
+            for (int64_t i = 0; i < m; i++) g[i] = frand() * span, u[i] = frand();
+            ref.geglu(g, u, o1, m);
+            fast.geglu(g, u, o2, m);
+            int ok = 1;
+            for (int64_t i = 0; i < m; i++) /* gelu(x) u = 0.5 x u (1 + tanh): tanh's error times 0.5 |x u| */
+                if (!(fabsf(o1[i] - o2[i]) <= 1e-6f * (1.0f + 0.5f * fabsf(g[i] * u[i])))) ok = 0;
+            CHECKF(ok, "geglu %s vs portable, span %g", fast.name, span);
+            memcpy(o1, g, sizeof(float) * m), memcpy(o2, g, sizeof(float) * m);
+            ref.softcap(o1, m, 30.0f);
+            fast.softcap(o2, m, 30.0f);
+            ok = 1;
+            for (int64_t i = 0; i < m; i++)
+                if (!(fabsf(o1[i] - o2[i]) <= 30.0f * 1e-6f)) ok = 0;
+            CHECKF(ok, "softcap %s vs portable, span %g", fast.name, span);
+        }
+        g[0] = NAN;
+        fast.softcap(g, 8, 30.0f);
+        CHECKF(isnan(g[0]), "softcap keeps NaN");
+        free(g), free(u), free(o1), free(o2);
+    }
 
     /* eight-row blocks against the one-row integer kernels: the same exact
      * integer block sums and per-block scales, only the f32 accumulation
@@ -94,7 +133,8 @@ int main(void) {
             const uint64_t rb = (uint64_t)(nb * quant_type_size(gt[ti]));
             uint8_t *rows = malloc(rb * 8);
             float *xs = malloc(sizeof(float) * (size_t)(K * 9)), *deq = malloc(sizeof(float) * (size_t)K);
-            act_q8 q9 = {malloc(sizeof(float) * (size_t)(nb * 9)), malloc((size_t)(K * 9)), malloc((size_t)(K * 9))};
+            act_q8 q9 = {malloc(sizeof(float) * (size_t)(nb * 9)), malloc((size_t)(K * 9)), malloc((size_t)(K * 9)),
+                         malloc(sizeof(int32_t) * (size_t)(nb * 9 * 8))};
             void *scratch = malloc(gemm8_scratch_bytes(nb));
             for (int r = 0; r < 8; r++) make_row(gt[ti], rows + rb * (uint64_t)r, K);
             for (int64_t i = 0; i < K * 9; i++) xs[i] = frand() * (i % 53 == 0 ? 25.0f : 1.0f);
@@ -123,7 +163,7 @@ int main(void) {
                         }
                     CHECKF(ok, "gemm8 %s rows %d tokens %d", quant_type_name(gt[ti]), nrows, ntok);
                 }
-            free(rows), free(xs), free(deq), free(q9.d), free(q9.q), free(q9.u), free(scratch);
+            free(rows), free(xs), free(deq), free(q9.d), free(q9.q), free(q9.u), free(q9.m8), free(scratch);
         }
     } else {
         printf("no AVX512-VNNI on this CPU: the eight-row kernels are not tested here\n");

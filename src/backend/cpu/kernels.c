@@ -3,6 +3,7 @@
  * portable and the choice is made at run time from CPUID. */
 #include "backend/cpu/kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "quant/quant.h"
@@ -34,6 +35,24 @@ SCALAR_ROW_DOT(q4_0_scalar, QT_Q4_0)
 SCALAR_ROW_DOT(f16_scalar, QT_F16)
 
 static float f32_scalar(const uint8_t *row, const float *x, int64_t n) { return dot_scalar((const float *)row, x, n); }
+
+static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static void geglu_scalar(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_C * (x + GELU_A * x * x * x))) * u[i];
+    }
+}
+
+static void softcap_scalar(float *x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
 
 /* ---- AVX2 + FMA + F16C ---- */
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -117,6 +136,72 @@ AVX2 static float f16_avx2(const uint8_t *row, const float *x, int64_t n) {
 
 AVX2 static float f32_avx2(const uint8_t *row, const float *x, int64_t n) { return dot_avx2((const float *)row, x, n); }
 
+AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* tanh for eight lanes. |x| < 0.25: the odd Taylor series to x^11 (the
+ * next term is below 3e-11); beyond: 1 - 2 / (e^(2|x|) + 1) with the sign
+ * put back, e^y as 2^k e^r (|r| <= ln2 / 2, Taylor to r^7: relative error
+ * below 1e-8); |x| >= 9 gives +-1 (1 - tanh(9) is 3e-8). Absolute error is
+ * a few 1e-8: the cancellation in 1 - 2/(e+1) near |x| = 0.25 costs an ulp
+ * of 1. */
+AVX2 static __m256 tanh8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* min returns its second operand for a NaN: NaN stays NaN */
+    const __m256 ax = _mm256_min_ps(_mm256_set1_ps(9.0f), _mm256_andnot_ps(sign, x));
+    /* series: x (1 + x2 (-1/3 + x2 (2/15 + x2 (-17/315 + x2 (62/2835 - x2 1382/155925))))) */
+    const __m256 x2 = _mm256_mul_ps(ax, ax);
+    __m256 p = _mm256_set1_ps(-1382.0f / 155925.0f);
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(62.0f / 2835.0f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-17.0f / 315.0f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.0f / 15.0f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.0f / 3.0f));
+    const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, x2), ax, ax);
+    /* e^(2|x|) */
+    const __m256 y = _mm256_add_ps(ax, ax);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps(1.4426950408889634f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* r = y - k ln2 in two parts (ln2 = hi + lo, hi exact in few bits) */
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), y);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606820309417e-06f), r);
+    __m256 e = _mm256_set1_ps(1.0f / 5040.0f);
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 720.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 120.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 24.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 6.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(0.5f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+    e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(e), _mm256_slli_epi32(_mm256_cvtps_epi32(k), 23)));
+    const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                                     _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    const __m256 t = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
+    return _mm256_or_ps(t, _mm256_and_ps(x, sign));
+}
+
+AVX2 static void geglu_avx2(const float *g, const float *u, float *out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        const __m256 t = tanh8(_mm256_mul_ps(_mm256_set1_ps(GELU_C), _mm256_fmadd_ps(_mm256_set1_ps(GELU_A), x3, x)));
+        const __m256 gl = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(gl, _mm256_loadu_ps(u + i)));
+    }
+    geglu_scalar(g + i, u + i, out + i, n - i);
+}
+
+AVX2 static void softcap_avx2(float *x, int64_t n, float cap) {
+    const __m256 c = _mm256_set1_ps(cap), ic = _mm256_set1_ps(1.0f / cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(c, tanh8(_mm256_mul_ps(_mm256_loadu_ps(x + i), ic))));
+    softcap_scalar(x + i, n - i, cap);
+}
+
 AVX2 static void quantize_act_avx2(const float *x, int64_t n, act_q8 *o, int64_t block0) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / 32; b++) {
@@ -139,6 +224,10 @@ AVX2 static void quantize_act_avx2(const float *x, int64_t n, act_q8 *o, int64_t
         s8 = _mm256_permutevar8x32_epi32(s8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(o->q + (block0 + b) * 32), s8);
         o->d[block0 + b] = d;
+        if (o->m8) {
+            const __m256i g4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
+            _mm256_storeu_si256((__m256i *)(o->m8 + (block0 + b) * 8), _mm256_mullo_epi32(g4, _mm256_set1_epi32(-8)));
+        }
     }
 }
 
@@ -197,6 +286,35 @@ Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 
 size_t gemm8_scratch_bytes(int64_t nb) { return (size_t)nb * 8 * (32 + 4 + 4); }
+
+/* One q4_0 row against quantized activations for decode: vpdpbusd takes the
+ * stored codes (0..15, unsigned) times the signed activation codes, on top
+ * of -8 x the activations' lane-group sums (act_q8.m8), which leaves the
+ * exact integer block sums of the AVX2 kernel with a third of its
+ * instructions per block (that kernel was compute bound: q4_0 weights
+ * streamed at two thirds of the q8_0 head's bytes per second). */
+VNNI static __m256 q4_block_vnni(const uint8_t *blk, const int8_t *q, const int32_t *m8, float dx, __m256 acc) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)m8), w, _mm256_loadu_si256((const __m256i *)q));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
+}
+
+VNNI static float q4_0_q8_vnni(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
+    if (!x->m8) return q4_0_q8_avx2(row, x, block0, n);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    const int8_t *q = x->q + block0 * 32;
+    const int32_t *m8 = x->m8 + block0 * 8;
+    const float *dx = x->d + block0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = q4_block_vnni(row + b * 18, q + b * 32, m8 + b * 8, dx[b], a0);
+        a1 = q4_block_vnni(row + (b + 1) * 18, q + (b + 1) * 32, m8 + (b + 1) * 8, dx[b + 1], a1);
+    }
+    if (b < nb) a0 = q4_block_vnni(row + b * 18, q + b * 32, m8 + b * 8, dx[b], a0);
+    return hsum(_mm256_add_ps(a0, a1));
+}
 
 /* Interleaving: each row's block is unpacked to 32 signed codes (one
  * vector of eight 4-byte groups), the eight rows' vectors are transposed as
@@ -323,99 +441,11 @@ static int have_avx2(void) {
     int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
-#else
-/* ---- AVX512-VNNI register blocks (256-bit vectors, 32 registers) ----
- *
- * Per 32-value block: the weight codes as unsigned bytes (q4_0: 0..15 as
- * stored; q8_0: |w| with the sign moved onto x), vpdpbusd against the
- * activation codes sums groups of four consecutive bytes into 8 int32
- * lanes (the same groups as the AVX2 maddubs/madd pair), q4_0 subtracts
- * 8 x (the same groups of x), and the lanes are scaled by d(w) d(x) into f32
- * accumulators, one per (row, token). */
-#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
-
-VNNI static inline __m256i q4_unpack(const uint8_t *blk) {
-    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
-}
-
-#define GEMM_BODY(BYTES, Q4)                                                                              \
-    __m256 acc[4][4];                                                                                     \
-    for (int r = 0; r < 4; r++)                                                                           \
-        for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();                                      \
-    const int64_t nb = n / 32;                                                                            \
-    for (int64_t b = 0; b < nb; b++) {                                                                    \
-        __m256i w[4];                                                                                     \
-        float dw[4];                                                                                      \
-        for (int r = 0; r < 4; r++) {                                                                     \
-            const uint8_t *blk = row0 + (uint64_t)r * row_bytes + b * BYTES;                              \
-            w[r] = Q4 ? q4_unpack(blk) : _mm256_loadu_si256((const __m256i *)(blk + 2));                   \
-            dw[r] = d16(blk);                                                                             \
-        }                                                                                                 \
-        for (int t = 0; t < NTOK; t++) {                                                                  \
-            const int64_t xb = block0 + t * tok_blocks + b;                                               \
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));                      \
-            const float dx = x->d[xb];                                                                    \
-            const __m256i eight = Q4 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v) \
-                                     : _mm256_setzero_si256();                                            \
-            for (int r = 0; r < 4; r++) {                                                                 \
-                __m256i p;                                                                                \
-                if (Q4) {                                                                                 \
-                    p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], v), eight);    \
-                } else {                                                                                  \
-                    p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w[r], w[r]),         \
-                                            _mm256_sign_epi8(v, w[r]));                                   \
-                }                                                                                         \
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[r][t]); \
-            }                                                                                             \
-        }                                                                                                 \
-    }                                                                                                     \
-    for (int t = 0; t < NTOK; t++)                                                                        \
-        for (int r = 0; r < 4; r++) out[(size_t)t * out_stride + r] = hsum(acc[r][t]);
-
-/* NTOK is a compile-time constant per instance so the accumulators stay in
- * registers; the dispatcher picks the instance for ntok. */
-#define GEMM_INSTANCE(NAME, NT, BYTES, Q4)                                                              \
-    VNNI static void NAME(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0,     \
-                          int64_t tok_blocks, int64_t n, float *out, size_t out_stride) {               \
-        enum { NTOK = NT };                                                                             \
-        GEMM_BODY(BYTES, Q4)                                                                            \
-    }
-
-GEMM_INSTANCE(q4_gemm_1, 1, 18, 1)
-GEMM_INSTANCE(q4_gemm_2, 2, 18, 1)
-GEMM_INSTANCE(q4_gemm_3, 3, 18, 1)
-GEMM_INSTANCE(q4_gemm_4, 4, 18, 1)
-GEMM_INSTANCE(q8_gemm_1, 1, 34, 0)
-GEMM_INSTANCE(q8_gemm_2, 2, 34, 0)
-GEMM_INSTANCE(q8_gemm_3, 3, 34, 0)
-GEMM_INSTANCE(q8_gemm_4, 4, 34, 0)
-
-typedef void (*gemm_inst)(const uint8_t *, uint64_t, const act_q8 *, int64_t, int64_t, int64_t, float *, size_t);
-
-static void q4_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
-                           int ntok, int64_t n, float *out, size_t out_stride) {
-    static const gemm_inst f[4] = {q4_gemm_1, q4_gemm_2, q4_gemm_3, q4_gemm_4};
-    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
-}
-
-static void q8_0_gemm_vnni(const uint8_t *row0, uint64_t row_bytes, const act_q8 *x, int64_t block0, int64_t tok_blocks,
-                           int ntok, int64_t n, float *out, size_t out_stride) {
-    static const gemm_inst f[4] = {q8_gemm_1, q8_gemm_2, q8_gemm_3, q8_gemm_4};
-    f[ntok - 1](row0, row_bytes, x, block0, tok_blocks, n, out, out_stride);
-}
-
-static int have_vnni(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-}
-
-static int have_avx2(void) { return 0; }
 #endif
 
 cpu_kernels kernels_pick(int force_scalar) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL};
+    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL,
+                     axpy_scalar, geglu_scalar, softcap_scalar};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!force_scalar && have_avx2()) {
         k.name = "avx2";
@@ -427,10 +457,14 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.q8_0_q8 = q8_0_q8_avx2;
         k.q4_0_q8 = q4_0_q8_avx2;
         k.quantize_act = quantize_act_avx2;
+        k.axpy = axpy_avx2;
+        k.geglu = geglu_avx2;
+        k.softcap = softcap_avx2;
         if (have_vnni()) {
             k.name = "avx512vnni";
             k.q8_0_gemm = gemm8_q8_0;
             k.q4_0_gemm = gemm8_q4_0;
+            k.q4_0_q8 = q4_0_q8_vnni;
         }
     }
 #else

@@ -19,6 +19,8 @@ typedef struct {
     float *d;     /* per block scale */
     int8_t *q;    /* codes, 32 per block */
     uint8_t *u;   /* the codes XOR 0x80 (unsigned), for the eight-row kernels */
+    int32_t *m8;  /* per block 8 lanes: -8 x the sums of codes 4g..4g+3 (the
+                   * q4_0 offset for vpdpbusd); quantize_act fills it when set */
 } act_q8;
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
@@ -38,6 +40,12 @@ typedef struct {
     dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
     gemm_q8_fn q8_0_gemm, q4_0_gemm; /* NULL without AVX512-VNNI */
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
+    /* out = gelu_tanh(g) * u and x = cap tanh(x / cap): tanhf in the
+     * portable variants; the SIMD ones evaluate tanh from their own exp
+     * (within 1e-6 absolute, tests/backend/test_cpu_kernels.c) */
+    void (*geglu)(const float *g, const float *u, float *out, int64_t n);
+    void (*softcap)(float *x, int64_t n, float cap);
 } cpu_kernels;
 
 /* The variants for this CPU; force_scalar picks the portable ones. */

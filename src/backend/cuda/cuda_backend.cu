@@ -99,10 +99,13 @@ typedef struct {
     scratch up;             /* matmul_geglu's unfused path */
     void *stage;            /* weight upload staging */
     size_t stage_cap;
-    /* GEM_CUDA_PROFILE=1: every launch waits for the GPU and its time is
-     * added to its op's row, printed at exit (no graphs then) */
+    /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
+     * an event recorded before its first launch and one after its last is
+     * added to its op's row, printed at exit (no graphs then, so the launch
+     * gaps of graph replay are not in these numbers) */
     int profile;
-    double prof_mark;
+    int prof_open; /* prof_ev[0] recorded, op not yet LAUNCHED */
+    cudaEvent_t prof_ev[2];
     /* the quantized-activation cache of matmul_into: valid while epoch,
      * bumped by every other op, is unchanged */
     unsigned epoch, q_epoch;
@@ -112,6 +115,7 @@ typedef struct {
      * GEM_CUDA_MMA=0 */
     int mma;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
+    int mv_split_min; /* matvec row split threshold (mv_run; GEM_CUDA_MV_SPLIT, 0: no split) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
@@ -133,27 +137,23 @@ static int cu_check(cuda_backend *c, cudaError_t e, const char *what) {
 }
 #define CK(c, call) cu_check((c), (call), #call)
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void launched(cuda_backend *c, const char *name) {
     c->epoch++;
     cu_check(c, cudaGetLastError(), name);
-    if (!c->profile) return;
-    cudaStreamSynchronize(c->st);
-    const double t = now_s();
+    if (!c->profile || !c->prof_open) return;
+    c->prof_open = 0;
+    float ms = 0;
+    cudaEventRecord(c->prof_ev[1], c->st);
+    cudaEventSynchronize(c->prof_ev[1]);
+    cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]);
     for (int i = 0; i < 48; i++) {
         if (!c->prof[i].name[0]) snprintf(c->prof[i].name, sizeof c->prof[i].name, "%s", name);
         if (!strcmp(c->prof[i].name, name)) {
-            c->prof[i].s += t - c->prof_mark;
+            c->prof[i].s += ms * 1e-3;
             c->prof[i].calls++;
             break;
         }
     }
-    c->prof_mark = t;
 }
 #define LAUNCHED(c, name) launched((c), (name))
 
@@ -190,6 +190,10 @@ static void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, s
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 1 : 0;
+    if (c->profile && !c->prof_open) {
+        c->prof_open = 1;
+        cudaEventRecord(c->prof_ev[0], c->st);
+    }
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
     if (e != cudaSuccess) cu_check(c, e, "kernel launch");
 }
@@ -902,10 +906,15 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
  * blocks are dealt to the matrices in order. A warp owns MV_ROWS output
  * rows; in `pair` mode (gate/up with GELU gating fused) its two rows are
  * row R of matrix 0 (gate) and row R of matrix 1 (up), and it writes
- * gelu_tanh(gate) * up. Lane L takes blocks L, L+32, ... of each row,
- * MV_UNROLL at a time with every weight load issued before the first use
- * (memory-level parallelism is what a product at the bandwidth roofline
- * needs).
+ * gelu_tanh(gate) * up. Long rows are split: a group of `split` warps (1, 2
+ * or 4, chosen per launch from K) shares the rows, lane L of part P taking
+ * blocks 32P + L, 32P + L + 32*split, ..., MV_UNROLL at a time with every
+ * weight load issued before the first use (memory-level parallelism is
+ * what a product at the bandwidth roofline needs). The parts meet in shared
+ * memory and part 0 adds them in a fixed order (results do not depend on
+ * scheduling). Splitting keeps a launch of few long rows (o and down
+ * projections: 5376 rows) from running 1.27 waves of 4 blocks per SM with
+ * the last wave a quarter full (ncu, bench/results/cuda-kv-f16-2026-12-03.json).
  *
  * q8_0/q4_0: 16 (q4_0) or 32 (q8_0) contiguous code bytes per block, so a
  * warp's loads of one row are contiguous 512- or 1024-byte runs; integer dot
@@ -931,6 +940,7 @@ typedef struct {
     mv_mat m[3];
     int count;
     int pair;
+    int split; /* warps per row group: 1, 2 or 4 (<= MV_WARPS) */
 } mv_job;
 
 /* The rows of this warp: per slot a matrix base and a row index; *mi is the
@@ -941,6 +951,7 @@ struct mv_rows {
     int row[MV_ROWS];
     float *out;
     int M, row0;
+    int part; /* this warp's part of the group's rows */
 };
 
 /* Fields are picked with selects, never by indexing job.m with a run-time
@@ -953,7 +964,8 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
     const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-    const int warp = bid * MV_WARPS + (threadIdx.x >> 5);
+    const int w = threadIdx.x >> 5, warp = bid * (MV_WARPS / job.split) + w / job.split;
+    r.part = w % job.split;
     r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     r.M = M;
     if (job.pair) {
@@ -978,6 +990,16 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     return true;
 }
 
+/* Named barrier `1 + g` over n threads; immediate ids, since a run-time id
+ * makes ptxas reserve all 16 of the block's barriers. */
+static_assert(MV_WARPS <= 8, "group_sync names at most 4 groups of 2 or more warps");
+__device__ __forceinline__ void group_sync(int g, int n) {
+    if (g == 0) asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory");
+    else if (g == 1) asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory");
+    else if (g == 2) asm volatile("bar.sync 3, %0;\n" ::"r"(n) : "memory");
+    else asm volatile("bar.sync 4, %0;\n" ::"r"(n) : "memory");
+}
+
 template <int NT>
 __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, float (&acc)[MV_ROWS][NT]) {
     const int lane = threadIdx.x & 31;
@@ -985,6 +1007,28 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = warp_sum(acc[k][t]);
+    if (job.split > 1) {
+        /* the warps of one group return early together or not at all, so a
+         * named barrier per group (ids 1..) is well defined where a block
+         * barrier would not be */
+        __shared__ float red[MV_WARPS][MV_ROWS][NT];
+        const int w = threadIdx.x >> 5, first = w - r.part;
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) red[w][k][t] = acc[k][t];
+        group_sync(first / job.split, 32 * job.split);
+        if (r.part != 0) return;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = red[first][k][t];
+                for (int p = 1; p < job.split; p++) v += red[first + p][k][t];
+                acc[k][t] = v;
+            }
+    }
     if (lane != 0) return;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1005,18 +1049,18 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     mv_rows r;
     if (!mv_rows_of(job, r)) return;
     constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
-    const int lane = threadIdx.x & 31, nb = K / 32;
+    const int lane = threadIdx.x & 31, nb = K / 32, stride = 32 * job.split;
     float acc[MV_ROWS][NT];
 #pragma unroll
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int b0 = lane; b0 < nb; b0 += 32 * U) {
+    for (int b0 = 32 * r.part + lane; b0 < nb; b0 += stride * U) {
         uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
         float dw[U][MV_ROWS];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + 32 * u;
+            const int b = b0 + stride * u;
 #pragma unroll
             for (int k = 0; k < MV_ROWS; k++) {
                 if (b < nb) {
@@ -1030,7 +1074,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + 32 * u;
+            const int b = b0 + stride * u;
             if (b >= nb) break;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -1083,7 +1127,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float 
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int e = lane * 8; e < K; e += 256) {
+    for (int e = (32 * r.part + lane) * 8; e < K; e += 256 * job.split) {
         float w[MV_ROWS][8];
 #pragma unroll
         for (int k = 0; k < MV_ROWS; k++) {
@@ -1415,12 +1459,18 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     memset(&job, 0, sizeof job);
     job.count = pair ? 1 : count;
     job.pair = pair;
+    /* split a row group over more warps while each lane still keeps
+     * mv_split_min units (32-value blocks, or 8 values of float weights)
+     * of one row in flight */
+    const int units = fmt == DW_Q4_0 || fmt == DW_Q8_0 ? K / 32 : K / 8;
+    job.split = 1;
+    while (c->mv_split_min > 0 && job.split < MV_WARPS && units / (64 * job.split) >= c->mv_split_min) job.split *= 2;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
         job.m[i].d = W[i]->d;
         job.m[i].M = (int)W[i]->ne1;
-        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1 * job.split, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
         grid += (unsigned)job.m[i].blocks;
     }
     if (pair) {
@@ -2076,7 +2126,7 @@ static void cu_destroy(backend *b) {
     if (c->profile) {
         double total = 0;
         for (int i = 0; i < 48 && c->prof[i].name[0]; i++) total += c->prof[i].s;
-        fprintf(stderr, "gem cuda profile (synchronised per launch; includes launch gaps):\n");
+        fprintf(stderr, "gem cuda profile (GPU time per op, each op run alone; no graph, no launch overlap):\n");
         for (int i = 0; i < 48 && c->prof[i].name[0]; i++)
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
@@ -2087,6 +2137,8 @@ static void cu_destroy(backend *b) {
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
+    if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]);
+    if (c->prof_ev[1]) cudaEventDestroy(c->prof_ev[1]);
     cudaStreamDestroy(c->st);
     free(c);
 }
@@ -2164,9 +2216,15 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !(mma && !strcmp(mma, "0"));
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
+    const char *split = getenv("GEM_CUDA_MV_SPLIT");
+    c->mv_split_min = split && *split ? atoi(split) : 4;
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
-    c->prof_mark = now_s();
+    if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
+        gem_err_set(err, "backend 'cuda': %s", c->why);
+        cu_destroy(b);
+        return NULL;
+    }
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) c->mem_free0 = free_b;
     b->mem_used = cu_mem_used;
