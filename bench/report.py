@@ -37,8 +37,11 @@ for backend in ("cuda", "cpu"):
         for name, f, fmt in figs:
             lines.append(f"| {m['name']} | {name} | {fmt % f['gem']['median']} | {fmt % f['ref']['median']} | "
                          f"{f['ratio']:.2f}x |")
+        if m.get("gem_peak_rss_bytes"):
+            lines.append(f"| {m['name']} | gem peak resident set | {m['gem_peak_rss_bytes'] / 2**20:.0f} MiB | | |")
     lines.append("")
-cpu = newest("bench/results/cpu-2*.json")
+# the older CPU harness (bench/cpu_bench.py), only while no A/B report exists
+cpu = None if newest("bench/results/ab-cpu-*.json") else newest("bench/results/cpu-2*.json")
 if cpu:
     d = json.load(open(cpu))
     lines += [f"CPU, {d['cpu']} ({d['nproc']} cores, {d['threads']} threads), gem vs llama.cpp v0.5.0 in one run "
