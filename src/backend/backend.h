@@ -39,6 +39,8 @@ typedef struct be_kv be_kv;
 typedef struct backend backend;
 typedef struct be_graph be_graph;
 
+#define BE_TOPK_MAX 128
+
 struct backend {
     const char *name;     /* "cpu", "cpu-ref", "cuda" */
     /* Tokens per prompt tile the engine uses unless told otherwise: a GPU
@@ -107,6 +109,11 @@ struct backend {
      * lowest index among equals, stored as a float (exact below 2^24). Lets
      * greedy decoding read back one number instead of the vocabulary. */
     void (*argmax)(backend *b, const be_buf *x, int rows, int width, be_buf *out);
+    /* Optional: the k (1..BE_TOPK_MAX) largest values of x (one row of
+     * width values) in the sampler's order (value descending, then index
+     * ascending): out[0..k) the values, out[k..2k) their indices as floats.
+     * Sampling with top-k then reads back 2k numbers, not the vocabulary. */
+    void (*topk)(backend *b, const be_buf *x, int width, int k, be_buf *out);
 
     /* Step parameters: called before the ops of each forward tile with the
      * tile's token ids and first position. The ops still receive the same

@@ -144,8 +144,11 @@ int cli_chat(int argc, char **argv) {
         tok_stream ts = {{0}, 0};
         int n = 0;
         for (; n < max_tokens && !interrupted; n++) {
-            const int32_t *hist = gem_session_tokens(s, &have);
-            int32_t id = sampler_sample(smp, gem_session_logits(s), hist, have);
+            int32_t id = gem_session_sample(s, smp, &err);
+            if (id < 0) {
+                fprintf(stderr, "\ngem chat: %s\n", err.msg);
+                break;
+            }
             if (tok_is_eog(tk, id)) break;
             size_t plen;
             const char *piece = tok_piece(tk, id, 0, &plen);

@@ -237,9 +237,13 @@ int cli_run(int argc, char **argv) {
     double t2 = now_s();
     for (; n_out < (int)n_predict; n_out++) {
         size_t nh;
-        const int32_t *hist = gem_session_tokens(s, &nh);
+        gem_session_tokens(s, &nh);
         const int is_forced = n_out < n_forced;
-        int32_t id = is_forced ? forced[n_out] : greedy ? next : sampler_sample(smp, gem_session_logits(s), hist, nh);
+        int32_t id = is_forced ? forced[n_out] : greedy ? next : gem_session_sample(s, smp, &err);
+        if (id < 0) {
+            fprintf(stderr, "\ngem run: error: %s\n", err.msg);
+            goto done;
+        }
         if (n_out == 0) t_first = now_s() - t1;
         if (n_top) print_logprobs(n_out, nh, id, is_forced, gem_session_logits(s), (int)tok_n_vocab(tk), n_top, top, top_lp);
         if (!ignore_eos && tok_is_eog(tk, id)) break;

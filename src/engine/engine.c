@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
 #include "model/gemma4_run.h"
@@ -24,7 +25,9 @@ struct gem_session {
     int32_t *tokens;
     size_t n_tokens, cap;
     float *logits;
-    int logits_valid;
+    int logits_valid; /* logits holds the last token's logits */
+    int logits_dev;   /* the backend holds them (read lazily: sampling with
+                       * top-k reads only k of them, see gem_session_sample) */
 };
 
 struct gem_checkpoint {
@@ -118,27 +121,56 @@ static int remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 }
 
 int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
-    s->logits_valid = 0;
-    if (gemma4_eval(s->st, ids, n, s->logits, 0, err)) return -1;
-    s->logits_valid = 1;
+    s->logits_valid = s->logits_dev = 0;
+    if (gemma4_eval_head(s->st, ids, n, err)) return -1;
+    s->logits_dev = 1;
     return remember(s, ids, n, err);
 }
 
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
-    s->logits_valid = 0;
+    s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
     return remember(s, ids, n, err);
 }
 
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
-    s->logits_valid = 0;
+    s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
     memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
     s->logits_valid = 1;
     return remember(s, ids, n, err);
 }
 
-const float *gem_session_logits(const gem_session *s) { return s->logits_valid ? s->logits : NULL; }
+/* Reads the backend's logits on first use. The session is logically
+ * unchanged (the same logits either way), hence the const argument; the
+ * object itself is never const (gem_session_new allocates it). */
+const float *gem_session_logits(const gem_session *cs) {
+    gem_session *s = (gem_session *)cs;
+    if (!s->logits_valid && s->logits_dev) {
+        gem_err err;
+        s->logits_dev = 0;
+        if (gemma4_logits(s->st, s->logits, &err) == 0) s->logits_valid = 1;
+    }
+    return s->logits_valid ? s->logits : NULL;
+}
+
+int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err) {
+    size_t nh;
+    const int32_t *hist = gem_session_tokens(s, &nh);
+    const int k = sampler_topk(smp);
+    if (k > 0 && k <= BE_TOPK_MAX && !s->logits_valid && s->logits_dev) {
+        float vals[BE_TOPK_MAX];
+        int32_t ids[BE_TOPK_MAX];
+        if (gemma4_topk(s->st, k, vals, ids, err)) return -1;
+        return sampler_sample_top(smp, vals, ids, k);
+    }
+    const float *l = gem_session_logits(s);
+    if (!l) {
+        gem_err_set(err, "no logits to sample from (nothing evaluated, or the backend failed)");
+        return -1;
+    }
+    return sampler_sample(smp, l, hist, nh);
+}
 
 const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
     *n = s->n_tokens;
@@ -148,7 +180,7 @@ const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
 void gem_session_reset(gem_session *s) {
     gemma4_reset(s->st);
     s->n_tokens = 0;
-    s->logits_valid = 0;
+    s->logits_valid = s->logits_dev = 0;
 }
 
 gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
@@ -163,6 +195,7 @@ gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
         gem_err_set(err, "out of memory for a checkpoint");
         return NULL;
     }
+    gem_session_logits(s); /* a checkpoint keeps host logits */
     gemma4_checkpoint(s->st, c->state);
     memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
     c->n_tokens = s->n_tokens;
@@ -178,6 +211,7 @@ void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
     remember(s, c->tokens, (int)c->n_tokens, &err);
     memcpy(s->logits, c->logits, GEMMA4_N_VOCAB * sizeof(float));
     s->logits_valid = c->logits_valid;
+    s->logits_dev = 0;
 }
 
 void gem_checkpoint_free(gem_checkpoint *c) {

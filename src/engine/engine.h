@@ -48,6 +48,12 @@ int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, 
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
 /* Logits of the last evaluated token, or NULL after eval_greedy. */
 const float *gem_session_logits(const gem_session *s);
+/* The next token drawn by smp from the last evaluated token's logits and
+ * the session's history; -1 with err set on failure. Sampling with top-k
+ * (sampler_topk) takes the k largest on the backend and reads back only
+ * those: the same token as sampler_sample on the whole vocabulary. */
+struct sampler;
+int32_t gem_session_sample(gem_session *s, struct sampler *smp, gem_err *err);
 const int32_t *gem_session_tokens(const gem_session *s, size_t *n);
 void gem_session_reset(gem_session *s);
 

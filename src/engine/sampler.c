@@ -89,6 +89,8 @@ static int penalties_on(const gem_sampling *p) {
     return p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0);
 }
 
+static int32_t sample_sorted(sampler *s, size_t n);
+
 int sampler_is_greedy(const sampler *s) { return s->p.temp <= 0 && !penalties_on(&s->p); }
 
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, size_t n_hist) {
@@ -122,6 +124,24 @@ int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, siz
         select_top(s->c, n, (size_t)p->top_k);
         n = (size_t)p->top_k;
     }
+    return sample_sorted(s, n);
+}
+
+int sampler_topk(const sampler *s) {
+    const gem_sampling *p = &s->p;
+    return p->temp > 0 && !penalties_on(p) && p->top_k > 0 && p->top_k <= SAMPLER_TOPK_MAX && p->top_k < s->n_vocab
+               ? p->top_k
+               : 0;
+}
+
+int32_t sampler_sample_top(sampler *s, const float *vals, const int32_t *ids, int k) {
+    for (int i = 0; i < k; i++) s->c[i] = (cand){vals[i], ids[i]};
+    return sample_sorted(s, (size_t)k);
+}
+
+/* The chain after top-k, on the n candidates at the front of s->c. */
+static int32_t sample_sorted(sampler *s, size_t n) {
+    const gem_sampling *p = &s->p;
     qsort(s->c, n, sizeof *s->c, cand_desc);
     /* probabilities at temperature 1 for the top-p / min-p filters */
     double mx = s->c[0].logit, sum = 0;

@@ -34,4 +34,14 @@ int sampler_is_greedy(const sampler *s);
 /* logits is left unchanged; history are the tokens so far (prompt and output). */
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *history, size_t n_history);
 
+/* When the draw needs only the top_k largest logits (temperature > 0, no
+ * penalty, 1 <= top_k <= SAMPLER_TOPK_MAX, fewer than the vocabulary):
+ * top_k, else 0. The engine then takes the top k on the backend and
+ * sampler_sample_top draws from them: the same token sampler_sample draws
+ * from the whole vocabulary, given the k largest (value descending, lowest
+ * id first among equals). */
+#define SAMPLER_TOPK_MAX 128
+int sampler_topk(const sampler *s);
+int32_t sampler_sample_top(sampler *s, const float *vals, const int32_t *ids, int k);
+
 #endif

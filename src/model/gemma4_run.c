@@ -33,7 +33,7 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best, *topk;
     be_graph *decode; /* one recorded decode step (backends with capture) */
 };
 
@@ -60,7 +60,7 @@ void gemma4_state_free(gemma4_state *s) {
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
     be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->act, s->down, s->last, s->logits,
-                      s->best};
+                      s->best, s->topk};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
     free(s);
@@ -107,7 +107,7 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
         !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
         !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
         !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
-        !(s->best = b->alloc(b, 1, err)))
+        !(s->best = b->alloc(b, 1, err)) || !(s->topk = b->alloc(b, 2 * BE_TOPK_MAX, err)))
         goto fail;
     return s;
 oom:
@@ -211,7 +211,7 @@ static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
 }
 
 static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,
-                      gem_err *err) {
+                      int head, gem_err *err) {
     backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
@@ -219,7 +219,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
             return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
-    const int want_head = logits || best;
+    const int want_head = logits || best || head;
     for (int done = 0; done < n;) {
         int t = n - done < s->max_tile ? n - done : s->max_tile;
         const int last = done + t == n;
@@ -251,11 +251,31 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
 }
 
 int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
-    return eval_tiles(s, ids, n, logits, all_logits, NULL, err);
+    return eval_tiles(s, ids, n, logits, all_logits, NULL, 0, err);
 }
 
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
-    return eval_tiles(s, ids, n, NULL, 0, next, err);
+    return eval_tiles(s, ids, n, NULL, 0, next, 0, err);
+}
+
+int gemma4_eval_head(gemma4_state *s, const int32_t *ids, int n, gem_err *err) {
+    return eval_tiles(s, ids, n, NULL, 0, NULL, 1, err);
+}
+
+int gemma4_logits(gemma4_state *s, float *dst, gem_err *err) {
+    s->b->download(s->b, s->logits, 0, dst, GEMMA4_N_VOCAB);
+    return s->b->status(s->b, err);
+}
+
+int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err) {
+    backend *b = s->b;
+    if (!b->topk || k < 1 || k > BE_TOPK_MAX) return gem_err_set(err, "top-k of %d on backend '%s' is not available", k, b->name);
+    float buf[2 * BE_TOPK_MAX];
+    b->topk(b, s->logits, GEMMA4_N_VOCAB, k, s->topk);
+    b->download(b, s->topk, 0, buf, (size_t)(2 * k));
+    if (b->status(b, err)) return -1;
+    for (int i = 0; i < k; i++) vals[i] = buf[i], ids[i] = (int32_t)buf[k + i];
+    return 0;
 }
 
 size_t gemma4_checkpoint_size(const gemma4_state *s) {

@@ -34,6 +34,14 @@ int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int a
  * decode step is one replay of a recorded graph. */
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
 
+/* As gemma4_eval, with the last token's logits left on the backend: read
+ * them with gemma4_logits, or only their k largest (value descending, lowest
+ * id first among equals; k <= BE_TOPK_MAX) with gemma4_topk. Both are valid
+ * until the next eval, reset or restore. */
+int gemma4_eval_head(gemma4_state *s, const int32_t *ids, int n, gem_err *err);
+int gemma4_logits(gemma4_state *s, float *dst, gem_err *err);
+int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err);
+
 /* Forgets everything after position n (n <= n_past). Only n == 0 or a
  * checkpoint restore is exact for sliding layers; see gemma4_restore. */
 void gemma4_reset(gemma4_state *s);

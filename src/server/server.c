@@ -401,10 +401,9 @@ static void run_job(server *s, job *j) {
         int32_t tid;
         if (rq->forced_output) {
             tid = (size_t)k < forced.n ? forced.v[k] : tok_eos(s->tk);
-        } else {
-            size_t nh;
-            const int32_t *hist = gem_session_tokens(s->sess, &nh);
-            tid = sampler_sample(sm, gem_session_logits(s->sess), hist, nh);
+        } else if ((tid = gem_session_sample(s->sess, sm, &err)) < 0) {
+            fail = err.msg;
+            break;
         }
         if (tok_is_eog(s->tk, tid)) {
             finish = "stop";

@@ -498,6 +498,37 @@ static void test_argmax(void) {
     gpu->buf_free(gpu, xg), gpu->buf_free(gpu, og), cpu_ref->buf_free(cpu_ref, xc), cpu_ref->buf_free(cpu_ref, oc);
 }
 
+/* Top-k for sampling: the same values and indices, in the same order, as
+ * the CPU's (value descending, lower index first among equals), on the
+ * vocabulary's width (64 chunks) and on one partial chunk; rows with many
+ * ties and with -inf. */
+static void test_topk(void) {
+    const int widths[] = {262144, 1000}, ks[] = {1, 40, BE_TOPK_MAX};
+    for (int wi = 0; wi < 2; wi++)
+        for (int r = 0; r < 3; r++) {
+            const int width = widths[wi];
+            float *x = rand_vec((size_t)width, 10.0f);
+            if (r == 1)
+                for (int i = 0; i < width; i++) x[i] = roundf(x[i]); /* ~21 distinct values */
+            if (r == 2)
+                for (int i = 0; i < width; i += 3) x[i] = -INFINITY;
+            be_buf *xg = put(gpu, x, (size_t)width), *og = put(gpu, NULL, 2 * BE_TOPK_MAX);
+            be_buf *xc = put(cpu_ref, x, (size_t)width), *oc = put(cpu_ref, NULL, 2 * BE_TOPK_MAX);
+            for (int ki = 0; ki < 3; ki++) {
+                const int k = ks[ki];
+                gpu->topk(gpu, xg, width, k, og);
+                cpu_ref->topk(cpu_ref, xc, width, k, oc);
+                float *a = get(gpu, og, (size_t)(2 * k)), *b = get(cpu_ref, oc, (size_t)(2 * k));
+                int ok = 1;
+                for (int i = 0; i < 2 * k; i++) ok &= a[i] == b[i];
+                CHECKF(ok, "topk width %d row kind %d k %d: first %g@%g vs %g@%g", width, r, k, a[0], a[k], b[0], b[k]);
+                free(a), free(b);
+            }
+            free(x);
+            gpu->buf_free(gpu, xg), gpu->buf_free(gpu, og), cpu_ref->buf_free(cpu_ref, xc), cpu_ref->buf_free(cpu_ref, oc);
+        }
+}
+
 /* A recorded step replays at other positions with other ids. */
 typedef struct {
     be_weight *E;
@@ -629,6 +660,7 @@ int main(void) {
     test_quantized_handoff();
     test_attention();
     test_argmax();
+    test_topk();
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);

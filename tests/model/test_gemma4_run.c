@@ -5,8 +5,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/gemma4.h"
@@ -24,6 +26,26 @@ static double max_diff(const float *a, const float *b, size_t n) {
         if (d > m || d != d) m = d != d ? INFINITY : d;
     }
     return m;
+}
+
+typedef struct {
+    float v;
+    int32_t i;
+} vi;
+
+static int vi_desc(const void *a, const void *b) {
+    const vi *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The k largest of l by full sort: the order top-k must give. */
+static void top_by_sort(const float *l, int k, float *vals, int32_t *ids) {
+    vi *c = malloc(sizeof *c * V);
+    for (int i = 0; i < (int)V; i++) c[i] = (vi){l[i], i};
+    qsort(c, V, sizeof *c, vi_desc);
+    for (int i = 0; i < k; i++) vals[i] = c[i].v, ids[i] = c[i].i;
+    free(c);
 }
 
 static int argmax(const float *l) {
@@ -119,6 +141,80 @@ int main(void) {
     if (s) CHECK(max_diff(gem_session_logits(s), all + (size_t)39 * V, V) < 1e-3);
     gem_session_free(s);
     gem_engine_close(e);
+
+    /* the backend's top-k (here the CPU's) in the sampler's order, ties
+     * included; the engine's sampling through it draws what the sampler
+     * draws from the whole vocabulary */
+    {
+        backend_opts bo = {1, 0, 0, 0};
+        backend *cb = backend_create("cpu", &bo, &err);
+        CHECK(cb != NULL);
+        be_buf *x = cb ? cb->alloc(cb, V, &err) : NULL, *o = cb ? cb->alloc(cb, 2 * BE_TOPK_MAX, &err) : NULL;
+        float *row = malloc(sizeof(float) * V), want_v[BE_TOPK_MAX], got[2 * BE_TOPK_MAX];
+        int32_t want_i[BE_TOPK_MAX];
+        const int ks[] = {1, 40, BE_TOPK_MAX};
+        for (int r = 0; r < 4 && x && o; r++) {
+            memcpy(row, all + (size_t)r * 13 * V, sizeof(float) * V);
+            if (r & 1) /* many equal values: ties go to the lower id */
+                for (int i = 0; i < (int)V; i++) row[i] = roundf(row[i] * 2.0f) / 2.0f;
+            cb->upload(cb, x, 0, row, V);
+            for (int ki = 0; ki < 3; ki++) {
+                const int k = ks[ki];
+                cb->topk(cb, x, (int)V, k, o);
+                cb->download(cb, o, 0, got, (size_t)(2 * k));
+                top_by_sort(row, k, want_v, want_i);
+                int ok = 1;
+                for (int i = 0; i < k; i++) ok &= got[i] == want_v[i] && (int32_t)got[k + i] == want_i[i];
+                CHECKF(ok, "cpu topk row %d k %d", r, k);
+            }
+        }
+        if (cb) cb->buf_free(cb, x), cb->buf_free(cb, o), cb->destroy(cb);
+        free(row);
+
+        gem_sampling tp = gem_sampling_default();
+        tp.temp = 1.3f;
+        tp.top_k = 40;
+        tp.top_p = 0.95f;
+        tp.min_p = 0.01f;
+        tp.seed = 11;
+        sampler *sa = sampler_new(&tp, (int)V), *sb = sampler_new(&tp, (int)V);
+        CHECK(sampler_topk(sa) == 40);
+        int same = 1;
+        for (int i = 0; i < 20; i++) {
+            top_by_sort(all + (size_t)i * V, 40, want_v, want_i);
+            same &= sampler_sample(sa, all + (size_t)i * V, ids, (size_t)i) == sampler_sample_top(sb, want_v, want_i, 40);
+        }
+        CHECK(same);
+        /* the engine: gem_session_sample reads only the top k */
+        eo.cpu_ref = 0;
+        gem_engine *te = gem_engine_open(&eo, &err);
+        gem_session *ts = te ? gem_session_new(te, &err) : NULL;
+        int32_t cur = ids[0];
+        same = ts != NULL;
+        for (int i = 0; i < 12 && ts; i++) {
+            if (gem_session_eval(ts, &cur, 1, &err)) { same = 0; break; }
+            const int32_t x1 = gem_session_sample(ts, sa, &err);
+            size_t nh;
+            const int32_t *hist = gem_session_tokens(ts, &nh);
+            const int32_t x2 = sampler_sample(sb, gem_session_logits(ts), hist, nh);
+            same &= x1 >= 0 && x1 == x2;
+            cur = x1 >= 0 ? x1 : 2;
+        }
+        CHECKF(same, "gem_session_sample vs sampler_sample: %s", err.msg);
+        gem_session_free(ts);
+        gem_engine_close(te);
+        sampler_free(sa);
+        sampler_free(sb);
+        tp.repeat_penalty = 1.1f;
+        sa = sampler_new(&tp, (int)V);
+        CHECK(sampler_topk(sa) == 0); /* penalties need the whole vocabulary */
+        sampler_free(sa);
+        tp.repeat_penalty = 1.0f;
+        tp.top_k = BE_TOPK_MAX + 1;
+        sa = sampler_new(&tp, (int)V);
+        CHECK(sampler_topk(sa) == 0);
+        sampler_free(sa);
+    }
 
     /* sampling: a seed fixes the draw; greedy is the argmax */
     gem_sampling sp = gem_sampling_default();

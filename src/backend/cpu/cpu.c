@@ -463,6 +463,57 @@ static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf 
     }
 }
 
+/* Before in the sampler's order: larger value, then lower index. */
+static int topk_before(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
+
+/* A min-heap of the k best so far (root: the worst of them), then sorted. */
+static void cpu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out) {
+    (void)b;
+    float hv[BE_TOPK_MAX];
+    int hi[BE_TOPK_MAX], n = 0;
+    if (k > width) k = width;
+    for (int i = 0; i < width; i++) {
+        const float v = x->p[i];
+        int at;
+        if (n < k) {
+            at = n++;
+            while (at > 0 && topk_before(hv[(at - 1) / 2], hi[(at - 1) / 2], v, i)) { /* sift up past better parents */
+                hv[at] = hv[(at - 1) / 2], hi[at] = hi[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+        } else {
+            if (!topk_before(v, i, hv[0], hi[0])) continue;
+            at = 0;
+            for (;;) { /* sift the new root down below worse children */
+                int c = 2 * at + 1;
+                if (c >= n) break;
+                if (c + 1 < n && topk_before(hv[c], hi[c], hv[c + 1], hi[c + 1])) c++;
+                if (!topk_before(v, i, hv[c], hi[c])) break;
+                hv[at] = hv[c], hi[at] = hi[c];
+                at = c;
+            }
+        }
+        hv[at] = v, hi[at] = i;
+    }
+    /* heap sort: repeatedly move the worst to the end */
+    for (int m = n - 1; m > 0; m--) {
+        const float v = hv[m];
+        const int i = hi[m];
+        hv[m] = hv[0], hi[m] = hi[0];
+        int at = 0;
+        for (;;) {
+            int c = 2 * at + 1;
+            if (c >= m) break;
+            if (c + 1 < m && topk_before(hv[c], hi[c], hv[c + 1], hi[c + 1])) c++;
+            if (!topk_before(v, i, hv[c], hi[c])) break;
+            hv[at] = hv[c], hi[at] = hi[c];
+            at = c;
+        }
+        hv[at] = v, hi[at] = i;
+    }
+    for (int j = 0; j < n; j++) out->p[j] = hv[j], out->p[n + j] = (float)hi[j];
+}
+
 /* Everything runs synchronously on the host: nothing can fail later. */
 static int cpu_status(backend *b, gem_err *err) {
     (void)b;
@@ -530,6 +581,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_save = cpu_kv_save;
     b->kv_load = cpu_kv_load;
     b->argmax = cpu_argmax;
+    b->topk = cpu_topk;
     b->status = cpu_status;
     return b;
 }

@@ -97,6 +97,7 @@ typedef struct {
     scratch part, pml;      /* attention partials */
     scratch amax_v, amax_i; /* argmax partials */
     scratch up;             /* matmul_geglu's unfused path */
+    scratch topk_part;      /* top-k: each chunk's first k keys */
     void *stage;            /* weight upload staging */
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
@@ -2062,6 +2063,78 @@ static void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *
     LAUNCHED(c, "argmax");
 }
 
+/* Top-k for sampling: each block sorts a chunk of TK_CHUNK values in
+ * shared memory (bitonic, descending) and keeps its first k; one block
+ * sorts those and writes the first k. Keys order as the sampler does:
+ * the value's bits made monotonic in the high word, the complement of the
+ * index in the low word (equal values: lower index first). */
+#define TK_CHUNK 4096
+#define TK_FINAL 8192 /* keys the final block sorts (64 chunks x 128) */
+
+__device__ __forceinline__ unsigned long long tk_key(float v, int i) {
+    unsigned u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (0xFFFFFFFFu - (unsigned)i);
+}
+
+__device__ void tk_sort_desc(unsigned long long *s, int n) {
+    for (int k = 2; k <= n; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const int ixj = i ^ j;
+                if (ixj > i) {
+                    const unsigned long long a = s[i], b = s[ixj];
+                    if ((i & k) == 0 ? a < b : a > b) s[i] = b, s[ixj] = a;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+__global__ void __launch_bounds__(512) k_topk_part(const float *x, int width, int k, unsigned long long *part) {
+    pdl_wait();
+    __shared__ unsigned long long s[TK_CHUNK];
+    const int base = blockIdx.x * TK_CHUNK;
+    for (int i = threadIdx.x; i < TK_CHUNK; i += blockDim.x) s[i] = base + i < width ? tk_key(x[base + i], base + i) : 0ull;
+    __syncthreads();
+    tk_sort_desc(s, TK_CHUNK);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) part[(size_t)blockIdx.x * k + i] = s[i];
+}
+
+__global__ void __launch_bounds__(1024) k_topk_final(const unsigned long long *part, int n, int p2, int k, float *out) {
+    pdl_wait();
+    extern __shared__ unsigned long long sk[];
+    for (int i = threadIdx.x; i < p2; i += blockDim.x) sk[i] = i < n ? part[i] : 0ull;
+    __syncthreads();
+    tk_sort_desc(sk, p2);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const unsigned long long key = sk[i];
+        const unsigned u = (unsigned)(key >> 32);
+        out[i] = __uint_as_float((u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u);
+        out[k + i] = (float)(0xFFFFFFFFu - (unsigned)key);
+    }
+}
+
+static void cu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    const int chunks = (width + TK_CHUNK - 1) / TK_CHUNK, n = chunks * k;
+    if (k < 1 || k > BE_TOPK_MAX || k > width || n > TK_FINAL) {
+        if (!c->failed) {
+            c->failed = 1;
+            snprintf(c->why, sizeof c->why, "topk: k=%d over %d values is outside what the kernel takes", k, width);
+        }
+        return;
+    }
+    int p2 = 1;
+    while (p2 < n) p2 *= 2;
+    if (grow(c, &c->topk_part, sizeof(unsigned long long) * (size_t)n)) return;
+    launch(c, k_topk_part, chunks, 512, 0, x->d, width, k, (unsigned long long *)c->topk_part.p);
+    LAUNCHED(c, "topk");
+    launch(c, k_topk_final, 1, 1024, sizeof(unsigned long long) * (size_t)p2, (const unsigned long long *)c->topk_part.p,
+           n, p2, k, out->d);
+    LAUNCHED(c, "topk");
+}
+
 /* ------------------------------------------------------------------ */
 /* graphs                                                              */
 
@@ -2131,7 +2204,7 @@ static void cu_destroy(backend *b) {
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
-    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up};
+    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up, &c->topk_part};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->step);
@@ -2170,7 +2243,9 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         (e = cudaFuncSetAttribute(k_mm_tiled<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<1>::SMEM)) !=
             cudaSuccess ||
         (e = cudaFuncSetAttribute(k_mm_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<0>::SMEM)) !=
-            cudaSuccess) {
+            cudaSuccess ||
+        (e = cudaFuncSetAttribute(k_topk_final, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)(sizeof(unsigned long long) * TK_FINAL))) != cudaSuccess) {
         gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
         free(c);
         return NULL;
@@ -2209,6 +2284,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_save = cu_kv_save;
     b->kv_load = cu_kv_load;
     b->argmax = cu_argmax;
+    b->topk = cu_topk;
     b->set_step = cu_set_step;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
