@@ -466,6 +466,21 @@ static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf 
 /* Before in the sampler's order: larger value, then lower index. */
 static int topk_before(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
 
+/* Places (v, i) at the root of the heap hv/hi[0..n) and sifts it down below
+ * worse children (root: the worst kept). */
+static void topk_sift_down(float *hv, int *hi, int n, float v, int i) {
+    int at = 0;
+    for (;;) {
+        int c = 2 * at + 1;
+        if (c >= n) break;
+        if (c + 1 < n && topk_before(hv[c], hi[c], hv[c + 1], hi[c + 1])) c++;
+        if (!topk_before(v, i, hv[c], hi[c])) break;
+        hv[at] = hv[c], hi[at] = hi[c];
+        at = c;
+    }
+    hv[at] = v, hi[at] = i;
+}
+
 /* A min-heap of the k best so far (root: the worst of them), then sorted. */
 static void cpu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out) {
     (void)b;
@@ -474,42 +489,23 @@ static void cpu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out)
     if (k > width) k = width;
     for (int i = 0; i < width; i++) {
         const float v = x->p[i];
-        int at;
         if (n < k) {
-            at = n++;
+            int at = n++;
             while (at > 0 && topk_before(hv[(at - 1) / 2], hi[(at - 1) / 2], v, i)) { /* sift up past better parents */
                 hv[at] = hv[(at - 1) / 2], hi[at] = hi[(at - 1) / 2];
                 at = (at - 1) / 2;
             }
-        } else {
-            if (!topk_before(v, i, hv[0], hi[0])) continue;
-            at = 0;
-            for (;;) { /* sift the new root down below worse children */
-                int c = 2 * at + 1;
-                if (c >= n) break;
-                if (c + 1 < n && topk_before(hv[c], hi[c], hv[c + 1], hi[c + 1])) c++;
-                if (!topk_before(v, i, hv[c], hi[c])) break;
-                hv[at] = hv[c], hi[at] = hi[c];
-                at = c;
-            }
+            hv[at] = v, hi[at] = i;
+        } else if (topk_before(v, i, hv[0], hi[0])) {
+            topk_sift_down(hv, hi, n, v, i);
         }
-        hv[at] = v, hi[at] = i;
     }
-    /* heap sort: repeatedly move the worst to the end */
+    /* heap sort: the worst moves to the end, best first remains */
     for (int m = n - 1; m > 0; m--) {
         const float v = hv[m];
         const int i = hi[m];
         hv[m] = hv[0], hi[m] = hi[0];
-        int at = 0;
-        for (;;) {
-            int c = 2 * at + 1;
-            if (c >= m) break;
-            if (c + 1 < m && topk_before(hv[c], hi[c], hv[c + 1], hi[c + 1])) c++;
-            if (!topk_before(v, i, hv[c], hi[c])) break;
-            hv[at] = hv[c], hi[at] = hi[c];
-            at = c;
-        }
-        hv[at] = v, hi[at] = i;
+        topk_sift_down(hv, hi, m, v, i);
     }
     for (int j = 0; j < n; j++) out->p[j] = hv[j], out->p[n + j] = (float)hi[j];
 }
