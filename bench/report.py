@@ -37,7 +37,9 @@ for backend in ("cuda", "cpu"):
         for name, f, fmt in figs:
             lines.append(f"| {m['name']} | {name} | {fmt % f['gem']['median']} | {fmt % f['ref']['median']} | "
                          f"{f['ratio']:.2f}x |")
-        if m.get("gem_peak_rss_bytes"):
+        if m.get("gem_peak_device_bytes"):  # on a GPU the host RSS only counts the mapped file
+            lines.append(f"| {m['name']} | gem peak GPU memory | {m['gem_peak_device_bytes'] / 2**30:.2f} GiB | | |")
+        elif m.get("gem_peak_rss_bytes"):
             lines.append(f"| {m['name']} | gem peak resident set | {m['gem_peak_rss_bytes'] / 2**20:.0f} MiB | | |")
     lines.append("")
 # the older CPU harness (bench/cpu_bench.py), only while no A/B report exists
