@@ -638,8 +638,8 @@ static void test_quantized_handoff(void) {
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
-    /* the matrix-vector row split is opt-in (not yet measured): the long-K
-     * cases below run it unless the caller set the variable */
+    /* the long-K cases below run the matrix-vector row split (the default)
+     * unless the caller turned it off */
     setenv("GEM_CUDA_MV_SPLIT", "4", 0);
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);

@@ -116,7 +116,7 @@ typedef struct {
      * GEM_CUDA_MMA=0 */
     int mma;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
-    int mv_split_min; /* matvec row split threshold (mv_run; GEM_CUDA_MV_SPLIT, 0: no split, the default) */
+    int mv_split_min; /* matvec row split threshold (mv_run; GEM_CUDA_MV_SPLIT, 0: no split) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
@@ -2293,9 +2293,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *split = getenv("GEM_CUDA_MV_SPLIT");
-    /* off by default until a device run has measured it (written in a
-     * session without a GPU): GEM_CUDA_MV_SPLIT=4 turns it on */
-    c->mv_split_min = split && *split ? atoi(split) : 0;
+    /* 4: +2.6% decode on 31B Q4_0 (bench/results/cuda-split-topk-2026-12-03.json) */
+    c->mv_split_min = split && *split ? atoi(split) : 4;
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
