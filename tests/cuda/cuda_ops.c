@@ -307,7 +307,7 @@ static void test_fused_matmul(void) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16};
     for (size_t t = 0; t < 3; t++)
         for (int n = 1; n <= 9; n += 8)
-        for (int64_t K = 1024; K <= 16384; K *= 16) { /* 16384: rows split over warps */
+        for (int64_t K = 1024; K <= 16384; K *= 16) { /* 16384: long rows */
             tensor A = make_tensor(types[t], K, 300), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
             gem_err err;
             be_weight *W[3] = {gpu->weight(gpu, &A.t, &err), gpu->weight(gpu, &B.t, &err), gpu->weight(gpu, &C.t, &err)};
@@ -345,8 +345,7 @@ static void test_matmul(void) {
      * one and three token tiles of the staged kernel, two and five of the
      * direct one */
     const int ns[] = {1, 3, 8, 13, 70, 300};
-    /* K = 16384: matrix-vector rows split over four warps (decode sizes
-     * only); 1536 (48 blocks) takes the staged tensor-core kernel, 1568 (49,
+    /* K = 16384: long matrix-vector rows (decode sizes only); 1536 (48 blocks) takes the staged tensor-core kernel, 1568 (49,
      * not a multiple of its 4-block stage) the direct one; q6_k rows need a
      * multiple of 256 */
     const int64_t Ks[] = {16384, 1536, 1568};
@@ -638,9 +637,6 @@ static void test_quantized_handoff(void) {
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
-    /* the long-K cases below run the matrix-vector row split (the default)
-     * unless the caller turned it off */
-    setenv("GEM_CUDA_MV_SPLIT", "4", 0);
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);

@@ -116,7 +116,6 @@ typedef struct {
      * GEM_CUDA_MMA=0 */
     int mma;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
-    int mv_split_min; /* matvec row split threshold (mv_run; GEM_CUDA_MV_SPLIT, 0: no split) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
@@ -907,15 +906,10 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
  * blocks are dealt to the matrices in order. A warp owns MV_ROWS output
  * rows; in `pair` mode (gate/up with GELU gating fused) its two rows are
  * row R of matrix 0 (gate) and row R of matrix 1 (up), and it writes
- * gelu_tanh(gate) * up. Long rows are split: a group of `split` warps (1, 2
- * or 4, chosen per launch from K) shares the rows, lane L of part P taking
- * blocks 32P + L, 32P + L + 32*split, ..., MV_UNROLL at a time with every
- * weight load issued before the first use (memory-level parallelism is
- * what a product at the bandwidth roofline needs). The parts meet in shared
- * memory and part 0 adds them in a fixed order (results do not depend on
- * scheduling). Splitting keeps a launch of few long rows (o and down
- * projections: 5376 rows) from running 1.27 waves of 4 blocks per SM with
- * the last wave a quarter full (ncu, bench/results/cuda-kv-f16-2026-12-03.json).
+ * gelu_tanh(gate) * up. Lane L takes blocks L, L+32, ... of each row,
+ * MV_UNROLL at a time with every weight load issued before the first use
+ * (memory-level parallelism is what a product at the bandwidth roofline
+ * needs).
  *
  * q8_0/q4_0: 16 (q4_0) or 32 (q8_0) contiguous code bytes per block, so a
  * warp's loads of one row are contiguous 512- or 1024-byte runs; integer dot
@@ -941,7 +935,6 @@ typedef struct {
     mv_mat m[3];
     int count;
     int pair;
-    int split; /* warps per row group: 1, 2 or 4 (<= MV_WARPS) */
 } mv_job;
 
 /* The rows of this warp: per slot a matrix base and a row index; *mi is the
@@ -952,7 +945,6 @@ struct mv_rows {
     int row[MV_ROWS];
     float *out;
     int M, row0;
-    int part; /* this warp's part of the group's rows */
 };
 
 /* Fields are picked with selects, never by indexing job.m with a run-time
@@ -965,8 +957,7 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
     const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-    const int w = threadIdx.x >> 5, warp = bid * (MV_WARPS / job.split) + w / job.split;
-    r.part = w % job.split;
+    const int warp = bid * MV_WARPS + (threadIdx.x >> 5);
     r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     r.M = M;
     if (job.pair) {
@@ -991,16 +982,6 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     return true;
 }
 
-/* Named barrier `1 + g` over n threads; immediate ids, since a run-time id
- * makes ptxas reserve all 16 of the block's barriers. */
-static_assert(MV_WARPS <= 8, "group_sync names at most 4 groups of 2 or more warps");
-__device__ __forceinline__ void group_sync(int g, int n) {
-    if (g == 0) asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory");
-    else if (g == 1) asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory");
-    else if (g == 2) asm volatile("bar.sync 3, %0;\n" ::"r"(n) : "memory");
-    else asm volatile("bar.sync 4, %0;\n" ::"r"(n) : "memory");
-}
-
 template <int NT>
 __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, float (&acc)[MV_ROWS][NT]) {
     const int lane = threadIdx.x & 31;
@@ -1008,28 +989,6 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = warp_sum(acc[k][t]);
-    if (job.split > 1) {
-        /* the warps of one group return early together or not at all, so a
-         * named barrier per group (ids 1..) is well defined where a block
-         * barrier would not be */
-        __shared__ float red[MV_WARPS][MV_ROWS][NT];
-        const int w = threadIdx.x >> 5, first = w - r.part;
-        if (lane == 0)
-#pragma unroll
-            for (int k = 0; k < MV_ROWS; k++)
-#pragma unroll
-                for (int t = 0; t < NT; t++) red[w][k][t] = acc[k][t];
-        group_sync(first / job.split, 32 * job.split);
-        if (r.part != 0) return;
-#pragma unroll
-        for (int k = 0; k < MV_ROWS; k++)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float v = red[first][k][t];
-                for (int p = 1; p < job.split; p++) v += red[first + p][k][t];
-                acc[k][t] = v;
-            }
-    }
     if (lane != 0) return;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1050,18 +1009,18 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     mv_rows r;
     if (!mv_rows_of(job, r)) return;
     constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
-    const int lane = threadIdx.x & 31, nb = K / 32, stride = 32 * job.split;
+    const int lane = threadIdx.x & 31, nb = K / 32;
     float acc[MV_ROWS][NT];
 #pragma unroll
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int b0 = 32 * r.part + lane; b0 < nb; b0 += stride * U) {
+    for (int b0 = lane; b0 < nb; b0 += 32 * U) {
         uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
         float dw[U][MV_ROWS];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + stride * u;
+            const int b = b0 + 32 * u;
 #pragma unroll
             for (int k = 0; k < MV_ROWS; k++) {
                 if (b < nb) {
@@ -1075,7 +1034,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + stride * u;
+            const int b = b0 + 32 * u;
             if (b >= nb) break;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -1128,7 +1087,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float 
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int e = (32 * r.part + lane) * 8; e < K; e += 256 * job.split) {
+    for (int e = lane * 8; e < K; e += 256) {
         float w[MV_ROWS][8];
 #pragma unroll
         for (int k = 0; k < MV_ROWS; k++) {
@@ -1460,18 +1419,12 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     memset(&job, 0, sizeof job);
     job.count = pair ? 1 : count;
     job.pair = pair;
-    /* split a row group over more warps while each lane still keeps
-     * mv_split_min units (32-value blocks, or 8 values of float weights)
-     * of one row in flight */
-    const int units = fmt == DW_Q4_0 || fmt == DW_Q8_0 ? K / 32 : K / 8;
-    job.split = 1;
-    while (c->mv_split_min > 0 && job.split < MV_WARPS && units / (64 * job.split) >= c->mv_split_min) job.split *= 2;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
         job.m[i].d = W[i]->d;
         job.m[i].M = (int)W[i]->ne1;
-        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1 * job.split, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
         grid += (unsigned)job.m[i].blocks;
     }
     if (pair) {
@@ -2292,9 +2245,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !(mma && !strcmp(mma, "0"));
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
-    const char *split = getenv("GEM_CUDA_MV_SPLIT");
-    /* 4: +2.6% decode on 31B Q4_0 (bench/results/cuda-split-topk-2026-12-03.json) */
-    c->mv_split_min = split && *split ? atoi(split) : 4;
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
