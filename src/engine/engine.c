@@ -122,7 +122,7 @@ static int remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 
 int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_eval_head(s->st, ids, n, err)) return -1;
+    if (gemma4_eval(s->st, ids, n, NULL, 0, err)) return -1;
     s->logits_dev = 1;
     return remember(s, ids, n, err);
 }
@@ -155,8 +155,6 @@ const float *gem_session_logits(const gem_session *cs) {
 }
 
 int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err) {
-    size_t nh;
-    const int32_t *hist = gem_session_tokens(s, &nh);
     const int k = sampler_topk(smp);
     if (k > 0 && k <= BE_TOPK_MAX && !s->logits_valid && s->logits_dev) {
         float vals[BE_TOPK_MAX];
@@ -169,6 +167,8 @@ int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err) {
         gem_err_set(err, "no logits to sample from (nothing evaluated, or the backend failed)");
         return -1;
     }
+    size_t nh;
+    const int32_t *hist = gem_session_tokens(s, &nh);
     return sampler_sample(smp, l, hist, nh);
 }
 

@@ -210,8 +210,10 @@ static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
     return s->decode ? 0 : -1;
 }
 
+/* Every eval leaves the last token's logits (and their argmax) on the
+ * backend; logits / best additionally read them back. */
 static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,
-                      int head, gem_err *err) {
+                      gem_err *err) {
     backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
@@ -219,21 +221,20 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
             return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
-    const int want_head = logits || best || head;
     for (int done = 0; done < n;) {
         int t = n - done < s->max_tile ? n - done : s->max_tile;
         const int last = done + t == n;
         if (b->set_step) b->set_step(b, ids + done, t, s->n_past);
-        if (t == 1 && last && want_head && !all_logits && b->capture) {
+        if (t == 1 && last && !all_logits && b->capture) {
             if (decode_replay(s, ids + done, err)) return -1;
         } else {
             forward_tile(s, ids + done, t, s->n_past);
-            if (want_head && all_logits) {
+            if (all_logits) {
                 for (int r = 0; r < t; r++) {
                     head_dev(s, r);
                     if (logits) b->download(b, s->logits, 0, logits + (size_t)(done + r) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
                 }
-            } else if (want_head && last) {
+            } else if (last) {
                 head_dev(s, t - 1);
             }
         }
@@ -251,15 +252,11 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
 }
 
 int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
-    return eval_tiles(s, ids, n, logits, all_logits, NULL, 0, err);
+    return eval_tiles(s, ids, n, logits, all_logits, NULL, err);
 }
 
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
-    return eval_tiles(s, ids, n, NULL, 0, next, 0, err);
-}
-
-int gemma4_eval_head(gemma4_state *s, const int32_t *ids, int n, gem_err *err) {
-    return eval_tiles(s, ids, n, NULL, 0, NULL, 1, err);
+    return eval_tiles(s, ids, n, NULL, 0, next, err);
 }
 
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err) {

@@ -25,8 +25,10 @@ int gemma4_n_ctx(const gemma4_state *s);
 
 /* Evaluates ids[0..n) at positions n_past.. . Logits (soft-capped) go to
  * `logits`: of the last token only (GEMMA4_N_VOCAB floats), or of every
- * token (n x GEMMA4_N_VOCAB) when all_logits is set; logits may be NULL.
- * Fails without changing the state when the context would overflow. */
+ * token (n x GEMMA4_N_VOCAB) when all_logits is set; logits may be NULL:
+ * the last token's logits stay on the backend either way (gemma4_logits,
+ * gemma4_topk). Fails without changing the state when the context would
+ * overflow. */
 int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err);
 
 /* As gemma4_eval, but only the argmax of the last token's logits (lowest id
@@ -34,11 +36,10 @@ int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int a
  * decode step is one replay of a recorded graph. */
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
 
-/* As gemma4_eval, with the last token's logits left on the backend: read
- * them with gemma4_logits, or only their k largest (value descending, lowest
- * id first among equals; k <= BE_TOPK_MAX) with gemma4_topk. Both are valid
- * until the next eval, reset or restore. */
-int gemma4_eval_head(gemma4_state *s, const int32_t *ids, int n, gem_err *err);
+/* The last evaluated token's logits on the backend (any eval leaves them):
+ * all of them, or only their k largest (value descending, lowest id first
+ * among equals; k <= BE_TOPK_MAX). Valid until the next eval, reset or
+ * restore. */
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err);
 int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err);
 

@@ -154,16 +154,11 @@ static void cpu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_wei
     }
 }
 
-static float gelu_tanh(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
 /* The reference's table GELU (see backend_opts.gelu_fp16). */
 static float gelu_fp16_table(float x) {
     if (x <= -10.0f) return 0.0f;
     if (x >= 10.0f) return x;
-    return quant_f16_to_f32(quant_f32_to_f16(gelu_tanh(quant_f16_to_f32(quant_f32_to_f16(x)))));
+    return quant_f16_to_f32(quant_f32_to_f16(kernels_gelu_tanh(quant_f16_to_f32(quant_f32_to_f16(x)))));
 }
 
 static void cpu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {

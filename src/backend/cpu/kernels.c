@@ -43,11 +43,10 @@ static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
+float kernels_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(GELU_C * (x + GELU_A * x * x * x))); }
+
 static void geglu_scalar(const float *g, const float *u, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_C * (x + GELU_A * x * x * x))) * u[i];
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = kernels_gelu_tanh(g[i]) * u[i];
 }
 
 static void softcap_scalar(float *x, int64_t n, float cap) {

@@ -48,6 +48,10 @@ typedef struct {
     void (*softcap)(float *x, int64_t n, float cap);
 } cpu_kernels;
 
+/* gelu_tanh(x) in f32 with tanhf: the portable geglu's term, and the value
+ * the reference's fp16 table holds (backend_opts.gelu_fp16). */
+float kernels_gelu_tanh(float x);
+
 /* The variants for this CPU; force_scalar picks the portable ones. */
 cpu_kernels kernels_pick(int force_scalar);
 
