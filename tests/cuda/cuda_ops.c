@@ -30,6 +30,13 @@ static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 static backend *cpu_ref, *cpu_fast, *gpu;
 
+/* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
+ * f32 attention); otherwise prefill tiles use the tensor cores. */
+static int mma_on(void) {
+    const char *e = getenv("GEM_CUDA_MMA");
+    return !(e && !strcmp(e, "0"));
+}
+
 /* A weight tensor of `rows` x `cols` in `type` with random contents. */
 typedef struct {
     gguf_tensor t;
@@ -384,8 +391,16 @@ static void test_matmul(void) {
                         bound += sw * amax / 254.0 * 1.0001;
                     }
                     const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o], fast = f[(size_t)i * M + o];
-                    const int int8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
-                    const double tol_ref = int8 ? bound + 1e-5 * mag : types[t] == QT_Q6_K ? 1e-3 * mag : 1e-5 * mag;
+                    const int quant8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
+                    /* prefill tiles with K a multiple of 128 run k_mm_h: f16
+                     * activations and weights (relative 2^-11 each, so 2^-10
+                     * per product) instead of 8-bit activation codes */
+                    const int f16 = quant8 && n > 8 && mma_on() && (K / 32) % 4 == 0;
+                    const int int8 = quant8 && !f16;
+                    const double tol_ref = f16    ? (1.0 / 1024 + 1e-5) * mag * 1.0001
+                                           : int8 ? bound + 1e-5 * mag
+                                           : types[t] == QT_Q6_K ? 1e-3 * mag
+                                                                 : 1e-5 * mag;
                     if (!(fabs(got - ref) <= tol_ref + 1e-6)) {
                         fprintf(stderr, "matmul %s n=%d row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
                                 quant_type_name(types[t]), n, (long long)o, i, got, ref, tol_ref);
@@ -405,6 +420,70 @@ static void test_matmul(void) {
         cpu_ref->weight_free(cpu_ref, wr), cpu_fast->weight_free(cpu_fast, wf), gpu->weight_free(gpu, wg);
         free_tensor(&W);
     }
+}
+
+/* Value ranges an f16 operand cannot hold as they are: scales of a few
+ * hundred (q8_0 |code x scale| up to 38000, near f16's 65504) with
+ * activations of 1e-6 (f16 subnormals), and scales of 1e-7 (products below
+ * f16's normal range) with activations of 1e4. The prefill products scale
+ * both operands by powers of two, so the results keep the relative error
+ * of the normal range. */
+static void test_matmul_ranges(void) {
+    const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
+    const float dscale[] = {300.0f, 1e-7f}, xscale[] = {1e-6f, 1e4f};
+    for (size_t t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) {
+            const int64_t K = 1024, M = 130;
+            const int n = 40;
+            tensor W = make_tensor(types[t], K, M);
+            const uint32_t ts = quant_type_size(types[t]);
+            uint64_t rb = 0;
+            quant_row_bytes(types[t], K, &rb);
+            for (int64_t row = 0; row < M; row++) {
+                for (int64_t b = 0; b < K / 32; b++) {
+                    uint8_t *blk = W.data + rb * (size_t)row + b * ts;
+                    const uint16_t d = quant_f32_to_f16(dscale[r] * (0.5f + 0.5f * fabsf(frand())));
+                    memcpy(blk, &d, 2);
+                }
+                quant_dequant_row(types[t], W.data + rb * (size_t)row, W.deq + K * row, K);
+            }
+            gem_err err;
+            be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wg = gpu->weight(gpu, &W.t, &err);
+            float *x = rand_vec((size_t)n * K, xscale[r]);
+            be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xg = put(gpu, x, (size_t)n * K);
+            be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *og = put(gpu, NULL, (size_t)n * M);
+            cpu_ref->matmul(cpu_ref, wr, xr, n, orf);
+            gpu->matmul(gpu, wg, xg, n, og);
+            float *a = get(gpu, og, (size_t)n * M), *b = get(cpu_ref, orf, (size_t)n * M);
+            int ok = 1;
+            for (int i = 0; i < n && ok; i++)
+                for (int64_t o = 0; o < M && ok; o++) {
+                    double mag = 0, bound = 0;
+                    for (int64_t bk = 0; bk < K / 32; bk++) {
+                        double sw = 0, amax = 0;
+                        for (int k = 0; k < 32; k++) {
+                            const double wv = W.deq[o * K + bk * 32 + k], xv = x[(size_t)i * K + bk * 32 + k];
+                            mag += fabs(wv * xv);
+                            sw += fabs(wv);
+                            amax = fmax(amax, fabs(xv));
+                        }
+                        bound += sw * amax / 254.0 * 1.0001;
+                    }
+                    /* either prefill path: f16 operands or 8-bit codes */
+                    const double tol = fmax((1.0 / 1024 + 1e-5) * mag * 1.0001, bound + 1e-5 * mag);
+                    const double got = a[(size_t)i * M + o], ref = b[(size_t)i * M + o];
+                    if (!(fabs(got - ref) <= tol)) {
+                        fprintf(stderr, "matmul range %s d~%g x~%g row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
+                                quant_type_name(types[t]), dscale[r], xscale[r], (long long)o, i, got, ref, tol);
+                        ok = 0;
+                    }
+                }
+            CHECKF(ok, "matmul value ranges %s d~%g x~%g", quant_type_name(types[t]), dscale[r], xscale[r]);
+            free(a), free(b), free(x);
+            cpu_ref->buf_free(cpu_ref, xr), gpu->buf_free(gpu, xg), cpu_ref->buf_free(cpu_ref, orf), gpu->buf_free(gpu, og);
+            cpu_ref->weight_free(cpu_ref, wr), gpu->weight_free(gpu, wg);
+            free_tensor(&W);
+        }
 }
 
 /* Runs the same sequence of attention calls (a prompt in tiles, then single
@@ -435,7 +514,11 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
         cpu_ref->attention(cpu_ref, qc, kcb, vc, kc, n, pos, n_head, kvh, d, window, oc);
         gk->attention(gk, qg, kgb, vg, kg, n, pos, n_head, kvh, d, window, og);
         float *a = get(gk, og, nq), *b = get(cpu_ref, oc, nq);
-        ok = close_enough("attention", a, b, nq, tol, 2 * tol);
+        /* tiles of 16 queries or more take the tensor-core kernel unless
+         * GEM_CUDA_MMA=0: f16 operands (q, k, v and the probabilities,
+         * relative 2^-12 each), the same bound as the f16 cache */
+        const double t_tol = n >= 16 && mma_on() && tol < 3e-3 ? 3e-3 : tol;
+        ok = close_enough("attention", a, b, nq, t_tol, 2 * t_tol);
         CHECKF(ok, "attention%s heads %d/%d d %d window %d tile %d (n %d at %d)", f16 ? " (f16 KV)" : "", n_head, kvh,
                d, window, t, n, pos);
         free(a), free(b), free(q), free(k), free(v), free(ids);
@@ -480,6 +563,10 @@ static void test_attention(void) {
     test_attention_case(16, 1, 512, 0, 300, prompt, 12);  /* 12B full shape: G = 16 in two groups */
     const int long_prompt[] = {512, 512, 1, 1, 3};
     test_attention_case(8, 1, 512, 0, 2048, long_prompt, 5);
+    /* 31B sliding shape over the window of 1024: tiles of many key blocks,
+     * rows whose windows start inside a block, a tile past the ring */
+    const int long_sliding[] = {700, 600, 1, 1100, 2};
+    test_attention_case(32, 16, 256, 1024, 1024, long_sliding, 5);
 }
 
 static void test_argmax(void) {
@@ -652,6 +739,7 @@ int main(void) {
     test_elementwise();
     test_rope();
     test_matmul();
+    test_matmul_ranges();
     test_fused_matmul();
     test_quantized_handoff();
     test_attention();

@@ -61,6 +61,7 @@ struct be_weight {
     int64_t ne0, ne1;
     void *q;   /* codes or plain values */
     __half *d; /* per-block scales (q8_0, q4_0) */
+    float hexp; /* q8_0/q4_0: 2^we for k_mm_h (see there); 0: no f16 path (a scale is inf or NaN) */
 };
 
 struct be_kv {
@@ -99,6 +100,12 @@ typedef struct {
     scratch up;             /* matmul_geglu's unfused path */
     scratch topk_part;      /* top-k: each chunk's first k keys */
     void *stage;            /* weight upload staging */
+    unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
+    scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
+    /* the f16-activation cache of k_mm_h, as the quantized one below */
+    unsigned h_epoch;
+    const float *h_src;
+    int h_n, h_K;
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
      * an event recorded before its first launch and one after its last is
@@ -115,6 +122,7 @@ typedef struct {
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
+    int mmh_variant; /* GEM_CUDA_MMH=2: k_mm_h with 2 stages, 2 blocks per SM */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -252,18 +260,28 @@ __device__ float block_sum(float v, float *sh) {
 /* ------------------------------------------------------------------ */
 /* weights                                                             */
 
-__global__ void k_repack_q8_0(const uint8_t *raw, int64_t nblk, int8_t *q, __half *d) {
+/* The largest |scale| of the blocks (as f16 bits; inf and NaN sort above
+ * every finite value) into *dmax: it fixes the weight's exponent for k_mm_h. */
+__device__ __forceinline__ void scale_max(const uint8_t *raw, int64_t b, int64_t nblk, int bytes, unsigned *dmax) {
+    const unsigned bits = b < nblk ? (unsigned)(*(const unsigned short *)(raw + b * bytes) & 0x7FFF) : 0u;
+    const unsigned m = __reduce_max_sync(0xffffffffu, bits);
+    if ((threadIdx.x & 31) == 0 && m) atomicMax(dmax, m);
+}
+
+__global__ void k_repack_q8_0(const uint8_t *raw, int64_t nblk, int8_t *q, __half *d, unsigned *dmax) {
     pdl_wait();
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    scale_max(raw, b, nblk, 34, dmax);
     if (b >= nblk) return;
     const uint8_t *src = raw + b * 34;
     d[b] = *(const __half *)src;
     for (int j = 0; j < 32; j++) q[b * 32 + j] = (int8_t)src[2 + j];
 }
 
-__global__ void k_repack_q4_0(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d) {
+__global__ void k_repack_q4_0(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d, unsigned *dmax) {
     pdl_wait();
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    scale_max(raw, b, nblk, 18, dmax);
     if (b >= nblk) return;
     const uint8_t *src = raw + b * 18;
     d[b] = *(const __half *)src;
@@ -333,6 +351,8 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         if ((e = cudaMalloc(&w->q, (size_t)nblk * (q8 ? 32 : 16))) == cudaSuccess &&
             (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
             if (stage_grow(c, STAGE_BYTES)) e = cudaErrorMemoryAllocation;
+            if (e == cudaSuccess && !c->dmax) e = cudaMalloc(&c->dmax, sizeof(unsigned));
+            if (e == cudaSuccess) e = cudaMemset(c->dmax, 0, sizeof(unsigned));
             const int64_t per = (int64_t)(STAGE_BYTES / blk_bytes);
             for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
                 const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
@@ -343,11 +363,25 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
                 what = "repack";
                 if (q8)
                     k_repack_q8_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
-                                                                         (int8_t *)w->q + b0 * 32, w->d + b0);
+                                                                         (int8_t *)w->q + b0 * 32, w->d + b0, c->dmax);
                 else
                     k_repack_q4_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
-                                                                         (uint8_t *)w->q + b0 * 16, w->d + b0);
+                                                                         (uint8_t *)w->q + b0 * 16, w->d + b0, c->dmax);
                 if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
+            }
+            unsigned bits = 0;
+            if (e == cudaSuccess) e = cudaMemcpy(&bits, c->dmax, sizeof bits, cudaMemcpyDeviceToHost);
+            /* |code x scale x 2^we| < 2^15 (|code| <= 128 or 8); no f16
+             * path when a scale is inf or NaN */
+            if (bits < 0x7C00u) {
+                __half_raw hr;
+                hr.x = (unsigned short)bits;
+                const float big = (q8 ? 128.0f : 8.0f) * __half2float(__half(hr));
+                int ex = 0;
+                if (big > 0) frexpf(big, &ex);
+                int we = big > 0 ? 15 - ex : 0;
+                we = we < -14 ? -14 : we > 15 ? 15 : we;
+                w->hexp = ldexpf(1.0f, we);
             }
         }
     } else if (quant_type_supported(t->type)) {
@@ -1393,6 +1427,205 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
             }
 }
 
+/* ---- prefill products on f16 tensor cores ----
+ * k_mm_h: q8_0/q4_0 weights times f16 activations, mma.sync m16n8k16 with
+ * f32 accumulation. The weight codes are staged as stored (cp.async, the
+ * 3-stage pipeline of k_mm_tiled) and expanded to f16 in registers right
+ * before the product: code - offset by the 0x6400 exponent trick (exact),
+ * times the block scale (one f16 rounding, relative 2^-11). The per-block
+ * scaling is thus folded into the operand, and the tensor cores accumulate
+ * a whole row without the f32 work per 32-value block that bounds the
+ * integer kernel. Operand ranges: a weight's scales are multiplied by 2^we
+ * (chosen at load from its largest scale, so |code x scale| < 2^15) and a
+ * token's activations by 2^ea (k_act_f16, largest |x| below 2^15): no f16
+ * overflow for any file, no subnormal loss for small ones; the epilogue
+ * multiplies by 2^-(we + ea), all exact.
+ * K order: within each group of four values k, the activations are stored
+ * as k+0, k+2, k+1, k+3 (k_act_f16), the order in which a lane's 32-bit
+ * word of codes expands into f16 pairs; A and B agree, so every product
+ * pairs the same k. Numerics differ from the 8-bit-activation kernels:
+ * relative 2^-11 per activation and per weight instead of a per-block 8-bit
+ * code (cuda_ops bounds it). */
+#define MMH_BM 128
+#define MMH_BN 128
+#define MMH_THREADS 256
+
+/* m16n8k16 f16 x f16 + f32 (PTX ISA fragment layout: g = lane / 4, c = lane % 4;
+ * A: a0 = row g, k 2c, 2c+1; a1 = row g+8; a2, a3 = the same at k + 8;
+ * B: b0 = column g, k 2c, 2c+1; b1 = k + 8; C as m16n8k32). */
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int Q4> struct mmh_geom {
+    static constexpr int WB = Q4 ? 16 : 32;           /* code bytes per weight block */
+    static constexpr int A_STRIDE = MMT_KS * WB + 16; /* conflict-free 32-bit fragment loads */
+    static constexpr int B_STRIDE = MMT_KS * 64 + 32; /* bytes per token: conflict-free 64-bit loads */
+    static constexpr int A_BYTES = MMH_BM * A_STRIDE;
+    static constexpr int B_BYTES = MMH_BN * B_STRIDE;
+    static constexpr int AS_BYTES = MMH_BM * MMT_KS * 2;
+    static constexpr int STAGE = A_BYTES + B_BYTES + AS_BYTES;
+};
+
+/* Per token: the power of two bringing its largest |x| into [2^14, 2^15),
+ * applied while converting to f16 in the K order above; xinv = its inverse. */
+__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv) {
+    pdl_wait();
+    __shared__ float red[32];
+    const float *r = x + (size_t)blockIdx.x * K;
+    float m = 0;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+        const float4 v = *(const float4 *)(r + i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+    for (int j = 1; j < (int)(blockDim.x >> 5); j++) m = fmaxf(m, red[j]);
+    int e = 0;
+    if (m > 0 && m <= 3.4e38f) {
+        int ex;
+        frexpf(m, &ex); /* m < 2^ex */
+        e = min(max(15 - ex, -120), 120);
+    }
+    const float s = ldexpf(1.0f, e);
+    __half *o = xh + (size_t)blockIdx.x * K;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+        const float4 v = *(const float4 *)(r + i);
+        *(__half2 *)(o + i) = __floats2half2_rn(v.x * s, v.z * s);
+        *(__half2 *)(o + i + 2) = __floats2half2_rn(v.y * s, v.w * s);
+    }
+    if (threadIdx.x == 0) xinv[blockIdx.x] = ldexpf(1.0f, -e);
+}
+
+template <int Q4>
+__device__ __forceinline__ void mmh_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const __half *__restrict__ xh, int nb, int M, int N, int m0, int n0, int kb0) {
+    typedef mmh_geom<Q4> G;
+    uint8_t *A = st, *B = st + G::A_BYTES, *As = B + G::B_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 64 / 16;
+#pragma unroll
+    for (int i = tid; i < MMH_BM * ACH; i += MMH_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMH_BN * BCH; i += MMH_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1);
+        cp_async16(B + t * G::B_STRIDE + ch * 16, (const uint8_t *)(xh + ((size_t)tok * nb + kb0) * 32) + ch * 16);
+    }
+    if (tid < MMH_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    }
+}
+
+/* Two f16 values 1024 + u (u a byte or nibble placed in each half's low
+ * mantissa bits by the caller) minus `off`, times the scale: exact codes,
+ * one rounding. */
+__device__ __forceinline__ unsigned mmh_expand(unsigned bits, __half2 off, __half2 scale) {
+    __half2 h = *(__half2 *)&bits;
+    h = __hmul2(__hsub2(h, off), scale);
+    return *(unsigned *)&h;
+}
+
+/* ST pipeline stages, MINB blocks per SM (the register budget): 3 and 1,
+ * or 2 and 2 (GEM_CUDA_MMH=2, a tuning variant) */
+template <int Q4, int ST, int MINB>
+__global__ void __launch_bounds__(MMH_THREADS, MINB)
+    k_mm_h(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
+           const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    typedef mmh_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmh_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2; /* 4 x 2 warps of 32 rows x 64 tokens */
+    const int n0 = blockIdx.x * MMH_BN, m0 = blockIdx.y * MMH_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    const __half wsc = __float2half_rn(wexp);
+    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    float acc[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0;
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < nsteps) mmh_load<Q4>(mmh_smem + s * G::STAGE, q, d, xh, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();
+        const int nxt = step + ST - 1;
+        if (nxt < nsteps) mmh_load<Q4>(mmh_smem + (nxt % ST) * G::STAGE, q, d, xh, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        const uint8_t *A = mmh_smem + (step % ST) * G::STAGE, *B = A + G::A_BYTES;
+        const __half *As = (const __half *)(B + G::B_BYTES);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            unsigned af[2][2][4]; /* [row tile][k half of the block][fragment register] */
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + mt * 16 + g + 8 * h;
+                    const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                    const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
+                    if (Q4) {
+                        const unsigned w = *(const unsigned *)(ar + 4 * c);
+                        af[mt][0][h] = mmh_expand((w & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][0][h + 2] = mmh_expand(((w >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][1][h] = mmh_expand(((w >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][1][h + 2] = mmh_expand(((w >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    } else {
+                        const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
+                        const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
+                        af[mt][0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
+                        af[mt][0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
+                        af[mt][1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
+                        af[mt][1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
+                    }
+                }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const uint8_t *br = B + (wn * 64 + nt * 8 + g) * G::B_STRIDE + kb * 64 + 8 * c;
+                const uint2 b0 = *(const uint2 *)br, b1 = *(const uint2 *)(br + 32);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_f16(acc[mt][nt], af[mt][0][0], af[mt][0][1], af[mt][0][2], af[mt][0][3], b0.x, b0.y);
+                    mma_f16(acc[mt][nt], af[mt][1][0], af[mt][1][1], af[mt][1][2], af[mt][1][3], b1.x, b1.y);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    const float winv = 1.0f / wexp;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const int tok = n0 + wn * 64 + nt * 8 + 2 * c + e2;
+            if (tok >= N) continue;
+            const float s = winv * xinv[tok];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = m0 + wm * 32 + mt * 16 + g + 8 * h;
+                    if (row < M) out[(size_t)tok * M + row] = acc[mt][nt][2 * h + e2] * s;
+                }
+        }
+}
+
 typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
 typedef void (*mv_f_fn)(mv_job, const float *, int);
 
@@ -1403,6 +1636,57 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE(k_mv_q, 0);
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
+
+template <int Q4, int ST, int MINB> static cudaError_t mmh_allow1() {
+    return cudaFuncSetAttribute(k_mm_h<Q4, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                mmh_geom<Q4>::STAGE * ST);
+}
+static cudaError_t mmh_allow() {
+    cudaError_t e = mmh_allow1<1, 3, 1>();
+    if (e == cudaSuccess) e = mmh_allow1<0, 3, 1>();
+    if (e == cudaSuccess) e = mmh_allow1<1, 2, 2>();
+    if (e == cudaSuccess) e = mmh_allow1<0, 2, 2>();
+    return e;
+}
+
+/* Prefill products of q8_0/q4_0 weights on the f16 tensor cores (k_mm_h);
+ * the f16 activations of x are reused while nothing but products ran
+ * since. Returns -1 when scratch could not grow (nothing launched). */
+static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
+    const int K = (int)W[0]->ne0;
+    const int cached = c->h_src == x->d && c->h_n == n && c->h_K == K && c->h_epoch == c->epoch;
+    if (!cached) {
+        if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
+        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p);
+        LAUNCHED(c, "activations to f16");
+    }
+    int writes_x = 0;
+    for (int i = 0; i < count; i++) {
+        const int M = (int)W[i]->ne1;
+        const dim3 g((unsigned)((n + MMH_BN - 1) / MMH_BN), (unsigned)((M + MMH_BM - 1) / MMH_BM));
+#define MMH_LAUNCH(Q4, ST, MINB)                                                                                    \
+    launch(c, k_mm_h<Q4, ST, MINB>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * ST, (const uint8_t *)W[i]->q,              \
+           (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
+           outs[i]->d)
+        if (W[i]->fmt == DW_Q4_0) {
+            if (c->mmh_variant == 2) MMH_LAUNCH(1, 2, 2);
+            else MMH_LAUNCH(1, 3, 1);
+        } else {
+            if (c->mmh_variant == 2) MMH_LAUNCH(0, 2, 2);
+            else MMH_LAUNCH(0, 3, 1);
+        }
+#undef MMH_LAUNCH
+        LAUNCHED(c, "matmul (f16 tensor cores)");
+        writes_x |= outs[i]->d == x->d;
+    }
+    if (!writes_x) {
+        c->h_src = x->d;
+        c->h_n = n;
+        c->h_K = K;
+        c->h_epoch = c->epoch;
+    }
+    return 0;
+}
 
 /* outs[i] = W[i] x (pair: outs[0] = gelu(W[0] x) * (W[1] x)). The 8-bit
  * activations of the last quantized input are reused while nothing but
@@ -1431,6 +1715,11 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         job.m[1].q = W[1]->q;
         job.m[1].d = W[1]->d;
         job.m[1].M = (int)W[1]->ne1;
+    }
+    if ((fmt == DW_Q8_0 || fmt == DW_Q4_0) && n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+        int f16 = 1;
+        for (int i = 0; i < job.count; i++) f16 &= W[i]->hexp > 0;
+        if (f16 && !mmh_run(c, job.count, W, x, n, outs)) return;
     }
     if (fmt == DW_Q8_0 || fmt == DW_Q4_0) {
         const size_t nblk = (size_t)n * (size_t)(K / 32);
@@ -1807,6 +2096,178 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
     }
 }
 
+/* ---- prefill attention on the tensor cores ----
+ * A tile of at least FA_MIN_N queries (GEM_CUDA_MMA on): one block per (KV
+ * head, 64 rows), a row being one (query, query head) pair of the heads
+ * that share the KV head, so each key and value tile staged in shared
+ * memory serves all of them. Q, K, V and the probabilities enter
+ * mma.sync m16n8k16 as f16 (the products and every sum in f32): scores and
+ * outputs move by the f16 rounding of the operands (relative 2^-12 each),
+ * which cuda_ops bounds like the f16 cache. Online softmax per key tile of
+ * FA_BC (as the split kernel, expf), masks per row (causal and window),
+ * no splits: the block writes the normalised rows. Warps: S = Q K^T and
+ * O += P V as BR/16 row groups x WC parts (of the keys, of the head), the
+ * softmax BR/8 rows each. BR = 128 rows for heads up to 256 (O of 16 x D
+ * per warp in registers), 64 for longer heads (16 x D/2): every staged
+ * key and value serves BR rows, and the staging (L2 to shared memory,
+ * f32 to f16) is what bounds the kernel. */
+#define FA_BC 64
+#define FA_THREADS 256
+#define FA_MIN_N 16
+
+template <int D> struct fa_geom {
+    static constexpr int BR = D <= 256 ? 128 : 64; /* rows per block */
+    static constexpr int WC = 128 / BR;             /* warps per row group */
+    static constexpr int LD = D + 8;       /* halves per Q/K/V row: fragment loads conflict-free */
+    static constexpr int SLD = FA_BC + 4;  /* floats per score row */
+    static constexpr int PLD = FA_BC + 8;  /* halves per probability row */
+    static constexpr size_t K_OFF = (size_t)BR * LD * 2, V_OFF = K_OFF + (size_t)FA_BC * LD * 2,
+                            S_OFF = V_OFF + (size_t)FA_BC * LD * 2, P_OFF = S_OFF + (size_t)BR * SLD * 4,
+                            M_OFF = P_OFF + (size_t)BR * PLD * 2, SMEM = M_OFF + 3 * BR * 4;
+};
+
+/* Four 8x8 f16 matrices, transposed: lane l names row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void ldsm_x4_t(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(s));
+}
+
+__device__ __forceinline__ void st_half4(__half *p, float4 x) {
+    *(__half2 *)p = __floats2half2_rn(x.x, x.y);
+    *(__half2 *)(p + 2) = __floats2half2_rn(x.z, x.w);
+}
+
+template <int D, typename KT>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    k_attn_fa(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n,
+              int n_head, int kvh, int cap, int ring, int window, float *out) {
+    pdl_wait();
+    typedef fa_geom<D> F;
+    constexpr int BR = F::BR, WC = F::WC, NS = FA_BC / WC / 8; /* 8-key score tiles per warp */
+    extern __shared__ __align__(16) uint8_t fa_smem[];
+    __half *Qs = (__half *)fa_smem, *Ks = (__half *)(fa_smem + F::K_OFF), *Vs = (__half *)(fa_smem + F::V_OFF);
+    float *S = (float *)(fa_smem + F::S_OFF);
+    __half *Ps = (__half *)(fa_smem + F::P_OFF);
+    float *mrow = (float *)(fa_smem + F::M_OFF), *lrow = mrow + BR, *alpha = lrow + BR;
+    const int G = n_head / kvh, h = blockIdx.y, r0 = blockIdx.x * BR, rows = n * G;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wr = warp / WC, wc = warp % WC;
+    const int pos0 = step[0];
+    const int qp_first = pos0 + r0 / G, qp_last = pos0 + (min(r0 + BR, rows) - 1) / G;
+    const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    for (int idx = tid; idx < BR * D / 4; idx += FA_THREADS) {
+        const int r = idx / (D / 4), e = 4 * (idx % (D / 4)), row = r0 + r;
+        st_half4(Qs + r * F::LD + e, row < rows ? *(const float4 *)(q + ((size_t)(row / G) * n_head + h * G + row % G) * D + e)
+                                                : make_float4(0, 0, 0, 0));
+    }
+    if (tid < BR) {
+        mrow[tid] = -INFINITY;
+        lrow[tid] = 0;
+    }
+    constexpr int NO = D / WC / 8; /* 8-wide output tiles per warp */
+    float o[NO][4];
+#pragma unroll
+    for (int t = 0; t < NO; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0;
+    for (int t0 = first; t0 <= qp_last; t0 += FA_BC) {
+        __syncthreads(); /* the last tile's K, V and P are read */
+        /* keys past the block's last query load as zeros: masked scores,
+         * and a probability 0 times a finite value */
+        for (int idx = tid; idx < FA_BC * D / 4; idx += FA_THREADS) {
+            const int j = idx / (D / 4), e = 4 * (idx % (D / 4)), p = t0 + j;
+            const int in = p <= qp_last;
+            st_half4(Ks + j * F::LD + e, in ? kv_row4(k, ck, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
+            st_half4(Vs + j * F::LD + e, in ? kv_row4(v, cv, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
+        }
+        __syncthreads();
+        {
+            float s[NS][4];
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+#pragma unroll 4
+            for (int kk = 0; kk < D; kk += 16) {
+                const __half *qa = Qs + (wr * 16 + g) * F::LD + kk + 2 * c;
+                const unsigned a0 = *(const unsigned *)qa, a1 = *(const unsigned *)(qa + 8 * F::LD);
+                const unsigned a2 = *(const unsigned *)(qa + 8), a3 = *(const unsigned *)(qa + 8 * F::LD + 8);
+#pragma unroll
+                for (int nt = 0; nt < NS; nt++) {
+                    const __half *kb = Ks + (wc * NS * 8 + nt * 8 + g) * F::LD + kk + 2 * c;
+                    mma_f16(s[nt], a0, a1, a2, a3, *(const unsigned *)kb, *(const unsigned *)(kb + 8));
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = wr * 16 + g + (e >= 2 ? 8 : 0), col = wc * NS * 8 + nt * 8 + 2 * c + (e & 1);
+                    const int grow = r0 + row, p = t0 + col, qp = pos0 + grow / G;
+                    const int rf = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
+                    S[row * F::SLD + col] = grow < rows && p >= rf && p <= qp ? s[nt][e] : -INFINITY;
+                }
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int rr = 0; rr < BR / 8; rr++) {
+            const int row = warp * (BR / 8) + rr;
+            const float x0 = S[row * F::SLD + lane], x1 = S[row * F::SLD + lane + 32];
+            const float mold = mrow[row], mnew = fmaxf(mold, warp_max(fmaxf(x0, x1)));
+            const float p0 = mnew == -INFINITY ? 0.0f : expf(x0 - mnew), p1 = mnew == -INFINITY ? 0.0f : expf(x1 - mnew);
+            Ps[row * F::PLD + lane] = __float2half_rn(p0);
+            Ps[row * F::PLD + lane + 32] = __float2half_rn(p1);
+            const float sum = warp_sum(p0 + p1);
+            if (lane == 0) {
+                const float a = mnew == -INFINITY ? 1.0f : expf(mold - mnew);
+                alpha[row] = a;
+                lrow[row] = lrow[row] * a + sum;
+                mrow[row] = mnew;
+            }
+        }
+        __syncthreads();
+        const float alo = alpha[wr * 16 + g], ahi = alpha[wr * 16 + g + 8];
+#pragma unroll
+        for (int t = 0; t < NO; t++) o[t][0] *= alo, o[t][1] *= alo, o[t][2] *= ahi, o[t][3] *= ahi;
+#pragma unroll
+        for (int kk = 0; kk < FA_BC; kk += 16) {
+            const __half *pa = Ps + (wr * 16 + g) * F::PLD + kk + 2 * c;
+            const unsigned a0 = *(const unsigned *)pa, a1 = *(const unsigned *)(pa + 8 * F::PLD);
+            const unsigned a2 = *(const unsigned *)(pa + 8), a3 = *(const unsigned *)(pa + 8 * F::PLD + 8);
+            const __half *vb = Vs + (kk + (lane & 7) + (lane & 8)) * F::LD + wc * (D / WC) + (lane >> 4) * 8;
+#pragma unroll
+            for (int t = 0; t < NO; t += 2) {
+                unsigned b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3, vb + t * 8);
+                mma_f16(o[t], a0, a1, a2, a3, b0, b1);
+                mma_f16(o[t + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int row = wr * 16 + g + 8 * hi, grow = r0 + row;
+        if (grow >= rows) continue;
+        const float l = lrow[row], inv = l > 0 ? 1.0f / l : 0.0f;
+        float *dst = out + ((size_t)(grow / G) * n_head + h * G + grow % G) * D + wc * (D / WC) + 2 * c;
+#pragma unroll
+        for (int t = 0; t < NO; t++) *(float2 *)(dst + t * 8) = make_float2(o[t][2 * hi] * inv, o[t][2 * hi + 1] * inv);
+    }
+}
+
+template <int D> static cudaError_t fa_allow() {
+    cudaError_t e = cudaFuncSetAttribute(k_attn_fa<D, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_geom<D>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_attn_fa<D, __half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_geom<D>::SMEM);
+    return e;
+}
+static cudaError_t fa_allow_all() {
+    cudaError_t e = fa_allow<128>();
+    if (e == cudaSuccess) e = fa_allow<256>();
+    if (e == cudaSuccess) e = fa_allow<384>();
+    if (e == cudaSuccess) e = fa_allow<512>();
+    return e;
+}
+
 template <typename KT>
 __global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const int *step, int row, int cap,
                            int ring) {
@@ -1833,10 +2294,45 @@ static int attn_splits(const be_kv *kv, int n) {
     return s;
 }
 
+/* A tile's keys and values into the cache, after every query read the old
+ * ring (one-token steps store inside the attention kernel). */
+static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d) {
+    if (kv->f16)
+        launch(c, k_kv_store<__half>, n, 256, 0, k->d, v->d, (__half *)kv->k, (__half *)kv->v, c->step, n_kv_head * d,
+               kv->capacity, kv->ring);
+    else
+        launch(c, k_kv_store<float>, n, 256, 0, k->d, v->d, (float *)kv->k, (float *)kv->v, c->step, n_kv_head * d,
+               kv->capacity, kv->ring);
+    LAUNCHED(c, "kv store");
+}
+
 static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                          int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
+    if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
+        const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
+        const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
+#define FA_LAUNCH_T(DIM, KT)                                                                                    \
+    launch(c, k_attn_fa<DIM, KT>, grid, FA_THREADS, fa_geom<DIM>::SMEM, q->d, k->d, v->d, (const KT *)kv->k,     \
+           (const KT *)kv->v, c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, out->d)
+#define FA_LAUNCH(DIM)                   \
+    if (kv->f16)                         \
+        FA_LAUNCH_T(DIM, __half);        \
+    else                                 \
+        FA_LAUNCH_T(DIM, float)
+        switch (d) {
+        case 128: FA_LAUNCH(128); break;
+        case 256: FA_LAUNCH(256); break;
+        case 384: FA_LAUNCH(384); break;
+        default: FA_LAUNCH(512); break;
+        }
+#undef FA_LAUNCH
+#undef FA_LAUNCH_T
+        LAUNCHED(c, d <= 256 ? "attention (tensor cores, d<=256)" : "attention (tensor cores, d>256)");
+        kv_store_tile(c, k, v, kv, n, n_kv_head, d);
+        return;
+    }
     const int nsplit = attn_splits(kv, n);
     /* the largest group of query heads (a divisor of n_head / n_kv_head)
      * whose outputs fit the block's registers */
@@ -1888,15 +2384,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
         (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
         quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
     LAUNCHED(c, "attention combine");
-    if (n > 1) {
-        if (kv->f16)
-            launch(c, k_kv_store<__half>, n, 256, 0, k->d, v->d, (__half *)kv->k, (__half *)kv->v, c->step,
-                   n_kv_head * d, kv->capacity, kv->ring);
-        else
-            launch(c, k_kv_store<float>, n, 256, 0, k->d, v->d, (float *)kv->k, (float *)kv->v, c->step,
-                   n_kv_head * d, kv->capacity, kv->ring);
-        LAUNCHED(c, "kv store");
-    }
+    if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
 }
 
@@ -2157,9 +2645,10 @@ static void cu_destroy(backend *b) {
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
-    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up, &c->topk_part};
+    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
+    cudaFree(c->dmax);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
@@ -2198,7 +2687,9 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         (e = cudaFuncSetAttribute(k_mm_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<0>::SMEM)) !=
             cudaSuccess ||
         (e = cudaFuncSetAttribute(k_topk_final, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)(sizeof(unsigned long long) * TK_FINAL))) != cudaSuccess) {
+                                  (int)(sizeof(unsigned long long) * TK_FINAL))) != cudaSuccess ||
+        (e = fa_allow_all()) != cudaSuccess ||
+        (e = mmh_allow()) != cudaSuccess) {
         gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
         free(c);
         return NULL;
@@ -2243,6 +2734,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
     const char *mma = getenv("GEM_CUDA_MMA");
     c->mma = !(mma && !strcmp(mma, "0"));
+    const char *mmh = getenv("GEM_CUDA_MMH");
+    c->mmh_variant = mmh && !strcmp(mmh, "2") ? 2 : 1;
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
