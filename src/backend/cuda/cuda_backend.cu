@@ -28,10 +28,14 @@
  * - KV caches hold f32 entries, or f16 with backend_opts.kv_f16; the
  *   checkpoint blob is the cache's own bytes (f32: the CPU's layout).
  *
- * Numerics: q8_0/q4_0 products quantize the activations to 8 bits per
- * 32-value block exactly as the CPU fast path does (scale max|x|/127, round
- * to nearest even), so integer block sums are identical and only the f32
- * summation order differs. Everything else is f32. */
+ * Numerics: q8_0/q4_0 products of decode steps (and of prefill tiles with
+ * GEM_CUDA_MMA=0) quantize the activations to 8 bits per 32-value block
+ * exactly as the CPU fast path does (scale max|x|/127, round to nearest
+ * even), so integer block sums are identical and only the f32 summation
+ * order differs. Prefill tiles (more than 8 tokens) run on the tensor cores
+ * with f16 operands and f32 sums: products (k_mm_h: f16 activations and
+ * f16-expanded weights, relative 2^-11 each) and attention (k_attn_fa: f16
+ * q, k, v and probabilities). Everything else is f32. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -2698,7 +2702,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->kv_f16 = o && o->kv_f16;
     backend *b = &c->base;
     b->name = "cuda";
-    b->prompt_tile = 512;
+    /* 2048: the 5376-row products of a 31B tile then fill 5 waves of the
+     * 132 multiprocessors instead of 1.3 (k_mm_h's 128 x 128 tiles), for
+     * ~0.5 GB more scratch */
+    b->prompt_tile = 2048;
     b->destroy = cu_destroy;
     b->weight = cu_weight;
     b->weight_free = cu_weight_free;
