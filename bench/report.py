@@ -83,12 +83,13 @@ if conv:
     lines.append("")
 cuda = [f for f in (newest(f"bench/results/cuda-{m}-*.json") for m in ("31b-q4_0", "31b-q8_0", "12b-q4_0")) if f]
 if cuda:
-    lines.append("CUDA, one H200, synthetic models (Q8_0 embedding), `gem bench`, median of 2; the llama.cpp CUDA "
-                 "reference was not rebuilt for these runs: its numbers are the anchors of shared/docs/anchors.md:")
+    lines.append("CUDA, one H200, synthetic models (Q8_0 embedding), `gem bench`, medians; llama.cpp columns: the "
+                 "pinned reference's llama-bench on the same file in the same call where the file records it "
+                 "(`reference`), else -:")
     lines.append("")
-    lines.append("| model | prefill 512 tok/s | prefill 2048 tok/s | decode depth 0 tok/s | GB/s (of 4800) | "
-                 "decode depth 8192 tok/s | GPU memory | file, commit |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| model | prefill 512 tok/s | prefill 2048 tok/s | llama.cpp prefill 2048 | decode depth 0 tok/s | "
+                 "llama.cpp decode | GB/s (of 4800) | decode depth 8192 tok/s | GPU memory | file, commit |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for f in cuda:
         d = json.load(open(f))
         pf = {p["tokens"]: p["tok_s"] for p in d["prefill"]}
@@ -96,7 +97,11 @@ if cuda:
         d0 = dc.get(0, {})
         d8 = dc.get(8192)
         mem = f"{d['peak_device_bytes'] / 2**30:.1f} GiB" if d.get("peak_device_bytes") else "-"
-        lines.append(f"| {f.split('cuda-')[1].rsplit('-2026', 1)[0]} | {pf.get(512, 0):.0f} | {pf.get(2048, 0):.0f} | {d0.get('tok_s', 0):.1f} | "
+        ref = d.get("reference", {})
+        fmt = lambda v, f: f % v if v else "-"
+        lines.append(f"| {f.split('cuda-')[1].rsplit('-2026', 1)[0]} | {fmt(pf.get(512), '%.0f')} | "
+                     f"{fmt(pf.get(2048), '%.0f')} | {fmt(ref.get('prefill_2048_tok_s'), '%.0f')} | "
+                     f"{d0.get('tok_s', 0):.1f} | {fmt(ref.get('decode_tok_s'), '%.1f')} | "
                      f"{d0.get('weight_gbs', 0):.0f} ({100 * d0.get('weight_gbs', 0) / d['peak_gbs']:.1f}%) | "
                      f"{'%.1f' % d8['tok_s'] if d8 else '-'} | {mem} | `{f}`, {d['commit']} |")
     lines.append("")
