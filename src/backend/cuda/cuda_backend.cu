@@ -127,6 +127,7 @@ typedef struct {
      * GEM_CUDA_MMA=0 */
     int mma;
     int mmh_variant; /* GEM_CUDA_MMH=2: k_mm_h with 2 stages, 2 blocks per SM */
+    int mv_split;    /* GEM_CUDA_MV_SPLIT=1: one-token products of long rows split over warps */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -988,6 +989,7 @@ struct mv_rows {
 /* Fields are picked with selects, never by indexing job.m with a run-time
  * index: that would copy the parameter struct to local memory (a stack
  * frame, measured 8% slower decode). */
+template <int SP = 1>
 __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     int bid = blockIdx.x, mi = 0;
     if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
@@ -995,7 +997,7 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
     const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-    const int warp = bid * MV_WARPS + (threadIdx.x >> 5);
+    const int warp = bid * (MV_WARPS / SP) + (threadIdx.x >> 5) / SP;
     r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     r.M = M;
     if (job.pair) {
@@ -1040,25 +1042,33 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
     }
 }
 
-template <int Q4, int NT>
+/* SP > 1 (one-token steps of long rows, GEM_CUDA_MV_SPLIT=1): SP
+ * consecutive warps share a warp's rows, part P taking blocks 32P + L,
+ * 32P + L + 32 SP, ...; a compile-time stride keeps the loads' immediate
+ * offsets (a run-time one cost the unsplit kernel 7.5%), and SP = 1 is the
+ * plain kernel. The parts meet in shared memory and part 0 adds them in a
+ * fixed order. It lets the 5376-row o and down products (1.27 waves of 4
+ * blocks per SM unsplit) fill the machine. */
+template <int Q4, int NT, int SP>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     pdl_wait();
     mv_rows r;
-    if (!mv_rows_of(job, r)) return;
+    const bool valid = mv_rows_of<SP>(job, r);
+    if (SP == 1 && !valid) return;
     constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
-    const int lane = threadIdx.x & 31, nb = K / 32;
+    const int lane = threadIdx.x & 31, nb = valid ? K / 32 : 0, part = SP > 1 ? (threadIdx.x >> 5) % SP : 0;
     float acc[MV_ROWS][NT];
 #pragma unroll
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int b0 = lane; b0 < nb; b0 += 32 * U) {
+    for (int b0 = 32 * part + lane; b0 < nb; b0 += 32 * SP * U) {
         uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
         float dw[U][MV_ROWS];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + 32 * u;
+            const int b = b0 + 32 * SP * u;
 #pragma unroll
             for (int k = 0; k < MV_ROWS; k++) {
                 if (b < nb) {
@@ -1072,7 +1082,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int b = b0 + 32 * u;
+            const int b = b0 + 32 * SP * u;
             if (b >= nb) break;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -1110,6 +1120,28 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 }
             }
         }
+    }
+    if (SP > 1) {
+        __shared__ float parts[MV_WARPS][MV_ROWS][NT];
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = warp_sum(acc[k][t]);
+                if (lane == 0) parts[threadIdx.x >> 5][k][t] = v;
+            }
+        __syncthreads();
+        if (!valid || part != 0) return;
+        const int w0 = threadIdx.x >> 5;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = parts[w0][k][t];
+#pragma unroll
+                for (int p = 1; p < SP; p++) v += parts[w0 + p][k][t];
+                acc[k][t] = lane == 0 ? v : 0.0f; /* mv_store sums the lanes */
+            }
     }
     mv_store<NT>(job, r, acc);
 }
@@ -1635,8 +1667,13 @@ typedef void (*mv_f_fn)(mv_job, const float *, int);
 
 #define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
                           K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
-static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE(k_mv_q, 1);
-static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE(k_mv_q, 0);
+#define NT_TABLE_Q(Q4) {k_mv_q<Q4, 1, 1>, k_mv_q<Q4, 2, 1>, k_mv_q<Q4, 3, 1>, k_mv_q<Q4, 4, 1>, \
+                        k_mv_q<Q4, 5, 1>, k_mv_q<Q4, 6, 1>, k_mv_q<Q4, 7, 1>, k_mv_q<Q4, 8, 1>}
+static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE_Q(1);
+static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
+/* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
+static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
+static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1707,12 +1744,15 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     memset(&job, 0, sizeof job);
     job.count = pair ? 1 : count;
     job.pair = pair;
+    /* warps per row of a split one-token product (k_mv_q) */
+    const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
+                                                                                       : 1;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
         job.m[i].d = W[i]->d;
         job.m[i].M = (int)W[i]->ne1;
-        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS * MV_ROWS);
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS / sp * MV_ROWS);
         grid += (unsigned)job.m[i].blocks;
     }
     if (pair) {
@@ -1765,7 +1805,8 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             goto quantized_done;
         }
         {
-        const mv_q_fn *tab = fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
+        const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
@@ -2743,6 +2784,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !(mma && !strcmp(mma, "0"));
     const char *mmh = getenv("GEM_CUDA_MMH");
     c->mmh_variant = mmh && !strcmp(mmh, "2") ? 2 : 1;
+    const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
+    c->mv_split = mvs && !strcmp(mvs, "1");
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
