@@ -422,6 +422,42 @@ static void test_matmul(void) {
     }
 }
 
+/* One-token products with rows split over 2 or 4 warps (GEM_CUDA_MV_SPLIT=1,
+ * K >= 8192): the same integer block sums, parts added in another order,
+ * so within 1e-5 of the sum of |terms| of the unsplit kernel. */
+static void test_matmul_split(backend *gs) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {8192, 21504};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const int64_t K = Ks[ki], M = 333;
+            tensor W = make_tensor(types[t], K, M);
+            gem_err err;
+            be_weight *wg = gpu->weight(gpu, &W.t, &err), *ws = gs->weight(gs, &W.t, &err);
+            float *x = rand_vec((size_t)K, 1.0f);
+            be_buf *xg = put(gpu, x, (size_t)K), *xs = put(gs, x, (size_t)K);
+            be_buf *og = put(gpu, NULL, (size_t)M), *os = put(gs, NULL, (size_t)M);
+            gpu->matmul(gpu, wg, xg, 1, og);
+            gs->matmul(gs, ws, xs, 1, os);
+            float *a = get(gpu, og, (size_t)M), *b = get(gs, os, (size_t)M);
+            int ok = 1;
+            for (int64_t o = 0; o < M && ok; o++) {
+                double mag = 0;
+                for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[o * K + k] * x[k]);
+                if (!(fabs((double)a[o] - b[o]) <= 1e-5 * mag + 1e-6)) {
+                    fprintf(stderr, "split matmul %s K=%lld row %lld: %.9g vs unsplit %.9g\n", quant_type_name(types[t]),
+                            (long long)K, (long long)o, b[o], a[o]);
+                    ok = 0;
+                }
+            }
+            CHECKF(ok, "split matmul %s K=%lld", quant_type_name(types[t]), (long long)K);
+            free(a), free(b), free(x);
+            gpu->buf_free(gpu, xg), gs->buf_free(gs, xs), gpu->buf_free(gpu, og), gs->buf_free(gs, os);
+            gpu->weight_free(gpu, wg), gs->weight_free(gs, ws);
+            free_tensor(&W);
+        }
+}
+
 /* Value ranges an f16 operand cannot hold as they are: scales of a few
  * hundred (q8_0 |code x scale| up to 38000, near f16's 65504) with
  * activations of 1e-6 (f16 subnormals), and scales of 1e-7 (products below
@@ -740,6 +776,14 @@ int main(void) {
     test_rope();
     test_matmul();
     test_matmul_ranges();
+    setenv("GEM_CUDA_MV_SPLIT", "1", 1); /* read when a backend is created */
+    backend *gs = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_MV_SPLIT");
+    CHECKF(gs != NULL, "%s", err.msg);
+    if (gs) {
+        test_matmul_split(gs);
+        gs->destroy(gs);
+    }
     test_fused_matmul();
     test_quantized_handoff();
     test_attention();
