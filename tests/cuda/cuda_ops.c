@@ -422,10 +422,12 @@ static void test_matmul(void) {
     }
 }
 
-/* One-token products with rows split over 2 or 4 warps (GEM_CUDA_MV_SPLIT=1,
- * K >= 8192): the same integer block sums, parts added in another order,
- * so within 1e-5 of the sum of |terms| of the unsplit kernel. */
-static void test_matmul_split(backend *gs) {
+/* One-token products with rows split over 2 or 4 warps (the default for
+ * K >= 8192) against the unsplit kernel (gu: GEM_CUDA_MV_SPLIT=0): the
+ * same integer block sums, parts added in another order, so within 1e-5 of
+ * the sum of |terms|. */
+static void test_matmul_split(backend *gu) {
+    backend *gs = gpu; /* the default: split */
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     const int64_t Ks[] = {8192, 21504};
     for (size_t t = 0; t < 2; t++)
@@ -433,13 +435,13 @@ static void test_matmul_split(backend *gs) {
             const int64_t K = Ks[ki], M = 333;
             tensor W = make_tensor(types[t], K, M);
             gem_err err;
-            be_weight *wg = gpu->weight(gpu, &W.t, &err), *ws = gs->weight(gs, &W.t, &err);
+            be_weight *wg = gu->weight(gu, &W.t, &err), *ws = gs->weight(gs, &W.t, &err);
             float *x = rand_vec((size_t)K, 1.0f);
-            be_buf *xg = put(gpu, x, (size_t)K), *xs = put(gs, x, (size_t)K);
-            be_buf *og = put(gpu, NULL, (size_t)M), *os = put(gs, NULL, (size_t)M);
-            gpu->matmul(gpu, wg, xg, 1, og);
+            be_buf *xg = put(gu, x, (size_t)K), *xs = put(gs, x, (size_t)K);
+            be_buf *og = put(gu, NULL, (size_t)M), *os = put(gs, NULL, (size_t)M);
+            gu->matmul(gu, wg, xg, 1, og);
             gs->matmul(gs, ws, xs, 1, os);
-            float *a = get(gpu, og, (size_t)M), *b = get(gs, os, (size_t)M);
+            float *a = get(gu, og, (size_t)M), *b = get(gs, os, (size_t)M);
             int ok = 1;
             for (int64_t o = 0; o < M && ok; o++) {
                 double mag = 0;
@@ -452,8 +454,8 @@ static void test_matmul_split(backend *gs) {
             }
             CHECKF(ok, "split matmul %s K=%lld", quant_type_name(types[t]), (long long)K);
             free(a), free(b), free(x);
-            gpu->buf_free(gpu, xg), gs->buf_free(gs, xs), gpu->buf_free(gpu, og), gs->buf_free(gs, os);
-            gpu->weight_free(gpu, wg), gs->weight_free(gs, ws);
+            gu->buf_free(gu, xg), gs->buf_free(gs, xs), gu->buf_free(gu, og), gs->buf_free(gs, os);
+            gu->weight_free(gu, wg), gs->weight_free(gs, ws);
             free_tensor(&W);
         }
 }
@@ -776,13 +778,13 @@ int main(void) {
     test_rope();
     test_matmul();
     test_matmul_ranges();
-    setenv("GEM_CUDA_MV_SPLIT", "1", 1); /* read when a backend is created */
-    backend *gs = backend_create("cuda", &g, &err);
+    setenv("GEM_CUDA_MV_SPLIT", "0", 1); /* read when a backend is created */
+    backend *gu = backend_create("cuda", &g, &err);
     unsetenv("GEM_CUDA_MV_SPLIT");
-    CHECKF(gs != NULL, "%s", err.msg);
-    if (gs) {
-        test_matmul_split(gs);
-        gs->destroy(gs);
+    CHECKF(gu != NULL, "%s", err.msg);
+    if (gu) {
+        test_matmul_split(gu);
+        gu->destroy(gu);
     }
     test_fused_matmul();
     test_quantized_handoff();
