@@ -9,12 +9,14 @@
 # (tests/model/test_demo.sh with BACKEND=cuda).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
-# (GEM_CUDA_MMA=0): their f32 summation order is the CPU fast path's, and
-# random Q4_0 networks amplify any reordering (with the tensor-core order,
-# the 1b q4_0 model agreed on 177 of 199 clear argmax positions; the CPU
-# fast and scalar paths already disagree on it from the first token). The
-# tensor-core kernel is checked per op (cuda_ops, both paths) and on the
-# trained model, where such amplification does not happen.
+# (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
+# CPU fast path's, and random Q4_0 networks amplify any difference (with an
+# earlier 8-bit tensor-core kernel, the 1b q4_0 model agreed on 177 of 199
+# clear argmax positions; the CPU fast and scalar paths already disagree on
+# it from the first token). The tensor-core prefill (f16 products and flash
+# attention) is checked per op (cuda_ops, both paths, against the scalar
+# reference with its f16 bounds) and on the trained model, where such
+# amplification does not happen.
 # Ends with the tally line "N passed, M failed".
 cd "$(dirname "$0")/../.." || exit 2
 log=build/test-logs/cuda

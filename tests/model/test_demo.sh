@@ -7,9 +7,12 @@
 # rounds activations to 8 bits before the Q4_0 products and moved this
 # 5-chunk estimate by 0.12%, hence its looser bound.
 # BACKEND=cuda (make test-cuda, either prefill path) runs the same checks
-# on the GPU, which rounds activations as the CPU fast path does; the
-# scalar-path check is the CPU's alone (measured on the H200: 0.01% off the
-# reference on the dp4a path, 0.03% with tensor-core prefill).
+# on the GPU: its dp4a path (GEM_CUDA_MMA=0, and every decode step) rounds
+# activations as the CPU fast path does, its tensor-core prefill uses f16
+# operands (products and attention); the fast-path bound holds for both
+# (measured on the H200 with the earlier 8-bit tensor-core kernel: 0.01%
+# off the reference on the dp4a path, 0.03% with tensor cores). The
+# scalar-path check is the CPU's alone.
 GEM=${GEM:-./gem}
 B="--backend ${BACKEND:-cpu}"
 d=tests/data/demo
