@@ -582,13 +582,15 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
     cpu_ref->kv_free(cpu_ref, kc), gk->kv_free(gk, kg);
 }
 
-static backend *gpu_f16; /* caches in f16 (--kv-type f16) */
+static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
+static backend *gpu_wide; /* GEM_CUDA_COMBINE=2: the wide combine of one-token steps */
 
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
     test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
     /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
      * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
     test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_wide) test_attention_case_on(gpu_wide, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 static void test_attention(void) {
@@ -767,6 +769,9 @@ int main(void) {
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    setenv("GEM_CUDA_COMBINE", "2", 1); /* read when a backend is created */
+    gpu_wide = gpu ? backend_create("cuda", &g, &err) : NULL;
+    unsetenv("GEM_CUDA_COMBINE");
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");
@@ -795,6 +800,7 @@ int main(void) {
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
     if (gpu_f16) gpu_f16->destroy(gpu_f16);
+    if (gpu_wide) gpu_wide->destroy(gpu_wide);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

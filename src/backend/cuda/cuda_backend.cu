@@ -128,6 +128,7 @@ typedef struct {
     int mma;
     int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block) */
     int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
+    int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -2316,6 +2317,66 @@ static cudaError_t fa_allow_all() {
     return e;
 }
 
+/* The combine of steps of up to 8 tokens (GEM_CUDA_COMBINE=2, not yet the
+ * default): one block per (query, head, 32 output elements), its 8 warps
+ * summing every 8th split from a different start (lane = element), then
+ * warp 0 adding the 8 sums in order. k_attn_combine gives a head's whole
+ * row to one block of 128 threads, each walking all splits for its
+ * elements: at depth, 256 splits x 512 elements of a full layer are 128
+ * rounds of dependent loads in only 32 blocks. Same weights and the same
+ * output codes; the f32 sum runs in another (fixed) order. */
+#define CB_GROUPS 8
+__global__ void __launch_bounds__(CB_GROUPS * 32)
+    k_attn_combine_wide(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
+                        int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs, const int *step, int n,
+                        int QB, int window) {
+    pdl_wait();
+    extern __shared__ float wgt[];
+    __shared__ float red[CB_GROUPS][32], mx[CB_GROUPS], sm_l[32];
+    const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
+    const int tid = threadIdx.x, lane = tid & 31, grp = tid >> 5;
+    const size_t base = (size_t)i * n_head + hq;
+    const float *ml = pml + base * nsplit * 2;
+    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
+    float M = -INFINITY;
+    for (int sp = tid; sp < used; sp += blockDim.x) M = fmaxf(M, ml[2 * sp]);
+    M = warp_max(M);
+    if (lane == 0) mx[grp] = M;
+    __syncthreads();
+    M = mx[0];
+    for (int j = 1; j < CB_GROUPS; j++) M = fmaxf(M, mx[j]);
+    float L = 0;
+    for (int sp = tid; sp < used; sp += blockDim.x) {
+        const float wt = ml[2 * sp] == -INFINITY ? 0.0f : expf(ml[2 * sp] - M);
+        wgt[sp] = wt;
+        L += wt * ml[2 * sp + 1];
+    }
+    L = block_sum(L, sm_l); /* its barrier also publishes wgt */
+    float o = 0;
+#pragma unroll 8
+    for (int sp = grp; sp < used; sp += CB_GROUPS) o += wgt[sp] * part[(base * nsplit + sp) * d + e];
+    red[grp][lane] = o;
+    __syncthreads();
+    if (grp != 0) return;
+    o = red[0][lane];
+#pragma unroll
+    for (int j = 1; j < CB_GROUPS; j++) o += red[j][lane];
+    o *= 1.0f / L;
+    out[base * d + e] = o;
+    if (xq) { /* the warp holds one 32-value block: k_quantize_act's arithmetic */
+        const size_t blk = (base * d + e) / 32;
+        const float amax = warp_max(fabsf(o));
+        const float id = amax > 0 ? 127.0f / amax : 0.0f;
+        const int code = __float2int_rn(o * id);
+        xq[blk * 32 + lane] = (int8_t)code;
+        const int sum = warp_isum(code);
+        if (lane == 0) {
+            xd[blk] = amax / 127.0f;
+            xs[blk] = sum;
+        }
+    }
+}
+
 template <typename KT>
 __global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const int *step, int row, int cap,
                            int ring) {
@@ -2428,9 +2489,15 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
                                          nblk * sizeof(int) <= c->xs.cap)) &&
                       !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
                       !grow(c, &c->xs, nblk * sizeof(int));
-    launch(c, k_attn_combine, dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, 
-        (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
-        quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
+    if (c->combine_wide && n <= 8 && d % 32 == 0)
+        launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
+               (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
+               quant ? (int8_t *)c->xq.p : NULL, quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL,
+               c->step, n, QB, window);
+    else
+        launch(c, k_attn_combine, dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, (const float *)c->part.p,
+               (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
+               quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
     LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
@@ -2789,6 +2856,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mmh_variant = mmh && !strcmp(mmh, "1") ? 1 : 2;
     const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
+    const char *cmb = getenv("GEM_CUDA_COMBINE");
+    c->combine_wide = cmb && !strcmp(cmb, "2");
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
