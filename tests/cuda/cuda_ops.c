@@ -460,15 +460,40 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* Value ranges an f16 operand cannot hold as they are: scales of a few
- * hundred (q8_0 |code x scale| up to 38000, near f16's 65504) with
- * activations of 1e-6 (f16 subnormals), and scales of 1e-7 (products below
- * f16's normal range) with activations of 1e4. The prefill products scale
- * both operands by powers of two, so the results keep the relative error
- * of the normal range. */
+/* k_mm_h's other launch shape (GEM_CUDA_MMH=1: 3 stages, 1 block per SM)
+ * runs the same per-thread products in the same order: bit-identical. */
+static void test_matmul_mmh1(backend *g1) {
+    const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
+    for (size_t t = 0; t < 2; t++) {
+        const int64_t K = 1536, M = 333;
+        const int n = 300;
+        tensor W = make_tensor(types[t], K, M);
+        gem_err err;
+        be_weight *wa = gpu->weight(gpu, &W.t, &err), *wb = g1->weight(g1, &W.t, &err);
+        float *x = rand_vec((size_t)n * K, 1.0f);
+        be_buf *xa = put(gpu, x, (size_t)n * K), *xb = put(g1, x, (size_t)n * K);
+        be_buf *oa = put(gpu, NULL, (size_t)n * M), *ob = put(g1, NULL, (size_t)n * M);
+        gpu->matmul(gpu, wa, xa, n, oa);
+        g1->matmul(g1, wb, xb, n, ob);
+        float *a = get(gpu, oa, (size_t)n * M), *b = get(g1, ob, (size_t)n * M);
+        CHECKF(close_enough("mmh variants", a, b, (size_t)n * M, 0, 0), "k_mm_h 3x1 vs 2x2 %s", quant_type_name(types[t]));
+        free(a), free(b), free(x);
+        gpu->buf_free(gpu, xa), g1->buf_free(g1, xb), gpu->buf_free(gpu, oa), g1->buf_free(g1, ob);
+        gpu->weight_free(gpu, wa), g1->weight_free(g1, wb);
+        free_tensor(&W);
+    }
+}
+
+/* Value ranges an f16 operand cannot hold as they are: q8_0 scales of 600
+ * (|code x scale| up to 76800, over f16's 65504) with activations of 1e-9
+ * (below f16's smallest subnormal), q4_0 scales of 1e4 (|code x scale| up
+ * to 80000) with activations of 1e5 (over 65504), and scales of 1e-7 (f16
+ * subnormals) with activations of 1e4. The prefill products scale both
+ * operands by powers of two, so the results keep the relative error of the
+ * normal range; unscaled f16 operands would give inf or lose the products. */
 static void test_matmul_ranges(void) {
     const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
-    const float dscale[] = {300.0f, 1e-7f}, xscale[] = {1e-6f, 1e4f};
+    const float dscale[2][2] = {{600.0f, 1e-7f}, {1e4f, 1e-7f}}, xscale[2][2] = {{1e-9f, 1e4f}, {1e5f, 1e4f}};
     for (size_t t = 0; t < 2; t++)
         for (int r = 0; r < 2; r++) {
             const int64_t K = 1024, M = 130;
@@ -480,14 +505,14 @@ static void test_matmul_ranges(void) {
             for (int64_t row = 0; row < M; row++) {
                 for (int64_t b = 0; b < K / 32; b++) {
                     uint8_t *blk = W.data + rb * (size_t)row + b * ts;
-                    const uint16_t d = quant_f32_to_f16(dscale[r] * (0.5f + 0.5f * fabsf(frand())));
+                    const uint16_t d = quant_f32_to_f16(dscale[t][r] * (0.5f + 0.5f * fabsf(frand())));
                     memcpy(blk, &d, 2);
                 }
                 quant_dequant_row(types[t], W.data + rb * (size_t)row, W.deq + K * row, K);
             }
             gem_err err;
             be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wg = gpu->weight(gpu, &W.t, &err);
-            float *x = rand_vec((size_t)n * K, xscale[r]);
+            float *x = rand_vec((size_t)n * K, xscale[t][r]);
             be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xg = put(gpu, x, (size_t)n * K);
             be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *og = put(gpu, NULL, (size_t)n * M);
             cpu_ref->matmul(cpu_ref, wr, xr, n, orf);
@@ -507,16 +532,17 @@ static void test_matmul_ranges(void) {
                         }
                         bound += sw * amax / 254.0 * 1.0001;
                     }
-                    /* either prefill path: f16 operands or 8-bit codes */
-                    const double tol = fmax((1.0 / 1024 + 1e-5) * mag * 1.0001, bound + 1e-5 * mag);
+                    /* the path's own bound (no absolute slack: the values
+                     * are tiny or huge on purpose) */
+                    const double tol = mma_on() ? (1.0 / 1024 + 1e-5) * mag * 1.0001 : bound + 1e-5 * mag;
                     const double got = a[(size_t)i * M + o], ref = b[(size_t)i * M + o];
                     if (!(fabs(got - ref) <= tol)) {
                         fprintf(stderr, "matmul range %s d~%g x~%g row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
-                                quant_type_name(types[t]), dscale[r], xscale[r], (long long)o, i, got, ref, tol);
+                                quant_type_name(types[t]), dscale[t][r], xscale[t][r], (long long)o, i, got, ref, tol);
                         ok = 0;
                     }
                 }
-            CHECKF(ok, "matmul value ranges %s d~%g x~%g", quant_type_name(types[t]), dscale[r], xscale[r]);
+            CHECKF(ok, "matmul value ranges %s d~%g x~%g", quant_type_name(types[t]), dscale[t][r], xscale[t][r]);
             free(a), free(b), free(x);
             cpu_ref->buf_free(cpu_ref, xr), gpu->buf_free(gpu, xg), cpu_ref->buf_free(cpu_ref, orf), gpu->buf_free(gpu, og);
             cpu_ref->weight_free(cpu_ref, wr), gpu->weight_free(gpu, wg);
@@ -607,6 +633,9 @@ static void test_attention(void) {
      * rows whose windows start inside a block, a tile past the ring */
     const int long_sliding[] = {700, 600, 1, 1100, 2};
     test_attention_case(32, 16, 256, 1024, 1024, long_sliding, 5);
+    /* the other head sizes the kernels are built for */
+    test_attention_case(4, 2, 128, 32, 32, prompt, 12);
+    test_attention_case(4, 1, 384, 0, 300, prompt, 12);
 }
 
 static void test_argmax(void) {
@@ -764,6 +793,11 @@ static void test_quantized_handoff(void) {
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
+    /* the backends under test are the defaults, whatever the caller's
+     * environment says; variants below set their variable explicitly */
+    unsetenv("GEM_CUDA_MV_SPLIT");
+    unsetenv("GEM_CUDA_COMBINE");
+    unsetenv("GEM_CUDA_MMH");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -790,6 +824,14 @@ int main(void) {
     if (gu) {
         test_matmul_split(gu);
         gu->destroy(gu);
+    }
+    setenv("GEM_CUDA_MMH", "1", 1);
+    backend *g1 = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_MMH");
+    CHECKF(g1 != NULL, "%s", err.msg);
+    if (g1) {
+        test_matmul_mmh1(g1);
+        g1->destroy(g1);
     }
     test_fused_matmul();
     test_quantized_handoff();

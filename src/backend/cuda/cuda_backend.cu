@@ -29,7 +29,7 @@
  *   checkpoint blob is the cache's own bytes (f32: the CPU's layout).
  *
  * Numerics: q8_0/q4_0 products of decode steps (and of prefill tiles with
- * GEM_CUDA_MMA=0) quantize the activations to 8 bits per 32-value block
+ * GEM_CUDA_MMA=0, K not a multiple of 128 or a scale that is inf/NaN) quantize the activations to 8 bits per 32-value block
  * exactly as the CPU fast path does (scale max|x|/127, round to nearest
  * even), so integer block sums are identical and only the f32 summation
  * order differs. Prefill tiles (more than 8 tokens) run on the tensor cores
@@ -939,6 +939,7 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 #define MV_ROWS 2 /* output rows per warp: each activation block loaded serves all */
 #endif
 #define MV_MAXT 8 /* tokens per launch */
+static_assert(MV_WARPS % 4 == 0, "the row split shares a row among 2 or 4 warps of a block");
 
 /* Matrix-vector products (n <= MV_MAXT tokens per launch).
  *
@@ -1469,7 +1470,7 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
 /* ---- prefill products on f16 tensor cores ----
  * k_mm_h: q8_0/q4_0 weights times f16 activations, mma.sync m16n8k16 with
  * f32 accumulation. The weight codes are staged as stored (cp.async, the
- * 3-stage pipeline of k_mm_tiled) and expanded to f16 in registers right
+ * cp.async pipeline of k_mm_tiled, ST stages) and expanded to f16 in registers right
  * before the product: code - offset by the 0x6400 exponent trick (exact),
  * times the block scale (one f16 rounding, relative 2^-11). The per-block
  * scaling is thus folded into the operand, and the tensor cores accumulate
@@ -1477,8 +1478,10 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
  * integer kernel. Operand ranges: a weight's scales are multiplied by 2^we
  * (chosen at load from its largest scale, so |code x scale| < 2^15) and a
  * token's activations by 2^ea (k_act_f16, largest |x| below 2^15): no f16
- * overflow for any file, no subnormal loss for small ones; the epilogue
- * multiplies by 2^-(we + ea), all exact.
+ * overflow for any file, and a tensor of uniformly tiny (or huge) values
+ * keeps f16's full precision (only values some 2^28 below their weight's
+ * or token's largest fall into f16 subnormals); the epilogue multiplies by
+ * 2^-(we + ea), all exact.
  * K order: within each group of four values k, the activations are stored
  * as k+0, k+2, k+1, k+3 (k_act_f16), the order in which a lane's 32-bit
  * word of codes expands into f16 pairs; A and B agree, so every product
@@ -1527,7 +1530,7 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv) {
     m = red[0];
     for (int j = 1; j < (int)(blockDim.x >> 5); j++) m = fmaxf(m, red[j]);
     int e = 0;
-    if (m > 0 && m <= 3.4e38f) {
+    if (m > 0 && isfinite(m)) {
         int ex;
         frexpf(m, &ex); /* m < 2^ex */
         e = min(max(15 - ex, -120), 120);
@@ -2147,11 +2150,11 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
 
 /* ---- prefill attention on the tensor cores ----
  * A tile of at least FA_MIN_N queries (GEM_CUDA_MMA on): one block per (KV
- * head, 64 rows), a row being one (query, query head) pair of the heads
+ * head, BR rows), a row being one (query, query head) pair of the heads
  * that share the KV head, so each key and value tile staged in shared
  * memory serves all of them. Q, K, V and the probabilities enter
  * mma.sync m16n8k16 as f16 (the products and every sum in f32): scores and
- * outputs move by the f16 rounding of the operands (relative 2^-12 each),
+ * outputs move by the f16 rounding of the operands (relative 2^-11 each),
  * which cuda_ops bounds like the f16 cache. Online softmax per key tile of
  * FA_BC (as the split kernel, expf), masks per row (causal and window),
  * no splits: the block writes the normalised rows. Warps: S = Q K^T and
@@ -2726,6 +2729,7 @@ static be_graph *cu_capture(backend *b, void (*fn)(void *ctx), void *ctx, gem_er
 static int cu_replay(backend *b, be_graph *g) {
     cuda_backend *c = cu_of(b);
     if (g->generation != c->generation) return -1;
+    c->epoch++; /* the replayed launches end every activation cache's validity */
     CK(c, cudaGraphLaunch(g->exec, c->st));
     return 0;
 }
