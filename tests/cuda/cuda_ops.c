@@ -609,7 +609,9 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
 }
 
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
-static backend *gpu_wide; /* GEM_CUDA_COMBINE=2: the wide combine of one-token steps */
+/* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
+ * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads) */
+static backend *gpu_wide;
 
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
     test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
@@ -798,14 +800,17 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_SPLIT");
     unsetenv("GEM_CUDA_COMBINE");
     unsetenv("GEM_CUDA_MMH");
+    unsetenv("GEM_CUDA_FA_LB");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     setenv("GEM_CUDA_COMBINE", "2", 1); /* read when a backend is created */
+    setenv("GEM_CUDA_FA_LB", "4", 1);
     gpu_wide = gpu ? backend_create("cuda", &g, &err) : NULL;
     unsetenv("GEM_CUDA_COMBINE");
+    unsetenv("GEM_CUDA_FA_LB");
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");

@@ -129,6 +129,7 @@ typedef struct {
     int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block) */
     int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
+    int fa_lb;        /* GEM_CUDA_FA_LB=4: k_attn_fa issues 4 loads per array before storing */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -2191,7 +2192,11 @@ __device__ __forceinline__ void st_half4(__half *p, float4 x) {
     *(__half2 *)(p + 2) = __floats2half2_rn(x.z, x.w);
 }
 
-template <int D, typename KT>
+/* LB: float4 loads per array a thread issues before it converts and stores
+ * them (1, or 4 with GEM_CUDA_FA_LB=4, not yet measured): one at a time,
+ * each 64-key tile is 16 (head 256) or 32 (head 512) dependent L2 round
+ * trips per thread. */
+template <int D, typename KT, int LB>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attn_fa(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n,
               int n_head, int kvh, int cap, int ring, int window, float *out) {
@@ -2209,10 +2214,21 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int pos0 = step[0];
     const int qp_first = pos0 + r0 / G, qp_last = pos0 + (min(r0 + BR, rows) - 1) / G;
     const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    for (int idx = tid; idx < BR * D / 4; idx += FA_THREADS) {
-        const int r = idx / (D / 4), e = 4 * (idx % (D / 4)), row = r0 + r;
-        st_half4(Qs + r * F::LD + e, row < rows ? *(const float4 *)(q + ((size_t)(row / G) * n_head + h * G + row % G) * D + e)
-                                                : make_float4(0, 0, 0, 0));
+    static_assert((BR * D / 4 / FA_THREADS) % LB == 0 && (FA_BC * D / 4 / FA_THREADS) % LB == 0, "load batches");
+#pragma unroll 1
+    for (int i0 = 0; i0 < BR * D / 4 / FA_THREADS; i0 += LB) {
+        float4 qr[LB];
+#pragma unroll
+        for (int u = 0; u < LB; u++) {
+            const int idx = tid + (i0 + u) * FA_THREADS, r = idx / (D / 4), e = 4 * (idx % (D / 4)), row = r0 + r;
+            qr[u] = row < rows ? *(const float4 *)(q + ((size_t)(row / G) * n_head + h * G + row % G) * D + e)
+                               : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < LB; u++) {
+            const int idx = tid + (i0 + u) * FA_THREADS, r = idx / (D / 4), e = 4 * (idx % (D / 4));
+            st_half4(Qs + r * F::LD + e, qr[u]);
+        }
     }
     if (tid < BR) {
         mrow[tid] = -INFINITY;
@@ -2226,11 +2242,22 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         __syncthreads(); /* the last tile's K, V and P are read */
         /* keys past the block's last query load as zeros: masked scores,
          * and a probability 0 times a finite value */
-        for (int idx = tid; idx < FA_BC * D / 4; idx += FA_THREADS) {
-            const int j = idx / (D / 4), e = 4 * (idx % (D / 4)), p = t0 + j;
-            const int in = p <= qp_last;
-            st_half4(Ks + j * F::LD + e, in ? kv_row4(k, ck, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
-            st_half4(Vs + j * F::LD + e, in ? kv_row4(v, cv, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
+#pragma unroll 1
+        for (int i0 = 0; i0 < FA_BC * D / 4 / FA_THREADS; i0 += LB) {
+            float4 kr[LB], vr[LB];
+#pragma unroll
+            for (int u = 0; u < LB; u++) {
+                const int idx = tid + (i0 + u) * FA_THREADS, j = idx / (D / 4), e = 4 * (idx % (D / 4)), p = t0 + j;
+                const int in = p <= qp_last;
+                kr[u] = in ? kv_row4(k, ck, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0);
+                vr[u] = in ? kv_row4(v, cv, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < LB; u++) {
+                const int idx = tid + (i0 + u) * FA_THREADS, j = idx / (D / 4), e = 4 * (idx % (D / 4));
+                st_half4(Ks + j * F::LD + e, kr[u]);
+                st_half4(Vs + j * F::LD + e, vr[u]);
+            }
         }
         __syncthreads();
         {
@@ -2307,9 +2334,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 }
 
 template <int D> static cudaError_t fa_allow() {
-    cudaError_t e = cudaFuncSetAttribute(k_attn_fa<D, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_geom<D>::SMEM);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_attn_fa<D, __half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_geom<D>::SMEM);
+    const int smem = (int)fa_geom<D>::SMEM;
+    cudaError_t e = cudaFuncSetAttribute(k_attn_fa<D, float, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, float, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e;
 }
 static cudaError_t fa_allow_all() {
@@ -2425,9 +2454,14 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
         const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
         const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
-#define FA_LAUNCH_T(DIM, KT)                                                                                    \
-    launch(c, k_attn_fa<DIM, KT>, grid, FA_THREADS, fa_geom<DIM>::SMEM, q->d, k->d, v->d, (const KT *)kv->k,     \
+#define FA_LAUNCH_LB(DIM, KT, LB)                                                                               \
+    launch(c, k_attn_fa<DIM, KT, LB>, grid, FA_THREADS, fa_geom<DIM>::SMEM, q->d, k->d, v->d, (const KT *)kv->k,     \
            (const KT *)kv->v, c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, out->d)
+#define FA_LAUNCH_T(DIM, KT)             \
+    if (c->fa_lb == 4)                   \
+        FA_LAUNCH_LB(DIM, KT, 4);        \
+    else                                 \
+        FA_LAUNCH_LB(DIM, KT, 1)
 #define FA_LAUNCH(DIM)                   \
     if (kv->f16)                         \
         FA_LAUNCH_T(DIM, __half);        \
@@ -2441,6 +2475,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
         }
 #undef FA_LAUNCH
 #undef FA_LAUNCH_T
+#undef FA_LAUNCH_LB
         LAUNCHED(c, d <= 256 ? "attention (tensor cores, d<=256)" : "attention (tensor cores, d>256)");
         kv_store_tile(c, k, v, kv, n, n_kv_head, d);
         return;
@@ -2862,6 +2897,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
     const char *cmb = getenv("GEM_CUDA_COMBINE");
     c->combine_wide = cmb && !strcmp(cmb, "2");
+    const char *lb = getenv("GEM_CUDA_FA_LB");
+    c->fa_lb = lb && !strcmp(lb, "4") ? 4 : 1;
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
