@@ -610,8 +610,9 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
 
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
 /* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
- * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads) */
-static backend *gpu_wide;
+ * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
+ * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
+static backend *gpu_wide, *gpu_wide_f16;
 
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
     test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
@@ -619,6 +620,7 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
      * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
     test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
     if (gpu_wide) test_attention_case_on(gpu_wide, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_wide_f16) test_attention_case_on(gpu_wide_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 static void test_attention(void) {
@@ -801,6 +803,7 @@ int main(void) {
     unsetenv("GEM_CUDA_COMBINE");
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_FA_LB");
+    unsetenv("GEM_CUDA_ATTN_V2");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -808,9 +811,12 @@ int main(void) {
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     setenv("GEM_CUDA_COMBINE", "2", 1); /* read when a backend is created */
     setenv("GEM_CUDA_FA_LB", "4", 1);
+    setenv("GEM_CUDA_ATTN_V2", "1", 1);
     gpu_wide = gpu ? backend_create("cuda", &g, &err) : NULL;
+    gpu_wide_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     unsetenv("GEM_CUDA_COMBINE");
     unsetenv("GEM_CUDA_FA_LB");
+    unsetenv("GEM_CUDA_ATTN_V2");
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");
@@ -848,6 +854,7 @@ int main(void) {
     gpu->destroy(gpu);
     if (gpu_f16) gpu_f16->destroy(gpu_f16);
     if (gpu_wide) gpu_wide->destroy(gpu_wide);
+    if (gpu_wide_f16) gpu_wide_f16->destroy(gpu_wide_f16);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

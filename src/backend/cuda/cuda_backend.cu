@@ -130,6 +130,7 @@ typedef struct {
     int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
     int fa_lb;        /* GEM_CUDA_FA_LB=4: k_attn_fa issues 4 loads per array before storing */
+    int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -1910,6 +1911,16 @@ __device__ __forceinline__ float4 kv_row4(const float *cur, const KT *cache, int
     const int slot = ring ? p % cap : p;
     return kv_ld4(cache + ((size_t)slot * kvh + h) * d + e);
 }
+/* Elements e, e + 1 (e even) of a key or value row, as kv_row1. */
+__device__ __forceinline__ float2 kv_ld2(const float *p) { return *(const float2 *)p; }
+__device__ __forceinline__ float2 kv_ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
+template <typename KT>
+__device__ __forceinline__ float2 kv_row2(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
+                                          int cap, int ring, int e) {
+    if (p >= pos0) return *(const float2 *)(cur + ((size_t)(p - pos0) * kvh + h) * d + e);
+    const int slot = ring ? p % cap : p;
+    return kv_ld2(cache + ((size_t)slot * kvh + h) * d + e);
+}
 template <typename KT>
 __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
                                          int cap, int ring, int e) {
@@ -1934,9 +1945,14 @@ template <int D, typename KT>
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
-                 float *pml, KT *store_k, KT *store_v) {
+                 float *pml, KT *store_k, KT *store_v, int vpairs) {
     pdl_wait();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
+    /* vpairs (GEM_CUDA_ATTN_V2=1, opt-in until measured): with two output
+     * elements per thread and row, thread t owns elements 2t and 2t + 1
+     * instead of t and t + 256, so each value row is one wide load; every
+     * element sums the same terms in the same order either way */
+    const bool pairs = EPT == 2 && vpairs;
     extern __shared__ float sm[];
     const int R = G * QB;
     const int groups = n_head / kvh / G;
@@ -2053,13 +2069,25 @@ __global__ void __launch_bounds__(AT_THREADS)
          * bounds a one-token step: each split has few keys) */
         for (int j0 = 0; j0 < cn; j0 += AT_VU) {
             float vv[AT_VU][EPT];
+            if (pairs) { /* uniform: one 8- (f32) or 4-byte (f16) load per value row */
 #pragma unroll
-            for (int u = 0; u < AT_VU; u++) {
-                const int p = c0 + min(j0 + u, cn - 1);
+                for (int u = 0; u < AT_VU; u++) {
+                    const int p = c0 + min(j0 + u, cn - 1);
+                    const float2 x = 2 * tid < D ? kv_row2(v, cv, p, pos0, kvh, h, D, cap, ring, 2 * tid)
+                                                 : make_float2(0, 0);
+                    vv[u][0] = x.x;
+                    vv[u][EPT - 1] = x.y;
+                }
+            } else {
 #pragma unroll
-                for (int e = 0; e < EPT; e++)
-                    vv[u][e] = tid + e * AT_THREADS < D ? kv_row1(v, cv, p, pos0, kvh, h, D, cap, ring, tid + e * AT_THREADS)
-                                                        : 0.0f;
+                for (int u = 0; u < AT_VU; u++) {
+                    const int p = c0 + min(j0 + u, cn - 1);
+#pragma unroll
+                    for (int e = 0; e < EPT; e++)
+                        vv[u][e] = tid + e * AT_THREADS < D
+                                       ? kv_row1(v, cv, p, pos0, kvh, h, D, cap, ring, tid + e * AT_THREADS)
+                                       : 0.0f;
+                }
             }
 #pragma unroll
             for (int u = 0; u < AT_VU; u++) {
@@ -2073,7 +2101,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     }
 #pragma unroll
     for (int jj = 0; jj < AT_MAX_OWN; jj++) {
-        const int r = jj / EPT, e = tid + (jj % EPT) * AT_THREADS, qi = r / G, g = r % G;
+        const int r = jj / EPT, e = pairs ? 2 * tid + jj % EPT : tid + (jj % EPT) * AT_THREADS, qi = r / G, g = r % G;
         if (jj < R * EPT && e < D && i0 + qi < n)
             part[(((size_t)(i0 + qi) * n_head + hq0 + g) * nsplit + split) * D + e] = acc[jj];
     }
@@ -2504,7 +2532,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
 #define ATTN_LAUNCH_T(DIM, KT)                                                                                  \
     launch(c, k_attn_split<DIM, KT>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
            c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,       \
-           (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL)
+           (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL, c->attn_v2)
 #define ATTN_LAUNCH(DIM)                 \
     if (kv->f16)                         \
         ATTN_LAUNCH_T(DIM, __half);      \
@@ -2899,6 +2927,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->combine_wide = cmb && !strcmp(cmb, "2");
     const char *lb = getenv("GEM_CUDA_FA_LB");
     c->fa_lb = lb && !strcmp(lb, "4") ? 4 : 1;
+    const char *v2 = getenv("GEM_CUDA_ATTN_V2");
+    c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
