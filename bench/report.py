@@ -103,7 +103,7 @@ if cuda:
                      f"{fmt(pf.get(2048), '%.0f')} | {fmt(ref.get('prefill_2048_tok_s'), '%.0f')} | "
                      f"{d0.get('tok_s', 0):.1f} | {fmt(ref.get('decode_tok_s'), '%.1f')} | "
                      f"{d0.get('weight_gbs', 0):.0f} ({100 * d0.get('weight_gbs', 0) / d['peak_gbs']:.1f}%) | "
-                     f"{'%.1f' % d8['tok_s'] if d8 else '-'} | {mem} | `{f}`, {d['commit']} |")
+                     f"{'%.1f' % d8['tok_s'] if d8 else '-'} | {mem} | `{f}`, {d.get('commit', '-')} |")
     lines.append("")
 for f in sorted(glob.glob("bench/results/*synth*.json")):
     d = json.load(open(f))

@@ -18,10 +18,17 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <unistd.h>
+
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+#ifdef GEM_CUDA
+#include "backend/cuda/cuda_probe.h"
+#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -70,8 +77,29 @@ static stats summarize(double *v, int n) {
     return s;
 }
 
+/* What the numbers were measured on, for the JSON record: the GPU (name,
+ * clocks) for cuda, else the CPU's model name and online cores. */
+static void hardware_of(const char *backend, char *out, size_t cap) {
+#ifdef GEM_CUDA
+    if (!strcmp(backend, "cuda") && cuda_probe_describe(0, out, cap) == 0) return;
+#endif
+    (void)backend;
+    char line[256], name[200] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *c = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && c) {
+            snprintf(name, sizeof name, "%s", c + 2);
+            name[strcspn(name, "\n")] = 0;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    snprintf(out, cap, "%s, %ld online cores", name, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 int cli_bench(int argc, char **argv) {
-    const char *model = NULL, *backend = "cpu", *json = NULL;
+    const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the backend's known figure (H200 HBM3e for cuda) or none */
     int kv_f16 = 0;
@@ -82,7 +110,7 @@ int cli_bench(int argc, char **argv) {
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--kv-type")) { if ((kv_f16 = cli_parse_kv_type(v)) < 0) goto bad; }
-        else if (!strcmp(a, "--json")) json = v;
+        else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 16, 1, 1 << 20)) < 1) goto bad; }
         else if (!strcmp(a, "--depth")) { if ((n_depths = parse_list(v, depths, 16, 0, 1 << 20)) < 1) goto bad; }
         else if (!strcmp(a, "--gen")) { if (cli_parse_num(v, 1, 1 << 20, &x)) goto bad; gen = (int)x; }
@@ -151,9 +179,9 @@ int cli_bench(int argc, char **argv) {
     ids[0] = 2;
     for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % 200000) + 1000;
     double *samples = malloc(sizeof(double) * (size_t)(reps + 1));
-    FILE *js = json ? fopen(json, "w") : NULL;
-    if (json && !js) {
-        fprintf(stderr, "gem bench: error: cannot write %s\n", json);
+    FILE *js = json_path ? fopen(json_path, "w") : NULL;
+    if (json_path && !js) {
+        fprintf(stderr, "gem bench: error: cannot write %s\n", json_path);
         return 1;
     }
     /* a CPU's memory bandwidth is not known here: without --peak-gbs no
@@ -166,10 +194,30 @@ int cli_bench(int argc, char **argv) {
     }
     printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s\n", gem_engine_profile(e),
            gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt);
-    if (js)
-        fprintf(js, "{\"model\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"load_s\": %.3f, "
+    if (js) {
+        /* self-describing: the command, when, on what (commit and file hash
+         * are the caller's: bench/ab records both) */
+        strbuf cmd = {0}, q = {0};
+        sb_puts(&cmd, "gem bench");
+        for (int i = 0; i < argc; i++) sb_printf(&cmd, " %s", argv[i]);
+        char hw[512], when[32];
+        hardware_of(gem_engine_backend(e), hw, sizeof hw);
+        const time_t tn = time(NULL);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tn));
+        fputs("{\"model\": ", js);
+        json_quote(model, strlen(model), &q);
+        sb_puts(&q, ", \"command\": ");
+        json_quote(sb_cstr(&cmd), strlen(sb_cstr(&cmd)), &q);
+        sb_puts(&q, ", \"hardware\": ");
+        json_quote(hw, strlen(hw), &q);
+        fputs(sb_cstr(&q), js);
+        fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"load_s\": %.3f, "
                     "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %s, \"reps\": %d,\n \"prefill\": [",
-                model, gem_engine_profile(e), gem_engine_backend(e), t_load, (unsigned long long)wbytes, peak_js, reps);
+                when, gem_engine_profile(e), gem_engine_backend(e), kv_f16 ? "f16" : "f32", t_load,
+                (unsigned long long)wbytes, peak_js, reps);
+        sb_free(&cmd);
+        sb_free(&q);
+    }
     int rc = 0;
     for (int pi = 0; pi < n_prompts && !rc; pi++) {
         const int P = prompts[pi];
