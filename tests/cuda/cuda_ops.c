@@ -29,6 +29,11 @@ static float frand(void) {
 static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 static backend *cpu_ref, *cpu_fast, *gpu;
+static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
+/* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
+ * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
+ * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
+static backend *gpu_wide, *gpu_wide_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -460,6 +465,42 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
+/* The wide combine writes the 8-bit codes of its output for the output
+ * projection: a one-token step at depth 100 (4 splits with keys) and the
+ * product of its output equal the product of a copy (own codes). */
+static void test_wide_handoff(void) {
+    const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
+    tensor W = make_tensor(QT_Q4_0, K, 128);
+    gem_err err;
+    be_weight *wg = gpu_wide->weight(gpu_wide, &W.t, &err);
+    be_kv *kv = gpu_wide->kv_new(gpu_wide, kvh, d, 512, 0, &err);
+    int32_t ids[100] = {0};
+    for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
+        const int pos = n == depth ? 0 : depth;
+        float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
+        be_buf *qg = put(gpu_wide, q, (size_t)n * K), *kg = put(gpu_wide, k, (size_t)n * kvh * d), *vg = put(gpu_wide, v, (size_t)n * kvh * d);
+        be_buf *att = put(gpu_wide, NULL, (size_t)n * K), *copy = put(gpu_wide, NULL, (size_t)n * K);
+        be_buf *o1 = put(gpu_wide, NULL, (size_t)n * 128), *o2 = put(gpu_wide, NULL, (size_t)n * 128);
+        gpu_wide->set_step(gpu_wide, ids, n, pos);
+        gpu_wide->attention(gpu_wide, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
+        if (n == 1) {
+            gpu_wide->matmul(gpu_wide, wg, att, n, o1);
+            gpu_wide->copy(gpu_wide, att, 0, copy, 0, (size_t)n * K);
+            gpu_wide->matmul(gpu_wide, wg, copy, n, o2);
+            float *r1 = get(gpu_wide, o1, (size_t)n * 128), *r2 = get(gpu_wide, o2, (size_t)n * 128);
+            CHECKF(close_enough("wide combine handoff", r1, r2, (size_t)n * 128, 0, 0), "wide combine -> matmul at depth %d",
+                   depth);
+            free(r1), free(r2);
+        }
+        free(q), free(k), free(v);
+        be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
+        for (int i = 0; i < 7; i++) gpu_wide->buf_free(gpu_wide, bufs[i]);
+    }
+    gpu_wide->kv_free(gpu_wide, kv);
+    gpu_wide->weight_free(gpu_wide, wg);
+    free_tensor(&W);
+}
+
 /* k_mm_h's other launch shape (GEM_CUDA_MMH=1: 3 stages, 1 block per SM)
  * runs the same per-thread products in the same order: bit-identical. */
 static void test_matmul_mmh1(backend *g1) {
@@ -608,17 +649,12 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
     cpu_ref->kv_free(cpu_ref, kc), gk->kv_free(gk, kg);
 }
 
-static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
-/* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
- * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
- * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
-static backend *gpu_wide, *gpu_wide_f16;
 
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
     test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
     /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
      * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
-    test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_f16) test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
     if (gpu_wide) test_attention_case_on(gpu_wide, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
     if (gpu_wide_f16) test_attention_case_on(gpu_wide_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
@@ -640,6 +676,7 @@ static void test_attention(void) {
     /* the other head sizes the kernels are built for */
     test_attention_case(4, 2, 128, 32, 32, prompt, 12);
     test_attention_case(4, 1, 384, 0, 300, prompt, 12);
+    test_attention_case(8, 2, 512, 32, 32, prompt, 12); /* a ring at head 512: value pairs from ring slots */
 }
 
 static void test_argmax(void) {
@@ -813,7 +850,9 @@ int main(void) {
     setenv("GEM_CUDA_FA_LB", "4", 1);
     setenv("GEM_CUDA_ATTN_V2", "1", 1);
     gpu_wide = gpu ? backend_create("cuda", &g, &err) : NULL;
+    CHECKF(!gpu || gpu_wide, "variant backend: %s", err.msg);
     gpu_wide_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    CHECKF(!gpu || gpu_wide_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_COMBINE");
     unsetenv("GEM_CUDA_FA_LB");
     unsetenv("GEM_CUDA_ATTN_V2");
@@ -834,6 +873,7 @@ int main(void) {
     CHECKF(gu != NULL, "%s", err.msg);
     if (gu) {
         test_matmul_split(gu);
+        CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
         gu->destroy(gu);
     }
     setenv("GEM_CUDA_MMH", "1", 1);
@@ -842,19 +882,24 @@ int main(void) {
     CHECKF(g1 != NULL, "%s", err.msg);
     if (g1) {
         test_matmul_mmh1(g1);
+        CHECKF(g1->status(g1, &err) == 0, "%s", err.msg);
         g1->destroy(g1);
     }
     test_fused_matmul();
     test_quantized_handoff();
     test_attention();
+    if (gpu_wide) test_wide_handoff();
     test_argmax();
     test_topk();
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    if (gpu_f16) gpu_f16->destroy(gpu_f16);
-    if (gpu_wide) gpu_wide->destroy(gpu_wide);
-    if (gpu_wide_f16) gpu_wide_f16->destroy(gpu_wide_f16);
+    backend *variants[] = {gpu_f16, gpu_wide, gpu_wide_f16};
+    for (int i = 0; i < 3; i++)
+        if (variants[i]) {
+            CHECKF(variants[i]->status(variants[i], &err) == 0, "%s", err.msg);
+            variants[i]->destroy(variants[i]);
+        }
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

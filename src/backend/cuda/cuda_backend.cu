@@ -1941,18 +1941,20 @@ __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int 
  * leaves max -inf and sum 0, which the combine weighs as nothing).
  * Thread t accumulates output elements t, t + 256, ... (EPT of them) of
  * every row, so one value load serves all rows. */
-template <int D, typename KT>
+template <int D, typename KT, bool PAIRS>
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
-                 float *pml, KT *store_k, KT *store_v, int vpairs) {
+                 float *pml, KT *store_k, KT *store_v) {
     pdl_wait();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
-    /* vpairs (GEM_CUDA_ATTN_V2=1, opt-in until measured): with two output
+    /* PAIRS (GEM_CUDA_ATTN_V2=1, opt-in until measured): with two output
      * elements per thread and row, thread t owns elements 2t and 2t + 1
      * instead of t and t + 256, so each value row is one wide load; every
-     * element sums the same terms in the same order either way */
-    const bool pairs = EPT == 2 && vpairs;
+     * element sums the same terms in the same order either way. A template
+     * parameter: as a run-time flag it cost the plain kernel registers. */
+    static_assert(!PAIRS || EPT == 2, "value pairs need two elements per thread and row");
+    constexpr bool pairs = PAIRS;
     extern __shared__ float sm[];
     const int R = G * QB;
     const int groups = n_head / kvh / G;
@@ -2069,7 +2071,7 @@ __global__ void __launch_bounds__(AT_THREADS)
          * bounds a one-token step: each split has few keys) */
         for (int j0 = 0; j0 < cn; j0 += AT_VU) {
             float vv[AT_VU][EPT];
-            if (pairs) { /* uniform: one 8- (f32) or 4-byte (f16) load per value row */
+            if (pairs) { /* one 8- (f32) or 4-byte (f16) load per value row */
 #pragma unroll
                 for (int u = 0; u < AT_VU; u++) {
                     const int p = c0 + min(j0 + u, cn - 1);
@@ -2242,7 +2244,15 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int pos0 = step[0];
     const int qp_first = pos0 + r0 / G, qp_last = pos0 + (min(r0 + BR, rows) - 1) / G;
     const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    static_assert((BR * D / 4) % FA_THREADS == 0 && (FA_BC * D / 4) % FA_THREADS == 0, "whole load rounds");
     static_assert((BR * D / 4 / FA_THREADS) % LB == 0 && (FA_BC * D / 4 / FA_THREADS) % LB == 0, "load batches");
+    if constexpr (LB == 1) { /* the compiler's own schedule (unrolled by 4) */
+        for (int idx = tid; idx < BR * D / 4; idx += FA_THREADS) {
+            const int r = idx / (D / 4), e = 4 * (idx % (D / 4)), row = r0 + r;
+            st_half4(Qs + r * F::LD + e, row < rows ? *(const float4 *)(q + ((size_t)(row / G) * n_head + h * G + row % G) * D + e)
+                                                    : make_float4(0, 0, 0, 0));
+        }
+    } else
 #pragma unroll 1
     for (int i0 = 0; i0 < BR * D / 4 / FA_THREADS; i0 += LB) {
         float4 qr[LB];
@@ -2270,6 +2280,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         __syncthreads(); /* the last tile's K, V and P are read */
         /* keys past the block's last query load as zeros: masked scores,
          * and a probability 0 times a finite value */
+        if constexpr (LB == 1) {
+            for (int idx = tid; idx < FA_BC * D / 4; idx += FA_THREADS) {
+                const int j = idx / (D / 4), e = 4 * (idx % (D / 4)), p = t0 + j;
+                const int in = p <= qp_last;
+                st_half4(Ks + j * F::LD + e, in ? kv_row4(k, ck, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
+                st_half4(Vs + j * F::LD + e, in ? kv_row4(v, cv, p, pos0, kvh, h, D, cap, ring, e) : make_float4(0, 0, 0, 0));
+            }
+        } else
 #pragma unroll 1
         for (int i0 = 0; i0 < FA_BC * D / 4 / FA_THREADS; i0 += LB) {
             float4 kr[LB], vr[LB];
@@ -2383,8 +2401,10 @@ static cudaError_t fa_allow_all() {
  * warp 0 adding the 8 sums in order. k_attn_combine gives a head's whole
  * row to one block of 128 threads, each walking all splits for its
  * elements: at depth, 256 splits x 512 elements of a full layer are 128
- * rounds of dependent loads in only 32 blocks. Same weights and the same
- * output codes; the f32 sum runs in another (fixed) order. */
+ * rounds of dependent loads in only 32 blocks. The same split weights and
+ * the same quantization; L and the outputs are summed in another (fixed)
+ * order, so the last bit of an output, and rarely a code, can differ from
+ * k_attn_combine's. */
 #define CB_GROUPS 8
 __global__ void __launch_bounds__(CB_GROUPS * 32)
     k_attn_combine_wide(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
@@ -2529,10 +2549,15 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
     const size_t shm = sizeof(float) * ((size_t)R * d + (size_t)R * AT_CHUNK + 5 * (size_t)R);
     const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
-#define ATTN_LAUNCH_T(DIM, KT)                                                                                  \
-    launch(c, k_attn_split<DIM, KT>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
+#define ATTN_LAUNCH_P(DIM, KT, P)                                                                               \
+    launch(c, k_attn_split<DIM, KT, (P)>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
            c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,       \
-           (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL, c->attn_v2)
+           (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL)
+#define ATTN_LAUNCH_T(DIM, KT)                                                  \
+    if (c->attn_v2)                                                             \
+        ATTN_LAUNCH_P(DIM, KT, (DIM + AT_THREADS - 1) / AT_THREADS == 2);       \
+    else                                                                        \
+        ATTN_LAUNCH_P(DIM, KT, false)
 #define ATTN_LAUNCH(DIM)                 \
     if (kv->f16)                         \
         ATTN_LAUNCH_T(DIM, __half);      \
@@ -2546,6 +2571,7 @@ static void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
+#undef ATTN_LAUNCH_P
     LAUNCHED(c, "attention");
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
