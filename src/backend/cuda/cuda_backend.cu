@@ -915,12 +915,10 @@ static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, in
 /* matrix products                                                     */
 
 /* Activations to 8-bit codes per 32-value block: one warp per block. */
-__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
-    pdl_wait();
-    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (blk >= nblk) return;
-    const float v = x[blk * 32 + lane];
+/* Block blk of 32 values, one per lane of a full warp: its 8-bit codes,
+ * scale and code sum (the CPU fast path's quantize_act arithmetic). Also
+ * used by the kernels that produce a product's input as they write it. */
+__device__ __forceinline__ void quantize_block32(float v, size_t blk, int lane, int8_t *q, float *d, int *s) {
     const float amax = warp_max(fabsf(v));
     const float id = amax > 0 ? 127.0f / amax : 0.0f;
     const int code = __float2int_rn(v * id);
@@ -930,6 +928,14 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
         d[blk] = amax / 127.0f;
         s[blk] = sum;
     }
+}
+
+__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
+    pdl_wait();
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (blk >= nblk) return;
+    quantize_block32(x[blk * 32 + lane], (size_t)blk, lane, q, d, s);
 }
 
 /* Launch shape of the matrix-vector kernels (overridable for tuning runs,
@@ -2163,18 +2169,8 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
         out[base * d + e] = o;
         if (xq) {
             /* the 8-bit codes for the output projection: a warp holds one
-             * 32-value block (d is a multiple of 32), k_quantize_act's
-             * arithmetic */
-            const size_t blk = (base * d + e) / 32;
-            const float amax = warp_max(fabsf(o));
-            const float id = amax > 0 ? 127.0f / amax : 0.0f;
-            const int code = __float2int_rn(o * id);
-            xq[blk * 32 + lane] = (int8_t)code;
-            const int sum = warp_isum(code);
-            if (lane == 0) {
-                xd[blk] = amax / 127.0f;
-                xs[blk] = sum;
-            }
+             * 32-value block (d is a multiple of 32) */
+            quantize_block32(o, (base * d + e) / 32, lane, xq, xd, xs);
         }
     }
 }
@@ -2443,18 +2439,7 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
     for (int j = 1; j < CB_GROUPS; j++) o += red[j][lane];
     o *= 1.0f / L;
     out[base * d + e] = o;
-    if (xq) { /* the warp holds one 32-value block: k_quantize_act's arithmetic */
-        const size_t blk = (base * d + e) / 32;
-        const float amax = warp_max(fabsf(o));
-        const float id = amax > 0 ? 127.0f / amax : 0.0f;
-        const int code = __float2int_rn(o * id);
-        xq[blk * 32 + lane] = (int8_t)code;
-        const int sum = warp_isum(code);
-        if (lane == 0) {
-            xd[blk] = amax / 127.0f;
-            xs[blk] = sum;
-        }
-    }
+    if (xq) quantize_block32(o, (base * d + e) / 32, lane, xq, xd, xs); /* the warp holds one 32-value block */
 }
 
 template <typename KT>
