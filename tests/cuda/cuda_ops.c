@@ -525,6 +525,50 @@ static void test_matmul_mmh1(backend *g1) {
     }
 }
 
+/* The warpgroup-MMA product (GEM_CUDA_MMH=3, k_mm_w) against the scalar
+ * reference with k_mm_h's bound (the same f16 operands; the tensor cores
+ * may sum a k16 step in another order): token counts below, at and over
+ * its 128-token tile, K of one and of several pipeline stages, M not a
+ * multiple of its 128 rows. */
+static void test_matmul_wgmma(backend *g3) {
+    const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
+    const int64_t Ks[] = {128, 1536, 4096};
+    const int ns[] = {9, 70, 300};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            const int64_t K = Ks[ki], M = 333;
+            tensor W = make_tensor(types[t], K, M);
+            gem_err err;
+            be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wg = g3->weight(g3, &W.t, &err);
+            for (size_t ni = 0; ni < 3; ni++) {
+                const int n = ns[ni];
+                float *x = rand_vec((size_t)n * K, 1.0f);
+                be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xg = put(g3, x, (size_t)n * K);
+                be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *og = put(g3, NULL, (size_t)n * M);
+                cpu_ref->matmul(cpu_ref, wr, xr, n, orf);
+                g3->matmul(g3, wg, xg, n, og);
+                float *a = get(g3, og, (size_t)n * M), *r = get(cpu_ref, orf, (size_t)n * M);
+                int ok = 1;
+                for (int i = 0; i < n && ok; i++)
+                    for (int64_t o = 0; o < M && ok; o++) {
+                        double mag = 0;
+                        for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[o * K + k] * x[(size_t)i * K + k]);
+                        const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o];
+                        if (!(fabs(got - ref) <= (1.0 / 1024 + 1e-5) * mag * 1.0001 + 1e-6)) {
+                            fprintf(stderr, "wgmma matmul %s K=%lld n=%d row %lld token %d: gpu %.9g ref %.9g\n",
+                                    quant_type_name(types[t]), (long long)K, n, (long long)o, i, got, ref);
+                            ok = 0;
+                        }
+                    }
+                CHECKF(ok, "wgmma matmul %s K=%lld n=%d", quant_type_name(types[t]), (long long)K, n);
+                free(a), free(r), free(x);
+                cpu_ref->buf_free(cpu_ref, xr), g3->buf_free(g3, xg), cpu_ref->buf_free(cpu_ref, orf), g3->buf_free(g3, og);
+            }
+            cpu_ref->weight_free(cpu_ref, wr), g3->weight_free(g3, wg);
+            free_tensor(&W);
+        }
+}
+
 /* Value ranges an f16 operand cannot hold as they are: q8_0 scales of 600
  * (|code x scale| up to 76800, over f16's 65504) with activations of 1e-9
  * (below f16's smallest subnormal), q4_0 scales of 1e4 (|code x scale| up
@@ -880,6 +924,15 @@ int main(void) {
     backend *g1 = backend_create("cuda", &g, &err);
     unsetenv("GEM_CUDA_MMH");
     CHECKF(g1 != NULL, "%s", err.msg);
+    setenv("GEM_CUDA_MMH", "3", 1);
+    backend *g3 = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_MMH");
+    CHECKF(g3 != NULL, "%s", err.msg);
+    if (g3) {
+        if (mma_on()) test_matmul_wgmma(g3);
+        CHECKF(g3->status(g3, &err) == 0, "%s", err.msg);
+        g3->destroy(g3);
+    }
     if (g1) {
         test_matmul_mmh1(g1);
         CHECKF(g1->status(g1, &err) == 0, "%s", err.msg);

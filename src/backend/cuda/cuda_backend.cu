@@ -126,7 +126,7 @@ typedef struct {
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
-    int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block) */
+    int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block; =3: k_mm_w) */
     int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
     int fa_lb;        /* GEM_CUDA_FA_LB=4: k_attn_fa issues 4 loads per array before storing */
@@ -1523,7 +1523,7 @@ template <int Q4> struct mmh_geom {
 
 /* Per token: the power of two bringing its largest |x| into [2^14, 2^15),
  * applied while converting to f16 in the K order above; xinv = its inverse. */
-__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv) {
+__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int order) {
     pdl_wait();
     __shared__ float red[32];
     const float *r = x + (size_t)blockIdx.x * K;
@@ -1545,10 +1545,23 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv) {
     }
     const float s = ldexpf(1.0f, e);
     __half *o = xh + (size_t)blockIdx.x * K;
-    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
-        const float4 v = *(const float4 *)(r + i);
-        *(__half2 *)(o + i) = __floats2half2_rn(v.x * s, v.z * s);
-        *(__half2 *)(o + i + 2) = __floats2half2_rn(v.y * s, v.w * s);
+    if (order == 0) {
+        for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+            const float4 v = *(const float4 *)(r + i);
+            *(__half2 *)(o + i) = __floats2half2_rn(v.x * s, v.z * s);
+            *(__half2 *)(o + i + 2) = __floats2half2_rn(v.y * s, v.w * s);
+        }
+    } else { /* k_mm_w: per 16 values the even k, then the odd k */
+        for (int i = threadIdx.x * 16; i < K; i += blockDim.x * 16) {
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 4; j++) *(float4 *)(v + 4 * j) = *(const float4 *)(r + i + 4 * j);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                *(__half2 *)(o + i + 2 * j) = __floats2half2_rn(v[4 * j] * s, v[4 * j + 2] * s);
+                *(__half2 *)(o + i + 8 + 2 * j) = __floats2half2_rn(v[4 * j + 1] * s, v[4 * j + 3] * s);
+            }
+        }
     }
     if (threadIdx.x == 0) xinv[blockIdx.x] = ldexpf(1.0f, -e);
 }
@@ -1693,6 +1706,162 @@ static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
+/* ---- prefill products on warpgroup MMA (GEM_CUDA_MMH=3; written without
+ * a GPU at hand, opt-in until cuda_ops and a benchmark have run it) ----
+ * k_mm_w: k_mm_h's operands on wgmma.mma_async m64n128k16 (Hopper's
+ * asynchronous warpgroup MMA): the weights expanded to f16 in registers as
+ * the A operand (each warp's A slice is exactly an m16n8k16 A fragment, so
+ * the expansion is k_mm_h's), the activations as the B operand read by the
+ * tensor cores from shared memory through a matrix descriptor (K-major,
+ * 128-byte swizzle: 16-byte chunk c of token row n at n*128 + ((c ^ (n & 7))
+ * << 4), atoms of 64 values and 8 rows 1024-byte aligned). The tensor cores
+ * read B in natural k order, so the activations are stored in the order
+ * that pairs with the expansion: in each group of 16 values the even k
+ * first, then the odd k (k_act_f16 order 1). Two warpgroups of 64 rows x
+ * 128 tokens; per 32-value block two k16 steps; A registers double-buffered
+ * by block parity (a wgmma may still read the other set); the stage a later
+ * cp.async overwrites is released only after wgmma.wait_group 0. */
+#define MMW_BM 128
+#define MMW_BN 128
+#define MMW_THREADS 256
+#define MMW_ST 2
+
+template <int Q4> struct mmw_geom {
+    static constexpr int WB = Q4 ? 16 : 32;
+    static constexpr int A_STRIDE = MMT_KS * WB + 16;
+    static constexpr int B_BYTES = MMT_KS / 2 * MMW_BN * 128; /* MMT_KS blocks = MMT_KS / 2 swizzle atoms */
+    static constexpr int A_BYTES = MMW_BM * A_STRIDE;
+    static constexpr int AS_BYTES = MMW_BM * MMT_KS * 2;
+    static constexpr int STAGE = (B_BYTES + A_BYTES + AS_BYTES + 1023) / 1024 * 1024; /* B of every stage 1024-aligned */
+    static constexpr int SMEM = STAGE * MMW_ST + 1024;                                 /* + the base's alignment */
+};
+
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(unsigned saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* keeps the compiler from moving accumulator accesses across the asm above */
+__device__ __forceinline__ void acc_fence(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* scale_d 0: D = A B (the first product needs no zeroed accumulators:
+ * zeroing them with ordinary moves makes ptxas serialize every wgmma) */
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const unsigned (&a)[4], uint64_t desc, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+template <int Q4>
+__device__ __forceinline__ void mmw_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const __half *__restrict__ xh, int nb, int M, int N, int m0, int n0, int kb0) {
+    typedef mmw_geom<Q4> G;
+    uint8_t *B = st, *A = st + G::B_BYTES, *As = A + G::A_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 64 / 16; /* 16-byte chunks per weight row / token */
+#pragma unroll
+    for (int i = tid; i < MMW_BN * BCH; i += MMW_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1), atom = ch >> 3, c = ch & 7;
+        cp_async16(B + atom * (MMW_BN * 128) + t * 128 + ((c ^ (t & 7)) << 4),
+                   (const uint8_t *)(xh + ((size_t)tok * nb + kb0) * 32) + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMW_BM * ACH; i += MMW_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+    if (tid < MMW_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    }
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(MMW_THREADS, 2)
+    k_mm_w(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
+           const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    typedef mmw_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmw_raw[];
+    /* the swizzle works on absolute shared addresses: stage bases on 1024 */
+    const unsigned raw_s = (unsigned)__cvta_generic_to_shared(mmw_raw);
+    uint8_t *smem = mmw_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wg = warp >> 2, w = warp & 3; /* warpgroup (64 rows each), warp within it (16 rows) */
+    const int n0 = blockIdx.x * MMW_BN, m0 = blockIdx.y * MMW_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    const __half wsc = __float2half_rn(wexp);
+    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    float acc[64]; /* written first by a wgmma with scale_d 0 */
+    unsigned af[2][2][4]; /* [block parity][k16 step][fragment register] */
+#pragma unroll
+    for (int s = 0; s < MMW_ST - 1; s++) {
+        if (s < nsteps) mmw_load<Q4>(smem + s * G::STAGE, q, d, xh, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        cp_async_wait<MMW_ST - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async wrote through the generic proxy */
+        wgmma_wait<0>(); /* the stage the next load overwrites is no longer read */
+        acc_fence(acc);
+        __syncthreads();
+        const int nxt = step + MMW_ST - 1;
+        if (nxt < nsteps) mmw_load<Q4>(smem + (nxt % MMW_ST) * G::STAGE, q, d, xh, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        uint8_t *st = smem + (step % MMW_ST) * G::STAGE;
+        const uint8_t *A = st + G::B_BYTES;
+        const __half *As = (const __half *)(A + G::A_BYTES);
+        const unsigned bs = (unsigned)__cvta_generic_to_shared(st);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            unsigned(&a)[2][4] = af[kb & 1];
+            if (kb >= 2) wgmma_wait<1>(); /* the wgmmas of block kb - 2 (same register set) are done */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wg * 64 + w * 16 + g + 8 * h;
+                const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
+                if (Q4) {
+                    const unsigned wd = *(const unsigned *)(ar + 4 * c);
+                    a[0][h] = mmh_expand((wd & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[0][h + 2] = mmh_expand(((wd >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[1][h] = mmh_expand(((wd >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[1][h + 2] = mmh_expand(((wd >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
+                } else {
+                    const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
+                    const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
+                    a[0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
+                    a[0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
+                    a[1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
+                    a[1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
+                }
+            }
+            acc_fence(acc);
+            wgmma_fence();
+            /* block kb: atom kb / 2, k16 steps 2 (kb % 2) and + 1 at 32 bytes each */
+            const unsigned base = bs + (kb >> 1) * (MMW_BN * 128) + (kb & 1) * 64;
+            wgmma_m64n128k16(acc, a[0], wgmma_desc_sw128(base), step > 0 || kb > 0);
+            wgmma_m64n128k16(acc, a[1], wgmma_desc_sw128(base + 32), 1);
+            wgmma_commit();
+        }
+    }
+    wgmma_wait<0>();
+    acc_fence(acc);
+    cp_async_wait<0>();
+    const float winv = 1.0f / wexp;
+#pragma unroll
+    for (int v = 0; v < 64; v++) {
+        const int row = m0 + wg * 64 + w * 16 + g + 8 * ((v >> 1) & 1), tok = n0 + 8 * (v >> 2) + 2 * c + (v & 1);
+        if (row < M && tok < N) out[(size_t)tok * M + row] = acc[v] * winv * xinv[tok];
+    }
+}
+
 template <int Q4, int ST, int MINB> static cudaError_t mmh_allow1() {
     return cudaFuncSetAttribute(k_mm_h<Q4, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 mmh_geom<Q4>::STAGE * ST);
@@ -1702,6 +1871,10 @@ static cudaError_t mmh_allow() {
     if (e == cudaSuccess) e = mmh_allow1<0, 3, 1>();
     if (e == cudaSuccess) e = mmh_allow1<1, 2, 2>();
     if (e == cudaSuccess) e = mmh_allow1<0, 2, 2>();
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
     return e;
 }
 
@@ -1713,18 +1886,27 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
     const int cached = c->h_src == x->d && c->h_n == n && c->h_K == K && c->h_epoch == c->epoch;
     if (!cached) {
         if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
-        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p);
+        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
+               c->mmh_variant == 3 ? 1 : 0);
         LAUNCHED(c, "activations to f16");
     }
     int writes_x = 0;
     for (int i = 0; i < count; i++) {
         const int M = (int)W[i]->ne1;
         const dim3 g((unsigned)((n + MMH_BN - 1) / MMH_BN), (unsigned)((M + MMH_BM - 1) / MMH_BM));
+        static_assert(MMW_BN == MMH_BN && MMW_BM == MMH_BM, "one grid for both product kernels");
 #define MMH_LAUNCH(Q4, ST, MINB)                                                                                    \
     launch(c, k_mm_h<Q4, ST, MINB>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * ST, (const uint8_t *)W[i]->q,              \
            (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
            outs[i]->d)
-        if (W[i]->fmt == DW_Q4_0) {
+        if (c->mmh_variant == 3) {
+            if (W[i]->fmt == DW_Q4_0)
+                launch(c, k_mm_w<1>, g, MMW_THREADS, mmw_geom<1>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
+                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+            else
+                launch(c, k_mm_w<0>, g, MMW_THREADS, mmw_geom<0>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
+                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+        } else if (W[i]->fmt == DW_Q4_0) {
             if (c->mmh_variant == 2) MMH_LAUNCH(1, 2, 2);
             else MMH_LAUNCH(1, 3, 1);
         } else {
@@ -2931,7 +3113,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     const char *mma = getenv("GEM_CUDA_MMA");
     c->mma = !(mma && !strcmp(mma, "0"));
     const char *mmh = getenv("GEM_CUDA_MMH");
-    c->mmh_variant = mmh && !strcmp(mmh, "1") ? 1 : 2;
+    c->mmh_variant = mmh && !strcmp(mmh, "1") ? 1 : mmh && !strcmp(mmh, "3") ? 3 : 2;
     const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
     const char *cmb = getenv("GEM_CUDA_COMBINE");
