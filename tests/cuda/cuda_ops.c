@@ -567,6 +567,37 @@ static void test_matmul_wgmma(backend *g3) {
             cpu_ref->weight_free(cpu_ref, wr), g3->weight_free(g3, wg);
             free_tensor(&W);
         }
+    /* a grid that fills the GPU with two blocks per SM (races show here):
+     * two runs bit-identical, and against k_mm_h (the same f16 operands,
+     * another summation order) within 1e-4 of sum |terms| on a sample */
+    const int64_t K = 4096, M = 4096;
+    const int n = 512;
+    tensor W = make_tensor(QT_Q4_0, K, M);
+    gem_err err;
+    be_weight *w3 = g3->weight(g3, &W.t, &err), *wh = gpu->weight(gpu, &W.t, &err);
+    float *x = rand_vec((size_t)n * K, 1.0f);
+    be_buf *x3 = put(g3, x, (size_t)n * K), *xh = put(gpu, x, (size_t)n * K);
+    be_buf *o1 = put(g3, NULL, (size_t)n * M), *o2 = put(g3, NULL, (size_t)n * M), *oh = put(gpu, NULL, (size_t)n * M);
+    g3->matmul(g3, w3, x3, n, o1);
+    g3->matmul(g3, w3, x3, n, o2);
+    gpu->matmul(gpu, wh, xh, n, oh);
+    float *a = get(g3, o1, (size_t)n * M), *b = get(g3, o2, (size_t)n * M), *h = get(gpu, oh, (size_t)n * M);
+    CHECKF(close_enough("wgmma rerun", a, b, (size_t)n * M, 0, 0), "wgmma matmul: two runs differ");
+    int ok = 1;
+    for (size_t i = 0; i < (size_t)n * M && ok; i += 97) {
+        const size_t tok = i / M, row = i % M;
+        double mag = 0;
+        for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[row * K + k] * x[tok * K + k]);
+        if (!(fabs((double)a[i] - h[i]) <= 1e-4 * mag)) {
+            fprintf(stderr, "wgmma vs k_mm_h row %zu token %zu: %.9g vs %.9g\n", row, tok, a[i], h[i]);
+            ok = 0;
+        }
+    }
+    CHECKF(ok, "wgmma matmul against k_mm_h (M=K=4096, n=512)");
+    free(a), free(b), free(h), free(x);
+    g3->buf_free(g3, x3), gpu->buf_free(gpu, xh), g3->buf_free(g3, o1), g3->buf_free(g3, o2), gpu->buf_free(gpu, oh);
+    g3->weight_free(g3, w3), gpu->weight_free(gpu, wh);
+    free_tensor(&W);
 }
 
 /* Value ranges an f16 operand cannot hold as they are: q8_0 scales of 600
