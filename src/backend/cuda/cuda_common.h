@@ -1,0 +1,338 @@
+/* Internals of the CUDA backend (see cuda_backend.h and backend/backend.h),
+ * included only by the .cu files of src/backend/cuda: the backend's state,
+ * launch and error helpers, warp reductions, the device helpers more than
+ * one part uses, and the parts' entry points.
+ *
+ * Invariants:
+ * - One stream per backend; every op is enqueued on it in call order, so the
+ *   seam's ordering is the stream's. Host-visible results come only from
+ *   download/kv_save, which synchronise.
+ * - Weights are resident after `weight`: f32/f16/bf16 as stored; q8_0 and
+ *   q4_0 split into a contiguous code array (32 or 16 bytes per block, so a
+ *   lane loads one block with 16-byte loads) and an f16 scale array; other
+ *   GGUF types are expanded to f16 at load (correct, not yet fast).
+ * - Position-dependent ops (embed, rope, attention) read the token ids and
+ *   the first position from the device step buffer written by set_step, so a
+ *   recorded decode step replays at any position. Their launch shapes depend
+ *   only on n and the cache capacity, never on the position.
+ * - Scratch buffers a recorded graph may point at (quantized activations,
+ *   attention partials, argmax partials, the step buffer) only grow outside
+ *   a capture; each growth bumps `generation`, which invalidates graphs.
+ * - Errors are sticky: the first failing CUDA call is remembered and
+ *   reported by status(); later ops still run but their results are void.
+ * - Every kernel begins with pdl_wait() and is launched through launch()
+ *   (programmatic dependent launch): a kernel touches memory only after the
+ *   one before it on the stream has completed, as with plain launches.
+ * - The quantized-activation scratch (xq/xd/xs) holds the 8-bit codes of
+ *   one buffer, named by q_src/q_n/q_K and valid while `epoch` (bumped by
+ *   every launch) equals q_epoch: set by a product that quantized its input
+ *   and by the ops that produce a product's input (rmsnorm, the residual
+ *   add + norm, the attention combine), which write the codes as they go.
+ * - KV caches hold f32 entries, or f16 with backend_opts.kv_f16; the
+ *   checkpoint blob is the cache's own bytes (f32: the CPU's layout).
+ *
+ * Numerics: q8_0/q4_0 products of decode steps (and of prefill tiles with
+ * GEM_CUDA_MMA=0, K not a multiple of 128 or a scale that is inf/NaN) quantize the activations to 8 bits per 32-value block
+ * exactly as the CPU fast path does (scale max|x|/127, round to nearest
+ * even), so integer block sums are identical and only the f32 summation
+ * order differs. Prefill tiles (more than 8 tokens) run on the tensor cores
+ * with f16 operands and f32 sums: products (k_mm_h: f16 activations and
+ * f16-expanded weights, relative 2^-11 each) and attention (k_attn_fa: f16
+ * q, k, v and probabilities). Everything else is f32. */
+#ifndef GEM_BACKEND_CUDA_COMMON_H
+#define GEM_BACKEND_CUDA_COMMON_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_backend.h"
+
+extern "C" {
+#include "quant/quant.h"
+}
+
+enum { DW_F32, DW_F16, DW_BF16, DW_Q8_0, DW_Q4_0 };
+
+struct be_buf {
+    float *d;
+    size_t n;
+};
+
+struct be_weight {
+    int fmt;
+    int64_t ne0, ne1;
+    void *q;   /* codes or plain values */
+    __half *d; /* per-block scales (q8_0, q4_0) */
+    float hexp; /* q8_0/q4_0: 2^we for k_mm_h (see there); 0: no f16 path (a scale is inf or NaN) */
+};
+
+struct be_kv {
+    void *k, *v; /* [capacity][n_kv_head][head_dim], the CPU layout; f32, or f16 when f16 */
+    int f16;
+    int n_kv_head, head_dim, capacity, ring;
+    int nsplit; /* attention splits of a one-token step */
+};
+
+struct be_graph {
+    cudaGraphExec_t exec;
+    unsigned generation;
+};
+
+/* A device scratch buffer that only grows (see the invariants above). */
+typedef struct {
+    void *p;
+    size_t cap;
+} scratch;
+
+typedef struct {
+    backend base;
+    cudaStream_t st;
+    cudaEvent_t step_copied;
+    int failed;
+    char why[512];
+    int gelu_fp16;
+    int capturing;
+    unsigned generation;
+    int *step;      /* device: pos0, n, ids[n] */
+    int *step_host; /* pinned staging of the same */
+    int step_cap;
+    scratch xq, xd, xs;     /* quantized activations: codes, scales, code sums */
+    scratch part, pml;      /* attention partials */
+    scratch amax_v, amax_i; /* argmax partials */
+    scratch up;             /* matmul_geglu's unfused path */
+    scratch topk_part;      /* top-k: each chunk's first k keys */
+    void *stage;            /* weight upload staging */
+    unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
+    scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
+    /* the f16-activation cache of k_mm_h, as the quantized one below */
+    unsigned h_epoch;
+    const float *h_src;
+    int h_n, h_K;
+    size_t stage_cap;
+    /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
+     * an event recorded before its first launch and one after its last is
+     * added to its op's row, printed at exit (no graphs then, so the launch
+     * gaps of graph replay are not in these numbers) */
+    int profile;
+    int prof_open; /* prof_ev[0] recorded, op not yet LAUNCHED */
+    cudaEvent_t prof_ev[2];
+    /* the quantized-activation cache of matmul_into: valid while epoch,
+     * bumped by every other op, is unchanged */
+    unsigned epoch, q_epoch;
+    const float *q_src;
+    int q_n, q_K;
+    /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
+     * GEM_CUDA_MMA=0 */
+    int mma;
+    int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block; =3: k_mm_w) */
+    int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
+    int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
+    int fa_lb;        /* GEM_CUDA_FA_LB=4: k_attn_fa issues 4 loads per array before storing */
+    int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
+    int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
+    int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
+    size_t mem_free0; /* free device memory when the backend was created */
+    struct {
+        char name[48];
+        double s;
+        long calls;
+    } prof[48];
+} cuda_backend;
+
+static inline cuda_backend *cu_of(backend *b) { return (cuda_backend *)b; }
+
+static inline int cu_check(cuda_backend *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    if (!c->failed) {
+        c->failed = 1;
+        snprintf(c->why, sizeof c->why, "CUDA error in %s: %s", what, cudaGetErrorString(e));
+    }
+    return -1;
+}
+#define CK(c, call) cu_check((c), (call), #call)
+
+static inline void launched(cuda_backend *c, const char *name) {
+    c->epoch++;
+    cu_check(c, cudaGetLastError(), name);
+    if (!c->profile || !c->prof_open) return;
+    c->prof_open = 0;
+    float ms = 0;
+    cudaEventRecord(c->prof_ev[1], c->st);
+    cudaEventSynchronize(c->prof_ev[1]);
+    cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]);
+    for (int i = 0; i < 48; i++) {
+        if (!c->prof[i].name[0]) snprintf(c->prof[i].name, sizeof c->prof[i].name, "%s", name);
+        if (!strcmp(c->prof[i].name, name)) {
+            c->prof[i].s += ms * 1e-3;
+            c->prof[i].calls++;
+            break;
+        }
+    }
+}
+#define LAUNCHED(c, name) launched((c), (name))
+
+static inline int grow(cuda_backend *c, scratch *s, size_t bytes) {
+    if (bytes <= s->cap) return 0;
+    if (c->capturing) {
+        if (!c->failed) {
+            c->failed = 1;
+            snprintf(c->why, sizeof c->why, "internal: scratch buffer grew during graph capture");
+        }
+        return -1;
+    }
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < bytes) cap *= 2;
+    if (s->p) CK(c, cudaStreamSynchronize(c->st)), CK(c, cudaFree(s->p));
+    s->p = NULL;
+    s->cap = 0;
+    if (CK(c, cudaMalloc(&s->p, cap))) return -1;
+    s->cap = cap;
+    c->generation++;
+    return 0;
+}
+
+/* Launches on the backend's stream (see pdl_wait). */
+template <typename... P, typename... A>
+static inline void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->st;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    if (c->profile && !c->prof_open) {
+        c->prof_open = 1;
+        cudaEventRecord(c->prof_ev[0], c->st);
+    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
+    if (e != cudaSuccess) cu_check(c, e, "kernel launch");
+}
+
+static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------------ */
+/* launches                                                            */
+
+/* Programmatic dependent launch: every kernel of the stream is launched
+ * with programmatic stream serialization, so the next kernel's launch and
+ * block scheduling overlap the end of the one before. Safety: every kernel
+ * starts with pdl_wait() (griddepcontrol.wait returns once the previous
+ * grid has completed and its memory is visible; a no-op for plain
+ * launches) before it reads or writes anything, so all ordering is the
+ * stream's; pdl_wait() then lets the next grid be scheduled. GEM_CUDA_PDL=0
+ * turns it off. */
+__device__ __forceinline__ void pdl_wait() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* ------------------------------------------------------------------ */
+/* reductions                                                          */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ int warp_isum(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024). */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = 0;
+    for (int i = 0; i < nw; i++) t += sh[i];
+    return t;
+}
+
+/* ------------------------------------------------------------------ */
+/* helpers shared by the parts                                         */
+
+/* After a launch that left the 8-bit codes of buffer p (n rows of K) in the
+ * scratch: the next product of p reuses them (see mv_run). */
+static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, int K) {
+    c->q_src = p;
+    c->q_n = n;
+    c->q_K = K;
+    c->q_epoch = c->epoch;
+}
+
+/* The one GELU of this file (the fused matmul epilogue uses it too, so
+ * fused and unfused gating round identically). */
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* Block blk of 32 values, one per lane of a full warp: its 8-bit codes,
+ * scale and code sum (the CPU fast path's quantize_act arithmetic). Also
+ * used by the kernels that produce a product's input as they write it. */
+__device__ __forceinline__ void quantize_block32(float v, size_t blk, int lane, int8_t *q, float *d, int *s) {
+    const float amax = warp_max(fabsf(v));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const int code = __float2int_rn(v * id);
+    q[blk * 32 + lane] = (int8_t)code;
+    const int sum = warp_isum(code);
+    if (lane == 0) {
+        d[blk] = amax / 127.0f;
+        s[blk] = sum;
+    }
+}
+
+/* m16n8k16 f16 x f16 + f32 (PTX ISA fragment layout: g = lane / 4, c = lane % 4;
+ * A: a0 = row g, k 2c, 2c+1; a1 = row g+8; a2, a3 = the same at k + 8;
+ * B: b0 = column g, k 2c, 2c+1; b1 = k + 8; C as m16n8k32). */
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ------------------------------------------------------------------ */
+/* the backend's parts (cuda_backend.cu: weights, buffers, norms,       */
+/* elementwise ops, argmax/top-k, graphs and the seam; cuda_matmul.cu:  */
+/* matrix products; cuda_attention.cu: attention and KV caches)         */
+
+void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
+void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
+void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
+cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
+void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
+                  int n_head, int n_kv_head, int d, int window, be_buf *out);
+be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
+void cu_kv_free(backend *b, be_kv *kv);
+size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
+void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst);
+void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src);
+cudaError_t fa_allow_all(void); /* shared-memory limits of the attention kernels */
+
+#endif

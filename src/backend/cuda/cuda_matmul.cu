@@ -1,0 +1,1137 @@
+/* CUDA matrix products (see cuda_common.h for the invariants): one-token
+ * and small-batch matrix-vector kernels (dp4a on 8-bit activations, f32
+ * FMA for float weights, rows of long products split over warps), and the
+ * prefill kernels on the tensor cores (k_mm_h: f16 mma.sync with weights
+ * expanded in registers; k_mm_w: the same on warpgroup MMA, opt-in;
+ * k_mm_tiled/k_mm_q: 8-bit mma.sync). */
+#include "backend/cuda/cuda_common.h"
+
+/* ------------------------------------------------------------------ */
+/* matrix products                                                     */
+
+/* Activations to 8-bit codes per 32-value block: one warp per block. */
+
+__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
+    pdl_wait();
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (blk >= nblk) return;
+    quantize_block32(x[blk * 32 + lane], (size_t)blk, lane, q, d, s);
+}
+
+/* Launch shape of the matrix-vector kernels (overridable for tuning runs,
+ * e.g. make NVEXTRA=-DMV_WARPS=8). */
+#ifndef MV_WARPS
+#define MV_WARPS 4 /* warps per block */
+#endif
+#ifndef MV_ROWS
+#define MV_ROWS 2 /* output rows per warp: each activation block loaded serves all */
+#endif
+#define MV_MAXT 8 /* tokens per launch */
+static_assert(MV_WARPS % 4 == 0, "the row split shares a row among 2 or 4 warps of a block");
+
+/* Matrix-vector products (n <= MV_MAXT tokens per launch).
+ *
+ * One launch serves up to three matrices that share the input (q, k, v):
+ * blocks are dealt to the matrices in order. A warp owns MV_ROWS output
+ * rows; in `pair` mode (gate/up with GELU gating fused) its two rows are
+ * row R of matrix 0 (gate) and row R of matrix 1 (up), and it writes
+ * gelu_tanh(gate) * up. Lane L takes blocks L, L+32, ... of each row,
+ * MV_UNROLL at a time with every weight load issued before the first use
+ * (memory-level parallelism is what a product at the bandwidth roofline
+ * needs).
+ *
+ * q8_0/q4_0: 16 (q4_0) or 32 (q8_0) contiguous code bytes per block, so a
+ * warp's loads of one row are contiguous 512- or 1024-byte runs; integer dot
+ * products (dp4a) per block, then one f32 multiply-add with
+ * scale(w) * scale(x), the CPU fast path's arithmetic.
+ * f32/f16/bf16: lane L takes 8 consecutive values at 8L, 8L + 256, ... */
+#ifndef MV_UNROLL
+#define MV_UNROLL 4
+#endif
+#ifndef MV_UNROLL_Q4
+#define MV_UNROLL_Q4 8 /* q4_0 blocks are half the bytes: twice as many in flight (+3% decode, 31B) */
+#endif
+
+typedef struct {
+    const void *q;
+    const __half *d;
+    float *out;
+    int M;      /* rows */
+    int blocks; /* thread blocks dealt to this matrix */
+} mv_mat;
+
+typedef struct {
+    mv_mat m[3];
+    int count;
+    int pair;
+} mv_job;
+
+/* The rows of this warp: per slot a matrix base and a row index; *mi is the
+ * matrix of slot 0 (its out/M receive the results). */
+struct mv_rows {
+    const void *q[MV_ROWS];
+    const __half *d[MV_ROWS];
+    int row[MV_ROWS];
+    float *out;
+    int M, row0;
+};
+
+/* Fields are picked with selects, never by indexing job.m with a run-time
+ * index: that would copy the parameter struct to local memory (a stack
+ * frame, measured 8% slower decode). */
+template <int SP = 1>
+__device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
+    int bid = blockIdx.x, mi = 0;
+    if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
+    if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
+    const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
+    const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
+    const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+    const int warp = bid * (MV_WARPS / SP) + (threadIdx.x >> 5) / SP;
+    r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
+    r.M = M;
+    if (job.pair) {
+        r.row0 = warp;
+        if (warp >= M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = k == 0 ? job.m[0].q : job.m[1].q;
+            r.d[k] = k == 0 ? job.m[0].d : job.m[1].d;
+            r.row[k] = warp;
+        }
+    } else {
+        r.row0 = warp * MV_ROWS;
+        if (r.row0 >= M) return false;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            r.q[k] = mq;
+            r.d[k] = md;
+            r.row[k] = min(r.row0 + k, M - 1);
+        }
+    }
+    return true;
+}
+
+template <int NT>
+__device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, float (&acc)[MV_ROWS][NT]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = warp_sum(acc[k][t]);
+    if (lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (job.pair) {
+            r.out[(size_t)t * r.M + r.row0] = gelu_tanh_f(acc[0][t]) * acc[1][t];
+        } else {
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+                if (r.row0 + k < r.M) r.out[(size_t)t * r.M + r.row0 + k] = acc[k][t];
+        }
+    }
+}
+
+/* SP > 1 (one-token steps of rows of 8192 values or more; GEM_CUDA_MV_SPLIT=0
+ * turns it off): SP
+ * consecutive warps share a warp's rows, part P taking blocks 32P + L,
+ * 32P + L + 32 SP, ...; a compile-time stride keeps the loads' immediate
+ * offsets (a run-time one cost the unsplit kernel 7.5%), and SP = 1 is the
+ * plain kernel (same PTX). The parts meet in shared memory and part 0 adds
+ * them in a fixed order. It lets the 5376-row o and down products (1.27
+ * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
+ * vs 111.0 tok/s. */
+template <int Q4, int NT, int SP>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    pdl_wait();
+    mv_rows r;
+    const bool valid = mv_rows_of<SP>(job, r);
+    if (SP == 1 && !valid) return;
+    constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
+    const int lane = threadIdx.x & 31, nb = valid ? K / 32 : 0, part = SP > 1 ? (threadIdx.x >> 5) % SP : 0;
+    float acc[MV_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    for (int b0 = 32 * part + lane; b0 < nb; b0 += 32 * SP * U) {
+        uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
+        float dw[U][MV_ROWS];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int b = b0 + 32 * SP * u;
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++) {
+                if (b < nb) {
+                    const size_t blk = (size_t)r.row[k] * nb + b;
+                    const uint8_t *q = (const uint8_t *)r.q[k];
+                    w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                    if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                    dw[u][k] = __half2float(r.d[k][blk]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int b = b0 + 32 * SP * u;
+            if (b >= nb) break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xv = (const int4 *)(xq + (size_t)t * K + (size_t)b * 32);
+                const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+                const float dx = __ldg(xd + (size_t)t * nb + b);
+                const int sx = __ldg(xs + (size_t)t * nb + b);
+#pragma unroll
+                for (int k = 0; k < MV_ROWS; k++) {
+                    int sum = 0;
+                    if (Q4) {
+                        const unsigned m = 0x0F0F0F0Fu;
+                        const uint4 w = w0[u][k];
+                        sum = __dp4a((int)(w.x & m), x0.x, sum);
+                        sum = __dp4a((int)(w.y & m), x0.y, sum);
+                        sum = __dp4a((int)(w.z & m), x0.z, sum);
+                        sum = __dp4a((int)(w.w & m), x0.w, sum);
+                        sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
+                        sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
+                        sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
+                        sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
+                        sum -= 8 * sx; /* codes are stored +8 */
+                    } else {
+                        const uint4 a = w0[u][k], c = w1[u][k];
+                        sum = __dp4a((int)a.x, x0.x, sum);
+                        sum = __dp4a((int)a.y, x0.y, sum);
+                        sum = __dp4a((int)a.z, x0.z, sum);
+                        sum = __dp4a((int)a.w, x0.w, sum);
+                        sum = __dp4a((int)c.x, x1.x, sum);
+                        sum = __dp4a((int)c.y, x1.y, sum);
+                        sum = __dp4a((int)c.z, x1.z, sum);
+                        sum = __dp4a((int)c.w, x1.w, sum);
+                    }
+                    acc[k][t] += dw[u][k] * dx * (float)sum;
+                }
+            }
+        }
+    }
+    if (SP > 1) {
+        __shared__ float parts[MV_WARPS][MV_ROWS][NT];
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = warp_sum(acc[k][t]);
+                if (lane == 0) parts[threadIdx.x >> 5][k][t] = v;
+            }
+        __syncthreads();
+        if (!valid || part != 0) return;
+        const int w0 = threadIdx.x >> 5;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = parts[w0][k][t];
+#pragma unroll
+                for (int p = 1; p < SP; p++) v += parts[w0 + p][k][t];
+                acc[k][t] = lane == 0 ? v : 0.0f; /* mv_store sums the lanes */
+            }
+    }
+    mv_store<NT>(job, r, acc);
+}
+
+template <int FMT, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
+    pdl_wait();
+    mv_rows r;
+    if (!mv_rows_of(job, r)) return;
+    const int lane = threadIdx.x & 31;
+    float acc[MV_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    for (int e = lane * 8; e < K; e += 256) {
+        float w[MV_ROWS][8];
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            const size_t base = (size_t)r.row[k] * K + e;
+            if (FMT == DW_F32) {
+                const float4 a = __ldg((const float4 *)((const float *)r.q[k] + base)),
+                             c = __ldg((const float4 *)((const float *)r.q[k] + base + 4));
+                w[k][0] = a.x, w[k][1] = a.y, w[k][2] = a.z, w[k][3] = a.w;
+                w[k][4] = c.x, w[k][5] = c.y, w[k][6] = c.z, w[k][7] = c.w;
+            } else {
+                const uint4 raw = __ldg((const uint4 *)((const uint16_t *)r.q[k] + base));
+                const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    if (FMT == DW_F16) {
+                        const float2 f = __half22float2(*(const __half2 *)&u[j]);
+                        w[k][2 * j] = f.x, w[k][2 * j + 1] = f.y;
+                    } else {
+                        w[k][2 * j] = __uint_as_float(u[j] << 16);
+                        w[k][2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)t * K + e)),
+                         c = __ldg((const float4 *)(x + (size_t)t * K + e + 4));
+            const float xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (int k = 0; k < MV_ROWS; k++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[k][t] = fmaf(w[k][j], xv[j], acc[k][t]);
+        }
+    }
+    mv_store<NT>(job, r, acc);
+}
+
+/* Prefill tiles (n > MV_MAXT tokens): q8_0/q4_0 weights against 8-bit
+ * activations on the tensor cores, mma.sync m16n8k32 with s8 operands and
+ * s32 results. One 32-value block is exactly one k-step, so each mma gives
+ * the exact integer block sums of the dp4a path (q4_0 codes made signed,
+ * code - 8, when loaded), scaled per block by d(w) d(x) into f32: the
+ * matrix-vector arithmetic, in another f32 order. Block tile 64 rows x 64
+ * tokens, four warps of 32 x 32 (2 x 4 mma tiles). Fragments are read
+ * straight from global memory (each thread's words of a block are 4-byte
+ * aligned); rows and tokens past the ends are clamped on load and skipped
+ * on store.
+ *
+ * Fragment layout (PTX ISA, m16n8k32 .s8): g = lane / 4, c = lane % 4;
+ * A: a0 = row g, k 4c..4c+3; a1 = row g+8, same k; a2, a3 = the same rows
+ * at k + 16. B: b0 = token g, k 4c..4c+3; b1 = k + 16. C: c0/c1 = row g,
+ * tokens 2c, 2c+1; c2/c3 = row g+8. */
+#define MM_ROWS 64
+#define MM_TOKS 64
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(128)
+    k_mm_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int row_base = blockIdx.x * MM_ROWS + (warp >> 1) * 32, tok_base = blockIdx.y * MM_TOKS + (warp & 1) * 32;
+    const int nb = K / 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0;
+    int rows[2][2], toks[4], cols[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        rows[mi][0] = min(row_base + mi * 16 + g, M - 1);
+        rows[mi][1] = min(row_base + mi * 16 + g + 8, M - 1);
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        toks[ni] = min(tok_base + ni * 8 + g, N - 1);
+        cols[ni][0] = min(tok_base + ni * 8 + 2 * c, N - 1);
+        cols[ni][1] = min(tok_base + ni * 8 + 2 * c + 1, N - 1);
+    }
+    for (int b = 0; b < nb; b++) {
+        unsigned a[2][4];
+        float dw[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const size_t blk = (size_t)rows[mi][h] * nb + b;
+                if (Q4) {
+                    const unsigned w = __ldg((const unsigned *)(q + blk * 16) + c);
+                    a[mi][h] = __vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
+                    a[mi][h + 2] = __vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                } else {
+                    a[mi][h] = __ldg((const unsigned *)(q + blk * 32) + c);
+                    a[mi][h + 2] = __ldg((const unsigned *)(q + blk * 32) + 4 + c);
+                }
+                dw[mi][h] = __half2float(d[blk]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            const unsigned *xv = (const unsigned *)(xq + (size_t)toks[ni] * K + (size_t)b * 32);
+            const unsigned b0 = __ldg(xv + c), b1 = __ldg(xv + 4 + c);
+            const float dx0 = __ldg(xd + (size_t)cols[ni][0] * nb + b), dx1 = __ldg(xd + (size_t)cols[ni][1] * nb + b);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                int r[4] = {0, 0, 0, 0};
+                mma_s8(r, a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
+                acc[mi][ni][0] += dw[mi][0] * dx0 * (float)r[0];
+                acc[mi][ni][1] += dw[mi][0] * dx1 * (float)r[1];
+                acc[mi][ni][2] += dw[mi][1] * dx0 * (float)r[2];
+                acc[mi][ni][3] += dw[mi][1] * dx1 * (float)r[3];
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = row_base + mi * 16 + g + (e >= 2 ? 8 : 0), tok = tok_base + ni * 8 + 2 * c + (e & 1);
+                if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mi][ni][e];
+            }
+}
+
+/* The same products staged through shared memory (the prefill kernel when
+ * K is a multiple of 32 MMT_KS): block tile MMT_BM rows x MMT_BN tokens,
+ * eight warps of 64 x 32, and per pipeline stage MMT_KS 32-value blocks of
+ * codes and scales copied with cp.async, MMT_STAGES stages in flight, so
+ * each weight and activation byte crosses from global memory once per
+ * block tile and the tensor cores are fed from shared memory. Rows of
+ * shared memory are padded by 16 bytes so the fragment reads of a warp
+ * (8 rows x 4 words) fall into 32 distinct banks. Grid x walks the token
+ * tiles, so the blocks that share a weight tile run together and read it
+ * from memory once between them. Block sums become f32 with the exact
+ * 2^23 trick (|sum| < 2^22) instead of the slower integer-to-float
+ * conversion; scaling and summation order are those of k_mm_q. */
+#define MMT_BM 128
+#define MMT_BN 128
+#define MMT_KS 4
+#define MMT_STAGES 3
+#define MMT_THREADS 256
+#ifndef MMT_MINB
+#define MMT_MINB 1 /* blocks per SM the register budget is sized for */
+#endif
+
+template <int Q4> struct mmt_geom {
+    static constexpr int WB = Q4 ? 16 : 32;           /* code bytes per weight block */
+    static constexpr int A_STRIDE = MMT_KS * WB + 16; /* smem bytes per weight row */
+    static constexpr int B_STRIDE = MMT_KS * 32 + 16; /* smem bytes per token */
+    static constexpr int A_BYTES = MMT_BM * A_STRIDE;
+    static constexpr int B_BYTES = MMT_BN * B_STRIDE;
+    static constexpr int AS_BYTES = MMT_BM * MMT_KS * 2; /* f16 weight scales */
+    static constexpr int BS_BYTES = MMT_BN * MMT_KS * 4; /* f32 activation scales */
+    static constexpr int STAGE = A_BYTES + B_BYTES + AS_BYTES + BS_BYTES;
+    static constexpr int SMEM = STAGE * MMT_STAGES;
+};
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* four q4_0 codes (0..15, one per byte) to the signed values code - 8:
+ * the +0x78 never carries out of a byte, the xor flips the sign bit */
+__device__ __forceinline__ unsigned q4_signed(unsigned nibbles) { return (nibbles + 0x78787878u) ^ 0x80808080u; }
+
+/* Stage kb0 .. kb0 + MMT_KS - 1 of the block tile into shared memory.
+ * Rows and tokens past the ends are clamped (read, never stored). */
+template <int Q4>
+__device__ __forceinline__ void mmt_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const int8_t *__restrict__ xq, const float *__restrict__ xd, int nb, int M,
+                                         int N, int m0, int n0, int kb0) {
+    typedef mmt_geom<Q4> G;
+    uint8_t *A = st, *B = st + G::A_BYTES, *As = B + G::B_BYTES, *Bs = As + G::AS_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 32 / 16; /* 16-byte chunks per row / token */
+#pragma unroll
+    for (int i = tid; i < MMT_BM * ACH; i += MMT_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMT_BN * BCH; i += MMT_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1);
+        cp_async16(B + t * G::B_STRIDE + ch * 16, xq + ((size_t)tok * nb + kb0) * 32 + ch * 16);
+    }
+    if (tid < MMT_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    } else if (tid < MMT_BM + MMT_BN) {
+        const int t = tid - MMT_BM, tok = min(n0 + t, N - 1);
+        cp_async16(Bs + t * MMT_KS * 4, xd + (size_t)tok * nb + kb0);
+    }
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
+    k_mm_tiled(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    typedef mmt_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmt_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3; /* 2 x 4 warps of 64 rows x 32 tokens */
+    const int n0 = blockIdx.x * MMT_BN, m0 = blockIdx.y * MMT_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    float acc[4][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0;
+#pragma unroll
+    for (int s = 0; s < MMT_STAGES - 1; s++) {
+        if (s < nsteps) mmt_load<Q4>(mmt_smem + s * G::STAGE, q, d, xq, xd, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        /* this step's stage has landed, and every warp is done with the
+         * stage the next load overwrites (it was read last iteration) */
+        cp_async_wait<MMT_STAGES - 2>();
+        __syncthreads();
+        const int nxt = step + MMT_STAGES - 1;
+        if (nxt < nsteps) mmt_load<Q4>(mmt_smem + (nxt % MMT_STAGES) * G::STAGE, q, d, xq, xd, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        const uint8_t *A = mmt_smem + (step % MMT_STAGES) * G::STAGE, *B = A + G::A_BYTES;
+        const __half *As = (const __half *)(B + G::B_BYTES);
+        const float *Bs = (const float *)((const uint8_t *)As + G::AS_BYTES);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            /* activation fragments of all four token tiles stay in
+             * registers; weight fragments are read one row tile at a time
+             * (fewer live registers: two blocks per SM without spills) */
+            unsigned bf[4][2];
+            float dx[4][2];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const uint8_t *br = B + (wn * 32 + nt * 8 + g) * G::B_STRIDE + kb * 32;
+                bf[nt][0] = *(const unsigned *)(br + 4 * c);
+                bf[nt][1] = *(const unsigned *)(br + 16 + 4 * c);
+                dx[nt][0] = Bs[(wn * 32 + nt * 8 + 2 * c) * MMT_KS + kb];
+                dx[nt][1] = Bs[(wn * 32 + nt * 8 + 2 * c + 1) * MMT_KS + kb];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                unsigned a[4];
+                float dw[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 64 + mt * 16 + g + 8 * h;
+                    const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                    if (Q4) {
+                        const unsigned w = *(const unsigned *)(ar + 4 * c);
+                        a[h] = q4_signed(w & 0x0F0F0F0Fu);
+                        a[h + 2] = q4_signed((w >> 4) & 0x0F0F0F0Fu);
+                    } else {
+                        a[h] = *(const unsigned *)(ar + 4 * c);
+                        a[h + 2] = *(const unsigned *)(ar + 16 + 4 * c);
+                    }
+                    dw[h] = __half2float(As[r * MMT_KS + kb]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    int r[4] = {0, 0, 0, 0};
+                    mma_s8(r, a[0], a[1], a[2], a[3], bf[nt][0], bf[nt][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float f = __int_as_float(r[e] + 0x4B400000) - 12582912.0f; /* exact: |r| < 2^22 */
+                        acc[mt][nt][e] += dw[e >> 1] * dx[nt][e & 1] * f;
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>(); /* no copy may still target shared memory at exit */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = m0 + wm * 64 + mt * 16 + g + (e >= 2 ? 8 : 0), tok = n0 + wn * 32 + nt * 8 + 2 * c + (e & 1);
+                if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mt][nt][e];
+            }
+}
+
+/* ---- prefill products on f16 tensor cores ----
+ * k_mm_h: q8_0/q4_0 weights times f16 activations, mma.sync m16n8k16 with
+ * f32 accumulation. The weight codes are staged as stored (cp.async, the
+ * cp.async pipeline of k_mm_tiled, ST stages) and expanded to f16 in registers right
+ * before the product: code - offset by the 0x6400 exponent trick (exact),
+ * times the block scale (one f16 rounding, relative 2^-11). The per-block
+ * scaling is thus folded into the operand, and the tensor cores accumulate
+ * a whole row without the f32 work per 32-value block that bounds the
+ * integer kernel. Operand ranges: a weight's scales are multiplied by 2^we
+ * (chosen at load from its largest scale, so |code x scale| < 2^15) and a
+ * token's activations by 2^ea (k_act_f16, largest |x| below 2^15): no f16
+ * overflow for any file, and a tensor of uniformly tiny (or huge) values
+ * keeps f16's full precision (only values some 2^28 below their weight's
+ * or token's largest fall into f16 subnormals); the epilogue multiplies by
+ * 2^-(we + ea), all exact.
+ * K order: within each group of four values k, the activations are stored
+ * as k+0, k+2, k+1, k+3 (k_act_f16), the order in which a lane's 32-bit
+ * word of codes expands into f16 pairs; A and B agree, so every product
+ * pairs the same k. Numerics differ from the 8-bit-activation kernels:
+ * relative 2^-11 per activation and per weight instead of a per-block 8-bit
+ * code (cuda_ops bounds it). */
+#define MMH_BM 128
+#define MMH_BN 128
+#define MMH_THREADS 256
+
+
+template <int Q4> struct mmh_geom {
+    static constexpr int WB = Q4 ? 16 : 32;           /* code bytes per weight block */
+    static constexpr int A_STRIDE = MMT_KS * WB + 16; /* conflict-free 32-bit fragment loads */
+    static constexpr int B_STRIDE = MMT_KS * 64 + 32; /* bytes per token: conflict-free 64-bit loads */
+    static constexpr int A_BYTES = MMH_BM * A_STRIDE;
+    static constexpr int B_BYTES = MMH_BN * B_STRIDE;
+    static constexpr int AS_BYTES = MMH_BM * MMT_KS * 2;
+    static constexpr int STAGE = A_BYTES + B_BYTES + AS_BYTES;
+};
+
+/* Per token: the power of two bringing its largest |x| into [2^14, 2^15),
+ * applied while converting to f16 in the K order above; xinv = its inverse. */
+__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int order) {
+    pdl_wait();
+    __shared__ float red[32];
+    const float *r = x + (size_t)blockIdx.x * K;
+    float m = 0;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+        const float4 v = *(const float4 *)(r + i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+    for (int j = 1; j < (int)(blockDim.x >> 5); j++) m = fmaxf(m, red[j]);
+    int e = 0;
+    if (m > 0 && isfinite(m)) {
+        int ex;
+        frexpf(m, &ex); /* m < 2^ex */
+        e = min(max(15 - ex, -120), 120);
+    }
+    const float s = ldexpf(1.0f, e);
+    __half *o = xh + (size_t)blockIdx.x * K;
+    if (order == 0) {
+        for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+            const float4 v = *(const float4 *)(r + i);
+            *(__half2 *)(o + i) = __floats2half2_rn(v.x * s, v.z * s);
+            *(__half2 *)(o + i + 2) = __floats2half2_rn(v.y * s, v.w * s);
+        }
+    } else { /* k_mm_w: per 16 values the even k, then the odd k */
+        for (int i = threadIdx.x * 16; i < K; i += blockDim.x * 16) {
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 4; j++) *(float4 *)(v + 4 * j) = *(const float4 *)(r + i + 4 * j);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                *(__half2 *)(o + i + 2 * j) = __floats2half2_rn(v[4 * j] * s, v[4 * j + 2] * s);
+                *(__half2 *)(o + i + 8 + 2 * j) = __floats2half2_rn(v[4 * j + 1] * s, v[4 * j + 3] * s);
+            }
+        }
+    }
+    if (threadIdx.x == 0) xinv[blockIdx.x] = ldexpf(1.0f, -e);
+}
+
+template <int Q4>
+__device__ __forceinline__ void mmh_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const __half *__restrict__ xh, int nb, int M, int N, int m0, int n0, int kb0) {
+    typedef mmh_geom<Q4> G;
+    uint8_t *A = st, *B = st + G::A_BYTES, *As = B + G::B_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 64 / 16;
+#pragma unroll
+    for (int i = tid; i < MMH_BM * ACH; i += MMH_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMH_BN * BCH; i += MMH_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1);
+        cp_async16(B + t * G::B_STRIDE + ch * 16, (const uint8_t *)(xh + ((size_t)tok * nb + kb0) * 32) + ch * 16);
+    }
+    if (tid < MMH_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    }
+}
+
+/* Two f16 values 1024 + u (u a byte or nibble placed in each half's low
+ * mantissa bits by the caller) minus `off`, times the scale: exact codes,
+ * one rounding. */
+__device__ __forceinline__ unsigned mmh_expand(unsigned bits, __half2 off, __half2 scale) {
+    __half2 h = *(__half2 *)&bits;
+    h = __hmul2(__hsub2(h, off), scale);
+    return *(unsigned *)&h;
+}
+
+/* ST pipeline stages, MINB blocks per SM (the register budget): 2 and 2 by
+ * default (3614 vs 3228 tok/s prefill of 31B Q4_0 at 2048: two blocks hide
+ * each other's staging), 3 and 1 with GEM_CUDA_MMH=1 */
+template <int Q4, int ST, int MINB>
+__global__ void __launch_bounds__(MMH_THREADS, MINB)
+    k_mm_h(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
+           const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    typedef mmh_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmh_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2; /* 4 x 2 warps of 32 rows x 64 tokens */
+    const int n0 = blockIdx.x * MMH_BN, m0 = blockIdx.y * MMH_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    const __half wsc = __float2half_rn(wexp);
+    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    float acc[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0;
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < nsteps) mmh_load<Q4>(mmh_smem + s * G::STAGE, q, d, xh, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();
+        const int nxt = step + ST - 1;
+        if (nxt < nsteps) mmh_load<Q4>(mmh_smem + (nxt % ST) * G::STAGE, q, d, xh, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        const uint8_t *A = mmh_smem + (step % ST) * G::STAGE, *B = A + G::A_BYTES;
+        const __half *As = (const __half *)(B + G::B_BYTES);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            unsigned af[2][2][4]; /* [row tile][k half of the block][fragment register] */
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + mt * 16 + g + 8 * h;
+                    const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                    const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
+                    if (Q4) {
+                        const unsigned w = *(const unsigned *)(ar + 4 * c);
+                        af[mt][0][h] = mmh_expand((w & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][0][h + 2] = mmh_expand(((w >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][1][h] = mmh_expand(((w >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
+                        af[mt][1][h + 2] = mmh_expand(((w >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    } else {
+                        const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
+                        const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
+                        af[mt][0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
+                        af[mt][0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
+                        af[mt][1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
+                        af[mt][1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
+                    }
+                }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const uint8_t *br = B + (wn * 64 + nt * 8 + g) * G::B_STRIDE + kb * 64 + 8 * c;
+                const uint2 b0 = *(const uint2 *)br, b1 = *(const uint2 *)(br + 32);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_f16(acc[mt][nt], af[mt][0][0], af[mt][0][1], af[mt][0][2], af[mt][0][3], b0.x, b0.y);
+                    mma_f16(acc[mt][nt], af[mt][1][0], af[mt][1][1], af[mt][1][2], af[mt][1][3], b1.x, b1.y);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    const float winv = 1.0f / wexp;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const int tok = n0 + wn * 64 + nt * 8 + 2 * c + e2;
+            if (tok >= N) continue;
+            const float s = winv * xinv[tok];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = m0 + wm * 32 + mt * 16 + g + 8 * h;
+                    if (row < M) out[(size_t)tok * M + row] = acc[mt][nt][2 * h + e2] * s;
+                }
+        }
+}
+
+typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
+typedef void (*mv_f_fn)(mv_job, const float *, int);
+
+#define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
+                          K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
+#define NT_TABLE_Q(Q4) {k_mv_q<Q4, 1, 1>, k_mv_q<Q4, 2, 1>, k_mv_q<Q4, 3, 1>, k_mv_q<Q4, 4, 1>, \
+                        k_mv_q<Q4, 5, 1>, k_mv_q<Q4, 6, 1>, k_mv_q<Q4, 7, 1>, k_mv_q<Q4, 8, 1>}
+static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE_Q(1);
+static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
+/* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
+static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
+static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
+static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
+static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
+static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
+
+/* ---- prefill products on warpgroup MMA (GEM_CUDA_MMH=3; written without
+ * a GPU at hand, opt-in until cuda_ops and a benchmark have run it) ----
+ * k_mm_w: k_mm_h's operands on wgmma.mma_async m64n128k16 (Hopper's
+ * asynchronous warpgroup MMA): the weights expanded to f16 in registers as
+ * the A operand (each warp's A slice is exactly an m16n8k16 A fragment, so
+ * the expansion is k_mm_h's), the activations as the B operand read by the
+ * tensor cores from shared memory through a matrix descriptor (K-major,
+ * 128-byte swizzle: 16-byte chunk c of token row n at n*128 + ((c ^ (n & 7))
+ * << 4), atoms of 64 values and 8 rows 1024-byte aligned). The tensor cores
+ * read B in natural k order, so the activations are stored in the order
+ * that pairs with the expansion: in each group of 16 values the even k
+ * first, then the odd k (k_act_f16 order 1). Two warpgroups of 64 rows x
+ * 128 tokens; per 32-value block two k16 steps; A registers double-buffered
+ * by block parity (a wgmma may still read the other set); the stage a later
+ * cp.async overwrites is released only after wgmma.wait_group 0. */
+#define MMW_BM 128
+#define MMW_BN 128
+#define MMW_THREADS 256
+#define MMW_ST 2
+
+template <int Q4> struct mmw_geom {
+    static constexpr int WB = Q4 ? 16 : 32;
+    static constexpr int A_STRIDE = MMT_KS * WB + 16;
+    static constexpr int B_BYTES = MMT_KS / 2 * MMW_BN * 128; /* MMT_KS blocks = MMT_KS / 2 swizzle atoms */
+    static constexpr int A_BYTES = MMW_BM * A_STRIDE;
+    static constexpr int AS_BYTES = MMW_BM * MMT_KS * 2;
+    static constexpr int STAGE = (B_BYTES + A_BYTES + AS_BYTES + 1023) / 1024 * 1024; /* B of every stage 1024-aligned */
+    static constexpr int SMEM = STAGE * MMW_ST + 1024;                                 /* + the base's alignment */
+};
+
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(unsigned saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* keeps the compiler from moving accumulator accesses across the asm above */
+__device__ __forceinline__ void acc_fence(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* scale_d 0: D = A B (the first product needs no zeroed accumulators:
+ * zeroing them with ordinary moves makes ptxas serialize every wgmma) */
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const unsigned (&a)[4], uint64_t desc, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+template <int Q4>
+__device__ __forceinline__ void mmw_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                         const __half *__restrict__ xh, int nb, int M, int N, int m0, int n0, int kb0) {
+    typedef mmw_geom<Q4> G;
+    uint8_t *B = st, *A = st + G::B_BYTES, *As = A + G::A_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = MMT_KS * G::WB / 16, BCH = MMT_KS * 64 / 16; /* 16-byte chunks per weight row / token */
+#pragma unroll
+    for (int i = tid; i < MMW_BN * BCH; i += MMW_THREADS) {
+        const int t = i / BCH, ch = i % BCH, tok = min(n0 + t, N - 1), atom = ch >> 3, c = ch & 7;
+        cp_async16(B + atom * (MMW_BN * 128) + t * 128 + ((c ^ (t & 7)) << 4),
+                   (const uint8_t *)(xh + ((size_t)tok * nb + kb0) * 32) + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < MMW_BM * ACH; i += MMW_THREADS) {
+        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+    }
+    if (tid < MMW_BM) {
+        const int row = min(m0 + tid, M - 1);
+        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+    }
+}
+
+template <int Q4>
+__global__ void __launch_bounds__(MMW_THREADS, 2)
+    k_mm_w(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
+           const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    pdl_wait();
+    typedef mmw_geom<Q4> G;
+    extern __shared__ __align__(16) uint8_t mmw_raw[];
+    /* the swizzle works on absolute shared addresses: stage bases on 1024 */
+    const unsigned raw_s = (unsigned)__cvta_generic_to_shared(mmw_raw);
+    uint8_t *smem = mmw_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wg = warp >> 2, w = warp & 3; /* warpgroup (64 rows each), warp within it (16 rows) */
+    const int n0 = blockIdx.x * MMW_BN, m0 = blockIdx.y * MMW_BM;
+    const int nb = K / 32, nsteps = nb / MMT_KS;
+    const __half wsc = __float2half_rn(wexp);
+    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    float acc[64]; /* written first by a wgmma with scale_d 0 */
+    unsigned af[2][2][4]; /* [block parity][k16 step][fragment register] */
+#pragma unroll
+    for (int s = 0; s < MMW_ST - 1; s++) {
+        if (s < nsteps) mmw_load<Q4>(smem + s * G::STAGE, q, d, xh, nb, M, N, m0, n0, s * MMT_KS);
+        cp_async_commit();
+    }
+    for (int step = 0; step < nsteps; step++) {
+        cp_async_wait<MMW_ST - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async wrote through the generic proxy */
+        wgmma_wait<0>(); /* the stage the next load overwrites is no longer read */
+        acc_fence(acc);
+        __syncthreads();
+        const int nxt = step + MMW_ST - 1;
+        if (nxt < nsteps) mmw_load<Q4>(smem + (nxt % MMW_ST) * G::STAGE, q, d, xh, nb, M, N, m0, n0, nxt * MMT_KS);
+        cp_async_commit();
+        uint8_t *st = smem + (step % MMW_ST) * G::STAGE;
+        const uint8_t *A = st + G::B_BYTES;
+        const __half *As = (const __half *)(A + G::A_BYTES);
+        const unsigned bs = (unsigned)__cvta_generic_to_shared(st);
+#pragma unroll
+        for (int kb = 0; kb < MMT_KS; kb++) {
+            unsigned(&a)[2][4] = af[kb & 1];
+            if (kb >= 2) wgmma_wait<1>(); /* the wgmmas of block kb - 2 (same register set) are done */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wg * 64 + w * 16 + g + 8 * h;
+                const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
+                if (Q4) {
+                    const unsigned wd = *(const unsigned *)(ar + 4 * c);
+                    a[0][h] = mmh_expand((wd & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[0][h + 2] = mmh_expand(((wd >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[1][h] = mmh_expand(((wd >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
+                    a[1][h + 2] = mmh_expand(((wd >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
+                } else {
+                    const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
+                    const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
+                    a[0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
+                    a[0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
+                    a[1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
+                    a[1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
+                }
+            }
+            acc_fence(acc);
+            wgmma_fence();
+            /* block kb: atom kb / 2, k16 steps 2 (kb % 2) and + 1 at 32 bytes each */
+            const unsigned base = bs + (kb >> 1) * (MMW_BN * 128) + (kb & 1) * 64;
+            wgmma_m64n128k16(acc, a[0], wgmma_desc_sw128(base), step > 0 || kb > 0);
+            wgmma_m64n128k16(acc, a[1], wgmma_desc_sw128(base + 32), 1);
+            wgmma_commit();
+        }
+    }
+    wgmma_wait<0>();
+    acc_fence(acc);
+    cp_async_wait<0>();
+    const float winv = 1.0f / wexp;
+#pragma unroll
+    for (int v = 0; v < 64; v++) {
+        const int row = m0 + wg * 64 + w * 16 + g + 8 * ((v >> 1) & 1), tok = n0 + 8 * (v >> 2) + 2 * c + (v & 1);
+        if (row < M && tok < N) out[(size_t)tok * M + row] = acc[v] * winv * xinv[tok];
+    }
+}
+
+template <int Q4, int ST, int MINB> static cudaError_t mmh_allow1() {
+    return cudaFuncSetAttribute(k_mm_h<Q4, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                mmh_geom<Q4>::STAGE * ST);
+}
+cudaError_t mmh_allow(void) {
+    cudaError_t e = cudaFuncSetAttribute(k_mm_tiled<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<1>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mm_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<0>::SMEM);
+    if (e == cudaSuccess) e = mmh_allow1<1, 3, 1>();
+    if (e == cudaSuccess) e = mmh_allow1<0, 3, 1>();
+    if (e == cudaSuccess) e = mmh_allow1<1, 2, 2>();
+    if (e == cudaSuccess) e = mmh_allow1<0, 2, 2>();
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
+    return e;
+}
+
+/* Prefill products of q8_0/q4_0 weights on the f16 tensor cores (k_mm_h);
+ * the f16 activations of x are reused while nothing but products ran
+ * since. Returns -1 when scratch could not grow (nothing launched). */
+static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
+    const int K = (int)W[0]->ne0;
+    const int cached = c->h_src == x->d && c->h_n == n && c->h_K == K && c->h_epoch == c->epoch;
+    if (!cached) {
+        if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
+        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
+               c->mmh_variant == 3 ? 1 : 0);
+        LAUNCHED(c, "activations to f16");
+    }
+    int writes_x = 0;
+    for (int i = 0; i < count; i++) {
+        const int M = (int)W[i]->ne1;
+        const dim3 g((unsigned)((n + MMH_BN - 1) / MMH_BN), (unsigned)((M + MMH_BM - 1) / MMH_BM));
+        static_assert(MMW_BN == MMH_BN && MMW_BM == MMH_BM, "one grid for both product kernels");
+#define MMH_LAUNCH(Q4, ST, MINB)                                                                                    \
+    launch(c, k_mm_h<Q4, ST, MINB>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * ST, (const uint8_t *)W[i]->q,              \
+           (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
+           outs[i]->d)
+        if (c->mmh_variant == 3) {
+            if (W[i]->fmt == DW_Q4_0)
+                launch(c, k_mm_w<1>, g, MMW_THREADS, mmw_geom<1>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
+                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+            else
+                launch(c, k_mm_w<0>, g, MMW_THREADS, mmw_geom<0>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
+                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+        } else if (W[i]->fmt == DW_Q4_0) {
+            if (c->mmh_variant == 2) MMH_LAUNCH(1, 2, 2);
+            else MMH_LAUNCH(1, 3, 1);
+        } else {
+            if (c->mmh_variant == 2) MMH_LAUNCH(0, 2, 2);
+            else MMH_LAUNCH(0, 3, 1);
+        }
+#undef MMH_LAUNCH
+        LAUNCHED(c, "matmul (f16 tensor cores)");
+        writes_x |= outs[i]->d == x->d;
+    }
+    if (!writes_x) {
+        c->h_src = x->d;
+        c->h_n = n;
+        c->h_K = K;
+        c->h_epoch = c->epoch;
+    }
+    return 0;
+}
+
+/* outs[i] = W[i] x (pair: outs[0] = gelu(W[0] x) * (W[1] x)). The 8-bit
+ * activations of the last quantized input are reused while nothing but
+ * matrix products ran since. Weights of one call share a format (else the
+ * caller splits the call). */
+static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
+                   int pair) {
+    const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
+    char label[64] = "matmul";
+    if (c->profile)
+        snprintf(label, sizeof label, "matmul%s x%d %s %dx%d n%d", pair ? "+geglu" : "", count,
+                 fmt == DW_Q4_0 ? "q4_0" : fmt == DW_Q8_0 ? "q8_0" : "float", (int)W[0]->ne1, K, n);
+    mv_job job;
+    memset(&job, 0, sizeof job);
+    job.count = pair ? 1 : count;
+    job.pair = pair;
+    /* warps per row of a split one-token product (k_mv_q) */
+    const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
+                                                                                       : 1;
+    unsigned grid = 0;
+    for (int i = 0; i < job.count; i++) {
+        job.m[i].q = W[i]->q;
+        job.m[i].d = W[i]->d;
+        job.m[i].M = (int)W[i]->ne1;
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS / sp * MV_ROWS);
+        grid += (unsigned)job.m[i].blocks;
+    }
+    if (pair) {
+        job.m[1].q = W[1]->q;
+        job.m[1].d = W[1]->d;
+        job.m[1].M = (int)W[1]->ne1;
+    }
+    if ((fmt == DW_Q8_0 || fmt == DW_Q4_0) && n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+        int f16 = 1;
+        for (int i = 0; i < job.count; i++) f16 &= W[i]->hexp > 0;
+        if (f16 && !mmh_run(c, job.count, W, x, n, outs)) return;
+    }
+    if (fmt == DW_Q8_0 || fmt == DW_Q4_0) {
+        const size_t nblk = (size_t)n * (size_t)(K / 32);
+        const int cached = c->q_src == x->d && c->q_n == n && c->q_K == K && c->q_epoch == c->epoch;
+        if (!cached) {
+            if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) ||
+                grow(c, &c->xs, nblk * sizeof(int)))
+                return;
+            launch(c, k_quantize_act, blocks_for(nblk * 32, 256), 256, 0, x->d, (int64_t)nblk, (int8_t *)c->xq.p,
+                                                                          (float *)c->xd.p, (int *)c->xs.p);
+            LAUNCHED(c, "quantize activations");
+        }
+        if (n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+            for (int i = 0; i < job.count; i++) {
+                const dim3 g((unsigned)((n + MMT_BN - 1) / MMT_BN), (unsigned)((job.m[i].M + MMT_BM - 1) / MMT_BM));
+                if (fmt == DW_Q4_0)
+                    launch(c, k_mm_tiled<1>, g, MMT_THREADS, mmt_geom<1>::SMEM, 
+                        (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
+                        job.m[i].M, n, outs[i]->d);
+                else
+                    launch(c, k_mm_tiled<0>, g, MMT_THREADS, mmt_geom<0>::SMEM, 
+                        (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p, (const float *)c->xd.p, K,
+                        job.m[i].M, n, outs[i]->d);
+                LAUNCHED(c, "matmul (tensor cores, tiled)");
+            }
+            goto quantized_done;
+        }
+        if (n > MV_MAXT && !pair && c->mma) {
+            for (int i = 0; i < job.count; i++) {
+                const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
+                if (fmt == DW_Q4_0)
+                    launch(c, k_mm_q<1>, g, 128, 0, (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                else
+                    launch(c, k_mm_q<0>, g, 128, 0, (const uint8_t *)job.m[i].q, job.m[i].d, (const int8_t *)c->xq.p,
+                                                    (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
+                LAUNCHED(c, "matmul (tensor cores)");
+            }
+            goto quantized_done;
+        }
+        {
+        /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
+        const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
+            const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
+            const size_t bo = (size_t)t0 * (size_t)(K / 32);
+            mv_job jt = job;
+            for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+            launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
+                                                           (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
+            LAUNCHED(c, label);
+        }
+        }
+    quantized_done:;
+        int writes_x = 0;
+        for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
+        if (!writes_x) quantized_cache_set(c, x->d, n, K);
+        return;
+    }
+    const mv_f_fn *tab = fmt == DW_F32 ? mv_f32 : fmt == DW_F16 ? mv_f16 : mv_bf16;
+    for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
+        const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
+        mv_job jt = job;
+        for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
+        launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, x->d + (size_t)t0 * K, K);
+        LAUNCHED(c, label);
+    }
+}
+
+void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
+    mv_run(cu_of(b), 1, &W, x, n, &out, 0);
+}
+
+void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n,
+                            be_buf *const *out) {
+    int same = 1;
+    for (int i = 1; i < count; i++) same &= W[i]->fmt == W[0]->fmt && W[i]->ne0 == W[0]->ne0;
+    if (same) {
+        mv_run(cu_of(b), count, W, x, n, out, 0);
+        return;
+    }
+    for (int i = 0; i < count; i++) mv_run(cu_of(b), 1, &W[i], x, n, &out[i], 0);
+}
+
+void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    const be_weight *W[2] = {Wg, Wu};
+    const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0;
+    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > MV_MAXT)) {
+        /* the table GELU and mixed formats go the long way, through scratch */
+        const size_t len = (size_t)n * (size_t)Wu->ne1;
+        if (grow(c, &c->up, len * sizeof(float))) return;
+        be_buf up = {(float *)c->up.p, len};
+        be_buf *o1 = out, *o2 = &up;
+        mv_run(c, 1, &W[0], x, n, &o1, 0);
+        mv_run(c, 1, &W[1], x, n, &o2, 0);
+        cu_geglu(b, out, &up, len, out);
+        return;
+    }
+    mv_run(c, 2, W, x, n, &out, 1);
+}
