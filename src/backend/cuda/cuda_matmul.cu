@@ -669,6 +669,29 @@ __device__ __forceinline__ unsigned mmh_expand(unsigned bits, __half2 off, __hal
     return *(unsigned *)&h;
 }
 
+/* Row half h (0: row g, 1: row g + 8) of a lane's A fragments for one
+ * 32-value block at ar: f[s] is k16 step s (the low / high nibbles of q4_0,
+ * the first / second 16 codes of q8_0), in the K order described above.
+ * k_mm_h and k_mm_w share it, so both see the same operands. */
+template <int Q4>
+__device__ __forceinline__ void mmh_expand_row(unsigned (&f)[2][4], int h, const uint8_t *ar, int c, __half2 off,
+                                               __half2 sc) {
+    if (Q4) {
+        const unsigned w = *(const unsigned *)(ar + 4 * c);
+        f[0][h] = mmh_expand((w & 0x000F000Fu) | 0x64006400u, off, sc);
+        f[0][h + 2] = mmh_expand(((w >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
+        f[1][h] = mmh_expand(((w >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
+        f[1][h + 2] = mmh_expand(((w >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
+    } else {
+        const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
+        const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
+        f[0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
+        f[0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
+        f[1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
+        f[1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
+    }
+}
+
 /* ST pipeline stages, MINB blocks per SM (the register budget): 2 and 2 by
  * default (3614 vs 3228 tok/s prefill of 31B Q4_0 at 2048: two blocks hide
  * each other's staging), 3 and 1 with GEM_CUDA_MMH=1 */
@@ -714,21 +737,7 @@ __global__ void __launch_bounds__(MMH_THREADS, MINB)
                 for (int h = 0; h < 2; h++) {
                     const int r = wm * 32 + mt * 16 + g + 8 * h;
                     const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
-                    const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
-                    if (Q4) {
-                        const unsigned w = *(const unsigned *)(ar + 4 * c);
-                        af[mt][0][h] = mmh_expand((w & 0x000F000Fu) | 0x64006400u, off, sc);
-                        af[mt][0][h + 2] = mmh_expand(((w >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
-                        af[mt][1][h] = mmh_expand(((w >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
-                        af[mt][1][h + 2] = mmh_expand(((w >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
-                    } else {
-                        const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
-                        const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
-                        af[mt][0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
-                        af[mt][0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
-                        af[mt][1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
-                        af[mt][1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
-                    }
+                    mmh_expand_row<Q4>(af[mt], h, ar, c, off, __half2half2(__hmul(As[r * MMT_KS + kb], wsc)));
                 }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -897,21 +906,7 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
             for (int h = 0; h < 2; h++) {
                 const int r = wg * 64 + w * 16 + g + 8 * h;
                 const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
-                const __half2 sc = __half2half2(__hmul(As[r * MMT_KS + kb], wsc));
-                if (Q4) {
-                    const unsigned wd = *(const unsigned *)(ar + 4 * c);
-                    a[0][h] = mmh_expand((wd & 0x000F000Fu) | 0x64006400u, off, sc);
-                    a[0][h + 2] = mmh_expand(((wd >> 8) & 0x000F000Fu) | 0x64006400u, off, sc);
-                    a[1][h] = mmh_expand(((wd >> 4) & 0x000F000Fu) | 0x64006400u, off, sc);
-                    a[1][h + 2] = mmh_expand(((wd >> 12) & 0x000F000Fu) | 0x64006400u, off, sc);
-                } else {
-                    const unsigned w0 = *(const unsigned *)(ar + 4 * c) ^ 0x80808080u;
-                    const unsigned w1 = *(const unsigned *)(ar + 16 + 4 * c) ^ 0x80808080u;
-                    a[0][h] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4240), off, sc);
-                    a[0][h + 2] = mmh_expand(__byte_perm(w0, 0x64646464u, 0x4341), off, sc);
-                    a[1][h] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4240), off, sc);
-                    a[1][h + 2] = mmh_expand(__byte_perm(w1, 0x64646464u, 0x4341), off, sc);
-                }
+                mmh_expand_row<Q4>(a, h, ar, c, off, __half2half2(__hmul(As[r * MMT_KS + kb], wsc)));
             }
             acc_fence(acc);
             wgmma_fence();
