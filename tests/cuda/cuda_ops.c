@@ -89,6 +89,26 @@ static tensor make_tensor(uint32_t type, int64_t cols, int64_t rows) {
     return x;
 }
 
+/* Row o of W times token i of x ([n][K]): returns sum |w x| (the scale of
+ * f32 and f16 rounding errors); *bound8, when given, receives the error
+ * bound of 8-bit activation codes, sum over 32-value blocks of
+ * sum |w| max |x| / 254 (with a 1e-4 margin for its own rounding). */
+static double row_mag(const tensor *W, const float *x, int64_t K, int i, int64_t o, double *bound8) {
+    double mag = 0, bound = 0;
+    for (int64_t b = 0; b < K / 32; b++) {
+        double sw = 0, amax = 0;
+        for (int k = 0; k < 32; k++) {
+            const double wv = W->deq[o * K + b * 32 + k], xv = x[(size_t)i * K + b * 32 + k];
+            mag += fabs(wv * xv);
+            sw += fabs(wv);
+            amax = fmax(amax, fabs(xv));
+        }
+        bound += sw * amax / 254.0 * 1.0001;
+    }
+    if (bound8) *bound8 = bound;
+    return mag;
+}
+
 static void free_tensor(tensor *x) {
     free(x->data);
     free(x->deq);
@@ -384,17 +404,8 @@ static void test_matmul(void) {
             int ok = 1;
             for (int i = 0; i < n && ok; i++)
                 for (int64_t o = 0; o < M && ok; o++) {
-                    double mag = 0, bound = 0;
-                    for (int64_t b = 0; b < K / 32; b++) {
-                        double sw = 0, amax = 0;
-                        for (int k = 0; k < 32; k++) {
-                            const double wv = W.deq[o * K + b * 32 + k], xv = x[(size_t)i * K + b * 32 + k];
-                            mag += fabs(wv * xv);
-                            sw += fabs(wv);
-                            amax = fmax(amax, fabs(xv));
-                        }
-                        bound += sw * amax / 254.0 * 1.0001;
-                    }
+                    double bound;
+                    const double mag = row_mag(&W, x, K, i, o, &bound);
                     const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o], fast = f[(size_t)i * M + o];
                     const int quant8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
                     /* prefill tiles with K a multiple of 128 run k_mm_h: f16
@@ -449,8 +460,7 @@ static void test_matmul_split(backend *gu) {
             float *a = get(gu, og, (size_t)M), *b = get(gs, os, (size_t)M);
             int ok = 1;
             for (int64_t o = 0; o < M && ok; o++) {
-                double mag = 0;
-                for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[o * K + k] * x[k]);
+                const double mag = row_mag(&W, x, K, 0, o, NULL);
                 if (!(fabs((double)a[o] - b[o]) <= 1e-5 * mag + 1e-6)) {
                     fprintf(stderr, "split matmul %s K=%lld row %lld: %.9g vs unsplit %.9g\n", quant_type_name(types[t]),
                             (long long)K, (long long)o, b[o], a[o]);
@@ -551,8 +561,7 @@ static void test_matmul_wgmma(backend *g3) {
                 int ok = 1;
                 for (int i = 0; i < n && ok; i++)
                     for (int64_t o = 0; o < M && ok; o++) {
-                        double mag = 0;
-                        for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[o * K + k] * x[(size_t)i * K + k]);
+                        const double mag = row_mag(&W, x, K, i, o, NULL);
                         const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o];
                         if (!(fabs(got - ref) <= (1.0 / 1024 + 1e-5) * mag * 1.0001 + 1e-6)) {
                             fprintf(stderr, "wgmma matmul %s K=%lld n=%d row %lld token %d: gpu %.9g ref %.9g\n",
@@ -586,8 +595,7 @@ static void test_matmul_wgmma(backend *g3) {
     int ok = 1;
     for (size_t i = 0; i < (size_t)n * M && ok; i += 97) {
         const size_t tok = i / M, row = i % M;
-        double mag = 0;
-        for (int64_t k = 0; k < K; k++) mag += fabs((double)W.deq[row * K + k] * x[tok * K + k]);
+        const double mag = row_mag(&W, x, K, (int)tok, (int64_t)row, NULL);
         if (!(fabs((double)a[i] - h[i]) <= 1e-4 * mag)) {
             fprintf(stderr, "wgmma vs k_mm_h row %zu token %zu: %.9g vs %.9g\n", row, tok, a[i], h[i]);
             ok = 0;
@@ -637,17 +645,8 @@ static void test_matmul_ranges(backend *gb) {
             int ok = 1;
             for (int i = 0; i < n && ok; i++)
                 for (int64_t o = 0; o < M && ok; o++) {
-                    double mag = 0, bound = 0;
-                    for (int64_t bk = 0; bk < K / 32; bk++) {
-                        double sw = 0, amax = 0;
-                        for (int k = 0; k < 32; k++) {
-                            const double wv = W.deq[o * K + bk * 32 + k], xv = x[(size_t)i * K + bk * 32 + k];
-                            mag += fabs(wv * xv);
-                            sw += fabs(wv);
-                            amax = fmax(amax, fabs(xv));
-                        }
-                        bound += sw * amax / 254.0 * 1.0001;
-                    }
+                    double bound;
+                    const double mag = row_mag(&W, x, K, i, o, &bound);
                     /* the path's own bound (no absolute slack: the values
                      * are tiny or huge on purpose) */
                     const double tol = mma_on() ? (1.0 / 1024 + 1e-5) * mag * 1.0001 : bound + 1e-5 * mag;
