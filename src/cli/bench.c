@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
 #include <unistd.h>
 
 #include "cli/cli.h"
