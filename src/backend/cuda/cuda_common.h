@@ -24,8 +24,8 @@
  *   (programmatic dependent launch): a kernel touches memory only after the
  *   one before it on the stream has completed, as with plain launches.
  * - The quantized-activation scratch (xq/xd/xs) holds the 8-bit codes of
- *   one buffer, named by q_src/q_n/q_K and valid while `epoch` (bumped by
- *   every launch) equals q_epoch: set by a product that quantized its input
+ *   one buffer, named by xq_of and valid while `epoch` (bumped by every
+ *   launch) equals its epoch: set by a product that quantized its input
  *   and by the ops that produce a product's input (rmsnorm, the residual
  *   add + norm, the attention combine), which write the codes as they go.
  * - KV caches hold f32 entries, or f16 with backend_opts.kv_f16; the
@@ -92,6 +92,15 @@ typedef struct {
     size_t cap;
 } scratch;
 
+/* Which buffer's converted activations a scratch holds (8-bit codes, or
+ * k_mm_h's f16 values): buffer src as n rows of K, valid while the
+ * backend's epoch (bumped by every launch) is still `epoch`. */
+typedef struct {
+    const float *src;
+    int n, K;
+    unsigned epoch;
+} act_cache;
+
 typedef struct {
     backend base;
     cudaStream_t st;
@@ -112,10 +121,7 @@ typedef struct {
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
-    /* the f16-activation cache of k_mm_h, as the quantized one below */
-    unsigned h_epoch;
-    const float *h_src;
-    int h_n, h_K;
+    act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
      * an event recorded before its first launch and one after its last is
@@ -124,11 +130,8 @@ typedef struct {
     int profile;
     int prof_open; /* prof_ev[0] recorded, op not yet LAUNCHED */
     cudaEvent_t prof_ev[2];
-    /* the quantized-activation cache of matmul_into: valid while epoch,
-     * bumped by every other op, is unchanged */
-    unsigned epoch, q_epoch;
-    const float *q_src;
-    int q_n, q_K;
+    unsigned epoch;  /* bumped by every launch (see act_cache) */
+    act_cache xq_of; /* the buffer whose 8-bit codes xq/xd/xs hold */
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
@@ -274,13 +277,19 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 /* ------------------------------------------------------------------ */
 /* helpers shared by the parts                                         */
 
-/* After a launch that left the 8-bit codes of buffer p (n rows of K) in the
- * scratch: the next product of p reuses them (see mv_run). */
+/* After a launch that left buffer p's (n rows of K) converted activations
+ * in a scratch: the next product of p reuses them (see mv_run). */
+static inline void act_cache_set(const cuda_backend *c, act_cache *a, const float *p, int n, int K) {
+    a->src = p;
+    a->n = n;
+    a->K = K;
+    a->epoch = c->epoch;
+}
+static inline int act_cache_holds(const cuda_backend *c, const act_cache *a, const float *p, int n, int K) {
+    return a->src == p && a->n == n && a->K == K && a->epoch == c->epoch;
+}
 static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, int K) {
-    c->q_src = p;
-    c->q_n = n;
-    c->q_K = K;
-    c->q_epoch = c->epoch;
+    act_cache_set(c, &c->xq_of, p, n, K);
 }
 
 /* The one GELU of this file (the fused matmul epilogue uses it too, so

@@ -951,7 +951,7 @@ cudaError_t mmh_allow(void) {
  * since. Returns -1 when scratch could not grow (nothing launched). */
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
     const int K = (int)W[0]->ne0;
-    const int cached = c->h_src == x->d && c->h_n == n && c->h_K == K && c->h_epoch == c->epoch;
+    const int cached = act_cache_holds(c, &c->xh_of, x->d, n, K);
     if (!cached) {
         if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
         launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
@@ -985,12 +985,7 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
         LAUNCHED(c, "matmul (f16 tensor cores)");
         writes_x |= outs[i]->d == x->d;
     }
-    if (!writes_x) {
-        c->h_src = x->d;
-        c->h_n = n;
-        c->h_K = K;
-        c->h_epoch = c->epoch;
-    }
+    if (!writes_x) act_cache_set(c, &c->xh_of, x->d, n, K);
     return 0;
 }
 
@@ -1032,7 +1027,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     }
     if (fmt == DW_Q8_0 || fmt == DW_Q4_0) {
         const size_t nblk = (size_t)n * (size_t)(K / 32);
-        const int cached = c->q_src == x->d && c->q_n == n && c->q_K == K && c->q_epoch == c->epoch;
+        const int cached = act_cache_holds(c, &c->xq_of, x->d, n, K);
         if (!cached) {
             if (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) ||
                 grow(c, &c->xs, nblk * sizeof(int)))
