@@ -255,17 +255,12 @@ __device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, i
     return min(nsplit, (len + per - 1) / per);
 }
 
-__global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
-                               int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
-                               const int *step, int n, int QB, int window) {
-    pdl_wait();
-    extern __shared__ float wgt[];
-    __shared__ float red[32];
-    const int hq = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int nw = blockDim.x >> 5;
-    const size_t base = (size_t)i * n_head + hq;
-    const float *ml = pml + base * nsplit * 2;
-    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
+/* The combine's weights: each used split's exp(max_s - M) into wgt (0 for a
+ * split that saw no key), M the largest split max; returns the weighted sum
+ * of the splits' sums, L. Block-wide (red: 32 floats of shared memory);
+ * its last barrier also publishes wgt. */
+__device__ __forceinline__ float combine_weights(const float *ml, int used, float *wgt, float *red) {
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
     float M = -INFINITY;
     for (int s = tid; s < used; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
     M = warp_max(M);
@@ -280,7 +275,19 @@ __global__ void k_attn_combine(const float *part, const float *pml, int n_head, 
         wgt[s] = wt;
         L += wt * ml[2 * s + 1];
     }
-    L = block_sum(L, red);
+    return block_sum(L, red);
+}
+
+__global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
+                               int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
+                               const int *step, int n, int QB, int window) {
+    pdl_wait();
+    extern __shared__ float wgt[];
+    __shared__ float red[32];
+    const int hq = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const size_t base = (size_t)i * n_head + hq;
+    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
+    const float L = combine_weights(pml + base * nsplit * 2, used, wgt, red);
     const float inv = 1.0f / L;
     for (int e = tid; e < d; e += blockDim.x) {
         float o = 0;
@@ -531,26 +538,12 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
                         int QB, int window) {
     pdl_wait();
     extern __shared__ float wgt[];
-    __shared__ float red[CB_GROUPS][32], mx[CB_GROUPS], sm_l[32];
+    __shared__ float red[CB_GROUPS][32], sm[32];
     const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
     const int tid = threadIdx.x, lane = tid & 31, grp = tid >> 5;
     const size_t base = (size_t)i * n_head + hq;
-    const float *ml = pml + base * nsplit * 2;
     const int used = attn_used_splits(step, i, n, QB, window, nsplit);
-    float M = -INFINITY;
-    for (int sp = tid; sp < used; sp += blockDim.x) M = fmaxf(M, ml[2 * sp]);
-    M = warp_max(M);
-    if (lane == 0) mx[grp] = M;
-    __syncthreads();
-    M = mx[0];
-    for (int j = 1; j < CB_GROUPS; j++) M = fmaxf(M, mx[j]);
-    float L = 0;
-    for (int sp = tid; sp < used; sp += blockDim.x) {
-        const float wt = ml[2 * sp] == -INFINITY ? 0.0f : expf(ml[2 * sp] - M);
-        wgt[sp] = wt;
-        L += wt * ml[2 * sp + 1];
-    }
-    L = block_sum(L, sm_l); /* its barrier also publishes wgt */
+    const float L = combine_weights(pml + base * nsplit * 2, used, wgt, sm);
     float o = 0;
 #pragma unroll 8
     for (int sp = grp; sp < used; sp += CB_GROUPS) o += wgt[sp] * part[(base * nsplit + sp) * d + e];
