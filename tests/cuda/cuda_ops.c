@@ -33,7 +33,7 @@ static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
 /* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
  * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
  * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
-static backend *gpu_wide, *gpu_wide_f16;
+static backend *gpu_v2, *gpu_v2_f16; /* GEM_CUDA_ATTN_V2=1 */
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -334,8 +334,10 @@ static void test_rope(void) {
 }
 
 /* Fused launches against their unfused GPU equivalents: the same
- * arithmetic per row, so exactly equal. */
-static void test_fused_matmul(void) {
+ * arithmetic per row, so exactly equal. The geglu pair's reference comes
+ * from gu (GEM_CUDA_MV_SPLIT=0): the fused pair never splits a row, the
+ * default's one-token products of K >= 8192 do (another order). */
+static void test_fused_matmul(backend *gu) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16};
     for (size_t t = 0; t < 3; t++)
         for (int n = 1; n <= 9; n += 8)
@@ -360,11 +362,18 @@ static void test_fused_matmul(void) {
             /* geglu pair: gate = A, up = C */
             be_buf *fused = put(gpu, NULL, (size_t)n * 300);
             gpu->matmul_geglu(gpu, W[0], W[2], xg, n, fused);
-            gpu->geglu(gpu, r[0], r[2], (size_t)n * 300, o[0]);
-            float *a = get(gpu, fused, (size_t)n * 300), *b = get(gpu, o[0], (size_t)n * 300);
+            be_weight *ua = gu->weight(gu, &A.t, &err), *uc = gu->weight(gu, &C.t, &err);
+            be_buf *ux = put(gu, x, (size_t)n * K), *ur[3] = {put(gu, NULL, (size_t)n * 300), put(gu, NULL, (size_t)n * 300),
+                                                             put(gu, NULL, (size_t)n * 300)};
+            gu->matmul(gu, ua, ux, n, ur[0]);
+            gu->matmul(gu, uc, ux, n, ur[1]);
+            gu->geglu(gu, ur[0], ur[1], (size_t)n * 300, ur[2]);
+            float *a = get(gpu, fused, (size_t)n * 300), *b = get(gu, ur[2], (size_t)n * 300);
             CHECKF(close_enough("matmul_geglu", a, b, (size_t)n * 300, 0, 0), "matmul_geglu %s n=%d",
                    quant_type_name(types[t]), n);
             free(a), free(b), free(x);
+            for (int i = 0; i < 3; i++) gu->buf_free(gu, ur[i]);
+            gu->buf_free(gu, ux), gu->weight_free(gu, ua), gu->weight_free(gu, uc);
             gpu->buf_free(gpu, fused), gpu->buf_free(gpu, xg);
             for (int i = 0; i < 3; i++) gpu->buf_free(gpu, o[i]), gpu->buf_free(gpu, r[i]), gpu->weight_free(gpu, W[i]);
             free_tensor(&A), free_tensor(&B), free_tensor(&C);
@@ -475,72 +484,49 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* The wide combine writes the 8-bit codes of its output for the output
- * projection: a one-token step at depth 100 (4 splits with keys) and the
+/* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
+ * for the output projection: a one-token step at depth 100 (4 splits with keys) and the
  * product of its output equal the product of a copy (own codes). */
 static void test_wide_handoff(void) {
     const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
     tensor W = make_tensor(QT_Q4_0, K, 128);
     gem_err err;
-    be_weight *wg = gpu_wide->weight(gpu_wide, &W.t, &err);
-    be_kv *kv = gpu_wide->kv_new(gpu_wide, kvh, d, 512, 0, &err);
+    be_weight *wg = gpu->weight(gpu, &W.t, &err);
+    be_kv *kv = gpu->kv_new(gpu, kvh, d, 512, 0, &err);
     int32_t ids[100] = {0};
     for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
         const int pos = n == depth ? 0 : depth;
         float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
-        be_buf *qg = put(gpu_wide, q, (size_t)n * K), *kg = put(gpu_wide, k, (size_t)n * kvh * d), *vg = put(gpu_wide, v, (size_t)n * kvh * d);
-        be_buf *att = put(gpu_wide, NULL, (size_t)n * K), *copy = put(gpu_wide, NULL, (size_t)n * K);
-        be_buf *o1 = put(gpu_wide, NULL, (size_t)n * 128), *o2 = put(gpu_wide, NULL, (size_t)n * 128);
-        gpu_wide->set_step(gpu_wide, ids, n, pos);
-        gpu_wide->attention(gpu_wide, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
+        be_buf *qg = put(gpu, q, (size_t)n * K), *kg = put(gpu, k, (size_t)n * kvh * d), *vg = put(gpu, v, (size_t)n * kvh * d);
+        be_buf *att = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
+        be_buf *o1 = put(gpu, NULL, (size_t)n * 128), *o2 = put(gpu, NULL, (size_t)n * 128);
+        gpu->set_step(gpu, ids, n, pos);
+        gpu->attention(gpu, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
         if (n == 1) {
-            gpu_wide->matmul(gpu_wide, wg, att, n, o1);
-            gpu_wide->copy(gpu_wide, att, 0, copy, 0, (size_t)n * K);
-            gpu_wide->matmul(gpu_wide, wg, copy, n, o2);
-            float *r1 = get(gpu_wide, o1, (size_t)n * 128), *r2 = get(gpu_wide, o2, (size_t)n * 128);
+            gpu->matmul(gpu, wg, att, n, o1);
+            gpu->copy(gpu, att, 0, copy, 0, (size_t)n * K);
+            gpu->matmul(gpu, wg, copy, n, o2);
+            float *r1 = get(gpu, o1, (size_t)n * 128), *r2 = get(gpu, o2, (size_t)n * 128);
             CHECKF(close_enough("wide combine handoff", r1, r2, (size_t)n * 128, 0, 0), "wide combine -> matmul at depth %d",
                    depth);
             free(r1), free(r2);
         }
         free(q), free(k), free(v);
         be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
-        for (int i = 0; i < 7; i++) gpu_wide->buf_free(gpu_wide, bufs[i]);
+        for (int i = 0; i < 7; i++) gpu->buf_free(gpu, bufs[i]);
     }
-    gpu_wide->kv_free(gpu_wide, kv);
-    gpu_wide->weight_free(gpu_wide, wg);
+    gpu->kv_free(gpu, kv);
+    gpu->weight_free(gpu, wg);
     free_tensor(&W);
 }
 
-/* k_mm_h's other launch shape (GEM_CUDA_MMH=1: 3 stages, 1 block per SM)
- * runs the same per-thread products in the same order: bit-identical. */
-static void test_matmul_mmh1(backend *g1) {
-    const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
-    for (size_t t = 0; t < 2; t++) {
-        const int64_t K = 1536, M = 333;
-        const int n = 300;
-        tensor W = make_tensor(types[t], K, M);
-        gem_err err;
-        be_weight *wa = gpu->weight(gpu, &W.t, &err), *wb = g1->weight(g1, &W.t, &err);
-        float *x = rand_vec((size_t)n * K, 1.0f);
-        be_buf *xa = put(gpu, x, (size_t)n * K), *xb = put(g1, x, (size_t)n * K);
-        be_buf *oa = put(gpu, NULL, (size_t)n * M), *ob = put(g1, NULL, (size_t)n * M);
-        gpu->matmul(gpu, wa, xa, n, oa);
-        g1->matmul(g1, wb, xb, n, ob);
-        float *a = get(gpu, oa, (size_t)n * M), *b = get(g1, ob, (size_t)n * M);
-        CHECKF(close_enough("mmh variants", a, b, (size_t)n * M, 0, 0), "k_mm_h 3x1 vs 2x2 %s", quant_type_name(types[t]));
-        free(a), free(b), free(x);
-        gpu->buf_free(gpu, xa), g1->buf_free(g1, xb), gpu->buf_free(gpu, oa), g1->buf_free(g1, ob);
-        gpu->weight_free(gpu, wa), g1->weight_free(g1, wb);
-        free_tensor(&W);
-    }
-}
-
-/* The warpgroup-MMA product (GEM_CUDA_MMH=3, k_mm_w) against the scalar
- * reference with k_mm_h's bound (the same f16 operands; the tensor cores
- * may sum a k16 step in another order): token counts below, at and over
- * its 128-token tile, K of one and of several pipeline stages, M not a
- * multiple of its 128 rows. */
-static void test_matmul_wgmma(backend *g3) {
+/* The f16 prefill products, k_mm_w (the default, warpgroup MMA) and
+ * k_mm_h (g2: GEM_CUDA_MMH=2, mma.sync), against the scalar reference
+ * with one bound (the same f16 operands; the tensor cores may sum a k16
+ * step in another order): token counts below, at and over the 128-token
+ * tile, K of one and of several pipeline stages, M not a multiple of the
+ * 128 rows. */
+static void test_matmul_f16_on(backend *gb, const char *name) {
     const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
     const int64_t Ks[] = {128, 1536, 4096};
     const int ns[] = {9, 70, 300};
@@ -549,48 +535,53 @@ static void test_matmul_wgmma(backend *g3) {
             const int64_t K = Ks[ki], M = 333;
             tensor W = make_tensor(types[t], K, M);
             gem_err err;
-            be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wg = g3->weight(g3, &W.t, &err);
+            be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wg = gb->weight(gb, &W.t, &err);
             for (size_t ni = 0; ni < 3; ni++) {
                 const int n = ns[ni];
                 float *x = rand_vec((size_t)n * K, 1.0f);
-                be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xg = put(g3, x, (size_t)n * K);
-                be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *og = put(g3, NULL, (size_t)n * M);
+                be_buf *xr = put(cpu_ref, x, (size_t)n * K), *xg = put(gb, x, (size_t)n * K);
+                be_buf *orf = put(cpu_ref, NULL, (size_t)n * M), *og = put(gb, NULL, (size_t)n * M);
                 cpu_ref->matmul(cpu_ref, wr, xr, n, orf);
-                g3->matmul(g3, wg, xg, n, og);
-                float *a = get(g3, og, (size_t)n * M), *r = get(cpu_ref, orf, (size_t)n * M);
+                gb->matmul(gb, wg, xg, n, og);
+                float *a = get(gb, og, (size_t)n * M), *r = get(cpu_ref, orf, (size_t)n * M);
                 int ok = 1;
                 for (int i = 0; i < n && ok; i++)
                     for (int64_t o = 0; o < M && ok; o++) {
                         const double mag = row_mag(&W, x, K, i, o, NULL);
                         const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o];
                         if (!(fabs(got - ref) <= (1.0 / 1024 + 1e-5) * mag * 1.0001 + 1e-6)) {
-                            fprintf(stderr, "wgmma matmul %s K=%lld n=%d row %lld token %d: gpu %.9g ref %.9g\n",
+                            fprintf(stderr, "%s matmul %s K=%lld n=%d row %lld token %d: gpu %.9g ref %.9g\n", name,
                                     quant_type_name(types[t]), (long long)K, n, (long long)o, i, got, ref);
                             ok = 0;
                         }
                     }
-                CHECKF(ok, "wgmma matmul %s K=%lld n=%d", quant_type_name(types[t]), (long long)K, n);
+                CHECKF(ok, "%s matmul %s K=%lld n=%d", name, quant_type_name(types[t]), (long long)K, n);
                 free(a), free(r), free(x);
-                cpu_ref->buf_free(cpu_ref, xr), g3->buf_free(g3, xg), cpu_ref->buf_free(cpu_ref, orf), g3->buf_free(g3, og);
+                cpu_ref->buf_free(cpu_ref, xr), gb->buf_free(gb, xg), cpu_ref->buf_free(cpu_ref, orf), gb->buf_free(gb, og);
             }
-            cpu_ref->weight_free(cpu_ref, wr), g3->weight_free(g3, wg);
+            cpu_ref->weight_free(cpu_ref, wr), gb->weight_free(gb, wg);
             free_tensor(&W);
         }
-    /* a grid that fills the GPU with two blocks per SM (races show here):
-     * two runs bit-identical, and against k_mm_h (the same f16 operands,
-     * another summation order) within 1e-4 of sum |terms| on a sample */
+}
+
+/* A grid that fills the GPU with two blocks per SM (races show here): two
+ * runs of k_mm_w bit-identical, and against k_mm_h (g2: the same f16
+ * operands, another summation order) within 1e-4 of sum |terms| on a
+ * sample. */
+static void test_matmul_wgmma_grid(backend *g2) {
+    backend *g3 = gpu; /* the default: k_mm_w */
     const int64_t K = 4096, M = 4096;
     const int n = 512;
     tensor W = make_tensor(QT_Q4_0, K, M);
     gem_err err;
-    be_weight *w3 = g3->weight(g3, &W.t, &err), *wh = gpu->weight(gpu, &W.t, &err);
+    be_weight *w3 = g3->weight(g3, &W.t, &err), *wh = g2->weight(g2, &W.t, &err);
     float *x = rand_vec((size_t)n * K, 1.0f);
-    be_buf *x3 = put(g3, x, (size_t)n * K), *xh = put(gpu, x, (size_t)n * K);
-    be_buf *o1 = put(g3, NULL, (size_t)n * M), *o2 = put(g3, NULL, (size_t)n * M), *oh = put(gpu, NULL, (size_t)n * M);
+    be_buf *x3 = put(g3, x, (size_t)n * K), *xh = put(g2, x, (size_t)n * K);
+    be_buf *o1 = put(g3, NULL, (size_t)n * M), *o2 = put(g3, NULL, (size_t)n * M), *oh = put(g2, NULL, (size_t)n * M);
     g3->matmul(g3, w3, x3, n, o1);
     g3->matmul(g3, w3, x3, n, o2);
-    gpu->matmul(gpu, wh, xh, n, oh);
-    float *a = get(g3, o1, (size_t)n * M), *b = get(g3, o2, (size_t)n * M), *h = get(gpu, oh, (size_t)n * M);
+    g2->matmul(g2, wh, xh, n, oh);
+    float *a = get(g3, o1, (size_t)n * M), *b = get(g3, o2, (size_t)n * M), *h = get(g2, oh, (size_t)n * M);
     CHECKF(close_enough("wgmma rerun", a, b, (size_t)n * M, 0, 0), "wgmma matmul: two runs differ");
     int ok = 1;
     for (size_t i = 0; i < (size_t)n * M && ok; i += 97) {
@@ -603,8 +594,8 @@ static void test_matmul_wgmma(backend *g3) {
     }
     CHECKF(ok, "wgmma matmul against k_mm_h (M=K=4096, n=512)");
     free(a), free(b), free(h), free(x);
-    g3->buf_free(g3, x3), gpu->buf_free(gpu, xh), g3->buf_free(g3, o1), g3->buf_free(g3, o2), gpu->buf_free(gpu, oh);
-    g3->weight_free(g3, w3), gpu->weight_free(gpu, wh);
+    g3->buf_free(g3, x3), g2->buf_free(g2, xh), g3->buf_free(g3, o1), g3->buf_free(g3, o2), g2->buf_free(g2, oh);
+    g3->weight_free(g3, w3), g2->weight_free(g2, wh);
     free_tensor(&W);
 }
 
@@ -729,8 +720,8 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
     /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
      * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
     if (gpu_f16) test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_wide) test_attention_case_on(gpu_wide, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_wide_f16) test_attention_case_on(gpu_wide_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_v2) test_attention_case_on(gpu_v2, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_v2_f16) test_attention_case_on(gpu_v2_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 static void test_attention(void) {
@@ -911,24 +902,18 @@ int main(void) {
     /* the backends under test are the defaults, whatever the caller's
      * environment says; variants below set their variable explicitly */
     unsetenv("GEM_CUDA_MV_SPLIT");
-    unsetenv("GEM_CUDA_COMBINE");
     unsetenv("GEM_CUDA_MMH");
-    unsetenv("GEM_CUDA_FA_LB");
     unsetenv("GEM_CUDA_ATTN_V2");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    setenv("GEM_CUDA_COMBINE", "2", 1); /* read when a backend is created */
-    setenv("GEM_CUDA_FA_LB", "4", 1);
-    setenv("GEM_CUDA_ATTN_V2", "1", 1);
-    gpu_wide = gpu ? backend_create("cuda", &g, &err) : NULL;
-    CHECKF(!gpu || gpu_wide, "variant backend: %s", err.msg);
-    gpu_wide_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    CHECKF(!gpu || gpu_wide_f16, "variant backend (f16 cache): %s", err.msg);
-    unsetenv("GEM_CUDA_COMBINE");
-    unsetenv("GEM_CUDA_FA_LB");
+    setenv("GEM_CUDA_ATTN_V2", "1", 1); /* read when a backend is created */
+    gpu_v2 = gpu ? backend_create("cuda", &g, &err) : NULL;
+    CHECKF(!gpu || gpu_v2, "variant backend: %s", err.msg);
+    gpu_v2_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    CHECKF(!gpu || gpu_v2_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_ATTN_V2");
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -947,38 +932,33 @@ int main(void) {
     CHECKF(gu != NULL, "%s", err.msg);
     if (gu) {
         test_matmul_split(gu);
+        test_fused_matmul(gu);
         CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
         gu->destroy(gu);
     }
-    setenv("GEM_CUDA_MMH", "1", 1);
-    backend *g1 = backend_create("cuda", &g, &err);
+    setenv("GEM_CUDA_MMH", "2", 1);
+    backend *g2 = backend_create("cuda", &g, &err);
     unsetenv("GEM_CUDA_MMH");
-    CHECKF(g1 != NULL, "%s", err.msg);
-    setenv("GEM_CUDA_MMH", "3", 1);
-    backend *g3 = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_MMH");
-    CHECKF(g3 != NULL, "%s", err.msg);
-    if (g3) {
-        if (mma_on()) test_matmul_wgmma(g3);
-        test_matmul_ranges(g3); /* k_mm_w's epilogue at extreme operand exponents */
-        CHECKF(g3->status(g3, &err) == 0, "%s", err.msg);
-        g3->destroy(g3);
+    CHECKF(g2 != NULL, "%s", err.msg);
+    if (g2) {
+        if (mma_on()) {
+            test_matmul_f16_on(gpu, "wgmma");
+            test_matmul_f16_on(g2, "k_mm_h");
+            test_matmul_wgmma_grid(g2);
+        }
+        test_matmul_ranges(g2); /* k_mm_h's epilogue at extreme operand exponents */
+        CHECKF(g2->status(g2, &err) == 0, "%s", err.msg);
+        g2->destroy(g2);
     }
-    if (g1) {
-        test_matmul_mmh1(g1);
-        CHECKF(g1->status(g1, &err) == 0, "%s", err.msg);
-        g1->destroy(g1);
-    }
-    test_fused_matmul();
     test_quantized_handoff();
     test_attention();
-    if (gpu_wide) test_wide_handoff();
+    test_wide_handoff();
     test_argmax();
     test_topk();
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16, gpu_wide, gpu_wide_f16};
+    backend *variants[] = {gpu_f16, gpu_v2, gpu_v2_f16};
     for (int i = 0; i < 3; i++)
         if (variants[i]) {
             CHECKF(variants[i]->status(variants[i], &err) == 0, "%s", err.msg);

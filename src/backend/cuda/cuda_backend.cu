@@ -923,13 +923,9 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     const char *mma = getenv("GEM_CUDA_MMA");
     c->mma = !(mma && !strcmp(mma, "0"));
     const char *mmh = getenv("GEM_CUDA_MMH");
-    c->mmh_variant = mmh && !strcmp(mmh, "1") ? 1 : mmh && !strcmp(mmh, "3") ? 3 : 2;
+    c->mmh_wgmma = !(mmh && !strcmp(mmh, "2"));
     const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
-    const char *cmb = getenv("GEM_CUDA_COMBINE");
-    c->combine_wide = cmb && !strcmp(cmb, "2");
-    const char *lb = getenv("GEM_CUDA_FA_LB");
-    c->fa_lb = lb && !strcmp(lb, "4") ? 4 : 1;
     const char *v2 = getenv("GEM_CUDA_ATTN_V2");
     c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *pdl = getenv("GEM_CUDA_PDL");

@@ -135,10 +135,8 @@ typedef struct {
     /* prefill tiles of q8_0/q4_0 on the tensor cores (k_mm_q) unless
      * GEM_CUDA_MMA=0 */
     int mma;
-    int mmh_variant; /* k_mm_h: 2 stages, 2 blocks per SM (GEM_CUDA_MMH=1: 3 stages, 1 block; =3: k_mm_w) */
-    int mv_split;    /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int combine_wide; /* GEM_CUDA_COMBINE=2: k_attn_combine_wide for steps of up to 8 tokens */
-    int fa_lb;        /* GEM_CUDA_FA_LB=4: k_attn_fa issues 4 loads per array before storing */
+    int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
+    int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */

@@ -2,7 +2,8 @@
  * and small-batch matrix-vector kernels (dp4a on 8-bit activations, f32
  * FMA for float weights, rows of long products split over warps), and the
  * prefill kernels on the tensor cores (k_mm_h: f16 mma.sync with weights
- * expanded in registers; k_mm_w: the same on warpgroup MMA, opt-in;
+ * expanded in registers, GEM_CUDA_MMH=2; k_mm_w: the same on warpgroup
+ * MMA, the default;
  * k_mm_tiled/k_mm_q: 8-bit mma.sync). */
 #include "backend/cuda/cuda_common.h"
 
@@ -692,15 +693,17 @@ __device__ __forceinline__ void mmh_expand_row(unsigned (&f)[2][4], int h, const
     }
 }
 
-/* ST pipeline stages, MINB blocks per SM (the register budget): 2 and 2 by
- * default (3614 vs 3228 tok/s prefill of 31B Q4_0 at 2048: two blocks hide
- * each other's staging), 3 and 1 with GEM_CUDA_MMH=1 */
-template <int Q4, int ST, int MINB>
-__global__ void __launch_bounds__(MMH_THREADS, MINB)
+/* ST pipeline stages, 2 blocks per SM (the register budget): 3614 vs 3228
+ * tok/s prefill of 31B Q4_0 at 2048 for 3 stages and 1 block (two blocks
+ * hide each other's staging). */
+#define MMH_ST 2
+template <int Q4>
+__global__ void __launch_bounds__(MMH_THREADS, 2)
     k_mm_h(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
            const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
     pdl_wait();
     typedef mmh_geom<Q4> G;
+    constexpr int ST = MMH_ST;
     extern __shared__ __align__(16) uint8_t mmh_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int wm = warp & 3, wn = warp >> 2; /* 4 x 2 warps of 32 rows x 64 tokens */
@@ -786,8 +789,9 @@ static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
-/* ---- prefill products on warpgroup MMA (GEM_CUDA_MMH=3; written without
- * a GPU at hand, opt-in until cuda_ops and a benchmark have run it) ----
+/* ---- prefill products on warpgroup MMA (the default; GEM_CUDA_MMH=2
+ * selects k_mm_h): 31B Q4_0 prefill 2048 4718 vs 3618 tok/s (same call),
+ * the products at 400-450 TFLOPS (ncu, 2048-token tiles) ----
  * k_mm_w: k_mm_h's operands on wgmma.mma_async m64n128k16 (Hopper's
  * asynchronous warpgroup MMA): the weights expanded to f16 in registers as
  * the A operand (each warp's A slice is exactly an m16n8k16 A fragment, so
@@ -928,17 +932,14 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
     }
 }
 
-template <int Q4, int ST, int MINB> static cudaError_t mmh_allow1() {
-    return cudaFuncSetAttribute(k_mm_h<Q4, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mmh_geom<Q4>::STAGE * ST);
+template <int Q4> static cudaError_t mmh_allow1() {
+    return cudaFuncSetAttribute(k_mm_h<Q4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmh_geom<Q4>::STAGE * MMH_ST);
 }
 cudaError_t mmh_allow(void) {
     cudaError_t e = cudaFuncSetAttribute(k_mm_tiled<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<1>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mm_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmt_geom<0>::SMEM);
-    if (e == cudaSuccess) e = mmh_allow1<1, 3, 1>();
-    if (e == cudaSuccess) e = mmh_allow1<0, 3, 1>();
-    if (e == cudaSuccess) e = mmh_allow1<1, 2, 2>();
-    if (e == cudaSuccess) e = mmh_allow1<0, 2, 2>();
+    if (e == cudaSuccess) e = mmh_allow1<1>();
+    if (e == cudaSuccess) e = mmh_allow1<0>();
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
@@ -955,7 +956,7 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
     if (!cached) {
         if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
         launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
-               c->mmh_variant == 3 ? 1 : 0);
+               c->mmh_wgmma ? 1 : 0);
         LAUNCHED(c, "activations to f16");
     }
     int writes_x = 0;
@@ -963,11 +964,11 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
         const int M = (int)W[i]->ne1;
         const dim3 g((unsigned)((n + MMH_BN - 1) / MMH_BN), (unsigned)((M + MMH_BM - 1) / MMH_BM));
         static_assert(MMW_BN == MMH_BN && MMW_BM == MMH_BM, "one grid for both product kernels");
-#define MMH_LAUNCH(Q4, ST, MINB)                                                                                    \
-    launch(c, k_mm_h<Q4, ST, MINB>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * ST, (const uint8_t *)W[i]->q,              \
+#define MMH_LAUNCH(Q4)                                                                                              \
+    launch(c, k_mm_h<Q4>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * MMH_ST, (const uint8_t *)W[i]->q,                     \
            (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
            outs[i]->d)
-        if (c->mmh_variant == 3) {
+        if (c->mmh_wgmma) {
             if (W[i]->fmt == DW_Q4_0)
                 launch(c, k_mm_w<1>, g, MMW_THREADS, mmw_geom<1>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
                        W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
@@ -975,11 +976,9 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
                 launch(c, k_mm_w<0>, g, MMW_THREADS, mmw_geom<0>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
                        W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
         } else if (W[i]->fmt == DW_Q4_0) {
-            if (c->mmh_variant == 2) MMH_LAUNCH(1, 2, 2);
-            else MMH_LAUNCH(1, 3, 1);
+            MMH_LAUNCH(1);
         } else {
-            if (c->mmh_variant == 2) MMH_LAUNCH(0, 2, 2);
-            else MMH_LAUNCH(0, 3, 1);
+            MMH_LAUNCH(0);
         }
 #undef MMH_LAUNCH
         LAUNCHED(c, "matmul (f16 tensor cores)");
