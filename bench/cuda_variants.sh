@@ -1,10 +1,9 @@
 #!/bin/sh
 # The CUDA backend's kernel choices side by side on one GPU machine, in
 # one run (A/B/B/A where it matters), on a synthetic 31B Q4_0 with a Q8_0
-# embedding: prefill 2048 for the product kernels (GEM_CUDA_MMH 2 = k_mm_h,
-# 3 = k_mm_w) and the flash-attention staging (GEM_CUDA_FA_LB 1 / 4); decode
-# at depth 0 and 8192 for the attention combine (GEM_CUDA_COMBINE 1 / 2) and
-# the value pairs (GEM_CUDA_ATTN_V2) with f32 and f16 KV caches. Run
+# embedding: prefill 2048 for the product kernels (default k_mm_w,
+# GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the value pairs
+# (GEM_CUDA_ATTN_V2) with f32 and f16 KV caches and the row split. Run
 # build/tests/cuda/cuda_ops first: a variant is measured only once it is
 # correct. Output: one line per run (gem bench's own lines).
 #   bench/cuda_variants.sh [model.gguf]
@@ -14,11 +13,10 @@ M=${1:-${TMPDIR:-/tmp}/gem-variants-31b.gguf}
 [ -f "$M" ] || ./gem synth --profile gemma4-31b --type q4_0 --embd-type q8_0 --seed 1 -o "$M" >/dev/null || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 prefill() { ./gem bench -m "$M" --backend cuda --prompt 2048 --gen 1 --depth 0 --reps 2 2>&1 | grep 'prefill '; }
-for v in 2 3 3 2; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
-for v in 1 4 4 1; do echo "GEM_CUDA_FA_LB=$v: $(GEM_CUDA_FA_LB=$v prefill)"; done
-for v in "1 0 f32" "2 0 f32" "2 1 f32" "1 0 f32" "1 0 f16" "2 1 f16"; do
+for v in 3 2 2 3; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
+for v in "0 f32 1" "1 f32 1" "0 f16 1" "1 f16 1" "0 f32 0"; do
     set -- $v
-    echo "GEM_CUDA_COMBINE=$1 GEM_CUDA_ATTN_V2=$2 --kv-type $3: $(GEM_CUDA_COMBINE=$1 GEM_CUDA_ATTN_V2=$2 \
-        ./gem bench -m "$M" --backend cuda --kv-type "$3" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
+    echo "GEM_CUDA_ATTN_V2=$1 --kv-type $2 GEM_CUDA_MV_SPLIT=$3: $(GEM_CUDA_ATTN_V2=$1 GEM_CUDA_MV_SPLIT=$3 \
+        ./gem bench -m "$M" --backend cuda --kv-type "$2" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
         grep 'decode at' | tr '\n' ' ')"
 done

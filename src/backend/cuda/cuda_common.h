@@ -36,7 +36,7 @@
  * exactly as the CPU fast path does (scale max|x|/127, round to nearest
  * even), so integer block sums are identical and only the f32 summation
  * order differs. Prefill tiles (more than 8 tokens) run on the tensor cores
- * with f16 operands and f32 sums: products (k_mm_h: f16 activations and
+ * with f16 operands and f32 sums: products (k_mm_w/k_mm_h: f16 activations and
  * f16-expanded weights, relative 2^-11 each) and attention (k_attn_fa: f16
  * q, k, v and probabilities). Everything else is f32. */
 #ifndef GEM_BACKEND_CUDA_COMMON_H

@@ -947,7 +947,8 @@ cudaError_t mmh_allow(void) {
     return e;
 }
 
-/* Prefill products of q8_0/q4_0 weights on the f16 tensor cores (k_mm_h);
+/* Prefill products of q8_0/q4_0 weights on the f16 tensor cores (k_mm_w,
+ * or k_mm_h with GEM_CUDA_MMH=2);
  * the f16 activations of x are reused while nothing but products ran
  * since. Returns -1 when scratch could not grow (nothing launched). */
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
