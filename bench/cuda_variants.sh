@@ -2,7 +2,8 @@
 # The CUDA backend's kernel choices side by side on one GPU machine, in
 # one run (A/B/B/A where it matters), on a synthetic 31B Q4_0 with a Q8_0
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
-# GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the value pairs
+# GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
+# attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec), the value pairs
 # (GEM_CUDA_ATTN_V2) with f32 and f16 KV caches and the row split. Run
 # build/tests/cuda/cuda_ops first: a variant is measured only once it is
 # correct. Output: one line per run (gem bench's own lines).
@@ -14,9 +15,9 @@ M=${1:-${TMPDIR:-/tmp}/gem-variants-31b.gguf}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 prefill() { ./gem bench -m "$M" --backend cuda --prompt 2048 --gen 1 --depth 0 --reps 2 2>&1 | grep 'prefill '; }
 for v in 3 2 2 3; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
-for v in "0 f32 1" "1 f32 1" "0 f16 1" "1 f16 1" "0 f32 0"; do
+for v in "0 f32 1 0" "0 f32 1 1" "0 f16 1 1" "0 f16 1 0" "1 f16 1 0" "1 f32 1 0" "0 f32 0 0" "0 f32 1 0"; do
     set -- $v
-    echo "GEM_CUDA_ATTN_V2=$1 --kv-type $2 GEM_CUDA_MV_SPLIT=$3: $(GEM_CUDA_ATTN_V2=$1 GEM_CUDA_MV_SPLIT=$3 \
+    echo "GEM_CUDA_ATTN_V2=$1 --kv-type $2 GEM_CUDA_MV_SPLIT=$3 GEM_CUDA_ATTN_DEC=$4: $(GEM_CUDA_ATTN_V2=$1 GEM_CUDA_MV_SPLIT=$3 GEM_CUDA_ATTN_DEC=$4 \
         ./gem bench -m "$M" --backend cuda --kv-type "$2" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
         grep 'decode at' | tr '\n' ' ')"
 done

@@ -33,7 +33,8 @@ static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
 /* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
  * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
  * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
-static backend *gpu_v2, *gpu_v2_f16; /* GEM_CUDA_ATTN_V2=1 */
+static backend *gpu_v2, *gpu_v2_f16;   /* GEM_CUDA_ATTN_V2=1 */
+static backend *gpu_dec, *gpu_dec_f16; /* GEM_CUDA_ATTN_DEC=1 */
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -722,6 +723,8 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
     if (gpu_f16) test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
     if (gpu_v2) test_attention_case_on(gpu_v2, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
     if (gpu_v2_f16) test_attention_case_on(gpu_v2_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_dec) test_attention_case_on(gpu_dec, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
+    if (gpu_dec_f16) test_attention_case_on(gpu_dec_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 static void test_attention(void) {
@@ -904,6 +907,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_SPLIT");
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_ATTN_V2");
+    unsetenv("GEM_CUDA_ATTN_DEC");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -915,6 +919,12 @@ int main(void) {
     gpu_v2_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     CHECKF(!gpu || gpu_v2_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_ATTN_V2");
+    setenv("GEM_CUDA_ATTN_DEC", "1", 1);
+    gpu_dec = gpu ? backend_create("cuda", &g, &err) : NULL;
+    CHECKF(!gpu || gpu_dec, "variant backend: %s", err.msg);
+    gpu_dec_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    CHECKF(!gpu || gpu_dec_f16, "variant backend (f16 cache): %s", err.msg);
+    unsetenv("GEM_CUDA_ATTN_DEC");
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");
@@ -958,8 +968,8 @@ int main(void) {
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16, gpu_v2, gpu_v2_f16};
-    for (int i = 0; i < 3; i++)
+    backend *variants[] = {gpu_f16, gpu_v2, gpu_v2_f16, gpu_dec, gpu_dec_f16};
+    for (int i = 0; i < 5; i++)
         if (variants[i]) {
             CHECKF(variants[i]->status(variants[i], &err) == 0, "%s", err.msg);
             variants[i]->destroy(variants[i]);

@@ -58,6 +58,31 @@ __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int 
     return kv_ld1(cache + ((size_t)slot * kvh + h) * d + e);
 }
 
+/* The keys of a query block at positions qp_first..qp_last start at
+ * `first` (its first query's window) and are cut into splits of `per`
+ * keys, at least AT_MIN_SPLIT: at a shallow depth only the first few
+ * splits have keys; the rest leave an empty partial the combine skips
+ * without reading. Every attention kernel and the combines use this. */
+__device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int window, int nsplit, int &first, int &len) {
+    first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    len = qp_last - first + 1;
+    return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+}
+
+/* One-token steps store the new key and value inside the attention kernel
+ * (threads of the first block of a KV head): no block reads that cache
+ * slot (the new key comes from k/v; in a ring the slot held the position
+ * just outside the window). */
+template <int D, int NT, typename KT>
+__device__ __forceinline__ void attn_store_step(const float *k, const float *v, KT *store_k, KT *store_v, int pos0,
+                                                int cap, int ring, int kvh, int h) {
+    const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
+    for (int e = threadIdx.x; e < D; e += NT) {
+        kv_st(store_k + (slot * kvh + h) * D + e, k[(size_t)h * D + e]);
+        kv_st(store_v + (slot * kvh + h) * D + e, v[(size_t)h * D + e]);
+    }
+}
+
 /* One block per (KV head x head group, split, query block): its R rows are
  * QB queries x G query heads sharing one KV head, so each key and value
  * row read serves all R of them (prefill tiles share the reads across
@@ -93,23 +118,12 @@ __global__ void __launch_bounds__(AT_THREADS)
     int *rfirst = (int *)(alpha + R), *rlast = rfirst + R;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = AT_THREADS / 32;
     const int pos0 = step[0];
-    /* one-token steps store the new key/value here: no block reads that
-     * cache slot (the new key comes from k/v; in a ring the slot held the
-     * position just outside the window) */
-    if (store_k && split == 0 && blockIdx.x % groups == 0) {
-        const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
-        for (int e = threadIdx.x; e < D; e += AT_THREADS) {
-            kv_st(store_k + (slot * kvh + h) * D + e, k[(size_t)h * D + e]);
-            kv_st(store_v + (slot * kvh + h) * D + e, v[(size_t)h * D + e]);
-        }
-    }
+    if (store_k && split == 0 && blockIdx.x % groups == 0)
+        attn_store_step<D, AT_THREADS>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     const int i_last = min(i0 + QB, n) - 1;
     const int qp_first = pos0 + i0, qp_last = pos0 + i_last;
-    const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    /* splits of at least AT_MIN_SPLIT keys: at a shallow depth only the
-     * first few have keys; the rest leave an empty partial the combine
-     * skips without reading */
-    const int len = qp_last - first + 1, per = max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+    int first, len;
+    const int per = attn_split_per(qp_first, qp_last, window, nsplit, first, len);
     const int s0 = first + split * per, s1 = min(s0 + per, qp_last + 1);
     if (s0 >= s1) {
         if (tid < R && i0 + tid / G < n) {
@@ -249,9 +263,8 @@ __global__ void __launch_bounds__(AT_THREADS)
  * (per query block of QB) recomputed; splits past it wrote nothing. */
 __device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
     const int i0 = i / QB * QB, pos0 = step[0];
-    const int qp_first = pos0 + i0, qp_last = pos0 + min(i0 + QB, n) - 1;
-    const int first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    const int len = qp_last - first + 1, per = max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+    int first, len;
+    const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
     return min(nsplit, (len + per - 1) / per);
 }
 
@@ -542,6 +555,170 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
     if (xq) quantize_block32(o, (base * d + e) / 32, lane, xq, xd, xs); /* the warp holds one 32-value block */
 }
 
+/* ---- one-token decode attention, warp per query head and key subset
+ * (GEM_CUDA_ATTN_DEC=1; written without a GPU at hand, opt-in until
+ * cuda_ops and a benchmark have run it) ----
+ * k_attn_split gives a block's 256 threads one key at a time: per 64-key
+ * chunk a dependent chain of key loads, warp reductions, a block-wide
+ * softmax and value loads, with barriers between. A one-token step at a
+ * shallow depth is all chain (31B Q4_0, ~40 keys: 24 us per call with f32
+ * entries, 34 us with f16, GEM_CUDA_PROFILE=1), and at depth the chain
+ * leaves HBM idle (depth 8192: 3 GB of entries per token at ~1 TB/s).
+ * Here each warp owns one query head and every S-th key of the block's
+ * split (S = AD_WARPS / GB warps share a head) and runs its own online
+ * softmax over KU keys per round, all KU key and value rows loaded before
+ * the first dot product; no barrier until the warps of a head merge their
+ * (max, sum, output) in shared memory. Lane l holds elements VW l +
+ * 32 VW i of every row (VW = 4 f32 or 8 f16 values per load), so each
+ * load instruction of a warp reads one contiguous stretch. The split
+ * ranges, the partial layout and the empty-split marks are k_attn_split's
+ * (n = 1, QB = 1), so k_attn_combine_wide combines either. */
+#define AD_WARPS 8
+
+template <int VW> __device__ __forceinline__ void ad_ld(float *d, const float *p) {
+    const float4 a = *(const float4 *)p;
+    d[0] = a.x, d[1] = a.y, d[2] = a.z, d[3] = a.w;
+    if (VW == 8) {
+        const float4 b = *(const float4 *)(p + 4);
+        d[4] = b.x, d[5] = b.y, d[6] = b.z, d[7] = b.w;
+    }
+}
+template <int VW> __device__ __forceinline__ void ad_ld(float *d, const __half *p) {
+    if (VW == 8) {
+        const uint4 u = *(const uint4 *)p;
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(*(const __half2 *)&w[i]);
+            d[2 * i] = f.x, d[2 * i + 1] = f.y;
+        }
+    } else {
+        const float4 f = kv_ld4(p);
+        d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+    }
+}
+
+/* Row p of keys or values into a lane's E = D / 32 elements: this step's
+ * row (f32) for p >= pos0, else the cache's. */
+template <int D, int VW, typename KT>
+__device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, const KT *cache, int p, int pos0, int kvh,
+                                       int h, int cap, int ring, int lane) {
+    if (p >= pos0) {
+        const float *src = cur + ((size_t)(p - pos0) * kvh + h) * D + VW * lane;
+#pragma unroll
+        for (int i = 0; i < D / 32 / VW; i++) ad_ld<VW>(r + i * VW, src + 32 * VW * i);
+    } else {
+        const KT *src = cache + ((size_t)(ring ? p % cap : p) * kvh + h) * D + VW * lane;
+#pragma unroll
+        for (int i = 0; i < D / 32 / VW; i++) ad_ld<VW>(r + i * VW, src + 32 * VW * i);
+    }
+}
+
+/* One block per (KV head x group of GB query heads, split); GB divides
+ * AD_WARPS (the host checks). */
+template <int D, typename KT, int VW, int KU>
+__global__ void __launch_bounds__(AD_WARPS * 32)
+    k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
+               int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
+               KT *store_v) {
+    pdl_wait();
+    constexpr int E = D / 32;
+    static_assert(D % (32 * VW) == 0, "whole loads per lane");
+    __shared__ float sm_m[AD_WARPS], sm_l[AD_WARPS];
+    __shared__ __align__(16) float sm_o[AD_WARPS][D];
+    const int G = n_head / kvh, groups = G / GB, S = AD_WARPS / GB;
+    const int h = blockIdx.x / groups, hq0 = h * G + (blockIdx.x % groups) * GB, split = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp / GB, hq = hq0 + warp % GB;
+    const int pos0 = step[0];
+    if (split == 0 && blockIdx.x % groups == 0)
+        attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
+    int first, len;
+    const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
+    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1);
+    if (s0 >= s1) { /* the same for the whole block */
+        if (sub == 0 && lane == 0) {
+            pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
+            pml[((size_t)hq * nsplit + split) * 2 + 1] = 0;
+        }
+        return;
+    }
+    float qv[E], o[E];
+#pragma unroll
+    for (int i = 0; i < E / VW; i++) ad_ld<VW>(qv + i * VW, q + (size_t)hq * D + VW * lane + 32 * VW * i);
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] = 0;
+    float m = -INFINITY, l = 0;
+    for (int p0 = s0 + sub; p0 < s1; p0 += S * KU) {
+        float kr[KU][E], vr[KU][E];
+#pragma unroll
+        for (int u = 0; u < KU; u++) { /* keys past the split repeat its last (weight 0 below) */
+            const int p = min(p0 + u * S, s1 - 1);
+            ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
+            ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+        }
+        float sc[KU];
+#pragma unroll
+        for (int u = 0; u < KU; u++) {
+            float d = 0;
+#pragma unroll
+            for (int e = 0; e < E; e++) d += qv[e] * kr[u][e];
+            sc[u] = d;
+        }
+#pragma unroll
+        for (int off = 16; off; off >>= 1)
+#pragma unroll
+            for (int u = 0; u < KU; u++) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], off);
+        float mx = m;
+#pragma unroll
+        for (int u = 0; u < KU; u++) {
+            if (p0 + u * S >= s1) sc[u] = -INFINITY;
+            mx = fmaxf(mx, sc[u]);
+        }
+        /* mx is finite (key p0 is in the split): the first round scales the
+         * zero state by expf(-inf) = 0 */
+        const float a = expf(m - mx);
+        l *= a;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] *= a;
+#pragma unroll
+        for (int u = 0; u < KU; u++) {
+            const float w = expf(sc[u] - mx);
+            l += w;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] += w * vr[u][e];
+        }
+        m = mx;
+    }
+    /* the S warps of each head merge; a warp whose subset was empty left
+     * (-inf, 0, zeros) and weighs nothing; key s0 is in subset 0 */
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < E / VW; i++)
+#pragma unroll
+        for (int j = 0; j < VW; j++) sm_o[warp][VW * lane + 32 * VW * i + j] = o[i * VW + j];
+    __syncthreads();
+    for (int idx = tid; idx < GB * D; idx += AD_WARPS * 32) {
+        const int g = idx / D, e = idx % D;
+        float M = -INFINITY;
+        for (int s2 = 0; s2 < S; s2++) M = fmaxf(M, sm_m[s2 * GB + g]);
+        float O = 0, L = 0;
+        for (int s2 = 0; s2 < S; s2++) {
+            const float w = expf(sm_m[s2 * GB + g] - M);
+            O += w * sm_o[s2 * GB + g][e];
+            L += w * sm_l[s2 * GB + g];
+        }
+        const size_t row = (size_t)(hq0 + g) * nsplit + split;
+        part[row * D + e] = O;
+        if (e == 0) {
+            pml[row * 2] = M;
+            pml[row * 2 + 1] = L;
+        }
+    }
+}
+
 template <typename KT>
 __global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const int *step, int row, int cap,
                            int ring) {
@@ -642,11 +819,35 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         ATTN_LAUNCH_T(DIM, __half);      \
     else                                 \
         ATTN_LAUNCH_T(DIM, float)
-    switch (d) {
-    case 128: ATTN_LAUNCH(128); break;
-    case 256: ATTN_LAUNCH(256); break;
-    case 384: ATTN_LAUNCH(384); break;
-    default: ATTN_LAUNCH(512); break;
+    /* one-token steps on k_attn_dec (GEM_CUDA_ATTN_DEC=1): GB query heads
+     * per block, GB dividing AD_WARPS */
+    const int gall = n_head / n_kv_head, gb = gall < AD_WARPS ? gall : AD_WARPS;
+    if (c->attn_dec && n == 1 && AD_WARPS % gb == 0 && gall % gb == 0) {
+        const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
+#define DEC_LAUNCH_T(DIM, KT, VW)                                                                                     \
+    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4)>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,                   \
+           (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
+           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
+#define DEC_LAUNCH(DIM)                                   \
+    if (kv->f16)                                          \
+        DEC_LAUNCH_T(DIM, __half, (DIM % 256 == 0 ? 8 : 4)); \
+    else                                                  \
+        DEC_LAUNCH_T(DIM, float, 4)
+        switch (d) {
+        case 128: DEC_LAUNCH(128); break;
+        case 256: DEC_LAUNCH(256); break;
+        case 384: DEC_LAUNCH(384); break;
+        default: DEC_LAUNCH(512); break;
+        }
+#undef DEC_LAUNCH
+#undef DEC_LAUNCH_T
+    } else {
+        switch (d) {
+        case 128: ATTN_LAUNCH(128); break;
+        case 256: ATTN_LAUNCH(256); break;
+        case 384: ATTN_LAUNCH(384); break;
+        default: ATTN_LAUNCH(512); break;
+        }
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T

@@ -138,6 +138,7 @@ typedef struct {
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
+    int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
