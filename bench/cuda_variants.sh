@@ -3,8 +3,10 @@
 # one run (A/B/B/A where it matters), on a synthetic 31B Q4_0 with a Q8_0
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
 # GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
-# attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec), the value pairs
-# (GEM_CUDA_ATTN_V2) with f32 and f16 KV caches and the row split. Run
+# attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec), early weight loads
+# in the one-token products (GEM_CUDA_MV_EARLY=1), the value pairs
+# (GEM_CUDA_ATTN_V2) and the row split, with f32 and f16 KV caches
+# (GEM_CUDA_PDL=1, the default, first and last). Run
 # build/tests/cuda/cuda_ops first: a variant is measured only once it is
 # correct. Output: one line per run (gem bench's own lines).
 #   bench/cuda_variants.sh [model.gguf]
@@ -15,9 +17,17 @@ M=${1:-${TMPDIR:-/tmp}/gem-variants-31b.gguf}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 prefill() { ./gem bench -m "$M" --backend cuda --prompt 2048 --gen 1 --depth 0 --reps 2 2>&1 | grep 'prefill '; }
 for v in 3 2 2 3; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
-for v in "0 f32 1 0" "0 f32 1 1" "0 f16 1 1" "0 f16 1 0" "1 f16 1 0" "1 f32 1 0" "0 f32 0 0" "0 f32 1 0"; do
-    set -- $v
-    echo "GEM_CUDA_ATTN_V2=$1 --kv-type $2 GEM_CUDA_MV_SPLIT=$3 GEM_CUDA_ATTN_DEC=$4: $(GEM_CUDA_ATTN_V2=$1 GEM_CUDA_MV_SPLIT=$3 GEM_CUDA_ATTN_DEC=$4 \
-        ./gem bench -m "$M" --backend cuda --kv-type "$2" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
-        grep 'decode at' | tr '\n' ' ')"
+# decode KV_TYPE [VAR=VALUE ...]
+decode() {
+    kv=$1
+    shift
+    env "$@" ./gem bench -m "$M" --backend cuda --kv-type "$kv" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
+        grep 'decode at' | tr '\n' ' '
+}
+for kv in f32 f16; do
+    for v in "GEM_CUDA_PDL=1" "GEM_CUDA_ATTN_DEC=1" "GEM_CUDA_MV_EARLY=1" "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_MV_EARLY=1" \
+             "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" "GEM_CUDA_PDL=1"; do
+        # shellcheck disable=SC2086 # $v is a list of assignments
+        echo "$v --kv-type $kv: $(decode "$kv" $v)"
+    done
 done

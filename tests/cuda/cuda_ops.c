@@ -485,6 +485,45 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
+/* One-token products with early weight loads (ge: GEM_CUDA_MV_EARLY=1)
+ * against the default: the same arithmetic in the same order, only the
+ * first loads move before the grid dependency wait, so bit-identical:
+ * plain, split (K >= 8192), three matrices in one launch and the geglu
+ * pair. */
+static void test_matmul_early(backend *ge) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {1536, 8192, 21504};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            const int64_t K = Ks[ki], M = 333;
+            tensor A = make_tensor(types[t], K, M), C = make_tensor(types[t], K, 70);
+            gem_err err;
+            be_weight *wd[2] = {gpu->weight(gpu, &A.t, &err), gpu->weight(gpu, &C.t, &err)};
+            be_weight *we[2] = {ge->weight(ge, &A.t, &err), ge->weight(ge, &C.t, &err)};
+            float *x = rand_vec((size_t)K, 1.0f);
+            be_buf *xd = put(gpu, x, (size_t)K), *xe = put(ge, x, (size_t)K);
+            be_buf *od[3] = {put(gpu, NULL, (size_t)M), put(gpu, NULL, (size_t)70), put(gpu, NULL, (size_t)M)};
+            be_buf *oe[3] = {put(ge, NULL, (size_t)M), put(ge, NULL, (size_t)70), put(ge, NULL, (size_t)M)};
+            gpu->matmul_multi(gpu, 2, (const be_weight *const *)wd, xd, 1, od);
+            ge->matmul_multi(ge, 2, (const be_weight *const *)we, xe, 1, oe);
+            gpu->matmul_geglu(gpu, wd[0], wd[0], xd, 1, od[2]);
+            ge->matmul_geglu(ge, we[0], we[0], xe, 1, oe[2]);
+            int same = 1;
+            for (int i = 0; i < 3; i++) {
+                const size_t len = i == 1 ? 70 : (size_t)M;
+                float *a = get(gpu, od[i], len), *b = get(ge, oe[i], len);
+                same &= close_enough("early matmul", b, a, len, 0, 0);
+                free(a), free(b);
+            }
+            CHECKF(same, "early weight loads %s K=%lld", quant_type_name(types[t]), (long long)K);
+            free(x);
+            gpu->buf_free(gpu, xd), ge->buf_free(ge, xe);
+            for (int i = 0; i < 3; i++) gpu->buf_free(gpu, od[i]), ge->buf_free(ge, oe[i]);
+            for (int i = 0; i < 2; i++) gpu->weight_free(gpu, wd[i]), ge->weight_free(ge, we[i]);
+            free_tensor(&A), free_tensor(&C);
+        }
+}
+
 /* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
  * for the output projection: a one-token step at depth 100 (4 splits with keys) and the
  * product of its output equal the product of a copy (own codes). */
@@ -908,6 +947,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_ATTN_V2");
     unsetenv("GEM_CUDA_ATTN_DEC");
+    unsetenv("GEM_CUDA_MV_EARLY");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -945,6 +985,15 @@ int main(void) {
         test_fused_matmul(gu);
         CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
         gu->destroy(gu);
+    }
+    setenv("GEM_CUDA_MV_EARLY", "1", 1);
+    backend *ge = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_MV_EARLY");
+    CHECKF(ge != NULL, "%s", err.msg);
+    if (ge) {
+        test_matmul_early(ge);
+        CHECKF(ge->status(ge, &err) == 0, "%s", err.msg);
+        ge->destroy(ge);
     }
     setenv("GEM_CUDA_MMH", "2", 1);
     backend *g2 = backend_create("cuda", &g, &err);

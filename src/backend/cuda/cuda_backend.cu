@@ -926,6 +926,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mmh_wgmma = !(mmh && !strcmp(mmh, "2"));
     const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
+    const char *mve = getenv("GEM_CUDA_MV_EARLY");
+    c->mv_early = mve && !strcmp(mve, "1");
     const char *v2 = getenv("GEM_CUDA_ATTN_V2");
     c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *dec = getenv("GEM_CUDA_ATTN_DEC");

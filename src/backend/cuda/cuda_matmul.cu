@@ -143,10 +143,37 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * them in a fixed order. It lets the 5376-row o and down products (1.27
  * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
  * vs 111.0 tok/s. */
-template <int Q4, int NT, int SP>
+/* One round of a lane's weight blocks (U per row, SP-strided). */
+template <int Q4, int U, int SP>
+__device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
+                                          uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int b = b0 + 32 * SP * u;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            if (b < nb) {
+                const size_t blk = (size_t)r.row[k] * nb + b;
+                const uint8_t *q = (const uint8_t *)r.q[k];
+                w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                dw[u][k] = __half2float(r.d[k][blk]);
+            }
+        }
+    }
+}
+
+/* EARLY (GEM_CUDA_MV_EARLY=1, one-token products; written without a GPU at
+ * hand, opt-in until measured): the first round of weight loads is issued
+ * before pdl_wait. Weights are never written by a kernel, so they may be
+ * read while the previous kernel still runs: a product's first wave then
+ * streams its weights during the small latency-bound kernels before it
+ * (norms, attention) instead of after them. Activations are read after
+ * the wait, as everything else. */
+template <int Q4, int NT, int SP, bool EARLY = false>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
-    pdl_wait();
+    if (!EARLY) pdl_wait();
     mv_rows r;
     const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
@@ -157,23 +184,15 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    for (int b0 = 32 * part + lane; b0 < nb; b0 += 32 * SP * U) {
-        uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
-        float dw[U][MV_ROWS];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int b = b0 + 32 * SP * u;
-#pragma unroll
-            for (int k = 0; k < MV_ROWS; k++) {
-                if (b < nb) {
-                    const size_t blk = (size_t)r.row[k] * nb + b;
-                    const uint8_t *q = (const uint8_t *)r.q[k];
-                    w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
-                    if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
-                    dw[u][k] = __half2float(r.d[k][blk]);
-                }
-            }
-        }
+    uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
+    float dw[U][MV_ROWS];
+    const int first = 32 * part + lane;
+    if (EARLY) {
+        mv_load_q<Q4, U, SP>(r, nb, first, w0, w1, dw);
+        pdl_wait();
+    }
+    for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
+        if (!EARLY || b0 != first) mv_load_q<Q4, U, SP>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -785,6 +804,9 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
+/* GEM_CUDA_MV_EARLY=1: one-token products with early weight loads, [SP 1, 2, 4] */
+static const mv_q_fn mv_q4_early[3] = {k_mv_q<1, 1, 1, true>, k_mv_q<1, 1, 2, true>, k_mv_q<1, 1, 4, true>};
+static const mv_q_fn mv_q8_early[3] = {k_mv_q<0, 1, 1, true>, k_mv_q<0, 1, 2, true>, k_mv_q<0, 1, 4, true>};
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1067,6 +1089,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         {
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        if (c->mv_early && n == 1) tab = (fmt == DW_Q4_0 ? mv_q4_early : mv_q8_early) + (sp == 4 ? 2 : sp == 2 ? 1 : 0);
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
