@@ -22,7 +22,8 @@
  *   reported by status(); later ops still run but their results are void.
  * - Every kernel begins with pdl_wait() and is launched through launch()
  *   (programmatic dependent launch): a kernel touches memory only after the
- *   one before it on the stream has completed, as with plain launches.
+ *   one before it on the stream has completed, as with plain launches
+ *   (except reads of weights, which no kernel writes: see pdl_wait).
  * - The quantized-activation scratch (xq/xd/xs) holds the 8-bit codes of
  *   one buffer, named by xq_of and valid while `epoch` (bumped by every
  *   launch) equals its epoch: set by a product that quantized its input
