@@ -4,7 +4,8 @@
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
 # GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
 # attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec), early weight loads
-# in the one-token products (GEM_CUDA_MV_EARLY=1), the value pairs
+# in the one-token products and norms (GEM_CUDA_MV_EARLY=1,
+# GEM_CUDA_NORM_EARLY=1), the value pairs
 # (GEM_CUDA_ATTN_V2) and the row split, with f32 and f16 KV caches
 # (GEM_CUDA_PDL=1, the default, first and last). Run
 # build/tests/cuda/cuda_ops first: a variant is measured only once it is
@@ -25,8 +26,9 @@ decode() {
         grep 'decode at' | tr '\n' ' '
 }
 for kv in f32 f16; do
-    for v in "GEM_CUDA_PDL=1" "GEM_CUDA_ATTN_DEC=1" "GEM_CUDA_MV_EARLY=1" "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_MV_EARLY=1" \
-             "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" "GEM_CUDA_PDL=1"; do
+    for v in "GEM_CUDA_PDL=1" "GEM_CUDA_ATTN_DEC=1" "GEM_CUDA_MV_EARLY=1" "GEM_CUDA_NORM_EARLY=1" \
+             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1" "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" \
+             "GEM_CUDA_PDL=1"; do
         # shellcheck disable=SC2086 # $v is a list of assignments
         echo "$v --kv-type $kv: $(decode "$kv" $v)"
     done

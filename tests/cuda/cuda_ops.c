@@ -485,6 +485,55 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
+/* One-token norms with early weight loads (gn: GEM_CUDA_NORM_EARLY=1)
+ * against the default: the same arithmetic, so bit-identical outputs, and
+ * identical 8-bit codes (a product of the norm's output reuses them). */
+static void test_norm_early(backend *gn) {
+    const int widths[] = {5376, 3840, 256, 1000};
+    for (size_t wi = 0; wi < 4; wi++) {
+        const int width = widths[wi];
+        tensor W = make_tensor(QT_F32, width, 1), W2 = make_tensor(QT_F32, width, 1), sc = make_tensor(QT_F32, 1, 1);
+        tensor P = make_tensor(QT_Q4_0, width % 32 ? 32 : width, 40);
+        gem_err err;
+        backend *bs[2] = {gpu, gn};
+        be_weight *w[2], *w2[2], *s[2], *pw[2];
+        float *h = rand_vec((size_t)width, 1.0f), *x = rand_vec((size_t)width, 1.0f);
+        float *res[2][5];
+        for (int b = 0; b < 2; b++) {
+            backend *g = bs[b];
+            w[b] = g->weight(g, &W.t, &err), w2[b] = g->weight(g, &W2.t, &err), s[b] = g->weight(g, &sc.t, &err);
+            pw[b] = g->weight(g, &P.t, &err);
+            be_buf *hb = put(g, h, (size_t)width), *xb = put(g, x, (size_t)width), *o = put(g, NULL, (size_t)width);
+            be_buf *pr = put(g, NULL, 40);
+            g->rmsnorm(g, xb, w[b], 1, width, 1e-6f, o);
+            res[b][0] = get(g, o, (size_t)width);
+            if (width % 32 == 0) g->matmul(g, pw[b], o, 1, pr); /* on the norm's codes */
+            res[b][1] = get(g, pr, 40);
+            g->add_rmsnorm(g, hb, xb, w[b], 1, width, 1e-6f, s[b]);
+            res[b][2] = get(g, hb, (size_t)width);
+            g->add_rmsnorm_norm(g, hb, xb, w[b], s[b], w2[b], 1, width, 1e-6f, o);
+            if (width % 32 == 0) g->matmul(g, pw[b], o, 1, pr);
+            res[b][3] = get(g, o, (size_t)width);
+            res[b][4] = get(g, pr, 40);
+            g->buf_free(g, hb), g->buf_free(g, xb), g->buf_free(g, o), g->buf_free(g, pr);
+        }
+        const size_t np = width % 32 ? 0 : 40; /* no codes (and no product) for other widths */
+        const size_t lens[5] = {(size_t)width, np, (size_t)width, (size_t)width, np};
+        int same = 1;
+        for (int i = 0; i < 5; i++) {
+            same &= close_enough("early norm", res[1][i], res[0][i], lens[i], 0, 0);
+            free(res[0][i]), free(res[1][i]);
+        }
+        CHECKF(same, "early norm loads, width %d", width);
+        for (int b = 0; b < 2; b++) {
+            bs[b]->weight_free(bs[b], w[b]), bs[b]->weight_free(bs[b], w2[b]), bs[b]->weight_free(bs[b], s[b]);
+            bs[b]->weight_free(bs[b], pw[b]);
+        }
+        free(h), free(x);
+        free_tensor(&W), free_tensor(&W2), free_tensor(&sc), free_tensor(&P);
+    }
+}
+
 /* One-token products with early weight loads (ge: GEM_CUDA_MV_EARLY=1)
  * against the default: the same arithmetic in the same order, only the
  * first loads move before the grid dependency wait, so bit-identical:
@@ -948,6 +997,7 @@ int main(void) {
     unsetenv("GEM_CUDA_ATTN_V2");
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_EARLY");
+    unsetenv("GEM_CUDA_NORM_EARLY");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -985,6 +1035,15 @@ int main(void) {
         test_fused_matmul(gu);
         CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
         gu->destroy(gu);
+    }
+    setenv("GEM_CUDA_NORM_EARLY", "1", 1);
+    backend *gn = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_NORM_EARLY");
+    CHECKF(gn != NULL, "%s", err.msg);
+    if (gn) {
+        test_norm_early(gn);
+        CHECKF(gn->status(gn, &err) == 0, "%s", err.msg);
+        gn->destroy(gn);
     }
     setenv("GEM_CUDA_MV_EARLY", "1", 1);
     backend *ge = backend_create("cuda", &g, &err);

@@ -314,14 +314,30 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
 /* Stage 1: out = rmsnorm(x) w, or with add: out += rmsnorm(x) w, then
  * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
  * still in registers (a residual add and the next layer's norm in one
- * launch). The last output written gets 8-bit codes when xq is set. */
-template <int NV>
+ * launch). The last output written gets 8-bit codes when xq is set.
+ * EARLY (GEM_CUDA_NORM_EARLY=1, one-token steps; written without a GPU at
+ * hand, opt-in until measured): the weights and the scale, which no kernel
+ * writes, are read before pdl_wait, and the residual with the input, so a
+ * step's norm is one round of loads and two block sums instead of four
+ * dependent rounds. */
+template <int NV, bool EARLY = false>
 __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+    const int n4 = width / 4, lane = threadIdx.x & 31;
+    float4 we[EARLY ? NV : 1], w2e[EARLY ? NV : 1];
+    float sce = 1.0f;
+    if constexpr (EARLY) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int idx = threadIdx.x + i * blockDim.x;
+            we[i] = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+            w2e[i] = idx < n4 && w2 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        }
+        if (add && scale) sce = scale[0];
+    }
     pdl_wait();
     __shared__ float sh[32];
-    const int n4 = width / 4, lane = threadIdx.x & 31;
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * width);
     float4 v[NV];
     float ss = 0;
@@ -330,16 +346,23 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
         const int idx = threadIdx.x + i * blockDim.x;
         v[i] = idx < n4 ? xr[idx] : make_float4(0, 0, 0, 0);
     }
-#pragma unroll
-    for (int i = 0; i < NV; i++) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-    ss = block_sum(ss, sh);
-    const float r = 1.0f / sqrtf(ss / (float)width + eps);
-    const float sc = add && scale ? scale[0] : 1.0f;
     float4 *o = (float4 *)(out + (size_t)blockIdx.x * width);
     float4 ov[NV];
 #pragma unroll
     for (int i = 0; i < NV; i++) ov[i] = make_float4(0, 0, 0, 0);
-    if (add) {
+    if (EARLY && add) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int idx = threadIdx.x + i * blockDim.x;
+            if (idx < n4) ov[i] = o[idx];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)width + eps);
+    const float sc = EARLY ? sce : add && scale ? scale[0] : 1.0f;
+    if (!EARLY && add) {
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int idx = threadIdx.x + i * blockDim.x;
@@ -354,7 +377,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+        const float4 wv = EARLY ? we[EARLY ? i : 0] : idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
         float4 t;
         /* (x r) w as the plain loop computes it; with no weight, x r */
         t.x = w ? v[i].x * r * wv.x : v[i].x * r;
@@ -381,7 +404,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        const float4 wv = EARLY ? w2e[EARLY ? i : 0] : idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
         const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
         if (idx < n4) o2[idx] = t;
         if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
@@ -426,10 +449,16 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
         const int nv = (n4 + threads - 1) / threads;
-        if (nv <= 1) launch(c, k_rmsnorm4<1>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else if (nv <= 2) launch(c, k_rmsnorm4<2>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else if (nv <= 4) launch(c, k_rmsnorm4<4>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
-        else launch(c, k_rmsnorm4<8>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs);
+#define NORM_LAUNCH(NV, E) launch(c, k_rmsnorm4<NV, E>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
+#define NORM_LAUNCH_NV(E)                      \
+    if (nv <= 1) NORM_LAUNCH(1, E);            \
+    else if (nv <= 2) NORM_LAUNCH(2, E);       \
+    else if (nv <= 4) NORM_LAUNCH(4, E);       \
+    else NORM_LAUNCH(8, E)
+        if (c->norm_early && rows == 1) NORM_LAUNCH_NV(true);
+        else NORM_LAUNCH_NV(false);
+#undef NORM_LAUNCH_NV
+#undef NORM_LAUNCH
         return xq != NULL;
     }
     launch(c, k_rmsnorm, rows, 256, 0, x, w, width, eps, out, add, scale);
@@ -928,6 +957,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = !(mvs && !strcmp(mvs, "0"));
     const char *mve = getenv("GEM_CUDA_MV_EARLY");
     c->mv_early = mve && !strcmp(mve, "1");
+    const char *nme = getenv("GEM_CUDA_NORM_EARLY");
+    c->norm_early = nme && !strcmp(nme, "1");
     const char *v2 = getenv("GEM_CUDA_ATTN_V2");
     c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *dec = getenv("GEM_CUDA_ATTN_DEC");

@@ -139,6 +139,7 @@ typedef struct {
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int mv_early;  /* GEM_CUDA_MV_EARLY=1: one-token products load their first weights before pdl_wait */
+    int norm_early; /* GEM_CUDA_NORM_EARLY=1: one-token norms load weights before pdl_wait, residual with input */
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
@@ -236,7 +237,8 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * grid has completed and its memory is visible; a no-op for plain
  * launches) before it reads or writes anything, so all ordering is the
  * stream's; pdl_wait() then lets the next grid be scheduled. The one
- * exception reads only what no kernel writes (weights: k_mv_q with EARLY).
+ * exception reads only what no kernel writes (weights: k_mv_q and
+ * k_rmsnorm4 with EARLY).
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
