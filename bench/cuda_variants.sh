@@ -3,7 +3,8 @@
 # one run (A/B/B/A where it matters), on a synthetic 31B Q4_0 with a Q8_0
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
 # GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
-# attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec), early weight loads
+# attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec, with its first cache
+# rows read early: GEM_CUDA_KV_EARLY=1), early weight loads
 # in the one-token products and norms (GEM_CUDA_MV_EARLY=1,
 # GEM_CUDA_NORM_EARLY=1), the value pairs
 # (GEM_CUDA_ATTN_V2) and the row split, with f32 and f16 KV caches
@@ -27,7 +28,9 @@ decode() {
 }
 for kv in f32 f16; do
     for v in "GEM_CUDA_PDL=1" "GEM_CUDA_ATTN_DEC=1" "GEM_CUDA_MV_EARLY=1" "GEM_CUDA_NORM_EARLY=1" \
-             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1" "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" \
+             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1" \
+             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1" \
+             "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" \
              "GEM_CUDA_PDL=1"; do
         # shellcheck disable=SC2086 # $v is a list of assignments
         echo "$v --kv-type $kv: $(decode "$kv" $v)"

@@ -34,7 +34,8 @@ static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
  * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
  * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
 static backend *gpu_v2, *gpu_v2_f16;   /* GEM_CUDA_ATTN_V2=1 */
-static backend *gpu_dec, *gpu_dec_f16; /* GEM_CUDA_ATTN_DEC=1 */
+/* GEM_CUDA_ATTN_DEC=1; the f32 one with GEM_CUDA_KV_EARLY=1 (each code path on one cache type) */
+static backend *gpu_dec, *gpu_dec_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -998,6 +999,7 @@ int main(void) {
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_EARLY");
     unsetenv("GEM_CUDA_NORM_EARLY");
+    unsetenv("GEM_CUDA_KV_EARLY");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1010,8 +1012,10 @@ int main(void) {
     CHECKF(!gpu || gpu_v2_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_ATTN_V2");
     setenv("GEM_CUDA_ATTN_DEC", "1", 1);
+    setenv("GEM_CUDA_KV_EARLY", "1", 1);
     gpu_dec = gpu ? backend_create("cuda", &g, &err) : NULL;
     CHECKF(!gpu || gpu_dec, "variant backend: %s", err.msg);
+    unsetenv("GEM_CUDA_KV_EARLY");
     gpu_dec_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     CHECKF(!gpu || gpu_dec_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_ATTN_DEC");

@@ -615,13 +615,20 @@ __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, con
 }
 
 /* One block per (KV head x group of GB query heads, split); GB divides
- * AD_WARPS (the host checks). */
-template <int D, typename KT, int VW, int KU>
+ * AD_WARPS (the host checks). EARLY (GEM_CUDA_KV_EARLY=1 with
+ * GEM_CUDA_ATTN_DEC=1): a warp's first round of cached keys and values is
+ * read before pdl_wait. Safe because those rows (positions before this
+ * step's) were written by earlier steps, the step buffer by a copy before
+ * the step's kernels, and a kernel's code before its wait runs only once
+ * the kernel two back has completed (every kernel lets its dependents
+ * start only after its own wait); this step's row (p = pos0, written by
+ * the kernel just before) is read after the wait. */
+template <int D, typename KT, int VW, int KU, bool EARLY>
 __global__ void __launch_bounds__(AD_WARPS * 32)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
                KT *store_v) {
-    pdl_wait();
+    if (!EARLY) pdl_wait();
     constexpr int E = D / 32;
     static_assert(D % (32 * VW) == 0, "whole loads per lane");
     __shared__ float sm_m[AD_WARPS], sm_l[AD_WARPS];
@@ -630,11 +637,24 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
     const int h = blockIdx.x / groups, hq0 = h * G + (blockIdx.x % groups) * GB, split = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp / GB, hq = hq0 + warp % GB;
     const int pos0 = step[0];
-    if (split == 0 && blockIdx.x % groups == 0)
-        attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     int first, len;
     const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
-    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1);
+    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1), pf = s0 + sub;
+    float kr[KU][E], vr[KU][E];
+    if (EARLY) {
+        if (pf < s1)
+#pragma unroll
+            for (int u = 0; u < KU; u++) {
+                const int p = min(pf + u * S, s1 - 1);
+                if (p < pos0) {
+                    ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
+                    ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+                }
+            }
+        pdl_wait();
+    }
+    if (split == 0 && blockIdx.x % groups == 0)
+        attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block */
         if (sub == 0 && lane == 0) {
             pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
@@ -648,13 +668,14 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
 #pragma unroll
     for (int e = 0; e < E; e++) o[e] = 0;
     float m = -INFINITY, l = 0;
-    for (int p0 = s0 + sub; p0 < s1; p0 += S * KU) {
-        float kr[KU][E], vr[KU][E];
+    for (int p0 = pf; p0 < s1; p0 += S * KU) {
 #pragma unroll
         for (int u = 0; u < KU; u++) { /* keys past the split repeat its last (weight 0 below) */
             const int p = min(p0 + u * S, s1 - 1);
-            ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
-            ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+            if (!EARLY || p0 != pf || p >= pos0) {
+                ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
+                ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+            }
         }
         float sc[KU];
 #pragma unroll
@@ -824,10 +845,15 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     const int gall = n_head / n_kv_head, gb = gall < AD_WARPS ? gall : AD_WARPS;
     if (c->attn_dec && n == 1 && AD_WARPS % gb == 0 && gall % gb == 0) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
-#define DEC_LAUNCH_T(DIM, KT, VW)                                                                                     \
-    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4)>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,                   \
+#define DEC_LAUNCH_E(DIM, KT, VW, E)                                                                                  \
+    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4), E>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,                \
            (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
            (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
+#define DEC_LAUNCH_T(DIM, KT, VW)            \
+    if (c->kv_early)                         \
+        DEC_LAUNCH_E(DIM, KT, VW, true);     \
+    else                                     \
+        DEC_LAUNCH_E(DIM, KT, VW, false)
 #define DEC_LAUNCH(DIM)                                   \
     if (kv->f16)                                          \
         DEC_LAUNCH_T(DIM, __half, (DIM % 256 == 0 ? 8 : 4)); \
@@ -841,6 +867,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         }
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_T
+#undef DEC_LAUNCH_E
     } else {
         switch (d) {
         case 128: ATTN_LAUNCH(128); break;

@@ -963,6 +963,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *dec = getenv("GEM_CUDA_ATTN_DEC");
     c->attn_dec = dec && !strcmp(dec, "1");
+    const char *kve = getenv("GEM_CUDA_KV_EARLY");
+    c->kv_early = kve && !strcmp(kve, "1");
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");

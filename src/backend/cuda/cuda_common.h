@@ -23,7 +23,7 @@
  * - Every kernel begins with pdl_wait() and is launched through launch()
  *   (programmatic dependent launch): a kernel touches memory only after the
  *   one before it on the stream has completed, as with plain launches
- *   (except reads of weights, which no kernel writes: see pdl_wait).
+ *   (except the early reads described at pdl_wait).
  * - The quantized-activation scratch (xq/xd/xs) holds the 8-bit codes of
  *   one buffer, named by xq_of and valid while `epoch` (bumped by every
  *   launch) equals its epoch: set by a product that quantized its input
@@ -142,6 +142,7 @@ typedef struct {
     int norm_early; /* GEM_CUDA_NORM_EARLY=1: one-token norms load weights before pdl_wait, residual with input */
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
+    int kv_early;     /* GEM_CUDA_KV_EARLY=1: k_attn_dec reads its first cached rows before pdl_wait */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -238,7 +239,9 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * launches) before it reads or writes anything, so all ordering is the
  * stream's; pdl_wait() then lets the next grid be scheduled. The one
  * exception reads only what no kernel writes (weights: k_mv_q and
- * k_rmsnorm4 with EARLY).
+ * k_rmsnorm4 with EARLY) or what a kernel two back or earlier wrote
+ * (cached keys and values: k_attn_dec with EARLY; the kernel two back has
+ * completed once the previous one lets this one start).
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
