@@ -26,13 +26,10 @@ decode() {
     env "$@" ./gem bench -m "$M" --backend cuda --kv-type "$kv" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
         grep 'decode at' | tr '\n' ' '
 }
-for kv in f32 f16; do
-    for v in "GEM_CUDA_PDL=1" "GEM_CUDA_ATTN_DEC=1" "GEM_CUDA_MV_EARLY=1" "GEM_CUDA_NORM_EARLY=1" \
-             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1" \
-             "GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1" \
-             "GEM_CUDA_ATTN_V2=1" "GEM_CUDA_MV_SPLIT=0" \
-             "GEM_CUDA_PDL=1"; do
-        # shellcheck disable=SC2086 # $v is a list of assignments
-        echo "$v --kv-type $kv: $(decode "$kv" $v)"
-    done
+ALL="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
+for v in "f32 GEM_CUDA_PDL=1" "f32 GEM_CUDA_ATTN_DEC=1" "f32 GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1" \
+         "f32 GEM_CUDA_MV_EARLY=1" "f32 GEM_CUDA_NORM_EARLY=1" "f32 $ALL" "f32 GEM_CUDA_PDL=1" \
+         "f16 GEM_CUDA_PDL=1" "f16 GEM_CUDA_ATTN_DEC=1" "f16 GEM_CUDA_ATTN_V2=1" "f16 $ALL"; do
+    # shellcheck disable=SC2086 # $v is a KV type and a list of assignments
+    echo "--kv-type $v: $(decode $v)"
 done
