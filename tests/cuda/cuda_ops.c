@@ -30,10 +30,8 @@ static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 static backend *cpu_ref, *cpu_fast, *gpu;
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
-/* the opt-in attention variants (GEM_CUDA_COMBINE=2: the wide combine of
- * one-token steps; GEM_CUDA_FA_LB=4: batched flash-attention loads;
- * GEM_CUDA_ATTN_V2=1: value pairs in the split kernel), f32 and f16 caches */
-static backend *gpu_v2, *gpu_v2_f16;   /* GEM_CUDA_ATTN_V2=1 */
+/* the opt-in attention variants, f32 and f16 caches */
+static backend *gpu_v2, *gpu_v2_f16; /* GEM_CUDA_ATTN_V2=1: value pairs in the split kernel */
 /* GEM_CUDA_ATTN_DEC=1; the f32 one with GEM_CUDA_KV_EARLY=1 (each code path on one cache type) */
 static backend *gpu_dec, *gpu_dec_f16;
 
@@ -538,13 +536,14 @@ static void test_norm_early(backend *gn) {
 /* One-token products with early weight loads (ge: GEM_CUDA_MV_EARLY=1)
  * against the default: the same arithmetic in the same order, only the
  * first loads move before the grid dependency wait, so bit-identical:
- * plain, split (K >= 8192), three matrices in one launch and the geglu
- * pair. */
+ * plain, split (K >= 8192), two matrices in one launch and the geglu
+ * pair; K = 40960 takes two rounds of loads even when split in 4 (the
+ * later rounds are read after the wait). */
 static void test_matmul_early(backend *ge) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {1536, 8192, 21504};
+    const int64_t Ks[] = {1536, 8192, 21504, 40960};
     for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < 3; ki++) {
+        for (size_t ki = 0; ki < 4; ki++) {
             const int64_t K = Ks[ki], M = 333;
             tensor A = make_tensor(types[t], K, M), C = make_tensor(types[t], K, 70);
             gem_err err;
@@ -834,6 +833,12 @@ static void test_attention(void) {
     test_attention_case(4, 2, 128, 32, 32, prompt, 12);
     test_attention_case(4, 1, 384, 0, 300, prompt, 12);
     test_attention_case(8, 2, 512, 32, 32, prompt, 12); /* a ring at head 512: value pairs from ring slots */
+    /* one-token steps with fewer keys than a block's key subsets (steps at
+     * positions 0-2, then a split of one key at 32): k_attn_dec's warps
+     * with no key */
+    const int few_keys[] = {1, 1, 1, 29, 1, 1};
+    test_attention_case(32, 16, 256, 64, 64, few_keys, 6); /* G = 2: four key subsets */
+    test_attention_case(8, 2, 512, 0, 300, few_keys, 6);   /* G = 4: two */
 }
 
 static void test_argmax(void) {

@@ -569,7 +569,8 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
  * softmax over KU keys per round, all KU key and value rows loaded before
  * the first dot product; no barrier until the warps of a head merge their
  * (max, sum, output) in shared memory. Lane l holds elements VW l +
- * 32 VW i of every row (VW = 4 f32 or 8 f16 values per load), so each
+ * 32 VW i of every row (VW values per load: 4, or 8 for f16 entries of
+ * heads 256 and 512), so each
  * load instruction of a warp reads one contiguous stretch. The split
  * ranges, the partial layout and the empty-split marks are k_attn_split's
  * (n = 1, QB = 1), so k_attn_combine_wide combines either. */
@@ -719,7 +720,9 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < E / VW; i++)
 #pragma unroll
-        for (int j = 0; j < VW; j++) sm_o[warp][VW * lane + 32 * VW * i + j] = o[i * VW + j];
+        for (int j = 0; j < VW; j += 4) /* 16-byte stores: no bank conflicts */
+            *(float4 *)&sm_o[warp][VW * lane + 32 * VW * i + j] =
+                make_float4(o[i * VW + j], o[i * VW + j + 1], o[i * VW + j + 2], o[i * VW + j + 3]);
     __syncthreads();
     for (int idx = tid; idx < GB * D; idx += AD_WARPS * 32) {
         const int g = idx / D, e = idx % D;
@@ -841,9 +844,11 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     else                                 \
         ATTN_LAUNCH_T(DIM, float)
     /* one-token steps on k_attn_dec (GEM_CUDA_ATTN_DEC=1): GB query heads
-     * per block, GB dividing AD_WARPS */
-    const int gall = n_head / n_kv_head, gb = gall < AD_WARPS ? gall : AD_WARPS;
-    if (c->attn_dec && n == 1 && AD_WARPS % gb == 0 && gall % gb == 0) {
+     * per block, the largest common divisor of the group and AD_WARPS */
+    const int gall = n_head / n_kv_head;
+    int gb = AD_WARPS;
+    while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
+    if (c->attn_dec && n == 1) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
 #define DEC_LAUNCH_E(DIM, KT, VW, E)                                                                                  \
     launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4), E>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,                \
@@ -879,7 +884,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
 #undef ATTN_LAUNCH_P
-    LAUNCHED(c, "attention");
+    LAUNCHED(c, c->attn_dec && n == 1 ? "attention (one-token, k_attn_dec)" : "attention");
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
     const size_t nblk = (size_t)n * n_head * d / 32;
@@ -947,18 +952,22 @@ size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos) {
     return 2 * slots * (size_t)kv->n_kv_head * kv->head_dim * (kv->f16 ? sizeof(__half) : sizeof(float));
 }
 
+/* Both on the backend's stream, then waited for: a plain cudaMemcpy runs on
+ * the legacy stream, which does not order the backend's non-blocking
+ * stream, and one from pageable memory may return before its DMA lands,
+ * so a later kernel could read a stale cache. */
 void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst) {
     cuda_backend *c = cu_of(b);
     size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    CK(c, cudaMemcpyAsync(dst, kv->k, half, cudaMemcpyDeviceToHost, c->st));
+    CK(c, cudaMemcpyAsync((char *)dst + half, kv->v, half, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
-    CK(c, cudaMemcpy(dst, kv->k, half, cudaMemcpyDeviceToHost));
-    CK(c, cudaMemcpy((char *)dst + half, kv->v, half, cudaMemcpyDeviceToHost));
 }
 
 void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
     cuda_backend *c = cu_of(b);
     size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    CK(c, cudaMemcpyAsync(kv->k, src, half, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaMemcpyAsync(kv->v, (const char *)src + half, half, cudaMemcpyHostToDevice, c->st));
     CK(c, cudaStreamSynchronize(c->st));
-    CK(c, cudaMemcpy(kv->k, src, half, cudaMemcpyHostToDevice));
-    CK(c, cudaMemcpy(kv->v, (const char *)src + half, half, cudaMemcpyHostToDevice));
 }
