@@ -813,7 +813,8 @@ static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
 /* ---- prefill products on warpgroup MMA (the default; GEM_CUDA_MMH=2
  * selects k_mm_h): 31B Q4_0 prefill 2048 4718 vs 3618 tok/s (same call),
- * the products at 400-450 TFLOPS (ncu, 2048-token tiles) ----
+ * the products at 380-450 TFLOPS (ncu, 2048-token tiles:
+ * bench/results/cuda-prefill-ncu-2026-12-03.json) ----
  * k_mm_w: k_mm_h's operands on wgmma.mma_async m64n128k16 (Hopper's
  * asynchronous warpgroup MMA): the weights expanded to f16 in registers as
  * the A operand (each warp's A slice is exactly an m16n8k16 A fragment, so
