@@ -27,7 +27,8 @@ for backend in ("cuda", "cpu"):
     hw = d["hardware"].get("gpu", {}).get("name") or d["hardware"]["cpu"]
     lines += [f"{backend.upper()} A/B, {hw}: gem vs llama.cpp ({d['reference'].split(';')[0]}) in one run, "
               f"A/B/B/A, {st['reps']} repetitions after a warm-up, medians; prompt {st['prompt']} tokens, "
-              f"{st['gen']} decode steps per depth (`{ab}`, report `{ab[:-5]}.md`"
+              f"{st['gen']} decode steps per depth, KV cache gem {st.get('gem_kv_type', 'f32').upper()} / "
+              f"llama.cpp F16 (`{ab}`, report `{ab[:-5]}.md`"
               + (f", plot `{d['png']}`" if d.get("png") else "") + f", commit {d['commit'][:10]}):", "",
               "| model | figure | gem | llama.cpp | gem / llama.cpp |", "|---|---|---|---|---|"]
     for m in d["models"]:
