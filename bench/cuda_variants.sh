@@ -4,7 +4,8 @@
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
 # GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
 # attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec, with its first cache
-# rows read early: GEM_CUDA_KV_EARLY=1), early weight loads
+# rows read early: GEM_CUDA_KV_EARLY=1; the combine in its last block:
+# GEM_CUDA_DEC_FUSE=1), early weight loads
 # in the one-token products and norms (GEM_CUDA_MV_EARLY=1,
 # GEM_CUDA_NORM_EARLY=1), the value pairs
 # (GEM_CUDA_ATTN_V2) and the row split, with f32 and f16 KV caches
@@ -26,9 +27,10 @@ decode() {
     env "$@" ./gem bench -m "$M" --backend cuda --kv-type "$kv" --prompt 16 --gen 32 --depth 0,8192 --reps 2 2>&1 |
         grep 'decode at' | tr '\n' ' '
 }
-ALL="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
+ALL="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_DEC_FUSE=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
 for v in "f32 GEM_CUDA_PDL=1" "f32 GEM_CUDA_ATTN_DEC=1" "f32 GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1" \
-         "f32 GEM_CUDA_MV_EARLY=1" "f32 GEM_CUDA_NORM_EARLY=1" "f32 $ALL" "f32 GEM_CUDA_PDL=1" \
+         "f32 GEM_CUDA_ATTN_DEC=1 GEM_CUDA_DEC_FUSE=1" "f32 GEM_CUDA_MV_EARLY=1" "f32 GEM_CUDA_NORM_EARLY=1" \
+         "f32 $ALL" "f32 GEM_CUDA_PDL=1" \
          "f16 GEM_CUDA_PDL=1" "f16 GEM_CUDA_ATTN_DEC=1" "f16 GEM_CUDA_ATTN_V2=1" "f16 $ALL"; do
     # shellcheck disable=SC2086 # $v is a KV type and a list of assignments
     echo "--kv-type $v: $(decode $v)"

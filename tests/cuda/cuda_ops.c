@@ -32,7 +32,8 @@ static backend *cpu_ref, *cpu_fast, *gpu;
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
 /* the opt-in attention variants, f32 and f16 caches */
 static backend *gpu_v2, *gpu_v2_f16; /* GEM_CUDA_ATTN_V2=1: value pairs in the split kernel */
-/* GEM_CUDA_ATTN_DEC=1; the f32 one with GEM_CUDA_KV_EARLY=1 (each code path on one cache type) */
+/* GEM_CUDA_ATTN_DEC=1; the f32 one with GEM_CUDA_KV_EARLY=1, the f16 one with
+ * GEM_CUDA_DEC_FUSE=1 (each code path on one cache type) */
 static backend *gpu_dec, *gpu_dec_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
@@ -1005,6 +1006,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_EARLY");
     unsetenv("GEM_CUDA_NORM_EARLY");
     unsetenv("GEM_CUDA_KV_EARLY");
+    unsetenv("GEM_CUDA_DEC_FUSE");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1021,7 +1023,9 @@ int main(void) {
     gpu_dec = gpu ? backend_create("cuda", &g, &err) : NULL;
     CHECKF(!gpu || gpu_dec, "variant backend: %s", err.msg);
     unsetenv("GEM_CUDA_KV_EARLY");
+    setenv("GEM_CUDA_DEC_FUSE", "1", 1);
     gpu_dec_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    unsetenv("GEM_CUDA_DEC_FUSE");
     CHECKF(!gpu || gpu_dec_f16, "variant backend (f16 cache): %s", err.msg);
     unsetenv("GEM_CUDA_ATTN_DEC");
     if (!gpu) {

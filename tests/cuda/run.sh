@@ -32,7 +32,7 @@ run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test
 run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
 # the opt-in decode kernels (k_attn_dec, reads before the grid dependency
 # wait) inside replayed graphs, where a kernel overlaps the one before it
-EARLY="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
+EARLY="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_DEC_FUSE=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
 # shellcheck disable=SC2086 # a list of assignments
 run "demo model (opt-in decode variants)" env BACKEND=cuda $EARLY tests/model/test_demo.sh
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$

@@ -615,6 +615,47 @@ __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, con
     }
 }
 
+/* FUSE (GEM_CUDA_DEC_FUSE=1 with GEM_CUDA_ATTN_DEC=1; not yet run on a
+ * GPU): the combine in the last block of a head group to finish, instead
+ * of a k_attn_combine_wide launch per layer. Each block counts itself in
+ * cnt[blockIdx.x] after a fence (its partials are visible first); the last
+ * one re-zeroes the counter for the next launch (the graph replays the
+ * same counters), reads every split's partials past L1 (lines another
+ * block of this SM may hold from before they were written), and writes
+ * the output and its 8-bit codes as k_attn_combine_wide does (the same
+ * weights; the splits summed in index order). */
+template <int D>
+__device__ __forceinline__ void dec_combine_last(const float *pml, const float *part, const int *step, int window,
+                                                 int nsplit, int hq0, int GB, float *out, int8_t *xq, float *xd,
+                                                 int *xs, int *cnt) {
+    __shared__ int last;
+    __shared__ float sml[2 * 256], wgt[256], red[32]; /* nsplit <= 256 (cu_kv_new) */
+    __syncthreads(); /* every partial of this block is written */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) cnt[blockIdx.x] = 0;
+    const int used = attn_used_splits(step, 0, 1, 1, window, nsplit), lane = threadIdx.x & 31;
+    for (int g = 0; g < GB; g++) {
+        const size_t hq = (size_t)(hq0 + g);
+        for (int i = threadIdx.x; i < 2 * used; i += blockDim.x) sml[i] = __ldcg(pml + hq * nsplit * 2 + i);
+        __syncthreads();
+        const float inv = 1.0f / combine_weights(sml, used, wgt, red);
+        for (int e = threadIdx.x; e < D; e += blockDim.x) { /* D is a multiple of 32: whole warps */
+            float o = 0;
+            for (int sp = 0; sp < used; sp++) o += wgt[sp] * __ldcg(part + (hq * nsplit + sp) * D + e);
+            o *= inv;
+            out[hq * D + e] = o;
+            if (xq) quantize_block32(o, (hq * D + e) / 32, lane, xq, xd, xs);
+        }
+        __syncthreads(); /* sml and wgt are rewritten for the next head */
+    }
+}
+
 /* One block per (KV head x group of GB query heads, split); GB divides
  * AD_WARPS (the host checks). EARLY (GEM_CUDA_KV_EARLY=1 with
  * GEM_CUDA_ATTN_DEC=1): a warp's first round of cached keys and values is
@@ -624,11 +665,12 @@ __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, con
  * the kernel two back has completed (every kernel lets its dependents
  * start only after its own wait); this step's row (p = pos0, written by
  * the kernel just before) is read after the wait. */
-template <int D, typename KT, int VW, int KU, bool EARLY>
+template <int D, typename KT, int VW, int KU, bool EARLY, bool FUSE>
 __global__ void __launch_bounds__(AD_WARPS * 32)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
-               KT *store_v) {
+               KT *store_v, float *out, int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
+               int *cnt) {
     if (!EARLY) pdl_wait();
     constexpr int E = D / 32;
     static_assert(D % (32 * VW) == 0, "whole loads per lane");
@@ -661,6 +703,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
             pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
             pml[((size_t)hq * nsplit + split) * 2 + 1] = 0;
         }
+        if (FUSE) dec_combine_last<D>(pml, part, step, window, nsplit, hq0, GB, out, xq, xd, xs, cnt);
         return;
     }
     float qv[E], o[E];
@@ -741,6 +784,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
             pml[row * 2 + 1] = L;
         }
     }
+    if (FUSE) dec_combine_last<D>(pml, part, step, window, nsplit, hq0, GB, out, xq, xd, xs, cnt);
 }
 
 template <typename KT>
@@ -827,6 +871,14 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     const int R = G * QB;
     const size_t rows = (size_t)n * n_head * nsplit;
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
+    /* the output is the input of the output projection: its 8-bit codes
+     * are made here (as in cu_rmsnorm) */
+    const size_t nblk = (size_t)n * n_head * d / 32;
+    const int quant = d % 32 == 0 &&
+                      (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
+                                         nblk * sizeof(int) <= c->xs.cap)) &&
+                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
+                      !grow(c, &c->xs, nblk * sizeof(int));
     const size_t shm = sizeof(float) * ((size_t)R * d + (size_t)R * AT_CHUNK + 5 * (size_t)R);
     const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
 #define ATTN_LAUNCH_P(DIM, KT, P)                                                                               \
@@ -848,12 +900,19 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     const int gall = n_head / n_kv_head;
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
-    if (c->attn_dec && n == 1) {
+    const int dec = c->attn_dec && n == 1, fused = dec && c->dec_fuse && n_kv_head * (gall / gb) <= DEC_CNT;
+    if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
-#define DEC_LAUNCH_E(DIM, KT, VW, E)                                                                                  \
-    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4), E>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,                \
+#define DEC_LAUNCH_F(DIM, KT, VW, E, F)                                                                                \
+    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4), E, F>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,             \
            (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
-           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
+           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v, out->d, quant ? (int8_t *)c->xq.p : NULL,    \
+           quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->dec_cnt)
+#define DEC_LAUNCH_E(DIM, KT, VW, E)         \
+    if (fused)                               \
+        DEC_LAUNCH_F(DIM, KT, VW, E, true);  \
+    else                                     \
+        DEC_LAUNCH_F(DIM, KT, VW, E, false)
 #define DEC_LAUNCH_T(DIM, KT, VW)            \
     if (c->kv_early)                         \
         DEC_LAUNCH_E(DIM, KT, VW, true);     \
@@ -873,6 +932,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_T
 #undef DEC_LAUNCH_E
+#undef DEC_LAUNCH_F
     } else {
         switch (d) {
         case 128: ATTN_LAUNCH(128); break;
@@ -884,16 +944,10 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
 #undef ATTN_LAUNCH_P
-    LAUNCHED(c, c->attn_dec && n == 1 ? "attention (one-token, k_attn_dec)" : "attention");
-    /* the output is the input of the output projection: its 8-bit codes
-     * are made here (as in cu_rmsnorm) */
-    const size_t nblk = (size_t)n * n_head * d / 32;
-    const int quant = d % 32 == 0 &&
-                      (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
-                                         nblk * sizeof(int) <= c->xs.cap)) &&
-                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
-                      !grow(c, &c->xs, nblk * sizeof(int));
-    if (n <= 8 && d % 32 == 0)
+    LAUNCHED(c, fused ? "attention (one-token, k_attn_dec + combine)" : dec ? "attention (one-token, k_attn_dec)" : "attention");
+    if (fused)
+        ; /* combined by the last block of each head group */
+    else if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
                quant ? (int8_t *)c->xq.p : NULL, quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL,
@@ -902,7 +956,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         launch(c, k_attn_combine, dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, (const float *)c->part.p,
                (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
                quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
-    LAUNCHED(c, "attention combine");
+    if (!fused) LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
 }

@@ -867,6 +867,7 @@ static void cu_destroy(backend *b) {
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
+    cudaFree(c->dec_cnt);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
@@ -965,11 +966,15 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->attn_dec = dec && !strcmp(dec, "1");
     const char *kve = getenv("GEM_CUDA_KV_EARLY");
     c->kv_early = kve && !strcmp(kve, "1");
+    const char *dfu = getenv("GEM_CUDA_DEC_FUSE");
+    c->dec_fuse = c->attn_dec && dfu && !strcmp(dfu, "1");
     const char *pdl = getenv("GEM_CUDA_PDL");
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
-    if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
+    if ((c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) ||
+        (c->dec_fuse && (CK(c, cudaMalloc(&c->dec_cnt, DEC_CNT * sizeof(int))) ||
+                         CK(c, cudaMemset(c->dec_cnt, 0, DEC_CNT * sizeof(int)))))) {
         gem_err_set(err, "backend 'cuda': %s", c->why);
         cu_destroy(b);
         return NULL;

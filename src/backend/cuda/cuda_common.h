@@ -102,6 +102,8 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
+#define DEC_CNT 1024 /* arrival counters of the fused decode combine: blocks per head-group column */
+
 typedef struct {
     backend base;
     cudaStream_t st;
@@ -143,6 +145,8 @@ typedef struct {
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
     int kv_early;     /* GEM_CUDA_KV_EARLY=1: k_attn_dec reads its first cached rows before pdl_wait */
+    int dec_fuse;     /* GEM_CUDA_DEC_FUSE=1: k_attn_dec combines in the last block of a head group */
+    int *dec_cnt;     /* its arrival counters (DEC_CNT), one per block column, zero between launches */
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
