@@ -574,39 +574,40 @@ static void test_matmul_early(backend *ge) {
         }
 }
 
-/* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
- * for the output projection: a one-token step at depth 100 (4 splits with keys) and the
+/* The combine (k_attn_combine_wide, or k_attn_dec's last block with
+ * GEM_CUDA_DEC_FUSE=1) writes the 8-bit codes of its output for the output
+ * projection: a one-token step at depth 100 (4 splits with keys) and the
  * product of its output equal the product of a copy (own codes). */
-static void test_wide_handoff(void) {
+static void test_wide_handoff(backend *gb) {
     const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
     tensor W = make_tensor(QT_Q4_0, K, 128);
     gem_err err;
-    be_weight *wg = gpu->weight(gpu, &W.t, &err);
-    be_kv *kv = gpu->kv_new(gpu, kvh, d, 512, 0, &err);
+    be_weight *wg = gb->weight(gb, &W.t, &err);
+    be_kv *kv = gb->kv_new(gb, kvh, d, 512, 0, &err);
     int32_t ids[100] = {0};
     for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
         const int pos = n == depth ? 0 : depth;
         float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
-        be_buf *qg = put(gpu, q, (size_t)n * K), *kg = put(gpu, k, (size_t)n * kvh * d), *vg = put(gpu, v, (size_t)n * kvh * d);
-        be_buf *att = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
-        be_buf *o1 = put(gpu, NULL, (size_t)n * 128), *o2 = put(gpu, NULL, (size_t)n * 128);
-        gpu->set_step(gpu, ids, n, pos);
-        gpu->attention(gpu, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
+        be_buf *qg = put(gb, q, (size_t)n * K), *kg = put(gb, k, (size_t)n * kvh * d), *vg = put(gb, v, (size_t)n * kvh * d);
+        be_buf *att = put(gb, NULL, (size_t)n * K), *copy = put(gb, NULL, (size_t)n * K);
+        be_buf *o1 = put(gb, NULL, (size_t)n * 128), *o2 = put(gb, NULL, (size_t)n * 128);
+        gb->set_step(gb, ids, n, pos);
+        gb->attention(gb, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
         if (n == 1) {
-            gpu->matmul(gpu, wg, att, n, o1);
-            gpu->copy(gpu, att, 0, copy, 0, (size_t)n * K);
-            gpu->matmul(gpu, wg, copy, n, o2);
-            float *r1 = get(gpu, o1, (size_t)n * 128), *r2 = get(gpu, o2, (size_t)n * 128);
+            gb->matmul(gb, wg, att, n, o1);
+            gb->copy(gb, att, 0, copy, 0, (size_t)n * K);
+            gb->matmul(gb, wg, copy, n, o2);
+            float *r1 = get(gb, o1, (size_t)n * 128), *r2 = get(gb, o2, (size_t)n * 128);
             CHECKF(close_enough("wide combine handoff", r1, r2, (size_t)n * 128, 0, 0), "wide combine -> matmul at depth %d",
                    depth);
             free(r1), free(r2);
         }
         free(q), free(k), free(v);
         be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
-        for (int i = 0; i < 7; i++) gpu->buf_free(gpu, bufs[i]);
+        for (int i = 0; i < 7; i++) gb->buf_free(gb, bufs[i]);
     }
-    gpu->kv_free(gpu, kv);
-    gpu->weight_free(gpu, wg);
+    gb->kv_free(gb, kv);
+    gb->weight_free(gb, wg);
     free_tensor(&W);
 }
 
@@ -1083,7 +1084,8 @@ int main(void) {
     }
     test_quantized_handoff();
     test_attention();
-    test_wide_handoff();
+    test_wide_handoff(gpu);
+    if (gpu_dec_f16) test_wide_handoff(gpu_dec_f16); /* the fused combine's codes */
     test_argmax();
     test_topk();
     test_graph();

@@ -622,8 +622,11 @@ __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, con
  * one re-zeroes the counter for the next launch (the graph replays the
  * same counters), reads every split's partials past L1 (lines another
  * block of this SM may hold from before they were written), and writes
- * the output and its 8-bit codes as k_attn_combine_wide does (the same
- * weights; the splits summed in index order). */
+ * the output and its 8-bit codes from the same weights as
+ * k_attn_combine_wide (the splits summed in index order, so the last bit
+ * can differ). One block then reads every split of its heads: the host
+ * fuses only while nsplit x heads x D stays small (deep full-attention
+ * caches keep the wide combine). */
 template <int D>
 __device__ __forceinline__ void dec_combine_last(const float *pml, const float *part, const int *step, int window,
                                                  int nsplit, int hq0, int GB, float *out, int8_t *xq, float *xd,
@@ -632,13 +635,15 @@ __device__ __forceinline__ void dec_combine_last(const float *pml, const float *
     __shared__ float sml[2 * 256], wgt[256], red[32]; /* nsplit <= 256 (cu_kv_new) */
     __syncthreads(); /* every partial of this block is written */
     if (threadIdx.x == 0) {
-        __threadfence();
+        __threadfence(); /* release: this block's partials before its count */
         last = atomicAdd(&cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
+        if (last) {
+            __threadfence(); /* acquire, by the thread that read the count; the barrier passes it on */
+            cnt[blockIdx.x] = 0;
+        }
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) cnt[blockIdx.x] = 0;
     const int used = attn_used_splits(step, 0, 1, 1, window, nsplit), lane = threadIdx.x & 31;
     for (int g = 0; g < GB; g++) {
         const size_t hq = (size_t)(hq0 + g);
@@ -647,6 +652,7 @@ __device__ __forceinline__ void dec_combine_last(const float *pml, const float *
         const float inv = 1.0f / combine_weights(sml, used, wgt, red);
         for (int e = threadIdx.x; e < D; e += blockDim.x) { /* D is a multiple of 32: whole warps */
             float o = 0;
+#pragma unroll 8
             for (int sp = 0; sp < used; sp++) o += wgt[sp] * __ldcg(part + (hq * nsplit + sp) * D + e);
             o *= inv;
             out[hq * D + e] = o;
@@ -900,7 +906,9 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     const int gall = n_head / n_kv_head;
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
-    const int dec = c->attn_dec && n == 1, fused = dec && c->dec_fuse && n_kv_head * (gall / gb) <= DEC_CNT;
+    const int dec = c->attn_dec && n == 1,
+              fused = dec && c->dec_fuse && n_kv_head * (gall / gb) <= DEC_CNT && nsplit <= 256 &&
+                      (size_t)nsplit * gb * d <= 32 * 8 * 512;
     if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
 #define DEC_LAUNCH_F(DIM, KT, VW, E, F)                                                                                \

@@ -974,7 +974,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->profile = prof && *prof && strcmp(prof, "0");
     if ((c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) ||
         (c->dec_fuse && (CK(c, cudaMalloc(&c->dec_cnt, DEC_CNT * sizeof(int))) ||
-                         CK(c, cudaMemset(c->dec_cnt, 0, DEC_CNT * sizeof(int)))))) {
+                         CK(c, cudaMemsetAsync(c->dec_cnt, 0, DEC_CNT * sizeof(int), c->st))))) {
         gem_err_set(err, "backend 'cuda': %s", c->why);
         cu_destroy(b);
         return NULL;
