@@ -2,7 +2,9 @@
 # The CUDA backend's kernel choices side by side on one GPU machine, in
 # one run (A/B/B/A where it matters), on a synthetic 31B Q4_0 with a Q8_0
 # embedding: prefill 2048 for the product kernels (default k_mm_w,
-# GEM_CUDA_MMH=2 k_mm_h); decode at depth 0 and 8192 for the one-token
+# GEM_CUDA_MMH=2 k_mm_h) and the geglu with the down product's f16
+# activations in one launch (GEM_CUDA_GEGLU_F16=1); decode at depth 0 and
+# 8192 for the one-token
 # attention kernel (GEM_CUDA_ATTN_DEC=1: k_attn_dec, with its first cache
 # rows read early: GEM_CUDA_KV_EARLY=1; the combine in its last block:
 # GEM_CUDA_DEC_FUSE=1), early weight loads
@@ -20,6 +22,7 @@ M=${1:-${TMPDIR:-/tmp}/gem-variants-31b.gguf}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 prefill() { ./gem bench -m "$M" --backend cuda --prompt 2048 --gen 1 --depth 0 --reps 2 2>&1 | grep 'prefill '; }
 for v in 3 2 2 3; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
+for v in 0 1 1 0; do echo "GEM_CUDA_GEGLU_F16=$v: $(GEM_CUDA_GEGLU_F16=$v prefill)"; done
 # decode KV_TYPE [VAR=VALUE ...]
 decode() {
     kv=$1

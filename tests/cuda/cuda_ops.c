@@ -485,6 +485,40 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
+/* Prefill geglu with the down product's f16 activations made in the same
+ * launch (gf: GEM_CUDA_GEGLU_F16=1) against the default (k_geglu, then
+ * k_act_f16 in the down product): the same arithmetic, so the geglu output
+ * and the down product are bit-identical; q8_0 and q4_0, a token count
+ * that is not a multiple of the tile. */
+static void test_geglu_f16(backend *gf) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    for (size_t t = 0; t < 2; t++) {
+        const int64_t K = 1536, F = 1024;
+        const int n = 300;
+        tensor G = make_tensor(types[t], K, F), U = make_tensor(types[t], K, F), D = make_tensor(types[t], F, 200);
+        gem_err err;
+        backend *bs[2] = {gpu, gf};
+        float *x = rand_vec((size_t)n * K, 1.0f), *res[2][2];
+        for (int b = 0; b < 2; b++) {
+            backend *g = bs[b];
+            be_weight *wg = g->weight(g, &G.t, &err), *wu = g->weight(g, &U.t, &err), *wd = g->weight(g, &D.t, &err);
+            be_buf *xb = put(g, x, (size_t)n * K), *act = put(g, NULL, (size_t)n * F), *o = put(g, NULL, (size_t)n * 200);
+            g->matmul_geglu(g, wg, wu, xb, n, act);
+            g->matmul(g, wd, act, n, o);
+            res[b][0] = get(g, act, (size_t)n * F);
+            res[b][1] = get(g, o, (size_t)n * 200);
+            g->buf_free(g, xb), g->buf_free(g, act), g->buf_free(g, o);
+            g->weight_free(g, wg), g->weight_free(g, wu), g->weight_free(g, wd);
+        }
+        CHECKF(close_enough("geglu f16 act", res[1][0], res[0][0], (size_t)n * F, 0, 0) &&
+                   close_enough("geglu f16 down", res[1][1], res[0][1], (size_t)n * 200, 0, 0),
+               "fused geglu + f16 activations %s", quant_type_name(types[t]));
+        for (int b = 0; b < 2; b++) free(res[b][0]), free(res[b][1]);
+        free(x);
+        free_tensor(&G), free_tensor(&U), free_tensor(&D);
+    }
+}
+
 /* One-token norms with early weight loads (gn: GEM_CUDA_NORM_EARLY=1)
  * against the default: the same arithmetic, so bit-identical outputs, and
  * identical 8-bit codes (a product of the norm's output reuses them). */
@@ -1008,6 +1042,7 @@ int main(void) {
     unsetenv("GEM_CUDA_NORM_EARLY");
     unsetenv("GEM_CUDA_KV_EARLY");
     unsetenv("GEM_CUDA_DEC_FUSE");
+    unsetenv("GEM_CUDA_GEGLU_F16");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1049,6 +1084,15 @@ int main(void) {
         test_fused_matmul(gu);
         CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
         gu->destroy(gu);
+    }
+    setenv("GEM_CUDA_GEGLU_F16", "1", 1);
+    backend *gf = backend_create("cuda", &g, &err);
+    unsetenv("GEM_CUDA_GEGLU_F16");
+    CHECKF(gf != NULL, "%s", err.msg);
+    if (gf) {
+        if (mma_on()) test_geglu_f16(gf);
+        CHECKF(gf->status(gf, &err) == 0, "%s", err.msg);
+        gf->destroy(gf);
     }
     setenv("GEM_CUDA_NORM_EARLY", "1", 1);
     backend *gn = backend_create("cuda", &g, &err);

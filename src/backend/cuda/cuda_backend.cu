@@ -960,6 +960,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_early = mve && !strcmp(mve, "1");
     const char *nme = getenv("GEM_CUDA_NORM_EARLY");
     c->norm_early = nme && !strcmp(nme, "1");
+    const char *gf = getenv("GEM_CUDA_GEGLU_F16");
+    c->geglu_f16 = gf && !strcmp(gf, "1");
     const char *v2 = getenv("GEM_CUDA_ATTN_V2");
     c->attn_v2 = v2 && !strcmp(v2, "1");
     const char *dec = getenv("GEM_CUDA_ATTN_DEC");

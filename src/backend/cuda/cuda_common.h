@@ -142,6 +142,7 @@ typedef struct {
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int mv_early;  /* GEM_CUDA_MV_EARLY=1: one-token products load their first weights before pdl_wait */
     int norm_early; /* GEM_CUDA_NORM_EARLY=1: one-token norms load weights before pdl_wait, residual with input */
+    int geglu_f16;  /* GEM_CUDA_GEGLU_F16=1: prefill geglu also makes the down product's f16 activations */
     int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
     int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
     int kv_early;     /* GEM_CUDA_KV_EARLY=1: k_attn_dec reads its first cached rows before pdl_wait */

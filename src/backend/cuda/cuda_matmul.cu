@@ -613,16 +613,10 @@ template <int Q4> struct mmh_geom {
 };
 
 /* Per token: the power of two bringing its largest |x| into [2^14, 2^15),
- * applied while converting to f16 in the K order above; xinv = its inverse. */
-__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int order) {
-    pdl_wait();
+ * applied while converting to f16 in the K order above; xinv = its inverse.
+ * m: the row's largest |x| in this thread (the block reduces it). */
+__device__ __forceinline__ void act_f16_row(const float *r, int K, float m, __half *o, float *xinv, int order) {
     __shared__ float red[32];
-    const float *r = x + (size_t)blockIdx.x * K;
-    float m = 0;
-    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
-        const float4 v = *(const float4 *)(r + i);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
     m = warp_max(m);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
@@ -635,7 +629,6 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
         e = min(max(15 - ex, -120), 120);
     }
     const float s = ldexpf(1.0f, e);
-    __half *o = xh + (size_t)blockIdx.x * K;
     if (order == 0) {
         for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
             const float4 v = *(const float4 *)(r + i);
@@ -654,7 +647,39 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
             }
         }
     }
-    if (threadIdx.x == 0) xinv[blockIdx.x] = ldexpf(1.0f, -e);
+    if (threadIdx.x == 0) *xinv = ldexpf(1.0f, -e);
+}
+
+__global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int order) {
+    pdl_wait();
+    const float *r = x + (size_t)blockIdx.x * K;
+    float m = 0;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+        const float4 v = *(const float4 *)(r + i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    act_f16_row(r, K, m, xh + (size_t)blockIdx.x * K, xinv + blockIdx.x, order);
+}
+
+/* GEM_CUDA_GEGLU_F16=1 (prefill; written without a GPU at hand, opt-in
+ * until measured): gelu(gate) x up of a token row into out (k_geglu's
+ * arithmetic) and, in the same launch, its f16 activations for the down
+ * product (k_act_f16's): the row is read back from L2 right after it is
+ * written instead of from HBM by a second kernel (31B: ~210 + ~200 us per
+ * layer of a 2048-token tile for the two kernels). The max reduction's
+ * barrier orders this block's writes of out before it reads them. */
+__global__ void k_geglu_f16(const float *g, const float *u, int K, float *out, __half *xh, float *xinv, int order) {
+    pdl_wait();
+    const size_t base = (size_t)blockIdx.x * K;
+    float m = 0;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+        const float4 a = *(const float4 *)(g + base + i), b = *(const float4 *)(u + base + i);
+        const float4 y = make_float4(gelu_tanh_f(a.x) * b.x, gelu_tanh_f(a.y) * b.y, gelu_tanh_f(a.z) * b.z,
+                                     gelu_tanh_f(a.w) * b.w);
+        *(float4 *)(out + base + i) = y;
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w))));
+    }
+    act_f16_row(out + base, K, m, xh + base, xinv + blockIdx.x, order);
 }
 
 template <int Q4>
@@ -1144,6 +1169,17 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
         be_buf *o1 = out, *o2 = &up;
         mv_run(c, 1, &W[0], x, n, &o1, 0);
         mv_run(c, 1, &W[1], x, n, &o2, 0);
+        const int F = (int)Wu->ne1;
+        /* GEM_CUDA_GEGLU_F16=1: the down product's f16 activations made here
+         * (its K, F, must suit the f16 kernels: (F / 32) % MMT_KS == 0) */
+        if (c->geglu_f16 && !c->gelu_fp16 && c->mma && quant && n > MV_MAXT && F % 4 == 0 && (F / 32) % MMT_KS == 0 &&
+            !grow(c, &c->xh, len * sizeof(__half)) && !grow(c, &c->xhinv, (size_t)n * sizeof(float))) {
+            launch(c, k_geglu_f16, n, 256, 0, (const float *)out->d, (const float *)up.d, F, out->d, (__half *)c->xh.p,
+                   (float *)c->xhinv.p, c->mmh_wgmma ? 1 : 0);
+            LAUNCHED(c, "geglu + activations to f16");
+            act_cache_set(c, &c->xh_of, out->d, n, F);
+            return;
+        }
         cu_geglu(b, out, &up, len, out);
         return;
     }
