@@ -1029,6 +1029,25 @@ static void test_quantized_handoff(void) {
     }
 }
 
+/* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
+ * read when a backend is created), the variable unset again. */
+static backend *variant(const char *var, const char *value, const backend_opts *o) {
+    gem_err err;
+    setenv(var, value, 1);
+    backend *b = backend_create("cuda", o, &err);
+    unsetenv(var);
+    CHECKF(b != NULL, "variant backend %s=%s: %s", var, value, err.msg);
+    return b;
+}
+
+/* A variant's sticky error state is clean after its tests; then it goes. */
+static void variant_done(backend *b) {
+    gem_err err;
+    if (!b) return;
+    CHECKF(b->status(b, &err) == 0, "%s", err.msg);
+    b->destroy(b);
+}
+
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
@@ -1048,22 +1067,14 @@ int main(void) {
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    setenv("GEM_CUDA_ATTN_V2", "1", 1); /* read when a backend is created */
-    gpu_v2 = gpu ? backend_create("cuda", &g, &err) : NULL;
-    CHECKF(!gpu || gpu_v2, "variant backend: %s", err.msg);
-    gpu_v2_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    CHECKF(!gpu || gpu_v2_f16, "variant backend (f16 cache): %s", err.msg);
-    unsetenv("GEM_CUDA_ATTN_V2");
-    setenv("GEM_CUDA_ATTN_DEC", "1", 1);
-    setenv("GEM_CUDA_KV_EARLY", "1", 1);
-    gpu_dec = gpu ? backend_create("cuda", &g, &err) : NULL;
-    CHECKF(!gpu || gpu_dec, "variant backend: %s", err.msg);
-    unsetenv("GEM_CUDA_KV_EARLY");
-    setenv("GEM_CUDA_DEC_FUSE", "1", 1);
-    gpu_dec_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    unsetenv("GEM_CUDA_DEC_FUSE");
-    CHECKF(!gpu || gpu_dec_f16, "variant backend (f16 cache): %s", err.msg);
-    unsetenv("GEM_CUDA_ATTN_DEC");
+    if (gpu) {
+        gpu_v2 = variant("GEM_CUDA_ATTN_V2", "1", &g);
+        gpu_v2_f16 = variant("GEM_CUDA_ATTN_V2", "1", &gh);
+        setenv("GEM_CUDA_ATTN_DEC", "1", 1); /* both k_attn_dec variants */
+        gpu_dec = variant("GEM_CUDA_KV_EARLY", "1", &g);
+        gpu_dec_f16 = variant("GEM_CUDA_DEC_FUSE", "1", &gh);
+        unsetenv("GEM_CUDA_ATTN_DEC");
+    }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
         printf("cuda_ops: 0 passed, 1 failed\n");
@@ -1075,47 +1086,22 @@ int main(void) {
     test_rope();
     test_matmul();
     test_matmul_ranges(gpu);
-    setenv("GEM_CUDA_MV_SPLIT", "0", 1); /* read when a backend is created */
-    backend *gu = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_MV_SPLIT");
-    CHECKF(gu != NULL, "%s", err.msg);
+    backend *gu = variant("GEM_CUDA_MV_SPLIT", "0", &g);
     if (gu) {
         test_matmul_split(gu);
         test_fused_matmul(gu);
-        CHECKF(gu->status(gu, &err) == 0, "%s", err.msg);
-        gu->destroy(gu);
     }
-    setenv("GEM_CUDA_GEGLU_F16", "1", 1);
-    backend *gf = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_GEGLU_F16");
-    CHECKF(gf != NULL, "%s", err.msg);
-    if (gf) {
-        if (mma_on()) test_geglu_f16(gf);
-        CHECKF(gf->status(gf, &err) == 0, "%s", err.msg);
-        gf->destroy(gf);
-    }
-    setenv("GEM_CUDA_NORM_EARLY", "1", 1);
-    backend *gn = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_NORM_EARLY");
-    CHECKF(gn != NULL, "%s", err.msg);
-    if (gn) {
-        test_norm_early(gn);
-        CHECKF(gn->status(gn, &err) == 0, "%s", err.msg);
-        gn->destroy(gn);
-    }
-    setenv("GEM_CUDA_MV_EARLY", "1", 1);
-    backend *ge = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_MV_EARLY");
-    CHECKF(ge != NULL, "%s", err.msg);
-    if (ge) {
-        test_matmul_early(ge);
-        CHECKF(ge->status(ge, &err) == 0, "%s", err.msg);
-        ge->destroy(ge);
-    }
-    setenv("GEM_CUDA_MMH", "2", 1);
-    backend *g2 = backend_create("cuda", &g, &err);
-    unsetenv("GEM_CUDA_MMH");
-    CHECKF(g2 != NULL, "%s", err.msg);
+    variant_done(gu);
+    backend *gf = variant("GEM_CUDA_GEGLU_F16", "1", &g);
+    if (gf && mma_on()) test_geglu_f16(gf);
+    variant_done(gf);
+    backend *gn = variant("GEM_CUDA_NORM_EARLY", "1", &g);
+    if (gn) test_norm_early(gn);
+    variant_done(gn);
+    backend *ge = variant("GEM_CUDA_MV_EARLY", "1", &g);
+    if (ge) test_matmul_early(ge);
+    variant_done(ge);
+    backend *g2 = variant("GEM_CUDA_MMH", "2", &g);
     if (g2) {
         if (mma_on()) {
             test_matmul_f16_on(gpu, "wgmma");
@@ -1123,9 +1109,8 @@ int main(void) {
             test_matmul_wgmma_grid(g2);
         }
         test_matmul_ranges(g2); /* k_mm_h's epilogue at extreme operand exponents */
-        CHECKF(g2->status(g2, &err) == 0, "%s", err.msg);
-        g2->destroy(g2);
     }
+    variant_done(g2);
     test_quantized_handoff();
     test_attention();
     test_wide_handoff(gpu);
@@ -1136,11 +1121,7 @@ int main(void) {
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
     backend *variants[] = {gpu_f16, gpu_v2, gpu_v2_f16, gpu_dec, gpu_dec_f16};
-    for (int i = 0; i < 5; i++)
-        if (variants[i]) {
-            CHECKF(variants[i]->status(variants[i], &err) == 0, "%s", err.msg);
-            variants[i]->destroy(variants[i]);
-        }
+    for (int i = 0; i < 5; i++) variant_done(variants[i]);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

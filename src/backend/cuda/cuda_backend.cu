@@ -877,6 +877,12 @@ static void cu_destroy(backend *b) {
     free(c);
 }
 
+/* The kernel-choice variables (README): set and equal to value. */
+static int env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
 extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -950,28 +956,17 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->set_step = cu_set_step;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
-    const char *mma = getenv("GEM_CUDA_MMA");
-    c->mma = !(mma && !strcmp(mma, "0"));
-    const char *mmh = getenv("GEM_CUDA_MMH");
-    c->mmh_wgmma = !(mmh && !strcmp(mmh, "2"));
-    const char *mvs = getenv("GEM_CUDA_MV_SPLIT");
-    c->mv_split = !(mvs && !strcmp(mvs, "0"));
-    const char *mve = getenv("GEM_CUDA_MV_EARLY");
-    c->mv_early = mve && !strcmp(mve, "1");
-    const char *nme = getenv("GEM_CUDA_NORM_EARLY");
-    c->norm_early = nme && !strcmp(nme, "1");
-    const char *gf = getenv("GEM_CUDA_GEGLU_F16");
-    c->geglu_f16 = gf && !strcmp(gf, "1");
-    const char *v2 = getenv("GEM_CUDA_ATTN_V2");
-    c->attn_v2 = v2 && !strcmp(v2, "1");
-    const char *dec = getenv("GEM_CUDA_ATTN_DEC");
-    c->attn_dec = dec && !strcmp(dec, "1");
-    const char *kve = getenv("GEM_CUDA_KV_EARLY");
-    c->kv_early = kve && !strcmp(kve, "1");
-    const char *dfu = getenv("GEM_CUDA_DEC_FUSE");
-    c->dec_fuse = c->attn_dec && dfu && !strcmp(dfu, "1");
-    const char *pdl = getenv("GEM_CUDA_PDL");
-    c->pdl = !(pdl && !strcmp(pdl, "0"));
+    c->mma = !env_is("GEM_CUDA_MMA", "0");
+    c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
+    c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
+    c->mv_early = env_is("GEM_CUDA_MV_EARLY", "1");
+    c->norm_early = env_is("GEM_CUDA_NORM_EARLY", "1");
+    c->geglu_f16 = env_is("GEM_CUDA_GEGLU_F16", "1");
+    c->attn_v2 = env_is("GEM_CUDA_ATTN_V2", "1");
+    c->attn_dec = env_is("GEM_CUDA_ATTN_DEC", "1");
+    c->kv_early = env_is("GEM_CUDA_KV_EARLY", "1");
+    c->dec_fuse = c->attn_dec && env_is("GEM_CUDA_DEC_FUSE", "1");
+    c->pdl = !env_is("GEM_CUDA_PDL", "0");
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     if ((c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) ||
