@@ -30,11 +30,10 @@ static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 static backend *cpu_ref, *cpu_fast, *gpu;
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
-/* the opt-in attention variants, f32 and f16 caches */
-static backend *gpu_v2, *gpu_v2_f16; /* GEM_CUDA_ATTN_V2=1: value pairs in the split kernel */
-/* GEM_CUDA_ATTN_DEC=1; the f32 one with GEM_CUDA_KV_EARLY=1, the f16 one with
- * GEM_CUDA_DEC_FUSE=1 (each code path on one cache type) */
-static backend *gpu_dec, *gpu_dec_f16;
+/* the other one-token attention kernels, f32 and f16 caches: k_attn_split
+ * (GEM_CUDA_ATTN_DEC=0) and k_attn_dec staged in shared memory
+ * (GEM_CUDA_ATTN_DEC=2) */
+static backend *gpu_split, *gpu_split_f16, *gpu_staged, *gpu_staged_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -485,132 +484,43 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* Prefill geglu with the down product's f16 activations made in the same
- * launch (gf: GEM_CUDA_GEGLU_F16=1) against the default (k_geglu, then
- * k_act_f16 in the down product): the same arithmetic, so the geglu output
- * and the down product are bit-identical; q8_0 and q4_0, a token count
- * that is not a multiple of the tile. */
-static void test_geglu_f16(backend *gf) {
+/* Prefill geglu makes the down product's f16 activations in the same
+ * launch (k_geglu_f16): the pair and the down product equal separate
+ * products, k_geglu and a down product that converts its input itself
+ * (k_act_f16), bit for bit (the same arithmetic); q8_0 and q4_0, a token
+ * count that is not a multiple of the tile. */
+static void test_geglu_f16(void) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     for (size_t t = 0; t < 2; t++) {
         const int64_t K = 1536, F = 1024;
         const int n = 300;
         tensor G = make_tensor(types[t], K, F), U = make_tensor(types[t], K, F), D = make_tensor(types[t], F, 200);
         gem_err err;
-        backend *bs[2] = {gpu, gf};
-        float *x = rand_vec((size_t)n * K, 1.0f), *res[2][2];
-        for (int b = 0; b < 2; b++) {
-            backend *g = bs[b];
-            be_weight *wg = g->weight(g, &G.t, &err), *wu = g->weight(g, &U.t, &err), *wd = g->weight(g, &D.t, &err);
-            be_buf *xb = put(g, x, (size_t)n * K), *act = put(g, NULL, (size_t)n * F), *o = put(g, NULL, (size_t)n * 200);
-            g->matmul_geglu(g, wg, wu, xb, n, act);
-            g->matmul(g, wd, act, n, o);
-            res[b][0] = get(g, act, (size_t)n * F);
-            res[b][1] = get(g, o, (size_t)n * 200);
-            g->buf_free(g, xb), g->buf_free(g, act), g->buf_free(g, o);
-            g->weight_free(g, wg), g->weight_free(g, wu), g->weight_free(g, wd);
-        }
-        CHECKF(close_enough("geglu f16 act", res[1][0], res[0][0], (size_t)n * F, 0, 0) &&
-                   close_enough("geglu f16 down", res[1][1], res[0][1], (size_t)n * 200, 0, 0),
+        float *x = rand_vec((size_t)n * K, 1.0f);
+        be_weight *wg = gpu->weight(gpu, &G.t, &err), *wu = gpu->weight(gpu, &U.t, &err), *wd = gpu->weight(gpu, &D.t, &err);
+        be_buf *xb = put(gpu, x, (size_t)n * K), *act = put(gpu, NULL, (size_t)n * F), *o = put(gpu, NULL, (size_t)n * 200);
+        be_buf *ga = put(gpu, NULL, (size_t)n * F), *ua = put(gpu, NULL, (size_t)n * F), *o2 = put(gpu, NULL, (size_t)n * 200);
+        gpu->matmul_geglu(gpu, wg, wu, xb, n, act);
+        gpu->matmul(gpu, wd, act, n, o);
+        gpu->matmul(gpu, wg, xb, n, ga);
+        gpu->matmul(gpu, wu, xb, n, ua);
+        gpu->geglu(gpu, ga, ua, (size_t)n * F, ga);
+        gpu->matmul(gpu, wd, ga, n, o2);
+        float *a1 = get(gpu, act, (size_t)n * F), *a2 = get(gpu, ga, (size_t)n * F);
+        float *d1 = get(gpu, o, (size_t)n * 200), *d2 = get(gpu, o2, (size_t)n * 200);
+        CHECKF(close_enough("geglu f16 act", a1, a2, (size_t)n * F, 0, 0) &&
+                   close_enough("geglu f16 down", d1, d2, (size_t)n * 200, 0, 0),
                "fused geglu + f16 activations %s", quant_type_name(types[t]));
-        for (int b = 0; b < 2; b++) free(res[b][0]), free(res[b][1]);
-        free(x);
+        free(a1), free(a2), free(d1), free(d2), free(x);
+        gpu->buf_free(gpu, xb), gpu->buf_free(gpu, act), gpu->buf_free(gpu, o);
+        gpu->buf_free(gpu, ga), gpu->buf_free(gpu, ua), gpu->buf_free(gpu, o2);
+        gpu->weight_free(gpu, wg), gpu->weight_free(gpu, wu), gpu->weight_free(gpu, wd);
         free_tensor(&G), free_tensor(&U), free_tensor(&D);
     }
 }
 
-/* One-token norms with early weight loads (gn: GEM_CUDA_NORM_EARLY=1)
- * against the default: the same arithmetic, so bit-identical outputs, and
- * identical 8-bit codes (a product of the norm's output reuses them). */
-static void test_norm_early(backend *gn) {
-    const int widths[] = {5376, 3840, 256, 1000};
-    for (size_t wi = 0; wi < 4; wi++) {
-        const int width = widths[wi];
-        tensor W = make_tensor(QT_F32, width, 1), W2 = make_tensor(QT_F32, width, 1), sc = make_tensor(QT_F32, 1, 1);
-        tensor P = make_tensor(QT_Q4_0, width % 32 ? 32 : width, 40);
-        gem_err err;
-        backend *bs[2] = {gpu, gn};
-        be_weight *w[2], *w2[2], *s[2], *pw[2];
-        float *h = rand_vec((size_t)width, 1.0f), *x = rand_vec((size_t)width, 1.0f);
-        float *res[2][5];
-        for (int b = 0; b < 2; b++) {
-            backend *g = bs[b];
-            w[b] = g->weight(g, &W.t, &err), w2[b] = g->weight(g, &W2.t, &err), s[b] = g->weight(g, &sc.t, &err);
-            pw[b] = g->weight(g, &P.t, &err);
-            be_buf *hb = put(g, h, (size_t)width), *xb = put(g, x, (size_t)width), *o = put(g, NULL, (size_t)width);
-            be_buf *pr = put(g, NULL, 40);
-            g->rmsnorm(g, xb, w[b], 1, width, 1e-6f, o);
-            res[b][0] = get(g, o, (size_t)width);
-            if (width % 32 == 0) g->matmul(g, pw[b], o, 1, pr); /* on the norm's codes */
-            res[b][1] = get(g, pr, 40);
-            g->add_rmsnorm(g, hb, xb, w[b], 1, width, 1e-6f, s[b]);
-            res[b][2] = get(g, hb, (size_t)width);
-            g->add_rmsnorm_norm(g, hb, xb, w[b], s[b], w2[b], 1, width, 1e-6f, o);
-            if (width % 32 == 0) g->matmul(g, pw[b], o, 1, pr);
-            res[b][3] = get(g, o, (size_t)width);
-            res[b][4] = get(g, pr, 40);
-            g->buf_free(g, hb), g->buf_free(g, xb), g->buf_free(g, o), g->buf_free(g, pr);
-        }
-        const size_t np = width % 32 ? 0 : 40; /* no codes (and no product) for other widths */
-        const size_t lens[5] = {(size_t)width, np, (size_t)width, (size_t)width, np};
-        int same = 1;
-        for (int i = 0; i < 5; i++) {
-            same &= close_enough("early norm", res[1][i], res[0][i], lens[i], 0, 0);
-            free(res[0][i]), free(res[1][i]);
-        }
-        CHECKF(same, "early norm loads, width %d", width);
-        for (int b = 0; b < 2; b++) {
-            bs[b]->weight_free(bs[b], w[b]), bs[b]->weight_free(bs[b], w2[b]), bs[b]->weight_free(bs[b], s[b]);
-            bs[b]->weight_free(bs[b], pw[b]);
-        }
-        free(h), free(x);
-        free_tensor(&W), free_tensor(&W2), free_tensor(&sc), free_tensor(&P);
-    }
-}
-
-/* One-token products with early weight loads (ge: GEM_CUDA_MV_EARLY=1)
- * against the default: the same arithmetic in the same order, only the
- * first loads move before the grid dependency wait, so bit-identical:
- * plain, split (K >= 8192), two matrices in one launch and the geglu
- * pair; K = 40960 takes two rounds of loads even when split in 4 (the
- * later rounds are read after the wait). */
-static void test_matmul_early(backend *ge) {
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {1536, 8192, 21504, 40960};
-    for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < 4; ki++) {
-            const int64_t K = Ks[ki], M = 333;
-            tensor A = make_tensor(types[t], K, M), C = make_tensor(types[t], K, 70);
-            gem_err err;
-            be_weight *wd[2] = {gpu->weight(gpu, &A.t, &err), gpu->weight(gpu, &C.t, &err)};
-            be_weight *we[2] = {ge->weight(ge, &A.t, &err), ge->weight(ge, &C.t, &err)};
-            float *x = rand_vec((size_t)K, 1.0f);
-            be_buf *xd = put(gpu, x, (size_t)K), *xe = put(ge, x, (size_t)K);
-            be_buf *od[3] = {put(gpu, NULL, (size_t)M), put(gpu, NULL, (size_t)70), put(gpu, NULL, (size_t)M)};
-            be_buf *oe[3] = {put(ge, NULL, (size_t)M), put(ge, NULL, (size_t)70), put(ge, NULL, (size_t)M)};
-            gpu->matmul_multi(gpu, 2, (const be_weight *const *)wd, xd, 1, od);
-            ge->matmul_multi(ge, 2, (const be_weight *const *)we, xe, 1, oe);
-            gpu->matmul_geglu(gpu, wd[0], wd[0], xd, 1, od[2]);
-            ge->matmul_geglu(ge, we[0], we[0], xe, 1, oe[2]);
-            int same = 1;
-            for (int i = 0; i < 3; i++) {
-                const size_t len = i == 1 ? 70 : (size_t)M;
-                float *a = get(gpu, od[i], len), *b = get(ge, oe[i], len);
-                same &= close_enough("early matmul", b, a, len, 0, 0);
-                free(a), free(b);
-            }
-            CHECKF(same, "early weight loads %s K=%lld", quant_type_name(types[t]), (long long)K);
-            free(x);
-            gpu->buf_free(gpu, xd), ge->buf_free(ge, xe);
-            for (int i = 0; i < 3; i++) gpu->buf_free(gpu, od[i]), ge->buf_free(ge, oe[i]);
-            for (int i = 0; i < 2; i++) gpu->weight_free(gpu, wd[i]), ge->weight_free(ge, we[i]);
-            free_tensor(&A), free_tensor(&C);
-        }
-}
-
-/* The combine (k_attn_combine_wide, or k_attn_dec's last block with
- * GEM_CUDA_DEC_FUSE=1) writes the 8-bit codes of its output for the output
- * projection: a one-token step at depth 100 (4 splits with keys) and the
+/* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
+ * for the output projection: a one-token step at depth 100 (4 splits with keys) and the
  * product of its output equal the product of a copy (own codes). */
 static void test_wide_handoff(backend *gb) {
     const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
@@ -845,10 +755,56 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
     /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
      * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
     if (gpu_f16) test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_v2) test_attention_case_on(gpu_v2, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_v2_f16) test_attention_case_on(gpu_v2_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_dec) test_attention_case_on(gpu_dec, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
-    if (gpu_dec_f16) test_attention_case_on(gpu_dec_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    backend *v32[2] = {gpu_split, gpu_staged}, *v16[2] = {gpu_split_f16, gpu_staged_f16};
+    for (int i = 0; i < 2; i++) {
+        if (v32[i]) test_attention_case_on(v32[i], 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
+        if (v16[i]) test_attention_case_on(v16[i], 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
+    }
+}
+
+/* One-token steps over a deep full-attention cache, where a split holds
+ * more than the 32 keys of the shallow cases (capacity 16384: 256 splits;
+ * 9000 keys: 36 per split, so several shared-memory tiles per block in the
+ * staged kernel, its stage ring wrapping): k_attn_dec, its staged form
+ * and k_attn_split on equal caches (filled by the same prefill kernels)
+ * agree within f32 summation order (1e-5), f32 and f16 entries. The CPU
+ * reference is too slow at this depth; the kernels met it above. */
+static void test_attention_deep(void) {
+    const int nh = 8, kvh = 1, d = 512, cap = 16384, tiles[] = {3000, 3000, 3000, 1, 1, 1};
+    backend *sets[2][3] = {{gpu, gpu_staged, gpu_split}, {gpu_f16, gpu_staged_f16, gpu_split_f16}};
+    for (int f = 0; f < 2; f++) {
+        backend **bs = sets[f];
+        if (!bs[0] || !bs[1] || !bs[2]) continue;
+        gem_err err;
+        be_kv *kv[3];
+        for (int b = 0; b < 3; b++) kv[b] = bs[b]->kv_new(bs[b], kvh, d, cap, 0, &err);
+        int pos = 0, ok = 1;
+        for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+            const int n = tiles[t];
+            const size_t nq = (size_t)n * nh * d, nk = (size_t)n * kvh * d;
+            const float qk = 3.0f / sqrtf(sqrtf((float)d));
+            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[3];
+            int32_t *ids = calloc((size_t)n, sizeof *ids);
+            for (int b = 0; b < 3; b++) {
+                backend *g = bs[b];
+                be_buf *qg = put(g, q, nq), *kg = put(g, k, nk), *vg = put(g, v, nk), *og = put(g, NULL, nq);
+                g->set_step(g, ids, n, pos);
+                g->attention(g, qg, kg, vg, kv[b], n, pos, nh, kvh, d, 0, og);
+                o[b] = get(g, og, nq);
+                g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
+            }
+            if (n == 1) {
+                ok = close_enough("deep staged", o[1], o[0], nq, 1e-5, 2e-5) &&
+                     close_enough("deep split", o[2], o[0], nq, 1e-5, 2e-5);
+                CHECKF(ok, "deep one-token attention%s at %d", f ? " (f16 KV)" : "", pos);
+            }
+            for (int b = 0; b < 3; b++) free(o[b]);
+            free(q), free(k), free(v), free(ids);
+            pos += n;
+            if (!ok) break;
+        }
+        for (int b = 0; b < 3; b++) bs[b]->kv_free(bs[b], kv[b]);
+    }
 }
 
 static void test_attention(void) {
@@ -868,7 +824,7 @@ static void test_attention(void) {
     /* the other head sizes the kernels are built for */
     test_attention_case(4, 2, 128, 32, 32, prompt, 12);
     test_attention_case(4, 1, 384, 0, 300, prompt, 12);
-    test_attention_case(8, 2, 512, 32, 32, prompt, 12); /* a ring at head 512: value pairs from ring slots */
+    test_attention_case(8, 2, 512, 32, 32, prompt, 12); /* a ring at head 512 */
     /* one-token steps with fewer keys than a block's key subsets (steps at
      * positions 0-2, then a split of one key at 32): k_attn_dec's warps
      * with no key */
@@ -1055,25 +1011,17 @@ int main(void) {
      * environment says; variants below set their variable explicitly */
     unsetenv("GEM_CUDA_MV_SPLIT");
     unsetenv("GEM_CUDA_MMH");
-    unsetenv("GEM_CUDA_ATTN_V2");
     unsetenv("GEM_CUDA_ATTN_DEC");
-    unsetenv("GEM_CUDA_MV_EARLY");
-    unsetenv("GEM_CUDA_NORM_EARLY");
-    unsetenv("GEM_CUDA_KV_EARLY");
-    unsetenv("GEM_CUDA_DEC_FUSE");
-    unsetenv("GEM_CUDA_GEGLU_F16");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
     if (gpu) {
-        gpu_v2 = variant("GEM_CUDA_ATTN_V2", "1", &g);
-        gpu_v2_f16 = variant("GEM_CUDA_ATTN_V2", "1", &gh);
-        setenv("GEM_CUDA_ATTN_DEC", "1", 1); /* both k_attn_dec variants */
-        gpu_dec = variant("GEM_CUDA_KV_EARLY", "1", &g);
-        gpu_dec_f16 = variant("GEM_CUDA_DEC_FUSE", "1", &gh);
-        unsetenv("GEM_CUDA_ATTN_DEC");
+        gpu_split = variant("GEM_CUDA_ATTN_DEC", "0", &g);
+        gpu_split_f16 = variant("GEM_CUDA_ATTN_DEC", "0", &gh);
+        gpu_staged = variant("GEM_CUDA_ATTN_DEC", "2", &g);
+        gpu_staged_f16 = variant("GEM_CUDA_ATTN_DEC", "2", &gh);
     }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -1092,15 +1040,7 @@ int main(void) {
         test_fused_matmul(gu);
     }
     variant_done(gu);
-    backend *gf = variant("GEM_CUDA_GEGLU_F16", "1", &g);
-    if (gf && mma_on()) test_geglu_f16(gf);
-    variant_done(gf);
-    backend *gn = variant("GEM_CUDA_NORM_EARLY", "1", &g);
-    if (gn) test_norm_early(gn);
-    variant_done(gn);
-    backend *ge = variant("GEM_CUDA_MV_EARLY", "1", &g);
-    if (ge) test_matmul_early(ge);
-    variant_done(ge);
+    if (mma_on()) test_geglu_f16();
     backend *g2 = variant("GEM_CUDA_MMH", "2", &g);
     if (g2) {
         if (mma_on()) {
@@ -1113,14 +1053,14 @@ int main(void) {
     variant_done(g2);
     test_quantized_handoff();
     test_attention();
+    test_attention_deep();
     test_wide_handoff(gpu);
-    if (gpu_dec_f16) test_wide_handoff(gpu_dec_f16); /* the fused combine's codes */
     test_argmax();
     test_topk();
     test_graph();
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16, gpu_v2, gpu_v2_f16, gpu_dec, gpu_dec_f16};
+    backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_staged, gpu_staged_f16};
     for (int i = 0; i < 5; i++) variant_done(variants[i]);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);

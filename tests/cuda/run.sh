@@ -7,7 +7,8 @@
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
 # (tests/model/test_demo.sh with BACKEND=cuda); the demo model and the 1b
-# q4_0 model also with the opt-in decode kernels.
+# q4_0 model also with the other one-token attention kernels
+# (GEM_CUDA_ATTN_DEC=2: staged in shared memory; 0: k_attn_split).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -30,11 +31,12 @@ run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
 run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
 run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
 run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
-# the opt-in decode kernels (k_attn_dec, reads before the grid dependency
-# wait) inside replayed graphs, where a kernel overlaps the one before it
-EARLY="GEM_CUDA_ATTN_DEC=1 GEM_CUDA_KV_EARLY=1 GEM_CUDA_DEC_FUSE=1 GEM_CUDA_MV_EARLY=1 GEM_CUDA_NORM_EARLY=1"
-# shellcheck disable=SC2086 # a list of assignments
-run "demo model (opt-in decode variants)" env BACKEND=cuda $EARLY tests/model/test_demo.sh
+# the other one-token attention kernels inside replayed graphs, where a
+# kernel overlaps the one before it (their reads before the grid
+# dependency wait)
+for v in 2 0; do
+    run "demo model (GEM_CUDA_ATTN_DEC=$v)" env BACKEND=cuda GEM_CUDA_ATTN_DEC=$v tests/model/test_demo.sh
+done
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
@@ -44,10 +46,9 @@ for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 
     ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
     if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
     run_model "cuda_model $1 $2" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
-    # shellcheck disable=SC2086
     [ "$1 $2" = "1b q4_0" ] &&
-        run_model "cuda_model $1 $2 (opt-in decode variants)" env GEM_CUDA_MMA=0 $EARLY build/tests/cuda/cuda_model \
-            "$tmp/m.gguf" $len 128 "$4"
+        run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=2)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=2 \
+            build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
 done
 if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     # the CPU side reads the whole model per greedy step: f16 (24 GB) gets 48

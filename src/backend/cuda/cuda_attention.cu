@@ -40,16 +40,6 @@ __device__ __forceinline__ float4 kv_row4(const float *cur, const KT *cache, int
     const int slot = ring ? p % cap : p;
     return kv_ld4(cache + ((size_t)slot * kvh + h) * d + e);
 }
-/* Elements e, e + 1 (e even) of a key or value row, as kv_row1. */
-__device__ __forceinline__ float2 kv_ld2(const float *p) { return *(const float2 *)p; }
-__device__ __forceinline__ float2 kv_ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
-template <typename KT>
-__device__ __forceinline__ float2 kv_row2(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
-                                          int cap, int ring, int e) {
-    if (p >= pos0) return *(const float2 *)(cur + ((size_t)(p - pos0) * kvh + h) * d + e);
-    const int slot = ring ? p % cap : p;
-    return kv_ld2(cache + ((size_t)slot * kvh + h) * d + e);
-}
 template <typename KT>
 __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int p, int pos0, int kvh, int h, int d,
                                          int cap, int ring, int e) {
@@ -95,20 +85,13 @@ __device__ __forceinline__ void attn_store_step(const float *k, const float *v, 
  * leaves max -inf and sum 0, which the combine weighs as nothing).
  * Thread t accumulates output elements t, t + 256, ... (EPT of them) of
  * every row, so one value load serves all rows. */
-template <int D, typename KT, bool PAIRS>
+template <int D, typename KT>
 __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
                  float *pml, KT *store_k, KT *store_v) {
     pdl_wait();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
-    /* PAIRS (GEM_CUDA_ATTN_V2=1, opt-in until measured): with two output
-     * elements per thread and row, thread t owns elements 2t and 2t + 1
-     * instead of t and t + 256, so each value row is one wide load; every
-     * element sums the same terms in the same order either way. A template
-     * parameter: as a run-time flag it cost the plain kernel registers. */
-    static_assert(!PAIRS || EPT == 2, "value pairs need two elements per thread and row");
-    constexpr bool pairs = PAIRS;
     extern __shared__ float sm[];
     const int R = G * QB;
     const int groups = n_head / kvh / G;
@@ -214,25 +197,14 @@ __global__ void __launch_bounds__(AT_THREADS)
          * bounds a one-token step: each split has few keys) */
         for (int j0 = 0; j0 < cn; j0 += AT_VU) {
             float vv[AT_VU][EPT];
-            if (pairs) { /* one 8- (f32) or 4-byte (f16) load per value row */
 #pragma unroll
-                for (int u = 0; u < AT_VU; u++) {
-                    const int p = c0 + min(j0 + u, cn - 1);
-                    const float2 x = 2 * tid < D ? kv_row2(v, cv, p, pos0, kvh, h, D, cap, ring, 2 * tid)
-                                                 : make_float2(0, 0);
-                    vv[u][0] = x.x;
-                    vv[u][EPT - 1] = x.y;
-                }
-            } else {
+            for (int u = 0; u < AT_VU; u++) {
+                const int p = c0 + min(j0 + u, cn - 1);
 #pragma unroll
-                for (int u = 0; u < AT_VU; u++) {
-                    const int p = c0 + min(j0 + u, cn - 1);
-#pragma unroll
-                    for (int e = 0; e < EPT; e++)
-                        vv[u][e] = tid + e * AT_THREADS < D
-                                       ? kv_row1(v, cv, p, pos0, kvh, h, D, cap, ring, tid + e * AT_THREADS)
-                                       : 0.0f;
-                }
+                for (int e = 0; e < EPT; e++)
+                    vv[u][e] = tid + e * AT_THREADS < D
+                                   ? kv_row1(v, cv, p, pos0, kvh, h, D, cap, ring, tid + e * AT_THREADS)
+                                   : 0.0f;
             }
 #pragma unroll
             for (int u = 0; u < AT_VU; u++) {
@@ -246,7 +218,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     }
 #pragma unroll
     for (int jj = 0; jj < AT_MAX_OWN; jj++) {
-        const int r = jj / EPT, e = pairs ? 2 * tid + jj % EPT : tid + (jj % EPT) * AT_THREADS, qi = r / G, g = r % G;
+        const int r = jj / EPT, e = tid + (jj % EPT) * AT_THREADS, qi = r / G, g = r % G;
         if (jj < R * EPT && e < D && i0 + qi < n)
             part[(((size_t)(i0 + qi) * n_head + hq0 + g) * nsplit + split) * D + e] = acc[jj];
     }
@@ -510,13 +482,6 @@ template <int D> static cudaError_t fa_allow() {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e;
 }
-cudaError_t fa_allow_all(void) {
-    cudaError_t e = fa_allow<128>();
-    if (e == cudaSuccess) e = fa_allow<256>();
-    if (e == cudaSuccess) e = fa_allow<384>();
-    if (e == cudaSuccess) e = fa_allow<512>();
-    return e;
-}
 
 /* The combine of steps of up to 8 tokens: one block per (query, head, 32 output elements), its 8 warps
  * summing every 8th split from a different start (lane = element), then
@@ -556,25 +521,31 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
 }
 
 /* ---- one-token decode attention, warp per query head and key subset
- * (GEM_CUDA_ATTN_DEC=1; written without a GPU at hand, opt-in until
- * cuda_ops and a benchmark have run it) ----
+ * (the default for one-token steps: 31B Q4_0 decode 122.3 -> 133.7 tok/s
+ * at depth 0, 96.6 -> 111.1 at 8192 with f32 entries, same call,
+ * bench/results/cuda-variants-2026-12-03c.json; GEM_CUDA_ATTN_DEC=0 keeps
+ * k_attn_split) ----
  * k_attn_split gives a block's 256 threads one key at a time: per 64-key
  * chunk a dependent chain of key loads, warp reductions, a block-wide
- * softmax and value loads, with barriers between. A one-token step at a
- * shallow depth is all chain (31B Q4_0, ~40 keys: 24 us per call with f32
- * entries, 34 us with f16, GEM_CUDA_PROFILE=1), and at depth the chain
- * leaves HBM idle (depth 8192: 3 GB of entries per token at ~1 TB/s).
- * Here each warp owns one query head and every S-th key of the block's
- * split (S = AD_WARPS / GB warps share a head) and runs its own online
- * softmax over KU keys per round, all KU key and value rows loaded before
- * the first dot product; no barrier until the warps of a head merge their
- * (max, sum, output) in shared memory. Lane l holds elements VW l +
- * 32 VW i of every row (VW values per load: 4, or 8 for f16 entries of
- * heads 256 and 512), so each
+ * softmax and value loads, with barriers between. Here each warp owns one
+ * query head and every S-th key of the block's split (S = AD_WARPS / GB
+ * warps share a head) and runs its own online softmax over KU keys per
+ * round, all KU key and value rows loaded before the first dot product;
+ * no barrier until the warps of a head merge their (max, sum, output) in
+ * shared memory. Lane l holds elements VW l + 32 VW i of every row (VW
+ * values per load: 4, or 8 for f16 entries of heads 256 and 512), so each
  * load instruction of a warp reads one contiguous stretch. The split
  * ranges, the partial layout and the empty-split marks are k_attn_split's
- * (n = 1, QB = 1), so k_attn_combine_wide combines either. */
+ * (n = 1, QB = 1), so k_attn_combine_wide combines either.
+ * STAGED (GEM_CUDA_ATTN_DEC=2; opt-in until measured): a deep split is a
+ * long chain of rounds per warp, each waiting on HBM for a few rows (31B
+ * depth 32768, f16 entries: 128 keys per split, 76 tok/s). There the
+ * block's threads copy tiles of AD_TILE_BYTES of cached keys and values
+ * into shared memory with cp.async, AD_STAGES tiles in flight, and the
+ * warps run the same rounds on rows read from shared memory. */
 #define AD_WARPS 8
+#define AD_STAGES 3
+#define AD_TILE_BYTES 32768 /* keys and values of one stage */
 
 template <int VW> __device__ __forceinline__ void ad_ld(float *d, const float *p) {
     const float4 a = *(const float4 *)p;
@@ -599,166 +570,187 @@ template <int VW> __device__ __forceinline__ void ad_ld(float *d, const __half *
     }
 }
 
-/* Row p of keys or values into a lane's E = D / 32 elements: this step's
- * row (f32) for p >= pos0, else the cache's. */
+/* A lane's E = D / 32 elements of the row at src (global or shared). */
+template <int D, int VW, typename T> __device__ __forceinline__ void ad_lane(float (&r)[D / 32], const T *src, int lane) {
+#pragma unroll
+    for (int i = 0; i < D / 32 / VW; i++) ad_ld<VW>(r + i * VW, src + VW * lane + 32 * VW * i);
+}
+
+/* Row p of keys or values: this step's row (f32) for p >= pos0, else the
+ * cache's. */
 template <int D, int VW, typename KT>
 __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, const KT *cache, int p, int pos0, int kvh,
                                        int h, int cap, int ring, int lane) {
-    if (p >= pos0) {
-        const float *src = cur + ((size_t)(p - pos0) * kvh + h) * D + VW * lane;
-#pragma unroll
-        for (int i = 0; i < D / 32 / VW; i++) ad_ld<VW>(r + i * VW, src + 32 * VW * i);
-    } else {
-        const KT *src = cache + ((size_t)(ring ? p % cap : p) * kvh + h) * D + VW * lane;
-#pragma unroll
-        for (int i = 0; i < D / 32 / VW; i++) ad_ld<VW>(r + i * VW, src + 32 * VW * i);
-    }
+    if (p >= pos0) ad_lane<D, VW>(r, cur + ((size_t)(p - pos0) * kvh + h) * D, lane);
+    else ad_lane<D, VW>(r, cache + ((size_t)(ring ? p % cap : p) * kvh + h) * D, lane);
 }
 
-/* FUSE (GEM_CUDA_DEC_FUSE=1 with GEM_CUDA_ATTN_DEC=1; not yet run on a
- * GPU): the combine in the last block of a head group to finish, instead
- * of a k_attn_combine_wide launch per layer. Each block counts itself in
- * cnt[blockIdx.x] after a fence (its partials are visible first); the last
- * one re-zeroes the counter for the next launch (the graph replays the
- * same counters), reads every split's partials past L1 (lines another
- * block of this SM may hold from before they were written), and writes
- * the output and its 8-bit codes from the same weights as
- * k_attn_combine_wide (the splits summed in index order, so the last bit
- * can differ). One block then reads every split of its heads: the host
- * fuses only while nsplit x heads x D stays small (deep full-attention
- * caches keep the wide combine). */
-template <int D>
-__device__ __forceinline__ void dec_combine_last(const float *pml, const float *part, const int *step, int window,
-                                                 int nsplit, int hq0, int GB, float *out, int8_t *xq, float *xd,
-                                                 int *xs, int *cnt) {
-    __shared__ int last;
-    __shared__ float sml[2 * 256], wgt[256], red[32]; /* nsplit <= 256 (cu_kv_new) */
-    __syncthreads(); /* every partial of this block is written */
-    if (threadIdx.x == 0) {
-        __threadfence(); /* release: this block's partials before its count */
-        last = atomicAdd(&cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
-        if (last) {
-            __threadfence(); /* acquire, by the thread that read the count; the barrier passes it on */
-            cnt[blockIdx.x] = 0;
+/* One round of a warp's online softmax over KU keys, the first nv of them
+ * real (the rest repeat a real key and weigh nothing; nv >= 1, so the new
+ * max is finite and the first round scales the zero state by
+ * expf(-inf) = 0). */
+template <int E, int KU>
+__device__ __forceinline__ void ad_round(const float (&qv)[E], const float (&kr)[KU][E], const float (&vr)[KU][E],
+                                         int nv, float &m, float &l, float (&o)[E]) {
+    float sc[KU];
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        float d = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) d += qv[e] * kr[u][e];
+        sc[u] = d;
+    }
+#pragma unroll
+    for (int off = 16; off; off >>= 1)
+#pragma unroll
+        for (int u = 0; u < KU; u++) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], off);
+    float mx = m;
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        if (u >= nv) sc[u] = -INFINITY;
+        mx = fmaxf(mx, sc[u]);
+    }
+    const float a = expf(m - mx);
+    l *= a;
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] *= a;
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        const float w = expf(sc[u] - mx);
+        l += w;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] += w * vr[u][e];
+    }
+    m = mx;
+}
+
+/* Keys per stage of the staged kernel, and the dynamic shared memory. */
+template <int D, typename KT> struct ad_geom {
+    static constexpr int TK = AD_TILE_BYTES / (2 * D * (int)sizeof(KT));
+    static constexpr int SMEM = AD_STAGES * 2 * TK * D * (int)sizeof(KT);
+};
+
+/* Tile t of cached positions s0 + t TK .. (before sc1) into stage t mod
+ * AD_STAGES, 16 bytes per copy, then one commit (also when empty: the
+ * wait counts groups). */
+template <int D, typename KT>
+__device__ __forceinline__ void ad_stage(KT *sk, const KT *ck, const KT *cv, int t, int nt, int s0, int sc1, int kvh,
+                                         int h, int cap, int ring) {
+    typedef ad_geom<D, KT> G;
+    constexpr int C = D * (int)sizeof(KT) / 16, V = 16 / (int)sizeof(KT); /* chunks per row, values per chunk */
+    if (t < nt) {
+        KT *dk = sk + (size_t)(t % AD_STAGES) * 2 * G::TK * D, *dv = dk + G::TK * D;
+        const int t0 = s0 + t * G::TK;
+        for (int i = threadIdx.x; i < G::TK * C; i += AD_WARPS * 32) {
+            const int r = i / C, c = i % C, p = t0 + r;
+            if (p < sc1) {
+                const size_t src = ((size_t)(ring ? p % cap : p) * kvh + h) * D + c * V;
+                cp_async16(dk + r * D + c * V, ck + src);
+                cp_async16(dv + r * D + c * V, cv + src);
+            }
         }
     }
-    __syncthreads();
-    if (!last) return;
-    const int used = attn_used_splits(step, 0, 1, 1, window, nsplit), lane = threadIdx.x & 31;
-    for (int g = 0; g < GB; g++) {
-        const size_t hq = (size_t)(hq0 + g);
-        for (int i = threadIdx.x; i < 2 * used; i += blockDim.x) sml[i] = __ldcg(pml + hq * nsplit * 2 + i);
-        __syncthreads();
-        const float inv = 1.0f / combine_weights(sml, used, wgt, red);
-        for (int e = threadIdx.x; e < D; e += blockDim.x) { /* D is a multiple of 32: whole warps */
-            float o = 0;
-#pragma unroll 8
-            for (int sp = 0; sp < used; sp++) o += wgt[sp] * __ldcg(part + (hq * nsplit + sp) * D + e);
-            o *= inv;
-            out[hq * D + e] = o;
-            if (xq) quantize_block32(o, (hq * D + e) / 32, lane, xq, xd, xs);
-        }
-        __syncthreads(); /* sml and wgt are rewritten for the next head */
-    }
+    cp_async_commit();
 }
 
 /* One block per (KV head x group of GB query heads, split); GB divides
- * AD_WARPS (the host checks). EARLY (GEM_CUDA_KV_EARLY=1 with
- * GEM_CUDA_ATTN_DEC=1): a warp's first round of cached keys and values is
- * read before pdl_wait. Safe because those rows (positions before this
- * step's) were written by earlier steps, the step buffer by a copy before
- * the step's kernels, and a kernel's code before its wait runs only once
- * the kernel two back has completed (every kernel lets its dependents
- * start only after its own wait); this step's row (p = pos0, written by
- * the kernel just before) is read after the wait. */
-template <int D, typename KT, int VW, int KU, bool EARLY, bool FUSE>
-__global__ void __launch_bounds__(AD_WARPS * 32)
+ * AD_WARPS (the host checks). Cached rows (positions before this step's)
+ * are read from before pdl_wait: the register path's first round, the
+ * staged path's first AD_STAGES - 1 tiles. Safe because those rows were
+ * written by earlier steps, the step buffer by a copy before the step's
+ * kernels, and a kernel's code before its wait runs only once the kernel
+ * two back has completed (every kernel lets its dependents start only
+ * after its own wait); this step's row (p = pos0, written by the kernel
+ * just before) is read after the wait. */
+template <int D, typename KT, int VW, int KU, bool STAGED>
+__global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
-               KT *store_v, float *out, int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
-               int *cnt) {
-    if (!EARLY) pdl_wait();
+               KT *store_v) {
     constexpr int E = D / 32;
     static_assert(D % (32 * VW) == 0, "whole loads per lane");
+    typedef ad_geom<D, KT> G;
+    extern __shared__ __align__(16) unsigned char ad_smem[];
+    KT *sk = (KT *)ad_smem; /* STAGED: per stage TK key rows, then TK value rows */
     __shared__ float sm_m[AD_WARPS], sm_l[AD_WARPS];
     __shared__ __align__(16) float sm_o[AD_WARPS][D];
-    const int G = n_head / kvh, groups = G / GB, S = AD_WARPS / GB;
-    const int h = blockIdx.x / groups, hq0 = h * G + (blockIdx.x % groups) * GB, split = blockIdx.y;
+    const int groups = n_head / kvh / GB, S = AD_WARPS / GB;
+    const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * GB, split = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp / GB, hq = hq0 + warp % GB;
     const int pos0 = step[0];
     int first, len;
     const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
     const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1), pf = s0 + sub;
+    const int sc1 = min(s1, pos0); /* cached rows: s0 .. sc1 - 1 */
+    const int nt = STAGED && sc1 > s0 ? (sc1 - s0 + G::TK - 1) / G::TK : 0;
     float kr[KU][E], vr[KU][E];
-    if (EARLY) {
-        if (pf < s1)
+    if (STAGED) {
 #pragma unroll
-            for (int u = 0; u < KU; u++) {
-                const int p = min(pf + u * S, s1 - 1);
-                if (p < pos0) {
-                    ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
-                    ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
-                }
-            }
-        pdl_wait();
-    }
-    if (split == 0 && blockIdx.x % groups == 0)
-        attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
-    if (s0 >= s1) { /* the same for the whole block */
-        if (sub == 0 && lane == 0) {
-            pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
-            pml[((size_t)hq * nsplit + split) * 2 + 1] = 0;
-        }
-        if (FUSE) dec_combine_last<D>(pml, part, step, window, nsplit, hq0, GB, out, xq, xd, xs, cnt);
-        return;
-    }
-    float qv[E], o[E];
+        for (int t = 0; t < AD_STAGES - 1; t++) ad_stage<D>(sk, ck, cv, t, nt, s0, sc1, kvh, h, cap, ring);
+    } else if (pf < s1) {
 #pragma unroll
-    for (int i = 0; i < E / VW; i++) ad_ld<VW>(qv + i * VW, q + (size_t)hq * D + VW * lane + 32 * VW * i);
-#pragma unroll
-    for (int e = 0; e < E; e++) o[e] = 0;
-    float m = -INFINITY, l = 0;
-    for (int p0 = pf; p0 < s1; p0 += S * KU) {
-#pragma unroll
-        for (int u = 0; u < KU; u++) { /* keys past the split repeat its last (weight 0 below) */
-            const int p = min(p0 + u * S, s1 - 1);
-            if (!EARLY || p0 != pf || p >= pos0) {
+        for (int u = 0; u < KU; u++) {
+            const int p = min(pf + u * S, s1 - 1);
+            if (p < pos0) {
                 ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
                 ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
             }
         }
-        float sc[KU];
-#pragma unroll
-        for (int u = 0; u < KU; u++) {
-            float d = 0;
-#pragma unroll
-            for (int e = 0; e < E; e++) d += qv[e] * kr[u][e];
-            sc[u] = d;
+    }
+    pdl_wait();
+    if (split == 0 && blockIdx.x % groups == 0)
+        attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
+    if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
+        if (sub == 0 && lane == 0) {
+            pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
+            pml[((size_t)hq * nsplit + split) * 2 + 1] = 0;
         }
+        return;
+    }
+    float qv[E], o[E];
+    ad_lane<D, VW>(qv, q + (size_t)hq * D, lane);
 #pragma unroll
-        for (int off = 16; off; off >>= 1)
+    for (int e = 0; e < E; e++) o[e] = 0;
+    float m = -INFINITY, l = 0;
+    if (STAGED) {
+        for (int t = 0; t < nt; t++) {
+            ad_stage<D>(sk, ck, cv, t + AD_STAGES - 1, nt, s0, sc1, kvh, h, cap, ring);
+            cp_async_wait<AD_STAGES - 1>(); /* this thread's copies of tile t */
+            __syncthreads();                /* everyone's */
+            const KT *tk = sk + (size_t)(t % AD_STAGES) * 2 * G::TK * D, *tv = tk + G::TK * D;
+            const int nk = min(G::TK, sc1 - (s0 + t * G::TK));
+            for (int j0 = sub; j0 < nk; j0 += S * KU) {
 #pragma unroll
-            for (int u = 0; u < KU; u++) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], off);
-        float mx = m;
-#pragma unroll
-        for (int u = 0; u < KU; u++) {
-            if (p0 + u * S >= s1) sc[u] = -INFINITY;
-            mx = fmaxf(mx, sc[u]);
+                for (int u = 0; u < KU; u++) {
+                    const int j = min(j0 + u * S, nk - 1);
+                    ad_lane<D, VW>(kr[u], tk + (size_t)j * D, lane);
+                    ad_lane<D, VW>(vr[u], tv + (size_t)j * D, lane);
+                }
+                ad_round<E, KU>(qv, kr, vr, (nk - j0 + S - 1) / S, m, l, o);
+            }
+            __syncthreads(); /* stage t is free for tile t + AD_STAGES */
         }
-        /* mx is finite (key p0 is in the split): the first round scales the
-         * zero state by expf(-inf) = 0 */
-        const float a = expf(m - mx);
-        l *= a;
+        cp_async_wait<0>();
+        if (s1 > pos0 && sub == 0) { /* this step's key, from the step buffer */
 #pragma unroll
-        for (int e = 0; e < E; e++) o[e] *= a;
-#pragma unroll
-        for (int u = 0; u < KU; u++) {
-            const float w = expf(sc[u] - mx);
-            l += w;
-#pragma unroll
-            for (int e = 0; e < E; e++) o[e] += w * vr[u][e];
+            for (int u = 0; u < KU; u++) {
+                ad_lane<D, VW>(kr[u], k + (size_t)h * D, lane);
+                ad_lane<D, VW>(vr[u], v + (size_t)h * D, lane);
+            }
+            ad_round<E, KU>(qv, kr, vr, 1, m, l, o);
         }
-        m = mx;
+    } else {
+        for (int p0 = pf; p0 < s1; p0 += S * KU) {
+#pragma unroll
+            for (int u = 0; u < KU; u++) { /* keys past the split repeat its last (weight 0) */
+                const int p = min(p0 + u * S, s1 - 1);
+                if (p0 != pf || p >= pos0) {
+                    ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
+                    ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+                }
+            }
+            ad_round<E, KU>(qv, kr, vr, (s1 - p0 + S - 1) / S, m, l, o);
+        }
     }
     /* the S warps of each head merge; a warp whose subset was empty left
      * (-inf, 0, zeros) and weighs nothing; key s0 is in subset 0 */
@@ -790,7 +782,38 @@ __global__ void __launch_bounds__(AD_WARPS * 32)
             pml[row * 2 + 1] = L;
         }
     }
-    if (FUSE) dec_combine_last<D>(pml, part, step, window, nsplit, hq0, GB, out, xq, xd, xs, cnt);
+}
+
+/* The kernel for a head size and entry type: VW values per load (8 for
+ * f16 rows of 256 and 512), KU keys per round (fewer for the wide heads:
+ * registers). */
+template <typename KT>
+using ad_fn = void (*)(const float *, const float *, const float *, const KT *, const KT *, const int *, int, int, int,
+                       int, int, int, int, float *, float *, KT *, KT *);
+template <int D, typename KT> static ad_fn<KT> ad_kernel(bool staged) {
+    constexpr int VW = sizeof(KT) == 2 && D % 256 == 0 ? 8 : 4, KU = D >= 384 ? 2 : 4;
+    return staged ? k_attn_dec<D, KT, VW, KU, true> : k_attn_dec<D, KT, VW, KU, false>;
+}
+template <int D> static cudaError_t ad_allow() {
+    cudaError_t e = cudaFuncSetAttribute(ad_kernel<D, float>(true), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         ad_geom<D, float>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 ad_geom<D, __half>::SMEM);
+    return e;
+}
+
+cudaError_t attn_allow_all(void) {
+    cudaError_t e = cudaSuccess;
+    if (e == cudaSuccess) e = fa_allow<128>();
+    if (e == cudaSuccess) e = fa_allow<256>();
+    if (e == cudaSuccess) e = fa_allow<384>();
+    if (e == cudaSuccess) e = fa_allow<512>();
+    if (e == cudaSuccess) e = ad_allow<128>();
+    if (e == cudaSuccess) e = ad_allow<256>();
+    if (e == cudaSuccess) e = ad_allow<384>();
+    if (e == cudaSuccess) e = ad_allow<512>();
+    return e;
 }
 
 template <typename KT>
@@ -887,50 +910,32 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
                       !grow(c, &c->xs, nblk * sizeof(int));
     const size_t shm = sizeof(float) * ((size_t)R * d + (size_t)R * AT_CHUNK + 5 * (size_t)R);
     const dim3 grid(n_kv_head * groups, nsplit, (n + QB - 1) / QB);
-#define ATTN_LAUNCH_P(DIM, KT, P)                                                                               \
-    launch(c, k_attn_split<DIM, KT, (P)>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
-           c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,       \
+#define ATTN_LAUNCH_T(DIM, KT)                                                                                 \
+    launch(c, k_attn_split<DIM, KT>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
+           c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,     \
            (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL)
-#define ATTN_LAUNCH_T(DIM, KT)                                                  \
-    if (c->attn_v2)                                                             \
-        ATTN_LAUNCH_P(DIM, KT, (DIM + AT_THREADS - 1) / AT_THREADS == 2);       \
-    else                                                                        \
-        ATTN_LAUNCH_P(DIM, KT, false)
 #define ATTN_LAUNCH(DIM)                 \
     if (kv->f16)                         \
         ATTN_LAUNCH_T(DIM, __half);      \
     else                                 \
         ATTN_LAUNCH_T(DIM, float)
-    /* one-token steps on k_attn_dec (GEM_CUDA_ATTN_DEC=1): GB query heads
-     * per block, the largest common divisor of the group and AD_WARPS */
+    /* one-token steps on k_attn_dec: GB query heads per block, the largest
+     * common divisor of the group and AD_WARPS */
     const int gall = n_head / n_kv_head;
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
-    const int dec = c->attn_dec && n == 1,
-              fused = dec && c->dec_fuse && n_kv_head * (gall / gb) <= DEC_CNT && nsplit <= 256 &&
-                      (size_t)nsplit * gb * d <= 32 * 8 * 512;
+    const int dec = c->attn_dec && n == 1, staged = c->attn_dec == 2;
     if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
-#define DEC_LAUNCH_F(DIM, KT, VW, E, F)                                                                                \
-    launch(c, k_attn_dec<DIM, KT, VW, (DIM >= 384 ? 2 : 4), E, F>, dgrid, AD_WARPS * 32, 0, q->d, k->d, v->d,             \
+#define DEC_LAUNCH_T(DIM, KT)                                                                                     \
+    launch(c, ad_kernel<DIM, KT>(staged), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, v->d, \
            (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
-           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v, out->d, quant ? (int8_t *)c->xq.p : NULL,    \
-           quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->dec_cnt)
-#define DEC_LAUNCH_E(DIM, KT, VW, E)         \
-    if (fused)                               \
-        DEC_LAUNCH_F(DIM, KT, VW, E, true);  \
-    else                                     \
-        DEC_LAUNCH_F(DIM, KT, VW, E, false)
-#define DEC_LAUNCH_T(DIM, KT, VW)            \
-    if (c->kv_early)                         \
-        DEC_LAUNCH_E(DIM, KT, VW, true);     \
-    else                                     \
-        DEC_LAUNCH_E(DIM, KT, VW, false)
-#define DEC_LAUNCH(DIM)                                   \
-    if (kv->f16)                                          \
-        DEC_LAUNCH_T(DIM, __half, (DIM % 256 == 0 ? 8 : 4)); \
-    else                                                  \
-        DEC_LAUNCH_T(DIM, float, 4)
+           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
+#define DEC_LAUNCH(DIM)           \
+    if (kv->f16)                  \
+        DEC_LAUNCH_T(DIM, __half); \
+    else                          \
+        DEC_LAUNCH_T(DIM, float)
         switch (d) {
         case 128: DEC_LAUNCH(128); break;
         case 256: DEC_LAUNCH(256); break;
@@ -939,8 +944,6 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         }
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_T
-#undef DEC_LAUNCH_E
-#undef DEC_LAUNCH_F
     } else {
         switch (d) {
         case 128: ATTN_LAUNCH(128); break;
@@ -951,11 +954,8 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
-#undef ATTN_LAUNCH_P
-    LAUNCHED(c, fused ? "attention (one-token, k_attn_dec + combine)" : dec ? "attention (one-token, k_attn_dec)" : "attention");
-    if (fused)
-        ; /* combined by the last block of each head group */
-    else if (n <= 8 && d % 32 == 0)
+    LAUNCHED(c, dec ? "attention (one-token, k_attn_dec)" : "attention");
+    if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
                quant ? (int8_t *)c->xq.p : NULL, quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL,
@@ -964,7 +964,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         launch(c, k_attn_combine, dim3(n_head, n), 128, sizeof(float) * (size_t)nsplit, (const float *)c->part.p,
                (const float *)c->pml.p, n_head, d, nsplit, out->d, quant ? (int8_t *)c->xq.p : NULL,
                quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL, c->step, n, QB, window);
-    if (!fused) LAUNCHED(c, "attention combine");
+    LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
 }

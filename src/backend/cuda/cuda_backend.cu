@@ -315,27 +315,24 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
  * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
  * still in registers (a residual add and the next layer's norm in one
  * launch). The last output written gets 8-bit codes when xq is set.
- * EARLY (GEM_CUDA_NORM_EARLY=1, one-token steps; written without a GPU at
- * hand, opt-in until measured): the weights and the scale, which no kernel
- * writes, are read before pdl_wait, and the residual with the input, so a
- * step's norm is one round of loads and two block sums instead of four
- * dependent rounds. */
-template <int NV, bool EARLY = false>
+ * The weights and the scale, which no kernel writes, are read before
+ * pdl_wait, and the residual with the input, so a step's norm is one round
+ * of loads and two block sums instead of four dependent rounds (31B Q4_0
+ * decode 133.7 -> 144.4 tok/s with k_attn_dec,
+ * bench/results/cuda-variants-2026-12-03c.json). */
+template <int NV>
 __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
     const int n4 = width / 4, lane = threadIdx.x & 31;
-    float4 we[EARLY ? NV : 1], w2e[EARLY ? NV : 1];
-    float sce = 1.0f;
-    if constexpr (EARLY) {
+    float4 we[NV], w2e[NV];
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int idx = threadIdx.x + i * blockDim.x;
-            we[i] = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
-            w2e[i] = idx < n4 && w2 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
-        }
-        if (add && scale) sce = scale[0];
+    for (int i = 0; i < NV; i++) {
+        const int idx = threadIdx.x + i * blockDim.x;
+        we[i] = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+        w2e[i] = idx < n4 && w2 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
     }
+    const float sc = add && scale ? scale[0] : 1.0f;
     pdl_wait();
     __shared__ float sh[32];
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * width);
@@ -350,7 +347,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     float4 ov[NV];
 #pragma unroll
     for (int i = 0; i < NV; i++) ov[i] = make_float4(0, 0, 0, 0);
-    if (EARLY && add) {
+    if (add) {
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int idx = threadIdx.x + i * blockDim.x;
@@ -361,14 +358,6 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)width + eps);
-    const float sc = EARLY ? sce : add && scale ? scale[0] : 1.0f;
-    if (!EARLY && add) {
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int idx = threadIdx.x + i * blockDim.x;
-            if (idx < n4) ov[i] = o[idx];
-        }
-    }
     /* whole warps stay in these loops while any lane has values: the block
      * quantization shuffles across 8 lanes (widths are multiples of 32 when
      * it runs, so a 32-value block is all in or all out); values past the
@@ -377,7 +366,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = EARLY ? we[EARLY ? i : 0] : idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+        const float4 wv = we[i];
         float4 t;
         /* (x r) w as the plain loop computes it; with no weight, x r */
         t.x = w ? v[i].x * r * wv.x : v[i].x * r;
@@ -404,7 +393,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = EARLY ? w2e[EARLY ? i : 0] : idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        const float4 wv = w2e[i];
         const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
         if (idx < n4) o2[idx] = t;
         if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
@@ -449,15 +438,11 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
         const int nv = (n4 + threads - 1) / threads;
-#define NORM_LAUNCH(NV, E) launch(c, k_rmsnorm4<NV, E>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
-#define NORM_LAUNCH_NV(E)                      \
-    if (nv <= 1) NORM_LAUNCH(1, E);            \
-    else if (nv <= 2) NORM_LAUNCH(2, E);       \
-    else if (nv <= 4) NORM_LAUNCH(4, E);       \
-    else NORM_LAUNCH(8, E)
-        if (c->norm_early && rows == 1) NORM_LAUNCH_NV(true);
-        else NORM_LAUNCH_NV(false);
-#undef NORM_LAUNCH_NV
+#define NORM_LAUNCH(NV) launch(c, k_rmsnorm4<NV>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
+        if (nv <= 1) NORM_LAUNCH(1);
+        else if (nv <= 2) NORM_LAUNCH(2);
+        else if (nv <= 4) NORM_LAUNCH(4);
+        else NORM_LAUNCH(8);
 #undef NORM_LAUNCH
         return xq != NULL;
     }
@@ -867,7 +852,6 @@ static void cu_destroy(backend *b) {
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
-    cudaFree(c->dec_cnt);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
@@ -909,7 +893,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         (e = cudaEventCreateWithFlags(&c->step_copied, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaFuncSetAttribute(k_topk_final, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)(sizeof(unsigned long long) * TK_FINAL))) != cudaSuccess ||
-        (e = fa_allow_all()) != cudaSuccess ||
+        (e = attn_allow_all()) != cudaSuccess ||
         (e = mmh_allow()) != cudaSuccess) {
         gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
         free(c);
@@ -959,19 +943,14 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
-    c->mv_early = env_is("GEM_CUDA_MV_EARLY", "1");
-    c->norm_early = env_is("GEM_CUDA_NORM_EARLY", "1");
-    c->geglu_f16 = env_is("GEM_CUDA_GEGLU_F16", "1");
-    c->attn_v2 = env_is("GEM_CUDA_ATTN_V2", "1");
-    c->attn_dec = env_is("GEM_CUDA_ATTN_DEC", "1");
-    c->kv_early = env_is("GEM_CUDA_KV_EARLY", "1");
-    c->dec_fuse = c->attn_dec && env_is("GEM_CUDA_DEC_FUSE", "1");
+    {
+        const char *ad = getenv("GEM_CUDA_ATTN_DEC");
+        c->attn_dec = ad && !strcmp(ad, "0") ? 0 : ad && !strcmp(ad, "2") ? 2 : 1;
+    }
     c->pdl = !env_is("GEM_CUDA_PDL", "0");
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
-    if ((c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) ||
-        (c->dec_fuse && (CK(c, cudaMalloc(&c->dec_cnt, DEC_CNT * sizeof(int))) ||
-                         CK(c, cudaMemsetAsync(c->dec_cnt, 0, DEC_CNT * sizeof(int), c->st))))) {
+    if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
         gem_err_set(err, "backend 'cuda': %s", c->why);
         cu_destroy(b);
         return NULL;

@@ -102,7 +102,6 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
-#define DEC_CNT 1024 /* arrival counters of the fused decode combine: blocks per head-group column */
 
 typedef struct {
     backend base;
@@ -140,14 +139,10 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int mv_early;  /* GEM_CUDA_MV_EARLY=1: one-token products load their first weights before pdl_wait */
-    int norm_early; /* GEM_CUDA_NORM_EARLY=1: one-token norms load weights before pdl_wait, residual with input */
-    int geglu_f16;  /* GEM_CUDA_GEGLU_F16=1: prefill geglu also makes the down product's f16 activations */
-    int attn_v2;      /* GEM_CUDA_ATTN_V2=1: k_attn_split loads value pairs (heads of 384, 512) */
-    int attn_dec;     /* GEM_CUDA_ATTN_DEC=1: one-token steps on k_attn_dec (warp per head and key subset) */
-    int kv_early;     /* GEM_CUDA_KV_EARLY=1: k_attn_dec reads its first cached rows before pdl_wait */
-    int dec_fuse;     /* GEM_CUDA_DEC_FUSE=1: k_attn_dec combines in the last block of a head group */
-    int *dec_cnt;     /* its arrival counters (DEC_CNT), one per block column, zero between launches */
+    /* one-token attention: 1 k_attn_dec (default), 0 k_attn_split
+     * (GEM_CUDA_ATTN_DEC=0), 2 k_attn_dec with keys and values staged in
+     * shared memory (GEM_CUDA_ATTN_DEC=2) */
+    int attn_dec;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
@@ -243,15 +238,28 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * grid has completed and its memory is visible; a no-op for plain
  * launches) before it reads or writes anything, so all ordering is the
  * stream's; pdl_wait() then lets the next grid be scheduled. The one
- * exception reads only what no kernel writes (weights: k_mv_q and
- * k_rmsnorm4 with EARLY) or what a kernel two back or earlier wrote
- * (cached keys and values: k_attn_dec with EARLY; the kernel two back has
+ * exception reads only what no kernel writes (norm weights and scales:
+ * k_rmsnorm4) or what a kernel two back or earlier wrote (cached keys and
+ * values of earlier positions: k_attn_dec; the kernel two back has
  * completed once the previous one lets this one start).
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+
+/* Asynchronous copies to shared memory (cp.async: 16 bytes bypassing L1,
+ * 8 bytes through it), committed and waited for in groups. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* ------------------------------------------------------------------ */
 /* reductions                                                          */
@@ -354,6 +362,6 @@ void cu_kv_free(backend *b, be_kv *kv);
 size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
 void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst);
 void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src);
-cudaError_t fa_allow_all(void); /* shared-memory limits of the attention kernels */
+cudaError_t attn_allow_all(void); /* shared-memory limits of the attention kernels */
 
 #endif

@@ -163,17 +163,10 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
     }
 }
 
-/* EARLY (GEM_CUDA_MV_EARLY=1, one-token products; written without a GPU at
- * hand, opt-in until measured): the first round of weight loads is issued
- * before pdl_wait. Weights are never written by a kernel, so they may be
- * read while the previous kernel still runs: a product's first wave then
- * streams its weights during the small latency-bound kernels before it
- * (norms, attention) instead of after them. Activations are read after
- * the wait, as everything else. */
-template <int Q4, int NT, int SP, bool EARLY = false>
+template <int Q4, int NT, int SP>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
-    if (!EARLY) pdl_wait();
+    pdl_wait();
     mv_rows r;
     const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
@@ -187,12 +180,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
     float dw[U][MV_ROWS];
     const int first = 32 * part + lane;
-    if (EARLY) {
-        mv_load_q<Q4, U, SP>(r, nb, first, w0, w1, dw);
-        pdl_wait();
-    }
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        if (!EARLY || b0 != first) mv_load_q<Q4, U, SP>(r, nb, b0, w0, w1, dw);
+        mv_load_q<Q4, U, SP>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -440,17 +429,6 @@ template <int Q4> struct mmt_geom {
     static constexpr int SMEM = STAGE * MMT_STAGES;
 };
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* four q4_0 codes (0..15, one per byte) to the signed values code - 8:
  * the +0x78 never carries out of a byte, the xor flips the sign bit */
 __device__ __forceinline__ unsigned q4_signed(unsigned nibbles) { return (nibbles + 0x78787878u) ^ 0x80808080u; }
@@ -661,8 +639,8 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
     act_f16_row(r, K, m, xh + (size_t)blockIdx.x * K, xinv + blockIdx.x, order);
 }
 
-/* GEM_CUDA_GEGLU_F16=1 (prefill; written without a GPU at hand, opt-in
- * until measured): gelu(gate) x up of a token row into out (k_geglu's
+/* Prefill tiles (the default since its measurement: 31B Q4_0 prefill 2048
+ * ~1% faster, bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x up of a token row into out (k_geglu's
  * arithmetic) and, in the same launch, its f16 activations for the down
  * product (k_act_f16's): the row is read back from L2 right after it is
  * written instead of from HBM by a second kernel (31B: ~210 + ~200 us per
@@ -829,9 +807,6 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
-/* GEM_CUDA_MV_EARLY=1: one-token products with early weight loads, [SP 1, 2, 4] */
-static const mv_q_fn mv_q4_early[3] = {k_mv_q<1, 1, 1, true>, k_mv_q<1, 1, 2, true>, k_mv_q<1, 1, 4, true>};
-static const mv_q_fn mv_q8_early[3] = {k_mv_q<0, 1, 1, true>, k_mv_q<0, 1, 2, true>, k_mv_q<0, 1, 4, true>};
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1115,7 +1090,6 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         {
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
-        if (c->mv_early && n == 1) tab = (fmt == DW_Q4_0 ? mv_q4_early : mv_q8_early) + (sp == 4 ? 2 : sp == 2 ? 1 : 0);
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
@@ -1170,9 +1144,9 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
         mv_run(c, 1, &W[0], x, n, &o1, 0);
         mv_run(c, 1, &W[1], x, n, &o2, 0);
         const int F = (int)Wu->ne1;
-        /* GEM_CUDA_GEGLU_F16=1: the down product's f16 activations made here
-         * (its K, F, must suit the f16 kernels: (F / 32) % MMT_KS == 0) */
-        if (c->geglu_f16 && !c->gelu_fp16 && c->mma && quant && n > MV_MAXT && F % 4 == 0 && (F / 32) % MMT_KS == 0 &&
+        /* prefill tiles: the down product's f16 activations made here (its
+         * K, F, must suit the f16 kernels: (F / 32) % MMT_KS == 0) */
+        if (!c->gelu_fp16 && c->mma && quant && n > MV_MAXT && F % 4 == 0 && (F / 32) % MMT_KS == 0 &&
             !grow(c, &c->xh, len * sizeof(__half)) && !grow(c, &c->xhinv, (size_t)n * sizeof(float))) {
             launch(c, k_geglu_f16, n, 256, 0, (const float *)out->d, (const float *)up.d, F, out->d, (__half *)c->xh.p,
                    (float *)c->xhinv.p, c->mmh_wgmma ? 1 : 0);
