@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "quant/quant.h"
@@ -1004,6 +1005,18 @@ static void variant_done(backend *b) {
     b->destroy(b);
 }
 
+/* A line on stderr as each group of checks ends (its checks so far and its
+ * seconds): a run cut short by a time limit shows how far it came. */
+static void progress(const char *group) {
+    static struct timespec last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (last.tv_sec)
+        fprintf(stderr, "cuda_ops: %s done (%d passed, %d failed, %.1f s)\n", group, test_passed, test_failed,
+                (double)(now.tv_sec - last.tv_sec) + 1e-9 * (double)(now.tv_nsec - last.tv_nsec));
+    last = now;
+}
+
 int main(void) {
     gem_err err;
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
@@ -1028,10 +1041,12 @@ int main(void) {
         printf("cuda_ops: 0 passed, 1 failed\n");
         return 1;
     }
+    progress(NULL); /* the clock starts */
     test_embed();
     test_norms();
     test_elementwise();
     test_rope();
+    progress("embed, norms, elementwise, rope");
     test_matmul();
     test_matmul_ranges(gpu);
     backend *gu = variant("GEM_CUDA_MV_SPLIT", "0", &g);
@@ -1041,6 +1056,7 @@ int main(void) {
     }
     variant_done(gu);
     if (mma_on()) test_geglu_f16();
+    progress("matmul");
     backend *g2 = variant("GEM_CUDA_MMH", "2", &g);
     if (g2) {
         if (mma_on()) {
@@ -1052,12 +1068,16 @@ int main(void) {
     }
     variant_done(g2);
     test_quantized_handoff();
+    progress("f16 prefill products");
     test_attention();
+    progress("attention");
     test_attention_deep();
+    progress("deep one-token attention");
     test_wide_handoff(gpu);
     test_argmax();
     test_topk();
     test_graph();
+    progress("handoff, argmax, topk, graph");
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
     backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_staged, gpu_staged_f16};
