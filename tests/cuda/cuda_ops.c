@@ -693,19 +693,24 @@ static void test_matmul_ranges(backend *gb) {
 }
 
 /* Runs the same sequence of attention calls (a prompt in tiles, then single
- * tokens) on both backends and compares every output and the final caches. */
-/* gpu_kv: the GPU backend under test (gpu, or gpu_f16 whose caches hold
- * f16 entries); tol: relative and absolute tolerance against the f32
- * reference. */
-static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh, int d, int window, int cap,
-                                   const int *tiles, int n_tiles) {
-    const int f16 = tol > 1e-5;
+ * tokens) on the reference and on each GPU backend under test (the default,
+ * f16 caches, the other one-token kernels), computing the reference once,
+ * and compares every output and the final caches. tol[i]: relative and
+ * absolute tolerance of backend i against the f32 reference (above 1e-5:
+ * its caches hold f16 entries). */
+#define ATT_MAX 6
+static void test_attention_case_on(backend *const *gk, const double *tol, int nb, int n_head, int kvh, int d,
+                                   int window, int cap, const int *tiles, int n_tiles) {
     gem_err err;
-    be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err);
-    be_kv *kg = gk->kv_new(gk, kvh, d, cap, window > 0, &err);
-    CHECKF(kg != NULL, "%s", err.msg);
-    int pos = 0, ok = 1;
-    for (int t = 0; t < n_tiles && ok; t++) {
+    be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err), *kg[ATT_MAX];
+    int ok[ATT_MAX];
+    for (int i = 0; i < nb; i++) {
+        kg[i] = gk[i]->kv_new(gk[i], kvh, d, cap, window > 0, &err);
+        CHECKF(kg[i] != NULL, "%s", err.msg);
+        ok[i] = kg[i] != NULL;
+    }
+    int pos = 0;
+    for (int t = 0; t < n_tiles; t++) {
         const int n = tiles[t];
         const size_t nq = (size_t)n * n_head * d, nk = (size_t)n * kvh * d;
         /* scaled as the model's normed q/k (weights ~ d^-1/4): scores of a
@@ -713,54 +718,74 @@ static void test_attention_case_on(backend *gk, double tol, int n_head, int kvh,
         const float qk = 3.0f / sqrtf(sqrtf((float)d));
         float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
         int32_t *ids = calloc((size_t)n, sizeof *ids);
-        step_both(ids, n, pos);
-        gk->set_step(gk, ids, n, pos);
+        if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos);
         be_buf *qc = put(cpu_ref, q, nq), *kcb = put(cpu_ref, k, nk), *vc = put(cpu_ref, v, nk), *oc = put(cpu_ref, NULL, nq);
-        be_buf *qg = put(gk, q, nq), *kgb = put(gk, k, nk), *vg = put(gk, v, nk), *og = put(gk, NULL, nq);
         cpu_ref->attention(cpu_ref, qc, kcb, vc, kc, n, pos, n_head, kvh, d, window, oc);
-        gk->attention(gk, qg, kgb, vg, kg, n, pos, n_head, kvh, d, window, og);
-        float *a = get(gk, og, nq), *b = get(cpu_ref, oc, nq);
-        /* tiles of 16 queries or more take the tensor-core kernel unless
-         * GEM_CUDA_MMA=0: f16 operands (q, k, v and the probabilities,
-         * relative 2^-12 each), the same bound as the f16 cache */
-        const double t_tol = n >= 16 && mma_on() && tol < 3e-3 ? 3e-3 : tol;
-        ok = close_enough("attention", a, b, nq, t_tol, 2 * t_tol);
-        CHECKF(ok, "attention%s heads %d/%d d %d window %d tile %d (n %d at %d)", f16 ? " (f16 KV)" : "", n_head, kvh,
-               d, window, t, n, pos);
-        free(a), free(b), free(q), free(k), free(v), free(ids);
+        float *b = get(cpu_ref, oc, nq);
+        for (int i = 0; i < nb; i++) {
+            if (!ok[i]) continue; /* one failure per backend and case is enough */
+            backend *g = gk[i];
+            g->set_step(g, ids, n, pos);
+            be_buf *qg = put(g, q, nq), *kgb = put(g, k, nk), *vg = put(g, v, nk), *og = put(g, NULL, nq);
+            g->attention(g, qg, kgb, vg, kg[i], n, pos, n_head, kvh, d, window, og);
+            float *a = get(g, og, nq);
+            /* tiles of 16 queries or more take the tensor-core kernel unless
+             * GEM_CUDA_MMA=0: f16 operands (q, k, v and the probabilities,
+             * relative 2^-12 each), the same bound as the f16 cache */
+            const double t_tol = n >= 16 && mma_on() && tol[i] < 3e-3 ? 3e-3 : tol[i];
+            ok[i] = close_enough("attention", a, b, nq, t_tol, 2 * t_tol);
+            CHECKF(ok[i], "attention (backend %d%s) heads %d/%d d %d window %d tile %d (n %d at %d)", i,
+                   tol[i] > 1e-5 ? ", f16 KV" : "", n_head, kvh, d, window, t, n, pos);
+            free(a);
+            g->buf_free(g, qg), g->buf_free(g, kgb), g->buf_free(g, vg), g->buf_free(g, og);
+        }
+        free(b), free(q), free(k), free(v), free(ids);
         cpu_ref->buf_free(cpu_ref, qc), cpu_ref->buf_free(cpu_ref, kcb), cpu_ref->buf_free(cpu_ref, vc), cpu_ref->buf_free(cpu_ref, oc);
-        gk->buf_free(gk, qg), gk->buf_free(gk, kgb), gk->buf_free(gk, vg), gk->buf_free(gk, og);
         pos += n;
     }
     /* checkpoint blobs have one layout on every backend with f32 caches
      * (f16 caches: half the bytes, their own round trip below) */
-    size_t bytes = cpu_ref->kv_bytes(cpu_ref, kc, pos);
-    CHECK(f16 ? 2 * gk->kv_bytes(gk, kg, pos) == bytes : bytes == gk->kv_bytes(gk, kg, pos));
-    if (f16) bytes /= 2;
-    char *bc = malloc(bytes), *bg = malloc(bytes);
-    if (f16) gk->kv_save(gk, kg, pos, bc);
-    else cpu_ref->kv_save(cpu_ref, kc, pos, bc);
-    gk->kv_save(gk, kg, pos, bg);
-    CHECKF(memcmp(bc, bg, bytes) == 0, "kv blobs differ");
-    memset(bg, 0, bytes);
-    gk->kv_load(gk, kg, pos, bc);
-    gk->kv_save(gk, kg, pos, bg);
-    CHECKF(memcmp(bc, bg, bytes) == 0, "kv load/save round trip");
-    free(bc), free(bg);
-    cpu_ref->kv_free(cpu_ref, kc), gk->kv_free(gk, kg);
+    for (int i = 0; i < nb; i++) {
+        if (!kg[i]) continue;
+        backend *g = gk[i];
+        if (!ok[i]) { /* its cache missed the tiles after the failure */
+            g->kv_free(g, kg[i]);
+            continue;
+        }
+        const int f16 = tol[i] > 1e-5;
+        size_t bytes = cpu_ref->kv_bytes(cpu_ref, kc, pos);
+        CHECK(f16 ? 2 * g->kv_bytes(g, kg[i], pos) == bytes : bytes == g->kv_bytes(g, kg[i], pos));
+        if (f16) bytes /= 2;
+        char *bc = malloc(bytes), *bg = malloc(bytes);
+        if (f16) g->kv_save(g, kg[i], pos, bc);
+        else cpu_ref->kv_save(cpu_ref, kc, pos, bc);
+        g->kv_save(g, kg[i], pos, bg);
+        CHECKF(memcmp(bc, bg, bytes) == 0, "kv blobs differ (backend %d)", i);
+        memset(bg, 0, bytes);
+        g->kv_load(g, kg[i], pos, bc);
+        g->kv_save(g, kg[i], pos, bg);
+        CHECKF(memcmp(bc, bg, bytes) == 0, "kv load/save round trip (backend %d)", i);
+        free(bc), free(bg);
+        g->kv_free(g, kg[i]);
+    }
+    cpu_ref->kv_free(cpu_ref, kc);
 }
 
-
+/* Every GPU attention path on one case: the default (backend 0) and f16
+ * caches (1), then k_attn_split (2, 3) and the staged k_attn_dec (4, 5)
+ * for one-token steps, each with f32 and f16 caches. f16 entries: scores
+ * and values rounded to 11 bits (relative 2^-12 each), so outputs of order
+ * one move by a few 1e-4: 3e-3 bounds it. */
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
-    test_attention_case_on(gpu, 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
-    /* f16 entries: scores and values rounded to 11 bits (relative 2^-12
-     * each), so outputs of order one move by a few 1e-4: 3e-3 bounds it */
-    if (gpu_f16) test_attention_case_on(gpu_f16, 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
-    backend *v32[2] = {gpu_split, gpu_staged}, *v16[2] = {gpu_split_f16, gpu_staged_f16};
-    for (int i = 0; i < 2; i++) {
-        if (v32[i]) test_attention_case_on(v32[i], 1e-5, n_head, kvh, d, window, cap, tiles, n_tiles);
-        if (v16[i]) test_attention_case_on(v16[i], 3e-3, n_head, kvh, d, window, cap, tiles, n_tiles);
-    }
+    backend *all[ATT_MAX] = {gpu, gpu_f16, gpu_split, gpu_split_f16, gpu_staged, gpu_staged_f16}, *gk[ATT_MAX];
+    double tol[ATT_MAX];
+    int nb = 0;
+    for (int i = 0; i < ATT_MAX; i++)
+        if (all[i]) {
+            gk[nb] = all[i];
+            tol[nb++] = i % 2 ? 3e-3 : 1e-5;
+        }
+    test_attention_case_on(gk, tol, nb, n_head, kvh, d, window, cap, tiles, n_tiles);
 }
 
 /* One-token steps over a deep full-attention cache, where a split holds

@@ -588,7 +588,10 @@ __device__ __forceinline__ void ad_row(float (&r)[D / 32], const float *cur, con
 /* One round of a warp's online softmax over KU keys, the first nv of them
  * real (the rest repeat a real key and weigh nothing; nv >= 1, so the new
  * max is finite and the first round scales the zero state by
- * expf(-inf) = 0). */
+ * expf(-inf) = 0). The rescale runs only when the max grows: otherwise its
+ * factor is expf(0) = 1 exactly, and deep in a split the max rarely moves
+ * (the scores are the same bits in every lane after the butterfly sums,
+ * so the branch is uniform). */
 template <int E, int KU>
 __device__ __forceinline__ void ad_round(const float (&qv)[E], const float (&kr)[KU][E], const float (&vr)[KU][E],
                                          int nv, float &m, float &l, float (&o)[E]) {
@@ -610,18 +613,20 @@ __device__ __forceinline__ void ad_round(const float (&qv)[E], const float (&kr)
         if (u >= nv) sc[u] = -INFINITY;
         mx = fmaxf(mx, sc[u]);
     }
-    const float a = expf(m - mx);
-    l *= a;
+    if (mx > m) {
+        const float a = expf(m - mx);
+        l *= a;
 #pragma unroll
-    for (int e = 0; e < E; e++) o[e] *= a;
+        for (int e = 0; e < E; e++) o[e] *= a;
+        m = mx;
+    }
 #pragma unroll
     for (int u = 0; u < KU; u++) {
-        const float w = expf(sc[u] - mx);
+        const float w = expf(sc[u] - m);
         l += w;
 #pragma unroll
         for (int e = 0; e < E; e++) o[e] += w * vr[u][e];
     }
-    m = mx;
 }
 
 /* Keys per stage of the staged kernel, and the dynamic shared memory. */
