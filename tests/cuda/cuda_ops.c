@@ -791,7 +791,8 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
 /* One-token steps over a deep full-attention cache, where a split holds
  * more than the 32 keys of the shallow cases (capacity 16384: 256 splits;
  * 9000 keys: 36 per split, so several shared-memory tiles per block in the
- * staged kernel, its stage ring wrapping): k_attn_dec, its staged form
+ * staged kernel: 5 of 8 keys with f32 entries, its stage ring wrapping; 3
+ * of 16 with f16): k_attn_dec, its staged form
  * and k_attn_split on equal caches (filled by the same prefill kernels)
  * agree within f32 summation order (1e-5), f32 and f16 entries. The CPU
  * reference is too slow at this depth; the kernels met it above. */

@@ -633,6 +633,10 @@ __device__ __forceinline__ void ad_round(const float (&qv)[E], const float (&kr)
 template <int D, typename KT> struct ad_geom {
     static constexpr int TK = AD_TILE_BYTES / (2 * D * (int)sizeof(KT));
     static constexpr int SMEM = AD_STAGES * 2 * TK * D * (int)sizeof(KT);
+    /* two blocks per multiprocessor (the launch bound): both blocks' stages,
+     * merge arrays and 1 KB of reserved shared memory within Hopper's
+     * 228 KB (head 512: 1.9 KB to spare) */
+    static_assert(2 * (SMEM + AD_WARPS * (D + 2) * 4 + 1024) <= 228 * 1024, "two staged blocks per multiprocessor");
 };
 
 /* Tile t of cached positions s0 + t TK .. (before sc1) into stage t mod
@@ -666,7 +670,10 @@ __device__ __forceinline__ void ad_stage(KT *sk, const KT *ck, const KT *cv, int
  * kernels, and a kernel's code before its wait runs only once the kernel
  * two back has completed (every kernel lets its dependents start only
  * after its own wait); this step's row (p = pos0, written by the kernel
- * just before) is read after the wait. */
+ * just before) is read after the wait. So the kernel just before a
+ * one-token attention must not write that cache: in the model it is the
+ * q/k/v norm + rope, and a prefill tile's k_kv_store is many launches
+ * back. */
 template <int D, typename KT, int VW, int KU, bool STAGED>
 __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,

@@ -315,22 +315,27 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
  * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
  * still in registers (a residual add and the next layer's norm in one
  * launch). The last output written gets 8-bit codes when xq is set.
- * The weights and the scale, which no kernel writes, are read before
- * pdl_wait, and the residual with the input, so a step's norm is one round
- * of loads and two block sums instead of four dependent rounds (31B Q4_0
- * decode 133.7 -> 144.4 tok/s with k_attn_dec,
- * bench/results/cuda-variants-2026-12-03c.json). */
-template <int NV>
+ * EARLY (one-token steps): the weights and the scale, which no kernel
+ * writes, are read before pdl_wait, and the residual with the input, so a
+ * step's norm is one round of loads and two block sums instead of four
+ * dependent rounds (31B Q4_0 decode 133.7 -> 144.4 tok/s with k_attn_dec,
+ * bench/results/cuda-variants-2026-12-03c.json). Prefill rows keep the
+ * weights out of registers (k_rmsnorm4<8> needs 161 registers with them,
+ * 96 without: half the blocks per multiprocessor). The residual is read
+ * with the input either way. */
+template <int NV, bool EARLY>
 __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
     const int n4 = width / 4, lane = threadIdx.x & 31;
-    float4 we[NV], w2e[NV];
+    float4 we[EARLY ? NV : 1], w2e[EARLY ? NV : 1];
+    if constexpr (EARLY) {
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int idx = threadIdx.x + i * blockDim.x;
-        we[i] = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
-        w2e[i] = idx < n4 && w2 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        for (int i = 0; i < NV; i++) {
+            const int idx = threadIdx.x + i * blockDim.x;
+            we[i] = idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
+            w2e[i] = idx < n4 && w2 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+        }
     }
     const float sc = add && scale ? scale[0] : 1.0f;
     pdl_wait();
@@ -366,7 +371,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = we[i];
+        const float4 wv = EARLY ? we[EARLY ? i : 0] : idx < n4 && w ? ((const float4 *)w)[idx] : make_float4(1, 1, 1, 1);
         float4 t;
         /* (x r) w as the plain loop computes it; with no weight, x r */
         t.x = w ? v[i].x * r * wv.x : v[i].x * r;
@@ -393,7 +398,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     for (int i = 0; i < NV; i++) {
         const int idx = threadIdx.x + i * blockDim.x;
         if (idx - lane >= n4) break;
-        const float4 wv = w2e[i];
+        const float4 wv = EARLY ? w2e[EARLY ? i : 0] : idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
         const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
         if (idx < n4) o2[idx] = t;
         if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
@@ -438,11 +443,15 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
         const int nv = (n4 + threads - 1) / threads;
-#define NORM_LAUNCH(NV) launch(c, k_rmsnorm4<NV>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
-        if (nv <= 1) NORM_LAUNCH(1);
-        else if (nv <= 2) NORM_LAUNCH(2);
-        else if (nv <= 4) NORM_LAUNCH(4);
-        else NORM_LAUNCH(8);
+#define NORM_LAUNCH(NV, E) launch(c, k_rmsnorm4<NV, E>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
+#define NORM_LAUNCH_NV(E)                \
+    if (nv <= 1) NORM_LAUNCH(1, E);      \
+    else if (nv <= 2) NORM_LAUNCH(2, E); \
+    else if (nv <= 4) NORM_LAUNCH(4, E); \
+    else NORM_LAUNCH(8, E)
+        if (rows == 1) NORM_LAUNCH_NV(true);
+        else NORM_LAUNCH_NV(false);
+#undef NORM_LAUNCH_NV
 #undef NORM_LAUNCH
         return xq != NULL;
     }
