@@ -796,6 +796,243 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     }
 }
 
+/* ---- one-token decode attention on the tensor cores, f16 caches
+ * (GEM_CUDA_ATTN_DEC=3; written without a GPU at hand, opt-in until
+ * cuda_ops and a benchmark have run it; f32 caches take the staged
+ * k_attn_dec) ----
+ * k_attn_dec spends ~80 instructions per key and query head (f16 to f32
+ * conversions, dot products, a warp sum, value sums); with 8 query heads
+ * per KV head (31B full layers) each cached element is converted and
+ * multiplied 8 times, and deep splits are bound by that, not by HBM
+ * (31B f16 KV at depth 32768: full layers at ~1.4 TB/s). Here the query
+ * heads of a KV head are the n = 8 columns of mma.sync m16n8k16 (f16
+ * operands, f32 sums, as k_attn_fa): per tile of 16 keys S^T = K Q^T (keys
+ * x heads, K rows from shared memory through ldmatrix, Q^T fragments in
+ * registers), an online softmax per head column, P^T from the scores'
+ * accumulators by a transposing move (movmatrix), then O^T += V^T P^T with
+ * V^T through ldmatrix.trans. Every warp computes the tile's scores (cheap
+ * on the tensor cores) and its own quarter of the head's elements, so no
+ * merge across warps. Tiles are staged by cp.async, TC_STAGES in flight;
+ * rows past the split are zero (score masked to -inf, value 0), this
+ * step's row comes from the f32 step buffers, rounded as the cache store
+ * rounds it. Groups of more than 8 query heads take several blocks;
+ * fewer leave columns unused. Same split ranges, partial layout and
+ * combine as k_attn_dec. */
+#define TC_WARPS 4
+#define TC_STAGES 3
+#define TC_HEADS 8
+
+template <int D> struct tc_geom {
+    static constexpr int LD = D + 8;                   /* halves per staged row: ldmatrix rows on distinct banks */
+    static constexpr int STAGE = 2 * 16 * LD;          /* halves: 16 key rows, then 16 value rows */
+    static constexpr int SMEM = TC_STAGES * STAGE * 2; /* bytes */
+};
+
+/* Four 8x8 f16 matrices: lane l names row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(s));
+}
+/* The transpose of an 8x8 f16 matrix held as a fragment (lane l: row l / 4,
+ * columns 2 (l % 4) and 2 (l % 4) + 1), in the same layout. */
+__device__ __forceinline__ unsigned movm_t(unsigned x) {
+    unsigned y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const unsigned *)&h;
+}
+
+/* This step's key and value row (f32 step buffers, KV head h) as row r of
+ * the stage of tile t. */
+template <int D>
+__device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float *k, const float *v, int h) {
+    typedef tc_geom<D> G;
+    __half *dk = st + (size_t)(t % TC_STAGES) * G::STAGE + (size_t)r * G::LD, *dv = dk + 16 * G::LD;
+    for (int e = 4 * (int)threadIdx.x; e < D; e += 4 * TC_WARPS * 32) {
+        st_half4(dk + e, *(const float4 *)(k + (size_t)h * D + e));
+        st_half4(dv + e, *(const float4 *)(v + (size_t)h * D + e));
+    }
+}
+
+/* Tile t (keys s0 + 16 t ..) into stage t mod TC_STAGES: cached rows by
+ * cp.async, rows at or past s1 zero, this step's row (pos0) only when cur
+ * (before pdl_wait it may not be written yet: tc_cur_row after it); then
+ * one commit, also when empty (the wait counts groups). */
+template <int D>
+__device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __half *cv, const float *k, const float *v,
+                                         int t, int nt, int s0, int s1, int pos0, int kvh, int h, int cap, int ring,
+                                         bool cur) {
+    typedef tc_geom<D> G;
+    constexpr int C = D / 8; /* 16-byte chunks per row */
+    if (t < nt) {
+        __half *dk = st + (size_t)(t % TC_STAGES) * G::STAGE, *dv = dk + 16 * G::LD;
+        for (int i = threadIdx.x; i < 16 * C; i += TC_WARPS * 32) {
+            const int r = i / C, c = i % C, p = s0 + 16 * t + r;
+            __half *ok = dk + r * G::LD + 8 * c, *ov = dv + r * G::LD + 8 * c;
+            if (p >= s1) {
+                *(uint4 *)ok = make_uint4(0, 0, 0, 0);
+                *(uint4 *)ov = make_uint4(0, 0, 0, 0);
+            } else if (p < pos0) {
+                const size_t src = ((size_t)(ring ? p % cap : p) * kvh + h) * D + 8 * c;
+                cp_async16(ok, ck + src);
+                cp_async16(ov, cv + src);
+            }
+        }
+        if (cur && s1 > pos0 && (pos0 - s0) / 16 == t) tc_cur_row<D>(st, t, (pos0 - s0) % 16, k, v, h);
+    }
+    cp_async_commit();
+}
+
+/* One block per (KV head x group of up to 8 query heads, split). */
+template <int D>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
+              int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
+              __half *store_v) {
+    typedef tc_geom<D> G;
+    constexpr int MT = D / 64; /* 16-row output tiles per warp: a quarter of the head */
+    static_assert(D % 64 == 0 && (D / 16) % 2 == 0, "head size");
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    __half *st = (__half *)tc_smem;
+    const int gall = n_head / kvh, groups = (gall + TC_HEADS - 1) / TC_HEADS;
+    const int h = blockIdx.x / groups, grp = blockIdx.x % groups, hq0 = h * gall + grp * TC_HEADS;
+    const int nh = min(TC_HEADS, gall - grp * TC_HEADS), split = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int pos0 = step[0];
+    int first, len;
+    const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
+    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1);
+    const int nt = s1 > s0 ? (s1 - s0 + 15) / 16 : 0;
+    /* cached rows of earlier steps only before the wait (see k_attn_dec) */
+#pragma unroll
+    for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, k, v, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
+    pdl_wait();
+    if (split == 0 && grp == 0) attn_store_step<D, TC_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
+    if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
+        if ((int)threadIdx.x < nh) {
+            pml[((size_t)(hq0 + threadIdx.x) * nsplit + split) * 2] = -INFINITY;
+            pml[((size_t)(hq0 + threadIdx.x) * nsplit + split) * 2 + 1] = 0;
+        }
+        return;
+    }
+    if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1) tc_cur_row<D>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, k, v, h);
+    /* Q^T as B fragments: column g = query head hq0 + g (zero past nh),
+     * k-step kk: elements 16 kk + 2c, +1 and 16 kk + 2c + 8, +9 */
+    unsigned qb[D / 16][2];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        if (g < nh) {
+            const float *qr = q + (size_t)(hq0 + g) * D + 16 * kk + 2 * c;
+            qb[kk][0] = pack_h2(qr[0], qr[1]);
+            qb[kk][1] = pack_h2(qr[8], qr[9]);
+        } else {
+            qb[kk][0] = qb[kk][1] = 0;
+        }
+    }
+    float o[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0;
+    /* heads 2c and 2c + 1: running max (the same in every lane of a
+     * column) and this lane's part of the sum (keys g and g + 8) */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4); /* ldmatrix: K as A */
+    const int vrow = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);  /* ldmatrix.trans: V^T as A */
+    for (int t = 0; t < nt; t++) {
+        tc_stage<D>(st, ck, cv, k, v, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
+        cp_async_wait<TC_STAGES - 1>(); /* this thread's copies of tile t */
+        __syncthreads();                /* everyone's, and the plain stores */
+        const __half *tk = st + (size_t)(t % TC_STAGES) * G::STAGE, *tv = tk + 16 * G::LD;
+        float sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0}; /* two chains of k-steps */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk += 2) {
+            unsigned a0, a1, a2, a3, b0, b1, b2, b3;
+            ldsm_x4(a0, a1, a2, a3, tk + arow * G::LD + 16 * kk + acol);
+            ldsm_x4(b0, b1, b2, b3, tk + arow * G::LD + 16 * (kk + 1) + acol);
+            mma_f16(sa, a0, a1, a2, a3, qb[kk][0], qb[kk][1]);
+            mma_f16(sb, b0, b1, b2, b3, qb[kk + 1][0], qb[kk + 1][1]);
+        }
+        /* sa[0], sa[1]: key g, heads 2c, 2c + 1; sa[2], sa[3]: key g + 8 */
+        const int kb = s0 + 16 * t;
+        float s[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) s[i] = sa[i] + sb[i];
+        if (kb + g >= s1) s[0] = s[1] = -INFINITY;
+        if (kb + g + 8 >= s1) s[2] = s[3] = -INFINITY;
+        float t0 = fmaxf(s[0], s[2]), t1 = fmaxf(s[1], s[3]);
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+            t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, off));
+            t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, off));
+        }
+        /* finite: key kb is in the split. Rescale only when the max grows
+         * (the factor is exactly 1 otherwise). */
+        if (t0 > m0) {
+            const float a = expf(m0 - t0);
+            l0 *= a;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) o[mt][0] *= a, o[mt][2] *= a;
+            m0 = t0;
+        }
+        if (t1 > m1) {
+            const float a = expf(m1 - t1);
+            l1 *= a;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) o[mt][1] *= a, o[mt][3] *= a;
+            m1 = t1;
+        }
+        const float p0 = expf(s[0] - m0), p1 = expf(s[1] - m1), p2 = expf(s[2] - m0), p3 = expf(s[3] - m1);
+        l0 += p0 + p2;
+        l1 += p1 + p3;
+        /* P^T as a B fragment: the transposes of the two 8x8 blocks (keys
+         * 0-7 and 8-15 by heads) */
+        const unsigned pb0 = movm_t(pack_h2(p0, p1)), pb1 = movm_t(pack_h2(p2, p3));
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            unsigned a0, a1, a2, a3;
+            ldsm_x4_t(a0, a1, a2, a3, tv + vrow * G::LD + warp * (D / 4) + 16 * mt + vcol);
+            mma_f16(o[mt], a0, a1, a2, a3, pb0, pb1);
+        }
+        __syncthreads(); /* stage t is free for tile t + TC_STAGES */
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    /* o[mt]: elements warp D/4 + 16 mt + g (0, 1) and + 8 (2, 3), heads
+     * 2c (0, 2) and 2c + 1 (1, 3) */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int e = warp * (D / 4) + 16 * mt + g;
+        if (2 * c < nh) {
+            float *row = part + ((size_t)(hq0 + 2 * c) * nsplit + split) * D;
+            row[e] = o[mt][0];
+            row[e + 8] = o[mt][2];
+        }
+        if (2 * c + 1 < nh) {
+            float *row = part + ((size_t)(hq0 + 2 * c + 1) * nsplit + split) * D;
+            row[e] = o[mt][1];
+            row[e + 8] = o[mt][3];
+        }
+    }
+    if (warp == 0 && g == 0) {
+        if (2 * c < nh) {
+            pml[((size_t)(hq0 + 2 * c) * nsplit + split) * 2] = m0;
+            pml[((size_t)(hq0 + 2 * c) * nsplit + split) * 2 + 1] = l0;
+        }
+        if (2 * c + 1 < nh) {
+            pml[((size_t)(hq0 + 2 * c + 1) * nsplit + split) * 2] = m1;
+            pml[((size_t)(hq0 + 2 * c + 1) * nsplit + split) * 2 + 1] = l1;
+        }
+    }
+}
+
 /* The kernel for a head size and entry type: VW values per load (8 for
  * f16 rows of 256 and 512), KU keys per round (fewer for the wide heads:
  * registers). */
@@ -825,6 +1062,10 @@ cudaError_t attn_allow_all(void) {
     if (e == cudaSuccess) e = ad_allow<256>();
     if (e == cudaSuccess) e = ad_allow<384>();
     if (e == cudaSuccess) e = ad_allow<512>();
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<128>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<256>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<384>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<384>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<512>::SMEM);
     return e;
 }
 
@@ -936,8 +1177,21 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     const int gall = n_head / n_kv_head;
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
-    const int dec = c->attn_dec && n == 1, staged = c->attn_dec == 2;
-    if (dec) {
+    const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = c->attn_dec == 3 && kv->f16;
+    if (dec && tc) {
+        const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
+#define TC_LAUNCH(DIM)                                                                                                 \
+    launch(c, k_attn_tc<DIM>, tgrid, TC_WARPS * 32, tc_geom<DIM>::SMEM, q->d, k->d, v->d, (const __half *)kv->k,       \
+           (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, (float *)c->part.p, \
+           (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v)
+        switch (d) {
+        case 128: TC_LAUNCH(128); break;
+        case 256: TC_LAUNCH(256); break;
+        case 384: TC_LAUNCH(384); break;
+        default: TC_LAUNCH(512); break;
+        }
+#undef TC_LAUNCH
+    } else if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
 #define DEC_LAUNCH_T(DIM, KT)                                                                                     \
     launch(c, ad_kernel<DIM, KT>(staged), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, v->d, \
@@ -966,7 +1220,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
-    LAUNCHED(c, dec ? "attention (one-token, k_attn_dec)" : "attention");
+    LAUNCHED(c, dec && tc ? "attention (one-token, k_attn_tc)" : dec ? "attention (one-token, k_attn_dec)" : "attention");
     if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,

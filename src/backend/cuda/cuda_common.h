@@ -141,7 +141,8 @@ typedef struct {
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     /* one-token attention: 1 k_attn_dec (default), 0 k_attn_split
      * (GEM_CUDA_ATTN_DEC=0), 2 k_attn_dec with keys and values staged in
-     * shared memory (GEM_CUDA_ATTN_DEC=2) */
+     * shared memory (GEM_CUDA_ATTN_DEC=2), 3 k_attn_tc on the tensor cores
+     * for f16 caches, else as 2 (GEM_CUDA_ATTN_DEC=3) */
     int attn_dec;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
