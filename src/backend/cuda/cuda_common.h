@@ -102,7 +102,6 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
-
 typedef struct {
     backend base;
     cudaStream_t st;

@@ -163,6 +163,10 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
     }
 }
 
+/* Weights are read after pdl_wait like everything else: issuing the first
+ * round before it (the blocks of a product then wait on SMs while the
+ * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
+ * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
 template <int Q4, int NT, int SP>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
@@ -640,8 +644,8 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
 }
 
 /* Prefill tiles (the default since its measurement: 31B Q4_0 prefill 2048
- * ~1% faster, bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x up of a token row into out (k_geglu's
- * arithmetic) and, in the same launch, its f16 activations for the down
+ * ~1% faster, bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x
+ * up of a token row into out (k_geglu's arithmetic) and, in the same launch, its f16 activations for the down
  * product (k_act_f16's): the row is read back from L2 right after it is
  * written instead of from HBM by a second kernel (31B: ~210 + ~200 us per
  * layer of a 2048-token tile for the two kernels). The max reduction's
