@@ -207,6 +207,14 @@ int cli_bench(int argc, char **argv) {
         json_quote(model, strlen(model), &q);
         sb_puts(&q, ", \"command\": ");
         json_quote(sb_cstr(&cmd), strlen(sb_cstr(&cmd)), &q);
+        /* the kernel choices in force (GEM_CUDA_* variables): a record of
+         * an opt-in kernel says so, and the command re-runs as recorded */
+        strbuf envs = {0};
+        for (char **ev = environ; *ev; ev++)
+            if (!strncmp(*ev, "GEM_CUDA_", 9)) sb_printf(&envs, "%s%s", envs.len ? " " : "", *ev);
+        sb_puts(&q, ", \"env\": ");
+        json_quote(sb_cstr(&envs), strlen(sb_cstr(&envs)), &q);
+        sb_free(&envs);
         sb_puts(&q, ", \"hardware\": ");
         json_quote(hw, strlen(hw), &q);
         fputs(sb_cstr(&q), js);

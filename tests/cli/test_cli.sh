@@ -101,9 +101,13 @@ expect 0 "" -- $GEM run -m "$M" -p x -n 2 --kv-type f32
 expect 0 "decode at depth      4" -- $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0,4 --reps 2
 # its JSON record names the command, the hardware and the time
 expect 0 "" -- $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 --json "$tmp/b.json"
-for key in '"command": "gem bench -m ' '"hardware": "' '"date": "20' '"kv_type": "f32"' '"decode": [' '"peak_rss_bytes": '; do
+for key in '"command": "gem bench -m ' '"env": "' '"hardware": "' '"date": "20' '"kv_type": "f32"' '"decode": [' \
+           '"peak_rss_bytes": '; do
     if grep -qF -- "$key" "$tmp/b.json"; then ok; else bad "gem bench --json lacks $key"; fi
 done
+# and the kernel choices in force (GEM_CUDA_* variables; this one is inert on the CPU)
+expect 0 "" -- env GEM_CUDA_ATTN_DEC=2 $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 --json "$tmp/b.json"
+if grep -qE '"env": "[^"]*GEM_CUDA_ATTN_DEC=2' "$tmp/b.json"; then ok; else bad "gem bench --json lacks the GEM_CUDA_ variables"; fi
 # no silent fallback: without nvcc at build time, or without a GPU at run time,
 # --backend cuda is an error that says which
 devs=$($GEM devices 2>&1)
