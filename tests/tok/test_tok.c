@@ -202,8 +202,10 @@ static void test_detok(const tok *t) {
     CHECK(!strcmp(o2, "\xe6x"));
 }
 
-/* Encoding time must grow linearly: a 4 MB line may take at most ~6x the
- * time of a 1 MB line (8x would be quadratic at this ratio... 16x). */
+/* Encoding time must grow linearly: a 4 MB line may take at most 8x the
+ * time of a 1 MB line (linear is 4x, quadratic 16x). Timed in this
+ * thread's CPU time, the better of two runs each: other processes on a
+ * loaded machine (a 2-core CI runner) stretch wall time, not that. */
 static void test_linear(const tok *t) {
     size_t n1 = 1 << 20, n4 = 4 << 20;
     char *buf = malloc(n4);
@@ -211,14 +213,18 @@ static void test_linear(const tok *t) {
     double tm[2];
     size_t ns[2] = {n1, n4};
     for (int k = 0; k < 2; k++) {
-        struct timespec a, b;
-        tok_ids ids = {0};
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        tok_encode(t, buf, ns[k], 0, 0, &ids);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        tm[k] = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-        CHECK(ids.n > ns[k] / 20);
-        tok_ids_free(&ids);
+        tm[k] = 1e30;
+        for (int run = 0; run < 2; run++) {
+            struct timespec a, b;
+            tok_ids ids = {0};
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+            tok_encode(t, buf, ns[k], 0, 0, &ids);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+            const double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+            if (s < tm[k]) tm[k] = s;
+            CHECK(ids.n > ns[k] / 20);
+            tok_ids_free(&ids);
+        }
     }
     /* linear predicts 4x; allow noise up to 8x, quadratic would be 16x */
     CHECKF(tm[1] < 8 * tm[0] + 0.05, "1 MB %.3fs, 4 MB %.3fs", tm[0], tm[1]);
