@@ -796,10 +796,11 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
  * more than the 32 keys of the shallow cases (capacity 32768: 256 splits;
  * 16432 keys: 65 per split, so 5 to 9 shared-memory tiles per block, every
  * kernel's stage ring wrapping, and the steps' own keys at offsets 52-54
- * of the last split, in a reused stage; each step's key dominates head 0): k_attn_dec, its staged form and k_attn_split on equal caches
- * (filled by the same prefill kernels) agree within f32 summation order
- * (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound. The CPU
- * reference is too slow at this depth; the kernels met it above. */
+ * of the last split, in a reused stage; each step's key dominates head
+ * 0): k_attn_dec, its staged form and k_attn_split on equal caches (filled
+ * by the same prefill kernels) agree within f32 summation order (1e-5),
+ * f32 and f16 entries; k_attn_tc within the f16 bound. The CPU reference
+ * is too slow at this depth; the kernels met it above. */
 static void test_attention_deep(void) {
     const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1};
     /* the default, staged, split and (f16 caches) tensor-core kernels */

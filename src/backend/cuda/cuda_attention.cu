@@ -58,6 +58,21 @@ __device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int win
     len = qp_last - first + 1;
     return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
 }
+/* The keys s0 .. s1 - 1 of split `split` of a one-token step at pos0 (s0 >=
+ * s1: the split is empty). */
+__device__ __forceinline__ void one_token_split(int pos0, int window, int nsplit, int split, int &s0, int &s1) {
+    int first, len;
+    const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
+    s0 = first + split * per;
+    s1 = min(s0 + per, pos0 + 1);
+}
+
+/* A split's (max, sum) of one output row (query x head, split), as the
+ * combines read them; an empty split is (-inf, 0), which weighs nothing. */
+__device__ __forceinline__ void pml_put(float *pml, size_t row, float m, float l) {
+    pml[row * 2] = m;
+    pml[row * 2 + 1] = l;
+}
 
 /* One-token steps store the new key and value inside the attention kernel
  * (threads of the first block of a KV head): no block reads that cache
@@ -110,9 +125,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     const int s0 = first + split * per, s1 = min(s0 + per, qp_last + 1);
     if (s0 >= s1) {
         if (tid < R && i0 + tid / G < n) {
-            const size_t o = (((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split) * 2;
-            pml[o] = -INFINITY;
-            pml[o + 1] = 0;
+            pml_put(pml, ((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split, -INFINITY, 0);
         }
         return;
     }
@@ -223,9 +236,7 @@ __global__ void __launch_bounds__(AT_THREADS)
             part[(((size_t)(i0 + qi) * n_head + hq0 + g) * nsplit + split) * D + e] = acc[jj];
     }
     if (tid < R && i0 + tid / G < n) {
-        const size_t o = (((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split) * 2;
-        pml[o] = mrow[tid];
-        pml[o + 1] = lrow[tid];
+        pml_put(pml, ((size_t)(i0 + tid / G) * n_head + hq0 + tid % G) * nsplit + split, mrow[tid], lrow[tid]);
     }
 }
 
@@ -476,13 +487,6 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     }
 }
 
-template <int D> static cudaError_t fa_allow() {
-    const int smem = (int)fa_geom<D>::SMEM;
-    cudaError_t e = cudaFuncSetAttribute(k_attn_fa<D, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    return e;
-}
-
 /* The combine of steps of up to 8 tokens: one block per (query, head, 32 output elements), its 8 warps
  * summing every 8th split from a different start (lane = element), then
  * warp 0 adding the 8 sums in order. k_attn_combine gives a head's whole
@@ -690,9 +694,9 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     const int h = blockIdx.x / groups, hq0 = h * (n_head / kvh) + (blockIdx.x % groups) * GB, split = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp / GB, hq = hq0 + warp % GB;
     const int pos0 = step[0];
-    int first, len;
-    const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
-    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1), pf = s0 + sub;
+    int s0, s1;
+    one_token_split(pos0, window, nsplit, split, s0, s1);
+    const int pf = s0 + sub;
     const int sc1 = min(s1, pos0); /* cached rows: s0 .. sc1 - 1 */
     const int nt = STAGED && sc1 > s0 ? (sc1 - s0 + G::TK - 1) / G::TK : 0;
     float kr[KU][E], vr[KU][E];
@@ -713,10 +717,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     if (split == 0 && blockIdx.x % groups == 0)
         attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
-        if (sub == 0 && lane == 0) {
-            pml[((size_t)hq * nsplit + split) * 2] = -INFINITY;
-            pml[((size_t)hq * nsplit + split) * 2 + 1] = 0;
-        }
+        if (sub == 0 && lane == 0) pml_put(pml, (size_t)hq * nsplit + split, -INFINITY, 0);
         return;
     }
     float qv[E], o[E];
@@ -789,10 +790,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
         }
         const size_t row = (size_t)(hq0 + g) * nsplit + split;
         part[row * D + e] = O;
-        if (e == 0) {
-            pml[row * 2] = M;
-            pml[row * 2 + 1] = L;
-        }
+        if (e == 0) pml_put(pml, row, M, L);
     }
 }
 
@@ -904,9 +902,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int nh = min(TC_HEADS, gall - grp * TC_HEADS), split = blockIdx.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int pos0 = step[0];
-    int first, len;
-    const int per = attn_split_per(pos0, pos0, window, nsplit, first, len);
-    const int s0 = first + split * per, s1 = min(s0 + per, pos0 + 1);
+    int s0, s1;
+    one_token_split(pos0, window, nsplit, split, s0, s1);
     const int nt = s1 > s0 ? (s1 - s0 + 15) / 16 : 0;
     /* cached rows of earlier steps only before the wait (see k_attn_dec) */
 #pragma unroll
@@ -914,10 +911,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     pdl_wait();
     if (split == 0 && grp == 0) attn_store_step<D, TC_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
-        if ((int)threadIdx.x < nh) {
-            pml[((size_t)(hq0 + threadIdx.x) * nsplit + split) * 2] = -INFINITY;
-            pml[((size_t)(hq0 + threadIdx.x) * nsplit + split) * 2 + 1] = 0;
-        }
+        if ((int)threadIdx.x < nh) pml_put(pml, (size_t)(hq0 + threadIdx.x) * nsplit + split, -INFINITY, 0);
         return;
     }
     if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1) tc_cur_row<D>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, k, v, h);
@@ -1022,14 +1016,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         }
     }
     if (warp == 0 && g == 0) {
-        if (2 * c < nh) {
-            pml[((size_t)(hq0 + 2 * c) * nsplit + split) * 2] = m0;
-            pml[((size_t)(hq0 + 2 * c) * nsplit + split) * 2 + 1] = l0;
-        }
-        if (2 * c + 1 < nh) {
-            pml[((size_t)(hq0 + 2 * c + 1) * nsplit + split) * 2] = m1;
-            pml[((size_t)(hq0 + 2 * c + 1) * nsplit + split) * 2 + 1] = l1;
-        }
+        if (2 * c < nh) pml_put(pml, (size_t)(hq0 + 2 * c) * nsplit + split, m0, l0);
+        if (2 * c + 1 < nh) pml_put(pml, (size_t)(hq0 + 2 * c + 1) * nsplit + split, m1, l1);
     }
 }
 
@@ -1043,29 +1031,23 @@ template <int D, typename KT> static ad_fn<KT> ad_kernel(bool staged) {
     constexpr int VW = sizeof(KT) == 2 && D % 256 == 0 ? 8 : 4, KU = D >= 384 ? 2 : 4;
     return staged ? k_attn_dec<D, KT, VW, KU, true> : k_attn_dec<D, KT, VW, KU, false>;
 }
-template <int D> static cudaError_t ad_allow() {
-    cudaError_t e = cudaFuncSetAttribute(ad_kernel<D, float>(true), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         ad_geom<D, float>::SMEM);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 ad_geom<D, __half>::SMEM);
+/* Shared memory above the 48 KB default for every kernel of head size D
+ * that takes it dynamically: flash attention, staged k_attn_dec, k_attn_tc. */
+template <int D> static cudaError_t attn_allow() {
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    cudaError_t e = cudaFuncSetAttribute(k_attn_fa<D, float>, at, (int)fa_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half>, at, (int)fa_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, float>(true), at, ad_geom<D, float>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D>, at, tc_geom<D>::SMEM);
     return e;
 }
 
 cudaError_t attn_allow_all(void) {
-    cudaError_t e = cudaSuccess;
-    if (e == cudaSuccess) e = fa_allow<128>();
-    if (e == cudaSuccess) e = fa_allow<256>();
-    if (e == cudaSuccess) e = fa_allow<384>();
-    if (e == cudaSuccess) e = fa_allow<512>();
-    if (e == cudaSuccess) e = ad_allow<128>();
-    if (e == cudaSuccess) e = ad_allow<256>();
-    if (e == cudaSuccess) e = ad_allow<384>();
-    if (e == cudaSuccess) e = ad_allow<512>();
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<128>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<256>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<384>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<384>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_geom<512>::SMEM);
+    cudaError_t e = attn_allow<128>();
+    if (e == cudaSuccess) e = attn_allow<256>();
+    if (e == cudaSuccess) e = attn_allow<384>();
+    if (e == cudaSuccess) e = attn_allow<512>();
     return e;
 }
 
@@ -1107,6 +1089,16 @@ static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_
     LAUNCHED(c, "kv store");
 }
 
+/* L(D) for the head sizes the kernels are built for (cu_attention checks
+ * d is a multiple of 128 up to 512 before any launch) */
+#define HEAD_DIM_SWITCH(d, L) \
+    switch (d) {              \
+    case 128: L(128); break;  \
+    case 256: L(256); break;  \
+    case 384: L(384); break;  \
+    default: L(512); break;   \
+    }
+
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                          int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
@@ -1122,12 +1114,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         FA_LAUNCH_T(DIM, __half);        \
     else                                 \
         FA_LAUNCH_T(DIM, float)
-        switch (d) {
-        case 128: FA_LAUNCH(128); break;
-        case 256: FA_LAUNCH(256); break;
-        case 384: FA_LAUNCH(384); break;
-        default: FA_LAUNCH(512); break;
-        }
+        HEAD_DIM_SWITCH(d, FA_LAUNCH);
 #undef FA_LAUNCH
 #undef FA_LAUNCH_T
         LAUNCHED(c, d <= 256 ? "attention (tensor cores, d<=256)" : "attention (tensor cores, d>256)");
@@ -1184,12 +1171,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     launch(c, k_attn_tc<DIM>, tgrid, TC_WARPS * 32, tc_geom<DIM>::SMEM, q->d, k->d, v->d, (const __half *)kv->k,       \
            (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, (float *)c->part.p, \
            (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v)
-        switch (d) {
-        case 128: TC_LAUNCH(128); break;
-        case 256: TC_LAUNCH(256); break;
-        case 384: TC_LAUNCH(384); break;
-        default: TC_LAUNCH(512); break;
-        }
+        HEAD_DIM_SWITCH(d, TC_LAUNCH);
 #undef TC_LAUNCH
     } else if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
@@ -1202,21 +1184,11 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
         DEC_LAUNCH_T(DIM, __half); \
     else                          \
         DEC_LAUNCH_T(DIM, float)
-        switch (d) {
-        case 128: DEC_LAUNCH(128); break;
-        case 256: DEC_LAUNCH(256); break;
-        case 384: DEC_LAUNCH(384); break;
-        default: DEC_LAUNCH(512); break;
-        }
+        HEAD_DIM_SWITCH(d, DEC_LAUNCH);
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_T
     } else {
-        switch (d) {
-        case 128: ATTN_LAUNCH(128); break;
-        case 256: ATTN_LAUNCH(256); break;
-        case 384: ATTN_LAUNCH(384); break;
-        default: ATTN_LAUNCH(512); break;
-        }
+        HEAD_DIM_SWITCH(d, ATTN_LAUNCH);
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T

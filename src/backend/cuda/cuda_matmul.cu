@@ -645,10 +645,11 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
 
 /* Prefill tiles (the default since its measurement: 31B Q4_0 prefill 2048
  * ~1% faster, bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x
- * up of a token row into out (k_geglu's arithmetic) and, in the same launch, its f16 activations for the down
- * product (k_act_f16's): the row is read back from L2 right after it is
- * written instead of from HBM by a second kernel (31B: ~210 + ~200 us per
- * layer of a 2048-token tile for the two kernels). The max reduction's
+ * up of a token row into out (k_geglu's arithmetic) and, in the same
+ * launch, its f16 activations for the down product (k_act_f16's): the row
+ * is read back from L2 right after it is written instead of from HBM by a
+ * second kernel (31B: ~210 + ~200 us per layer of a 2048-token tile for
+ * the two kernels). The max reduction's
  * barrier orders this block's writes of out before it reads them. */
 __global__ void k_geglu_f16(const float *g, const float *u, int K, float *out, __half *xh, float *xinv, int order) {
     pdl_wait();
