@@ -31,11 +31,12 @@ static uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 static backend *cpu_ref, *cpu_fast, *gpu;
 static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
-/* the other one-token attention kernels, f32 and f16 caches: k_attn_split
- * (GEM_CUDA_ATTN_DEC=0) and k_attn_dec staged in shared memory
- * (GEM_CUDA_ATTN_DEC=2); k_attn_tc on the tensor cores (GEM_CUDA_ATTN_DEC=3,
- * f16 caches) */
-static backend *gpu_split, *gpu_split_f16, *gpu_staged, *gpu_staged_f16, *gpu_tc_f16;
+/* One-token attention: the defaults are the staged k_attn_dec for f32
+ * caches (gpu) and k_attn_tc on the tensor cores for f16 ones (gpu_f16);
+ * the other kernels: k_attn_split (GEM_CUDA_ATTN_DEC=0), the register
+ * k_attn_dec (GEM_CUDA_ATTN_DEC=1), f32 and f16 caches, and the staged
+ * k_attn_dec with f16 caches (GEM_CUDA_ATTN_DEC=2). */
+static backend *gpu_split, *gpu_split_f16, *gpu_reg, *gpu_reg_f16, *gpu_staged_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -772,15 +773,16 @@ static void test_attention_case_on(backend *const *gk, const double *tol, int nb
     cpu_ref->kv_free(cpu_ref, kc);
 }
 
-/* Every GPU attention path on one case: the default (backend 0) and f16
- * caches (1), then k_attn_split (2, 3) and the staged k_attn_dec (4, 5)
- * for one-token steps, each with f32 and f16 caches, and k_attn_tc (6, f16
- * caches). f16 entries: scores and values rounded to 11 bits (relative
+/* Every GPU attention path on one case: the defaults, f32 caches (backend
+ * 0: the staged k_attn_dec for one-token steps) and f16 caches (1:
+ * k_attn_tc), then k_attn_split (2, 3) and the register k_attn_dec (4, 5),
+ * each with f32 and f16 caches, and the staged k_attn_dec with f16 caches
+ * (6). f16 entries: scores and values rounded to 11 bits (relative
  * 2^-12 each), so outputs of order one move by a few 1e-4: 3e-3 bounds it;
  * k_attn_tc also rounds q and the probabilities to f16, as the prefill
  * flash attention does under the same bound. */
 static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
-    backend *all[ATT_MAX] = {gpu, gpu_f16, gpu_split, gpu_split_f16, gpu_staged, gpu_staged_f16, gpu_tc_f16};
+    backend *all[ATT_MAX] = {gpu, gpu_f16, gpu_split, gpu_split_f16, gpu_reg, gpu_reg_f16, gpu_staged_f16};
     backend *gk[ATT_MAX];
     double tol[ATT_MAX];
     int nb = 0;
@@ -797,15 +799,16 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
  * 16432 keys: 65 per split, so 5 to 9 shared-memory tiles per block, every
  * kernel's stage ring wrapping, and the steps' own keys at offsets 52-54
  * of the last split, in a reused stage; each step's key dominates head
- * 0): k_attn_dec, its staged form and k_attn_split on equal caches (filled
- * by the same prefill kernels) agree within f32 summation order (1e-5),
- * f32 and f16 entries; k_attn_tc within the f16 bound. The CPU reference
+ * 0): the register k_attn_dec, its staged form and k_attn_split on equal
+ * caches (filled by the same prefill kernels) agree within f32 summation
+ * order (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound. The CPU reference
  * is too slow at this depth; the kernels met it above. */
 static void test_attention_deep(void) {
     const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1};
-    /* the default, staged, split and (f16 caches) tensor-core kernels */
-    backend *sets[2][4] = {{gpu, gpu_staged, gpu_split, NULL}, {gpu_f16, gpu_staged_f16, gpu_split_f16, gpu_tc_f16}};
-    const char *names[4] = {"default", "staged", "split", "tensor cores"};
+    /* the register, staged, split and (f16 caches) tensor-core kernels; the
+     * defaults are gpu (f32: staged) and gpu_f16 (tensor cores) */
+    backend *sets[2][4] = {{gpu_reg, gpu, gpu_split, NULL}, {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16}};
+    const char *names[4] = {"register", "staged", "split", "tensor cores"};
     for (int f = 0; f < 2; f++) {
         backend **bs = sets[f];
         if (!bs[0] || !bs[1] || !bs[2]) continue;
@@ -835,7 +838,7 @@ static void test_attention_deep(void) {
                     /* f16 q and probabilities on the tensor cores: the f16 bound */
                     const double tol = b == 3 ? 3e-3 : 1e-5;
                     ok = close_enough("deep one-token", o[b], o[0], nq, tol, 2 * tol);
-                    CHECKF(ok, "deep one-token attention, %s vs default%s at %d", names[b], f ? " (f16 KV)" : "", pos);
+                    CHECKF(ok, "deep one-token attention, %s vs register%s at %d", names[b], f ? " (f16 KV)" : "", pos);
                 }
             for (int b = 0; b < nb; b++) free(o[b]);
             free(q), free(k), free(v), free(ids);
@@ -1071,9 +1074,9 @@ int main(void) {
     if (gpu) {
         gpu_split = variant("GEM_CUDA_ATTN_DEC", "0", &g);
         gpu_split_f16 = variant("GEM_CUDA_ATTN_DEC", "0", &gh);
-        gpu_staged = variant("GEM_CUDA_ATTN_DEC", "2", &g);
+        gpu_reg = variant("GEM_CUDA_ATTN_DEC", "1", &g);
+        gpu_reg_f16 = variant("GEM_CUDA_ATTN_DEC", "1", &gh);
         gpu_staged_f16 = variant("GEM_CUDA_ATTN_DEC", "2", &gh);
-        gpu_tc_f16 = variant("GEM_CUDA_ATTN_DEC", "3", &gh);
     }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -1119,7 +1122,7 @@ int main(void) {
     progress("handoff, argmax, topk, graph");
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_staged, gpu_staged_f16, gpu_tc_f16};
+    backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_reg, gpu_reg_f16, gpu_staged_f16};
     for (int i = 0; i < 6; i++) variant_done(variants[i]);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);

@@ -525,10 +525,10 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
 }
 
 /* ---- one-token decode attention, warp per query head and key subset
- * (the default for one-token steps: 31B Q4_0 decode 122.3 -> 133.7 tok/s
- * at depth 0, 96.6 -> 111.1 at 8192 with f32 entries, same call,
- * bench/results/cuda-variants-2026-12-03c.json; GEM_CUDA_ATTN_DEC=0 keeps
- * k_attn_split) ----
+ * (register form GEM_CUDA_ATTN_DEC=1: 31B Q4_0 decode 122.3 -> 133.7
+ * tok/s at depth 0, 96.6 -> 111.1 at 8192 over k_attn_split with f32
+ * entries, bench/results/cuda-variants-2026-12-03c.json; the staged form
+ * is the default for f32 caches) ----
  * k_attn_split gives a block's 256 threads one key at a time: per 64-key
  * chunk a dependent chain of key loads, warp reductions, a block-wide
  * softmax and value loads, with barriers between. Here each warp owns one
@@ -541,12 +541,16 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
  * load instruction of a warp reads one contiguous stretch. The split
  * ranges, the partial layout and the empty-split marks are k_attn_split's
  * (n = 1, QB = 1), so k_attn_combine_wide combines either.
- * STAGED (GEM_CUDA_ATTN_DEC=2; opt-in until measured): a deep split is a
- * long chain of rounds per warp, each waiting on HBM for a few rows (31B
- * depth 32768, f16 entries: 128 keys per split, 76 tok/s). There the
- * block's threads copy tiles of AD_TILE_BYTES of cached keys and values
- * into shared memory with cp.async, AD_STAGES tiles in flight, and the
- * warps run the same rounds on rows read from shared memory. */
+ * STAGED (the default for f32 caches; GEM_CUDA_ATTN_DEC=2 for f16 ones
+ * too): a deep split is a long chain of rounds per warp, each waiting on
+ * HBM for a few rows (31B depth 32768, f16 entries: 128 keys per split,
+ * 76 tok/s). There the block's threads copy tiles of AD_TILE_BYTES of
+ * cached keys and values into shared memory with cp.async, AD_STAGES
+ * tiles in flight, and the warps run the same rounds on rows read from
+ * shared memory (f16 entries: 74.6 -> 109.5 tok/s at 32768, f32 entries
+ * 150.2 / 123.5 / 102.0 at 0 / 8192 / 32768,
+ * bench/results/cuda-decode-staged-2026-12-03.json and
+ * cuda-attn-dec-2026-12-03d.json). */
 #define AD_WARPS 8
 #define AD_STAGES 3
 #define AD_TILE_BYTES 32768 /* keys and values of one stage */
@@ -794,10 +798,11 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     }
 }
 
-/* ---- one-token decode attention on the tensor cores, f16 caches
- * (GEM_CUDA_ATTN_DEC=3; written without a GPU at hand, opt-in until
- * cuda_ops and a benchmark have run it; f32 caches take the staged
- * k_attn_dec) ----
+/* ---- one-token decode attention on the tensor cores, f16 caches (the
+ * default for them: 31B Q4_0 decode 152.3 / 135.5 / 127.3 tok/s at depth
+ * 0 / 8192 / 32768 against the staged k_attn_dec's 150.0 / 128.4 / 109.5,
+ * bench/results/cuda-attn-dec-2026-12-03d.json; f32 caches take the
+ * staged k_attn_dec) ----
  * k_attn_dec spends ~80 instructions per key and query head (f16 to f32
  * conversions, dot products, a warp sum, value sums); with 8 query heads
  * per KV head (31B full layers) each cached element is converted and

@@ -954,7 +954,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
     {
         const char *ad = getenv("GEM_CUDA_ATTN_DEC");
-        c->attn_dec = !ad || !*ad ? 1 : !strcmp(ad, "0") ? 0 : !strcmp(ad, "2") ? 2 : !strcmp(ad, "3") ? 3 : 1;
+        c->attn_dec = !ad || !*ad ? 3 : !strcmp(ad, "0") ? 0 : !strcmp(ad, "1") ? 1 : !strcmp(ad, "2") ? 2 : 3;
     }
     c->pdl = !env_is("GEM_CUDA_PDL", "0");
     const char *prof = getenv("GEM_CUDA_PROFILE");

@@ -138,10 +138,11 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    /* one-token attention: 1 k_attn_dec (default), 0 k_attn_split
-     * (GEM_CUDA_ATTN_DEC=0), 2 k_attn_dec with keys and values staged in
-     * shared memory (GEM_CUDA_ATTN_DEC=2), 3 k_attn_tc on the tensor cores
-     * for f16 caches, else as 2 (GEM_CUDA_ATTN_DEC=3) */
+    /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
+     * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
+     * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading
+     * straight into registers (GEM_CUDA_ATTN_DEC=1); 0 k_attn_split
+     * (GEM_CUDA_ATTN_DEC=0). bench/results/cuda-attn-dec-2026-12-03d.json */
     int attn_dec;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
