@@ -3,10 +3,10 @@
 # one run (A/B/B/A), on a synthetic 31B Q4_0 with a Q8_0 embedding:
 # prefill 2048 for the product kernels (default k_mm_w, GEM_CUDA_MMH=2
 # k_mm_h); decode at depth 0, 8192 and 32768 for the one-token attention
-# kernels (default k_attn_dec; GEM_CUDA_ATTN_DEC=2: its keys and values
-# staged in shared memory; GEM_CUDA_ATTN_DEC=3: on the tensor cores with
-# f16 caches; GEM_CUDA_ATTN_DEC=0: k_attn_split), with f32 and f16 KV
-# caches. Run build/tests/cuda/cuda_ops first: a variant is
+# kernels (default GEM_CUDA_ATTN_DEC=3: k_attn_tc on the tensor cores
+# for f16 caches, the staged k_attn_dec for f32 ones; 2: the staged
+# k_attn_dec for both; 1: k_attn_dec reading into registers; 0:
+# k_attn_split), with f32 and f16 KV caches. Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
 #   bench/cuda_variants.sh [model.gguf]
@@ -24,5 +24,5 @@ decode() {
     env "$@" ./gem bench -m "$M" --backend cuda --kv-type "$kv" --prompt 16 --gen 32 --depth 0,8192,32768 --reps 2 2>&1 |
         grep 'decode at' | sed 's/ (median.*//' | tr '\n' ' '
 }
-for v in 1 2 0 2 1; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GEM_CUDA_ATTN_DEC=$v)"; done
-for v in 1 2 3 0 3 2 1; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
+for v in 2 1 0 1 2; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GEM_CUDA_ATTN_DEC=$v)"; done
+for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
