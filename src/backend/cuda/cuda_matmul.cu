@@ -28,6 +28,14 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 #ifndef MV_ROWS
 #define MV_ROWS 2 /* output rows per warp: each activation block loaded serves all */
 #endif
+/* k_mv_q's launch bounds; a tuning build may size its registers for
+ * MV_MINB blocks per multiprocessor (naming 1 is not the same as naming
+ * none: ptxas then allocates more registers) */
+#ifdef MV_MINB
+#define MV_BOUNDS __launch_bounds__(MV_WARPS * 32, MV_MINB)
+#else
+#define MV_BOUNDS __launch_bounds__(MV_WARPS * 32)
+#endif
 #define MV_MAXT 8 /* tokens per launch */
 static_assert(MV_WARPS % 4 == 0, "the row split shares a row among 2 or 4 warps of a block");
 
@@ -168,7 +176,7 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
  * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
 template <int Q4, int NT, int SP>
-__global__ void __launch_bounds__(MV_WARPS * 32)
+__global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     pdl_wait();
     mv_rows r;
