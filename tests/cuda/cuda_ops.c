@@ -383,6 +383,54 @@ static void test_fused_matmul(backend *gu) {
         }
 }
 
+/* k_mv_bulk (GEM_CUDA_MV_BULK=1 and 2, backends gb1, gb2) computes what the
+ * unsplit k_mv_q computes (gu: GEM_CUDA_MV_SPLIT=0) in the same order:
+ * one-token products equal exactly, single, three matrices sharing the
+ * input, and the geglu pair; K from one tile of whole rows to chunked
+ * rows (16384, 21504: several chunks, the last partial), rows that end
+ * mid-tile, more tiles than blocks (5000 rows), and a K that is not a
+ * multiple of 256 (1568: the plain kernel). */
+static void test_matmul_bulk(backend *gb1, backend *gb2, backend *gu) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {1024, 1568, 5376, 8192, 16384, 21504};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki];
+            const int64_t rows[3] = {K == 1024 ? 5000 : 300, 61, 300};
+            tensor A[3] = {make_tensor(types[t], K, rows[0]), make_tensor(types[t], K, rows[1]),
+                           make_tensor(types[t], K, rows[2])};
+            float *x = rand_vec((size_t)K, 1.0f);
+            backend *bs[3] = {gu, gb1, gb2};
+            float *res[3][4];
+            gem_err err;
+            for (int bi = 0; bi < 3; bi++) {
+                backend *g = bs[bi];
+                be_weight *W[3];
+                for (int i = 0; i < 3; i++) W[i] = g->weight(g, &A[i].t, &err);
+                be_buf *xg = put(g, x, (size_t)K), *o[4];
+                for (int i = 0; i < 3; i++) o[i] = put(g, NULL, (size_t)rows[i]);
+                o[3] = put(g, NULL, (size_t)rows[0]);
+                g->matmul_multi(g, 3, (const be_weight *const *)W, xg, 1, o);
+                g->matmul_geglu(g, W[0], W[0], xg, 1, o[3]);
+                for (int i = 0; i < 4; i++) res[bi][i] = get(g, o[i], (size_t)rows[i == 3 ? 0 : i]);
+                for (int i = 0; i < 4; i++) g->buf_free(g, o[i]);
+                g->buf_free(g, xg);
+                for (int i = 0; i < 3; i++) g->weight_free(g, W[i]);
+            }
+            for (int bi = 1; bi < 3; bi++) {
+                int same = 1;
+                for (int i = 0; i < 4; i++)
+                    same &= close_enough("k_mv_bulk", res[bi][i], res[0][i], (size_t)rows[i == 3 ? 0 : i], 0, 0);
+                CHECKF(same, "k_mv_bulk (GEM_CUDA_MV_BULK=%d) %s K=%lld: multi and geglu pair equal k_mv_q", bi,
+                       quant_type_name(types[t]), (long long)K);
+            }
+            for (int bi = 0; bi < 3; bi++)
+                for (int i = 0; i < 4; i++) free(res[bi][i]);
+            free(x);
+            for (int i = 0; i < 3; i++) free_tensor(&A[i]);
+        }
+}
+
 static void test_matmul(void) {
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
     /* 70 and 300: prefill tiles (tensor cores unless GEM_CUDA_MMA=0) over
@@ -1092,11 +1140,15 @@ int main(void) {
     test_matmul();
     test_matmul_ranges(gpu);
     backend *gu = variant("GEM_CUDA_MV_SPLIT", "0", &g);
+    backend *gb1 = variant("GEM_CUDA_MV_BULK", "1", &g), *gb2 = variant("GEM_CUDA_MV_BULK", "2", &g);
     if (gu) {
         test_matmul_split(gu);
         test_fused_matmul(gu);
+        if (gb1 && gb2) test_matmul_bulk(gb1, gb2, gu);
     }
     variant_done(gu);
+    variant_done(gb1);
+    variant_done(gb2);
     if (mma_on()) test_geglu_f16();
     progress("matmul");
     backend *g2 = variant("GEM_CUDA_MMH", "2", &g);

@@ -952,6 +952,13 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
+    c->mv_bulk = env_is("GEM_CUDA_MV_BULK", "1") ? 1 : env_is("GEM_CUDA_MV_BULK", "2") ? 2 : 0;
+    {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            c->n_sm < 1)
+            c->n_sm = 1;
+    }
     {
         const char *ad = getenv("GEM_CUDA_ATTN_DEC");
         c->attn_dec = !ad || !*ad ? 3 : !strcmp(ad, "0") ? 0 : !strcmp(ad, "1") ? 1 : !strcmp(ad, "2") ? 2 : 3;

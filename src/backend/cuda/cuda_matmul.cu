@@ -260,6 +260,168 @@ __global__ void MV_BOUNDS
     mv_store<NT>(job, r, acc);
 }
 
+/* ---- one-token products through bulk copies (GEM_CUDA_MV_BULK=1, or 2
+ * with the first tiles copied before the grid dependency wait; opt-in
+ * until measured) ----
+ * k_mv_q holds a warp's weight loads in registers: at ~124 registers a
+ * multiprocessor keeps 16 warps, 64-96 KB of loads in flight, about one
+ * SM's bandwidth-delay product at 4 TB/s, and each block is one round of
+ * loads then a reduction; the products run 4-6 us past their bytes at 4
+ * TB/s (bench/results/cuda-decode-ncu-2026-12-03.json). Here persistent
+ * blocks stream tiles of MB_ROWS weight rows (a chunk of CB blocks of
+ * each) into shared memory with cp.async.bulk (one instruction per row
+ * and chunk, completion counted in bytes on an mbarrier), NS tiles in
+ * flight per block, and the warps compute from shared memory with
+ * k_mv_q's arithmetic in its order: lane L takes blocks L, L + 32, ... of
+ * every row (CB is the whole row or a multiple of 32), so the results
+ * equal the unsplit k_mv_q's bit for bit. A warp owns rows 2w, 2w + 1 of
+ * a tile (pair mode: gate row w and up row w, tiles of 4 row pairs). Rows
+ * of codes and scales must start on 16 bytes: K a multiple of 256. */
+#define MB_ROWS 8
+#define MB_WARPS 4
+#define MB_MAX_STAGES 4
+#define MB_SMEM (76 * 1024)
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_addr(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Warp 0 issues item i (tile t, chunk c) into stage s: one copy of codes
+ * and one of scales per valid row; lane 0 first announces the bytes. */
+template <int Q4, int PAIR>
+__device__ __forceinline__ void mb_issue(const mv_job &job, unsigned char *stage, uint64_t *bar, int t, int c, int nb,
+                                         int CB, int T0, int T1) {
+    constexpr int QB = Q4 ? 16 : 32, R = PAIR ? MB_ROWS / 2 : MB_ROWS;
+    const int lane = threadIdx.x & 31;
+    const int mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2, r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
+    const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+    const int nv = min(R, M - r0), cbn = min(CB, nb - c * CB);
+    if (lane == 0) {
+        const unsigned bytes = (unsigned)((PAIR ? 2 : 1) * nv * cbn * (QB + 2));
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                     : "memory");
+    }
+    __syncwarp();
+    const int j = lane % MB_ROWS, rj = PAIR ? j % R : j; /* smem row j: (pair) gate rows 0-3, up rows 4-7 */
+    if (lane >= 2 * MB_ROWS || rj >= nv) return;
+    const void *q = PAIR ? (j < R ? job.m[0].q : job.m[1].q) : mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
+    const __half *d = PAIR ? (j < R ? job.m[0].d : job.m[1].d) : mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
+    const size_t blk = (size_t)(r0 + rj) * nb + (size_t)c * CB;
+    const void *src;
+    unsigned char *dst;
+    unsigned bytes;
+    if (lane < MB_ROWS) {
+        src = (const uint8_t *)q + blk * QB, dst = stage + (size_t)j * CB * QB, bytes = (unsigned)(cbn * QB);
+    } else {
+        src = d + blk, dst = stage + (size_t)MB_ROWS * CB * QB + (size_t)j * CB * 2, bytes = (unsigned)(cbn * 2);
+    }
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+template <int Q4, int PAIR>
+__global__ void __launch_bounds__(MB_WARPS * 32)
+    k_mv_bulk(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
+              int K, int CB, int NS, int early) {
+    constexpr int QB = Q4 ? 16 : 32, R = PAIR ? MB_ROWS / 2 : MB_ROWS;
+    extern __shared__ __align__(128) unsigned char mb_smem[];
+    __shared__ __align__(8) uint64_t bar[MB_MAX_STAGES];
+    const int nb = K / 32, nc = (nb + CB - 1) / CB, stage_bytes = MB_ROWS * CB * (QB + 2);
+    const int T0 = (job.m[0].M + R - 1) / R, T1 = !PAIR && job.count > 1 ? (job.m[1].M + R - 1) / R : 0,
+              T2 = !PAIR && job.count > 2 ? (job.m[2].M + R - 1) / R : 0;
+    const int T = T0 + T1 + T2, G = gridDim.x, b = blockIdx.x;
+    const int items = b < T ? ((T - 1 - b) / G + 1) * nc : 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bar[s])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (early && warp == 0)
+        for (int i = 0; i < NS && i < items; i++)
+            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0, T1);
+    pdl_wait();
+    if (!early && warp == 0)
+        for (int i = 0; i < NS && i < items; i++)
+            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0, T1);
+    float acc[2] = {0, 0};
+    for (int i = 0; i < items; i++) {
+        const int s = i % NS, t = b + (i / nc) * G, c = i % nc;
+        const unsigned char *st = mb_smem + (size_t)s * stage_bytes;
+        mbar_wait(&bar[s], (unsigned)(i / NS) & 1u);
+        const int cbn = min(CB, nb - c * CB);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int j = PAIR ? warp + k * R : 2 * warp + k; /* smem row */
+            const uint8_t *qr = st + (size_t)j * CB * QB;
+            const __half *dr = (const __half *)(st + (size_t)MB_ROWS * CB * QB) + (size_t)j * CB;
+#pragma unroll 4
+            for (int bb = lane; bb < cbn; bb += 32) {
+                const int gb = c * CB + bb;
+                const int4 *xv = (const int4 *)(xq + (size_t)gb * 32);
+                const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+                const float dx = __ldg(xd + gb);
+                const float dw = __half2float(dr[bb]);
+                int sum = 0;
+                if (Q4) {
+                    const unsigned m = 0x0F0F0F0Fu;
+                    const uint4 w = *(const uint4 *)(qr + (size_t)bb * 16);
+                    sum = __dp4a((int)(w.x & m), x0.x, sum);
+                    sum = __dp4a((int)(w.y & m), x0.y, sum);
+                    sum = __dp4a((int)(w.z & m), x0.z, sum);
+                    sum = __dp4a((int)(w.w & m), x0.w, sum);
+                    sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
+                    sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
+                    sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
+                    sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
+                    sum -= 8 * __ldg(xs + gb); /* codes are stored +8 */
+                } else {
+                    const uint4 a = *(const uint4 *)(qr + (size_t)bb * 32), e = *(const uint4 *)(qr + (size_t)bb * 32 + 16);
+                    sum = __dp4a((int)a.x, x0.x, sum);
+                    sum = __dp4a((int)a.y, x0.y, sum);
+                    sum = __dp4a((int)a.z, x0.z, sum);
+                    sum = __dp4a((int)a.w, x0.w, sum);
+                    sum = __dp4a((int)e.x, x1.x, sum);
+                    sum = __dp4a((int)e.y, x1.y, sum);
+                    sum = __dp4a((int)e.z, x1.z, sum);
+                    sum = __dp4a((int)e.w, x1.w, sum);
+                }
+                acc[k] += dw * dx * (float)sum;
+            }
+        }
+        if (c == nc - 1) { /* the tile's rows are complete: k_mv_q's store */
+            const int mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2, r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
+            const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+            float *out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
+            const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
+            if (lane == 0) {
+                if (PAIR) {
+                    if (r0 + warp < M) out[r0 + warp] = gelu_tanh_f(a0) * a1;
+                } else {
+                    if (r0 + 2 * warp < M) out[r0 + 2 * warp] = a0;
+                    if (r0 + 2 * warp + 1 < M) out[r0 + 2 * warp + 1] = a1;
+                }
+            }
+            acc[0] = acc[1] = 0;
+        }
+        __syncthreads(); /* stage s is free */
+        if (warp == 0 && i + NS < items) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the reads above before the copy's writes */
+            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)s * stage_bytes, &bar[s], b + ((i + NS) / nc) * G, (i + NS) % nc,
+                               nb, CB, T0, T1);
+        }
+    }
+}
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
     pdl_wait();
@@ -980,6 +1142,11 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<1, 0>, at, MB_SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<1, 1>, at, MB_SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<0, 0>, at, MB_SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<0, 1>, at, MB_SMEM);
     return e;
 }
 
@@ -1098,6 +1265,25 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                     (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
                 LAUNCHED(c, "matmul (tensor cores)");
             }
+            goto quantized_done;
+        }
+        if (n == 1 && c->mv_bulk && K % 256 == 0) { /* k_mv_bulk (opt-in) */
+            const int q4 = fmt == DW_Q4_0, qb = q4 ? 16 : 32, nb = K / 32, R = pair ? MB_ROWS / 2 : MB_ROWS;
+            /* whole rows per tile when 8 fit in 38 KB (two stages at least),
+             * else chunks of 128 blocks (a multiple of 32: k_mv_q's lane order) */
+            const int CB = MB_ROWS * nb * (qb + 2) <= 38 * 1024 ? nb : 128, stage = MB_ROWS * CB * (qb + 2);
+            const int NS = MB_SMEM / stage < MB_MAX_STAGES ? MB_SMEM / stage : MB_MAX_STAGES;
+            int T = 0;
+            for (int i = 0; i < job.count; i++) T += (job.m[i].M + R - 1) / R;
+            const int per_sm = 227 * 1024 / (NS * stage + 1024);
+            int G = c->n_sm * (per_sm > 1 ? per_sm : 1);
+            if (G > T) G = T;
+            mv_job jt = job;
+            for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d;
+            launch(c, q4 ? (pair ? k_mv_bulk<1, 1> : k_mv_bulk<1, 0>) : (pair ? k_mv_bulk<0, 1> : k_mv_bulk<0, 0>), G,
+                   MB_WARPS * 32, (size_t)NS * stage, jt, (const int8_t *)c->xq.p, (const float *)c->xd.p,
+                   (const int *)c->xs.p, K, CB, NS, c->mv_bulk == 2 ? 1 : 0);
+            LAUNCHED(c, label);
             goto quantized_done;
         }
         {
