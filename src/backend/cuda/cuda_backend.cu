@@ -954,6 +954,11 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
     c->mv_bulk = env_is("GEM_CUDA_MV_BULK", "1") ? 1 : env_is("GEM_CUDA_MV_BULK", "2") ? 2 : 0;
     {
+        const char *g = getenv("GEM_CUDA_MV_BULK_GRID");
+        const long v = g && *g ? strtol(g, NULL, 10) : 0;
+        c->mv_bulk_grid = v > 0 && v < 1000000 ? (int)v : 0;
+    }
+    {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
             c->n_sm < 1)

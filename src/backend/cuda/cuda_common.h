@@ -142,7 +142,8 @@ typedef struct {
      * GEM_CUDA_MV_BULK=1, 2 with its first copies before the grid
      * dependency wait) */
     int mv_bulk;
-    int n_sm; /* multiprocessors of the device */
+    int mv_bulk_grid; /* a cap on k_mv_bulk's blocks (GEM_CUDA_MV_BULK_GRID, for tests: many tiles per block) */
+    int n_sm;         /* multiprocessors of the device */
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading

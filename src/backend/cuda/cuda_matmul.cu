@@ -1143,10 +1143,14 @@ cudaError_t mmh_allow(void) {
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<1, 0>, at, MB_SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<1, 1>, at, MB_SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<0, 0>, at, MB_SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_mv_bulk<0, 1>, at, MB_SMEM);
+    /* k_mv_bulk: its tiles, and the largest shared-memory carveout (three
+     * blocks of up to 76 KB per multiprocessor) */
+    void (*bulk[4])(mv_job, const int8_t *, const float *, const int *, int, int, int, int) = {
+        k_mv_bulk<1, 0>, k_mv_bulk<1, 1>, k_mv_bulk<0, 0>, k_mv_bulk<0, 1>};
+    for (int i = 0; i < 4; i++) {
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(bulk[i], at, MB_SMEM);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(bulk[i], cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    }
     return e;
 }
 
@@ -1275,13 +1279,21 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             const int NS = MB_SMEM / stage < MB_MAX_STAGES ? MB_SMEM / stage : MB_MAX_STAGES;
             int T = 0;
             for (int i = 0; i < job.count; i++) T += (job.m[i].M + R - 1) / R;
-            const int per_sm = 227 * 1024 / (NS * stage + 1024);
-            int G = c->n_sm * (per_sm > 1 ? per_sm : 1);
+            void (*kern)(mv_job, const int8_t *, const float *, const int *, int, int, int, int) =
+                q4 ? (pair ? k_mv_bulk<1, 1> : k_mv_bulk<1, 0>) : (pair ? k_mv_bulk<0, 1> : k_mv_bulk<0, 0>);
+            /* persistent: as many blocks as fit at once (shared memory,
+             * registers, threads), or a test's cap (GEM_CUDA_MV_BULK_GRID) */
+            int per_sm = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MB_WARPS * 32, (size_t)NS * stage) !=
+                    cudaSuccess ||
+                per_sm < 1)
+                per_sm = 1;
+            int G = c->n_sm * per_sm;
+            if (c->mv_bulk_grid > 0 && G > c->mv_bulk_grid) G = c->mv_bulk_grid;
             if (G > T) G = T;
             mv_job jt = job;
             for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d;
-            launch(c, q4 ? (pair ? k_mv_bulk<1, 1> : k_mv_bulk<1, 0>) : (pair ? k_mv_bulk<0, 1> : k_mv_bulk<0, 0>), G,
-                   MB_WARPS * 32, (size_t)NS * stage, jt, (const int8_t *)c->xq.p, (const float *)c->xd.p,
+            launch(c, kern, G, MB_WARPS * 32, (size_t)NS * stage, jt, (const int8_t *)c->xq.p, (const float *)c->xd.p,
                    (const int *)c->xs.p, K, CB, NS, c->mv_bulk == 2 ? 1 : 0);
             LAUNCHED(c, label);
             goto quantized_done;
