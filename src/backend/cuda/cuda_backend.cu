@@ -960,8 +960,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     }
     {
         int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            c->n_sm < 1)
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c->n_sm < 1)
             c->n_sm = 1;
     }
     {

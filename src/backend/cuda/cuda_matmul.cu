@@ -286,7 +286,8 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)
 __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
     unsigned done;
     do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(smem_addr(b)), "r"(parity)
                      : "memory");
@@ -312,7 +313,10 @@ __device__ __forceinline__ void mb_issue(const mv_job &job, unsigned char *stage
     const int j = lane % MB_ROWS, rj = PAIR ? j % R : j; /* smem row j: (pair) gate rows 0-3, up rows 4-7 */
     if (lane >= 2 * MB_ROWS || rj >= nv) return;
     const void *q = PAIR ? (j < R ? job.m[0].q : job.m[1].q) : mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
-    const __half *d = PAIR ? (j < R ? job.m[0].d : job.m[1].d) : mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
+    const __half *d = PAIR      ? (j < R ? job.m[0].d : job.m[1].d)
+                      : mi == 0 ? job.m[0].d
+                      : mi == 1 ? job.m[1].d
+                                : job.m[2].d;
     const size_t blk = (size_t)(r0 + rj) * nb + (size_t)c * CB;
     const void *src;
     unsigned char *dst;
@@ -342,17 +346,20 @@ __global__ void __launch_bounds__(MB_WARPS * 32)
     const int items = b < T ? ((T - 1 - b) / G + 1) * nc : 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bar[s])) : "memory");
+        for (int s = 0; s < NS; s++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bar[s])) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (early && warp == 0)
         for (int i = 0; i < NS && i < items; i++)
-            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0, T1);
+            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0,
+                               T1);
     pdl_wait();
     if (!early && warp == 0)
         for (int i = 0; i < NS && i < items; i++)
-            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0, T1);
+            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0,
+                               T1);
     float acc[2] = {0, 0};
     for (int i = 0; i < items; i++) {
         const int s = i % NS, t = b + (i / nc) * G, c = i % nc;
@@ -385,7 +392,8 @@ __global__ void __launch_bounds__(MB_WARPS * 32)
                     sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
                     sum -= 8 * __ldg(xs + gb); /* codes are stored +8 */
                 } else {
-                    const uint4 a = *(const uint4 *)(qr + (size_t)bb * 32), e = *(const uint4 *)(qr + (size_t)bb * 32 + 16);
+                    const uint4 a = *(const uint4 *)(qr + (size_t)bb * 32);
+                    const uint4 e = *(const uint4 *)(qr + (size_t)bb * 32 + 16);
                     sum = __dp4a((int)a.x, x0.x, sum);
                     sum = __dp4a((int)a.y, x0.y, sum);
                     sum = __dp4a((int)a.z, x0.z, sum);
@@ -415,7 +423,8 @@ __global__ void __launch_bounds__(MB_WARPS * 32)
         }
         __syncthreads(); /* stage s is free */
         if (warp == 0 && i + NS < items) {
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the reads above before the copy's writes */
+            /* the reads above before the copy's writes */
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             mb_issue<Q4, PAIR>(job, mb_smem + (size_t)s * stage_bytes, &bar[s], b + ((i + NS) / nc) * G, (i + NS) % nc,
                                nb, CB, T0, T1);
         }
