@@ -171,6 +171,36 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
     }
 }
 
+/* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
+ * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
+ * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
+template <int Q4>
+__device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
+    int sum = 0;
+    if (Q4) {
+        const unsigned m = 0x0F0F0F0Fu;
+        sum = __dp4a((int)(w0.x & m), x0.x, sum);
+        sum = __dp4a((int)(w0.y & m), x0.y, sum);
+        sum = __dp4a((int)(w0.z & m), x0.z, sum);
+        sum = __dp4a((int)(w0.w & m), x0.w, sum);
+        sum = __dp4a((int)((w0.x >> 4) & m), x1.x, sum);
+        sum = __dp4a((int)((w0.y >> 4) & m), x1.y, sum);
+        sum = __dp4a((int)((w0.z >> 4) & m), x1.z, sum);
+        sum = __dp4a((int)((w0.w >> 4) & m), x1.w, sum);
+        sum -= 8 * sx; /* codes are stored +8 */
+    } else {
+        sum = __dp4a((int)w0.x, x0.x, sum);
+        sum = __dp4a((int)w0.y, x0.y, sum);
+        sum = __dp4a((int)w0.z, x0.z, sum);
+        sum = __dp4a((int)w0.w, x0.w, sum);
+        sum = __dp4a((int)w1.x, x1.x, sum);
+        sum = __dp4a((int)w1.y, x1.y, sum);
+        sum = __dp4a((int)w1.z, x1.z, sum);
+        sum = __dp4a((int)w1.w, x1.w, sum);
+    }
+    return sum;
+}
+
 /* Weights are read after pdl_wait like everything else: issuing the first
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
@@ -206,30 +236,8 @@ __global__ void MV_BOUNDS
                 const int sx = __ldg(xs + (size_t)t * nb + b);
 #pragma unroll
                 for (int k = 0; k < MV_ROWS; k++) {
-                    int sum = 0;
-                    if (Q4) {
-                        const unsigned m = 0x0F0F0F0Fu;
-                        const uint4 w = w0[u][k];
-                        sum = __dp4a((int)(w.x & m), x0.x, sum);
-                        sum = __dp4a((int)(w.y & m), x0.y, sum);
-                        sum = __dp4a((int)(w.z & m), x0.z, sum);
-                        sum = __dp4a((int)(w.w & m), x0.w, sum);
-                        sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
-                        sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
-                        sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
-                        sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
-                        sum -= 8 * sx; /* codes are stored +8 */
-                    } else {
-                        const uint4 a = w0[u][k], c = w1[u][k];
-                        sum = __dp4a((int)a.x, x0.x, sum);
-                        sum = __dp4a((int)a.y, x0.y, sum);
-                        sum = __dp4a((int)a.z, x0.z, sum);
-                        sum = __dp4a((int)a.w, x0.w, sum);
-                        sum = __dp4a((int)c.x, x1.x, sum);
-                        sum = __dp4a((int)c.y, x1.y, sum);
-                        sum = __dp4a((int)c.z, x1.z, sum);
-                        sum = __dp4a((int)c.w, x1.w, sum);
-                    }
+                    /* q4_0 loads no second half (w1 unset): pass w0 twice */
+                    const int sum = mv_block_dot<Q4>(w0[u][k], Q4 ? w0[u][k] : w1[u][k], x0, x1, sx);
                     acc[k][t] += dw[u][k] * dx * (float)sum;
                 }
             }
@@ -294,6 +302,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
     } while (!done);
 }
 
+/* Tile t of the matrices' T0, T1, then the rest of the tiles of R rows:
+ * its matrix mi, first row r0 and the matrix's row count M. */
+__device__ __forceinline__ void mb_tile(const mv_job &job, int t, int T0, int T1, int R, int &mi, int &r0, int &M) {
+    mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2;
+    r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
+    M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+}
+
 /* Warp 0 issues item i (tile t, chunk c) into stage s: one copy of codes
  * and one of scales per valid row; lane 0 first announces the bytes. */
 template <int Q4, int PAIR>
@@ -301,8 +317,8 @@ __device__ __forceinline__ void mb_issue(const mv_job &job, unsigned char *stage
                                          int CB, int T0, int T1) {
     constexpr int QB = Q4 ? 16 : 32, R = PAIR ? MB_ROWS / 2 : MB_ROWS;
     const int lane = threadIdx.x & 31;
-    const int mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2, r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
-    const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+    int mi, r0, M;
+    mb_tile(job, t, T0, T1, R, mi, r0, M);
     const int nv = min(R, M - r0), cbn = min(CB, nb - c * CB);
     if (lane == 0) {
         const unsigned bytes = (unsigned)((PAIR ? 2 : 1) * nv * cbn * (QB + 2));
@@ -378,37 +394,14 @@ __global__ void __launch_bounds__(MB_WARPS * 32)
                 const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
                 const float dx = __ldg(xd + gb);
                 const float dw = __half2float(dr[bb]);
-                int sum = 0;
-                if (Q4) {
-                    const unsigned m = 0x0F0F0F0Fu;
-                    const uint4 w = *(const uint4 *)(qr + (size_t)bb * 16);
-                    sum = __dp4a((int)(w.x & m), x0.x, sum);
-                    sum = __dp4a((int)(w.y & m), x0.y, sum);
-                    sum = __dp4a((int)(w.z & m), x0.z, sum);
-                    sum = __dp4a((int)(w.w & m), x0.w, sum);
-                    sum = __dp4a((int)((w.x >> 4) & m), x1.x, sum);
-                    sum = __dp4a((int)((w.y >> 4) & m), x1.y, sum);
-                    sum = __dp4a((int)((w.z >> 4) & m), x1.z, sum);
-                    sum = __dp4a((int)((w.w >> 4) & m), x1.w, sum);
-                    sum -= 8 * __ldg(xs + gb); /* codes are stored +8 */
-                } else {
-                    const uint4 a = *(const uint4 *)(qr + (size_t)bb * 32);
-                    const uint4 e = *(const uint4 *)(qr + (size_t)bb * 32 + 16);
-                    sum = __dp4a((int)a.x, x0.x, sum);
-                    sum = __dp4a((int)a.y, x0.y, sum);
-                    sum = __dp4a((int)a.z, x0.z, sum);
-                    sum = __dp4a((int)a.w, x0.w, sum);
-                    sum = __dp4a((int)e.x, x1.x, sum);
-                    sum = __dp4a((int)e.y, x1.y, sum);
-                    sum = __dp4a((int)e.z, x1.z, sum);
-                    sum = __dp4a((int)e.w, x1.w, sum);
-                }
+                const uint4 *w = (const uint4 *)(qr + (size_t)bb * QB);
+                const int sum = mv_block_dot<Q4>(w[0], Q4 ? w[0] : w[1], x0, x1, Q4 ? __ldg(xs + gb) : 0);
                 acc[k] += dw * dx * (float)sum;
             }
         }
         if (c == nc - 1) { /* the tile's rows are complete: k_mv_q's store */
-            const int mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2, r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
-            const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+            int mi, r0, M;
+            mb_tile(job, t, T0, T1, R, mi, r0, M);
             float *out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
             const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
             if (lane == 0) {
