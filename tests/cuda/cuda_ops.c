@@ -383,53 +383,52 @@ static void test_fused_matmul(backend *gu) {
         }
 }
 
-/* k_mv_bulk (GEM_CUDA_MV_BULK=1 and 2, backends gb[0], gb[1]; gb[2]: =1
- * with its grid capped at 5 blocks, so each block streams many tiles,
- * reusing its stages across tiles and crossing from one matrix to the
- * next) computes what the unsplit k_mv_q computes (gu:
- * GEM_CUDA_MV_SPLIT=0) in the same order: one-token products equal
- * exactly, three matrices sharing the input and the geglu pair (gate and
- * up distinct); K from one tile of whole rows to chunked rows (16384: 4
- * chunks; 21504 and q8_0 5376: the last one partial), row counts that end
- * mid-tile (301, 61, 4999), and a K that is not a multiple of 256 (1568:
- * the plain kernel). */
-static void test_matmul_bulk(backend *const *gb, backend *gu) {
+/* k_mv_q's staggered first wave (the default, mv_stagger_start) only
+ * delays blocks: one-token products equal those of GEM_CUDA_MV_STAGGER=0
+ * (g0) exactly, also with 64 levels of 20 us (gl: blocks wait up to 1.26
+ * ms, so later waves overtake waiting ones). Three matrices sharing the
+ * input and the geglu pair (gate and up distinct), q4_0 and q8_0, plain
+ * and split rows (K 16384: four warps per row); grids of 1200-5000 blocks
+ * (past one wave of the H200's 528), and 61 rows (one block: no stagger). */
+static void test_matmul_stagger(backend *g0, backend *gl) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {1024, 1568, 5376, 8192, 16384, 21504};
+    const int64_t Ks[] = {1024, 5376, 16384};
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             const int64_t K = Ks[ki];
-            const int64_t rows[3] = {K == 1024 ? 4999 : 301, 61, K == 1024 ? 4999 : 301}; /* gate/up: 0, 2 */
+            const int64_t rows[3] = {4999, 61, 4999}; /* gate/up: 0, 2 */
             tensor A[3] = {make_tensor(types[t], K, rows[0]), make_tensor(types[t], K, rows[1]),
                            make_tensor(types[t], K, rows[2])};
             float *x = rand_vec((size_t)K, 1.0f);
-            backend *bs[4] = {gu, gb[0], gb[1], gb[2]};
-            float *res[4][4];
+            backend *bs[3] = {g0, gpu, gl};
+            float *res[3][5];
             gem_err err;
-            for (int bi = 0; bi < 4; bi++) {
+            for (int bi = 0; bi < 3; bi++) {
                 backend *g = bs[bi];
                 be_weight *W[3];
                 for (int i = 0; i < 3; i++) W[i] = g->weight(g, &A[i].t, &err);
-                be_buf *xg = put(g, x, (size_t)K), *o[4];
+                be_buf *xg = put(g, x, (size_t)K), *o[5];
                 for (int i = 0; i < 3; i++) o[i] = put(g, NULL, (size_t)rows[i]);
                 o[3] = put(g, NULL, (size_t)rows[0]);
+                o[4] = put(g, NULL, (size_t)rows[0]);
                 g->matmul_multi(g, 3, (const be_weight *const *)W, xg, 1, o);
                 g->matmul_geglu(g, W[0], W[2], xg, 1, o[3]);
-                for (int i = 0; i < 4; i++) res[bi][i] = get(g, o[i], (size_t)rows[i == 3 ? 0 : i]);
-                for (int i = 0; i < 4; i++) g->buf_free(g, o[i]);
+                g->matmul(g, W[0], xg, 1, o[4]);
+                for (int i = 0; i < 5; i++) res[bi][i] = get(g, o[i], (size_t)rows[i >= 3 ? 0 : i]);
+                for (int i = 0; i < 5; i++) g->buf_free(g, o[i]);
                 g->buf_free(g, xg);
                 for (int i = 0; i < 3; i++) g->weight_free(g, W[i]);
             }
-            static const char *const names[4] = {"", "GEM_CUDA_MV_BULK=1", "GEM_CUDA_MV_BULK=2", "5 blocks"};
-            for (int bi = 1; bi < 4; bi++) {
+            static const char *const names[3] = {"", "the default stagger", "64 levels of 20 us"};
+            for (int bi = 1; bi < 3; bi++) {
                 int same = 1;
-                for (int i = 0; i < 4; i++)
-                    same &= close_enough("k_mv_bulk", res[bi][i], res[0][i], (size_t)rows[i == 3 ? 0 : i], 0, 0);
-                CHECKF(same, "k_mv_bulk (%s) %s K=%lld: multi and geglu pair equal k_mv_q", names[bi],
-                       quant_type_name(types[t]), (long long)K);
+                for (int i = 0; i < 5; i++)
+                    same &= close_enough("k_mv_q stagger", res[bi][i], res[0][i], (size_t)rows[i >= 3 ? 0 : i], 0, 0);
+                CHECKF(same, "k_mv_q with %s, %s K=%lld: multi, geglu pair and single product equal no stagger",
+                       names[bi], quant_type_name(types[t]), (long long)K);
             }
-            for (int bi = 0; bi < 4; bi++)
-                for (int i = 0; i < 4; i++) free(res[bi][i]);
+            for (int bi = 0; bi < 3; bi++)
+                for (int i = 0; i < 5; i++) free(res[bi][i]);
             free(x);
             for (int i = 0; i < 3; i++) free_tensor(&A[i]);
         }
@@ -915,6 +914,10 @@ static void test_attention(void) {
      * rows whose windows start inside a block, a tile past the ring */
     const int long_sliding[] = {700, 600, 1, 1100, 2};
     test_attention_case(32, 16, 256, 1024, 1024, long_sliding, 5);
+    /* the 1b test profile's sliding shape (G = 2, window and ring of 128):
+     * one-token steps before, at and after ring wraps */
+    const int ring128[] = {100, 1, 1, 27, 1, 1, 120, 1, 1, 1, 64, 1, 1};
+    test_attention_case(8, 4, 256, 128, 128, ring128, 13);
     /* the other head sizes the kernels are built for */
     test_attention_case(4, 2, 128, 32, 32, prompt, 12);
     test_attention_case(4, 1, 384, 0, 300, prompt, 12);
@@ -1118,8 +1121,8 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_SPLIT");
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_ATTN_DEC");
-    unsetenv("GEM_CUDA_MV_BULK");
-    unsetenv("GEM_CUDA_MV_BULK_GRID");
+    unsetenv("GEM_CUDA_MV_STAGGER");
+    unsetenv("GEM_CUDA_MV_LEVELS");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1146,17 +1149,18 @@ int main(void) {
     test_matmul();
     test_matmul_ranges(gpu);
     backend *gu = variant("GEM_CUDA_MV_SPLIT", "0", &g);
-    backend *gb[3] = {variant("GEM_CUDA_MV_BULK", "1", &g), variant("GEM_CUDA_MV_BULK", "2", &g), NULL};
-    setenv("GEM_CUDA_MV_BULK_GRID", "5", 1);
-    gb[2] = variant("GEM_CUDA_MV_BULK", "1", &g);
-    unsetenv("GEM_CUDA_MV_BULK_GRID");
     if (gu) {
         test_matmul_split(gu);
         test_fused_matmul(gu);
-        if (gb[0] && gb[1] && gb[2]) test_matmul_bulk(gb, gu);
     }
     variant_done(gu);
-    for (int i = 0; i < 3; i++) variant_done(gb[i]);
+    backend *g0 = variant("GEM_CUDA_MV_STAGGER", "0", &g);
+    setenv("GEM_CUDA_MV_LEVELS", "64", 1);
+    backend *gl = variant("GEM_CUDA_MV_STAGGER", "20000", &g);
+    unsetenv("GEM_CUDA_MV_LEVELS");
+    if (g0 && gl) test_matmul_stagger(g0, gl);
+    variant_done(g0);
+    variant_done(gl);
     if (mma_on()) test_geglu_f16();
     progress("matmul");
     backend *g2 = variant("GEM_CUDA_MMH", "2", &g);

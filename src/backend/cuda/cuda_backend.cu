@@ -952,11 +952,15 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
-    c->mv_bulk = env_is("GEM_CUDA_MV_BULK", "1") ? 1 : env_is("GEM_CUDA_MV_BULK", "2") ? 2 : 0;
     {
-        const char *g = getenv("GEM_CUDA_MV_BULK_GRID");
-        const long v = g && *g ? strtol(g, NULL, 10) : 0;
-        c->mv_bulk_grid = v > 0 && v < 1000000 ? (int)v : 0;
+        /* the first wave of a one-token product starts over 8 steps of
+         * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
+        const char *g = getenv("GEM_CUDA_MV_STAGGER");
+        const long v = g && *g ? strtol(g, NULL, 10) : 500;
+        c->mv_stagger = v > 0 && v < 100000 ? (int)v : 0;
+        g = getenv("GEM_CUDA_MV_LEVELS");
+        const long l = g && *g ? strtol(g, NULL, 10) : 8;
+        c->mv_levels = l >= 2 && l <= 64 ? (int)l : 8;
     }
     {
         int dev = 0;

@@ -138,12 +138,11 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    /* one-token q8_0/q4_0 products on k_mv_bulk (opt-in until measured:
-     * GEM_CUDA_MV_BULK=1, 2 with its first copies before the grid
-     * dependency wait) */
-    int mv_bulk;
-    int mv_bulk_grid; /* a cap on k_mv_bulk's blocks (GEM_CUDA_MV_BULK_GRID, for tests: many tiles per block) */
     int n_sm;         /* multiprocessors of the device */
+    /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
+     * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
+     * blocks resident at once (occupancy, on first use) */
+    int mv_stagger, mv_levels, mv_wave;
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading

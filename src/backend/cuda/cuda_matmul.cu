@@ -74,6 +74,9 @@ typedef struct {
     mv_mat m[3];
     int count;
     int pair;
+    /* k_mv_q's staggered start: block i < wave waits (i % levels) *
+     * stagger ns after pdl_wait (stagger 0: none) */
+    int wave, stagger, levels;
 } mv_job;
 
 /* The rows of this warp: per slot a matrix base and a row index; *mi is the
@@ -201,6 +204,33 @@ __device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1
     return sum;
 }
 
+/* The staggered start of a product longer than one wave (GEM_CUDA_MV_STAGGER,
+ * default 500 ns in 8 levels). The blocks of the first wave are resident
+ * before the grid dependency resolves (programmatic dependent launch); at
+ * once they all issue their loads, ~13 MB for the 31B gate/up pair, and
+ * every one of them completes together ~5.3 us later, about 2.4 TB/s,
+ * though the same kernel streams at ~4.7 TB/s once its blocks start at
+ * different times. Then the next wave starts together too: the waves stay
+ * in step for several rounds, each with a gap in the memory traffic. A
+ * per-block trace of a decode step (globaltimer at entry, release and
+ * exit) showed it; starting the first wave over 3.5 us instead (block i
+ * waits (i % 8) * 500 ns) lets the first blocks finish after 3.4 us and
+ * the waves fall out of step at once: 31B Q4_0 decode 150.0 -> 156.8
+ * tok/s at depth 0, 134.5 -> 138.1 at 8192, 126.6 -> 130.2 at 32768; 12B
+ * 291.0 -> 296.1 (bench/results/cuda-mv-stagger-2026-12-03.json). A grid
+ * of one wave or less starts at once (its last block would only wait). */
+__device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
+    if (!job.stagger || (int)blockIdx.x >= job.wave) return;
+    const unsigned long long wait = (unsigned long long)(blockIdx.x % (unsigned)job.levels) * (unsigned)job.stagger;
+    if (!wait) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(128);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < wait);
+}
+
 /* Weights are read after pdl_wait like everything else: issuing the first
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
@@ -209,6 +239,7 @@ template <int Q4, int NT, int SP>
 __global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     pdl_wait();
+    mv_stagger_start(job);
     mv_rows r;
     const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
@@ -266,162 +297,6 @@ __global__ void MV_BOUNDS
             }
     }
     mv_store<NT>(job, r, acc);
-}
-
-/* ---- one-token products through bulk copies (GEM_CUDA_MV_BULK=1, or 2
- * with the first tiles copied before the grid dependency wait; opt-in
- * until measured) ----
- * k_mv_q holds a warp's weight loads in registers: at ~124 registers a
- * multiprocessor keeps 16 warps, 64-96 KB of loads in flight, about one
- * SM's bandwidth-delay product at 4 TB/s, and each block is one round of
- * loads then a reduction; the products run 4-6 us past their bytes at 4
- * TB/s (bench/results/cuda-decode-ncu-2026-12-03.json). Here persistent
- * blocks stream tiles of MB_ROWS weight rows (a chunk of CB blocks of
- * each) into shared memory with cp.async.bulk (one instruction per row
- * and chunk, completion counted in bytes on an mbarrier), NS tiles in
- * flight per block, and the warps compute from shared memory with
- * k_mv_q's arithmetic in its order: lane L takes blocks L, L + 32, ... of
- * every row (CB is the whole row or a multiple of 32), so the results
- * equal the unsplit k_mv_q's bit for bit. A warp owns rows 2w, 2w + 1 of
- * a tile (pair mode: gate row w and up row w, tiles of 4 row pairs). Rows
- * of codes and scales must start on 16 bytes: K a multiple of 256. */
-#define MB_ROWS 8
-#define MB_WARPS 4
-#define MB_MAX_STAGES 4
-#define MB_SMEM (76 * 1024)
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_addr(b)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-/* Tile t of the matrices' T0, T1, then the rest of the tiles of R rows:
- * its matrix mi, first row r0 and the matrix's row count M. */
-__device__ __forceinline__ void mb_tile(const mv_job &job, int t, int T0, int T1, int R, int &mi, int &r0, int &M) {
-    mi = t < T0 ? 0 : t < T0 + T1 ? 1 : 2;
-    r0 = (t - (mi == 0 ? 0 : mi == 1 ? T0 : T0 + T1)) * R;
-    M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-}
-
-/* Warp 0 issues item i (tile t, chunk c) into stage s: one copy of codes
- * and one of scales per valid row; lane 0 first announces the bytes. */
-template <int Q4, int PAIR>
-__device__ __forceinline__ void mb_issue(const mv_job &job, unsigned char *stage, uint64_t *bar, int t, int c, int nb,
-                                         int CB, int T0, int T1) {
-    constexpr int QB = Q4 ? 16 : 32, R = PAIR ? MB_ROWS / 2 : MB_ROWS;
-    const int lane = threadIdx.x & 31;
-    int mi, r0, M;
-    mb_tile(job, t, T0, T1, R, mi, r0, M);
-    const int nv = min(R, M - r0), cbn = min(CB, nb - c * CB);
-    if (lane == 0) {
-        const unsigned bytes = (unsigned)((PAIR ? 2 : 1) * nv * cbn * (QB + 2));
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-                     : "memory");
-    }
-    __syncwarp();
-    const int j = lane % MB_ROWS, rj = PAIR ? j % R : j; /* smem row j: (pair) gate rows 0-3, up rows 4-7 */
-    if (lane >= 2 * MB_ROWS || rj >= nv) return;
-    const void *q = PAIR ? (j < R ? job.m[0].q : job.m[1].q) : mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
-    const __half *d = PAIR      ? (j < R ? job.m[0].d : job.m[1].d)
-                      : mi == 0 ? job.m[0].d
-                      : mi == 1 ? job.m[1].d
-                                : job.m[2].d;
-    const size_t blk = (size_t)(r0 + rj) * nb + (size_t)c * CB;
-    const void *src;
-    unsigned char *dst;
-    unsigned bytes;
-    if (lane < MB_ROWS) {
-        src = (const uint8_t *)q + blk * QB, dst = stage + (size_t)j * CB * QB, bytes = (unsigned)(cbn * QB);
-    } else {
-        src = d + blk, dst = stage + (size_t)MB_ROWS * CB * QB + (size_t)j * CB * 2, bytes = (unsigned)(cbn * 2);
-    }
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
-template <int Q4, int PAIR>
-__global__ void __launch_bounds__(MB_WARPS * 32)
-    k_mv_bulk(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
-              int K, int CB, int NS, int early) {
-    constexpr int QB = Q4 ? 16 : 32, R = PAIR ? MB_ROWS / 2 : MB_ROWS;
-    extern __shared__ __align__(128) unsigned char mb_smem[];
-    __shared__ __align__(8) uint64_t bar[MB_MAX_STAGES];
-    const int nb = K / 32, nc = (nb + CB - 1) / CB, stage_bytes = MB_ROWS * CB * (QB + 2);
-    const int T0 = (job.m[0].M + R - 1) / R, T1 = !PAIR && job.count > 1 ? (job.m[1].M + R - 1) / R : 0,
-              T2 = !PAIR && job.count > 2 ? (job.m[2].M + R - 1) / R : 0;
-    const int T = T0 + T1 + T2, G = gridDim.x, b = blockIdx.x;
-    const int items = b < T ? ((T - 1 - b) / G + 1) * nc : 0;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bar[s])) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    if (early && warp == 0)
-        for (int i = 0; i < NS && i < items; i++)
-            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0,
-                               T1);
-    pdl_wait();
-    if (!early && warp == 0)
-        for (int i = 0; i < NS && i < items; i++)
-            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)i * stage_bytes, &bar[i], b + (i / nc) * G, i % nc, nb, CB, T0,
-                               T1);
-    float acc[2] = {0, 0};
-    for (int i = 0; i < items; i++) {
-        const int s = i % NS, t = b + (i / nc) * G, c = i % nc;
-        const unsigned char *st = mb_smem + (size_t)s * stage_bytes;
-        mbar_wait(&bar[s], (unsigned)(i / NS) & 1u);
-        const int cbn = min(CB, nb - c * CB);
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int j = PAIR ? warp + k * R : 2 * warp + k; /* smem row */
-            const uint8_t *qr = st + (size_t)j * CB * QB;
-            const __half *dr = (const __half *)(st + (size_t)MB_ROWS * CB * QB) + (size_t)j * CB;
-#pragma unroll 4
-            for (int bb = lane; bb < cbn; bb += 32) {
-                const int gb = c * CB + bb;
-                const int4 *xv = (const int4 *)(xq + (size_t)gb * 32);
-                const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-                const float dx = __ldg(xd + gb);
-                const float dw = __half2float(dr[bb]);
-                const uint4 *w = (const uint4 *)(qr + (size_t)bb * QB);
-                const int sum = mv_block_dot<Q4>(w[0], Q4 ? w[0] : w[1], x0, x1, Q4 ? __ldg(xs + gb) : 0);
-                acc[k] += dw * dx * (float)sum;
-            }
-        }
-        if (c == nc - 1) { /* the tile's rows are complete: k_mv_q's store */
-            int mi, r0, M;
-            mb_tile(job, t, T0, T1, R, mi, r0, M);
-            float *out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
-            const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
-            if (lane == 0) {
-                if (PAIR) {
-                    if (r0 + warp < M) out[r0 + warp] = gelu_tanh_f(a0) * a1;
-                } else {
-                    if (r0 + 2 * warp < M) out[r0 + 2 * warp] = a0;
-                    if (r0 + 2 * warp + 1 < M) out[r0 + 2 * warp + 1] = a1;
-                }
-            }
-            acc[0] = acc[1] = 0;
-        }
-        __syncthreads(); /* stage s is free */
-        if (warp == 0 && i + NS < items) {
-            /* the reads above before the copy's writes */
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            mb_issue<Q4, PAIR>(job, mb_smem + (size_t)s * stage_bytes, &bar[s], b + ((i + NS) / nc) * G, (i + NS) % nc,
-                               nb, CB, T0, T1);
-        }
-    }
 }
 
 template <int FMT, int NT>
@@ -1144,15 +1019,6 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
-    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    /* k_mv_bulk: its tiles, and the largest shared-memory carveout (three
-     * blocks of up to 76 KB per multiprocessor) */
-    void (*bulk[4])(mv_job, const int8_t *, const float *, const int *, int, int, int, int) = {
-        k_mv_bulk<1, 0>, k_mv_bulk<1, 1>, k_mv_bulk<0, 0>, k_mv_bulk<0, 1>};
-    for (int i = 0; i < 4; i++) {
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(bulk[i], at, MB_SMEM);
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(bulk[i], cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    }
     return e;
 }
 
@@ -1273,34 +1139,18 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             }
             goto quantized_done;
         }
-        if (n == 1 && c->mv_bulk && K % 256 == 0) { /* k_mv_bulk (opt-in) */
-            const int q4 = fmt == DW_Q4_0, qb = q4 ? 16 : 32, nb = K / 32, R = pair ? MB_ROWS / 2 : MB_ROWS;
-            /* whole rows per tile when 8 fit in 38 KB (two stages at least),
-             * else chunks of 128 blocks (a multiple of 32: k_mv_q's lane order) */
-            const int CB = MB_ROWS * nb * (qb + 2) <= 38 * 1024 ? nb : 128, stage = MB_ROWS * CB * (qb + 2);
-            const int NS = MB_SMEM / stage < MB_MAX_STAGES ? MB_SMEM / stage : MB_MAX_STAGES;
-            int T = 0;
-            for (int i = 0; i < job.count; i++) T += (job.m[i].M + R - 1) / R;
-            void (*kern)(mv_job, const int8_t *, const float *, const int *, int, int, int, int) =
-                q4 ? (pair ? k_mv_bulk<1, 1> : k_mv_bulk<1, 0>) : (pair ? k_mv_bulk<0, 1> : k_mv_bulk<0, 0>);
-            /* persistent: as many blocks as fit at once (shared memory,
-             * registers, threads), or a test's cap (GEM_CUDA_MV_BULK_GRID) */
+        {
+        if (!c->mv_wave) {
             int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MB_WARPS * 32, (size_t)NS * stage) !=
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mv_q<1, 1, 1>, MV_WARPS * 32, 0) !=
                     cudaSuccess ||
                 per_sm < 1)
                 per_sm = 1;
-            int G = c->n_sm * per_sm;
-            if (c->mv_bulk_grid > 0 && G > c->mv_bulk_grid) G = c->mv_bulk_grid;
-            if (G > T) G = T;
-            mv_job jt = job;
-            for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d;
-            launch(c, kern, G, MB_WARPS * 32, (size_t)NS * stage, jt, (const int8_t *)c->xq.p, (const float *)c->xd.p,
-                   (const int *)c->xs.p, K, CB, NS, c->mv_bulk == 2 ? 1 : 0);
-            LAUNCHED(c, label);
-            goto quantized_done;
+            c->mv_wave = per_sm * c->n_sm;
         }
-        {
+        job.wave = c->mv_wave;
+        job.stagger = (int)grid > c->mv_wave ? c->mv_stagger : 0;
+        job.levels = c->mv_levels;
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
