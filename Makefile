@@ -33,6 +33,14 @@ ifeq ($(CUDA),1)
   NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics -Werror all-warnings -DGEM_CUDA
 endif
 
+# build/gem-trace: gem with the CUDA block trace compiled in (GEM_CUDA_TRACE,
+# see src/backend/cuda/cuda_common.h; bench/cuda_trace.py reads its files).
+# make test builds it too when CUDA is on, so the traced kernels compile.
+ifeq ($(CUDA),1)
+  CU_TRACE_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj-cuda-trace/%.o)
+  TRACE_BIN := $(BUILD)/gem-trace
+endif
+
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
 # The embedded default model, unpacked by the rule below `run` (defined here:
 # prerequisite lists expand when make reads them).
@@ -57,6 +65,14 @@ $(OBJ_DIR)/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 $(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVEXTRA) -c -o $@ $<
+
+$(BUILD)/obj-cuda-trace/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -DGEM_CUDA_TRACE -c -o $@ $<
+
+$(BUILD)/gem-trace: $(LIB_OBJ) $(CLI_OBJ) $(CU_TRACE_OBJ)
+	@if [ "$(CUDA)" != 1 ]; then echo "build/gem-trace needs nvcc (CUDA=1)"; exit 1; fi
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # ---- tests ----
 TEST_SRC  := $(wildcard tests/*/test_*.c)
@@ -98,7 +114,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN)

@@ -187,54 +187,57 @@ static void test_embed(void) {
     }
 }
 
-static void test_norms(void) {
+/* g: the default backend or the one-token norms on clusters of blocks
+ * (GEM_CUDA_NORM_CLUSTER=1, k_rmsnorm_cl: single rows of widths 256 to
+ * 8192 in slices of 8 float4 multiples) */
+static void test_norms(backend *g) {
     /* 1002: not a multiple of 4, the plain kernel */
-    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}, {2, 1002}};
-    for (size_t s = 0; s < 5; s++) {
+    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}, {2, 1002}, {1, 3840}, {1, 1536}, {1, 256}, {1, 8192}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rows = shapes[s][0], width = shapes[s][1];
         const size_t n = (size_t)rows * width;
         tensor w = make_tensor(QT_F32, width, 1);
         gem_err err;
-        be_weight *wc = cpu_ref->weight(cpu_ref, &w.t, &err), *wg = gpu->weight(gpu, &w.t, &err);
+        be_weight *wc = cpu_ref->weight(cpu_ref, &w.t, &err), *wg = g->weight(g, &w.t, &err);
         float *x = rand_vec(n, 3.0f), *h = rand_vec(n, 1.0f);
         for (int with_w = 0; with_w < 2; with_w++) {
-            be_buf *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n), *oc = put(cpu_ref, NULL, n), *og = put(gpu, NULL, n);
+            be_buf *xc = put(cpu_ref, x, n), *xg = put(g, x, n), *oc = put(cpu_ref, NULL, n), *og = put(g, NULL, n);
             cpu_ref->rmsnorm(cpu_ref, xc, with_w ? wc : NULL, rows, width, 1e-6f, oc);
-            gpu->rmsnorm(gpu, xg, with_w ? wg : NULL, rows, width, 1e-6f, og);
-            float *a = get(gpu, og, n), *b = get(cpu_ref, oc, n);
+            g->rmsnorm(g, xg, with_w ? wg : NULL, rows, width, 1e-6f, og);
+            float *a = get(g, og, n), *b = get(cpu_ref, oc, n);
             CHECKF(close_enough("rmsnorm", a, b, n, 1e-5, 2e-5), "rmsnorm %dx%d", rows, width);
             /* in place, as the layer loop uses it */
-            gpu->rmsnorm(gpu, xg, with_w ? wg : NULL, rows, width, 1e-6f, xg);
+            g->rmsnorm(g, xg, with_w ? wg : NULL, rows, width, 1e-6f, xg);
             free(a);
-            a = get(gpu, xg, n);
+            a = get(g, xg, n);
             CHECKF(close_enough("rmsnorm in place", a, b, n, 1e-5, 2e-5), "in place %dx%d", rows, width);
             free(a), free(b);
-            cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg), cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, og);
+            cpu_ref->buf_free(cpu_ref, xc), g->buf_free(g, xg), cpu_ref->buf_free(cpu_ref, oc), g->buf_free(g, og);
         }
         tensor sc = make_tensor(QT_F32, 1, 1);
-        be_weight *scc = cpu_ref->weight(cpu_ref, &sc.t, &err), *scg = gpu->weight(gpu, &sc.t, &err);
+        be_weight *scc = cpu_ref->weight(cpu_ref, &sc.t, &err), *scg = g->weight(g, &sc.t, &err);
         for (int with_s = 0; with_s < 2; with_s++) {
-            be_buf *hc = put(cpu_ref, h, n), *hg = put(gpu, h, n), *xc = put(cpu_ref, x, n), *xg = put(gpu, x, n);
+            be_buf *hc = put(cpu_ref, h, n), *hg = put(g, h, n), *xc = put(cpu_ref, x, n), *xg = put(g, x, n);
             cpu_ref->add_rmsnorm(cpu_ref, hc, xc, wc, rows, width, 1e-6f, with_s ? scc : NULL);
-            gpu->add_rmsnorm(gpu, hg, xg, wg, rows, width, 1e-6f, with_s ? scg : NULL);
-            float *a = get(gpu, hg, n), *b = get(cpu_ref, hc, n);
+            g->add_rmsnorm(g, hg, xg, wg, rows, width, 1e-6f, with_s ? scg : NULL);
+            float *a = get(g, hg, n), *b = get(cpu_ref, hc, n);
             CHECKF(close_enough("add_rmsnorm", a, b, n, 1e-5, 2e-5), "add_rmsnorm %dx%d scale %d", rows, width, with_s);
             free(a), free(b);
             /* the fused residual add + next norm equals the two calls */
-            be_buf *h2 = put(gpu, h, n), *o1 = put(gpu, NULL, n), *o2 = put(gpu, NULL, n);
-            gpu->add_rmsnorm_norm(gpu, h2, xg, wg, with_s ? scg : NULL, wg, rows, width, 1e-6f, o1);
-            gpu->rmsnorm(gpu, hg, wg, rows, width, 1e-6f, o2);
-            float *f1 = get(gpu, h2, n), *f2 = get(gpu, hg, n), *g1 = get(gpu, o1, n), *g2 = get(gpu, o2, n);
+            be_buf *h2 = put(g, h, n), *o1 = put(g, NULL, n), *o2 = put(g, NULL, n);
+            g->add_rmsnorm_norm(g, h2, xg, wg, with_s ? scg : NULL, wg, rows, width, 1e-6f, o1);
+            g->rmsnorm(g, hg, wg, rows, width, 1e-6f, o2);
+            float *f1 = get(g, h2, n), *f2 = get(g, hg, n), *g1 = get(g, o1, n), *g2 = get(g, o2, n);
             CHECKF(close_enough("add_rmsnorm_norm h", f1, f2, n, 0, 0) && close_enough("add_rmsnorm_norm out", g1, g2, n, 0, 0),
                    "add_rmsnorm_norm %dx%d scale %d", rows, width, with_s);
             free(f1), free(f2), free(g1), free(g2);
-            gpu->buf_free(gpu, h2), gpu->buf_free(gpu, o1), gpu->buf_free(gpu, o2);
-            cpu_ref->buf_free(cpu_ref, hc), gpu->buf_free(gpu, hg), cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
+            g->buf_free(g, h2), g->buf_free(g, o1), g->buf_free(g, o2);
+            cpu_ref->buf_free(cpu_ref, hc), g->buf_free(g, hg), cpu_ref->buf_free(cpu_ref, xc), g->buf_free(g, xg);
         }
-        cpu_ref->weight_free(cpu_ref, scc), gpu->weight_free(gpu, scg);
+        cpu_ref->weight_free(cpu_ref, scc), g->weight_free(g, scg);
         free_tensor(&sc);
         free(x), free(h);
-        cpu_ref->weight_free(cpu_ref, wc), gpu->weight_free(gpu, wg);
+        cpu_ref->weight_free(cpu_ref, wc), g->weight_free(g, wg);
         free_tensor(&w);
     }
 }
@@ -1030,30 +1033,39 @@ static void test_graph(void) {
 /* rmsnorm and attention leave the 8-bit codes of their output for the
  * next product; that product must equal one that quantizes a copy itself
  * (bit for bit: the same codes, the same kernel). */
-static void test_quantized_handoff(void) {
+/* The codes a norm leaves for the next product equal those the product
+ * makes of its input itself (g: as in test_norms; K 1024 and the 31B's
+ * 5376, one token and a tile). */
+static void test_norm_handoff(backend *g) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int Ks[] = {1024, 5376};
     for (size_t t = 0; t < 2; t++)
-        for (int n = 1; n <= 300; n += 299) {
-            const int K = 1024;
-            tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
-            gem_err err;
-            be_weight *wg = gpu->weight(gpu, &W.t, &err), *ng = gpu->weight(gpu, &nw.t, &err);
-            float *x = rand_vec((size_t)n * K, 3.0f);
-            be_buf *xg = put(gpu, x, (size_t)n * K), *a = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
-            be_buf *o1 = put(gpu, NULL, (size_t)n * 200), *o2 = put(gpu, NULL, (size_t)n * 200);
-            gpu->rmsnorm(gpu, xg, ng, n, K, 1e-6f, a);
-            gpu->matmul(gpu, wg, a, n, o1); /* codes from the norm */
-            gpu->copy(gpu, a, 0, copy, 0, (size_t)n * K);
-            gpu->matmul(gpu, wg, copy, n, o2); /* codes of its own */
-            float *r1 = get(gpu, o1, (size_t)n * 200), *r2 = get(gpu, o2, (size_t)n * 200);
-            CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "rmsnorm -> matmul %s n=%d",
-                   quant_type_name(types[t]), n);
-            free(r1), free(r2), free(x);
-            be_buf *bufs[] = {xg, a, copy, o1, o2};
-            for (int i = 0; i < 5; i++) gpu->buf_free(gpu, bufs[i]);
-            gpu->weight_free(gpu, wg), gpu->weight_free(gpu, ng);
-            free_tensor(&W), free_tensor(&nw);
-        }
+        for (size_t ki = 0; ki < 2; ki++)
+            for (int n = 1; n <= 300; n += 299) {
+                const int K = Ks[ki];
+                tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
+                gem_err err;
+                be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
+                float *x = rand_vec((size_t)n * K, 3.0f);
+                be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
+                       *copy = put(g, NULL, (size_t)n * K);
+                be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
+                g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
+                g->matmul(g, wg, a, n, o1); /* codes from the norm */
+                g->copy(g, a, 0, copy, 0, (size_t)n * K);
+                g->matmul(g, wg, copy, n, o2); /* codes of its own */
+                float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
+                CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "rmsnorm -> matmul %s K=%d n=%d",
+                       quant_type_name(types[t]), K, n);
+                free(r1), free(r2), free(x);
+                be_buf *bufs[] = {xg, a, copy, o1, o2};
+                for (int i = 0; i < 5; i++) g->buf_free(g, bufs[i]);
+                g->weight_free(g, wg), g->weight_free(g, ng);
+                free_tensor(&W), free_tensor(&nw);
+            }
+}
+
+static void test_quantized_handoff(void) {
     /* attention -> output projection: 8 heads of 256 (one-token step and a
      * tile), against the same product of a copy */
     for (int n = 1; n <= 70; n += 69) {
@@ -1122,6 +1134,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_STAGGER");
+    unsetenv("GEM_CUDA_NORM_CLUSTER");
     unsetenv("GEM_CUDA_MV_LEVELS");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
@@ -1142,7 +1155,14 @@ int main(void) {
     }
     progress(NULL); /* the clock starts */
     test_embed();
-    test_norms();
+    test_norms(gpu);
+    test_norm_handoff(gpu);
+    backend *gcl = variant("GEM_CUDA_NORM_CLUSTER", "1", &g);
+    if (gcl) {
+        test_norms(gcl);
+        test_norm_handoff(gcl);
+    }
+    variant_done(gcl);
     test_elementwise();
     test_rope();
     progress("embed, norms, elementwise, rope");

@@ -105,7 +105,9 @@ __global__ void __launch_bounds__(AT_THREADS)
     k_attn_split(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step,
                  int n, int n_head, int kvh, int cap, int ring, int window, int nsplit, int G, int QB, float *part,
                  float *pml, KT *store_k, KT *store_v) {
+    CU_TRACE(CT_ATTN_SPLIT);
     pdl_wait();
+    CU_TRACE_RELEASED();
     constexpr int EPT = (D + AT_THREADS - 1) / AT_THREADS;
     extern __shared__ float sm[];
     const int R = G * QB;
@@ -277,7 +279,9 @@ __device__ __forceinline__ float combine_weights(const float *ml, int used, floa
 __global__ void k_attn_combine(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
                                int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
                                const int *step, int n, int QB, int window) {
+    CU_TRACE(CT_ATTN_COMBINE);
     pdl_wait();
+    CU_TRACE_RELEASED();
     extern __shared__ float wgt[];
     __shared__ float red[32];
     const int hq = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
@@ -353,7 +357,9 @@ template <int D, typename KT>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attn_fa(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n,
               int n_head, int kvh, int cap, int ring, int window, float *out) {
+    CU_TRACE(CT_ATTN_FA);
     pdl_wait();
+    CU_TRACE_RELEASED();
     typedef fa_geom<D> F;
     constexpr int BR = F::BR, WC = F::WC, NS = FA_BC / WC / 8; /* 8-key score tiles per warp */
     extern __shared__ __align__(16) uint8_t fa_smem[];
@@ -502,7 +508,9 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
     k_attn_combine_wide(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
                         int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs, const int *step, int n,
                         int QB, int window) {
+    CU_TRACE(CT_ATTN_COMBINE_WIDE);
     pdl_wait();
+    CU_TRACE_RELEASED();
     extern __shared__ float wgt[];
     __shared__ float red[CB_GROUPS][32], sm[32];
     const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
@@ -687,6 +695,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
                KT *store_v) {
+    CU_TRACE(CT_ATTN_DEC);
     constexpr int E = D / 32;
     static_assert(D % (32 * VW) == 0, "whole loads per lane");
     typedef ad_geom<D, KT> G;
@@ -718,6 +727,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
         }
     }
     pdl_wait();
+    CU_TRACE_RELEASED();
     if (split == 0 && blockIdx.x % groups == 0)
         attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
@@ -897,6 +907,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
               __half *store_v) {
+    CU_TRACE(CT_ATTN_TC);
     typedef tc_geom<D> G;
     constexpr int MT = D / 64; /* 16-row output tiles per warp: a quarter of the head */
     static_assert(D % 64 == 0 && (D / 16) % 2 == 0, "head size");
@@ -914,6 +925,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, k, v, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
     pdl_wait();
+    CU_TRACE_RELEASED();
     if (split == 0 && grp == 0) attn_store_step<D, TC_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
         if ((int)threadIdx.x < nh) pml_put(pml, (size_t)(hq0 + threadIdx.x) * nsplit + split, -INFINITY, 0);
@@ -1059,7 +1071,9 @@ cudaError_t attn_allow_all(void) {
 template <typename KT>
 __global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const int *step, int row, int cap,
                            int ring) {
+    CU_TRACE(CT_KV_STORE);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int i = blockIdx.x, p = step[0] + i;
     /* a tile longer than the ring stores only its last `cap` positions: the
      * earlier ones would share slots with them (the CPU's sequential stores

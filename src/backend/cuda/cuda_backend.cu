@@ -5,6 +5,9 @@
  * caches in cuda_attention.cu. */
 #include "backend/cuda/cuda_common.h"
 
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
 /* ------------------------------------------------------------------ */
 /* weights                                                             */
 
@@ -265,7 +268,9 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
 
 __global__ void k_embed(int fmt, const void *q, const __half *d, int64_t K, int64_t rows, const int *step, int n,
                         float scale, float *out) {
+    CU_TRACE(CT_EMBED);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int i = blockIdx.x;
     if (i >= n) return;
     int64_t id = step[2 + i];
@@ -327,6 +332,7 @@ template <int NV, bool EARLY>
 __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+    CU_TRACE(CT_RMSNORM4);
     const int n4 = width / 4, lane = threadIdx.x & 31;
     float4 we[EARLY ? NV : 1], w2e[EARLY ? NV : 1];
     if constexpr (EARLY) {
@@ -339,6 +345,7 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     }
     const float sc = add && scale ? scale[0] : 1.0f;
     pdl_wait();
+    CU_TRACE_RELEASED();
     __shared__ float sh[32];
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * width);
     float4 v[NV];
@@ -405,8 +412,85 @@ __global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int widt
     }
 }
 
-__global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
+/* ---- one row's norm on a cluster of blocks (one-token steps;
+ * GEM_CUDA_NORM_CLUSTER=1, opt-in until measured) ----
+ * k_rmsnorm4 gives a one-token step's row (5376 values for the 31B) to one
+ * block of 256 threads: six float4 and their 8-bit codes per thread, two
+ * block sums, one multiprocessor's load round; a decode trace shows each of
+ * those launches adding ~4-5 us to the step, twice per layer
+ * (bench/results/cuda-decode-trace-2026-12-03.json). Here a cluster of
+ * NORM_CLUSTER blocks shares the row: each thread holds one float4, each
+ * block a slice of whole 32-value blocks, and the sums of squares meet
+ * through distributed shared memory: every block adds the blocks' partial
+ * sums in rank order, so all blocks use the same total (the order differs
+ * from k_rmsnorm4's block sum: a last-bit difference, within the per-op
+ * bound against the CPU). The same stages as k_rmsnorm4: out = rmsnorm(x)
+ * w, or out += rmsnorm(x) w times scale; then (w2 set) out2 = rmsnorm(out)
+ * w2; the last output written gets its codes when xq is set. Weights and
+ * the scale are read before pdl_wait (no kernel writes them). */
+#define NORM_CLUSTER 8
+
+/* The sum of v (equal in every thread of the block) over the cluster's
+ * blocks, in rank order; slot is this stage's shared word. */
+__device__ __forceinline__ float cluster_sum(cg::cluster_group &cl, float v, float *slot, float *total) {
+    if (threadIdx.x == 0) *slot = v;
+    cl.sync();
+    if (threadIdx.x == 0) {
+        float t = 0;
+        for (unsigned r = 0; r < cl.num_blocks(); r++) t += *cl.map_shared_rank(slot, r);
+        *total = t;
+    }
+    __syncthreads();
+    return *total;
+}
+
+__global__ void __launch_bounds__(256)
+    k_rmsnorm_cl(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
+                 const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2, int per,
+                 int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+    CU_TRACE(CT_RMSNORM_CL);
+    cg::cluster_group cl = cg::this_cluster();
+    const int n4 = width / 4, idx = (int)cl.block_rank() * per + (int)threadIdx.x;
+    const bool in = (int)threadIdx.x < per && idx < n4;
+    const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
+    const float4 we = in && w ? ((const float4 *)w)[idx] : one, w2e = in && w2 ? ((const float4 *)w2)[idx] : one;
+    const float sc = add && scale ? scale[0] : 1.0f;
     pdl_wait();
+    CU_TRACE_RELEASED();
+    __shared__ float sh[32], slot[2], total;
+    const float4 v = in ? ((const float4 *)x)[idx] : zero;
+    const float4 ov = add && in ? ((const float4 *)out)[idx] : zero;
+    const float r = 1.0f / sqrtf(cluster_sum(cl, block_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w, sh), &slot[0],
+                                             &total) / (float)width + eps);
+    float4 t;
+    /* (x r) w as k_rmsnorm4 computes it; with no weight, x r */
+    t.x = w ? v.x * r * we.x : v.x * r;
+    t.y = w ? v.y * r * we.y : v.y * r;
+    t.z = w ? v.z * r * we.z : v.z * r;
+    t.w = w ? v.w * r * we.w : v.w * r;
+    if (add) {
+        t.x = ov.x + t.x, t.y = ov.y + t.y, t.z = ov.z + t.z, t.w = ov.w + t.w;
+        if (scale) t.x *= sc, t.y *= sc, t.z *= sc, t.w *= sc;
+    }
+    if (in) ((float4 *)out)[idx] = t;
+    else t = zero;
+    /* every lane of a warp takes part in the code shuffles (slices are
+     * whole 32-value blocks: 8 lanes each) */
+    if (xq && !w2) quantize_block8(t, idx / 8, xq, xd, xs, in);
+    if (w2) {
+        const float r2 = 1.0f / sqrtf(cluster_sum(cl, block_sum(t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w, sh),
+                                                  &slot[1], &total) / (float)width + eps);
+        const float4 t2 = make_float4(t.x * r2 * w2e.x, t.y * r2 * w2e.y, t.z * r2 * w2e.z, t.w * r2 * w2e.w);
+        if (in) ((float4 *)out2)[idx] = t2;
+        if (xq) quantize_block8(t2, idx / 8, xq, xd, xs, in);
+    }
+    cl.sync(); /* no block leaves while another may still read its slots */
+}
+
+__global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
+    CU_TRACE(CT_RMSNORM);
+    pdl_wait();
+    CU_TRACE_RELEASED();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * width;
     float ss = 0;
@@ -439,6 +523,15 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
             xq = (int8_t *)c->xq.p;
             xd = (float *)c->xd.p;
             xs = (int *)c->xs.p;
+        }
+        if (rows == 1 && c->norm_cluster) {
+            /* a slice of whole 32-value blocks (8 float4) per block */
+            const int per = ((n4 + NORM_CLUSTER - 1) / NORM_CLUSTER + 7) & ~7;
+            if (per <= 256) {
+                launch_cluster(c, NORM_CLUSTER, k_rmsnorm_cl, NORM_CLUSTER, (per + 31) & ~31, 0, x, w, width, eps, out,
+                               add, scale, w2, out2, per, xq, xd, xs);
+                return xq != NULL;
+            }
         }
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
@@ -490,7 +583,9 @@ static void cu_add_rmsnorm_norm(backend *b, be_buf *h, const be_buf *x, const be
 
 
 __global__ void k_geglu(const float *g, const float *u, size_t n, float *out, int fp16) {
+    CU_TRACE(CT_GEGLU);
     pdl_wait();
+    CU_TRACE_RELEASED();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float a = g[i];
         if (fp16) {
@@ -529,7 +624,9 @@ static void cu_scale(backend *b, be_buf *x, size_t n, const be_weight *s) {
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap) {
+    CU_TRACE(CT_SOFTCAP);
     pdl_wait();
+    CU_TRACE_RELEASED();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
@@ -608,7 +705,9 @@ __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, 
  * into shared memory, then rotated pairwise. */
 __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float eps, const int *step, float theta_scale,
                                const float *ff) {
+    CU_TRACE(CT_RMSNORM_ROPE);
     pdl_wait();
+    CU_TRACE_RELEASED();
     extern __shared__ float row[];
     __shared__ float sh[32];
     const int i = blockIdx.x / heads;
@@ -620,7 +719,9 @@ __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float
  * n kvh v rows (no weight, no rope). */
 __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int n, int nh, int kvh,
                                 int d, float eps, const int *step, float theta_scale, const float *ff) {
+    CU_TRACE(CT_QKV_NORM_ROPE);
     pdl_wait();
+    CU_TRACE_RELEASED();
     extern __shared__ float row[];
     __shared__ float sh[32];
     int bid = blockIdx.x;
@@ -684,7 +785,9 @@ __device__ void block_argmax(float &v, int &i) {
 }
 
 __global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
+    CU_TRACE(CT_ARGMAX_PART);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int r = blockIdx.y;
     float v = -INFINITY;
     int idx = 0x7fffffff;
@@ -695,7 +798,9 @@ __global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
 }
 
 __global__ void k_argmax_final(const float *pv, const int *pi, float *out) {
+    CU_TRACE(CT_ARGMAX_FINAL);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int r = blockIdx.x;
     float v = -INFINITY;
     int idx = 0x7fffffff;
@@ -744,7 +849,9 @@ __device__ void tk_sort_desc(unsigned long long *s, int n) {
 }
 
 __global__ void __launch_bounds__(512) k_topk_part(const float *x, int width, int k, unsigned long long *part) {
+    CU_TRACE(CT_TOPK_PART);
     pdl_wait();
+    CU_TRACE_RELEASED();
     __shared__ unsigned long long s[TK_CHUNK];
     const int base = blockIdx.x * TK_CHUNK;
     for (int i = threadIdx.x; i < TK_CHUNK; i += blockDim.x) s[i] = base + i < width ? tk_key(x[base + i], base + i) : 0ull;
@@ -754,7 +861,9 @@ __global__ void __launch_bounds__(512) k_topk_part(const float *x, int width, in
 }
 
 __global__ void __launch_bounds__(1024) k_topk_final(const unsigned long long *part, int n, int p2, int k, float *out) {
+    CU_TRACE(CT_TOPK_FINAL);
     pdl_wait();
+    CU_TRACE_RELEASED();
     extern __shared__ unsigned long long sk[];
     for (int i = threadIdx.x; i < p2; i += blockDim.x) sk[i] = i < n ? part[i] : 0ull;
     __syncthreads();
@@ -846,9 +955,33 @@ static int cu_status(backend *b, gem_err *err) {
 
 /* ------------------------------------------------------------------ */
 
+/* The block trace (trace builds, GEM_CUDA_TRACE=FILE): a text header
+ * (format, kind names, records written, ring size), then the ring as
+ * written on the device (record 0 holds the count). */
+static void trace_write(cuda_backend *c) {
+    const size_t bytes = sizeof(cu_trace_rec) * CU_TRACE_CAP;
+    cu_trace_rec *h = (cu_trace_rec *)malloc(bytes);
+    FILE *f = h ? fopen(c->trace_path, "wb") : NULL;
+    if (!h || !f || cudaMemcpy(h, c->trace_ring, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        fprintf(stderr, "gem: cannot write the CUDA block trace to %s\n", c->trace_path);
+    } else {
+        fprintf(f, "gem-cuda-trace 1\nkinds %s\nrecords %u\ncapacity %u\nrecord_bytes %zu\n\n", CT_NAMES,
+                *(const unsigned *)h, CU_TRACE_CAP, sizeof(cu_trace_rec));
+        if (fwrite(h, 1, bytes, f) != bytes) fprintf(stderr, "gem: short write of the CUDA block trace to %s\n", c->trace_path);
+        else fprintf(stderr, "gem: CUDA block trace (%u blocks) in %s\n", *(const unsigned *)h, c->trace_path);
+    }
+    if (f) fclose(f);
+    free(h);
+}
+
 static void cu_destroy(backend *b) {
     cuda_backend *c = cu_of(b);
     cudaStreamSynchronize(c->st);
+    if (c->trace_ring) {
+        trace_write(c);
+        cudaFree(c->trace_ring);
+    }
+    free(c->trace_path);
     if (c->profile) {
         double total = 0;
         for (int i = 0; i < 48 && c->prof[i].name[0]; i++) total += c->prof[i].s;
@@ -952,6 +1085,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
+    c->norm_cluster = env_is("GEM_CUDA_NORM_CLUSTER", "1");
     {
         /* the first wave of a one-token product starts over 8 steps of
          * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
@@ -973,6 +1107,20 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         c->attn_dec = !ad || !*ad ? 3 : !strcmp(ad, "0") ? 0 : !strcmp(ad, "1") ? 1 : !strcmp(ad, "2") ? 2 : 3;
     }
     c->pdl = !env_is("GEM_CUDA_PDL", "0");
+    const char *trace = getenv("GEM_CUDA_TRACE");
+    if (trace && *trace) {
+#ifdef GEM_CUDA_TRACE
+        const size_t bytes = sizeof(cu_trace_rec) * CU_TRACE_CAP;
+        if (!(c->trace_path = strdup(trace)) || cudaMalloc(&c->trace_ring, bytes) != cudaSuccess ||
+            cudaMemset(c->trace_ring, 0, bytes) != cudaSuccess) {
+            c->trace_ring = NULL;
+            fprintf(stderr, "gem: no CUDA block trace: cannot allocate its %zu MiB ring\n", bytes >> 20);
+        }
+#else
+        fprintf(stderr, "gem: GEM_CUDA_TRACE is set, but this gem records no block trace (build/gem-trace does: "
+                        "make CUDA=1 build/gem-trace)\n");
+#endif
+    }
     const char *prof = getenv("GEM_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0");
     if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {

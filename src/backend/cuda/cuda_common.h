@@ -138,6 +138,7 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
+    int norm_cluster; /* one-token norms on a cluster of blocks (k_rmsnorm_cl; GEM_CUDA_NORM_CLUSTER=1, opt-in) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -150,6 +151,11 @@ typedef struct {
      * (GEM_CUDA_ATTN_DEC=0). bench/results/cuda-attn-dec-2026-12-03d.json */
     int attn_dec;
     int pdl; /* programmatic dependent launch (GEM_CUDA_PDL=0: off) */
+    /* trace builds (make CUDA=1 build/gem-trace): the device ring of block
+     * records and the file it goes to when the backend closes
+     * (GEM_CUDA_TRACE=FILE; NULL: no trace) */
+    struct cu_trace_rec *trace_ring;
+    char *trace_path;
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
@@ -211,25 +217,117 @@ static inline int grow(cuda_backend *c, scratch *s, size_t bytes) {
     return 0;
 }
 
-/* Launches on the backend's stream (see pdl_wait). */
+/* ------------------------------------------------------------------ */
+/* block trace (trace builds only)                                     */
+
+/* build/gem-trace (the CUDA objects compiled with GEM_CUDA_TRACE) records,
+ * for every block of an annotated kernel, %globaltimer when the block
+ * starts, when its grid dependency resolves (pdl_wait) and when it ends,
+ * with its SM, block index, grid size and the grid's launch id (%gridid),
+ * into a ring of CU_TRACE_CAP records on the device; GEM_CUDA_TRACE=FILE
+ * writes it when the backend closes, and bench/cuda_trace.py lays out a
+ * decode step from it (where each kernel starts, waits and ends, how the
+ * blocks of a product come and go). It shows what a per-kernel profiler
+ * cannot: kernels overlapping inside a replayed graph. Thread 0 of a block
+ * records (its exit stands for the block's); the records cost ~5% of
+ * decode speed. In other builds CU_TRACE and CU_TRACE_RELEASED are empty.
+ * Kinds: one per annotated kernel, named in the file's header. */
+enum {
+    CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
+    CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
+    CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_RMSNORM_CL, CT_COUNT
+};
+#define CT_NAMES                                                                                                      \
+    "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
+    "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,rmsnorm_cl"
+/* record 0's first word counts the records ever written */
+struct cu_trace_rec {
+    unsigned long long t0, t1, t2, grid;
+    unsigned kind, block, blocks, sm;
+};
+#define CU_TRACE_CAP (1u << 21)
+
+#ifdef GEM_CUDA_TRACE
+/* Each translation unit has its own copy of the ring's address: launch()
+ * copies the backend's into it when it changes (cu_trace_bind). */
+static __constant__ cu_trace_rec *cu_trace_ring;
+__device__ __forceinline__ unsigned long long cu_trace_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct cu_trace_span {
+    unsigned long long t0, t1;
+    unsigned kind;
+    __device__ explicit cu_trace_span(unsigned k) : t0(cu_trace_now()), t1(0), kind(k) {}
+    __device__ ~cu_trace_span() {
+        cu_trace_rec *ring = cu_trace_ring;
+        if (!ring || threadIdx.x || threadIdx.y || threadIdx.z) return;
+        cu_trace_rec r;
+        r.t0 = t0, r.t1 = t1, r.t2 = cu_trace_now();
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
+        r.kind = kind;
+        r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        r.blocks = gridDim.x * gridDim.y * gridDim.z;
+        ring[1 + atomicAdd((unsigned *)ring, 1u) % (CU_TRACE_CAP - 1)] = r;
+    }
+};
+#define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
+#define CU_TRACE_RELEASED() (cu_trace_span_.t1 = cu_trace_now())
+static inline void cu_trace_bind(cuda_backend *c) {
+    static cu_trace_rec *bound; /* this translation unit's copy (trace builds only) */
+    if (c->trace_ring == bound) return;
+    cudaMemcpyToSymbolAsync(cu_trace_ring, &c->trace_ring, sizeof c->trace_ring, 0, cudaMemcpyHostToDevice, c->st);
+    bound = c->trace_ring;
+}
+#else
+#define CU_TRACE(kind) \
+    do {               \
+    } while (0)
+#define CU_TRACE_RELEASED() \
+    do {                    \
+    } while (0)
+static inline void cu_trace_bind(cuda_backend *c) { (void)c; }
+#endif
+
+/* Launches on the backend's stream (see pdl_wait); launch_cluster groups
+ * the blocks in clusters of `cluster` along x (0: none). */
 template <typename... P, typename... A>
-static inline void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
+static inline void launch_cluster(cuda_backend *c, unsigned cluster, void (*kern)(P...), dim3 grid, dim3 block,
+                                  size_t smem, A &&...args) {
+    cu_trace_bind(c);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = c->st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2] = {};
+    unsigned n = 0;
+    if (c->pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = c->pdl ? 1 : 0;
+    cfg.numAttrs = n;
     if (c->profile && !c->prof_open) {
         c->prof_open = 1;
         cudaEventRecord(c->prof_ev[0], c->st);
     }
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
     if (e != cudaSuccess) cu_check(c, e, "kernel launch");
+}
+template <typename... P, typename... A>
+static inline void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
+    launch_cluster(c, 0, kern, grid, block, smem, std::forward<A>(args)...);
 }
 
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }

@@ -13,7 +13,9 @@
 /* Activations to 8-bit codes per 32-value block: one warp per block. */
 
 __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s) {
+    CU_TRACE(CT_QUANTIZE_ACT);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
@@ -238,7 +240,9 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
 template <int Q4, int NT, int SP>
 __global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    CU_TRACE(CT_MV_Q);
     pdl_wait();
+    CU_TRACE_RELEASED();
     mv_stagger_start(job);
     mv_rows r;
     const bool valid = mv_rows_of<SP>(job, r);
@@ -301,7 +305,9 @@ __global__ void MV_BOUNDS
 
 template <int FMT, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_f(mv_job job, const float *__restrict__ x, int K) {
+    CU_TRACE(CT_MV_F);
     pdl_wait();
+    CU_TRACE_RELEASED();
     mv_rows r;
     if (!mv_rows_of(job, r)) return;
     const int lane = threadIdx.x & 31;
@@ -379,7 +385,9 @@ template <int Q4>
 __global__ void __launch_bounds__(128)
     k_mm_q(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    CU_TRACE(CT_MM_Q);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int row_base = blockIdx.x * MM_ROWS + (warp >> 1) * 32, tok_base = blockIdx.y * MM_TOKS + (warp & 1) * 32;
     const int nb = K / 32;
@@ -517,7 +525,9 @@ template <int Q4>
 __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
     k_mm_tiled(const uint8_t *__restrict__ q, const __half *__restrict__ d, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, int K, int M, int N, float *__restrict__ out) {
+    CU_TRACE(CT_MM_TILED);
     pdl_wait();
+    CU_TRACE_RELEASED();
     typedef mmt_geom<Q4> G;
     extern __shared__ __align__(16) uint8_t mmt_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -680,7 +690,9 @@ __device__ __forceinline__ void act_f16_row(const float *r, int K, float m, __ha
 }
 
 __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int order) {
+    CU_TRACE(CT_ACT_F16);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const float *r = x + (size_t)blockIdx.x * K;
     float m = 0;
     for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
@@ -699,7 +711,9 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
  * the two kernels). The max reduction's
  * barrier orders this block's writes of out before it reads them. */
 __global__ void k_geglu_f16(const float *g, const float *u, int K, float *out, __half *xh, float *xinv, int order) {
+    CU_TRACE(CT_GEGLU_F16);
     pdl_wait();
+    CU_TRACE_RELEASED();
     const size_t base = (size_t)blockIdx.x * K;
     float m = 0;
     for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
@@ -775,7 +789,9 @@ template <int Q4>
 __global__ void __launch_bounds__(MMH_THREADS, 2)
     k_mm_h(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
            const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    CU_TRACE(CT_MM_H);
     pdl_wait();
+    CU_TRACE_RELEASED();
     typedef mmh_geom<Q4> G;
     constexpr int ST = MMH_ST;
     extern __shared__ __align__(16) uint8_t mmh_smem[];
@@ -945,7 +961,9 @@ template <int Q4>
 __global__ void __launch_bounds__(MMW_THREADS, 2)
     k_mm_w(const uint8_t *__restrict__ q, const __half *__restrict__ d, float wexp, const __half *__restrict__ xh,
            const float *__restrict__ xinv, int K, int M, int N, float *__restrict__ out) {
+    CU_TRACE(CT_MM_W);
     pdl_wait();
+    CU_TRACE_RELEASED();
     typedef mmw_geom<Q4> G;
     extern __shared__ __align__(16) uint8_t mmw_raw[];
     /* the swizzle works on absolute shared addresses: stage bases on 1024 */
