@@ -189,10 +189,12 @@ static void test_embed(void) {
 
 /* g: the default backend or the one-token norms on clusters of blocks
  * (GEM_CUDA_NORM_CLUSTER=1, k_rmsnorm_cl: single rows of widths 256 to
- * 8192 in slices of 8 float4 multiples) */
+ * 8192 in eight slices of a multiple of 8 float4; 1152: the last slice
+ * holds 8 of its 40) */
 static void test_norms(backend *g) {
     /* 1002: not a multiple of 4, the plain kernel */
-    const int shapes[][2] = {{1, 5376}, {7, 256}, {64, 512}, {3, 1536}, {2, 1002}, {1, 3840}, {1, 1536}, {1, 256}, {1, 8192}};
+    const int shapes[][2] = {{1, 5376}, {7, 256},  {64, 512}, {3, 1536}, {2, 1002},
+                             {1, 3840}, {1, 1536}, {1, 1152}, {1, 256}, {1, 8192}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rows = shapes[s][0], width = shapes[s][1];
         const size_t n = (size_t)rows * width;
@@ -386,52 +388,71 @@ static void test_fused_matmul(backend *gu) {
         }
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* k_mv_q's staggered first wave (the default, mv_stagger_start) only
  * delays blocks: one-token products equal those of GEM_CUDA_MV_STAGGER=0
  * (g0) exactly, also with 64 levels of 20 us (gl: blocks wait up to 1.26
  * ms, so later waves overtake waiting ones). Three matrices sharing the
- * input and the geglu pair (gate and up distinct), q4_0 and q8_0, plain
- * and split rows (K 16384: four warps per row); grids of 1200-5000 blocks
- * (past one wave of the H200's 528), and 61 rows (one block: no stagger). */
+ * input and the geglu pair (gate and up distinct), single products of 4999
+ * rows (625 or 2500 blocks, past one wave of the H200's 528) and of 61
+ * rows (8 or 31 blocks: one wave, started at once), q4_0 and q8_0, plain and split rows
+ * (K 16384: four warps per row). gl also shows the delay is there: its
+ * 4999-row product returns no sooner than its longest wait (63 x 20 us),
+ * its 61-row one well before it. */
 static void test_matmul_stagger(backend *g0, backend *gl) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     const int64_t Ks[] = {1024, 5376, 16384};
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             const int64_t K = Ks[ki];
-            const int64_t rows[3] = {4999, 61, 4999}; /* gate/up: 0, 2 */
+            /* gate/up: 0, 2; outputs 4 and 5: single products of 0 and 1 */
+            const int64_t rows[3] = {4999, 61, 4999}, orows[6] = {4999, 61, 4999, 4999, 4999, 61};
             tensor A[3] = {make_tensor(types[t], K, rows[0]), make_tensor(types[t], K, rows[1]),
                            make_tensor(types[t], K, rows[2])};
             float *x = rand_vec((size_t)K, 1.0f);
             backend *bs[3] = {g0, gpu, gl};
-            float *res[3][5];
+            float *res[3][6];
+            double took[2] = {0, 0};
             gem_err err;
             for (int bi = 0; bi < 3; bi++) {
                 backend *g = bs[bi];
                 be_weight *W[3];
                 for (int i = 0; i < 3; i++) W[i] = g->weight(g, &A[i].t, &err);
-                be_buf *xg = put(g, x, (size_t)K), *o[5];
-                for (int i = 0; i < 3; i++) o[i] = put(g, NULL, (size_t)rows[i]);
-                o[3] = put(g, NULL, (size_t)rows[0]);
-                o[4] = put(g, NULL, (size_t)rows[0]);
+                be_buf *xg = put(g, x, (size_t)K), *o[6];
+                for (int i = 0; i < 6; i++) o[i] = put(g, NULL, (size_t)orows[i]);
                 g->matmul_multi(g, 3, (const be_weight *const *)W, xg, 1, o);
                 g->matmul_geglu(g, W[0], W[2], xg, 1, o[3]);
-                g->matmul(g, W[0], xg, 1, o[4]);
-                for (int i = 0; i < 5; i++) res[bi][i] = get(g, o[i], (size_t)rows[i >= 3 ? 0 : i]);
-                for (int i = 0; i < 5; i++) g->buf_free(g, o[i]);
+                for (int i = 0; i < 3; i++) res[bi][i] = get(g, o[i], (size_t)orows[i]);
+                res[bi][3] = get(g, o[3], (size_t)orows[3]);
+                for (int s = 0; s < 2; s++) { /* timed from an idle stream (get waited) */
+                    const double t0 = seconds_now();
+                    g->matmul(g, W[s], xg, 1, o[4 + s]);
+                    res[bi][4 + s] = get(g, o[4 + s], (size_t)orows[4 + s]);
+                    if (bi == 2) took[s] = seconds_now() - t0;
+                }
+                for (int i = 0; i < 6; i++) g->buf_free(g, o[i]);
                 g->buf_free(g, xg);
                 for (int i = 0; i < 3; i++) g->weight_free(g, W[i]);
             }
             static const char *const names[3] = {"", "the default stagger", "64 levels of 20 us"};
             for (int bi = 1; bi < 3; bi++) {
                 int same = 1;
-                for (int i = 0; i < 5; i++)
-                    same &= close_enough("k_mv_q stagger", res[bi][i], res[0][i], (size_t)rows[i >= 3 ? 0 : i], 0, 0);
-                CHECKF(same, "k_mv_q with %s, %s K=%lld: multi, geglu pair and single product equal no stagger",
+                for (int i = 0; i < 6; i++)
+                    same &= close_enough("k_mv_q stagger", res[bi][i], res[0][i], (size_t)orows[i], 0, 0);
+                CHECKF(same, "k_mv_q with %s, %s K=%lld: multi, geglu pair and single products equal no stagger",
                        names[bi], quant_type_name(types[t]), (long long)K);
             }
+            CHECKF(took[0] >= 1.26e-3, "64 levels of 20 us: a 625-block product took %.3f ms, under its 1.26 ms wait",
+                   took[0] * 1e3);
+            CHECKF(took[1] < 1.0e-3, "64 levels of 20 us: a one-wave product (no stagger) took %.3f ms",
+                   took[1] * 1e3);
             for (int bi = 0; bi < 3; bi++)
-                for (int i = 0; i < 5; i++) free(res[bi][i]);
+                for (int i = 0; i < 6; i++) free(res[bi][i]);
             free(x);
             for (int i = 0; i < 3; i++) free_tensor(&A[i]);
         }
@@ -918,8 +939,9 @@ static void test_attention(void) {
     const int long_sliding[] = {700, 600, 1, 1100, 2};
     test_attention_case(32, 16, 256, 1024, 1024, long_sliding, 5);
     /* the 1b test profile's sliding shape (G = 2, window and ring of 128):
-     * one-token steps before, at and after ring wraps */
-    const int ring128[] = {100, 1, 1, 27, 1, 1, 120, 1, 1, 1, 64, 1, 1};
+     * one-token steps at positions 100-101, 128-129 (the first wrap),
+     * 256-258 (the second) and 323-324 */
+    const int ring128[] = {100, 1, 1, 26, 1, 1, 126, 1, 1, 1, 64, 1, 1};
     test_attention_case(8, 4, 256, 128, 128, ring128, 13);
     /* the other head sizes the kernels are built for */
     test_attention_case(4, 2, 128, 32, 32, prompt, 12);
@@ -1030,41 +1052,45 @@ static void test_graph(void) {
     free_tensor(&E);
 }
 
-/* rmsnorm and attention leave the 8-bit codes of their output for the
- * next product; that product must equal one that quantizes a copy itself
- * (bit for bit: the same codes, the same kernel). */
 /* The codes a norm leaves for the next product equal those the product
- * makes of its input itself (g: as in test_norms; K 1024 and the 31B's
- * 5376, one token and a tile). */
+ * makes of a copy of its input itself (bit for bit: the same codes, the
+ * same kernel); g: as in test_norms. The plain norm and the fused residual
+ * add + norm (its second stage writes the codes), K 1024, 1152 (eight
+ * cluster slices of 40 float4: the last one holds 8) and the 31B's 5376,
+ * one token and a tile. */
 static void test_norm_handoff(backend *g) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int Ks[] = {1024, 5376};
+    const int Ks[] = {1024, 1152, 5376};
     for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < 2; ki++)
-            for (int n = 1; n <= 300; n += 299) {
-                const int K = Ks[ki];
-                tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
-                gem_err err;
-                be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
-                float *x = rand_vec((size_t)n * K, 3.0f);
-                be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
-                       *copy = put(g, NULL, (size_t)n * K);
-                be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
-                g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
-                g->matmul(g, wg, a, n, o1); /* codes from the norm */
-                g->copy(g, a, 0, copy, 0, (size_t)n * K);
-                g->matmul(g, wg, copy, n, o2); /* codes of its own */
-                float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
-                CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "rmsnorm -> matmul %s K=%d n=%d",
-                       quant_type_name(types[t]), K, n);
-                free(r1), free(r2), free(x);
-                be_buf *bufs[] = {xg, a, copy, o1, o2};
-                for (int i = 0; i < 5; i++) g->buf_free(g, bufs[i]);
-                g->weight_free(g, wg), g->weight_free(g, ng);
-                free_tensor(&W), free_tensor(&nw);
-            }
+        for (size_t ki = 0; ki < 3; ki++)
+            for (int n = 1; n <= 300; n += 299)
+                for (int fused = 0; fused < 2; fused++) {
+                    const int K = Ks[ki];
+                    tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
+                    gem_err err;
+                    be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
+                    float *x = rand_vec((size_t)n * K, 3.0f), *h = rand_vec((size_t)n * K, 1.0f);
+                    be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
+                           *copy = put(g, NULL, (size_t)n * K), *hg = put(g, h, (size_t)n * K);
+                    be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
+                    if (fused) g->add_rmsnorm_norm(g, hg, xg, ng, NULL, ng, n, K, 1e-6f, a);
+                    else g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
+                    g->matmul(g, wg, a, n, o1); /* codes from the norm */
+                    g->copy(g, a, 0, copy, 0, (size_t)n * K);
+                    g->matmul(g, wg, copy, n, o2); /* codes of its own */
+                    float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
+                    CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "%s -> matmul %s K=%d n=%d",
+                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n);
+                    free(r1), free(r2), free(x), free(h);
+                    be_buf *bufs[] = {xg, a, copy, hg, o1, o2};
+                    for (int i = 0; i < 6; i++) g->buf_free(g, bufs[i]);
+                    g->weight_free(g, wg), g->weight_free(g, ng);
+                    free_tensor(&W), free_tensor(&nw);
+                }
 }
 
+/* Attention leaves the 8-bit codes of its output for the output
+ * projection, as the norms do (test_norm_handoff). */
 static void test_quantized_handoff(void) {
     /* attention -> output projection: 8 heads of 256 (one-token step and a
      * tile), against the same product of a copy */

@@ -1113,6 +1113,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         const size_t bytes = sizeof(cu_trace_rec) * CU_TRACE_CAP;
         if (!(c->trace_path = strdup(trace)) || cudaMalloc(&c->trace_ring, bytes) != cudaSuccess ||
             cudaMemset(c->trace_ring, 0, bytes) != cudaSuccess) {
+            cudaFree(c->trace_ring);
+            (void)cudaGetLastError();
             c->trace_ring = NULL;
             fprintf(stderr, "gem: no CUDA block trace: cannot allocate its %zu MiB ring\n", bytes >> 20);
         }

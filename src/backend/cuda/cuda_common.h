@@ -251,7 +251,8 @@ struct cu_trace_rec {
 
 #ifdef GEM_CUDA_TRACE
 /* Each translation unit has its own copy of the ring's address: launch()
- * copies the backend's into it when it changes (cu_trace_bind). */
+ * copies the backend's into it when it changes (cu_trace_bind). One traced
+ * backend at a time: two alive at once would share the copy. */
 static __constant__ cu_trace_rec *cu_trace_ring;
 __device__ __forceinline__ unsigned long long cu_trace_now() {
     unsigned long long t;
