@@ -6,7 +6,10 @@
 # kernels (default GEM_CUDA_ATTN_DEC=3: k_attn_tc on the tensor cores
 # for f16 caches, the staged k_attn_dec for f32 ones; 2: the staged
 # k_attn_dec for both; 1: k_attn_dec reading into registers; 0:
-# k_attn_split), with f32 and f16 KV caches. Run build/tests/cuda/cuda_ops first: a variant is
+# k_attn_split), with f32 and f16 KV caches; then, with f16 caches, the
+# one-token products' staggered first wave (default) against
+# GEM_CUDA_MV_STAGGER=0, and the cluster norm (GEM_CUDA_NORM_CLUSTER=1,
+# opt-in). Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
 #   bench/cuda_variants.sh [model.gguf]
@@ -26,3 +29,6 @@ decode() {
 }
 for v in 2 1 0 1 2; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GEM_CUDA_ATTN_DEC=$v)"; done
 for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
+for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_CLUSTER=1 GEM_CUDA_NORM_CLUSTER=1 GEM_CUDA_MV_STAGGER=0 "X=1"; do
+    echo "--kv-type f16 $v: $(decode f16 $v)"
+done
