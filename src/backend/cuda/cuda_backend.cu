@@ -967,8 +967,10 @@ static void trace_write(cuda_backend *c) {
     } else {
         fprintf(f, "gem-cuda-trace 1\nkinds %s\nrecords %u\ncapacity %u\nrecord_bytes %zu\n\n", CT_NAMES,
                 *(const unsigned *)h, CU_TRACE_CAP, sizeof(cu_trace_rec));
-        if (fwrite(h, 1, bytes, f) != bytes) fprintf(stderr, "gem: short write of the CUDA block trace to %s\n", c->trace_path);
-        else fprintf(stderr, "gem: CUDA block trace (%u blocks) in %s\n", *(const unsigned *)h, c->trace_path);
+        if (fwrite(h, 1, bytes, f) != bytes)
+            fprintf(stderr, "gem: short write of the CUDA block trace to %s\n", c->trace_path);
+        else
+            fprintf(stderr, "gem: CUDA block trace (%u blocks) in %s\n", *(const unsigned *)h, c->trace_path);
     }
     if (f) fclose(f);
     free(h);

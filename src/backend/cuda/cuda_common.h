@@ -249,25 +249,28 @@ struct cu_trace_rec {
 };
 #define CU_TRACE_CAP (1u << 21)
 
+/* The GPU's nanosecond clock (%globaltimer), comparable across SMs: the
+ * trace's times and k_mv_q's staggered start. */
+__device__ __forceinline__ unsigned long long gpu_time_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #ifdef GEM_CUDA_TRACE
 /* Each translation unit has its own copy of the ring's address: launch()
  * copies the backend's into it when it changes (cu_trace_bind). One traced
  * backend at a time: two alive at once would share the copy. */
 static __constant__ cu_trace_rec *cu_trace_ring;
-__device__ __forceinline__ unsigned long long cu_trace_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 struct cu_trace_span {
     unsigned long long t0, t1;
     unsigned kind;
-    __device__ explicit cu_trace_span(unsigned k) : t0(cu_trace_now()), t1(0), kind(k) {}
+    __device__ explicit cu_trace_span(unsigned k) : t0(gpu_time_ns()), t1(0), kind(k) {}
     __device__ ~cu_trace_span() {
         cu_trace_rec *ring = cu_trace_ring;
         if (!ring || threadIdx.x || threadIdx.y || threadIdx.z) return;
         cu_trace_rec r;
-        r.t0 = t0, r.t1 = t1, r.t2 = cu_trace_now();
+        r.t0 = t0, r.t1 = t1, r.t2 = gpu_time_ns();
         asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
         asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
         r.kind = kind;
@@ -277,7 +280,7 @@ struct cu_trace_span {
     }
 };
 #define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
-#define CU_TRACE_RELEASED() (cu_trace_span_.t1 = cu_trace_now())
+#define CU_TRACE_RELEASED() (cu_trace_span_.t1 = gpu_time_ns())
 static inline void cu_trace_bind(cuda_backend *c) {
     static cu_trace_rec *bound; /* this translation unit's copy (trace builds only) */
     if (c->trace_ring == bound) return;

@@ -225,12 +225,9 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
     if (!job.stagger || (int)blockIdx.x >= job.wave) return;
     const unsigned long long wait = (unsigned long long)(blockIdx.x % (unsigned)job.levels) * (unsigned)job.stagger;
     if (!wait) return;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(128);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < wait);
+    const unsigned long long t0 = gpu_time_ns();
+    do __nanosleep(128);
+    while (gpu_time_ns() - t0 < wait);
 }
 
 /* Weights are read after pdl_wait like everything else: issuing the first
