@@ -44,11 +44,19 @@ def read_trace(path):
 
 
 def launches(kinds, recs):
-    by_grid = collections.defaultdict(list)
-    for r in recs:
-        by_grid[r[3]].append(r)
+    # A CUDA graph's replays run its kernels under the grid ids of the
+    # first replay, so one id holds the blocks of many launches: the k-th
+    # newest record of each block index belongs to the k-th newest launch
+    # (launches of one graph node never overlap in time). Counting from the
+    # newest keeps the launches the ring cut short at the oldest end.
+    by_launch = collections.defaultdict(list)
+    seen = collections.Counter()
+    for r in sorted(recs, key=lambda r: -r[0]):
+        k = seen[(r[3], r[5])]
+        seen[(r[3], r[5])] += 1
+        by_launch[(r[3], k)].append(r)
     out = []
-    for grid, rs in by_grid.items():
+    for rs in by_launch.values():
         blocks = rs[0][6]
         if len(rs) != blocks:  # partly overwritten in the ring
             continue

@@ -23,8 +23,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$vars" ] || { echo "usage: bench/cuda_trace_ab.sh VAR=VALUE [...] [-- model.gguf]" >&2; exit 2; }
 [ -n "$M" ] || M=${TMPDIR:-/tmp}/gem-variants-31b.gguf
-[ -f "$M" ] || ./gem synth --profile gemma4-31b --type q4_0 --embd-type q8_0 --seed 1 -o "$M" >/dev/null || exit 1
 make -s CUDA=1 gem build/gem-trace >/dev/null || exit 1
+[ -f "$M" ] || ./gem synth --profile gemma4-31b --type q4_0 --embd-type q8_0 --seed 1 -o "$M" >/dev/null || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

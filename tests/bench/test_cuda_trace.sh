@@ -4,7 +4,7 @@
 # of known kernels and times; the last complete step is laid out with its
 # exact duration, per-kernel start / wait / run / added times, per-kind
 # totals and a product's per-microsecond waves; a launch cut by the ring is
-# left out; a file that is not a trace and a trace without a complete step
+# left out, also when a graph's replays reuse their grid ids; a file that is not a trace and a trace without a complete step
 # are refused with their reasons. Also: the kind names that trace files
 # carry (CT_NAMES) match the CT_* enumeration, in order.
 pass=0 fail=0
@@ -25,9 +25,11 @@ if names != want:
 K = {k: i for i, k in enumerate(names)}
 CAP = 1 << 21
 
-def write(path, launches, cut=0):
+def write(path, launches, cut=0, replay=0):
     recs, t, gid = [], 1_000_000, 1
-    for kind, blocks, dur in launches:
+    for i, (kind, blocks, dur) in enumerate(launches):
+        if replay and i > replay:  # a graph's replays: its launches' grid ids again
+            gid = 2 + (i - 1) % replay
         for b in range(blocks):  # thirds of the blocks end at dur/3, 2dur/3, dur after release
             recs.append((t, t + 500, t + 500 + dur * (1 + b % 3) // 3, gid, K[kind], b, blocks, b % 132))
         t, gid = t + 500 + dur, gid + 1
@@ -43,24 +45,28 @@ step = [("embed", 1, 3000), ("rmsnorm4", 1, 3000), ("mv_q", 2048, 15000), ("attn
         ("mv_q", 5376, 30000), ("argmax_part", 64, 3000), ("argmax_final", 1, 3000)]
 # the first launch's first blocks overwritten in the ring
 write(tmp + "/t.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10)
+# the same, the steps after the first replayed from a graph
+write(tmp + "/replay.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10, replay=len(step))
 write(tmp + "/nostep.bin", [("mv_q", 2048, 15000)] * 3)
 open(tmp + "/other.bin", "wb").write(b"GGUF\x03\x00\x00\x00")
 PY
 
-python3 bench/cuda_trace.py "$tmp/t.bin" --waves mv_q:2048 >"$tmp/out" 2>&1 && ok || bad "cuda_trace.py exited $?: $(cat "$tmp/out")"
-expect() { grep -qF -- "$1" "$tmp/out" && ok || bad "missing: $1"; }
-# 3 steps of 7 launches complete; the cut launch is not
-expect "21 complete launches"
-# a launch of d us: released 0.5 us after its start, the next starts at
-# 0.5 + d; a one-block launch ends d / 3 after release (its block 0): the
-# step's last launch starts at 60 us and ends at 61.5
-expect "last complete one-token step: 7 launches, 61.5 us"
-# starts at 7 (after 3.5 + 3.5); the launch before ended at 5 (3.5 + 0.5 + 1)
-expect "mv_q                 2048      7.00     0.50    15.00    17.50    10.00    15.00"
-expect "mv_q                 5376     26.00     0.50    30.00    30.50    20.00    30.00"
-expect "  mv_q                 5376 blocks    1 launches      30.5"
-expect "mv_q, 2048 blocks, 15.00 us from release to end"
-expect "  ended       0    0    0    0    0  683    0    0    0    0  683    0    0    0    0  682    0"
+for t in t replay; do
+    python3 bench/cuda_trace.py "$tmp/$t.bin" --waves mv_q:2048 >"$tmp/out" 2>&1 && ok || bad "cuda_trace.py $t exited $?: $(cat "$tmp/out")"
+    expect() { grep -qF -- "$1" "$tmp/out" && ok || bad "$t: missing: $1"; }
+    # 3 steps of 7 launches complete; the cut launch is not
+    expect "21 complete launches"
+    # a launch of d us: released 0.5 us after its start, the next starts at
+    # 0.5 + d; a one-block launch ends d / 3 after release (its block 0): the
+    # step's last launch starts at 60 us and ends at 61.5
+    expect "last complete one-token step: 7 launches, 61.5 us"
+    # starts at 7 (after 3.5 + 3.5); the launch before ended at 5 (3.5 + 0.5 + 1)
+    expect "mv_q                 2048      7.00     0.50    15.00    17.50    10.00    15.00"
+    expect "mv_q                 5376     26.00     0.50    30.00    30.50    20.00    30.00"
+    expect "  mv_q                 5376 blocks    1 launches      30.5"
+    expect "mv_q, 2048 blocks, 15.00 us from release to end"
+    expect "  ended       0    0    0    0    0  683    0    0    0    0  683    0    0    0    0  682    0"
+done
 
 python3 bench/cuda_trace.py "$tmp/nostep.bin" >"$tmp/out" 2>&1
 [ $? != 0 ] && grep -q "no complete one-token step" "$tmp/out" && ok || bad "a trace without a step: $(cat "$tmp/out")"

@@ -187,10 +187,13 @@ static void test_embed(void) {
     }
 }
 
-/* g: the default backend or the one-token norms on clusters of blocks
- * (GEM_CUDA_NORM_CLUSTER=1, k_rmsnorm_cl: single rows of widths 256 to
- * 8192 in eight slices of a multiple of 8 float4; 1152: the last slice
- * holds 8 of its 40) */
+/* g: the default backend (single rows wider than 2048 on one block of up
+ * to 1024 threads, one float4 each up to width 4096, two above: 3840 on
+ * 960 threads, 5376 on 672, 8192 on 1024), the 256-thread one-token norms
+ * (GEM_CUDA_NORM_WIDE=0: six float4 per thread for 5376) or the one-token
+ * norms on clusters of blocks (GEM_CUDA_NORM_CLUSTER=1, k_rmsnorm_cl:
+ * single rows of widths 256 to 8192 in eight slices of a multiple of 8
+ * float4; 1152: the last slice holds 8 of its 40) */
 static void test_norms(backend *g) {
     /* 1002: not a multiple of 4, the plain kernel */
     const int shapes[][2] = {{1, 5376}, {7, 256},  {64, 512}, {3, 1536}, {2, 1002},
@@ -279,7 +282,9 @@ static void test_elementwise(void) {
     free_tensor(&s);
 }
 
-static void test_rope(void) {
+/* gr: the default backend (q/k/v of heads 256 and 512 on
+ * k_qkv_norm_rope_e) or GEM_CUDA_QKV_EARLY=0 (k_qkv_norm_rope) */
+static void test_rope(backend *gr) {
     const int pos0s[] = {0, 37, 131000};
     for (int full = 0; full < 2; full++)
         for (int p = 0; p < 3; p++) {
@@ -288,26 +293,27 @@ static void test_rope(void) {
             tensor ff = make_tensor(QT_F32, d / 2, 1);
             for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < 64 ? 1.0f : 1e30f; /* as rope_freqs */
             gem_err err;
-            be_weight *fc = cpu_ref->weight(cpu_ref, &ff.t, &err), *fg = gpu->weight(gpu, &ff.t, &err);
+            be_weight *fc = cpu_ref->weight(cpu_ref, &ff.t, &err), *fg = gr->weight(gr, &ff.t, &err);
             float *x = rand_vec(len, 2.0f);
             int32_t ids[5] = {0};
-            step_both(ids, n, pos0s[p]);
-            be_buf *xc = put(cpu_ref, x, len), *xg = put(gpu, x, len);
+            if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos0s[p]);
+            gr->set_step(gr, ids, n, pos0s[p]); /* this backend's step buffer */
+            be_buf *xc = put(cpu_ref, x, len), *xg = put(gr, x, len);
             cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
-            gpu->rope(gpu, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
-            float *a = get(gpu, xg, len), *b = get(cpu_ref, xc, len);
+            gr->rope(gr, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            float *a = get(gr, xg, len), *b = get(cpu_ref, xc, len);
             /* cos/sin of arguments up to 1.3e5 rad: both libraries reduce
              * exactly, results differ by an ulp of the value */
             CHECKF(close_enough("rope", a, b, len, 1e-5, 2e-5), "rope full=%d pos0=%d", full, pos0s[p]);
             free(a), free(b);
             /* the fused q/k path: per-head rmsnorm (weighted) then rope */
             tensor nw = make_tensor(QT_F32, d, 1);
-            be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gpu->weight(gpu, &nw.t, &err);
+            be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gr->weight(gr, &nw.t, &err);
             cpu_ref->upload(cpu_ref, xc, 0, x, len);
-            gpu->upload(gpu, xg, 0, x, len);
+            gr->upload(gr, xg, 0, x, len);
             cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
-            gpu->rmsnorm_rope(gpu, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
-            a = get(gpu, xg, len), b = get(cpu_ref, xc, len);
+            gr->rmsnorm_rope(gr, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            a = get(gr, xg, len), b = get(cpu_ref, xc, len);
             CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope full=%d pos0=%d", full, pos0s[p]);
             free(a), free(b);
             /* the q/k/v launch: q = these 6 heads, k = the first 2 heads'
@@ -315,28 +321,28 @@ static void test_rope(void) {
             {
                 const int kvh = 2;
                 const size_t klen = (size_t)n * kvh * d;
-                be_buf *q1 = put(gpu, x, len), *k1 = put(gpu, x, klen), *v1 = put(gpu, x + klen, klen);
-                be_buf *q2 = put(gpu, x, len), *k2 = put(gpu, x, klen), *v2 = put(gpu, x + klen, klen);
-                gpu->qkv_norm_rope(gpu, q1, ng, k1, ng, v1, n, heads, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f,
+                be_buf *q1 = put(gr, x, len), *k1 = put(gr, x, klen), *v1 = put(gr, x + klen, klen);
+                be_buf *q2 = put(gr, x, len), *k2 = put(gr, x, klen), *v2 = put(gr, x + klen, klen);
+                gr->qkv_norm_rope(gr, q1, ng, k1, ng, v1, n, heads, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f,
                                    full ? fg : NULL);
-                gpu->rmsnorm_rope(gpu, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
-                gpu->rmsnorm_rope(gpu, k2, ng, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
-                gpu->rmsnorm(gpu, v2, NULL, n * kvh, d, 1e-6f, v2);
-                float *a1 = get(gpu, q1, len), *a2 = get(gpu, q2, len), *b1 = get(gpu, k1, klen), *b2 = get(gpu, k2, klen);
-                float *c1 = get(gpu, v1, klen), *c2 = get(gpu, v2, klen);
+                gr->rmsnorm_rope(gr, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+                gr->rmsnorm_rope(gr, k2, ng, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+                gr->rmsnorm(gr, v2, NULL, n * kvh, d, 1e-6f, v2);
+                float *a1 = get(gr, q1, len), *a2 = get(gr, q2, len), *b1 = get(gr, k1, klen), *b2 = get(gr, k2, klen);
+                float *c1 = get(gr, v1, klen), *c2 = get(gr, v2, klen);
                 /* q and k: the same code, exactly; v: another summation order */
                 CHECKF(close_enough("qkv q", a1, a2, len, 0, 0) && close_enough("qkv k", b1, b2, klen, 0, 0) &&
                            close_enough("qkv v", c1, c2, klen, 1e-6, 1e-6),
                        "qkv_norm_rope full=%d pos0=%d", full, pos0s[p]);
                 free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
                 be_buf *bb[] = {q1, k1, v1, q2, k2, v2};
-                for (int i = 0; i < 6; i++) gpu->buf_free(gpu, bb[i]);
+                for (int i = 0; i < 6; i++) gr->buf_free(gr, bb[i]);
             }
             free(x);
-            cpu_ref->weight_free(cpu_ref, nc), gpu->weight_free(gpu, ng);
+            cpu_ref->weight_free(cpu_ref, nc), gr->weight_free(gr, ng);
             free_tensor(&nw);
-            cpu_ref->buf_free(cpu_ref, xc), gpu->buf_free(gpu, xg);
-            cpu_ref->weight_free(cpu_ref, fc), gpu->weight_free(gpu, fg);
+            cpu_ref->buf_free(cpu_ref, xc), gr->buf_free(gr, xg);
+            cpu_ref->weight_free(cpu_ref, fc), gr->weight_free(gr, fg);
             free_tensor(&ff);
         }
 }
@@ -1161,6 +1167,8 @@ int main(void) {
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_STAGGER");
     unsetenv("GEM_CUDA_NORM_CLUSTER");
+    unsetenv("GEM_CUDA_NORM_WIDE");
+    unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
@@ -1189,8 +1197,17 @@ int main(void) {
         test_norm_handoff(gcl);
     }
     variant_done(gcl);
+    backend *gnw = variant("GEM_CUDA_NORM_WIDE", "0", &g);
+    if (gnw) {
+        test_norms(gnw);
+        test_norm_handoff(gnw);
+    }
+    variant_done(gnw);
     test_elementwise();
-    test_rope();
+    test_rope(gpu);
+    backend *gqe = variant("GEM_CUDA_QKV_EARLY", "0", &g);
+    if (gqe) test_rope(gqe);
+    variant_done(gqe);
     progress("embed, norms, elementwise, rope");
     test_matmul();
     test_matmul_ranges(gpu);

@@ -509,18 +509,33 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
                         int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs, const int *step, int n,
                         int QB, int window) {
     CU_TRACE(CT_ATTN_COMBINE_WIDE);
+    const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
+    const int tid = threadIdx.x, lane = tid & 31, grp = tid >> 5;
+    const size_t base = (size_t)i * n_head + hq;
+    /* the step buffer is written before the step's first kernel */
+    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
     pdl_wait();
     CU_TRACE_RELEASED();
     extern __shared__ float wgt[];
     __shared__ float red[CB_GROUPS][32], sm[32];
-    const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
-    const int tid = threadIdx.x, lane = tid & 31, grp = tid >> 5;
-    const size_t base = (size_t)i * n_head + hq;
-    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
+    /* A group's first CB_PRE partials are loaded with the split maxima and
+     * sums, not after the weights: one round of loads before the sums
+     * instead of two (a decode step's combine is one to a few splits per
+     * group). The same products, added in the same order. */
+    constexpr int CB_PRE = 4;
+    float pv[CB_PRE];
+#pragma unroll
+    for (int j = 0; j < CB_PRE; j++) {
+        const int sp = grp + CB_GROUPS * j;
+        pv[j] = sp < used ? part[(base * nsplit + sp) * d + e] : 0.0f;
+    }
     const float L = combine_weights(pml + base * nsplit * 2, used, wgt, sm);
     float o = 0;
+#pragma unroll
+    for (int j = 0; j < CB_PRE; j++)
+        if (grp + CB_GROUPS * j < used) o += wgt[grp + CB_GROUPS * j] * pv[j];
 #pragma unroll 8
-    for (int sp = grp; sp < used; sp += CB_GROUPS) o += wgt[sp] * part[(base * nsplit + sp) * d + e];
+    for (int sp = grp + CB_GROUPS * CB_PRE; sp < used; sp += CB_GROUPS) o += wgt[sp] * part[(base * nsplit + sp) * d + e];
     red[grp][lane] = o;
     __syncthreads();
     if (grp != 0) return;

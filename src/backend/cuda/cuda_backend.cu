@@ -328,8 +328,8 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
  * weights out of registers (k_rmsnorm4<8> needs 161 registers with them,
  * 96 without: half the blocks per multiprocessor). The residual is read
  * with the input either way. */
-template <int NV, bool EARLY>
-__global__ void k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
+template <int NV, bool EARLY, int MAXT = 256>
+__global__ void __launch_bounds__(MAXT) k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
                            int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
     CU_TRACE(CT_RMSNORM4);
@@ -535,15 +535,39 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         }
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
-        const int nv = (n4 + threads - 1) / threads;
-#define NORM_LAUNCH(NV, E) launch(c, k_rmsnorm4<NV, E>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
-#define NORM_LAUNCH_NV(E)                \
-    if (nv <= 1) NORM_LAUNCH(1, E);      \
-    else if (nv <= 2) NORM_LAUNCH(2, E); \
-    else if (nv <= 4) NORM_LAUNCH(4, E); \
-    else NORM_LAUNCH(8, E)
-        if (rows == 1) NORM_LAUNCH_NV(true);
-        else NORM_LAUNCH_NV(false);
+        int nv = (n4 + threads - 1) / threads;
+#define NORM_LAUNCH(NV, E, T) \
+    launch(c, k_rmsnorm4<NV, E, T>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
+#define NORM_LAUNCH_NV(E)                     \
+    if (nv <= 1) NORM_LAUNCH(1, E, 256);      \
+    else if (nv <= 2) NORM_LAUNCH(2, E, 256); \
+    else if (nv <= 4) NORM_LAUNCH(4, E, 256); \
+    else NORM_LAUNCH(8, E, 256)
+        if (rows == 1 && c->norm_wide && n4 > 2 * 256) {
+            /* A one-token row in one block of up to 1024 threads, one or
+             * two float4 each (n4 <= 2048 here). With 256 threads a 31B
+             * row is six float4 per thread, and a thread's work after the
+             * loads (scaling, the residual add, the 8-lane code shuffles of
+             * each float4, twice) is a dependent chain that two warps per
+             * scheduler cannot hide: the block ran ~4.3 us of a decode
+             * step's trace, 122 times a step (31B Q4_0 decode 159.4 ->
+             * 161.8 tok/s, bench/results/cuda-decode-small-2026-12-04.json).
+             * Same arithmetic per element; the block sums add more warp
+             * partials (last-bit differences). Rows of two float4 per
+             * thread or fewer (gemma4-1b, 1152) keep 256 threads: nothing
+             * to gain there, and the 1b q4_0 model's token-by-token check
+             * against its tiled prefill (tests/cuda/run.sh), which
+             * amplifies any change in summation order, moved from 2 to 6
+             * of 222 clear argmax positions with 288 threads. */
+            nv = n4 <= 1024 ? 1 : 2;
+            threads = ((n4 + nv - 1) / nv + 31) / 32 * 32;
+            if (nv == 1) NORM_LAUNCH(1, true, 1024);
+            else NORM_LAUNCH(2, true, 1024);
+        } else if (rows == 1) {
+            NORM_LAUNCH_NV(true);
+        } else {
+            NORM_LAUNCH_NV(false);
+        }
 #undef NORM_LAUNCH_NV
 #undef NORM_LAUNCH
         return xq != NULL;
@@ -739,12 +763,96 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
     head_norm_rope(v + (size_t)bid * d, NULL, d, eps, 0.0f, theta_scale, ff, false, row, sh);
 }
 
+/* k_qkv_norm_rope for heads of D = 256 or 512 values on 128 threads,
+ * everything that does not depend on the projections done before the
+ * grid dependency wait: the row's norm weights (no kernel writes them) and
+ * the rope's cos/sin (the position is the step buffer's, written before
+ * the step's first kernel). Thread t holds elements t + 128 e; pair j
+ * rotates elements j and j + D/2, both the same thread's (j = t + 128 p),
+ * so the rotation needs no shared row. Each block's wait then covers
+ * one round of loads and one block sum instead of a load of the weights
+ * after the sum and 127 (255) dependent multiplications for the last
+ * angles: the block ran ~4.7 us of a 31B decode step's trace, once per
+ * layer. The arithmetic of head_norm_rope, element for element and in
+ * the same order (sum of squares, then (x r) w, then the rotation). */
+template <int D>
+__global__ void __launch_bounds__(128)
+    k_qkv_norm_rope_e(float *q, const float *qw, float *k, const float *kw, float *v, int n, int nh, int kvh, float eps,
+                      const int *step, float theta_scale, const float *ff) {
+    CU_TRACE(CT_QKV_NORM_ROPE);
+    constexpr int E = D / 128, P = D / 256, HALF = D / 2;
+    const int t = threadIdx.x;
+    int bid = blockIdx.x, tok;
+    float *row;
+    const float *w;
+    bool rope = true;
+    if (bid < n * nh) {
+        row = q + (size_t)bid * D, w = qw, tok = bid / nh;
+    } else if ((bid -= n * nh) < n * kvh) {
+        row = k + (size_t)bid * D, w = kw, tok = bid / kvh;
+    } else {
+        bid -= n * kvh;
+        row = v + (size_t)bid * D, w = NULL, tok = 0, rope = false;
+    }
+    float we[E], cs[P], sn[P];
+#pragma unroll
+    for (int e = 0; e < E; e++) we[e] = w ? w[t + 128 * e] : 1.0f;
+    if (rope) {
+        const float pos = (float)(step[0] + tok);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int j = t + 128 * p;
+            float theta = pos;
+            for (int m = 0; m < j; m++) theta *= theta_scale;
+            const float a = ff ? theta / ff[j] : theta;
+            cs[p] = cosf(a), sn[p] = sinf(a);
+        }
+    }
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    __shared__ float sh[32];
+    float x[E];
+    float ss = 0;
+#pragma unroll
+    for (int e = 0; e < E; e++) x[e] = row[t + 128 * e];
+#pragma unroll
+    for (int e = 0; e < E; e++) ss += x[e] * x[e];
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int e = 0; e < E; e++) x[e] = w ? x[e] * r * we[e] : x[e] * r;
+    if (!rope) {
+#pragma unroll
+        for (int e = 0; e < E; e++) row[t + 128 * e] = x[e];
+        return;
+    }
+    /* element t + 128 p pairs with t + 128 p + HALF, i.e. x[p + P] */
+    static_assert(HALF == 128 * P, "pairs are the thread's own elements");
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const float x0 = x[p], x1 = x[p + P];
+        row[t + 128 * p] = x0 * cs[p] - x1 * sn[p];
+        row[t + 128 * p + HALF] = x0 * sn[p] + x1 * cs[p];
+    }
+}
+
 static void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                              int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
                              const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
     const float theta_scale = powf(base, -2.0f / (float)d);
+    if (c->qkv_early && (d == 256 || d == 512)) {
+#define QKV_E(D)                                                                                                       \
+    launch(c, k_qkv_norm_rope_e<D>, n * (n_head + 2 * n_kv_head), 128, 0, q->d, qw ? (const float *)qw->q : NULL, k->d, \
+           kw ? (const float *)kw->q : NULL, v->d, n, n_head, n_kv_head, eps, c->step, theta_scale,                       \
+           ff ? (const float *)ff->q : NULL)
+        if (d == 256) QKV_E(256);
+        else QKV_E(512);
+#undef QKV_E
+        LAUNCHED(c, "q/k/v norm+rope");
+        return;
+    }
     launch(c, k_qkv_norm_rope, n * (n_head + 2 * n_kv_head), 128, sizeof(float) * (size_t)d, 
         q->d, qw ? (const float *)qw->q : NULL, k->d, kw ? (const float *)kw->q : NULL, v->d, n, n_head, n_kv_head, d,
         eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
@@ -1088,6 +1196,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
     c->norm_cluster = env_is("GEM_CUDA_NORM_CLUSTER", "1");
+    c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
+    c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
     {
         /* the first wave of a one-token product starts over 8 steps of
          * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */

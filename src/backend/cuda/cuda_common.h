@@ -139,6 +139,8 @@ typedef struct {
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int norm_cluster; /* one-token norms on a cluster of blocks (k_rmsnorm_cl; GEM_CUDA_NORM_CLUSTER=1, opt-in) */
+    int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
+    int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -347,7 +349,9 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * launches) before it reads or writes anything, so all ordering is the
  * stream's; pdl_wait() then lets the next grid be scheduled. The one
  * exception reads only what no kernel writes (norm weights and scales:
- * k_rmsnorm4) or what a kernel two back or earlier wrote (cached keys and
+ * k_rmsnorm4; q/k norm weights, rope frequencies and the step buffer's
+ * position, written by set_step's copy before the step's first kernel:
+ * k_qkv_norm_rope_e; the position again: k_attn_combine_wide) or what a kernel two back or earlier wrote (cached keys and
  * values of earlier positions: k_attn_dec; the kernel two back has
  * completed once the previous one lets this one start).
  * GEM_CUDA_PDL=0 turns it off. */
