@@ -7,7 +7,7 @@
 # embedding unless a model is given. Run build/tests/cuda/cuda_ops first: a
 # variant is measured once it is correct.
 #   bench/cuda_trace_ab.sh VAR=VALUE [VAR=VALUE ...] [-- model.gguf]
-#   e.g. bench/cuda_trace_ab.sh GEM_CUDA_NORM_CLUSTER=1
+#   e.g. bench/cuda_trace_ab.sh GEM_CUDA_NORM_WIDE=0
 # Output: the traces' summaries, then one line per bench run.
 set -u
 cd "$(dirname "$0")/.."

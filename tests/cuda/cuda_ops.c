@@ -1166,7 +1166,6 @@ int main(void) {
     unsetenv("GEM_CUDA_MMH");
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_STAGGER");
-    unsetenv("GEM_CUDA_NORM_CLUSTER");
     unsetenv("GEM_CUDA_NORM_WIDE");
     unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
@@ -1191,12 +1190,6 @@ int main(void) {
     test_embed();
     test_norms(gpu);
     test_norm_handoff(gpu);
-    backend *gcl = variant("GEM_CUDA_NORM_CLUSTER", "1", &g);
-    if (gcl) {
-        test_norms(gcl);
-        test_norm_handoff(gcl);
-    }
-    variant_done(gcl);
     backend *gnw = variant("GEM_CUDA_NORM_WIDE", "0", &g);
     if (gnw) {
         test_norms(gnw);

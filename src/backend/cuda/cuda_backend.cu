@@ -5,9 +5,6 @@
  * caches in cuda_attention.cu. */
 #include "backend/cuda/cuda_common.h"
 
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-
 /* ------------------------------------------------------------------ */
 /* weights                                                             */
 
@@ -412,81 +409,6 @@ __global__ void __launch_bounds__(MAXT) k_rmsnorm4(const float *x, const float *
     }
 }
 
-/* ---- one row's norm on a cluster of blocks (one-token steps;
- * GEM_CUDA_NORM_CLUSTER=1, opt-in until measured) ----
- * k_rmsnorm4 gives a one-token step's row (5376 values for the 31B) to one
- * block of 256 threads: six float4 and their 8-bit codes per thread, two
- * block sums, one multiprocessor's load round; a decode trace shows each of
- * those launches adding ~4-5 us to the step, twice per layer
- * (bench/results/cuda-decode-trace-2026-12-03.json). Here a cluster of
- * NORM_CLUSTER blocks shares the row: each thread holds one float4, each
- * block a slice of whole 32-value blocks, and the sums of squares meet
- * through distributed shared memory: every block adds the blocks' partial
- * sums in rank order, so all blocks use the same total (the order differs
- * from k_rmsnorm4's block sum: a last-bit difference, within the per-op
- * bound against the CPU). The same stages as k_rmsnorm4: out = rmsnorm(x)
- * w, or out += rmsnorm(x) w times scale; then (w2 set) out2 = rmsnorm(out)
- * w2; the last output written gets its codes when xq is set. Weights and
- * the scale are read before pdl_wait (no kernel writes them). */
-#define NORM_CLUSTER 8
-
-/* The sum of v (equal in every thread of the block) over the cluster's
- * blocks, in rank order; slot is this stage's shared word. */
-__device__ __forceinline__ float cluster_sum(cg::cluster_group &cl, float v, float *slot, float *total) {
-    if (threadIdx.x == 0) *slot = v;
-    cl.sync();
-    if (threadIdx.x == 0) {
-        float t = 0;
-        for (unsigned r = 0; r < cl.num_blocks(); r++) t += *cl.map_shared_rank(slot, r);
-        *total = t;
-    }
-    __syncthreads();
-    return *total;
-}
-
-__global__ void __launch_bounds__(256)
-    k_rmsnorm_cl(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
-                 const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2, int per,
-                 int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
-    CU_TRACE(CT_RMSNORM_CL);
-    cg::cluster_group cl = cg::this_cluster();
-    const int n4 = width / 4, idx = (int)cl.block_rank() * per + (int)threadIdx.x;
-    const bool in = (int)threadIdx.x < per && idx < n4;
-    const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
-    const float4 we = in && w ? ((const float4 *)w)[idx] : one, w2e = in && w2 ? ((const float4 *)w2)[idx] : one;
-    const float sc = add && scale ? scale[0] : 1.0f;
-    pdl_wait();
-    CU_TRACE_RELEASED();
-    __shared__ float sh[32], slot[2], total;
-    const float4 v = in ? ((const float4 *)x)[idx] : zero;
-    const float4 ov = add && in ? ((const float4 *)out)[idx] : zero;
-    const float r = 1.0f / sqrtf(cluster_sum(cl, block_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w, sh), &slot[0],
-                                             &total) / (float)width + eps);
-    float4 t;
-    /* (x r) w as k_rmsnorm4 computes it; with no weight, x r */
-    t.x = w ? v.x * r * we.x : v.x * r;
-    t.y = w ? v.y * r * we.y : v.y * r;
-    t.z = w ? v.z * r * we.z : v.z * r;
-    t.w = w ? v.w * r * we.w : v.w * r;
-    if (add) {
-        t.x = ov.x + t.x, t.y = ov.y + t.y, t.z = ov.z + t.z, t.w = ov.w + t.w;
-        if (scale) t.x *= sc, t.y *= sc, t.z *= sc, t.w *= sc;
-    }
-    if (in) ((float4 *)out)[idx] = t;
-    else t = zero;
-    /* every lane of a warp takes part in the code shuffles (slices are
-     * whole 32-value blocks: 8 lanes each) */
-    if (xq && !w2) quantize_block8(t, idx / 8, xq, xd, xs, in);
-    if (w2) {
-        const float r2 = 1.0f / sqrtf(cluster_sum(cl, block_sum(t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w, sh),
-                                                  &slot[1], &total) / (float)width + eps);
-        const float4 t2 = make_float4(t.x * r2 * w2e.x, t.y * r2 * w2e.y, t.z * r2 * w2e.z, t.w * r2 * w2e.w);
-        if (in) ((float4 *)out2)[idx] = t2;
-        if (xq) quantize_block8(t2, idx / 8, xq, xd, xs, in);
-    }
-    cl.sync(); /* no block leaves while another may still read its slots */
-}
-
 __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, float *out, int add, const float *scale) {
     CU_TRACE(CT_RMSNORM);
     pdl_wait();
@@ -523,15 +445,6 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
             xq = (int8_t *)c->xq.p;
             xd = (float *)c->xd.p;
             xs = (int *)c->xs.p;
-        }
-        if (rows == 1 && c->norm_cluster) {
-            /* a slice of whole 32-value blocks (8 float4) per block */
-            const int per = ((n4 + NORM_CLUSTER - 1) / NORM_CLUSTER + 7) & ~7;
-            if (per <= 256) {
-                launch_cluster(c, NORM_CLUSTER, k_rmsnorm_cl, NORM_CLUSTER, (per + 31) & ~31, 0, x, w, width, eps, out,
-                               add, scale, w2, out2, per, xq, xd, xs);
-                return xq != NULL;
-            }
         }
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
@@ -1195,7 +1108,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
-    c->norm_cluster = env_is("GEM_CUDA_NORM_CLUSTER", "1");
     c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
     c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
     {

@@ -138,7 +138,6 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int norm_cluster; /* one-token norms on a cluster of blocks (k_rmsnorm_cl; GEM_CUDA_NORM_CLUSTER=1, opt-in) */
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int n_sm;         /* multiprocessors of the device */
@@ -238,12 +237,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_RMSNORM_CL, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,rmsnorm_cl"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -299,28 +298,20 @@ static inline void cu_trace_bind(cuda_backend *c) {
 static inline void cu_trace_bind(cuda_backend *c) { (void)c; }
 #endif
 
-/* Launches on the backend's stream (see pdl_wait); launch_cluster groups
- * the blocks in clusters of `cluster` along x (0: none). */
+/* Launches on the backend's stream (see pdl_wait). */
 template <typename... P, typename... A>
-static inline void launch_cluster(cuda_backend *c, unsigned cluster, void (*kern)(P...), dim3 grid, dim3 block,
-                                  size_t smem, A &&...args) {
+static inline void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
     cu_trace_bind(c);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = c->st;
-    cudaLaunchAttribute at[2] = {};
+    cudaLaunchAttribute at[1] = {};
     unsigned n = 0;
     if (c->pdl) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster) {
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = cluster;
-        at[n].val.clusterDim.y = 1;
-        at[n++].val.clusterDim.z = 1;
     }
     cfg.attrs = at;
     cfg.numAttrs = n;
@@ -330,10 +321,6 @@ static inline void launch_cluster(cuda_backend *c, unsigned cluster, void (*kern
     }
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
     if (e != cudaSuccess) cu_check(c, e, "kernel launch");
-}
-template <typename... P, typename... A>
-static inline void launch(cuda_backend *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
-    launch_cluster(c, 0, kern, grid, block, smem, std::forward<A>(args)...);
 }
 
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
