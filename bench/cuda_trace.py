@@ -48,13 +48,16 @@ def launches(kinds, recs):
     # first replay, so one id holds the blocks of many launches: the k-th
     # newest record of each block index belongs to the k-th newest launch
     # (launches of one graph node never overlap in time). Counting from the
-    # newest keeps the launches the ring cut short at the oldest end.
+    # newest keeps the launches the ring cut short at the oldest end. The
+    # key also holds the kind and the grid size, so ids reused by other
+    # launches (another graph, a later capture) never merge two kernels.
     by_launch = collections.defaultdict(list)
     seen = collections.Counter()
     for r in sorted(recs, key=lambda r: -r[0]):
-        k = seen[(r[3], r[5])]
-        seen[(r[3], r[5])] += 1
-        by_launch[(r[3], k)].append(r)
+        key = (r[3], r[4], r[6], r[5])
+        k = seen[key]
+        seen[key] += 1
+        by_launch[(r[3], r[4], r[6], k)].append(r)
     out = []
     for rs in by_launch.values():
         blocks = rs[0][6]

@@ -85,10 +85,12 @@ struct backend {
                          float theta, const be_weight *freq_factors);
     /* Optional (NULL: three calls): rmsnorm_rope of q (weight qw, n_head
      * heads) and of k (kw, n_kv_head heads), and the weightless rmsnorm of
-     * every v head, in one launch on a GPU; the same results. */
-    void (*qkv_norm_rope)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v, int n,
-                          int n_head, int n_kv_head, int head_dim, float eps, int pos0, float theta,
-                          const be_weight *freq_factors);
+     * every v head, in one launch on a GPU; the same results. v_from_k (K
+     * as V): v's input is k's raw rows, read before k is rewritten; v's
+     * contents on entry are not read. */
+    void (*qkv_norm_rope)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                          int v_from_k, int n, int n_head, int n_kv_head, int head_dim, float eps, int pos0,
+                          float theta, const be_weight *freq_factors);
     void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
     void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
 

@@ -152,12 +152,12 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         const be_weight *W[3] = {l->q, l->k, l->v};
         be_buf *O[3] = {s->q, s->k, s->v};
         b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
-        if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
         const float theta = g->is_full ? 1e6f : 1e4f;
         const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
-        if (b->qkv_norm_rope) {
-            b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, n, nh, kvh, d, EPS, pos0, theta, ff);
+        if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */
+            b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
         } else {
+            if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
             b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
             b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
             b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);

@@ -4,8 +4,9 @@
 # of known kernels and times; the last complete step is laid out with its
 # exact duration, per-kernel start / wait / run / added times, per-kind
 # totals and a product's per-microsecond waves; a launch cut by the ring is
-# left out, also when a graph's replays reuse their grid ids; a file that is not a trace and a trace without a complete step
-# are refused with their reasons. Also: the kind names that trace files
+# left out, also when a graph's replays reuse their grid ids and the cut
+# falls inside a replayed step; a file that is not a trace and a trace
+# without a complete step are refused with their reasons. Also: the kind names that trace files
 # carry (CT_NAMES) match the CT_* enumeration, in order.
 pass=0 fail=0
 tmp=$(mktemp -d)
@@ -47,15 +48,20 @@ step = [("embed", 1, 3000), ("rmsnorm4", 1, 3000), ("mv_q", 2048, 15000), ("attn
 write(tmp + "/t.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10)
 # the same, the steps after the first replayed from a graph
 write(tmp + "/replay.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10, replay=len(step))
+# replayed, the ring cut inside the second step (a replay): its embed, norm
+# and the first 100 blocks of its 2048-block product are gone
+first = 5376 + sum(b for _, b, _ in step)
+write(tmp + "/replaycut.bin", [("mv_q", 5376, 30000)] + step * 3, cut=first + 2 + 100, replay=len(step))
 write(tmp + "/nostep.bin", [("mv_q", 2048, 15000)] * 3)
 open(tmp + "/other.bin", "wb").write(b"GGUF\x03\x00\x00\x00")
 PY
 
-for t in t replay; do
+for t in t replay replaycut; do
     python3 bench/cuda_trace.py "$tmp/$t.bin" --waves mv_q:2048 >"$tmp/out" 2>&1 && ok || bad "cuda_trace.py $t exited $?: $(cat "$tmp/out")"
     expect() { grep -qF -- "$1" "$tmp/out" && ok || bad "$t: missing: $1"; }
-    # 3 steps of 7 launches complete; the cut launch is not
-    expect "21 complete launches"
+    # 3 steps of 7 launches complete; the cut launch is not (replaycut: the
+    # second step's last 4 and the third step)
+    if [ $t = replaycut ]; then expect "11 complete launches"; else expect "21 complete launches"; fi
     # a launch of d us: released 0.5 us after its start, the next starts at
     # 0.5 + d; a one-block launch ends d / 3 after release (its block 0): the
     # step's last launch starts at 60 us and ends at 61.5

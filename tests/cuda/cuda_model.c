@@ -1,6 +1,9 @@
 /* Model-level CUDA checks (make test-cuda): the same GGUF through the engine
  * on the CPU fast path and on the GPU.
- *   cuda_model FILE PROMPT_LEN GEN strict|int8
+ *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16]
+ * kv-f16: the GPU's caches hold f16 entries (--kv-type f16: k_attn_tc for
+ * one-token steps), keys and values rounded to 11 bits; checked with the
+ * int8 criteria.
  * strict (f32/f16/bf16 weights: f32 arithmetic everywhere, only the
  * summation order differs; random weights amplify that per layer: measured
  * 6e-6 after 6 layers, 5e-5 after 18, 4e-3 after 48):
@@ -29,6 +32,8 @@
 #include "model/gemma4.h"
 #include "test.h"
 
+static int kv_f16; /* set once from argv before any session opens */
+
 static gem_session *open_session(const char *path, const char *backend, int tile, gem_engine **e) {
     gem_err err;
     gem_engine_opts o;
@@ -38,6 +43,7 @@ static gem_session *open_session(const char *path, const char *backend, int tile
     o.threads = 0;
     o.n_ctx = 1024;
     o.tile = tile;
+    o.kv_f16 = kv_f16 && !strcmp(backend, "cuda");
     *e = gem_engine_open(&o, &err);
     if (!*e) {
         fprintf(stderr, "%s: %s\n", backend, err.msg);
@@ -66,10 +72,11 @@ static float margin(const float *l) {
 #define TIE 0.1f
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8\n");
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "kv-f16"))) {
+        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16]\n");
         return 2;
     }
+    kv_f16 = argc == 6;
     const char *path = argv[1];
     const int n = atoi(argv[2]), gen = atoi(argv[3]), strict = !strcmp(argv[4], "strict");
     const size_t V = GEMMA4_N_VOCAB;

@@ -188,16 +188,16 @@ static void test_embed(void) {
 }
 
 /* g: the default backend (single rows wider than 2048 on one block of up
- * to 1024 threads, one float4 each up to width 4096, two above: 3840 on
- * 960 threads, 5376 on 672, 8192 on 1024), the 256-thread one-token norms
- * (GEM_CUDA_NORM_WIDE=0: six float4 per thread for 5376) or the one-token
- * norms on clusters of blocks (GEM_CUDA_NORM_CLUSTER=1, k_rmsnorm_cl:
- * single rows of widths 256 to 8192 in eight slices of a multiple of 8
- * float4; 1152: the last slice holds 8 of its 40) */
+ * to 1024 threads, one float4 each up to width 4096, two above: 2080 on
+ * 544 threads (the last warp holds 8 of its 32 float4), 3840 on 960, 4160
+ * on 544 (two float4 each, the second round partial), 5376 on 672, 8192
+ * on 1024) or the 256-thread one-token norms (GEM_CUDA_NORM_WIDE=0: six
+ * float4 per thread for 5376) */
 static void test_norms(backend *g) {
     /* 1002: not a multiple of 4, the plain kernel */
     const int shapes[][2] = {{1, 5376}, {7, 256},  {64, 512}, {3, 1536}, {2, 1002},
-                             {1, 3840}, {1, 1536}, {1, 1152}, {1, 256}, {1, 8192}};
+                             {1, 3840}, {1, 1536}, {1, 1152}, {1, 256}, {1, 8192},
+                             {1, 2080}, {1, 4160}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rows = shapes[s][0], width = shapes[s][1];
         const size_t n = (size_t)rows * width;
@@ -286,9 +286,12 @@ static void test_elementwise(void) {
  * k_qkv_norm_rope_e) or GEM_CUDA_QKV_EARLY=0 (k_qkv_norm_rope) */
 static void test_rope(backend *gr) {
     const int pos0s[] = {0, 37, 131000};
-    for (int full = 0; full < 2; full++)
+    /* mode 0: sliding (head 256, no factors); 1: full (head 512, theta
+     * 1e6, rope_freqs' factors); 2: head 512 and theta 1e6 without factors
+     * (every pair rotates: the early kernel's angles for j >= 64 too) */
+    for (int mode = 0; mode < 3; mode++)
         for (int p = 0; p < 3; p++) {
-            const int n = 5, heads = 6, d = full ? 512 : 256;
+            const int full = mode > 0, n = 5, heads = 6, d = full ? 512 : 256;
             const size_t len = (size_t)n * heads * d;
             tensor ff = make_tensor(QT_F32, d / 2, 1);
             for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < 64 ? 1.0f : 1e30f; /* as rope_freqs */
@@ -299,45 +302,54 @@ static void test_rope(backend *gr) {
             if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos0s[p]);
             gr->set_step(gr, ids, n, pos0s[p]); /* this backend's step buffer */
             be_buf *xc = put(cpu_ref, x, len), *xg = put(gr, x, len);
-            cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
-            gr->rope(gr, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fc : NULL);
+            gr->rope(gr, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
             float *a = get(gr, xg, len), *b = get(cpu_ref, xc, len);
             /* cos/sin of arguments up to 1.3e5 rad: both libraries reduce
              * exactly, results differ by an ulp of the value */
-            CHECKF(close_enough("rope", a, b, len, 1e-5, 2e-5), "rope full=%d pos0=%d", full, pos0s[p]);
+            CHECKF(close_enough("rope", a, b, len, 1e-5, 2e-5), "rope mode=%d pos0=%d", mode, pos0s[p]);
             free(a), free(b);
             /* the fused q/k path: per-head rmsnorm (weighted) then rope */
             tensor nw = make_tensor(QT_F32, d, 1);
             be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gr->weight(gr, &nw.t, &err);
             cpu_ref->upload(cpu_ref, xc, 0, x, len);
             gr->upload(gr, xg, 0, x, len);
-            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fc : NULL);
-            gr->rmsnorm_rope(gr, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fc : NULL);
+            gr->rmsnorm_rope(gr, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
             a = get(gr, xg, len), b = get(cpu_ref, xc, len);
-            CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope full=%d pos0=%d", full, pos0s[p]);
+            CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope mode=%d pos0=%d", mode, pos0s[p]);
             free(a), free(b);
-            /* the q/k/v launch: q = these 6 heads, k = the first 2 heads'
-             * worth of rows, v likewise; against the separate calls */
-            {
+            /* the q/k/v launch: q = these 6 heads (weight ng), k = the first
+             * 2 heads' worth of rows (another weight, kg), v likewise or, with
+             * K as V, k's raw rows; against the separate calls */
+            tensor kn = make_tensor(QT_F32, d, 1);
+            be_weight *kg = gr->weight(gr, &kn.t, &err);
+            for (int kasv = 0; kasv < 2; kasv++) {
                 const int kvh = 2;
                 const size_t klen = (size_t)n * kvh * d;
-                be_buf *q1 = put(gr, x, len), *k1 = put(gr, x, klen), *v1 = put(gr, x + klen, klen);
-                be_buf *q2 = put(gr, x, len), *k2 = put(gr, x, klen), *v2 = put(gr, x + klen, klen);
-                gr->qkv_norm_rope(gr, q1, ng, k1, ng, v1, n, heads, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f,
-                                   full ? fg : NULL);
-                gr->rmsnorm_rope(gr, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
-                gr->rmsnorm_rope(gr, k2, ng, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, full ? fg : NULL);
+                const float *vsrc = kasv ? x : x + klen;
+                be_buf *q1 = put(gr, x, len), *k1 = put(gr, x, klen), *v1 = put(gr, x + len - klen, klen);
+                be_buf *q2 = put(gr, x, len), *k2 = put(gr, x, klen), *v2 = put(gr, vsrc, klen);
+                if (!kasv) gr->upload(gr, v1, 0, vsrc, klen);
+                gr->qkv_norm_rope(gr, q1, ng, k1, kg, v1, kasv, n, heads, kvh, d, 1e-6f, pos0s[p],
+                                   full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
+                gr->rmsnorm_rope(gr, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
+                gr->rmsnorm_rope(gr, k2, kg, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
                 gr->rmsnorm(gr, v2, NULL, n * kvh, d, 1e-6f, v2);
                 float *a1 = get(gr, q1, len), *a2 = get(gr, q2, len), *b1 = get(gr, k1, klen), *b2 = get(gr, k2, klen);
                 float *c1 = get(gr, v1, klen), *c2 = get(gr, v2, klen);
-                /* q and k: the same code, exactly; v: another summation order */
+                /* q and k: the same code, exactly; v: another summation
+                 * order (K as V: v1 started as other data, so every
+                 * element was written) */
                 CHECKF(close_enough("qkv q", a1, a2, len, 0, 0) && close_enough("qkv k", b1, b2, klen, 0, 0) &&
                            close_enough("qkv v", c1, c2, klen, 1e-6, 1e-6),
-                       "qkv_norm_rope full=%d pos0=%d", full, pos0s[p]);
+                       "qkv_norm_rope mode=%d pos0=%d k_as_v=%d", mode, pos0s[p], kasv);
                 free(a1), free(a2), free(b1), free(b2), free(c1), free(c2);
                 be_buf *bb[] = {q1, k1, v1, q2, k2, v2};
                 for (int i = 0; i < 6; i++) gr->buf_free(gr, bb[i]);
             }
+            gr->weight_free(gr, kg);
+            free_tensor(&kn);
             free(x);
             cpu_ref->weight_free(cpu_ref, nc), gr->weight_free(gr, ng);
             free_tensor(&nw);
@@ -604,14 +616,17 @@ static void test_geglu_f16(void) {
 }
 
 /* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
- * for the output projection: a one-token step at depth 100 (4 splits with keys) and the
- * product of its output equal the product of a copy (own codes). */
-static void test_wide_handoff(backend *gb) {
+ * for the output projection: a one-token step at depth 100 and the product
+ * of its output equal the product of a copy (own codes). gb and window:
+ * f32 caches, full (gpu: the staged k_attn_dec's partials, 4 splits with
+ * keys), or f16 caches with a sliding window of 64 in a ring of 64
+ * (gpu_f16: k_attn_tc's, 2 splits with keys). */
+static void test_wide_handoff(backend *gb, int window) {
     const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
     tensor W = make_tensor(QT_Q4_0, K, 128);
     gem_err err;
     be_weight *wg = gb->weight(gb, &W.t, &err);
-    be_kv *kv = gb->kv_new(gb, kvh, d, 512, 0, &err);
+    be_kv *kv = gb->kv_new(gb, kvh, d, window ? window : 512, window > 0, &err);
     int32_t ids[100] = {0};
     for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
         const int pos = n == depth ? 0 : depth;
@@ -620,14 +635,14 @@ static void test_wide_handoff(backend *gb) {
         be_buf *att = put(gb, NULL, (size_t)n * K), *copy = put(gb, NULL, (size_t)n * K);
         be_buf *o1 = put(gb, NULL, (size_t)n * 128), *o2 = put(gb, NULL, (size_t)n * 128);
         gb->set_step(gb, ids, n, pos);
-        gb->attention(gb, qg, kg, vg, kv, n, pos, nh, kvh, d, 0, att);
+        gb->attention(gb, qg, kg, vg, kv, n, pos, nh, kvh, d, window, att);
         if (n == 1) {
             gb->matmul(gb, wg, att, n, o1);
             gb->copy(gb, att, 0, copy, 0, (size_t)n * K);
             gb->matmul(gb, wg, copy, n, o2);
             float *r1 = get(gb, o1, (size_t)n * 128), *r2 = get(gb, o2, (size_t)n * 128);
-            CHECKF(close_enough("wide combine handoff", r1, r2, (size_t)n * 128, 0, 0), "wide combine -> matmul at depth %d",
-                   depth);
+            CHECKF(close_enough("combine handoff", r1, r2, (size_t)n * 128, 0, 0),
+                   "combine -> matmul at depth %d, window %d", depth, window);
             free(r1), free(r2);
         }
         free(q), free(k), free(v);
@@ -1061,14 +1076,14 @@ static void test_graph(void) {
 /* The codes a norm leaves for the next product equal those the product
  * makes of a copy of its input itself (bit for bit: the same codes, the
  * same kernel); g: as in test_norms. The plain norm and the fused residual
- * add + norm (its second stage writes the codes), K 1024, 1152 (eight
- * cluster slices of 40 float4: the last one holds 8) and the 31B's 5376,
- * one token and a tile. */
+ * add + norm (its second stage writes the codes), K 1024, 1152, 3840 (12B),
+ * 4160 (one-token row on a partial second round of float4) and the 31B's
+ * 5376, one token and a tile. */
 static void test_norm_handoff(backend *g) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int Ks[] = {1024, 1152, 5376};
+    const int Ks[] = {1024, 1152, 3840, 4160, 5376};
     for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < 3; ki++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
             for (int n = 1; n <= 300; n += 299)
                 for (int fused = 0; fused < 2; fused++) {
                     const int K = Ks[ki];
@@ -1235,7 +1250,8 @@ int main(void) {
     progress("attention");
     test_attention_deep();
     progress("deep one-token attention");
-    test_wide_handoff(gpu);
+    test_wide_handoff(gpu, 0);
+    if (gpu_f16) test_wide_handoff(gpu_f16, 64);
     test_argmax();
     test_topk();
     test_graph();

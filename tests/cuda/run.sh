@@ -3,7 +3,7 @@
 # with an NVIDIA GPU. Op-level checks (build/tests/cuda/cuda_ops), then the
 # model-level checks of cuda_model on synthetic models: the tiny profile in
 # q8_0, q4_0, f32 and f16, gemma4-1b in f32 and q4_0 (prompts of three
-# sliding windows and more), and synthetic gemma4-12b in f16 and q4_0
+# sliding windows and more), the tiny and 1b f32 models with f16 caches, and synthetic gemma4-12b in f16 and q4_0
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
 # (tests/model/test_demo.sh with BACKEND=cuda); the demo model and the 1b
@@ -42,12 +42,14 @@ done
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
+# kv-f16: f16 caches (k_attn_tc for one-token steps), with the int8
+# criteria (keys and values rounded to 11 bits)
 for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 4 strict" "1b f32 5 strict" \
-            "1b q4_0 6 int8"; do
+            "1b q4_0 6 int8" "tiny f32 3 int8 kv-f16" "1b f32 5 int8 kv-f16"; do
     set -- $spec
     ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
     if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
-    run_model "cuda_model $1 $2" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+    run_model "cuda_model $1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" ${5:-}
     [ "$1 $2" = "1b q4_0" ] &&
         run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
             build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"

@@ -322,8 +322,9 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
  * step's norm is one round of loads and two block sums instead of four
  * dependent rounds (31B Q4_0 decode 133.7 -> 144.4 tok/s with k_attn_dec,
  * bench/results/cuda-variants-2026-12-03c.json). Prefill rows keep the
- * weights out of registers (k_rmsnorm4<8> needs 161 registers with them,
- * 96 without: half the blocks per multiprocessor). The residual is read
+ * weights out of registers (k_rmsnorm4<8> needs 160 registers with them,
+ * 106 without, nvcc 13 --resource-usage: one block of 256 threads per
+ * multiprocessor instead of two). The residual is read
  * with the input either way. */
 template <int NV, bool EARLY, int MAXT = 256>
 __global__ void __launch_bounds__(MAXT) k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
@@ -615,8 +616,9 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
  * that of k_rmsnorm and k_rope. */
 /* rmsnorm (+ rope when rope) of one head row v of d values, by the block;
  * the arithmetic of k_rmsnorm and k_rope. */
+/* vn (rope only): also gets the row normalised without weight (K as V) */
 __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, float eps, float pos, float theta_scale,
-                                               const float *ff, bool rope, float *row, float *sh) {
+                                               const float *ff, bool rope, float *row, float *sh, float *vn) {
     const int half = d / 2;
     float ss = 0;
     for (int k = threadIdx.x; k < d; k += blockDim.x) ss += v[k] * v[k];
@@ -626,7 +628,10 @@ __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, 
         for (int k = threadIdx.x; k < d; k += blockDim.x) v[k] = w ? v[k] * r * w[k] : v[k] * r;
         return;
     }
-    for (int k = threadIdx.x; k < d; k += blockDim.x) row[k] = w ? v[k] * r * w[k] : v[k] * r;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        if (vn) vn[k] = v[k] * r; /* as the !rope branch's weightless row */
+        row[k] = w ? v[k] * r * w[k] : v[k] * r;
+    }
     __syncthreads();
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         float theta = pos;
@@ -648,14 +653,19 @@ __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float
     extern __shared__ float row[];
     __shared__ float sh[32];
     const int i = blockIdx.x / heads;
-    head_norm_rope(x + (size_t)blockIdx.x * d, w, d, eps, (float)(step[0] + i), theta_scale, ff, true, row, sh);
+    head_norm_rope(x + (size_t)blockIdx.x * d, w, d, eps, (float)(step[0] + i), theta_scale, ff, true, row, sh, NULL);
 }
 
 /* The q, k and v rows of a layer in one launch: blocks [0, n nh) take q
  * rows (weight qw, rope), the next n kvh k rows (weight kw, rope), the last
- * n kvh v rows (no weight, no rope). */
-__global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int n, int nh, int kvh,
-                                int d, float eps, const int *step, float theta_scale, const float *ff) {
+ * n kvh v rows (no weight, no rope). K as V (v_from_k): no v blocks; each k
+ * block writes its raw row normalised without weight to v before the
+ * rope, in place of a copy of the raw projection to v (a copy node, which
+ * also cut the launch overlap before this kernel: full layers' q/k/v
+ * kernel ran ~6 us of a 31B decode step's trace against ~1.7 us on
+ * sliding layers). */
+__global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int v_from_k, int n,
+                                int nh, int kvh, int d, float eps, const int *step, float theta_scale, const float *ff) {
     CU_TRACE(CT_QKV_NORM_ROPE);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -664,16 +674,17 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
     int bid = blockIdx.x;
     const int pos0 = step[0];
     if (bid < n * nh) {
-        head_norm_rope(q + (size_t)bid * d, qw, d, eps, (float)(pos0 + bid / nh), theta_scale, ff, true, row, sh);
+        head_norm_rope(q + (size_t)bid * d, qw, d, eps, (float)(pos0 + bid / nh), theta_scale, ff, true, row, sh, NULL);
         return;
     }
     bid -= n * nh;
     if (bid < n * kvh) {
-        head_norm_rope(k + (size_t)bid * d, kw, d, eps, (float)(pos0 + bid / kvh), theta_scale, ff, true, row, sh);
+        head_norm_rope(k + (size_t)bid * d, kw, d, eps, (float)(pos0 + bid / kvh), theta_scale, ff, true, row, sh,
+                       v_from_k ? v + (size_t)bid * d : NULL);
         return;
     }
     bid -= n * kvh;
-    head_norm_rope(v + (size_t)bid * d, NULL, d, eps, 0.0f, theta_scale, ff, false, row, sh);
+    head_norm_rope(v + (size_t)bid * d, NULL, d, eps, 0.0f, theta_scale, ff, false, row, sh, NULL);
 }
 
 /* k_qkv_norm_rope for heads of D = 256 or 512 values on 128 threads,
@@ -687,22 +698,24 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
  * after the sum and 127 (255) dependent multiplications for the last
  * angles: the block ran ~4.7 us of a 31B decode step's trace, once per
  * layer. The arithmetic of head_norm_rope, element for element and in
- * the same order (sum of squares, then (x r) w, then the rotation). */
+ * the same order (sum of squares, then (x r) w, then the rotation; K as V
+ * as in k_qkv_norm_rope). */
 template <int D>
 __global__ void __launch_bounds__(128)
-    k_qkv_norm_rope_e(float *q, const float *qw, float *k, const float *kw, float *v, int n, int nh, int kvh, float eps,
-                      const int *step, float theta_scale, const float *ff) {
+    k_qkv_norm_rope_e(float *q, const float *qw, float *k, const float *kw, float *v, int v_from_k, int n, int nh,
+                      int kvh, float eps, const int *step, float theta_scale, const float *ff) {
     CU_TRACE(CT_QKV_NORM_ROPE);
     constexpr int E = D / 128, P = D / 256, HALF = D / 2;
     const int t = threadIdx.x;
     int bid = blockIdx.x, tok;
-    float *row;
+    float *row, *vn = NULL;
     const float *w;
     bool rope = true;
     if (bid < n * nh) {
         row = q + (size_t)bid * D, w = qw, tok = bid / nh;
     } else if ((bid -= n * nh) < n * kvh) {
         row = k + (size_t)bid * D, w = kw, tok = bid / kvh;
+        if (v_from_k) vn = v + (size_t)bid * D;
     } else {
         bid -= n * kvh;
         row = v + (size_t)bid * D, w = NULL, tok = 0, rope = false;
@@ -732,6 +745,10 @@ __global__ void __launch_bounds__(128)
     for (int e = 0; e < E; e++) ss += x[e] * x[e];
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    if (vn) {
+#pragma unroll
+        for (int e = 0; e < E; e++) vn[t + 128 * e] = x[e] * r;
+    }
 #pragma unroll
     for (int e = 0; e < E; e++) x[e] = w ? x[e] * r * we[e] : x[e] * r;
     if (!rope) {
@@ -750,15 +767,16 @@ __global__ void __launch_bounds__(128)
 }
 
 static void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
-                             int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
+                             int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
                              const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
     const float theta_scale = powf(base, -2.0f / (float)d);
+    const int blocks = n * (n_head + (v_from_k ? 1 : 2) * n_kv_head);
     if (c->qkv_early && (d == 256 || d == 512)) {
 #define QKV_E(D)                                                                                                       \
-    launch(c, k_qkv_norm_rope_e<D>, n * (n_head + 2 * n_kv_head), 128, 0, q->d, qw ? (const float *)qw->q : NULL, k->d, \
-           kw ? (const float *)kw->q : NULL, v->d, n, n_head, n_kv_head, eps, c->step, theta_scale,                       \
+    launch(c, k_qkv_norm_rope_e<D>, blocks, 128, 0, q->d, qw ? (const float *)qw->q : NULL, k->d,                      \
+           kw ? (const float *)kw->q : NULL, v->d, v_from_k, n, n_head, n_kv_head, eps, c->step, theta_scale,             \
            ff ? (const float *)ff->q : NULL)
         if (d == 256) QKV_E(256);
         else QKV_E(512);
@@ -766,9 +784,9 @@ static void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf 
         LAUNCHED(c, "q/k/v norm+rope");
         return;
     }
-    launch(c, k_qkv_norm_rope, n * (n_head + 2 * n_kv_head), 128, sizeof(float) * (size_t)d, 
-        q->d, qw ? (const float *)qw->q : NULL, k->d, kw ? (const float *)kw->q : NULL, v->d, n, n_head, n_kv_head, d,
-        eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
+    launch(c, k_qkv_norm_rope, blocks, 128, sizeof(float) * (size_t)d, q->d, qw ? (const float *)qw->q : NULL, k->d,
+           kw ? (const float *)kw->q : NULL, v->d, v_from_k, n, n_head, n_kv_head, d, eps, c->step, theta_scale,
+           ff ? (const float *)ff->q : NULL);
     LAUNCHED(c, "q/k/v norm+rope");
 }
 

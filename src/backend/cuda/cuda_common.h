@@ -334,13 +334,16 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * starts with pdl_wait() (griddepcontrol.wait returns once the previous
  * grid has completed and its memory is visible; a no-op for plain
  * launches) before it reads or writes anything, so all ordering is the
- * stream's; pdl_wait() then lets the next grid be scheduled. The one
- * exception reads only what no kernel writes (norm weights and scales:
- * k_rmsnorm4; q/k norm weights, rope frequencies and the step buffer's
- * position, written by set_step's copy before the step's first kernel:
- * k_qkv_norm_rope_e; the position again: k_attn_combine_wide) or what a kernel two back or earlier wrote (cached keys and
- * values of earlier positions: k_attn_dec; the kernel two back has
- * completed once the previous one lets this one start).
+ * stream's; pdl_wait() then lets the next grid be scheduled. Exceptions,
+ * each reading before the wait only what no kernel of the step writes or
+ * what a kernel two back or earlier wrote (it has completed once the
+ * previous one lets this one start):
+ *   k_rmsnorm4 (EARLY): norm weights and the layer scale;
+ *   k_qkv_norm_rope_e: q/k norm weights, rope frequencies and the step
+ *     buffer's position (set_step's copy precedes the step's first kernel);
+ *   k_attn_combine_wide: the step buffer's position;
+ *   k_attn_dec, k_attn_tc: the position and cached keys and values of
+ *     earlier positions.
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
