@@ -87,7 +87,7 @@ struct backend {
      * heads) and of k (kw, n_kv_head heads), and the weightless rmsnorm of
      * every v head, in one launch on a GPU; the same results. v_from_k (K
      * as V): v's input is k's raw rows, read before k is rewritten; v's
-     * contents on entry are not read. */
+     * contents on entry are not read, and v must not alias k. */
     void (*qkv_norm_rope)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                           int v_from_k, int n, int n_head, int n_kv_head, int head_dim, float eps, int pos0,
                           float theta, const be_weight *freq_factors);

@@ -4,10 +4,11 @@
 # of known kernels and times; the last complete step is laid out with its
 # exact duration, per-kernel start / wait / run / added times, per-kind
 # totals and a product's per-microsecond waves; a launch cut by the ring is
-# left out, also when a graph's replays reuse their grid ids and the cut
-# falls inside a replayed step; a file that is not a trace and a trace
-# without a complete step are refused with their reasons. Also: the kind names that trace files
-# carry (CT_NAMES) match the CT_* enumeration, in order.
+# left out, also when a graph's replays reuse their grid ids, when the cut
+# falls inside a replayed step and when the replays run under ids other
+# kernels had; a file that is not a trace and a trace without a complete
+# step are refused with their reasons. Also: the kind names that trace
+# files carry (CT_NAMES) match the CT_* enumeration, in order.
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,11 +27,11 @@ if names != want:
 K = {k: i for i, k in enumerate(names)}
 CAP = 1 << 21
 
-def write(path, launches, cut=0, replay=0):
+def write(path, launches, cut=0, replay=0, shift=0):
     recs, t, gid = [], 1_000_000, 1
     for i, (kind, blocks, dur) in enumerate(launches):
         if replay and i > replay:  # a graph's replays: its launches' grid ids again
-            gid = 2 + (i - 1) % replay
+            gid = 2 + (i - 1 + shift) % replay  # shift: ids another kernel had before
         for b in range(blocks):  # thirds of the blocks end at dur/3, 2dur/3, dur after release
             recs.append((t, t + 500, t + 500 + dur * (1 + b % 3) // 3, gid, K[kind], b, blocks, b % 132))
         t, gid = t + 500 + dur, gid + 1
@@ -52,11 +53,14 @@ write(tmp + "/replay.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10, replay=le
 # and the first 100 blocks of its 2048-block product are gone
 first = 5376 + sum(b for _, b, _ in step)
 write(tmp + "/replaycut.bin", [("mv_q", 5376, 30000)] + step * 3, cut=first + 2 + 100, replay=len(step))
+# replayed under ids the first step gave other kernels (another kind, another
+# grid size: the 512-block attention under the 2048-block product's id)
+write(tmp + "/reuse.bin", [("mv_q", 5376, 30000)] + step * 3, cut=10, replay=len(step), shift=1)
 write(tmp + "/nostep.bin", [("mv_q", 2048, 15000)] * 3)
 open(tmp + "/other.bin", "wb").write(b"GGUF\x03\x00\x00\x00")
 PY
 
-for t in t replay replaycut; do
+for t in t replay replaycut reuse; do
     python3 bench/cuda_trace.py "$tmp/$t.bin" --waves mv_q:2048 >"$tmp/out" 2>&1 && ok || bad "cuda_trace.py $t exited $?: $(cat "$tmp/out")"
     expect() { grep -qF -- "$1" "$tmp/out" && ok || bad "$t: missing: $1"; }
     # 3 steps of 7 launches complete; the cut launch is not (replaycut: the

@@ -77,6 +77,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     kv_f16 = argc == 6;
+    if (kv_f16 && !strcmp(argv[4], "strict")) {
+        fprintf(stderr, "cuda_model: kv-f16 takes the int8 criteria (f16 entries are not exact)\n");
+        return 2;
+    }
     const char *path = argv[1];
     const int n = atoi(argv[2]), gen = atoi(argv[3]), strict = !strcmp(argv[4], "strict");
     const size_t V = GEMMA4_N_VOCAB;

@@ -629,8 +629,9 @@ __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, 
         return;
     }
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
-        if (vn) vn[k] = v[k] * r; /* as the !rope branch's weightless row */
-        row[k] = w ? v[k] * r * w[k] : v[k] * r;
+        const float xr = v[k] * r; /* (v r) w: the same rounding as before */
+        if (vn) vn[k] = xr;        /* as the !rope branch's weightless row */
+        row[k] = w ? xr * w[k] : xr;
     }
     __syncthreads();
     for (int j = threadIdx.x; j < half; j += blockDim.x) {

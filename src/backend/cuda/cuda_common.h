@@ -338,7 +338,7 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  * each reading before the wait only what no kernel of the step writes or
  * what a kernel two back or earlier wrote (it has completed once the
  * previous one lets this one start):
- *   k_rmsnorm4 (EARLY): norm weights and the layer scale;
+ *   k_rmsnorm4: the layer scale, with EARLY also the norm weights;
  *   k_qkv_norm_rope_e: q/k norm weights, rope frequencies and the step
  *     buffer's position (set_step's copy precedes the step's first kernel);
  *   k_attn_combine_wide: the step buffer's position;
