@@ -16,6 +16,7 @@ struct gem_engine {
     tok *tok;
     backend *be;
     int n_ctx, tile;
+    int layers; /* gem_engine_opts.layers */
     int busy; /* a session exists: one sequence at a time per backend */
 };
 
@@ -55,6 +56,7 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
     e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
+    e->layers = o->layers;
     return e;
 fail:
     gem_engine_close(e);
@@ -88,7 +90,7 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
     }
     s->e = e;
     s->logits = calloc(GEMMA4_N_VOCAB, sizeof(float));
-    if (!s->logits || !(s->st = gemma4_state_new(e->model, e->be, e->n_ctx, e->tile, err))) {
+    if (!s->logits || !(s->st = gemma4_state_new(e->model, e->be, e->n_ctx, e->tile, e->layers, err))) {
         if (!s->logits) gem_err_set(err, "out of memory");
         gem_session_free(s);
         return NULL;

@@ -22,6 +22,11 @@ typedef struct {
     int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 512) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
     int kv_f16;          /* --kv-type f16 (backend_opts.kv_f16) */
+    /* Testing: run only the first `layers` layers, then the output norm and
+     * head (0: all). Lets backends be compared at a depth where random
+     * quantized models have not yet amplified rounding into chaos
+     * (tests/cuda/cuda_model.c). */
+    int layers;
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;

@@ -31,6 +31,7 @@ struct gemma4_state {
     const gemma4_model *m;
     backend *b;
     int n_ctx, max_tile, n_past;
+    uint32_t n_run; /* layers evaluated: all but for testing (gemma4_state_new) */
     be_weight *embd, *out_norm, *rope_freqs;
     layer_w *L;
     be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best, *topk;
@@ -66,7 +67,7 @@ void gemma4_state_free(gemma4_state *s) {
     free(s);
 }
 
-gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, gem_err *err) {
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers, gem_err *err) {
     const gemma4_profile *p = m->profile;
     if (n_ctx < 1) {
         gem_err_set(err, "context size must be positive");
@@ -82,6 +83,7 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     s->b = b;
     s->n_ctx = n_ctx;
     s->max_tile = max_tile;
+    s->n_run = layers > 0 && (uint32_t)layers < p->n_layer ? (uint32_t)layers : p->n_layer;
     s->L = calloc(p->n_layer, sizeof *s->L);
     if (!s->L) goto oom;
     if (!(s->embd = up_w(s, m->token_embd, err)) || !(s->out_norm = up_w(s, m->output_norm, err)) ||
@@ -145,7 +147,7 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const int H = (int)p->n_embd, nh = (int)p->n_head;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
-    for (uint32_t il = 0; il < p->n_layer; il++) {
+    for (uint32_t il = 0; il < s->n_run; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
         const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
@@ -167,7 +169,7 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
-        if (il + 1 < p->n_layer)
+        if (il + 1 < s->n_run)
             add_then_norm(s, s->down, l->post_ffw_norm, l->out_scale, s->L[il + 1].attn_norm, n);
         else
             b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);

@@ -141,6 +141,39 @@ int main(void) {
     if (s) CHECK(max_diff(gem_session_logits(s), all + (size_t)39 * V, V) < 1e-3);
     gem_session_free(s);
     gem_engine_close(e);
+    eo.cpu_ref = 0;
+
+    /* gem_engine_opts.layers (testing): all layers or more give the same
+     * logits, bit for bit; one layer gives others, and its prefill and
+     * token-by-token paths still agree (the last layer's residual goes to
+     * the output norm) */
+    {
+        const int nl = (int)gemma4_profile_find("gemma4-tiny")->n_layer, counts[] = {nl, nl + 5, 1};
+        float *one = malloc((size_t)N * V * sizeof(float));
+        for (int c = 0; c < 3; c++) {
+            eo.layers = counts[c];
+            e = gem_engine_open(&eo, &err);
+            s = e ? gem_session_new(e, &err) : NULL;
+            CHECK(s && !gem_session_eval_all(s, ids, N, one, &err));
+            const double d = s ? max_diff(one + (size_t)(N - 1) * V, all + (size_t)(N - 1) * V, V) : -1;
+            if (c < 2) CHECKF(d == 0, "layers=%d vs all layers: max |diff| %g", counts[c], d);
+            else CHECKF(d > 1e-2, "layers=1 vs all layers: max |diff| %g (the limit is ignored?)", d);
+            if (c == 2 && s) {
+                gem_session_reset(s);
+                double w1 = 0;
+                for (int i = 0; i < N; i++) {
+                    CHECK(!gem_session_eval(s, &ids[i], 1, &err));
+                    const double di = max_diff(gem_session_logits(s), one + (size_t)i * V, V);
+                    if (di > w1) w1 = di;
+                }
+                CHECKF(w1 < 1e-3, "layers=1: prefill vs decode max |diff| %g", w1);
+            }
+            gem_session_free(s);
+            gem_engine_close(e);
+        }
+        eo.layers = 0;
+        free(one);
+    }
 
     /* the backend's top-k (here the CPU's) in the sampler's order, ties
      * included; the engine's sampling through it draws what the sampler
