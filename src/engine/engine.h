@@ -25,7 +25,7 @@ typedef struct {
     /* Testing: run only the first `layers` layers, then the output norm and
      * head (0: all). Lets backends be compared at a depth where random
      * quantized models have not yet amplified rounding into chaos
-     * (tests/cuda/cuda_model.c). */
+     * (tests/cuda/cuda_model.c); 0 or less: all. */
     int layers;
 } gem_engine_opts;
 

@@ -18,7 +18,7 @@ typedef struct gemma4_state gemma4_state;
 
 /* max_tile: tokens per forward tile (prompt processing granularity).
  * layers: run only the first `layers` layers before the output norm and
- * head (testing; 0 or more than the model has: all). */
+ * head (testing; 0 or less, or more than the model has: all). */
 gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers,
                                gem_err *err);
 void gemma4_state_free(gemma4_state *s);

@@ -9,7 +9,9 @@
  * 8-bit codes' rounding into chaos (the synthetic 12B q4_0 at its 48
  * layers: the CPU fast path and the CPU scalar reference share none of
  * their top 3 tokens; at 12 layers they agree on 9 of 9 clear positions of
- * 16: bench/results/cpu-12b-q4_0-collapse-2026-12-04.json).
+ * the 16 compared, max logit diff 0.375: bench/results/cpu-12b-q4_0-
+ * collapse-2026-12-04.json), so a disagreement there points at a kernel
+ * rather than at amplification.
  * strict (f32/f16/bf16 weights: f32 arithmetic everywhere, only the
  * summation order differs; random weights amplify that per layer: measured
  * 6e-6 after 6 layers, 5e-5 after 18, 4e-3 after 48):
