@@ -23,9 +23,9 @@ typedef struct {
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
     int kv_f16;          /* --kv-type f16 (backend_opts.kv_f16) */
     /* Testing: run only the first `layers` layers, then the output norm and
-     * head (0: all). Lets backends be compared at a depth where random
-     * quantized models have not yet amplified rounding into chaos
-     * (tests/cuda/cuda_model.c); 0 or less: all. */
+     * head (0 or less: all). Lets backends be compared at a depth where
+     * random quantized models have not yet amplified rounding into chaos
+     * (tests/cuda/cuda_model.c). */
     int layers;
 } gem_engine_opts;
 

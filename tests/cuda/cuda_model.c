@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     int bad_args = argc < 5;
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "kv-f16")) kv_f16 = 1;
-        else if (!strncmp(argv[i], "layers=", 7) && atoi(argv[i] + 7) > 0) layers = atoi(argv[i] + 7);
+        else if (!strncmp(argv[i], "layers=", 7) && (layers = atoi(argv[i] + 7)) > 0) continue;
         else bad_args = 1;
     }
     if (bad_args) {

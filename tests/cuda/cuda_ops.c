@@ -292,18 +292,20 @@ static void test_rope(backend *gr) {
     for (int mode = 0; mode < 3; mode++)
         for (int p = 0; p < 3; p++) {
             const int full = mode > 0, n = 5, heads = 6, d = full ? 512 : 256;
+            const float theta = full ? 1e6f : 1e4f;
             const size_t len = (size_t)n * heads * d;
             tensor ff = make_tensor(QT_F32, d / 2, 1);
             for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < 64 ? 1.0f : 1e30f; /* as rope_freqs */
             gem_err err;
             be_weight *fc = cpu_ref->weight(cpu_ref, &ff.t, &err), *fg = gr->weight(gr, &ff.t, &err);
+            const be_weight *fcm = mode == 1 ? fc : NULL, *fgm = mode == 1 ? fg : NULL; /* this mode's factors */
             float *x = rand_vec(len, 2.0f);
             int32_t ids[5] = {0};
             if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos0s[p]);
             gr->set_step(gr, ids, n, pos0s[p]); /* this backend's step buffer */
             be_buf *xc = put(cpu_ref, x, len), *xg = put(gr, x, len);
-            cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fc : NULL);
-            gr->rope(gr, xg, n, heads, d, d, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
+            cpu_ref->rope(cpu_ref, xc, n, heads, d, d, pos0s[p], theta, fcm);
+            gr->rope(gr, xg, n, heads, d, d, pos0s[p], theta, fgm);
             float *a = get(gr, xg, len), *b = get(cpu_ref, xc, len);
             /* cos/sin of arguments up to 1.3e5 rad: both libraries reduce
              * exactly, results differ by an ulp of the value */
@@ -314,8 +316,8 @@ static void test_rope(backend *gr) {
             be_weight *nc = cpu_ref->weight(cpu_ref, &nw.t, &err), *ng = gr->weight(gr, &nw.t, &err);
             cpu_ref->upload(cpu_ref, xc, 0, x, len);
             gr->upload(gr, xg, 0, x, len);
-            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fc : NULL);
-            gr->rmsnorm_rope(gr, xg, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
+            cpu_ref->rmsnorm_rope(cpu_ref, xc, nc, n, heads, d, 1e-6f, pos0s[p], theta, fcm);
+            gr->rmsnorm_rope(gr, xg, ng, n, heads, d, 1e-6f, pos0s[p], theta, fgm);
             a = get(gr, xg, len), b = get(cpu_ref, xc, len);
             CHECKF(close_enough("rmsnorm_rope", a, b, len, 1e-5, 2e-5), "rmsnorm_rope mode=%d pos0=%d", mode, pos0s[p]);
             free(a), free(b);
@@ -333,9 +335,9 @@ static void test_rope(backend *gr) {
                 be_buf *q1 = put(gr, x, len), *k1 = put(gr, x, klen), *v1 = put(gr, kasv ? NULL : vsrc, klen);
                 be_buf *q2 = put(gr, x, len), *k2 = put(gr, x, klen), *v2 = put(gr, vsrc, klen);
                 gr->qkv_norm_rope(gr, q1, ng, k1, kg, v1, kasv, n, heads, kvh, d, 1e-6f, pos0s[p],
-                                   full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
-                gr->rmsnorm_rope(gr, q2, ng, n, heads, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
-                gr->rmsnorm_rope(gr, k2, kg, n, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f, mode == 1 ? fg : NULL);
+                                   theta, fgm);
+                gr->rmsnorm_rope(gr, q2, ng, n, heads, d, 1e-6f, pos0s[p], theta, fgm);
+                gr->rmsnorm_rope(gr, k2, kg, n, kvh, d, 1e-6f, pos0s[p], theta, fgm);
                 gr->rmsnorm(gr, v2, NULL, n * kvh, d, 1e-6f, v2);
                 float *a1 = get(gr, q1, len), *a2 = get(gr, q2, len), *b1 = get(gr, k1, klen), *b2 = get(gr, k2, klen);
                 float *c1 = get(gr, v1, klen), *c2 = get(gr, v2, klen);
@@ -349,8 +351,7 @@ static void test_rope(backend *gr) {
                      * a copy, bit for bit (the same sum and product), and
                      * are normalised once */
                     be_buf *q3 = put(gr, x, len), *k3 = put(gr, x, klen), *v3 = put(gr, x, klen);
-                    gr->qkv_norm_rope(gr, q3, ng, k3, kg, v3, 0, n, heads, kvh, d, 1e-6f, pos0s[p], full ? 1e6f : 1e4f,
-                                       mode == 1 ? fg : NULL);
+                    gr->qkv_norm_rope(gr, q3, ng, k3, kg, v3, 0, n, heads, kvh, d, 1e-6f, pos0s[p], theta, fgm);
                     float *c3 = get(gr, v3, klen);
                     CHECKF(close_enough("qkv v (K as V)", c1, c3, klen, 0, 0),
                            "qkv_norm_rope K as V vs a copy mode=%d pos0=%d", mode, pos0s[p]);

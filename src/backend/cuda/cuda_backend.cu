@@ -615,8 +615,8 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
  * into shared memory, then rotated pairwise; the arithmetic of each step is
  * that of k_rmsnorm and k_rope. */
 /* rmsnorm (+ rope when rope) of one head row v of d values, by the block;
- * the arithmetic of k_rmsnorm and k_rope. */
-/* vn (rope only): also gets the row normalised without weight (K as V) */
+ * the arithmetic of k_rmsnorm and k_rope. vn (rope only): also gets the
+ * row normalised without weight (K as V). */
 __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, float eps, float pos, float theta_scale,
                                                const float *ff, bool rope, float *row, float *sh, float *vn) {
     const int half = d / 2;
