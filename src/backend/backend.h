@@ -102,6 +102,14 @@ struct backend {
      * < pos0) and this call's k/v, then stores k/v into the cache. */
     void (*attention)(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                       int n_head, int n_kv_head, int head_dim, int window, be_buf *out);
+    /* Optional (NULL: qkv_norm_rope, then attention): the two in one op,
+     * with qkv_norm_rope's arguments, then attention's; the same results.
+     * On return q, k and v hold unspecified values (a backend may fold the
+     * norms and rope into its attention kernel and leave the raw
+     * projections there). */
+    void (*attention_qkv)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                          int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int head_dim, float eps,
+                          float theta, const be_weight *freq_factors, int window, be_buf *out);
     /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);

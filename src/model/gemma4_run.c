@@ -137,6 +137,31 @@ static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, 
     b->rmsnorm(b, s->h, w_next, n, H, EPS, s->a);
 }
 
+/* q/k norms, rope and attention of layer g on its projections s->q/k/v,
+ * into s->att (one op where the backend folds them together). */
+static void attend(gemma4_state *s, const gemma4_layer *g, layer_w *l, int n, int pos0) {
+    const gemma4_profile *p = s->m->profile;
+    backend *b = s->b;
+    const int nh = (int)p->n_head, d = (int)g->head_dim, kvh = (int)g->n_head_kv;
+    const float theta = g->is_full ? 1e6f : 1e4f;
+    const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
+    const int window = g->is_full ? 0 : (int)p->window;
+    if (b->attention_qkv) { /* K as V (full layers) inside the op: v from k's raw rows */
+        b->attention_qkv(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, l->kv, n, pos0, nh, kvh, d, EPS, theta,
+                         ff, window, s->att);
+        return;
+    }
+    if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */
+        b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
+    } else {
+        if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
+        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
+        b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
+    }
+    b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, window, s->att);
+}
+
 /* One tile of n tokens at positions pos0.. ; leaves h holding the final
  * residual stream of every token. Each layer starts with a = attn_norm(h)
  * already computed (by the previous layer's last step, or before the
@@ -144,27 +169,16 @@ static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, 
 static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
     backend *b = s->b;
-    const int H = (int)p->n_embd, nh = (int)p->n_head;
+    const int H = (int)p->n_embd;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
     for (uint32_t il = 0; il < s->n_run; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
-        const int d = (int)g->head_dim, kvh = (int)g->n_head_kv;
         const be_weight *W[3] = {l->q, l->k, l->v};
         be_buf *O[3] = {s->q, s->k, s->v};
         b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
-        const float theta = g->is_full ? 1e6f : 1e4f;
-        const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
-        if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */
-            b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
-        } else {
-            if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
-            b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
-            b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
-            b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
-        }
-        b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, g->is_full ? 0 : (int)p->window, s->att);
+        attend(s, g, l, n, pos0);
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);

@@ -990,6 +990,93 @@ static void test_attention(void) {
     test_attention_case(8, 2, 512, 0, 300, few_keys, 6);   /* G = 4: two */
 }
 
+/* One attention_qkv call of n tokens at pos on both backends (raw
+ * projections at scales other than 1, so the norms matter; v NaN under K
+ * as V: it must not be read); 1 when the outputs are equal bit for bit. */
+typedef struct {
+    int nh, kvh, d, window, kasv;
+    float theta;
+    be_weight *qw[2], *kw[2], *ff[2];
+    be_kv *kv[2];
+} qkv_case;
+static int qkv_pair_call(backend *const *bs, const qkv_case *c, int n, int pos) {
+    const size_t nq = (size_t)n * c->nh * c->d, nk = (size_t)n * c->kvh * c->d;
+    float *q = rand_vec(nq, 3.0f), *k = rand_vec(nk, 0.5f), *v = rand_vec(nk, 2.0f), *o[2];
+    int32_t *ids = calloc((size_t)n, sizeof *ids);
+    for (int b = 0; b < 2; b++) {
+        backend *g = bs[b];
+        be_buf *qg = put(g, q, nq), *kg = put(g, k, nk), *vg = put(g, c->kasv ? NULL : v, nk), *og = put(g, NULL, nq);
+        g->set_step(g, ids, n, pos);
+        g->attention_qkv(g, qg, c->qw[b], kg, c->kw[b], vg, c->kasv, c->kv[b], n, pos, c->nh, c->kvh, c->d, 1e-6f,
+                         c->theta, c->ff[b], c->window, og);
+        o[b] = get(g, og, nq);
+        g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
+    }
+    const int ok = close_enough("attention_qkv", o[0], o[1], nq, 0, 0);
+    CHECKF(ok, "attention_qkv fused vs two launches: heads %d/%d, d %d, window %d, %d tokens at %d", c->nh, c->kvh, c->d,
+           c->window, n, pos);
+    free(o[0]), free(o[1]), free(q), free(k), free(v), free(ids);
+    return ok;
+}
+
+/* attention_qkv: one-token steps on k_attn_tc with the q/k/v norms and
+ * rope folded in (gf: the f16-cache default) against the norm+rope launch
+ * and the attention (gp: GEM_CUDA_ATTN_FUSE=0): the same arithmetic, so
+ * the outputs and the caches are equal bit for bit. Distinct q and k
+ * weights. Shapes: the 31B sliding layer (ring of 64: the steps wrap it),
+ * the 31B full layer with K as V and rope_freqs' factors, the 12B full
+ * layer (16 query heads in two groups: only group 0 stores), heads of 128
+ * and 384, and a deep full layer whose splits hold 51 keys, so this
+ * step's key falls in each of four tiles (the fourth reuses the first
+ * stage) in turn. Prompts fill the caches first (prefill tiles of at most
+ * 3250: the same kernels on both). */
+static void test_attention_qkv(backend *gf, backend *gp) {
+    const struct {
+        int nh, kvh, d, window, cap, kasv, prompt, steps;
+    } cases[] = {
+        {32, 16, 256, 64, 64, 0, 40, 70}, {32, 4, 512, 0, 300, 1, 20, 40}, {16, 1, 512, 0, 300, 1, 5, 20},
+        {4, 2, 128, 32, 32, 0, 7, 30},    {4, 1, 384, 0, 300, 0, 3, 20},  {8, 1, 512, 0, 16384, 1, 13000, 56},
+    };
+    backend *bs[2] = {gf, gp};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int full = cases[ci].window == 0;
+        qkv_case c;
+        memset(&c, 0, sizeof c);
+        c.nh = cases[ci].nh, c.kvh = cases[ci].kvh, c.d = cases[ci].d, c.window = cases[ci].window;
+        c.kasv = cases[ci].kasv, c.theta = full ? 1e6f : 1e4f;
+        const int d = c.d;
+        gem_err err;
+        tensor qn = make_tensor(QT_F32, d, 1), kn = make_tensor(QT_F32, d, 1), ff = make_tensor(QT_F32, d / 2, 1);
+        for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < d / 8 ? 1.0f : 1e30f; /* as rope_freqs */
+        for (int b = 0; b < 2; b++) {
+            c.qw[b] = bs[b]->weight(bs[b], &qn.t, &err), c.kw[b] = bs[b]->weight(bs[b], &kn.t, &err);
+            c.ff[b] = full && c.kasv ? bs[b]->weight(bs[b], &ff.t, &err) : NULL;
+            c.kv[b] = bs[b]->kv_new(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
+        }
+        int pos = 0, ok = 1;
+        for (int left = cases[ci].prompt; ok && left > 0;) {
+            const int n = left < 3250 ? left : 3250;
+            ok = qkv_pair_call(bs, &c, n, pos);
+            pos += n, left -= n;
+        }
+        for (int t = 0; ok && t < cases[ci].steps; t++) ok = qkv_pair_call(bs, &c, 1, pos++);
+        const int held = full || pos < cases[ci].cap ? pos : cases[ci].cap;
+        const size_t bytes = gf->kv_bytes(gf, c.kv[0], held);
+        unsigned char *c0 = malloc(bytes), *c1 = malloc(bytes);
+        gf->kv_save(gf, c.kv[0], held, c0);
+        gp->kv_save(gp, c.kv[1], held, c1);
+        CHECKF(ok && bytes == gp->kv_bytes(gp, c.kv[1], held) && !memcmp(c0, c1, bytes),
+               "attention_qkv: the caches after %d positions differ (heads %d/%d, d %d)", pos, c.nh, c.kvh, d);
+        free(c0), free(c1);
+        for (int b = 0; b < 2; b++) {
+            bs[b]->kv_free(bs[b], c.kv[b]);
+            bs[b]->weight_free(bs[b], c.qw[b]), bs[b]->weight_free(bs[b], c.kw[b]);
+            if (c.ff[b]) bs[b]->weight_free(bs[b], c.ff[b]);
+        }
+        free_tensor(&qn), free_tensor(&kn), free_tensor(&ff);
+    }
+}
+
 static void test_argmax(void) {
     const int width = 262144;
     float *x = rand_vec((size_t)width * 2, 10.0f);
@@ -1198,6 +1285,7 @@ int main(void) {
     unsetenv("GEM_CUDA_NORM_WIDE");
     unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
+    unsetenv("GEM_CUDA_ATTN_FUSE");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1263,7 +1351,12 @@ int main(void) {
     test_attention();
     progress("attention");
     test_attention_deep();
-    progress("deep one-token attention");
+    if (gpu_f16) {
+        backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", &gh);
+        if (gnf) test_attention_qkv(gpu_f16, gnf);
+        variant_done(gnf);
+    }
+    progress("deep one-token attention, attention_qkv");
     test_wide_handoff(gpu, 0);
     if (gpu_f16) test_wide_handoff(gpu_f16, 64);
     test_argmax();

@@ -79,13 +79,18 @@ __device__ __forceinline__ void pml_put(float *pml, size_t row, float m, float l
  * slot (the new key comes from k/v; in a ring the slot held the position
  * just outside the window). */
 template <int D, int NT, typename KT>
-__device__ __forceinline__ void attn_store_step(const float *k, const float *v, KT *store_k, KT *store_v, int pos0,
-                                                int cap, int ring, int kvh, int h) {
+__device__ __forceinline__ void attn_store_row(const float *kr, const float *vr, KT *store_k, KT *store_v, int pos0,
+                                               int cap, int ring, int kvh, int h) {
     const size_t slot = (size_t)(ring ? pos0 % cap : pos0);
     for (int e = threadIdx.x; e < D; e += NT) {
-        kv_st(store_k + (slot * kvh + h) * D + e, k[(size_t)h * D + e]);
-        kv_st(store_v + (slot * kvh + h) * D + e, v[(size_t)h * D + e]);
+        kv_st(store_k + (slot * kvh + h) * D + e, kr[e]);
+        kv_st(store_v + (slot * kvh + h) * D + e, vr[e]);
     }
+}
+template <int D, int NT, typename KT>
+__device__ __forceinline__ void attn_store_step(const float *k, const float *v, KT *store_k, KT *store_v, int pos0,
+                                                int cap, int ring, int kvh, int h) {
+    attn_store_row<D, NT>(k + (size_t)h * D, v + (size_t)h * D, store_k, store_v, pos0, cap, ring, kvh, h);
 }
 
 /* One block per (KV head x head group, split, query block): its R rows are
@@ -854,7 +859,67 @@ template <int D> struct tc_geom {
     static constexpr int LD = D + 8;                   /* halves per staged row: ldmatrix rows on distinct banks */
     static constexpr int STAGE = 2 * 16 * LD;          /* halves: 16 key rows, then 16 value rows */
     static constexpr int SMEM = TC_STAGES * STAGE * 2; /* bytes */
+    /* with the q/k/v norms and rope (tc_nr): this step's normalised key
+     * and value rows (f32) after the stages */
+    static constexpr int SMEM_NR = SMEM + 2 * D * 4;
 };
+static_assert(TC_STAGES >= 3, "k_attn_tc's norms use the last stage before the loop fills it");
+
+/* k_attn_tc with the q/k/v norms and rope of the step folded in (the
+ * backend's attention_qkv): the raw projections come in, and each block
+ * normalises what it reads itself, so the q/k/v norm+rope launch before the
+ * attention goes away (its launch, wait and round trip through memory were
+ * ~2% of a 31B decode step: bench/results/cuda-boundary-bounds-2026-12-04.json).
+ * The arithmetic is k_qkv_norm_rope_e's, bit for bit (see tc_norm_row). */
+struct tc_nr {
+    const float *qw, *kw, *ff; /* q and k norm weights; rope frequency factors or NULL */
+    float eps, theta_scale;
+    int v_from_k; /* K as V: the value row is the raw key row normalised without weight */
+};
+
+/* One head row of D values by one warp (lane l holds elements l + 32 m):
+ * rmsnorm with weight w (or none), then, when cs is set, rope with the
+ * angles' cosines cs[j] and sines sn[j]; into dst, and the row normalised
+ * without weight into dstv when set. The sum of squares is formed in the
+ * order of k_qkv_norm_rope_e's 128 threads and block_sum (thread t owns
+ * elements t + 128 e: lane l here forms threads l, l + 32, l + 64 and
+ * l + 96's sums, each warp-summed as there, then adds them in warp order),
+ * so both give the same bits. */
+template <int D>
+__device__ __forceinline__ void tc_norm_row(const float *src, const float *w, float eps, const float *cs, const float *sn,
+                                            float *dst, float *dstv, int lane) {
+    constexpr int M = D / 32, E = D / 128, HALF = D / 2;
+    static_assert(D % 128 == 0, "head size");
+    float x[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) x[m] = src[lane + 32 * m];
+    float ss = 0;
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        float a = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) a = __fmaf_rn(x[t + 4 * e], x[t + 4 * e], a);
+        ss += warp_sum(a);
+    }
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float xr = x[m] * r;
+        if (dstv) dstv[lane + 32 * m] = xr;
+        x[m] = w ? xr * w[lane + 32 * m] : xr;
+    }
+    if (!cs) {
+#pragma unroll
+        for (int m = 0; m < M; m++) dst[lane + 32 * m] = x[m];
+        return;
+    }
+    /* element l + 32 m pairs with l + 32 (m + M / 2): the lane's own */
+#pragma unroll
+    for (int m = 0; m < M / 2; m++) {
+        const int j = lane + 32 * m;
+        rope_rotate(x[m], x[m + M / 2], cs[j], sn[j], dst[j], dst[j + HALF]);
+    }
+}
 
 /* Four 8x8 f16 matrices: lane l names row l % 8 of matrix l / 8. */
 __device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
@@ -875,15 +940,16 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
     return *(const unsigned *)&h;
 }
 
-/* This step's key and value row (f32 step buffers, KV head h) as row r of
- * the stage of tile t. */
+/* This step's key and value row (f32, KV head h's: the step buffers' or,
+ * with tc_nr, the normalised rows in shared memory) as row r of the stage
+ * of tile t. */
 template <int D>
-__device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float *k, const float *v, int h) {
+__device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float *kr, const float *vr) {
     typedef tc_geom<D> G;
     __half *dk = st + (size_t)(t % TC_STAGES) * G::STAGE + (size_t)r * G::LD, *dv = dk + 16 * G::LD;
     for (int e = 4 * (int)threadIdx.x; e < D; e += 4 * TC_WARPS * 32) {
-        st_half4(dk + e, *(const float4 *)(k + (size_t)h * D + e));
-        st_half4(dv + e, *(const float4 *)(v + (size_t)h * D + e));
+        st_half4(dk + e, *(const float4 *)(kr + e));
+        st_half4(dv + e, *(const float4 *)(vr + e));
     }
 }
 
@@ -892,7 +958,7 @@ __device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float
  * (before pdl_wait it may not be written yet: tc_cur_row after it); then
  * one commit, also when empty (the wait counts groups). */
 template <int D>
-__device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __half *cv, const float *k, const float *v,
+__device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __half *cv, const float *kr, const float *vr,
                                          int t, int nt, int s0, int s1, int pos0, int kvh, int h, int cap, int ring,
                                          bool cur) {
     typedef tc_geom<D> G;
@@ -911,17 +977,22 @@ __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __h
                 cp_async16(ov, cv + src);
             }
         }
-        if (cur && s1 > pos0 && (pos0 - s0) / 16 == t) tc_cur_row<D>(st, t, (pos0 - s0) % 16, k, v, h);
+        if (cur && s1 > pos0 && (pos0 - s0) / 16 == t) tc_cur_row<D>(st, t, (pos0 - s0) % 16, kr, vr);
     }
     cp_async_commit();
 }
 
-/* One block per (KV head x group of up to 8 query heads, split). */
-template <int D>
+/* One block per (KV head x group of up to 8 query heads, split). NR: the
+ * q/k/v norms and rope folded in (tc_nr): before the wait the block puts
+ * the rope's angles in its last stage (free until the loop), after it
+ * each warp normalises rows (the block's query heads into the last stage,
+ * and in the blocks that need this step's key and value, those rows into
+ * their own space after the stages). */
+template <int D, bool NR>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
-              __half *store_v) {
+              __half *store_v, tc_nr nr) {
     CU_TRACE(CT_ATTN_TC);
     typedef tc_geom<D> G;
     constexpr int MT = D / 64; /* 16-row output tiles per warp: a quarter of the head */
@@ -936,30 +1007,58 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     int s0, s1;
     one_token_split(pos0, window, nsplit, split, s0, s1);
     const int nt = s1 > s0 ? (s1 - s0 + 15) / 16 : 0;
+    /* NR: in the last stage the angles' cosines and sines (D / 2 each),
+     * then the normalised query rows (nh x D); this step's key and value
+     * rows after the stages */
+    float *nr_cs = (float *)(st + (size_t)(TC_STAGES - 1) * G::STAGE), *nr_sn = nr_cs + D / 2, *nr_q = nr_cs + D;
+    float *nr_k = (float *)(st + (size_t)TC_STAGES * G::STAGE), *nr_v = nr_k + D;
+    static_assert((TC_HEADS + 1) * D * 4 <= G::STAGE * 2, "the norms' rows fit one stage");
+    const float *kr = NR ? nr_k : k + (size_t)h * D, *vr = NR ? nr_v : v + (size_t)h * D;
     /* cached rows of earlier steps only before the wait (see k_attn_dec) */
 #pragma unroll
-    for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, k, v, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
+    for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
+    if (NR) /* the position is the step buffer's (set before the step's first kernel) */
+        for (int j = threadIdx.x; j < D / 2; j += TC_WARPS * 32) {
+            const float a = rope_angle((float)pos0, nr.theta_scale, j, nr.ff);
+            nr_cs[j] = cosf(a), nr_sn[j] = sinf(a);
+        }
     pdl_wait();
     CU_TRACE_RELEASED();
-    if (split == 0 && grp == 0) attn_store_step<D, TC_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
+    const bool store = split == 0 && grp == 0;
+    if (NR) { /* block-uniform: every thread reaches the barrier */
+        const bool has_q = s0 < s1, has_kv = store || (has_q && s1 > pos0);
+        const int nq = has_q ? nh : 0, rows = nq + (has_kv ? (nr.v_from_k ? 1 : 2) : 0);
+        __syncthreads(); /* the angles */
+        for (int r = warp; r < rows; r += TC_WARPS) {
+            if (r < nq)
+                tc_norm_row<D>(q + (size_t)(hq0 + r) * D, nr.qw, nr.eps, nr_cs, nr_sn, nr_q + (size_t)r * D, NULL, lane);
+            else if (r == nq)
+                tc_norm_row<D>(k + (size_t)h * D, nr.kw, nr.eps, nr_cs, nr_sn, nr_k, nr.v_from_k ? nr_v : NULL, lane);
+            else
+                tc_norm_row<D>(v + (size_t)h * D, NULL, nr.eps, NULL, NULL, nr_v, NULL, lane);
+        }
+        __syncthreads();
+    }
+    if (store) attn_store_row<D, TC_WARPS * 32>(kr, vr, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
         if ((int)threadIdx.x < nh) pml_put(pml, (size_t)(hq0 + threadIdx.x) * nsplit + split, -INFINITY, 0);
         return;
     }
-    if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1) tc_cur_row<D>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, k, v, h);
+    if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1) tc_cur_row<D>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, kr, vr);
     /* Q^T as B fragments: column g = query head hq0 + g (zero past nh),
      * k-step kk: elements 16 kk + 2c, +1 and 16 kk + 2c + 8, +9 */
     unsigned qb[D / 16][2];
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         if (g < nh) {
-            const float *qr = q + (size_t)(hq0 + g) * D + 16 * kk + 2 * c;
+            const float *qr = (NR ? nr_q + (size_t)g * D : q + (size_t)(hq0 + g) * D) + 16 * kk + 2 * c;
             qb[kk][0] = pack_h2(qr[0], qr[1]);
             qb[kk][1] = pack_h2(qr[8], qr[9]);
         } else {
             qb[kk][0] = qb[kk][1] = 0;
         }
     }
+    if (NR) __syncthreads(); /* the last stage is the loop's again */
     float o[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0;
@@ -969,7 +1068,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4); /* ldmatrix: K as A */
     const int vrow = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);  /* ldmatrix.trans: V^T as A */
     for (int t = 0; t < nt; t++) {
-        tc_stage<D>(st, ck, cv, k, v, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
+        tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
         cp_async_wait<TC_STAGES - 1>(); /* this thread's copies of tile t */
         __syncthreads();                /* everyone's, and the plain stores */
         const __half *tk = st + (size_t)(t % TC_STAGES) * G::STAGE, *tv = tk + 16 * G::LD;
@@ -1071,7 +1170,8 @@ template <int D> static cudaError_t attn_allow() {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_fa<D, __half>, at, (int)fa_geom<D>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, float>(true), at, ad_geom<D, float>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D>, at, tc_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false>, at, tc_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true>, at, tc_geom<D>::SMEM_NR);
     return e;
 }
 
@@ -1133,10 +1233,10 @@ static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_
     default: L(512); break;   \
     }
 
-void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
-                         int n_head, int n_kv_head, int d, int window, be_buf *out) {
-    cuda_backend *c = cu_of(b);
-    (void)pos0; /* read from the step buffer */
+/* attention, and with nr (a one-token step on k_attn_tc only, see
+ * cu_attention_qkv) the q/k/v norms and rope folded into it */
+static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
+                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
     if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
         const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
         const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
@@ -1199,14 +1299,25 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
     const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = c->attn_dec == 3 && kv->f16;
+    if (nr && !(dec && tc)) {
+        cu_check(c, cudaErrorInvalidValue, "attention: q/k/v norms folded into a kernel other than k_attn_tc");
+        return;
+    }
     if (dec && tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
-#define TC_LAUNCH(DIM)                                                                                                 \
-    launch(c, k_attn_tc<DIM>, tgrid, TC_WARPS * 32, tc_geom<DIM>::SMEM, q->d, k->d, v->d, (const __half *)kv->k,       \
-           (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, (float *)c->part.p, \
-           (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v)
+        const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
+#define TC_LAUNCH_NR(DIM, NR)                                                                                          \
+    launch(c, k_attn_tc<DIM, NR>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d, k->d,   \
+           v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring,        \
+           window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v, nr ? *nr : none)
+#define TC_LAUNCH(DIM)              \
+    if (nr)                         \
+        TC_LAUNCH_NR(DIM, true);    \
+    else                            \
+        TC_LAUNCH_NR(DIM, false)
         HEAD_DIM_SWITCH(d, TC_LAUNCH);
 #undef TC_LAUNCH
+#undef TC_LAUNCH_NR
     } else if (dec) {
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit);
 #define DEC_LAUNCH_T(DIM, KT)                                                                                     \
@@ -1226,7 +1337,9 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
-    LAUNCHED(c, dec && tc ? "attention (one-token, k_attn_tc)" : dec ? "attention (one-token, k_attn_dec)" : "attention");
+    LAUNCHED(c, dec && tc ? (nr ? "attention (one-token, k_attn_tc+norm+rope)" : "attention (one-token, k_attn_tc)")
+                : dec ? "attention (one-token, k_attn_dec)"
+                      : "attention");
     if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
@@ -1239,6 +1352,30 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
+}
+
+void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
+                  int n_head, int n_kv_head, int d, int window, be_buf *out) {
+    (void)pos0; /* read from the step buffer */
+    attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL);
+}
+
+/* qkv_norm_rope, then attention: one-token steps on k_attn_tc (f16
+ * caches) take the norms and rope inside the attention kernel
+ * (GEM_CUDA_ATTN_FUSE=0: two launches as everywhere else); q, k and v then
+ * keep the raw projections. */
+void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                      int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
+                      float theta, const be_weight *ff, int window, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    if (c->attn_fuse && n == 1 && c->attn_dec == 3 && kv->f16 && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
+        const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
+                          ff ? (const float *)ff->q : NULL, eps, powf(theta, -2.0f / (float)d), v_from_k};
+        attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr);
+        return;
+    }
+    cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
+    cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
 }
 
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {

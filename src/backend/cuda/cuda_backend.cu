@@ -585,9 +585,7 @@ __global__ void k_rope(float *x, int heads, int d, int n_rot, const int *step, f
     const int i = blockIdx.x, half = n_rot / 2;
     const float pos = (float)(step[0] + i);
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        float theta = pos;
-        for (int m = 0; m < j; m++) theta *= theta_scale;
-        const float t = ff ? theta / ff[j] : theta;
+        const float t = rope_angle(pos, theta_scale, j, ff);
         cs[2 * j] = cosf(t);
         cs[2 * j + 1] = sinf(t);
     }
@@ -595,9 +593,7 @@ __global__ void k_rope(float *x, int heads, int d, int n_rot, const int *step, f
     for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
         const int h = idx / half, j = idx % half;
         float *v = x + ((size_t)i * heads + h) * d;
-        const float x0 = v[j], x1 = v[j + half];
-        v[j] = x0 * cs[2 * j] - x1 * cs[2 * j + 1];
-        v[j + half] = x0 * cs[2 * j + 1] + x1 * cs[2 * j];
+        rope_rotate(v[j], v[j + half], cs[2 * j], cs[2 * j + 1], v[j], v[j + half]);
     }
 }
 
@@ -621,7 +617,7 @@ __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, 
                                                const float *ff, bool rope, float *row, float *sh, float *vn) {
     const int half = d / 2;
     float ss = 0;
-    for (int k = threadIdx.x; k < d; k += blockDim.x) ss += v[k] * v[k];
+    for (int k = threadIdx.x; k < d; k += blockDim.x) ss = __fmaf_rn(v[k], v[k], ss);
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
     if (!rope) {
@@ -635,12 +631,8 @@ __device__ __forceinline__ void head_norm_rope(float *v, const float *w, int d, 
     }
     __syncthreads();
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        float theta = pos;
-        for (int m = 0; m < j; m++) theta *= theta_scale;
-        const float t = ff ? theta / ff[j] : theta;
-        const float cs = cosf(t), sn = sinf(t), x0 = row[j], x1 = row[j + half];
-        v[j] = x0 * cs - x1 * sn;
-        v[j + half] = x0 * sn + x1 * cs;
+        const float t = rope_angle(pos, theta_scale, j, ff);
+        rope_rotate(row[j], row[j + half], cosf(t), sinf(t), v[j], v[j + half]);
     }
 }
 
@@ -728,10 +720,7 @@ __global__ void __launch_bounds__(128)
         const float pos = (float)(step[0] + tok);
 #pragma unroll
         for (int p = 0; p < P; p++) {
-            const int j = t + 128 * p;
-            float theta = pos;
-            for (int m = 0; m < j; m++) theta *= theta_scale;
-            const float a = ff ? theta / ff[j] : theta;
+            const float a = rope_angle(pos, theta_scale, t + 128 * p, ff);
             cs[p] = cosf(a), sn[p] = sinf(a);
         }
     }
@@ -743,7 +732,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int e = 0; e < E; e++) x[e] = row[t + 128 * e];
 #pragma unroll
-    for (int e = 0; e < E; e++) ss += x[e] * x[e];
+    for (int e = 0; e < E; e++) ss = __fmaf_rn(x[e], x[e], ss);
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
     if (vn) {
@@ -760,14 +749,10 @@ __global__ void __launch_bounds__(128)
     /* element t + 128 p pairs with t + 128 p + HALF, i.e. x[p + P] */
     static_assert(HALF == 128 * P, "pairs are the thread's own elements");
 #pragma unroll
-    for (int p = 0; p < P; p++) {
-        const float x0 = x[p], x1 = x[p + P];
-        row[t + 128 * p] = x0 * cs[p] - x1 * sn[p];
-        row[t + 128 * p + HALF] = x0 * sn[p] + x1 * cs[p];
-    }
+    for (int p = 0; p < P; p++) rope_rotate(x[p], x[p + P], cs[p], sn[p], row[t + 128 * p], row[t + 128 * p + HALF]);
 }
 
-static void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                              int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
                              const be_weight *ff) {
     cuda_backend *c = cu_of(b);
@@ -1105,6 +1090,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->add_rmsnorm = cu_add_rmsnorm;
     b->add_rmsnorm_norm = cu_add_rmsnorm_norm;
     b->qkv_norm_rope = cu_qkv_norm_rope;
+    b->attention_qkv = cu_attention_qkv;
     b->matmul = cu_matmul;
     b->matmul_geglu = cu_matmul_geglu;
     b->matmul_multi = cu_matmul_multi;
@@ -1129,6 +1115,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
     c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
     c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
+    c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");
     {
         /* the first wave of a one-token product starts over 8 steps of
          * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */

@@ -140,6 +140,7 @@ typedef struct {
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
+    int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -421,6 +422,23 @@ __device__ __forceinline__ float gelu_tanh_f(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* The rope's angle of pair j at position pos: pos times theta_scale j
+ * times, one rounding per multiplication in that order (the CPU's
+ * arithmetic), divided by the frequency factor when there is one. Every
+ * norm+rope kernel takes its angles from here, so they agree bit for bit. */
+__device__ __forceinline__ float rope_angle(float pos, float theta_scale, int j, const float *ff) {
+    float theta = pos;
+    for (int m = 0; m < j; m++) theta *= theta_scale;
+    return ff ? theta / ff[j] : theta;
+}
+/* One rotated pair, rounded as the CPU rounds it (each product, then the
+ * sum: no fused multiply-add, which the compiler may or may not form
+ * depending on the code around it). */
+__device__ __forceinline__ void rope_rotate(float x0, float x1, float cs, float sn, float &y0, float &y1) {
+    y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
 /* Block blk of 32 values, one per lane of a full warp: its 8-bit codes,
  * scale and code sum (the CPU fast path's quantize_act arithmetic). Also
  * used by the kernels that produce a product's input as they write it. */
@@ -459,6 +477,12 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
+void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                      int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
+                      const be_weight *ff);
+void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                      int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
+                      float theta, const be_weight *ff, int window, be_buf *out);
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
 void cu_kv_free(backend *b, be_kv *kv);
 size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
