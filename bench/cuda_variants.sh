@@ -9,8 +9,9 @@
 # k_attn_split), with f32 and f16 KV caches; then, with f16 caches, the
 # one-token products' staggered first wave (default) against
 # GEM_CUDA_MV_STAGGER=0, and the one-token norms on 256 threads
-# (GEM_CUDA_NORM_WIDE=0) and the q/k/v norm+rope without its early reads
-# (GEM_CUDA_QKV_EARLY=0). Run build/tests/cuda/cuda_ops first: a variant is
+# (GEM_CUDA_NORM_WIDE=0), the q/k/v norm+rope as its own launch before the
+# attention (GEM_CUDA_ATTN_FUSE=0), and that launch without its early reads
+# (GEM_CUDA_QKV_EARLY=0, which matters only when it is its own launch). Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
 #   bench/cuda_variants.sh [model.gguf]
@@ -30,7 +31,7 @@ decode() {
 }
 for v in 2 1 0 1 2; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GEM_CUDA_ATTN_DEC=$v)"; done
 for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
-for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_QKV_EARLY=0 GEM_CUDA_QKV_EARLY=0 GEM_CUDA_NORM_WIDE=0 \
-    GEM_CUDA_MV_STAGGER=0 "X=1"; do
+for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0 "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" \
+    "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_MV_STAGGER=0 "X=1"; do
     echo "--kv-type f16 $v: $(decode f16 $v)"
 done
