@@ -103,7 +103,7 @@ struct backend {
     void (*attention)(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                       int n_head, int n_kv_head, int head_dim, int window, be_buf *out);
     /* Optional (NULL: qkv_norm_rope, then attention): the two in one op,
-     * with qkv_norm_rope's arguments, then attention's; the same results.
+     * taking both ops' arguments (each once); the same results.
      * On return q, k and v hold unspecified values (a backend may fold the
      * norms and rope into its attention kernel and leave the raw
      * projections there). */

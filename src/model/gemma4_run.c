@@ -139,7 +139,7 @@ static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, 
 
 /* q/k norms, rope and attention of layer g on its projections s->q/k/v,
  * into s->att (one op where the backend folds them together). */
-static void attend(gemma4_state *s, const gemma4_layer *g, layer_w *l, int n, int pos0) {
+static void attend(gemma4_state *s, const gemma4_layer *g, const layer_w *l, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
     backend *b = s->b;
     const int nh = (int)p->n_head, d = (int)g->head_dim, kvh = (int)g->n_head_kv;

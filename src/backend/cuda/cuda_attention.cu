@@ -863,7 +863,7 @@ template <int D> struct tc_geom {
      * and value rows (f32) after the stages */
     static constexpr int SMEM_NR = SMEM + 2 * D * 4;
 };
-static_assert(TC_STAGES >= 3, "k_attn_tc's norms use the last stage before the loop fills it");
+static_assert(TC_STAGES >= 2, "k_attn_tc's norms use the last stage, which no tile fills before the loop");
 
 /* k_attn_tc with the q/k/v norms and rope of the step folded in (the
  * backend's attention_qkv): the raw projections come in, and each block
