@@ -39,6 +39,10 @@ endif
 ifeq ($(CUDA),1)
   CU_TRACE_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj-cuda-trace/%.o)
   TRACE_BIN := $(BUILD)/gem-trace
+  # build/cuda_barrier_probe: what a boundary between two one-token products
+  # costs (launch chain vs grid barrier; bench/cuda_barrier_probe.cu); make
+  # test builds it when CUDA is on, so it compiles
+  PROBE_BIN := $(BUILD)/cuda_barrier_probe
 endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
@@ -69,6 +73,11 @@ $(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 $(BUILD)/obj-cuda-trace/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVEXTRA) -DGEM_CUDA_TRACE -c -o $@ $<
+
+$(BUILD)/cuda_barrier_probe: bench/cuda_barrier_probe.cu
+	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_barrier_probe needs nvcc (CUDA=1)"; exit 1; fi
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
 
 $(BUILD)/gem-trace: $(LIB_OBJ) $(CLI_OBJ) $(CU_TRACE_OBJ)
 	@if [ "$(CUDA)" != 1 ]; then echo "build/gem-trace needs nvcc (CUDA=1)"; exit 1; fi
@@ -114,7 +123,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN)

@@ -1,0 +1,259 @@
+/* What one boundary between two one-token products costs on this GPU,
+ * measured on synthetic bytes: the question before a persistent decode
+ * kernel. Issue 6's 190 tok/s leaves ~16 us per 31B layer for its four
+ * product boundaries and every small kernel together; gem's step spends
+ * ~30 us there (bench/results/cuda-boundary-bounds-2026-12-04.json).
+ *
+ *   stream   one kernel streaming every phase's bytes, no boundary: the
+ *            rate the others are compared with;
+ *   launch   one kernel per phase, blocks of one 16 KB round each (as
+ *            gem's products), chained by programmatic dependent launch and
+ *            replayed as a CUDA graph: gem's decode step today;
+ *   barrier  one persistent kernel (every block resident: a cooperative
+ *            launch) streaming the phases with a grid barrier between two;
+ *   early    the same, each thread holding its first round of the next
+ *            phase in registers before it arrives at the barrier (weights
+ *            do not depend on the phase before).
+ * Each: the median of REPS timed runs after a warm-up, GB/s, and the cost
+ * per boundary, (t - t_stream) / (phases - 1).
+ *
+ *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
+ *
+ * Defaults: the 31B Q4_0 sliding layer's products (q/k/v 49.5 MB, o 24.8,
+ * gate/up 130, down 65) times 60 layers, 10 runs. The checksum sink keeps
+ * the loads alive; its value means nothing. A speed probe, not part of gem:
+ * its only invariant is that every variant reads the same bytes. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#define THREADS 128
+#define UNROLL 8
+#define CHUNK ((size_t)THREADS * UNROLL * 16) /* bytes of one block round: 16 KB */
+
+#define CK(call)                                                                      \
+    do {                                                                              \
+        const cudaError_t e_ = (call);                                                \
+        if (e_ != cudaSuccess) {                                                      \
+            fprintf(stderr, "cuda_barrier_probe: %s: %s\n", #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* One block round: UNROLL 16-byte loads per thread, all issued before use. */
+struct round_regs {
+    uint4 v[UNROLL];
+};
+__device__ __forceinline__ void round_load(const uint4 *base, size_t chunk, round_regs &r) {
+    const uint4 *p = base + chunk * (CHUNK / 16) + threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) r.v[u] = __ldcs(p + u * THREADS); /* streamed: no reuse */
+}
+__device__ __forceinline__ unsigned round_fold(const round_regs &r, unsigned acc) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) acc ^= r.v[u].x ^ r.v[u].y ^ r.v[u].z ^ r.v[u].w;
+    return acc;
+}
+/* chunks first, first + stride, ... below n of the phase at base */
+__device__ __forceinline__ unsigned stream_chunks(const uint4 *base, size_t n, size_t first, size_t stride,
+                                                  unsigned acc) {
+    for (size_t c = first; c < n; c += stride) {
+        round_regs r;
+        round_load(base, c, r);
+        acc = round_fold(r, acc);
+    }
+    return acc;
+}
+
+__global__ void __launch_bounds__(THREADS) k_stream(const uint4 *base, size_t chunks, unsigned *sink) {
+    const unsigned acc = stream_chunks(base, chunks, blockIdx.x, gridDim.x, 0);
+    if (acc == 0x9e3779b9u) sink[0] = acc; /* never taken in practice; keeps the loads */
+}
+
+/* One phase as gem launches a product: waits for the kernel before it,
+ * then lets the next one be scheduled. */
+__global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chunks, unsigned *sink) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    const unsigned acc = stream_chunks(base, chunks, blockIdx.x, gridDim.x, 0);
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+/* All blocks of the grid meet: the counter only grows (target: every block
+ * of every barrier so far, from this launch's start value). */
+__device__ __forceinline__ void grid_barrier(unsigned *count, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(count, 1u);
+        while ((int)(ld_acquire(count) - target) < 0) {
+        }
+    }
+    __syncthreads();
+}
+
+/* Phases p at base + off[p] chunks, n[p] chunks each; early: the next
+ * phase's first round loaded before the barrier. */
+__global__ void __launch_bounds__(THREADS) k_persist(const uint4 *base, const size_t *off, const size_t *n, int phases,
+                                                     unsigned *count, unsigned start, int early, unsigned *sink) {
+    unsigned acc = 0;
+    size_t first = blockIdx.x;
+    for (int p = 0; p < phases; p++) {
+        acc = stream_chunks(base + off[p] * (CHUNK / 16), n[p], first, gridDim.x, acc);
+        first = blockIdx.x;
+        if (p + 1 == phases) break;
+        round_regs r;
+        const bool pre = early && first < n[p + 1];
+        if (pre) round_load(base + off[p + 1] * (CHUNK / 16), first, r);
+        grid_barrier(count, start + (unsigned)(p + 1) * gridDim.x);
+        if (pre) {
+            acc = round_fold(r, acc);
+            first += gridDim.x;
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    std::vector<double> mb = {49.5, 24.8, 130.0, 65.0};
+    int layers = argc > 2 ? atoi(argv[2]) : 60, reps = argc > 3 ? atoi(argv[3]) : 10;
+    if (argc > 1) {
+        mb.clear();
+        for (char *s = argv[1]; *s;) {
+            char *end;
+            const double v = strtod(s, &end);
+            if (end == s || v <= 0) {
+                fprintf(stderr, "cuda_barrier_probe: phase sizes are MB values separated by commas: %s\n", argv[1]);
+                return 2;
+            }
+            mb.push_back(v);
+            s = *end == ',' ? end + 1 : end;
+        }
+    }
+    if (layers < 1 || reps < 1) {
+        fprintf(stderr, "usage: cuda_barrier_probe [PHASE_MB,...] [LAYERS >= 1] [REPS >= 1]\n");
+        return 2;
+    }
+    std::vector<size_t> off, n;
+    size_t total = 0;
+    for (int l = 0; l < layers; l++)
+        for (double m : mb) {
+            off.push_back(total);
+            n.push_back((size_t)(m * 1e6 / CHUNK) + 1);
+            total += n.back();
+        }
+    const int phases = (int)n.size();
+    const double bytes = (double)total * CHUNK;
+    int dev = 0, sms = 0, per_sm = 0, coop = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist, THREADS, 0));
+    if (!coop || per_sm < 1) {
+        fprintf(stderr, "cuda_barrier_probe: this device cannot run a cooperative launch of the probe\n");
+        return 1;
+    }
+    const unsigned grid = (unsigned)(per_sm * sms);
+    uint4 *buf;
+    size_t *doff, *dn;
+    unsigned *count, *sink;
+    CK(cudaMalloc(&buf, total * CHUNK));
+    CK(cudaMemset(buf, 1, total * CHUNK));
+    CK(cudaMalloc(&doff, sizeof(size_t) * phases));
+    CK(cudaMalloc(&dn, sizeof(size_t) * phases));
+    CK(cudaMemcpy(doff, off.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dn, n.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&count, sizeof(unsigned)));
+    CK(cudaMemset(count, 0, sizeof(unsigned)));
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    /* the launch chain, recorded once */
+    cudaGraph_t g;
+    cudaGraphExec_t gx;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int p = 0; p < phases; p++) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)n[p]);
+        cfg.blockDim = dim3(THREADS);
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&cfg, k_phase, (const uint4 *)(buf + off[p] * (CHUNK / 16)), n[p], sink));
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&gx, g, 0));
+
+    unsigned start = 0; /* the barrier counter's value when the next persistent launch starts */
+    const char *names[4] = {"stream", "launch", "barrier", "early"};
+    float t_ms[4] = {0, 0, 0, 0};
+    for (int v = 0; v < 4; v++) {
+        std::vector<float> ts;
+        for (int r = 0; r <= reps; r++) { /* run 0 warms up */
+            CK(cudaEventRecord(e0, st));
+            if (v == 0) {
+                k_stream<<<grid, THREADS, 0, st>>>(buf, total, sink);
+                CK(cudaGetLastError());
+            } else if (v == 1) {
+                CK(cudaGraphLaunch(gx, st));
+            } else {
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute at[1] = {};
+                at[0].id = cudaLaunchAttributeCooperative;
+                at[0].val.cooperative = 1;
+                cfg.gridDim = dim3(grid);
+                cfg.blockDim = dim3(THREADS);
+                cfg.stream = st;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                CK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
+                                      phases, count, start, v == 3 ? 1 : 0, sink));
+                start += (unsigned)(phases - 1) * grid;
+            }
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r) ts.push_back(ms);
+        }
+        t_ms[v] = median(ts);
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, dev));
+    printf("cuda_barrier_probe: %s, %d SMs, %d persistent blocks of %d threads per SM; %d phases (%d layers x %zu), "
+           "%.2f GB per run, median of %d\n",
+           prop.name, sms, per_sm, THREADS, phases, layers, mb.size(), bytes / 1e9, reps);
+    for (int v = 0; v < 4; v++)
+        printf("%-8s %9.3f ms %8.1f GB/s %8.2f us per boundary\n", names[v], t_ms[v], bytes / (t_ms[v] * 1e-3) / 1e9,
+               v ? (t_ms[v] - t_ms[0]) * 1e3 / (phases - 1) : 0.0);
+    CK(cudaGraphExecDestroy(gx));
+    CK(cudaGraphDestroy(g));
+    CK(cudaFree(buf));
+    CK(cudaFree(doff));
+    CK(cudaFree(dn));
+    CK(cudaFree(count));
+    CK(cudaFree(sink));
+    CK(cudaStreamDestroy(st));
+    return 0;
+}
