@@ -4,18 +4,31 @@
  * product boundaries and every small kernel together; gem's step spends
  * ~30 us there (bench/results/cuda-boundary-bounds-2026-12-04.json).
  *
- *   stream   one kernel streaming every phase's bytes, no boundary: the
- *            rate the others are compared with;
- *   launch   one kernel per phase, blocks of one 16 KB round each (as
- *            gem's products), chained by programmatic dependent launch and
- *            replayed as a CUDA graph: gem's decode step today;
+ *   stream   one kernel streaming every phase's bytes, no boundary, at
+ *            its own occupancy: the rate `launch` is compared with;
+ *   stream-p the same on the persistent kernels' grid (they hold more
+ *            registers, so fewer blocks per SM): the rate the barrier
+ *            variants are compared with;
+ *   launch   one kernel per phase, blocks of one 16 KB round each (gem's
+ *            one-token products: blocks of one round of ~24 KB), chained by
+ *            programmatic dependent launch and replayed as a CUDA graph:
+ *            gem's decode step today;
  *   barrier  one persistent kernel (every block resident: a cooperative
- *            launch) streaming the phases with a grid barrier between two;
- *   early    the same, each thread holding its first round of the next
- *            phase in registers before it arrives at the barrier (weights
- *            do not depend on the phase before).
- * Each: the median of REPS timed runs after a warm-up, GB/s, and the cost
- * per boundary, (t - t_stream) / (phases - 1).
+ *            launch) streaming the phases with a grid barrier between two
+ *            (one atomic per block, thread 0 polling with relaxed loads and
+ *            a short sleep, one acquire fence after);
+ *   early    the same, each thread issuing its first round of the next
+ *            phase after its block arrived and before it waits (weights do
+ *            not depend on the phase before);
+ *   cg       the barrier of cooperative_groups' grid.sync(), for reference.
+ * Variants run in the order listed, then in reverse, REPS times each way;
+ * each prints the median, GB/s and the cost per boundary, (t - t_base) /
+ * (phases - 1) against its stream. To calibrate: the decode step's four
+ * products skipping their waits gained ~1.9 us per product boundary
+ * (bench/results/cuda-boundary-bounds-2026-12-04.json), which `launch`
+ * should come near. A persistent layer would also need barriers where no
+ * product is (norms, rope, attention, combine): this counts product
+ * boundaries only.
  *
  *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
  *
@@ -23,6 +36,7 @@
  * gate/up 130, down 65) times 60 layers, 10 runs. The checksum sink keeps
  * the loads alive; its value means nothing. A speed probe, not part of gem:
  * its only invariant is that every variant reads the same bytes. */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,38 +97,47 @@ __global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chu
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-/* All blocks of the grid meet: the counter only grows (target: every block
- * of every barrier so far, from this launch's start value). */
-__device__ __forceinline__ void grid_barrier(unsigned *count, unsigned target) {
+/* A grid barrier in two halves, so work can go between them: arrive (the
+ * block's writes released by thread 0's fence after the block barrier,
+ * then one atomic), wait (thread 0 polls with relaxed loads, sleeping
+ * briefly, then one acquire fence; the block barrier passes it on). The
+ * counter only grows: target is every block of every barrier so far, from
+ * this launch's start value. */
+__device__ __forceinline__ void grid_arrive(unsigned *count) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(count, 1u);
-        while ((int)(ld_acquire(count) - target) < 0) {
-        }
+    }
+}
+__device__ __forceinline__ void grid_wait(const unsigned *count, unsigned target) {
+    if (threadIdx.x == 0) {
+        while ((int)(*(const volatile unsigned *)count - target) < 0) __nanosleep(32);
+        __threadfence();
     }
     __syncthreads();
 }
 
-/* Phases p at base + off[p] chunks, n[p] chunks each; early: the next
- * phase's first round loaded before the barrier. */
+/* Phases p at base + off[p] chunks, n[p] chunks each. mode 0: the barrier
+ * above; 1: the same with the next phase's first round issued between
+ * arriving and waiting; 2: cooperative_groups' grid.sync(). */
 __global__ void __launch_bounds__(THREADS) k_persist(const uint4 *base, const size_t *off, const size_t *n, int phases,
-                                                     unsigned *count, unsigned start, int early, unsigned *sink) {
+                                                     unsigned *count, unsigned start, int mode, unsigned *sink) {
     unsigned acc = 0;
     size_t first = blockIdx.x;
     for (int p = 0; p < phases; p++) {
         acc = stream_chunks(base + off[p] * (CHUNK / 16), n[p], first, gridDim.x, acc);
         first = blockIdx.x;
         if (p + 1 == phases) break;
+        if (mode == 2) {
+            cooperative_groups::this_grid().sync();
+            continue;
+        }
         round_regs r;
-        const bool pre = early && first < n[p + 1];
+        const bool pre = mode == 1 && first < n[p + 1];
+        grid_arrive(count);
         if (pre) round_load(base + off[p + 1] * (CHUNK / 16), first, r);
-        grid_barrier(count, start + (unsigned)(p + 1) * gridDim.x);
+        grid_wait(count, start + (unsigned)(p + 1) * gridDim.x);
         if (pre) {
             acc = round_fold(r, acc);
             first += gridDim.x;
@@ -144,8 +167,8 @@ int main(int argc, char **argv) {
             s = *end == ',' ? end + 1 : end;
         }
     }
-    if (layers < 1 || reps < 1) {
-        fprintf(stderr, "usage: cuda_barrier_probe [PHASE_MB,...] [LAYERS >= 1] [REPS >= 1]\n");
+    if (layers < 1 || reps < 1 || layers * mb.size() < 2) {
+        fprintf(stderr, "usage: cuda_barrier_probe [PHASE_MB,...] [LAYERS >= 1] [REPS >= 1] (two phases or more)\n");
         return 2;
     }
     std::vector<size_t> off, n;
@@ -158,16 +181,17 @@ int main(int argc, char **argv) {
         }
     const int phases = (int)n.size();
     const double bytes = (double)total * CHUNK;
-    int dev = 0, sms = 0, per_sm = 0, coop = 0;
+    int dev = 0, sms = 0, per_sm = 0, per_sm_s = 0, coop = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist, THREADS, 0));
-    if (!coop || per_sm < 1) {
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_s, k_stream, THREADS, 0));
+    if (!coop || per_sm < 1 || per_sm_s < 1) {
         fprintf(stderr, "cuda_barrier_probe: this device cannot run a cooperative launch of the probe\n");
         return 1;
     }
-    const unsigned grid = (unsigned)(per_sm * sms);
+    const unsigned grid = (unsigned)(per_sm * sms), grid_s = (unsigned)(per_sm_s * sms);
     uint4 *buf;
     size_t *doff, *dn;
     unsigned *count, *sink;
@@ -206,47 +230,53 @@ int main(int argc, char **argv) {
     CK(cudaGraphInstantiate(&gx, g, 0));
 
     unsigned start = 0; /* the barrier counter's value when the next persistent launch starts */
-    const char *names[4] = {"stream", "launch", "barrier", "early"};
-    float t_ms[4] = {0, 0, 0, 0};
-    for (int v = 0; v < 4; v++) {
-        std::vector<float> ts;
-        for (int r = 0; r <= reps; r++) { /* run 0 warms up */
-            CK(cudaEventRecord(e0, st));
-            if (v == 0) {
-                k_stream<<<grid, THREADS, 0, st>>>(buf, total, sink);
-                CK(cudaGetLastError());
-            } else if (v == 1) {
-                CK(cudaGraphLaunch(gx, st));
-            } else {
-                cudaLaunchConfig_t cfg = {};
-                cudaLaunchAttribute at[1] = {};
-                at[0].id = cudaLaunchAttributeCooperative;
-                at[0].val.cooperative = 1;
-                cfg.gridDim = dim3(grid);
-                cfg.blockDim = dim3(THREADS);
-                cfg.stream = st;
-                cfg.attrs = at;
-                cfg.numAttrs = 1;
-                CK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
-                                      phases, count, start, v == 3 ? 1 : 0, sink));
-                start += (unsigned)(phases - 1) * grid;
+    enum { V_STREAM, V_STREAM_P, V_LAUNCH, V_BARRIER, V_EARLY, V_CG, NV };
+    const char *names[NV] = {"stream", "stream-p", "launch", "barrier", "early", "cg"};
+    std::vector<float> ts[NV];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < NV; i++) {
+            const int v = pass ? NV - 1 - i : i; /* forward, then in reverse: drift weighs on all alike */
+            for (int r = 0; r <= reps; r++) {    /* run 0 warms up */
+                CK(cudaEventRecord(e0, st));
+                if (v == V_STREAM || v == V_STREAM_P) {
+                    k_stream<<<v == V_STREAM ? grid_s : grid, THREADS, 0, st>>>(buf, total, sink);
+                    CK(cudaGetLastError());
+                } else if (v == V_LAUNCH) {
+                    CK(cudaGraphLaunch(gx, st));
+                } else {
+                    cudaLaunchConfig_t cfg = {};
+                    cudaLaunchAttribute at[1] = {};
+                    at[0].id = cudaLaunchAttributeCooperative;
+                    at[0].val.cooperative = 1;
+                    cfg.gridDim = dim3(grid);
+                    cfg.blockDim = dim3(THREADS);
+                    cfg.stream = st;
+                    cfg.attrs = at;
+                    cfg.numAttrs = 1;
+                    CK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
+                                          phases, count, start, v - V_BARRIER, sink));
+                    if (v != V_CG) start += (unsigned)(phases - 1) * grid;
+                }
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r) ts[v].push_back(ms);
             }
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r) ts.push_back(ms);
         }
-        t_ms[v] = median(ts);
-    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));
-    printf("cuda_barrier_probe: %s, %d SMs, %d persistent blocks of %d threads per SM; %d phases (%d layers x %zu), "
-           "%.2f GB per run, median of %d\n",
-           prop.name, sms, per_sm, THREADS, phases, layers, mb.size(), bytes / 1e9, reps);
-    for (int v = 0; v < 4; v++)
-        printf("%-8s %9.3f ms %8.1f GB/s %8.2f us per boundary\n", names[v], t_ms[v], bytes / (t_ms[v] * 1e-3) / 1e9,
-               v ? (t_ms[v] - t_ms[0]) * 1e3 / (phases - 1) : 0.0);
+    printf("cuda_barrier_probe: %s, %d SMs; blocks of %d threads per SM: %d (stream), %d (persistent); %d phases "
+           "(%d layers x %zu), %.2f GB per run, median of %d\n",
+           prop.name, sms, THREADS, per_sm_s, per_sm, phases, layers, mb.size(), bytes / 1e9, 2 * reps);
+    float t[NV];
+    for (int v = 0; v < NV; v++) t[v] = median(ts[v]);
+    for (int v = 0; v < NV; v++) {
+        const float base = v == V_LAUNCH ? t[V_STREAM] : t[V_STREAM_P];
+        printf("%-8s %9.3f ms %8.1f GB/s", names[v], t[v], bytes / (t[v] * 1e-3) / 1e9);
+        if (v >= V_LAUNCH) printf(" %8.2f us per boundary", (t[v] - base) * 1e3 / (phases - 1));
+        printf("\n");
+    }
     CK(cudaGraphExecDestroy(gx));
     CK(cudaGraphDestroy(g));
     CK(cudaFree(buf));
