@@ -1233,6 +1233,10 @@ static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_
     default: L(512); break;   \
     }
 
+/* Whether a step of n tokens runs on k_attn_tc: one-token steps with f16
+ * caches, unless GEM_CUDA_ATTN_DEC picks another kernel. */
+static int attn_tc_step(const cuda_backend *c, const be_kv *kv, int n) { return n == 1 && c->attn_dec == 3 && kv->f16; }
+
 /* attention, and with nr (a one-token step on k_attn_tc only, see
  * cu_attention_qkv) the q/k/v norms and rope folded into it */
 static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
@@ -1298,12 +1302,12 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     const int gall = n_head / n_kv_head;
     int gb = AD_WARPS;
     while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
-    const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = c->attn_dec == 3 && kv->f16;
-    if (nr && !(dec && tc)) {
+    const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = attn_tc_step(c, kv, n);
+    if (nr && !tc) {
         cu_check(c, cudaErrorInvalidValue, "attention: q/k/v norms folded into a kernel other than k_attn_tc");
         return;
     }
-    if (dec && tc) {
+    if (tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
         const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
 #define TC_LAUNCH_NR(DIM, NR)                                                                                          \
@@ -1337,7 +1341,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     }
 #undef ATTN_LAUNCH
 #undef ATTN_LAUNCH_T
-    LAUNCHED(c, dec && tc ? (nr ? "attention (one-token, k_attn_tc+norm+rope)" : "attention (one-token, k_attn_tc)")
+    LAUNCHED(c, tc ? (nr ? "attention (one-token, k_attn_tc+norm+rope)" : "attention (one-token, k_attn_tc)")
                 : dec ? "attention (one-token, k_attn_dec)"
                       : "attention");
     if (n <= 8 && d % 32 == 0)
@@ -1368,9 +1372,9 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
                       float theta, const be_weight *ff, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
-    if (c->attn_fuse && n == 1 && c->attn_dec == 3 && kv->f16 && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
+    if (c->attn_fuse && attn_tc_step(c, kv, n)) { /* (attention_run rejects unsupported head shapes itself) */
         const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
-                          ff ? (const float *)ff->q : NULL, eps, powf(theta, -2.0f / (float)d), v_from_k};
+                          ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
         attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr);
         return;
     }

@@ -601,7 +601,7 @@ static void cu_rope(backend *b, be_buf *x, int n, int heads, int d, int n_rot, i
                     const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const float theta_scale = rope_theta_scale(base, n_rot);
     launch(c, k_rope, n, 256, sizeof(float) * (size_t)n_rot, x->d, heads, d, n_rot, c->step, theta_scale,
                                                              ff ? (const float *)ff->q : NULL);
     LAUNCHED(c, "rope");
@@ -757,7 +757,7 @@ void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                              const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
-    const float theta_scale = powf(base, -2.0f / (float)d);
+    const float theta_scale = rope_theta_scale(base, d);
     const int blocks = n * (n_head + (v_from_k ? 1 : 2) * n_kv_head);
     if (c->qkv_early && (d == 256 || d == 512)) {
 #define QKV_E(D)                                                                                                       \
@@ -780,7 +780,7 @@ static void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, in
                             float base, const be_weight *ff) {
     cuda_backend *c = cu_of(b);
     (void)pos0; /* read from the step buffer */
-    const float theta_scale = powf(base, -2.0f / (float)d);
+    const float theta_scale = rope_theta_scale(base, d);
     launch(c, k_rmsnorm_rope, n * heads, 128, sizeof(float) * (size_t)d, 
         x->d, w ? (const float *)w->q : NULL, heads, d, eps, c->step, theta_scale, ff ? (const float *)ff->q : NULL);
     LAUNCHED(c, "rmsnorm+rope");

@@ -422,6 +422,11 @@ __device__ __forceinline__ float gelu_tanh_f(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* The rope's per-pair angle factor, base^(-2 / n_rot), from the host's
+ * powf: one place, so every norm+rope launch (and the attention kernel
+ * that folds them in) multiplies by the same bits. */
+static inline float rope_theta_scale(float base, int n_rot) { return powf(base, -2.0f / (float)n_rot); }
+
 /* The rope's angle of pair j at position pos: pos times theta_scale j
  * times, one rounding per multiplication in that order (the CPU's
  * arithmetic), divided by the frequency factor when there is one. Every
