@@ -28,7 +28,11 @@
  * (bench/results/cuda-boundary-bounds-2026-12-04.json), which `launch`
  * should come near. A persistent layer would also need barriers where no
  * product is (norms, rope, attention, combine): this counts product
- * boundaries only.
+ * boundaries only. Then the launch chain by block shape (round size and
+ * blocks per multiprocessor), each against one launch of its own shape.
+ * On the H200 (bench/results/cuda-probe-xs-2026-12-04.json): launch 1.15 us
+ * per boundary, barrier 4.4, early 2.9, cg 3.8; gem's product shape (24 KB
+ * x 4 per SM) 1.8 us, streaming at 4.63 TB/s in one launch.
  *
  *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
  *
@@ -95,6 +99,96 @@ __global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chu
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const unsigned acc = stream_chunks(base, chunks, blockIdx.x, gridDim.x, 0);
     if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+/* The launch chain with other block shapes: one round of U 16-byte loads
+ * per thread per block (128 x U x 16 bytes), occupancy capped by dynamic
+ * shared memory the kernel does not touch. gem's one-token q4_0 product
+ * runs 4 blocks of ~24 KB per multiprocessor (registers), the probe's
+ * chain above 16 of 16 KB: whether the cost per boundary follows the
+ * shape says whether a product with more bytes in flight per
+ * multiprocessor (cp.async into shared memory rather than registers) is
+ * worth writing. */
+template <int U>
+__global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blocks, unsigned *sink) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (blockIdx.x >= blocks) return;
+    const uint4 *p = base + (size_t)blockIdx.x * THREADS * U + threadIdx.x;
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = __ldcs(p + u * THREADS);
+    unsigned acc = 0;
+#pragma unroll
+    for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+/* Median ms of the chain of phases (MB each) with k_shape<U> at `per_sm`
+ * blocks per multiprocessor, or of one launch over all their bytes
+ * (single): the difference per boundary is the shape's own cost. */
+template <int U>
+static float shape_run(const std::vector<double> &mb, int layers, int reps, const uint4 *buf, size_t buf_bytes,
+                       int per_sm, bool single, unsigned *sink, cudaStream_t st, int *got_per_sm) {
+    const size_t bb = (size_t)THREADS * U * 16;
+    int smem = 0, occ = 0;
+    for (int s = 0; s <= 227 * 1024; s += 1024) {
+        CK(cudaFuncSetAttribute(k_shape<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, s ? s : 1024));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_shape<U>, THREADS, s));
+        if (occ <= per_sm) {
+            smem = s;
+            break;
+        }
+    }
+    *got_per_sm = occ;
+    std::vector<size_t> nb;
+    size_t total = 0;
+    for (int l = 0; l < layers; l++)
+        for (double m : mb) nb.push_back((size_t)(m * 1e6 / bb) + 1), total += nb.back();
+    if (single) nb.assign(1, total);
+    if (total * bb > buf_bytes) {
+        fprintf(stderr, "cuda_barrier_probe: shape U=%d needs %zu bytes, the buffer has %zu\n", U, total * bb, buf_bytes);
+        exit(1);
+    }
+    cudaGraph_t g;
+    cudaGraphExec_t gx;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    size_t at_blk = 0;
+    for (size_t p = 0; p < nb.size(); p++) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)nb[p]);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = (size_t)smem;
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&cfg, k_shape<U>, buf + at_blk * (bb / 16), nb[p], sink));
+        at_blk += nb[p];
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&gx, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r <= reps; r++) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(gx, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r) ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(gx));
+    CK(cudaGraphDestroy(g));
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
 }
 
 /* A grid barrier in two halves, so work can go between them: arrive (the
@@ -195,8 +289,9 @@ int main(int argc, char **argv) {
     uint4 *buf;
     size_t *doff, *dn;
     unsigned *count, *sink;
-    CK(cudaMalloc(&buf, total * CHUNK));
-    CK(cudaMemset(buf, 1, total * CHUNK));
+    const size_t buf_bytes = total * CHUNK + (size_t)phases * 4 * CHUNK; /* slack for the shapes' rounding */
+    CK(cudaMalloc(&buf, buf_bytes));
+    CK(cudaMemset(buf, 1, buf_bytes));
     CK(cudaMalloc(&doff, sizeof(size_t) * phases));
     CK(cudaMalloc(&dn, sizeof(size_t) * phases));
     CK(cudaMemcpy(doff, off.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
@@ -276,6 +371,28 @@ int main(int argc, char **argv) {
         printf("%-8s %9.3f ms %8.1f GB/s", names[v], t[v], bytes / (t[v] * 1e-3) / 1e9);
         if (v >= V_LAUNCH) printf(" %8.2f us per boundary", (t[v] - base) * 1e3 / (phases - 1));
         printf("\n");
+    }
+    /* the launch chain by block shape: (U, blocks per multiprocessor) */
+    printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
+           "shape over all the bytes):\n");
+    const int shapes[][2] = {{8, 16}, {8, 8}, {8, 4}, {12, 8}, {12, 4}, {16, 4}, {16, 2}};
+    for (const auto &sh : shapes) {
+        float tc = 0, t1 = 0;
+        int occ = 0;
+        const size_t bb = (size_t)THREADS * sh[0] * 16;
+#define SHAPE_RUN(U)                                                                         \
+    do {                                                                                    \
+        t1 = shape_run<U>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], true, sink, st, &occ);  \
+        tc = shape_run<U>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], false, sink, st, &occ); \
+    } while (0)
+        if (sh[0] == 8) SHAPE_RUN(8);
+        else if (sh[0] == 12) SHAPE_RUN(12);
+        else SHAPE_RUN(16);
+#undef SHAPE_RUN
+        printf("  %5.1f KB x %2d per SM (%3.0f KB in flight): single %7.3f ms %7.1f GB/s, chain %7.3f ms %7.1f GB/s, "
+               "%5.2f us per boundary\n",
+               bb / 1024.0, occ, bb * occ / 1024.0, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
+               (tc - t1) * 1e3 / (phases - 1));
     }
     CK(cudaGraphExecDestroy(gx));
     CK(cudaGraphDestroy(g));

@@ -1,6 +1,6 @@
 /* Model-level CUDA checks (make test-cuda): the same GGUF through the engine
  * on the CPU fast path and on the GPU.
- *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N]
+ *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL]
  * kv-f16: the GPU's caches hold f16 entries (--kv-type f16: k_attn_tc for
  * one-token steps), keys and values rounded to 11 bits; checked with the
  * int8 criteria.
@@ -12,13 +12,20 @@
  * the 16 compared, max logit diff 0.375: bench/results/cpu-12b-q4_0-
  * collapse-2026-12-04.json), so a disagreement there points at a kernel
  * rather than at amplification.
+ * tbt=TOL: criterion 2's bound for strict models instead of 1e-4 (below).
  * strict (f32/f16/bf16 weights: f32 arithmetic everywhere, only the
  * summation order differs; random weights amplify that per layer: measured
  * 6e-6 after 6 layers, 5e-5 after 18, 4e-3 after 48):
  * 1. logits of every prompt position (prompts longer than three sliding
  *    windows, evaluated in tiles) agree within 1e-2 after the soft-cap, and
  *    the argmax agrees wherever the CPU's top-2 margin is at least 0.1;
- * 2. prefill-then-decode on the GPU equals token-by-token decode within 1e-4;
+ * 2. prefill-then-decode on the GPU equals token-by-token decode within 1e-4
+ *    where both run the same kernels' summation orders (one-token norms of
+ *    rows over 2048 values, the 12B's 3840, sum the squares over 1024
+ *    threads' partials, tiled rows over 256: with the amplification above
+ *    the 12B f16 model's two paths then differ by 2.4e-3, so run.sh checks
+ *    it once with GEM_CUDA_NORM_WIDE=0 at 1e-4 and once with the defaults
+ *    at tbt=1e-2, criterion 1's bound);
  * 3. GEN greedy tokens are identical on both backends.
  * int8 (q8_0/q4_0 weights: both backends round activations to 8 bits per
  * block; an f32 difference of one ulp can move a code by one step, which
@@ -41,6 +48,7 @@
 #include "test.h"
 
 static int kv_f16, layers; /* set once from argv before any session opens */
+static double tbt_tol = 1e-4; /* criterion 2's bound for strict models (tbt=TOL) */
 
 static gem_session *open_session(const char *path, const char *backend, int tile, gem_engine **e) {
     gem_err err;
@@ -85,10 +93,11 @@ int main(int argc, char **argv) {
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "kv-f16")) kv_f16 = 1;
         else if (!strncmp(argv[i], "layers=", 7) && (layers = atoi(argv[i] + 7)) > 0) continue;
+        else if (!strncmp(argv[i], "tbt=", 4) && (tbt_tol = atof(argv[i] + 4)) > 0 && tbt_tol <= 1e-2) continue;
         else bad_args = 1;
     }
     if (bad_args) {
-        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N]\n");
+        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL (<= 1e-2)]\n");
         return 2;
     }
     if (kv_f16 && !strcmp(argv[4], "strict")) {
@@ -162,7 +171,7 @@ int main(int argc, char **argv) {
          * k_attn_split (0.112); the GPU against the CPU at 7 of 205. Up
          * to 2% of clear positions may differ there. */
         if (strict) {
-            CHECKF(w2 <= 1e-4, "tiled vs token-by-token %g", w2);
+            CHECKF(w2 <= tbt_tol, "tiled vs token-by-token %g (bound %g)", w2, tbt_tol);
             CHECKF(bad == 0, "tiled vs token-by-token: argmax differs at %d clear positions", bad);
         } else {
             CHECKF(bad * 50 <= clear2, "tiled vs token-by-token: argmax differs at %d of %d clear positions", bad,
