@@ -28,8 +28,9 @@
  * (bench/results/cuda-boundary-bounds-2026-12-04.json), which `launch`
  * should come near. A persistent layer would also need barriers where no
  * product is (norms, rope, attention, combine): this counts product
- * boundaries only. Then the launch chain by block shape (round size and
- * blocks per multiprocessor), each against one launch of its own shape.
+ * boundaries only. Then the launch chain by block shape (round size,
+ * blocks per multiprocessor and load flavour: cs, nc as gem's weight
+ * loads, nc.L1::no_allocate), each against one launch of its own shape.
  * On the H200 (bench/results/cuda-probe-xs-2026-12-04.json): launch 1.15 us
  * per boundary, barrier 4.4, early 2.9, cg 3.8; gem's product shape (24 KB
  * x 4 per SM) 1.8 us, streaming at 4.63 TB/s in one launch.
@@ -109,7 +110,22 @@ __global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chu
  * shape says whether a product with more bytes in flight per
  * multiprocessor (cp.async into shared memory rather than registers) is
  * worth writing. */
-template <int U>
+/* LDF, the load flavour: 0 ld.global.cs (evict first, as above), 1
+ * ld.global.nc (__ldg, gem's weight loads), 2 ld.global.nc.L1::no_allocate */
+template <int LDF> __device__ __forceinline__ uint4 shape_ld(const uint4 *p) {
+    if constexpr (LDF == 1) {
+        return __ldg(p);
+    } else if constexpr (LDF == 2) {
+        uint4 v;
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+        return v;
+    } else {
+        return __ldcs(p);
+    }
+}
+template <int U, int LDF>
 __global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blocks, unsigned *sink) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -117,24 +133,24 @@ __global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blo
     const uint4 *p = base + (size_t)blockIdx.x * THREADS * U + threadIdx.x;
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; u++) v[u] = __ldcs(p + u * THREADS);
+    for (int u = 0; u < U; u++) v[u] = shape_ld<LDF>(p + u * THREADS);
     unsigned acc = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
-/* Median ms of the chain of phases (MB each) with k_shape<U> at `per_sm`
+/* Median ms of the chain of phases (MB each) with k_shape<U, LDF> at `per_sm`
  * blocks per multiprocessor, or of one launch over all their bytes
  * (single): the difference per boundary is the shape's own cost. */
-template <int U>
+template <int U, int LDF>
 static float shape_run(const std::vector<double> &mb, int layers, int reps, const uint4 *buf, size_t buf_bytes,
                        int per_sm, bool single, unsigned *sink, cudaStream_t st, int *got_per_sm) {
     const size_t bb = (size_t)THREADS * U * 16;
     int smem = 0, occ = 0;
     for (int s = 0; s <= 227 * 1024; s += 1024) {
-        CK(cudaFuncSetAttribute(k_shape<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, s ? s : 1024));
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_shape<U>, THREADS, s));
+        CK(cudaFuncSetAttribute(k_shape<U, LDF>, cudaFuncAttributeMaxDynamicSharedMemorySize, s ? s : 1024));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_shape<U, LDF>, THREADS, s));
         if (occ <= per_sm) {
             smem = s;
             break;
@@ -165,7 +181,7 @@ static float shape_run(const std::vector<double> &mb, int layers, int reps, cons
         cfg.stream = st;
         cfg.attrs = at;
         cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, k_shape<U>, buf + at_blk * (bb / 16), nb[p], sink));
+        CK(cudaLaunchKernelEx(&cfg, k_shape<U, LDF>, buf + at_blk * (bb / 16), nb[p], sink));
         at_blk += nb[p];
     }
     CK(cudaStreamEndCapture(st, &g));
@@ -375,23 +391,29 @@ int main(int argc, char **argv) {
     /* the launch chain by block shape: (U, blocks per multiprocessor) */
     printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
            "shape over all the bytes):\n");
-    const int shapes[][2] = {{8, 16}, {8, 8}, {8, 4}, {12, 8}, {12, 4}, {16, 4}, {16, 2}};
+    /* (U, blocks per SM, load flavour) */
+    const int shapes[][3] = {{8, 16, 0}, {8, 8, 0}, {8, 4, 0}, {12, 8, 0}, {12, 4, 0},
+                             {12, 4, 1}, {12, 4, 2}, {6, 8, 1}, {16, 4, 0}, {16, 2, 0}};
+    const char *ldf_names[3] = {"cs", "nc", "nc.L1::no_allocate"};
     for (const auto &sh : shapes) {
         float tc = 0, t1 = 0;
         int occ = 0;
         const size_t bb = (size_t)THREADS * sh[0] * 16;
-#define SHAPE_RUN(U)                                                                         \
-    do {                                                                                    \
-        t1 = shape_run<U>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], true, sink, st, &occ);  \
-        tc = shape_run<U>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], false, sink, st, &occ); \
+#define SHAPE_RUN(U, LDF)                                                                         \
+    do {                                                                                         \
+        t1 = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], true, sink, st, &occ);  \
+        tc = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], false, sink, st, &occ); \
     } while (0)
-        if (sh[0] == 8) SHAPE_RUN(8);
-        else if (sh[0] == 12) SHAPE_RUN(12);
-        else SHAPE_RUN(16);
+        if (sh[0] == 6) SHAPE_RUN(6, 1);
+        else if (sh[0] == 8) SHAPE_RUN(8, 0);
+        else if (sh[0] == 12 && sh[2] == 1) SHAPE_RUN(12, 1);
+        else if (sh[0] == 12 && sh[2] == 2) SHAPE_RUN(12, 2);
+        else if (sh[0] == 12) SHAPE_RUN(12, 0);
+        else SHAPE_RUN(16, 0);
 #undef SHAPE_RUN
-        printf("  %5.1f KB x %2d per SM (%3.0f KB in flight): single %7.3f ms %7.1f GB/s, chain %7.3f ms %7.1f GB/s, "
+        printf("  %-18s %5.1f KB x %2d per SM (%3.0f KB in flight): single %7.3f ms %7.1f GB/s, chain %7.3f ms %7.1f GB/s, "
                "%5.2f us per boundary\n",
-               bb / 1024.0, occ, bb * occ / 1024.0, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
+               ldf_names[sh[2]], bb / 1024.0, occ, bb * occ / 1024.0, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
                (tc - t1) * 1e3 / (phases - 1));
     }
     CK(cudaGraphExecDestroy(gx));

@@ -594,6 +594,52 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
+/* One-token product variants (GEM_CUDA_MV_LD=1/2: the weights' load
+ * flavour; GEM_CUDA_MV_SMALL=1: half the unroll at 8 blocks per
+ * multiprocessor) equal the default kernels bit for bit (the same sums in
+ * the same order): single products (unsplit, and rows split over 2 and 4
+ * warps), the q/k/v triple and the gate/up pair, q8_0 and q4_0; 333 and
+ * 300 rows leave warps without a row in the last block; K 1152 ends inside
+ * a lane's first round. */
+static void test_matmul_variant(backend *gx, const char *label) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki];
+            tensor A = make_tensor(types[t], K, 333), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
+            gem_err err;
+            float *x = rand_vec((size_t)K, 1.0f);
+            backend *bs[2] = {gpu, gx};
+            float *res[2][5];
+            for (int v = 0; v < 2; v++) {
+                backend *b = bs[v];
+                be_weight *W[3] = {b->weight(b, &A.t, &err), b->weight(b, &B.t, &err), b->weight(b, &C.t, &err)};
+                be_buf *xb = put(b, x, (size_t)K);
+                be_buf *o1 = put(b, NULL, 333), *o3[3] = {put(b, NULL, 333), put(b, NULL, 64), put(b, NULL, 300)};
+                be_buf *pr = put(b, NULL, 300);
+                b->matmul(b, W[0], xb, 1, o1);
+                b->matmul_multi(b, 3, (const be_weight *const *)W, xb, 1, o3);
+                b->matmul_geglu(b, W[2], W[0], xb, 1, pr); /* gate C, up A's first 300 rows */
+                res[v][0] = get(b, o1, 333);
+                res[v][1] = get(b, o3[0], 333), res[v][2] = get(b, o3[1], 64), res[v][3] = get(b, o3[2], 300);
+                res[v][4] = get(b, pr, 300);
+                b->buf_free(b, xb), b->buf_free(b, o1), b->buf_free(b, pr);
+                for (int i = 0; i < 3; i++) b->buf_free(b, o3[i]), b->weight_free(b, W[i]);
+            }
+            const size_t lens[5] = {333, 333, 64, 300, 300};
+            const char *what[5] = {"variant matmul", "variant multi q", "variant multi k", "variant multi v",
+                                   "variant geglu"};
+            int same = 1;
+            for (int i = 0; i < 5; i++) same &= close_enough(what[i], res[1][i], res[0][i], lens[i], 0, 0);
+            CHECKF(same, "%s against the default, %s K=%lld", label, quant_type_name(types[t]), (long long)K);
+            for (int v = 0; v < 2; v++)
+                for (int i = 0; i < 5; i++) free(res[v][i]);
+            free(x);
+            free_tensor(&A), free_tensor(&B), free_tensor(&C);
+        }
+}
+
 /* Prefill geglu makes the down product's f16 activations in the same
  * launch (k_geglu_f16): the pair and the down product equal separate
  * products, k_geglu and a down product that converts its input itself
@@ -1296,6 +1342,8 @@ int main(void) {
     unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
     unsetenv("GEM_CUDA_ATTN_FUSE");
+    unsetenv("GEM_CUDA_MV_LD");
+    unsetenv("GEM_CUDA_MV_SMALL");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1342,6 +1390,23 @@ int main(void) {
     backend *gl = variant("GEM_CUDA_MV_STAGGER", "20000", &g);
     unsetenv("GEM_CUDA_MV_LEVELS");
     if (g0 && gl) test_matmul_stagger(g0, gl);
+    {
+        /* VAR=VALUE pairs, a second one set around the first's variant() */
+        static const char *const vars[][4] = {{"GEM_CUDA_MV_LD", "1", NULL, NULL},
+                                              {"GEM_CUDA_MV_LD", "2", NULL, NULL},
+                                              {"GEM_CUDA_MV_SMALL", "1", NULL, NULL},
+                                              {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "2"}};
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+            char label[96];
+            snprintf(label, sizeof label, "%s=%s%s%s%s%s", vars[i][0], vars[i][1], vars[i][2] ? " " : "",
+                     vars[i][2] ? vars[i][2] : "", vars[i][2] ? "=" : "", vars[i][2] ? vars[i][3] : "");
+            if (vars[i][2]) setenv(vars[i][2], vars[i][3], 1);
+            backend *gx = variant(vars[i][0], vars[i][1], &g);
+            if (vars[i][2]) unsetenv(vars[i][2]);
+            if (gx) test_matmul_variant(gx, label);
+            variant_done(gx);
+        }
+    }
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();

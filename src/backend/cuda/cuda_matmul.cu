@@ -156,8 +156,27 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * them in a fixed order. It lets the 5376-row o and down products (1.27
  * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
  * vs 111.0 tok/s. */
+/* A one-token product's weight load by flavour LD (GEM_CUDA_MV_LD): 0
+ * ld.global.nc through L1 (the default), 1 ld.global.cs (evict first, as
+ * bench/cuda_barrier_probe streams), 2 ld.global.nc.L1::no_allocate. The
+ * question behind 1 and 2: whether the streamed weights evict the
+ * activation lines every block of the product rereads from L1. */
+template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
+    if constexpr (LD == 1) {
+        return __ldcs((const uint4 *)p);
+    } else if constexpr (LD == 2) {
+        uint4 v;
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+        return v;
+    } else {
+        return __ldg((const uint4 *)p);
+    }
+}
+
 /* One round of a lane's weight blocks (U per row, SP-strided). */
-template <int Q4, int U, int SP>
+template <int Q4, int U, int SP, int LD = 0>
 __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
                                           uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS]) {
 #pragma unroll
@@ -168,8 +187,8 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
             if (b < nb) {
                 const size_t blk = (size_t)r.row[k] * nb + b;
                 const uint8_t *q = (const uint8_t *)r.q[k];
-                w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
-                if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
+                w0[u][k] = mv_ldw<LD>(q + blk * (Q4 ? 16 : 32));
+                if (!Q4) w1[u][k] = mv_ldw<LD>(q + blk * 32 + 16);
                 dw[u][k] = __half2float(r.d[k][blk]);
             }
         }
@@ -234,9 +253,9 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
  * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
-template <int Q4, int NT, int SP>
-__global__ void MV_BOUNDS
-    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+template <int Q4, int NT, int SP, int LD, int UDIV>
+__device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__restrict__ xq,
+                                          const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     CU_TRACE(CT_MV_Q);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -244,7 +263,7 @@ __global__ void MV_BOUNDS
     mv_rows r;
     const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
-    constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
+    constexpr int U = (Q4 ? MV_UNROLL_Q4 : MV_UNROLL) / UDIV;
     const int lane = threadIdx.x & 31, nb = valid ? K / 32 : 0, part = SP > 1 ? (threadIdx.x >> 5) % SP : 0;
     float acc[MV_ROWS][NT];
 #pragma unroll
@@ -255,7 +274,7 @@ __global__ void MV_BOUNDS
     float dw[U][MV_ROWS];
     const int first = 32 * part + lane;
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        mv_load_q<Q4, U, SP>(r, nb, b0, w0, w1, dw);
+        mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -298,6 +317,26 @@ __global__ void MV_BOUNDS
             }
     }
     mv_store<NT>(job, r, acc);
+}
+
+template <int Q4, int NT, int SP, int LD = 0>
+__global__ void MV_BOUNDS
+    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+    mv_q_body<Q4, NT, SP, LD, 1>(job, xq, xd, xs, K);
+}
+
+/* GEM_CUDA_MV_SMALL=1 (one token): half the unroll (q4_0 4 blocks per lane
+ * and row, q8_0 2) with registers for 8 blocks per multiprocessor instead
+ * of 4: the same bytes in flight per multiprocessor in blocks of half the
+ * size (~12 KB), so a product's ramp and tail are finer (the probe's chain
+ * of 16 KB x 8 blocks per SM costs 1.58 us per boundary, 24 KB x 4 1.81:
+ * bench/results/cuda-probe-xs-2026-12-04.json). The same sums in the same
+ * order (a lane's blocks in index order whatever the unroll). */
+template <int Q4, int SP, int LD>
+__global__ void __launch_bounds__(MV_WARPS * 32, 8)
+    k_mv_q_small(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
+                 int K) {
+    mv_q_body<Q4, 1, SP, LD, 2>(job, xq, xd, xs, K);
 }
 
 template <int FMT, int NT>
@@ -872,6 +911,17 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
+/* one-token variants (GEM_CUDA_MV_LD, GEM_CUDA_MV_SMALL): [q4][small][load flavour][warps per row 1, 2, 4];
+ * [.][0][0] is the default kernels */
+#define MV_VAR_SP(Q4, LD) {k_mv_q<Q4, 1, 1, LD>, k_mv_q<Q4, 1, 2, LD>, k_mv_q<Q4, 1, 4, LD>}
+#define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, k_mv_q_small<Q4, 4, LD>}
+static const mv_q_fn mv_q_var[2][2][3][3] = {
+    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2)},
+     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2)}},
+    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2)},
+     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2)}}};
+#undef MV_VAR_SP
+#undef MV_VAR_SP_SMALL
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1155,21 +1205,25 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             goto quantized_done;
         }
         {
-        if (!c->mv_wave) {
+        /* one-token variants: a lone kernel, tab[0] */
+        const int var = n == 1 && (c->mv_ld || c->mv_small);
+        const int small = var && c->mv_small;
+        if (!c->mv_wave[small]) {
             int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mv_q<1, 1, 1>, MV_WARPS * 32, 0) !=
-                    cudaSuccess ||
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, small ? k_mv_q_small<1, 1, 0> : k_mv_q<1, 1, 1>,
+                                                              MV_WARPS * 32, 0) != cudaSuccess ||
                 per_sm < 1) {
                 (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
-                per_sm = 4;
+                per_sm = small ? 8 : 4;
             }
-            c->mv_wave = per_sm * c->n_sm;
+            c->mv_wave[small] = per_sm * c->n_sm;
         }
-        job.wave = c->mv_wave;
-        job.stagger = (int)grid > c->mv_wave ? c->mv_stagger : 0;
+        job.wave = c->mv_wave[small];
+        job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
         job.levels = c->mv_levels;
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        if (var) tab = &mv_q_var[fmt == DW_Q4_0][small][c->mv_ld][sp == 4 ? 2 : sp == 2 ? 1 : 0];
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
