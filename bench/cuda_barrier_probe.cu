@@ -29,11 +29,13 @@
  * should come near. A persistent layer would also need barriers where no
  * product is (norms, rope, attention, combine): this counts product
  * boundaries only. Then the launch chain by block shape (round size,
- * blocks per multiprocessor and load flavour: cs, nc as gem's weight
- * loads, nc.L1::no_allocate), each against one launch of its own shape.
+ * blocks per multiprocessor and load flavour: nc as gem's weight loads,
+ * cs, nc.L1::no_allocate), each against one launch of its own shape.
  * On the H200 (bench/results/cuda-probe-xs-2026-12-04.json): launch 1.15 us
- * per boundary, barrier 4.4, early 2.9, cg 3.8; gem's product shape (24 KB
- * x 4 per SM) 1.8 us, streaming at 4.63 TB/s in one launch.
+ * per boundary, barrier 4.4, early 2.9, cg 3.8. Its shape rows were taken
+ * with plain loads, which the compiler did not keep in flight as asked (34
+ * registers whatever the round size): the shapes now load through
+ * volatile asm and print their registers.
  *
  *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
  *
@@ -110,20 +112,28 @@ __global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chu
  * shape says whether a product with more bytes in flight per
  * multiprocessor (cp.async into shared memory rather than registers) is
  * worth writing. */
-/* LDF, the load flavour: 0 ld.global.cs (evict first, as above), 1
- * ld.global.nc (__ldg, gem's weight loads), 2 ld.global.nc.L1::no_allocate */
+/* LDF, the load flavour, numbered as gem's GEM_CUDA_MV_LD: 0 ld.global.nc
+ * (__ldg, gem's weight loads), 1 ld.global.cs (evict first, as the chain
+ * above), 2 ld.global.nc.L1::no_allocate. Volatile asm, all U issued in
+ * order before the first use: with plain loads the compiler gave k_shape 34
+ * registers whatever U, so it did not hold U loads in flight (the shape rows
+ * print the registers each kernel got). */
 template <int LDF> __device__ __forceinline__ uint4 shape_ld(const uint4 *p) {
-    if constexpr (LDF == 1) {
-        return __ldg(p);
-    } else if constexpr (LDF == 2) {
-        uint4 v;
-        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p));
-        return v;
-    } else {
-        return __ldcs(p);
-    }
+    uint4 v;
+    const size_t g = __cvta_generic_to_global(p);
+    if constexpr (LDF == 1)
+        asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(g));
+    else if constexpr (LDF == 2)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(g));
+    else
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(g));
+    return v;
 }
 template <int U, int LDF>
 __global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blocks, unsigned *sink) {
@@ -145,7 +155,10 @@ __global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blo
  * (single): the difference per boundary is the shape's own cost. */
 template <int U, int LDF>
 static float shape_run(const std::vector<double> &mb, int layers, int reps, const uint4 *buf, size_t buf_bytes,
-                       int per_sm, bool single, unsigned *sink, cudaStream_t st, int *got_per_sm) {
+                       int per_sm, bool single, unsigned *sink, cudaStream_t st, int *got_per_sm, int *regs) {
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_shape<U, LDF>));
+    *regs = fa.numRegs;
     const size_t bb = (size_t)THREADS * U * 16;
     int smem = 0, occ = 0;
     for (int s = 0; s <= 227 * 1024; s += 1024) {
@@ -388,32 +401,37 @@ int main(int argc, char **argv) {
         if (v >= V_LAUNCH) printf(" %8.2f us per boundary", (t[v] - base) * 1e3 / (phases - 1));
         printf("\n");
     }
-    /* the launch chain by block shape: (U, blocks per multiprocessor) */
+    /* the launch chain by block shape: (U, blocks per multiprocessor, load
+     * flavour); the capped occupancy comes from dynamic shared memory, which
+     * also shrinks L1 (gem's products get the driver's choice) */
     printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
            "shape over all the bytes):\n");
-    /* (U, blocks per SM, load flavour) */
-    const int shapes[][3] = {{8, 16, 0}, {8, 8, 0}, {8, 4, 0}, {12, 8, 0}, {12, 4, 0},
-                             {12, 4, 1}, {12, 4, 2}, {6, 8, 1}, {16, 4, 0}, {16, 2, 0}};
-    const char *ldf_names[3] = {"cs", "nc", "nc.L1::no_allocate"};
+    const int shapes[][3] = {{8, 16, 1}, {8, 8, 1}, {8, 4, 1}, {12, 8, 1}, {12, 4, 1},
+                             {12, 4, 0}, {12, 4, 2}, {6, 8, 0}, {16, 4, 1}, {16, 2, 1}};
+    const char *ldf_names[3] = {"nc", "cs", "nc.L1::no_allocate"};
     for (const auto &sh : shapes) {
         float tc = 0, t1 = 0;
-        int occ = 0;
+        int occ = 0, regs = 0;
         const size_t bb = (size_t)THREADS * sh[0] * 16;
-#define SHAPE_RUN(U, LDF)                                                                         \
-    do {                                                                                         \
-        t1 = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], true, sink, st, &occ);  \
-        tc = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], false, sink, st, &occ); \
-    } while (0)
-        if (sh[0] == 6) SHAPE_RUN(6, 1);
-        else if (sh[0] == 8) SHAPE_RUN(8, 0);
-        else if (sh[0] == 12 && sh[2] == 1) SHAPE_RUN(12, 1);
-        else if (sh[0] == 12 && sh[2] == 2) SHAPE_RUN(12, 2);
-        else if (sh[0] == 12) SHAPE_RUN(12, 0);
-        else SHAPE_RUN(16, 0);
+#define SHAPE_RUN(U, LDF)                                                                                \
+    if (sh[0] == U && sh[2] == LDF) {                                                                    \
+        t1 = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], true, sink, st, &occ, &regs);  \
+        tc = shape_run<U, LDF>(mb, layers, 2 * reps, buf, buf_bytes, sh[1], false, sink, st, &occ, &regs); \
+    }
+        SHAPE_RUN(6, 0)
+        SHAPE_RUN(8, 1)
+        SHAPE_RUN(12, 0)
+        SHAPE_RUN(12, 1)
+        SHAPE_RUN(12, 2)
+        SHAPE_RUN(16, 1)
 #undef SHAPE_RUN
-        printf("  %-18s %5.1f KB x %2d per SM (%3.0f KB in flight): single %7.3f ms %7.1f GB/s, chain %7.3f ms %7.1f GB/s, "
+        if (!occ) {
+            fprintf(stderr, "cuda_barrier_probe: no kernel for shape U=%d flavour %d\n", sh[0], sh[2]);
+            return 1;
+        }
+        printf("  %-18s %5.1f KB x %2d per SM (%3d registers): single %7.3f ms %7.1f GB/s, chain %7.3f ms %7.1f GB/s, "
                "%5.2f us per boundary\n",
-               ldf_names[sh[2]], bb / 1024.0, occ, bb * occ / 1024.0, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
+               ldf_names[sh[2]], bb / 1024.0, occ, regs, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
                (tc - t1) * 1e3 / (phases - 1));
     }
     CK(cudaGraphExecDestroy(gx));

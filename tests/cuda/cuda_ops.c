@@ -595,12 +595,14 @@ static void test_matmul_split(backend *gu) {
 }
 
 /* One-token product variants (GEM_CUDA_MV_LD=1/2: the weights' load
- * flavour; GEM_CUDA_MV_SMALL=1: half the unroll at 8 blocks per
- * multiprocessor) equal the default kernels bit for bit (the same sums in
- * the same order): single products (unsplit, and rows split over 2 and 4
- * warps), the q/k/v triple and the gate/up pair, q8_0 and q4_0; 333 and
- * 300 rows leave warps without a row in the last block; K 1152 ends inside
- * a lane's first round. */
+ * flavour; GEM_CUDA_MV_SMALL=1: blocks of 2 warps) equal the default
+ * kernels bit for bit (the same sums in the same order): single products
+ * (unsplit, and rows split over 2 and 4 warps: K 8192, 21504), the q/k/v
+ * triple and the gate/up pair (two 301-row matrices: k_mv_q's pair mode),
+ * q8_0 and q4_0; 333, 301 and 300 rows leave warps without a row in the
+ * last block; K 1152 ends inside a lane's first round. The results cannot
+ * show which kernel ran: that the variables select the variants rests on
+ * mv_run's reading of them. */
 static void test_matmul_variant(backend *gx, const char *label) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
@@ -608,6 +610,7 @@ static void test_matmul_variant(backend *gx, const char *label) {
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             const int64_t K = Ks[ki];
             tensor A = make_tensor(types[t], K, 333), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
+            tensor G = make_tensor(types[t], K, 301), U = make_tensor(types[t], K, 301);
             gem_err err;
             float *x = rand_vec((size_t)K, 1.0f);
             backend *bs[2] = {gpu, gx};
@@ -615,19 +618,21 @@ static void test_matmul_variant(backend *gx, const char *label) {
             for (int v = 0; v < 2; v++) {
                 backend *b = bs[v];
                 be_weight *W[3] = {b->weight(b, &A.t, &err), b->weight(b, &B.t, &err), b->weight(b, &C.t, &err)};
+                be_weight *wg = b->weight(b, &G.t, &err), *wu = b->weight(b, &U.t, &err);
                 be_buf *xb = put(b, x, (size_t)K);
                 be_buf *o1 = put(b, NULL, 333), *o3[3] = {put(b, NULL, 333), put(b, NULL, 64), put(b, NULL, 300)};
-                be_buf *pr = put(b, NULL, 300);
+                be_buf *pr = put(b, NULL, 301);
                 b->matmul(b, W[0], xb, 1, o1);
                 b->matmul_multi(b, 3, (const be_weight *const *)W, xb, 1, o3);
-                b->matmul_geglu(b, W[2], W[0], xb, 1, pr); /* gate C, up A's first 300 rows */
+                b->matmul_geglu(b, wg, wu, xb, 1, pr);
                 res[v][0] = get(b, o1, 333);
                 res[v][1] = get(b, o3[0], 333), res[v][2] = get(b, o3[1], 64), res[v][3] = get(b, o3[2], 300);
-                res[v][4] = get(b, pr, 300);
+                res[v][4] = get(b, pr, 301);
                 b->buf_free(b, xb), b->buf_free(b, o1), b->buf_free(b, pr);
+                b->weight_free(b, wg), b->weight_free(b, wu);
                 for (int i = 0; i < 3; i++) b->buf_free(b, o3[i]), b->weight_free(b, W[i]);
             }
-            const size_t lens[5] = {333, 333, 64, 300, 300};
+            const size_t lens[5] = {333, 333, 64, 300, 301};
             const char *what[5] = {"variant matmul", "variant multi q", "variant multi k", "variant multi v",
                                    "variant geglu"};
             int same = 1;
@@ -636,7 +641,7 @@ static void test_matmul_variant(backend *gx, const char *label) {
             for (int v = 0; v < 2; v++)
                 for (int i = 0; i < 5; i++) free(res[v][i]);
             free(x);
-            free_tensor(&A), free_tensor(&B), free_tensor(&C);
+            free_tensor(&A), free_tensor(&B), free_tensor(&C), free_tensor(&G), free_tensor(&U);
         }
 }
 
@@ -1395,6 +1400,7 @@ int main(void) {
         static const char *const vars[][4] = {{"GEM_CUDA_MV_LD", "1", NULL, NULL},
                                               {"GEM_CUDA_MV_LD", "2", NULL, NULL},
                                               {"GEM_CUDA_MV_SMALL", "1", NULL, NULL},
+                                              {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "1"},
                                               {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "2"}};
         for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
             char label[96];

@@ -56,6 +56,7 @@ for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 
         run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
             build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
 done
+rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
 if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     # the CPU side reads the whole model per greedy step: f16 (24 GB) gets
     # 48; q4_0 runs the first 12 of 48 layers (cuda_model.c: at full depth
@@ -74,6 +75,5 @@ if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     done
     rm -f "$tmp"/m-*.gguf
 fi
-rm -f "$tmp/m.gguf"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]

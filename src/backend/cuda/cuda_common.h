@@ -140,8 +140,8 @@ typedef struct {
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     /* one-token q8_0/q4_0 product variants, opt-in until measured: weight
      * load flavour (GEM_CUDA_MV_LD=1 ld.global.cs, 2 L1::no_allocate) and
-     * half-size blocks at 8 per multiprocessor (GEM_CUDA_MV_SMALL=1); see
-     * mv_ldw and k_mv_q_small */
+     * blocks of 2 warps instead of 4, 8 per multiprocessor
+     * (GEM_CUDA_MV_SMALL=1); see mv_ldw and k_mv_q_small */
     int mv_ld, mv_small;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */

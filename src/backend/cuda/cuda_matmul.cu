@@ -94,7 +94,7 @@ struct mv_rows {
 /* Fields are picked with selects, never by indexing job.m with a run-time
  * index: that would copy the parameter struct to local memory (a stack
  * frame, measured 8% slower decode). */
-template <int SP = 1>
+template <int SP = 1, int W = MV_WARPS>
 __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     int bid = blockIdx.x, mi = 0;
     if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
@@ -102,7 +102,7 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
     const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-    const int warp = bid * (MV_WARPS / SP) + (threadIdx.x >> 5) / SP;
+    const int warp = bid * (W / SP) + (threadIdx.x >> 5) / SP;
     r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     r.M = M;
     if (job.pair) {
@@ -165,10 +165,11 @@ template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
     if constexpr (LD == 1) {
         return __ldcs((const uint4 *)p);
     } else if constexpr (LD == 2) {
+        /* volatile: never moved above pdl_wait (itself volatile asm) */
         uint4 v;
-        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p));
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(__cvta_generic_to_global(p)));
         return v;
     } else {
         return __ldg((const uint4 *)p);
@@ -253,7 +254,7 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
  * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
-template <int Q4, int NT, int SP, int LD, int UDIV>
+template <int Q4, int NT, int SP, int LD, int W>
 __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__restrict__ xq,
                                           const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     CU_TRACE(CT_MV_Q);
@@ -261,9 +262,10 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     CU_TRACE_RELEASED();
     mv_stagger_start(job);
     mv_rows r;
-    const bool valid = mv_rows_of<SP>(job, r);
+    static_assert(W % SP == 0, "a row's SP warps are in one block");
+    const bool valid = mv_rows_of<SP, W>(job, r);
     if (SP == 1 && !valid) return;
-    constexpr int U = (Q4 ? MV_UNROLL_Q4 : MV_UNROLL) / UDIV;
+    constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
     const int lane = threadIdx.x & 31, nb = valid ? K / 32 : 0, part = SP > 1 ? (threadIdx.x >> 5) % SP : 0;
     float acc[MV_ROWS][NT];
 #pragma unroll
@@ -295,7 +297,7 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
         }
     }
     if (SP > 1) {
-        __shared__ float parts[MV_WARPS][MV_ROWS][NT];
+        __shared__ float parts[W][MV_ROWS][NT];
 #pragma unroll
         for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
@@ -322,21 +324,23 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
 template <int Q4, int NT, int SP, int LD = 0>
 __global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
-    mv_q_body<Q4, NT, SP, LD, 1>(job, xq, xd, xs, K);
+    mv_q_body<Q4, NT, SP, LD, MV_WARPS>(job, xq, xd, xs, K);
 }
 
-/* GEM_CUDA_MV_SMALL=1 (one token): half the unroll (q4_0 4 blocks per lane
- * and row, q8_0 2) with registers for 8 blocks per multiprocessor instead
- * of 4: the same bytes in flight per multiprocessor in blocks of half the
- * size (~12 KB), so a product's ramp and tail are finer (the probe's chain
- * of 16 KB x 8 blocks per SM costs 1.58 us per boundary, 24 KB x 4 1.81:
- * bench/results/cuda-probe-xs-2026-12-04.json). The same sums in the same
- * order (a lane's blocks in index order whatever the unroll). */
+/* GEM_CUDA_MV_SMALL=1 (one token, rows of one warp or split over 2): blocks
+ * of MV_SMALL_WARPS warps instead of MV_WARPS, each warp as in k_mv_q (its
+ * rows, unroll and registers), so a block reads half the rows (~12 KB of
+ * a 31B q4_0 product instead of ~24 KB) and twice as many fit on a
+ * multiprocessor (registers: 8 instead of 4), the same bytes in flight:
+ * whether a product's ramp and tail get finer with smaller blocks. Each
+ * warp's sums are k_mv_q's, in the same order (results equal bit for bit).
+ * Rows split over 4 warps keep k_mv_q's 4-warp blocks. */
+#define MV_SMALL_WARPS 2
 template <int Q4, int SP, int LD>
-__global__ void __launch_bounds__(MV_WARPS * 32, 8)
+__global__ void __launch_bounds__(MV_SMALL_WARPS * 32)
     k_mv_q_small(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
                  int K) {
-    mv_q_body<Q4, 1, SP, LD, 2>(job, xq, xd, xs, K);
+    mv_q_body<Q4, 1, SP, LD, MV_SMALL_WARPS>(job, xq, xd, xs, K);
 }
 
 template <int FMT, int NT>
@@ -912,9 +916,9 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
 /* one-token variants (GEM_CUDA_MV_LD, GEM_CUDA_MV_SMALL): [q4][small][load flavour][warps per row 1, 2, 4];
- * [.][0][0] is the default kernels */
+ * [.][0][0] is the default kernels; small blocks serve rows of 1 or 2 warps (mv_run) */
 #define MV_VAR_SP(Q4, LD) {k_mv_q<Q4, 1, 1, LD>, k_mv_q<Q4, 1, 2, LD>, k_mv_q<Q4, 1, 4, LD>}
-#define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, k_mv_q_small<Q4, 4, LD>}
+#define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, NULL}
 static const mv_q_fn mv_q_var[2][2][3][3] = {
     {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2)},
      {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2)}},
@@ -1147,12 +1151,16 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     /* warps per row of a split one-token product (k_mv_q) */
     const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
                                                                                        : 1;
+    /* one-token variants (k_mv_q_small, mv_ldw): a lone kernel per product */
+    const int var = n == 1 && (c->mv_ld || c->mv_small) && (fmt == DW_Q8_0 || fmt == DW_Q4_0);
+    const int small = var && c->mv_small && sp <= 2;
+    const int wpb = small ? MV_SMALL_WARPS : MV_WARPS; /* warps per block */
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
         job.m[i].d = W[i]->d;
         job.m[i].M = (int)W[i]->ne1;
-        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS / sp * MV_ROWS);
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? wpb : wpb / sp * MV_ROWS);
         grid += (unsigned)job.m[i].blocks;
     }
     if (pair) {
@@ -1205,13 +1213,10 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             goto quantized_done;
         }
         {
-        /* one-token variants: a lone kernel, tab[0] */
-        const int var = n == 1 && (c->mv_ld || c->mv_small);
-        const int small = var && c->mv_small;
         if (!c->mv_wave[small]) {
             int per_sm = 0;
             if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, small ? k_mv_q_small<1, 1, 0> : k_mv_q<1, 1, 1>,
-                                                              MV_WARPS * 32, 0) != cudaSuccess ||
+                                                              wpb * 32, 0) != cudaSuccess ||
                 per_sm < 1) {
                 (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
                 per_sm = small ? 8 : 4;
@@ -1229,7 +1234,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
             mv_job jt = job;
             for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
-            launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
+            launch(c, tab[nt - 1], grid, wpb * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
                                                            (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }

@@ -1,0 +1,49 @@
+#!/bin/sh
+# Where a one-token product's time goes inside the kernel: Nsight Compute
+# on the first six one-token products (k_mv_q) of a decode run, among them
+# the first layer's q/k/v (grid 2048 for the 31B), o (1344), gate/up (5376)
+# and down (2688), told apart by launch__grid_size; with the defaults and
+# with each VAR=VALUE set given; serialized (no launch overlap: the
+# kernel's own ramp, steady state and tail). Reports duration, DRAM throughput, achieved occupancy, issue
+# activity, the warp stall reasons and L1 traffic, the numbers that say
+# whether a block's life is latency, issue or L1 bound. Needs ncu with
+# hardware counters (Firecracker machines: the device library's KINDS.md)
+# and the clocks left alone (--clock-control none). Synthetic gemma4-31b
+# Q4_0 with a Q8_0 embedding unless a model is given.
+#   bench/cuda_ncu_mv.sh [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
+#   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=2 GEM_CUDA_MV_SMALL=1,GEM_CUDA_MV_LD=2
+# Output: per set, ncu's raw CSV header and rows of the profiled kernels.
+set -u
+cd "$(dirname "$0")/.."
+sets="X=1"
+M=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --) M=${2:-}; break ;;
+    *=*) sets="$sets $1" ;;
+    *) echo "cuda_ncu_mv.sh: expected VAR=VALUE[,VAR=VALUE...] or -- MODEL, got '$1'" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -n "$M" ] || M=${TMPDIR:-/tmp}/gem-variants-31b.gguf
+command -v ncu >/dev/null || { echo "cuda_ncu_mv.sh: ncu is not on the PATH" >&2; exit 1; }
+make -s CUDA=1 gem >/dev/null || exit 1
+[ -f "$M" ] || ./gem synth --profile gemma4-31b --type q4_0 --embd-type q8_0 --seed 1 -o "$M" >/dev/null || exit 1
+metrics=launch__grid_size,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum
+metrics=$metrics,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum
+metrics=$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active
+metrics=$metrics,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
+metrics=$metrics,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio
+metrics=$metrics,smsp__average_warp_latency_issue_stalled_barrier.ratio
+metrics=$metrics,smsp__average_warp_latency_issue_stalled_wait.ratio
+metrics=$metrics,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio
+metrics=$metrics,l1tex__t_bytes.sum,l1tex__t_sector_hit_rate.pct,lts__t_bytes.sum,lts__t_sector_hit_rate.pct
+for s in $sets; do
+    echo "== $s"
+    # the 16-token prompt runs on the prefill kernels, then at most its
+    # head is a one-token product before the first step's q/k/v
+    env $(echo "$s" | tr ',' ' ') ncu --clock-control none --kernel-name regex:k_mv_q --launch-count 6 \
+        --metrics "$metrics" --csv --page raw \
+        ./gem run -m "$M" --backend cuda --prompt-ids 2..17 -n 2 --temp 0 --ids --ignore-eos 2>&1 |
+        grep -E '^"(ID|[0-9])' | cut -c1-4000
+done
