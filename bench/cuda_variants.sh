@@ -13,7 +13,7 @@
 # attention (GEM_CUDA_ATTN_FUSE=0), and that launch without its early reads
 # (GEM_CUDA_QKV_EARLY=0, which matters only when it is its own launch); the
 # one-token products' weight load flavour (GEM_CUDA_MV_LD=1 evict-first, 2
-# no L1 allocation) and half-size blocks at 8 per multiprocessor
+# no L1 allocation, 3 cp.async into shared memory) and blocks of 2 warps
 # (GEM_CUDA_MV_SMALL=1). Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
@@ -36,7 +36,7 @@ for v in 2 1 0 1 2; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GE
 for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
 for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0 "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" \
     "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_MV_STAGGER=0 "X=1" \
-    GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=2 GEM_CUDA_MV_SMALL=1 "GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=2" \
-    "GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=2" GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=2 GEM_CUDA_MV_LD=1 "X=1"; do
+    GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=2 GEM_CUDA_MV_LD=3 GEM_CUDA_MV_SMALL=1 "GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=3" \
+    "GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=3" GEM_CUDA_MV_SMALL=1 GEM_CUDA_MV_LD=3 GEM_CUDA_MV_LD=2 GEM_CUDA_MV_LD=1 "X=1"; do
     echo "--kv-type f16 $v: $(decode f16 $v)"
 done

@@ -594,13 +594,14 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* One-token product variants (GEM_CUDA_MV_LD=1/2: the weights' load
- * flavour; GEM_CUDA_MV_SMALL=1: blocks of 2 warps) equal the default
+/* One-token product variants (GEM_CUDA_MV_LD=1/2/3: the weights' load
+ * flavour, 3 through shared memory; GEM_CUDA_MV_SMALL=1: blocks of 2 warps) equal the default
  * kernels bit for bit (the same sums in the same order): single products
  * (unsplit, and rows split over 2 and 4 warps: K 8192, 21504), the q/k/v
  * triple and the gate/up pair (two 301-row matrices: k_mv_q's pair mode),
  * q8_0 and q4_0; 333, 301 and 300 rows leave warps without a row in the
- * last block; K 1152 ends inside a lane's first round. The results cannot
+ * last block; K 1152 ends inside a lane's first round; q8_0 at K 5376 takes
+ * two rounds (LD 3 reuses a lane's slots). The results cannot
  * show which kernel ran: that the variables select the variants rests on
  * mv_run's reading of them. */
 static void test_matmul_variant(backend *gx, const char *label) {
@@ -1399,6 +1400,8 @@ int main(void) {
         /* VAR=VALUE pairs, a second one set around the first's variant() */
         static const char *const vars[][4] = {{"GEM_CUDA_MV_LD", "1", NULL, NULL},
                                               {"GEM_CUDA_MV_LD", "2", NULL, NULL},
+                                              {"GEM_CUDA_MV_LD", "3", NULL, NULL},
+                                              {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "3"},
                                               {"GEM_CUDA_MV_SMALL", "1", NULL, NULL},
                                               {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "1"},
                                               {"GEM_CUDA_MV_SMALL", "1", "GEM_CUDA_MV_LD", "2"}};

@@ -139,7 +139,8 @@ typedef struct {
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
     /* one-token q8_0/q4_0 product variants, opt-in until measured: weight
-     * load flavour (GEM_CUDA_MV_LD=1 ld.global.cs, 2 L1::no_allocate) and
+     * load flavour (GEM_CUDA_MV_LD=1 ld.global.cs, 2 L1::no_allocate, 3
+     * cp.async into shared memory) and
      * blocks of 2 warps instead of 4, 8 per multiprocessor
      * (GEM_CUDA_MV_SMALL=1); see mv_ldw and k_mv_q_small */
     int mv_ld, mv_small;
@@ -150,7 +151,7 @@ typedef struct {
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
      * blocks resident at once (occupancy, on first use) */
-    int mv_stagger, mv_levels, mv_wave[2]; /* mv_wave: blocks of one wave, [GEM_CUDA_MV_SMALL] */
+    int mv_stagger, mv_levels, mv_wave[4]; /* mv_wave: blocks of one wave by kernel kind (mv_run) */
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading

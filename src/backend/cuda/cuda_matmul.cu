@@ -158,9 +158,9 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * vs 111.0 tok/s. */
 /* A one-token product's weight load by flavour LD (GEM_CUDA_MV_LD): 0
  * ld.global.nc through L1 (the default), 1 ld.global.cs (evict first, as
- * bench/cuda_barrier_probe streams), 2 ld.global.nc.L1::no_allocate. The
- * question behind 1 and 2: whether the streamed weights evict the
- * activation lines every block of the product rereads from L1. */
+ * bench/cuda_barrier_probe streams), 2 ld.global.nc.L1::no_allocate (3:
+ * mv_stage_q). The question behind 1 and 2: whether the streamed weights
+ * evict the activation lines every block of the product rereads from L1. */
 template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
     if constexpr (LD == 1) {
         return __ldcs((const uint4 *)p);
@@ -194,6 +194,44 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
             }
         }
     }
+}
+
+/* GEM_CUDA_MV_LD=3: a lane's round of weight blocks goes to its own slots
+ * of shared memory by cp.async (L2 to shared, no registers and no L1 held
+ * while in flight), then the lane reads them back itself: the block holds
+ * no weight registers, so shared memory (256 bytes a thread) rather than
+ * registers bounds the blocks per multiprocessor (7 of 128 threads instead
+ * of 4): whether more bytes in flight per multiprocessor shorten a
+ * product. Slot (u, k) of thread t at ((u MV_ROWS + k) H) T + t, H 16-byte
+ * halves per block (q4_0 1, q8_0 2), T threads: consecutive threads,
+ * consecutive 16 bytes. Only the lane that copied a slot reads it (no
+ * barrier: cp.async.wait_group makes a thread's own copies visible to
+ * it). The scales come through registers as before. */
+template <int Q4> __host__ __device__ constexpr int mv_stage_halves() { return Q4 ? 1 : 2; }
+template <int Q4, int U, int SP>
+__device__ __forceinline__ void mv_stage_q(const mv_rows &r, int nb, int b0, uint4 *st, float (&dw)[U][MV_ROWS]) {
+    const int T = blockDim.x, t = threadIdx.x;
+    /* a later round overwrites the slots the round before read: those
+     * reads stay above the copies (cp_async16 has no memory clobber) */
+    asm volatile("" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int b = b0 + 32 * SP * u;
+#pragma unroll
+        for (int k = 0; k < MV_ROWS; k++) {
+            if (b < nb) {
+                const size_t blk = (size_t)r.row[k] * nb + b;
+                const uint8_t *q = (const uint8_t *)r.q[k];
+                uint4 *slot = st + (size_t)((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * T + t;
+                cp_async16(slot, q + blk * (Q4 ? 16 : 32));
+                if (!Q4) cp_async16(slot + T, q + blk * 32 + 16);
+                dw[u][k] = __half2float(r.d[k][blk]);
+            }
+        }
+    }
+    cp_async_commit();
+    /* the memory clobber keeps the slot reads below the wait */
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
@@ -272,11 +310,13 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
+    uint4 w0[U][MV_ROWS], w1[U][MV_ROWS]; /* LD 3: unused, the slots in mv_stage instead */
     float dw[U][MV_ROWS];
+    extern __shared__ __align__(16) uint4 mv_stage[];
     const int first = 32 * part + lane;
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw);
+        if constexpr (LD == 3) mv_stage_q<Q4, U, SP>(r, nb, b0, mv_stage, dw);
+        else mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -290,7 +330,16 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
 #pragma unroll
                 for (int k = 0; k < MV_ROWS; k++) {
                     /* q4_0 loads no second half (w1 unset): pass w0 twice */
-                    const int sum = mv_block_dot<Q4>(w0[u][k], Q4 ? w0[u][k] : w1[u][k], x0, x1, sx);
+                    uint4 a0, a1;
+                    if constexpr (LD == 3) {
+                        const uint4 *slot = mv_stage + ((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * blockDim.x + threadIdx.x;
+                        a0 = slot[0];
+                        a1 = Q4 ? a0 : slot[blockDim.x];
+                    } else {
+                        a0 = w0[u][k];
+                        a1 = Q4 ? w0[u][k] : w1[u][k];
+                    }
+                    const int sum = mv_block_dot<Q4>(a0, a1, x0, x1, sx);
                     acc[k][t] += dw[u][k] * dx * (float)sum;
                 }
             }
@@ -919,11 +968,15 @@ static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
  * [.][0][0] is the default kernels; small blocks serve rows of 1 or 2 warps (mv_run) */
 #define MV_VAR_SP(Q4, LD) {k_mv_q<Q4, 1, 1, LD>, k_mv_q<Q4, 1, 2, LD>, k_mv_q<Q4, 1, 4, LD>}
 #define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, NULL}
-static const mv_q_fn mv_q_var[2][2][3][3] = {
-    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2)},
-     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2)}},
-    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2)},
-     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2)}}};
+static const mv_q_fn mv_q_var[2][2][4][3] = {
+    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2), MV_VAR_SP(0, 3)},
+     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2), MV_VAR_SP_SMALL(0, 3)}},
+    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2), MV_VAR_SP(1, 3)},
+     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2), MV_VAR_SP_SMALL(1, 3)}}};
+/* shared memory of a one-token block with GEM_CUDA_MV_LD=3: one round of slots per thread */
+static size_t mv_stage_bytes(int q4, int threads) {
+    return (size_t)threads * (q4 ? (size_t)MV_UNROLL_Q4 * MV_ROWS * 16 : (size_t)MV_UNROLL * MV_ROWS * 32);
+}
 #undef MV_VAR_SP
 #undef MV_VAR_SP_SMALL
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
@@ -1213,28 +1266,30 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             goto quantized_done;
         }
         {
-        if (!c->mv_wave[small]) {
-            int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, small ? k_mv_q_small<1, 1, 0> : k_mv_q<1, 1, 1>,
-                                                              wpb * 32, 0) != cudaSuccess ||
-                per_sm < 1) {
-                (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
-                per_sm = small ? 8 : 4;
-            }
-            c->mv_wave[small] = per_sm * c->n_sm;
-        }
-        job.wave = c->mv_wave[small];
-        job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
-        job.levels = c->mv_levels;
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         if (var) tab = &mv_q_var[fmt == DW_Q4_0][small][c->mv_ld][sp == 4 ? 2 : sp == 2 ? 1 : 0];
+        const size_t smem = var && c->mv_ld == 3 ? mv_stage_bytes(fmt == DW_Q4_0, wpb * 32) : 0;
+        /* blocks of one wave, per kind: default, small, staged, both */
+        const int kind = small + (smem ? 2 : 0);
+        if (!c->mv_wave[kind]) {
+            int per_sm = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tab[0], wpb * 32, smem) != cudaSuccess ||
+                per_sm < 1) {
+                (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
+                per_sm = 4;
+            }
+            c->mv_wave[kind] = per_sm * c->n_sm;
+        }
+        job.wave = c->mv_wave[kind];
+        job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
+        job.levels = c->mv_levels;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
             const int nt = n - t0 < MV_MAXT ? n - t0 : MV_MAXT;
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
             mv_job jt = job;
             for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
-            launch(c, tab[nt - 1], grid, wpb * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
+            launch(c, tab[nt - 1], grid, wpb * 32, smem, jt, (const int8_t *)c->xq.p + bo * 32,
                                                            (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }
