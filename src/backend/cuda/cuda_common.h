@@ -151,7 +151,7 @@ typedef struct {
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
      * blocks resident at once (occupancy, on first use) */
-    int mv_stagger, mv_levels, mv_wave[4]; /* mv_wave: blocks of one wave by kernel kind (mv_run) */
+    int mv_stagger, mv_levels, mv_wave[2][4]; /* mv_wave: blocks of one wave, [q4_0][kernel kind] (mv_run) */
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading

@@ -200,14 +200,24 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
  * of shared memory by cp.async (L2 to shared, no registers and no L1 held
  * while in flight), then the lane reads them back itself: the block holds
  * no weight registers, so shared memory (256 bytes a thread) rather than
- * registers bounds the blocks per multiprocessor (7 of 128 threads instead
- * of 4): whether more bytes in flight per multiprocessor shorten a
- * product. Slot (u, k) of thread t at ((u MV_ROWS + k) H) T + t, H 16-byte
+ * registers bounds the blocks per multiprocessor (6 of 128 threads, 32
+ * KB + 1 KB reserved each, instead of 4; the carveout then leaves 28 KB
+ * of L1 for the activations): whether more bytes in flight per
+ * multiprocessor shorten a product. Its kernels (k_mv_q_st,
+ * k_mv_q_small_st) name those 6 (13 of 64 threads) as their minimum, so
+ * ptxas does not squeeze them into 72 registers with spills. Slot (u, k) of thread t at ((u MV_ROWS + k) H) T + t, H 16-byte
  * halves per block (q4_0 1, q8_0 2), T threads: consecutive threads,
  * consecutive 16 bytes. Only the lane that copied a slot reads it (no
  * barrier: cp.async.wait_group makes a thread's own copies visible to
  * it). The scales come through registers as before. */
 template <int Q4> __host__ __device__ constexpr int mv_stage_halves() { return Q4 ? 1 : 2; }
+/* a thread's slots: one round of U blocks of its MV_ROWS rows */
+template <int Q4> __host__ __device__ constexpr int mv_stage_thread_bytes() {
+    return (Q4 ? MV_UNROLL_Q4 : MV_UNROLL) * MV_ROWS * mv_stage_halves<Q4>() * 16;
+}
+static_assert(mv_stage_thread_bytes<0>() * MV_WARPS * 32 <= 48 * 1024 &&
+                  mv_stage_thread_bytes<1>() * MV_WARPS * 32 <= 48 * 1024,
+              "GEM_CUDA_MV_LD=3 blocks launch without raising the 48 KB dynamic shared memory limit");
 template <int Q4, int U, int SP>
 __device__ __forceinline__ void mv_stage_q(const mv_rows &r, int nb, int b0, uint4 *st, float (&dw)[U][MV_ROWS]) {
     const int T = blockDim.x, t = threadIdx.x;
@@ -390,6 +400,21 @@ __global__ void __launch_bounds__(MV_SMALL_WARPS * 32)
     k_mv_q_small(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
                  int K) {
     mv_q_body<Q4, 1, SP, LD, MV_SMALL_WARPS>(job, xq, xd, xs, K);
+}
+
+/* GEM_CUDA_MV_LD=3 kernels (mv_stage_q): shared memory allows 6 blocks of
+ * 4 warps (13 of 2) per multiprocessor; named, so registers fit them */
+template <int Q4, int SP>
+__global__ void __launch_bounds__(MV_WARPS * 32, 6)
+    k_mv_q_st(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
+              int K) {
+    mv_q_body<Q4, 1, SP, 3, MV_WARPS>(job, xq, xd, xs, K);
+}
+template <int Q4, int SP>
+__global__ void __launch_bounds__(MV_SMALL_WARPS * 32, 13)
+    k_mv_q_small_st(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                    const int *__restrict__ xs, int K) {
+    mv_q_body<Q4, 1, SP, 3, MV_SMALL_WARPS>(job, xq, xd, xs, K);
 }
 
 template <int FMT, int NT>
@@ -968,14 +993,18 @@ static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
  * [.][0][0] is the default kernels; small blocks serve rows of 1 or 2 warps (mv_run) */
 #define MV_VAR_SP(Q4, LD) {k_mv_q<Q4, 1, 1, LD>, k_mv_q<Q4, 1, 2, LD>, k_mv_q<Q4, 1, 4, LD>}
 #define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, NULL}
+#define MV_VAR_ST(Q4) {k_mv_q_st<Q4, 1>, k_mv_q_st<Q4, 2>, k_mv_q_st<Q4, 4>}
+#define MV_VAR_ST_SMALL(Q4) {k_mv_q_small_st<Q4, 1>, k_mv_q_small_st<Q4, 2>, NULL}
 static const mv_q_fn mv_q_var[2][2][4][3] = {
-    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2), MV_VAR_SP(0, 3)},
-     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2), MV_VAR_SP_SMALL(0, 3)}},
-    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2), MV_VAR_SP(1, 3)},
-     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2), MV_VAR_SP_SMALL(1, 3)}}};
+    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2), MV_VAR_ST(0)},
+     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2), MV_VAR_ST_SMALL(0)}},
+    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2), MV_VAR_ST(1)},
+     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2), MV_VAR_ST_SMALL(1)}}};
+#undef MV_VAR_ST
+#undef MV_VAR_ST_SMALL
 /* shared memory of a one-token block with GEM_CUDA_MV_LD=3: one round of slots per thread */
 static size_t mv_stage_bytes(int q4, int threads) {
-    return (size_t)threads * (q4 ? (size_t)MV_UNROLL_Q4 * MV_ROWS * 16 : (size_t)MV_UNROLL * MV_ROWS * 32);
+    return (size_t)threads * (size_t)(q4 ? mv_stage_thread_bytes<1>() : mv_stage_thread_bytes<0>());
 }
 #undef MV_VAR_SP
 #undef MV_VAR_SP_SMALL
@@ -1270,18 +1299,20 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         if (var) tab = &mv_q_var[fmt == DW_Q4_0][small][c->mv_ld][sp == 4 ? 2 : sp == 2 ? 1 : 0];
         const size_t smem = var && c->mv_ld == 3 ? mv_stage_bytes(fmt == DW_Q4_0, wpb * 32) : 0;
-        /* blocks of one wave, per kind: default, small, staged, both */
-        const int kind = small + (smem ? 2 : 0);
-        if (!c->mv_wave[kind]) {
+        /* blocks of one wave, per format and kind (default, small,
+         * staged, both), from the one-token kernel of unsplit rows */
+        const int kind = small + (smem ? 2 : 0), q4 = fmt == DW_Q4_0;
+        if (!c->mv_wave[q4][kind]) {
             int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tab[0], wpb * 32, smem) != cudaSuccess ||
+            const mv_q_fn k1 = var ? mv_q_var[q4][small][c->mv_ld][0] : q4 ? mv_q4[0] : mv_q8[0];
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k1, wpb * 32, smem) != cudaSuccess ||
                 per_sm < 1) {
                 (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
-                per_sm = 4;
+                per_sm = small ? 8 : smem ? 6 : 4;
             }
-            c->mv_wave[kind] = per_sm * c->n_sm;
+            c->mv_wave[q4][kind] = per_sm * c->n_sm;
         }
-        job.wave = c->mv_wave[kind];
+        job.wave = c->mv_wave[q4][kind];
         job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
         job.levels = c->mv_levels;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
