@@ -150,6 +150,36 @@ __global__ void __launch_bounds__(THREADS) k_shape(const uint4 *base, size_t blo
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+/* A graph of launches of kern, chained by programmatic dependent launch
+ * (gem's decode step): launch p gets blocks[p] blocks of THREADS and the
+ * bytes after those of the launches before it, `unit` bytes a block. */
+static cudaGraphExec_t chain_graph(void (*kern)(const uint4 *, size_t, unsigned *), const uint4 *base,
+                                   const std::vector<size_t> &blocks, size_t unit, size_t smem, unsigned *sink,
+                                   cudaStream_t st) {
+    cudaGraph_t g;
+    cudaGraphExec_t gx;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    size_t at_blk = 0;
+    for (size_t p = 0; p < blocks.size(); p++) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)blocks[p]);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&cfg, kern, base + at_blk * (unit / 16), blocks[p], sink));
+        at_blk += blocks[p];
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&gx, g, 0));
+    CK(cudaGraphDestroy(g));
+    return gx;
+}
+
 /* Median ms of the chain of phases (MB each) with k_shape<U, LDF> at `per_sm`
  * blocks per multiprocessor, or of one launch over all their bytes
  * (single): the difference per boundary is the shape's own cost. */
@@ -179,26 +209,7 @@ static float shape_run(const std::vector<double> &mb, int layers, int reps, cons
         fprintf(stderr, "cuda_barrier_probe: shape U=%d needs %zu bytes, the buffer has %zu\n", U, total * bb, buf_bytes);
         exit(1);
     }
-    cudaGraph_t g;
-    cudaGraphExec_t gx;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    size_t at_blk = 0;
-    for (size_t p = 0; p < nb.size(); p++) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3((unsigned)nb[p]);
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = (size_t)smem;
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, k_shape<U, LDF>, buf + at_blk * (bb / 16), nb[p], sink));
-        at_blk += nb[p];
-    }
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&gx, g, 0));
+    cudaGraphExec_t gx = chain_graph(k_shape<U, LDF>, buf, nb, bb, (size_t)smem, sink, st);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -215,7 +226,6 @@ static float shape_run(const std::vector<double> &mb, int layers, int reps, cons
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     CK(cudaGraphExecDestroy(gx));
-    CK(cudaGraphDestroy(g));
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
 }
@@ -334,24 +344,9 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
 
-    /* the launch chain, recorded once */
-    cudaGraph_t g;
-    cudaGraphExec_t gx;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int p = 0; p < phases; p++) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3((unsigned)n[p]);
-        cfg.blockDim = dim3(THREADS);
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, k_phase, (const uint4 *)(buf + off[p] * (CHUNK / 16)), n[p], sink));
-    }
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&gx, g, 0));
+    /* the launch chain, recorded once (phase p starts at chunk off[p], the
+     * sum of the chunks before it) */
+    const cudaGraphExec_t gx = chain_graph(k_phase, buf, n, CHUNK, 0, sink, st);
 
     unsigned start = 0; /* the barrier counter's value when the next persistent launch starts */
     enum { V_STREAM, V_STREAM_P, V_LAUNCH, V_BARRIER, V_EARLY, V_CG, NV };
@@ -435,7 +430,6 @@ int main(int argc, char **argv) {
                (tc - t1) * 1e3 / (phases - 1));
     }
     CK(cudaGraphExecDestroy(gx));
-    CK(cudaGraphDestroy(g));
     CK(cudaFree(buf));
     CK(cudaFree(doff));
     CK(cudaFree(dn));

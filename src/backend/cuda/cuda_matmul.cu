@@ -159,7 +159,7 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
 /* A one-token product's weight load by flavour LD (GEM_CUDA_MV_LD): 0
  * ld.global.nc through L1 (the default), 1 ld.global.cs (evict first, as
  * bench/cuda_barrier_probe streams), 2 ld.global.nc.L1::no_allocate (3:
- * mv_stage_q). The question behind 1 and 2: whether the streamed weights
+ * mv_load_q). The question behind 1 and 2: whether the streamed weights
  * evict the activation lines every block of the product rereads from L1. */
 template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
     if constexpr (LD == 1) {
@@ -176,40 +176,20 @@ template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
     }
 }
 
-/* One round of a lane's weight blocks (U per row, SP-strided). */
-template <int Q4, int U, int SP, int LD = 0>
-__device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
-                                          uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS]) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int b = b0 + 32 * SP * u;
-#pragma unroll
-        for (int k = 0; k < MV_ROWS; k++) {
-            if (b < nb) {
-                const size_t blk = (size_t)r.row[k] * nb + b;
-                const uint8_t *q = (const uint8_t *)r.q[k];
-                w0[u][k] = mv_ldw<LD>(q + blk * (Q4 ? 16 : 32));
-                if (!Q4) w1[u][k] = mv_ldw<LD>(q + blk * 32 + 16);
-                dw[u][k] = __half2float(r.d[k][blk]);
-            }
-        }
-    }
-}
-
 /* GEM_CUDA_MV_LD=3: a lane's round of weight blocks goes to its own slots
  * of shared memory by cp.async (L2 to shared, no registers and no L1 held
  * while in flight), then the lane reads them back itself: the block holds
  * no weight registers, so shared memory (256 bytes a thread) rather than
- * registers bounds the blocks per multiprocessor (6 of 128 threads, 32
- * KB + 1 KB reserved each, instead of 4; the carveout then leaves 28 KB
- * of L1 for the activations): whether more bytes in flight per
- * multiprocessor shorten a product. Its kernels (k_mv_q_st,
- * k_mv_q_small_st) name those 6 (13 of 64 threads) as their minimum, so
- * ptxas does not squeeze them into 72 registers with spills. Slot (u, k) of thread t at ((u MV_ROWS + k) H) T + t, H 16-byte
- * halves per block (q4_0 1, q8_0 2), T threads: consecutive threads,
- * consecutive 16 bytes. Only the lane that copied a slot reads it (no
- * barrier: cp.async.wait_group makes a thread's own copies visible to
- * it). The scales come through registers as before. */
+ * registers bounds the blocks per multiprocessor (6 of 128 threads, 32 KB
+ * + 1 KB reserved each, instead of 4; the carveout then leaves 28 KB of L1
+ * for the activations): whether more bytes in flight per multiprocessor
+ * shorten a product. Its kernels (k_mv_q_st, k_mv_q_small_st) name those 6
+ * (13 of 64 threads) as their minimum, so ptxas does not squeeze them into
+ * 72 registers with spills. Slot (u, k) of thread t at ((u MV_ROWS + k) H)
+ * T + t (mv_slot), H 16-byte halves per block (q4_0 1, q8_0 2), T threads:
+ * consecutive threads, consecutive 16 bytes. Only the lane that copied a
+ * slot reads it (no barrier: cp.async.wait_group makes a thread's own
+ * copies visible to it). The scales come through registers as before. */
 template <int Q4> __host__ __device__ constexpr int mv_stage_halves() { return Q4 ? 1 : 2; }
 /* a thread's slots: one round of U blocks of its MV_ROWS rows */
 template <int Q4> __host__ __device__ constexpr int mv_stage_thread_bytes() {
@@ -218,12 +198,19 @@ template <int Q4> __host__ __device__ constexpr int mv_stage_thread_bytes() {
 static_assert(mv_stage_thread_bytes<0>() * MV_WARPS * 32 <= 48 * 1024 &&
                   mv_stage_thread_bytes<1>() * MV_WARPS * 32 <= 48 * 1024,
               "GEM_CUDA_MV_LD=3 blocks launch without raising the 48 KB dynamic shared memory limit");
-template <int Q4, int U, int SP>
-__device__ __forceinline__ void mv_stage_q(const mv_rows &r, int nb, int b0, uint4 *st, float (&dw)[U][MV_ROWS]) {
-    const int T = blockDim.x, t = threadIdx.x;
-    /* a later round overwrites the slots the round before read: those
-     * reads stay above the copies (cp_async16 has no memory clobber) */
-    asm volatile("" ::: "memory");
+/* this thread's first 16-byte slot of block u of row k (q8_0's second half: + blockDim.x) */
+template <int Q4> __device__ __forceinline__ uint4 *mv_slot(uint4 *st, int u, int k) {
+    return st + (size_t)((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * blockDim.x + threadIdx.x;
+}
+
+/* One round of a lane's weight blocks (U per row, SP-strided): into w0/w1,
+ * or with LD 3 into the lane's slots of st, waited for before returning. */
+template <int Q4, int U, int SP, int LD = 0>
+__device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
+                                          uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS], uint4 *st) {
+    /* LD 3: a later round overwrites the slots the round before read:
+     * those reads stay above the copies (cp_async16 has no memory clobber) */
+    if constexpr (LD == 3) asm volatile("" ::: "memory");
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int b = b0 + 32 * SP * u;
@@ -232,16 +219,23 @@ __device__ __forceinline__ void mv_stage_q(const mv_rows &r, int nb, int b0, uin
             if (b < nb) {
                 const size_t blk = (size_t)r.row[k] * nb + b;
                 const uint8_t *q = (const uint8_t *)r.q[k];
-                uint4 *slot = st + (size_t)((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * T + t;
-                cp_async16(slot, q + blk * (Q4 ? 16 : 32));
-                if (!Q4) cp_async16(slot + T, q + blk * 32 + 16);
+                if constexpr (LD == 3) {
+                    uint4 *slot = mv_slot<Q4>(st, u, k);
+                    cp_async16(slot, q + blk * (Q4 ? 16 : 32));
+                    if (!Q4) cp_async16(slot + blockDim.x, q + blk * 32 + 16);
+                } else {
+                    w0[u][k] = mv_ldw<LD>(q + blk * (Q4 ? 16 : 32));
+                    if (!Q4) w1[u][k] = mv_ldw<LD>(q + blk * 32 + 16);
+                }
                 dw[u][k] = __half2float(r.d[k][blk]);
             }
         }
     }
-    cp_async_commit();
-    /* the memory clobber keeps the slot reads below the wait */
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if constexpr (LD == 3) {
+        cp_async_commit();
+        /* the memory clobber keeps the slot reads below the wait */
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
 }
 
 /* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
@@ -325,8 +319,7 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     extern __shared__ __align__(16) uint4 mv_stage[];
     const int first = 32 * part + lane;
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        if constexpr (LD == 3) mv_stage_q<Q4, U, SP>(r, nb, b0, mv_stage, dw);
-        else mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw);
+        mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw, mv_stage);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -342,7 +335,7 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
                     /* q4_0 loads no second half (w1 unset): pass w0 twice */
                     uint4 a0, a1;
                     if constexpr (LD == 3) {
-                        const uint4 *slot = mv_stage + ((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * blockDim.x + threadIdx.x;
+                        const uint4 *slot = mv_slot<Q4>(mv_stage, u, k);
                         a0 = slot[0];
                         a1 = Q4 ? a0 : slot[blockDim.x];
                     } else {
@@ -402,7 +395,7 @@ __global__ void __launch_bounds__(MV_SMALL_WARPS * 32)
     mv_q_body<Q4, 1, SP, LD, MV_SMALL_WARPS>(job, xq, xd, xs, K);
 }
 
-/* GEM_CUDA_MV_LD=3 kernels (mv_stage_q): shared memory allows 6 blocks of
+/* GEM_CUDA_MV_LD=3 kernels (mv_load_q): shared memory allows 6 blocks of
  * 4 warps (13 of 2) per multiprocessor; named, so registers fit them */
 template <int Q4, int SP>
 __global__ void __launch_bounds__(MV_WARPS * 32, 6)
