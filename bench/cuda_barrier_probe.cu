@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(THREADS) k_phase(const uint4 *base, size_t chu
  * shape says whether a product with more bytes in flight per
  * multiprocessor (cp.async into shared memory rather than registers) is
  * worth writing. */
-/* LDF, the load flavour, numbered as gem's GEM_CUDA_MV_LD: 0 ld.global.nc
+/* LDF, the load flavour, numbered as gem's GEM_CUDA_MV_LD was when this
+ * ran (bench/results/cuda-mv-variants-2026-12-04.json): 0 ld.global.nc
  * (__ldg, gem's weight loads), 1 ld.global.cs (evict first, as the chain
  * above), 2 ld.global.nc.L1::no_allocate. Volatile asm, all U issued in
  * order before the first use: with plain loads the compiler gave k_shape 34

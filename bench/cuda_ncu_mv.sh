@@ -11,7 +11,7 @@
 # and the clocks left alone (--clock-control none). Synthetic gemma4-31b
 # Q4_0 with a Q8_0 embedding unless a model is given.
 #   bench/cuda_ncu_mv.sh [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
-#   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=2 GEM_CUDA_MV_SMALL=1,GEM_CUDA_MV_LD=2
+#   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=1,GEM_CUDA_MV_STAGGER=0
 # Output: per set, ncu's raw CSV header and rows of the profiled kernels.
 set -u
 cd "$(dirname "$0")/.."

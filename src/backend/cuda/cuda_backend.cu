@@ -1113,8 +1113,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = !env_is("GEM_CUDA_MMA", "0");
     c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
     c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
-    c->mv_ld = env_is("GEM_CUDA_MV_LD", "1") ? 1 : env_is("GEM_CUDA_MV_LD", "2") ? 2 : env_is("GEM_CUDA_MV_LD", "3") ? 3 : 0;
-    c->mv_small = env_is("GEM_CUDA_MV_SMALL", "1");
+    c->mv_var = env_is("GEM_CUDA_MV_LD", "1") ? MV_CS : 0;
     c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
     c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
     c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");

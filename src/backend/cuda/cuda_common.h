@@ -102,6 +102,9 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
+/* the one-token q8_0/q4_0 product variant (cuda_ctx.mv_var, see mv_ldw) */
+#define MV_CS 1 /* weights loaded evict-first */
+
 typedef struct {
     backend base;
     cudaStream_t st;
@@ -138,12 +141,8 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    /* one-token q8_0/q4_0 product variants, opt-in until measured: weight
-     * load flavour (GEM_CUDA_MV_LD=1 ld.global.cs, 2 L1::no_allocate, 3
-     * cp.async into shared memory) and
-     * blocks of 2 warps instead of 4, 8 per multiprocessor
-     * (GEM_CUDA_MV_SMALL=1); see mv_ldw and k_mv_q_small */
-    int mv_ld, mv_small;
+    /* one-token q8_0/q4_0 product variant: 0 or MV_CS (GEM_CUDA_MV_LD=1; see mv_ldw) */
+    int mv_var;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
@@ -151,7 +150,7 @@ typedef struct {
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
      * blocks resident at once (occupancy, on first use) */
-    int mv_stagger, mv_levels, mv_wave[2][4]; /* mv_wave: blocks of one wave, [q4_0][kernel kind] (mv_run) */
+    int mv_stagger, mv_levels, mv_wave[2][2]; /* mv_wave: blocks of one wave, [q4_0][variant] (mv_run) */
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading

@@ -156,61 +156,29 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * them in a fixed order. It lets the 5376-row o and down products (1.27
  * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
  * vs 111.0 tok/s. */
-/* A one-token product's weight load by flavour LD (GEM_CUDA_MV_LD): 0
- * ld.global.nc through L1 (the default), 1 ld.global.cs (evict first, as
- * bench/cuda_barrier_probe streams), 2 ld.global.nc.L1::no_allocate (3:
- * mv_load_q). The question behind 1 and 2: whether the streamed weights
- * evict the activation lines every block of the product rereads from L1. */
-template <int LD> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
-    if constexpr (LD == 1) {
-        return __ldcs((const uint4 *)p);
-    } else if constexpr (LD == 2) {
-        /* volatile: never moved above pdl_wait (itself volatile asm) */
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(__cvta_generic_to_global(p)));
-        return v;
-    } else {
-        return __ldg((const uint4 *)p);
-    }
+/* One-token variant V (GEM_CUDA_MV_LD=1 sets MV_CS; 0 is the default):
+ * the weights loaded ld.global.cs (evict first, as bench/cuda_barrier_probe
+ * streams) instead of ld.global.nc through L1, so the streamed weights do
+ * not evict the activation lines every block of the product rereads from
+ * L1. 31B Q4_0 decode +1.0% at depth 0 but -0.4% at 8192 (same call, two
+ * A/B/B/A runs), so opt-in.
+ * Measured and dropped on 2026-12-04 (bench/results/cuda-mv-variants-2026-12-04.json):
+ * weights without L1 allocation (-1.1%), a round through each lane's own
+ * shared-memory slots by cp.async (6 blocks per multiprocessor instead of
+ * 4: -19%), blocks of 2 warps (-0.2%), the round's activations prefetched
+ * into L1 before the weights (prefetch.global.L1 is CCTL.E.PF1: -46%), the
+ * first wave's first round prefetched into L2 before the grid dependency
+ * wait (cp.async.bulk.prefetch.L2: -0.7%; -5% without the staggered
+ * start). */
+template <int V> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
+    if constexpr (V & MV_CS) return __ldcs((const uint4 *)p);
+    else return __ldg((const uint4 *)p);
 }
 
-/* GEM_CUDA_MV_LD=3: a lane's round of weight blocks goes to its own slots
- * of shared memory by cp.async (L2 to shared, no registers and no L1 held
- * while in flight), then the lane reads them back itself: the block holds
- * no weight registers, so shared memory (256 bytes a thread) rather than
- * registers bounds the blocks per multiprocessor (6 of 128 threads, 32 KB
- * + 1 KB reserved each, instead of 4; the carveout then leaves 28 KB of L1
- * for the activations): whether more bytes in flight per multiprocessor
- * shorten a product. Its kernels (k_mv_q_st, k_mv_q_small_st) name those 6
- * (13 of 64 threads) as their minimum, so ptxas does not squeeze them into
- * 72 registers with spills. Slot (u, k) of thread t at ((u MV_ROWS + k) H)
- * T + t (mv_slot), H 16-byte halves per block (q4_0 1, q8_0 2), T threads:
- * consecutive threads, consecutive 16 bytes. Only the lane that copied a
- * slot reads it (no barrier: cp.async.wait_group makes a thread's own
- * copies visible to it). The scales come through registers as before. */
-template <int Q4> __host__ __device__ constexpr int mv_stage_halves() { return Q4 ? 1 : 2; }
-/* a thread's slots: one round of U blocks of its MV_ROWS rows */
-template <int Q4> __host__ __device__ constexpr int mv_stage_thread_bytes() {
-    return (Q4 ? MV_UNROLL_Q4 : MV_UNROLL) * MV_ROWS * mv_stage_halves<Q4>() * 16;
-}
-static_assert(mv_stage_thread_bytes<0>() * MV_WARPS * 32 <= 48 * 1024 &&
-                  mv_stage_thread_bytes<1>() * MV_WARPS * 32 <= 48 * 1024,
-              "GEM_CUDA_MV_LD=3 blocks launch without raising the 48 KB dynamic shared memory limit");
-/* this thread's first 16-byte slot of block u of row k (q8_0's second half: + blockDim.x) */
-template <int Q4> __device__ __forceinline__ uint4 *mv_slot(uint4 *st, int u, int k) {
-    return st + (size_t)((u * MV_ROWS + k) * mv_stage_halves<Q4>()) * blockDim.x + threadIdx.x;
-}
-
-/* One round of a lane's weight blocks (U per row, SP-strided): into w0/w1,
- * or with LD 3 into the lane's slots of st, waited for before returning. */
-template <int Q4, int U, int SP, int LD = 0>
+/* One round of a lane's weight blocks (U per row, SP-strided) into w0/w1. */
+template <int Q4, int U, int SP, int V = 0>
 __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
-                                          uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS], uint4 *st) {
-    /* LD 3: a later round overwrites the slots the round before read:
-     * those reads stay above the copies (cp_async16 has no memory clobber) */
-    if constexpr (LD == 3) asm volatile("" ::: "memory");
+                                          uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int b = b0 + 32 * SP * u;
@@ -219,22 +187,11 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
             if (b < nb) {
                 const size_t blk = (size_t)r.row[k] * nb + b;
                 const uint8_t *q = (const uint8_t *)r.q[k];
-                if constexpr (LD == 3) {
-                    uint4 *slot = mv_slot<Q4>(st, u, k);
-                    cp_async16(slot, q + blk * (Q4 ? 16 : 32));
-                    if (!Q4) cp_async16(slot + blockDim.x, q + blk * 32 + 16);
-                } else {
-                    w0[u][k] = mv_ldw<LD>(q + blk * (Q4 ? 16 : 32));
-                    if (!Q4) w1[u][k] = mv_ldw<LD>(q + blk * 32 + 16);
-                }
+                w0[u][k] = mv_ldw<V>(q + blk * (Q4 ? 16 : 32));
+                if (!Q4) w1[u][k] = mv_ldw<V>(q + blk * 32 + 16);
                 dw[u][k] = __half2float(r.d[k][blk]);
             }
         }
-    }
-    if constexpr (LD == 3) {
-        cp_async_commit();
-        /* the memory clobber keeps the slot reads below the wait */
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     }
 }
 
@@ -296,7 +253,7 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
  * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
-template <int Q4, int NT, int SP, int LD, int W>
+template <int Q4, int NT, int SP, int V>
 __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__restrict__ xq,
                                           const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     CU_TRACE(CT_MV_Q);
@@ -304,8 +261,9 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     CU_TRACE_RELEASED();
     mv_stagger_start(job);
     mv_rows r;
-    static_assert(W % SP == 0, "a row's SP warps are in one block");
-    const bool valid = mv_rows_of<SP, W>(job, r);
+    static_assert(MV_WARPS % SP == 0, "a row's SP warps are in one block");
+    static_assert(V == 0 || NT == 1, "the variants serve one token");
+    const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
     constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
     const int lane = threadIdx.x & 31, nb = valid ? K / 32 : 0, part = SP > 1 ? (threadIdx.x >> 5) % SP : 0;
@@ -314,12 +272,11 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0;
-    uint4 w0[U][MV_ROWS], w1[U][MV_ROWS]; /* LD 3: unused, the slots in mv_stage instead */
+    uint4 w0[U][MV_ROWS], w1[U][MV_ROWS];
     float dw[U][MV_ROWS];
-    extern __shared__ __align__(16) uint4 mv_stage[];
     const int first = 32 * part + lane;
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        mv_load_q<Q4, U, SP, LD>(r, nb, b0, w0, w1, dw, mv_stage);
+        mv_load_q<Q4, U, SP, V>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -333,23 +290,14 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
 #pragma unroll
                 for (int k = 0; k < MV_ROWS; k++) {
                     /* q4_0 loads no second half (w1 unset): pass w0 twice */
-                    uint4 a0, a1;
-                    if constexpr (LD == 3) {
-                        const uint4 *slot = mv_slot<Q4>(mv_stage, u, k);
-                        a0 = slot[0];
-                        a1 = Q4 ? a0 : slot[blockDim.x];
-                    } else {
-                        a0 = w0[u][k];
-                        a1 = Q4 ? w0[u][k] : w1[u][k];
-                    }
-                    const int sum = mv_block_dot<Q4>(a0, a1, x0, x1, sx);
+                    const int sum = mv_block_dot<Q4>(w0[u][k], Q4 ? w0[u][k] : w1[u][k], x0, x1, sx);
                     acc[k][t] += dw[u][k] * dx * (float)sum;
                 }
             }
         }
     }
     if (SP > 1) {
-        __shared__ float parts[W][MV_ROWS][NT];
+        __shared__ float parts[MV_WARPS][MV_ROWS][NT];
 #pragma unroll
         for (int k = 0; k < MV_ROWS; k++)
 #pragma unroll
@@ -373,41 +321,10 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
     mv_store<NT>(job, r, acc);
 }
 
-template <int Q4, int NT, int SP, int LD = 0>
+template <int Q4, int NT, int SP, int V = 0>
 __global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
-    mv_q_body<Q4, NT, SP, LD, MV_WARPS>(job, xq, xd, xs, K);
-}
-
-/* GEM_CUDA_MV_SMALL=1 (one token, rows of one warp or split over 2): blocks
- * of MV_SMALL_WARPS warps instead of MV_WARPS, each warp as in k_mv_q (its
- * rows, unroll and registers), so a block reads half the rows (~12 KB of
- * a 31B q4_0 product instead of ~24 KB) and twice as many fit on a
- * multiprocessor (registers: 8 instead of 4), the same bytes in flight:
- * whether a product's ramp and tail get finer with smaller blocks. Each
- * warp's sums are k_mv_q's, in the same order (results equal bit for bit).
- * Rows split over 4 warps keep k_mv_q's 4-warp blocks. */
-#define MV_SMALL_WARPS 2
-template <int Q4, int SP, int LD>
-__global__ void __launch_bounds__(MV_SMALL_WARPS * 32)
-    k_mv_q_small(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
-                 int K) {
-    mv_q_body<Q4, 1, SP, LD, MV_SMALL_WARPS>(job, xq, xd, xs, K);
-}
-
-/* GEM_CUDA_MV_LD=3 kernels (mv_load_q): shared memory allows 6 blocks of
- * 4 warps (13 of 2) per multiprocessor; named, so registers fit them */
-template <int Q4, int SP>
-__global__ void __launch_bounds__(MV_WARPS * 32, 6)
-    k_mv_q_st(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs,
-              int K) {
-    mv_q_body<Q4, 1, SP, 3, MV_WARPS>(job, xq, xd, xs, K);
-}
-template <int Q4, int SP>
-__global__ void __launch_bounds__(MV_SMALL_WARPS * 32, 13)
-    k_mv_q_small_st(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                    const int *__restrict__ xs, int K) {
-    mv_q_body<Q4, 1, SP, 3, MV_SMALL_WARPS>(job, xq, xd, xs, K);
+    mv_q_body<Q4, NT, SP, V>(job, xq, xd, xs, K);
 }
 
 template <int FMT, int NT>
@@ -982,25 +899,10 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
-/* one-token variants (GEM_CUDA_MV_LD, GEM_CUDA_MV_SMALL): [q4][small][load flavour][warps per row 1, 2, 4];
- * [.][0][0] is the default kernels; small blocks serve rows of 1 or 2 warps (mv_run) */
-#define MV_VAR_SP(Q4, LD) {k_mv_q<Q4, 1, 1, LD>, k_mv_q<Q4, 1, 2, LD>, k_mv_q<Q4, 1, 4, LD>}
-#define MV_VAR_SP_SMALL(Q4, LD) {k_mv_q_small<Q4, 1, LD>, k_mv_q_small<Q4, 2, LD>, NULL}
-#define MV_VAR_ST(Q4) {k_mv_q_st<Q4, 1>, k_mv_q_st<Q4, 2>, k_mv_q_st<Q4, 4>}
-#define MV_VAR_ST_SMALL(Q4) {k_mv_q_small_st<Q4, 1>, k_mv_q_small_st<Q4, 2>, NULL}
-static const mv_q_fn mv_q_var[2][2][4][3] = {
-    {{MV_VAR_SP(0, 0), MV_VAR_SP(0, 1), MV_VAR_SP(0, 2), MV_VAR_ST(0)},
-     {MV_VAR_SP_SMALL(0, 0), MV_VAR_SP_SMALL(0, 1), MV_VAR_SP_SMALL(0, 2), MV_VAR_ST_SMALL(0)}},
-    {{MV_VAR_SP(1, 0), MV_VAR_SP(1, 1), MV_VAR_SP(1, 2), MV_VAR_ST(1)},
-     {MV_VAR_SP_SMALL(1, 0), MV_VAR_SP_SMALL(1, 1), MV_VAR_SP_SMALL(1, 2), MV_VAR_ST_SMALL(1)}}};
-#undef MV_VAR_ST
-#undef MV_VAR_ST_SMALL
-/* shared memory of a one-token block with GEM_CUDA_MV_LD=3: one round of slots per thread */
-static size_t mv_stage_bytes(int q4, int threads) {
-    return (size_t)threads * (size_t)(q4 ? mv_stage_thread_bytes<1>() : mv_stage_thread_bytes<0>());
-}
+/* one-token variants: [q4][variant][warps per row 1, 2, 4]; [.][0] is the defaults */
+#define MV_VAR_SP(Q4, V) {k_mv_q<Q4, 1, 1, V>, k_mv_q<Q4, 1, 2, V>, k_mv_q<Q4, 1, 4, V>}
+static const mv_q_fn mv_q_var[2][2][3] = {{MV_VAR_SP(0, 0), MV_VAR_SP(0, MV_CS)}, {MV_VAR_SP(1, 0), MV_VAR_SP(1, MV_CS)}};
 #undef MV_VAR_SP
-#undef MV_VAR_SP_SMALL
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1226,16 +1128,14 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     /* warps per row of a split one-token product (k_mv_q) */
     const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
                                                                                        : 1;
-    /* one-token variants (k_mv_q_small, mv_ldw): a lone kernel per product */
-    const int var = n == 1 && (c->mv_ld || c->mv_small) && (fmt == DW_Q8_0 || fmt == DW_Q4_0);
-    const int small = var && c->mv_small && sp <= 2;
-    const int wpb = small ? MV_SMALL_WARPS : MV_WARPS; /* warps per block */
+    /* the one-token variant (MV_CS): a lone kernel per product */
+    const int var = n == 1 && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? c->mv_var : 0;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
         job.m[i].d = W[i]->d;
         job.m[i].M = (int)W[i]->ne1;
-        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? wpb : wpb / sp * MV_ROWS);
+        job.m[i].blocks = (int)blocks_for((size_t)W[i]->ne1, pair ? MV_WARPS : MV_WARPS / sp * MV_ROWS);
         grid += (unsigned)job.m[i].blocks;
     }
     if (pair) {
@@ -1290,22 +1190,21 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         {
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
-        if (var) tab = &mv_q_var[fmt == DW_Q4_0][small][c->mv_ld][sp == 4 ? 2 : sp == 2 ? 1 : 0];
-        const size_t smem = var && c->mv_ld == 3 ? mv_stage_bytes(fmt == DW_Q4_0, wpb * 32) : 0;
-        /* blocks of one wave, per format and kind (default, small,
-         * staged, both), from the one-token kernel of unsplit rows */
-        const int kind = small + (smem ? 2 : 0), q4 = fmt == DW_Q4_0;
-        if (!c->mv_wave[q4][kind]) {
+        if (var) tab = &mv_q_var[fmt == DW_Q4_0][var][sp == 4 ? 2 : sp == 2 ? 1 : 0];
+        /* blocks of one wave, per format and variant, from the one-token
+         * kernel of unsplit rows */
+        const int q4 = fmt == DW_Q4_0;
+        if (!c->mv_wave[q4][var]) {
             int per_sm = 0;
-            const mv_q_fn k1 = var ? mv_q_var[q4][small][c->mv_ld][0] : q4 ? mv_q4[0] : mv_q8[0];
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k1, wpb * 32, smem) != cudaSuccess ||
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mv_q_var[q4][var][0], MV_WARPS * 32, 0) !=
+                    cudaSuccess ||
                 per_sm < 1) {
                 (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
-                per_sm = small ? 8 : smem ? 6 : 4;
+                per_sm = 4;
             }
-            c->mv_wave[q4][kind] = per_sm * c->n_sm;
+            c->mv_wave[q4][var] = per_sm * c->n_sm;
         }
-        job.wave = c->mv_wave[q4][kind];
+        job.wave = c->mv_wave[q4][var];
         job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
         job.levels = c->mv_levels;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {
@@ -1313,7 +1212,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             const size_t bo = (size_t)t0 * (size_t)(K / 32);
             mv_job jt = job;
             for (int i = 0; i < job.count; i++) jt.m[i].out = outs[i]->d + (size_t)t0 * job.m[i].M;
-            launch(c, tab[nt - 1], grid, wpb * 32, smem, jt, (const int8_t *)c->xq.p + bo * 32,
+            launch(c, tab[nt - 1], grid, MV_WARPS * 32, 0, jt, (const int8_t *)c->xq.p + bo * 32,
                                                            (const float *)c->xd.p + bo, (const int *)c->xs.p + bo, K);
             LAUNCHED(c, label);
         }
