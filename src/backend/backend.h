@@ -106,14 +106,10 @@ struct backend {
      * taking both ops' arguments (each once); the same results.
      * On return q, k and v hold unspecified values (a backend may fold the
      * norms and rope into its attention kernel and leave the raw
-     * projections there). rot_pairs: the rope turns pairs j < rot_pairs
-     * only (head_dim / 2: all); the frequency factors of the others are so
-     * large (Gemma 4's 1e30) that their angles stay below 1e-18, so a key
-     * of those dimensions is its value times the k norm weight (a backend
-     * may rebuild keys from values under K as V). */
+     * projections there). */
     void (*attention_qkv)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                           int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int head_dim, float eps,
-                          float theta, const be_weight *freq_factors, int rot_pairs, int window, be_buf *out);
+                          float theta, const be_weight *freq_factors, int window, be_buf *out);
     /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);

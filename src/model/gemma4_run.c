@@ -13,7 +13,6 @@
  * 512-dim head with theta 1e6 and the rope_freqs factors (only the first 64
  * pairs move). Attention scale is 1.0. */
 #include "model/gemma4_run.h"
-#include "quant/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,25 +33,10 @@ struct gemma4_state {
     int n_ctx, max_tile, n_past;
     uint32_t n_run; /* layers evaluated: all but for testing (gemma4_state_new) */
     be_weight *embd, *out_norm, *rope_freqs;
-    int rot_pairs; /* full layers: the rope pairs that turn (rope_turning_pairs) */
     layer_w *L;
     be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best, *topk;
     be_graph *decode; /* one recorded decode step (backends with capture) */
 };
-
-/* The full layers' rope pairs that turn: those before the trailing run of
- * frequency factors of 1e24 or more (Gemma 4's rope_freqs: 64 of 1, then
- * 1e30), whose angles stay below 1e-18 rad at any position below 2^20 (a
- * sine that small moves no f32 value it is added to by half an ulp unless
- * that value is 1e-10 times the other one, far below f16 keys' precision);
- * all of them when the factors are not f32. */
-static int rope_turning_pairs(const gguf_tensor *ff) {
-    if (!ff || ff->type != QT_F32) return ff ? (int)ff->ne[0] : 0;
-    const float *f = (const float *)ff->data;
-    int r = (int)ff->ne[0];
-    while (r > 0 && f[r - 1] >= 1e24f) r--;
-    return r;
-}
 
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
     return t ? s->b->weight(s->b, t, err) : NULL;
@@ -105,7 +89,6 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     if (!(s->embd = up_w(s, m->token_embd, err)) || !(s->out_norm = up_w(s, m->output_norm, err)) ||
         !(s->rope_freqs = up_w(s, m->rope_freqs, err)))
         goto fail;
-    s->rot_pairs = rope_turning_pairs(m->rope_freqs);
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &m->layers[il];
         layer_w *l = &s->L[il];
@@ -165,7 +148,7 @@ static void attend(gemma4_state *s, const gemma4_layer *g, const layer_w *l, int
     const int window = g->is_full ? 0 : (int)p->window;
     if (b->attention_qkv) { /* K as V (full layers) inside the op: v from k's raw rows */
         b->attention_qkv(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, l->kv, n, pos0, nh, kvh, d, EPS, theta,
-                         ff, ff ? s->rot_pairs : d / 2, window, s->att);
+                         ff, window, s->att);
         return;
     }
     if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */

@@ -875,9 +875,6 @@ struct tc_nr {
     const float *qw, *kw, *ff; /* q and k norm weights; rope frequency factors or NULL */
     float eps, theta_scale;
     int v_from_k; /* K as V: the value row is the raw key row normalised without weight */
-    /* the rope turns pairs j < rot only (backend.h: rot_pairs); k_attn_tc's
-     * VO form rebuilds cached keys from cached values (K as V, rot % 16 == 0) */
-    int rot;
 };
 
 /* One head row of D values by one warp (lane l holds elements l + 32 m):
@@ -943,46 +940,27 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
     return *(const unsigned *)&h;
 }
 
-/* K slot column c of the VO form (tc_vo_build): the turning dimensions
- * only, first [0, rot), then [D / 2, D / 2 + rot). */
-template <int D> __device__ __forceinline__ int tc_vo_dim(int c, int rot) { return c < rot ? c : D / 2 + c - rot; }
-/* whether k-step kk (dimensions 16 kk ..) is one the rope turns */
-template <int D> __device__ __forceinline__ bool tc_vo_turns(int kk, int rot) {
-    return 16 * kk < rot || (16 * kk >= D / 2 && 16 * kk < D / 2 + rot);
-}
-/* The rows of k-step kk's keys in a tile: the key slot's columns, or with
- * VO the value slot's where the rope leaves the dimensions alone (the
- * weight is in the query) and the rebuilt columns where it turns them. */
-template <int D, bool VO>
-__device__ __forceinline__ const __half *tc_key_step(const __half *tk, const __half *tv, int kk, int rot) {
-    if (!VO) return tk + 16 * kk;
-    if (!tc_vo_turns<D>(kk, rot)) return tv + 16 * kk;
-    return tk + (16 * kk < rot ? 16 * kk : rot + 16 * kk - D / 2);
-}
-
 /* This step's key and value row (f32, KV head h's: the step buffers' or,
  * with tc_nr, the normalised rows in shared memory) as row r of the stage
- * of tile t (VO: the key's turning dimensions only, tc_vo_dim). */
-template <int D, bool VO>
-__device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float *kr, const float *vr, int rot) {
+ * of tile t. */
+template <int D>
+__device__ __forceinline__ void tc_cur_row(__half *st, int t, int r, const float *kr, const float *vr) {
     typedef tc_geom<D> G;
     __half *dk = st + (size_t)(t % TC_STAGES) * G::STAGE + (size_t)r * G::LD, *dv = dk + 16 * G::LD;
     for (int e = 4 * (int)threadIdx.x; e < D; e += 4 * TC_WARPS * 32) {
-        if (!VO) st_half4(dk + e, *(const float4 *)(kr + e));
+        st_half4(dk + e, *(const float4 *)(kr + e));
         st_half4(dv + e, *(const float4 *)(vr + e));
     }
-    if (VO)
-        for (int c = threadIdx.x; c < 2 * rot; c += TC_WARPS * 32) dk[c] = __float2half_rn(kr[tc_vo_dim<D>(c, rot)]);
 }
 
 /* Tile t (keys s0 + 16 t ..) into stage t mod TC_STAGES: cached rows by
  * cp.async, rows at or past s1 zero, this step's row (pos0) only when cur
  * (before pdl_wait it may not be written yet: tc_cur_row after it); then
  * one commit, also when empty (the wait counts groups). */
-template <int D, bool VO>
+template <int D>
 __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __half *cv, const float *kr, const float *vr,
                                          int t, int nt, int s0, int s1, int pos0, int kvh, int h, int cap, int ring,
-                                         bool cur, int rot) {
+                                         bool cur) {
     typedef tc_geom<D> G;
     constexpr int C = D / 8; /* 16-byte chunks per row */
     if (t < nt) {
@@ -995,48 +973,13 @@ __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __h
                 *(uint4 *)ov = make_uint4(0, 0, 0, 0);
             } else if (p < pos0) {
                 const size_t src = ((size_t)(ring ? p % cap : p) * kvh + h) * D + 8 * c;
-                if (!VO) cp_async16(ok, ck + src); /* VO: keys rebuilt from the values (tc_vo_build) */
+                cp_async16(ok, ck + src);
                 cp_async16(ov, cv + src);
             }
         }
-        if (cur && s1 > pos0 && (pos0 - s0) / 16 == t) tc_cur_row<D, VO>(st, t, (pos0 - s0) % 16, kr, vr, rot);
+        if (cur && s1 > pos0 && (pos0 - s0) / 16 == t) tc_cur_row<D>(st, t, (pos0 - s0) % 16, kr, vr);
     }
     cp_async_commit();
-}
-
-/* VO (GEM_CUDA_ATTN_VONLY=1; K as V layers, whose cached value is the
- * key before its norm weight and rope, backend.h: rot_pairs): a tile's
- * cached keys are not read but rebuilt from its values, halving a full
- * layer's cache reads (31B at depth 32768: 134 of 268 MB per layer).
- * Scores over the dimensions the rope leaves alone are (q w) . v, with the
- * weight folded into the query fragments; the 2 rot turning ones are built
- * here into the tile's key slot (columns tc_vo_dim): (v w) rotated by the
- * key position's angles, which are rope_angle's, from the same bits of
- * position, scale and factors. Thread t: row t / 8, pairs (t % 8) rot / 8
- * onwards. Rows of this step or past the split are left alone (tc_cur_row,
- * zeros). The keys so differ from the stored ones by their f16 rounding:
- * the value was rounded before the weight and the rotation, the stored key
- * after. */
-template <int D>
-__device__ __forceinline__ void tc_vo_build(__half *st, int t, int s0, int s1, int pos0, const tc_nr &nr) {
-    typedef tc_geom<D> G;
-    const int r = threadIdx.x / 8, per = nr.rot / 8, j0 = (threadIdx.x % 8) * per, p = s0 + 16 * t + r;
-    static_assert(TC_WARPS * 32 == 128, "16 rows of 8 threads");
-    if (p >= pos0 || p >= s1) return;
-    __half *kd = st + (size_t)(t % TC_STAGES) * G::STAGE + (size_t)r * G::LD;
-    const __half *vs = kd + 16 * G::LD;
-    float theta = (float)p;
-    for (int m = 0; m < j0; m++) theta *= nr.theta_scale;
-    for (int j = j0; j < j0 + per; j++) {
-        const float a = nr.ff ? theta / __ldg(nr.ff + j) : theta;
-        theta *= nr.theta_scale;
-        float x0 = __half2float(vs[j]), x1 = __half2float(vs[j + D / 2]);
-        if (nr.kw) x0 *= __ldg(nr.kw + j), x1 *= __ldg(nr.kw + j + D / 2);
-        float y0, y1;
-        rope_rotate(x0, x1, cosf(a), sinf(a), y0, y1);
-        kd[j] = __float2half_rn(y0);
-        kd[nr.rot + j] = __float2half_rn(y1);
-    }
 }
 
 /* One block per (KV head x group of up to 8 query heads, split). NR: the
@@ -1045,7 +988,7 @@ __device__ __forceinline__ void tc_vo_build(__half *st, int t, int s0, int s1, i
  * each warp normalises rows (the block's query heads into the last stage,
  * and in the blocks that need this step's key and value, those rows into
  * their own space after the stages). */
-template <int D, bool NR, bool VO = false>
+template <int D, bool NR>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
@@ -1054,7 +997,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     typedef tc_geom<D> G;
     constexpr int MT = D / 64; /* 16-row output tiles per warp: a quarter of the head */
     static_assert(D % 64 == 0 && (D / 16) % 2 == 0, "head size");
-    static_assert(!VO || NR, "VO takes the norm weight and the rope from tc_nr");
     extern __shared__ __align__(16) unsigned char tc_smem[];
     __half *st = (__half *)tc_smem;
     const int gall = n_head / kvh, groups = (gall + TC_HEADS - 1) / TC_HEADS;
@@ -1074,8 +1016,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const float *kr = NR ? nr_k : k + (size_t)h * D, *vr = NR ? nr_v : v + (size_t)h * D;
     /* cached rows of earlier steps only before the wait (see k_attn_dec) */
 #pragma unroll
-    for (int t = 0; t < TC_STAGES - 1; t++)
-        tc_stage<D, VO>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false, nr.rot);
+    for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
     if (NR) /* the position is the step buffer's (set before the step's first kernel) */
         for (int j = threadIdx.x; j < D / 2; j += TC_WARPS * 32) {
             const float a = rope_angle((float)pos0, nr.theta_scale, j, nr.ff);
@@ -1103,8 +1044,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         if ((int)threadIdx.x < nh) pml_put(pml, (size_t)(hq0 + threadIdx.x) * nsplit + split, -INFINITY, 0);
         return;
     }
-    if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1)
-        tc_cur_row<D, VO>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, kr, vr, nr.rot);
+    if (s1 > pos0 && (pos0 - s0) / 16 < TC_STAGES - 1) tc_cur_row<D>(st, (pos0 - s0) / 16, (pos0 - s0) % 16, kr, vr);
     /* Q^T as B fragments: column g = query head hq0 + g (zero past nh),
      * k-step kk: elements 16 kk + 2c, +1 and 16 kk + 2c + 8, +9 */
     unsigned qb[D / 16][2];
@@ -1112,14 +1052,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     for (int kk = 0; kk < D / 16; kk++) {
         if (g < nh) {
             const float *qr = (NR ? nr_q + (size_t)g * D : q + (size_t)(hq0 + g) * D) + 16 * kk + 2 * c;
-            if (VO && !tc_vo_turns<D>(kk, nr.rot) && nr.kw) { /* scores against the values: (q w) . v */
-                const float *wr = nr.kw + 16 * kk + 2 * c;
-                qb[kk][0] = pack_h2(qr[0] * __ldg(wr), qr[1] * __ldg(wr + 1));
-                qb[kk][1] = pack_h2(qr[8] * __ldg(wr + 8), qr[9] * __ldg(wr + 9));
-            } else {
-                qb[kk][0] = pack_h2(qr[0], qr[1]);
-                qb[kk][1] = pack_h2(qr[8], qr[9]);
-            }
+            qb[kk][0] = pack_h2(qr[0], qr[1]);
+            qb[kk][1] = pack_h2(qr[8], qr[9]);
         } else {
             qb[kk][0] = qb[kk][1] = 0;
         }
@@ -1134,20 +1068,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4); /* ldmatrix: K as A */
     const int vrow = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);  /* ldmatrix.trans: V^T as A */
     for (int t = 0; t < nt; t++) {
-        tc_stage<D, VO>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true, nr.rot);
+        tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
         cp_async_wait<TC_STAGES - 1>(); /* this thread's copies of tile t */
         __syncthreads();                /* everyone's, and the plain stores */
-        if (VO) {
-            tc_vo_build<D>(st, t, s0, s1, pos0, nr);
-            __syncthreads();
-        }
         const __half *tk = st + (size_t)(t % TC_STAGES) * G::STAGE, *tv = tk + 16 * G::LD;
         float sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0}; /* two chains of k-steps */
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk += 2) {
             unsigned a0, a1, a2, a3, b0, b1, b2, b3;
-            ldsm_x4(a0, a1, a2, a3, tc_key_step<D, VO>(tk, tv, kk, nr.rot) + arow * G::LD + acol);
-            ldsm_x4(b0, b1, b2, b3, tc_key_step<D, VO>(tk, tv, kk + 1, nr.rot) + arow * G::LD + acol);
+            ldsm_x4(a0, a1, a2, a3, tk + arow * G::LD + 16 * kk + acol);
+            ldsm_x4(b0, b1, b2, b3, tk + arow * G::LD + 16 * (kk + 1) + acol);
             mma_f16(sa, a0, a1, a2, a3, qb[kk][0], qb[kk][1]);
             mma_f16(sb, b0, b1, b2, b3, qb[kk + 1][0], qb[kk + 1][1]);
         }
@@ -1242,7 +1172,6 @@ template <int D> static cudaError_t attn_allow() {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false>, at, tc_geom<D>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true>, at, tc_geom<D>::SMEM_NR);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true, true>, at, tc_geom<D>::SMEM_NR);
     return e;
 }
 
@@ -1380,21 +1309,16 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     }
     if (tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
-        const tc_nr none = {NULL, NULL, NULL, 0, 0, 0, 0};
-        /* keys rebuilt from values: K as V, turning pairs in whole k-steps */
-        const int vo = nr && c->attn_vonly && nr->v_from_k && nr->rot % 16 == 0 && nr->rot >= 0 && 2 * nr->rot <= d;
-#define TC_LAUNCH_NR(DIM, NR, VO)                                                                                      \
-    launch(c, k_attn_tc<DIM, NR, VO>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
-           k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity,         \
-           kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v,          \
-           nr ? *nr : none)
-#define TC_LAUNCH(DIM)                         \
-    if (vo)                                    \
-        TC_LAUNCH_NR(DIM, true, true);         \
-    else if (nr)                               \
-        TC_LAUNCH_NR(DIM, true, false);        \
-    else                                       \
-        TC_LAUNCH_NR(DIM, false, false)
+        const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
+#define TC_LAUNCH_NR(DIM, NR)                                                                                          \
+    launch(c, k_attn_tc<DIM, NR>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d, k->d,   \
+           v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring,        \
+           window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v, nr ? *nr : none)
+#define TC_LAUNCH(DIM)              \
+    if (nr)                         \
+        TC_LAUNCH_NR(DIM, true);    \
+    else                            \
+        TC_LAUNCH_NR(DIM, false)
         HEAD_DIM_SWITCH(d, TC_LAUNCH);
 #undef TC_LAUNCH
 #undef TC_LAUNCH_NR
@@ -1446,11 +1370,11 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
  * keep the raw projections. */
 void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
-                      float theta, const be_weight *ff, int rot_pairs, int window, be_buf *out) {
+                      float theta, const be_weight *ff, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     if (c->attn_fuse && attn_tc_step(c, kv, n)) { /* (attention_run rejects unsupported head shapes itself) */
         const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
-                          ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k, rot_pairs};
+                          ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
         attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr);
         return;
     }

@@ -146,7 +146,6 @@ typedef struct {
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
-    int attn_vonly;   /* K as V layers' one-token keys rebuilt from the cached values (GEM_CUDA_ATTN_VONLY=1) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -493,7 +492,7 @@ void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       const be_weight *ff);
 void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
-                      float theta, const be_weight *ff, int rot_pairs, int window, be_buf *out);
+                      float theta, const be_weight *ff, int window, be_buf *out);
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
 void cu_kv_free(backend *b, be_kv *kv);
 size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
