@@ -1406,9 +1406,14 @@ be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_e
     kv->capacity = capacity;
     kv->ring = ring;
     /* a one-token step is latency-bound: many short splits (32 keys each,
-     * up to 256) keep every multiprocessor busy */
+     * up to 256) keep every multiprocessor busy. A linear cache's splits
+     * can be capped (GEM_CUDA_FULL_SPLITS, a measurement switch): at depth
+     * 32768 the full layers' 4 KV heads x 256 splits are ~4 waves of
+     * k_attn_tc blocks of 128 keys each and 256 partials per head to
+     * combine; 64 splits are one wave of 512-key blocks. */
     kv->nsplit = capacity / 32;
     if (kv->nsplit > 256) kv->nsplit = 256;
+    if (!ring && kv->nsplit > c->full_splits) kv->nsplit = c->full_splits;
     if (kv->nsplit < 1) kv->nsplit = 1;
     return kv;
 }

@@ -1126,6 +1126,9 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         g = getenv("GEM_CUDA_MV_LEVELS");
         const long l = g && *g ? strtol(g, NULL, 10) : 8;
         c->mv_levels = l >= 2 && l <= 64 ? (int)l : 8;
+        g = getenv("GEM_CUDA_FULL_SPLITS");
+        const long fs = g && *g ? strtol(g, NULL, 10) : 256;
+        c->full_splits = fs >= 1 && fs <= 256 ? (int)fs : 256;
     }
     {
         int dev = 0;

@@ -146,6 +146,7 @@ typedef struct {
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
+    int full_splits;  /* one-token splits of a linear (full-layer) cache at most (GEM_CUDA_FULL_SPLITS; 256) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
