@@ -1,27 +1,38 @@
 #!/bin/sh
-# Where a one-token product's time goes inside the kernel: Nsight Compute
-# on the first six one-token products (k_mv_q) of a decode run, among them
-# the first layer's q/k/v (grid 2048 for the 31B), o (1344), gate/up (5376)
-# and down (2688), told apart by launch__grid_size; with the defaults and
+# Where a one-token kernel's time goes inside it: Nsight Compute on the
+# first COUNT launches of the kernels matching REGEX in a decode run
+# (default: the first six one-token products, k_mv_q, among them the first
+# layer's q/k/v (grid 2048 for the 31B), o (1344), gate/up (5376) and down
+# (2688), told apart by launch__grid_size; with -k k_attn_tc -p 32768 -c 60
+# the first decode step's attention of every layer after a 32768-token
+# prompt, the full layers' among them by their grid); with the defaults and
 # with each VAR=VALUE set given; serialized (no launch overlap: the
-# kernel's own ramp, steady state and tail). Reports duration, DRAM throughput, achieved occupancy, issue
-# activity, the warp stall reasons and L1 traffic, the numbers that say
-# whether a block's life is latency, issue or L1 bound. Needs ncu with
-# hardware counters (Firecracker machines: the device library's KINDS.md)
-# and the clocks left alone (--clock-control none). Synthetic gemma4-31b
-# Q4_0 with a Q8_0 embedding unless a model is given.
-#   bench/cuda_ncu_mv.sh [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
+# kernel's own ramp, steady state and tail). Reports duration, DRAM
+# throughput, achieved occupancy, issue activity, the warp stall reasons and
+# L1 traffic, the numbers that say whether a block's life is latency, issue
+# or L1 bound. Needs ncu with hardware counters (Firecracker machines: the
+# device library's KINDS.md) and the clocks left alone (--clock-control
+# none). Synthetic gemma4-31b Q4_0 with a Q8_0 embedding unless a model is
+# given.
+#   bench/cuda_ncu_mv.sh [-k REGEX] [-p PROMPT] [-c COUNT] [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
 #   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=1,GEM_CUDA_MV_STAGGER=0
+#        bench/cuda_ncu_mv.sh -k k_attn_tc -p 32768 -c 60 GEM_CUDA_FULL_SPLITS=64
 # Output: per set, ncu's raw CSV header and rows of the profiled kernels.
 set -u
 cd "$(dirname "$0")/.."
 sets="X=1"
 M=""
+kern=k_mv_q
+prompt=16
+count=6
 while [ $# -gt 0 ]; do
     case "$1" in
     --) M=${2:-}; break ;;
+    -k) kern=${2:?}; shift ;;
+    -p) prompt=${2:?}; shift ;;
+    -c) count=${2:?}; shift ;;
     *=*) sets="$sets $1" ;;
-    *) echo "cuda_ncu_mv.sh: expected VAR=VALUE[,VAR=VALUE...] or -- MODEL, got '$1'" >&2; exit 2 ;;
+    *) echo "cuda_ncu_mv.sh: expected -k REGEX, -p PROMPT, -c COUNT, VAR=VALUE[,VAR=VALUE...] or -- MODEL, got '$1'" >&2; exit 2 ;;
     esac
     shift
 done
@@ -40,10 +51,11 @@ metrics=$metrics,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.rat
 metrics=$metrics,l1tex__t_bytes.sum,l1tex__t_sector_hit_rate.pct,lts__t_bytes.sum,lts__t_sector_hit_rate.pct
 for s in $sets; do
     echo "== $s"
-    # the 16-token prompt runs on the prefill kernels, then at most its
-    # head is a one-token product before the first step's q/k/v
-    env $(echo "$s" | tr ',' ' ') ncu --clock-control none --kernel-name regex:k_mv_q --launch-count 6 \
+    # the prompt runs on the prefill kernels (f16 caches, as gem bench
+    # --kv-type f16), then the first steps' one-token kernels
+    env $(echo "$s" | tr ',' ' ') ncu --clock-control none --kernel-name "regex:$kern" --launch-count "$count" \
         --metrics "$metrics" --csv --page raw \
-        ./gem run -m "$M" --backend cuda --prompt-ids 2..17 -n 2 --temp 0 --ids --ignore-eos 2>&1 |
+        ./gem run -m "$M" --backend cuda --kv-type f16 --ctx $((prompt + 64)) --prompt-ids "2..$((prompt + 1))" -n 2 \
+        --temp 0 --ids --ignore-eos 2>&1 |
         grep -E '^"(ID|[0-9])' | cut -c1-4000
 done
