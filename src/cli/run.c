@@ -64,6 +64,10 @@ static void print_logprobs(int step, size_t pos, int32_t id, int forced, const f
     printf("]}\n");
 }
 
+/* Token ids separated by spaces, commas or brackets; A..B stands for A,
+ * A + 1, .., B (B >= A, at most PARSE_IDS_RANGE_MAX ids: long synthetic
+ * prompts for profiling without an argument of hundreds of KB). */
+#define PARSE_IDS_RANGE_MAX (1 << 22)
 static int parse_ids(const char *s, int32_t **ids, int *n) {
     size_t cap = 64, k = 0;
     int32_t *v = malloc(cap * sizeof *v);
@@ -72,16 +76,25 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         if (!*s) break;
         char *end;
         errno = 0;
-        long x = strtol(s, &end, 10);
+        long x = strtol(s, &end, 10), y;
         if (end == s || errno || x < 0 || x > INT32_MAX) { free(v); return -1; }
-        if (k == cap) {
-            cap *= 2;
-            int32_t *nv = realloc(v, cap * sizeof *v);
-            if (!nv) { free(v); return -1; }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
         s = end;
+        y = x;
+        if (s[0] == '.' && s[1] == '.') {
+            errno = 0;
+            y = strtol(s + 2, &end, 10);
+            if (end == s + 2 || errno || y < x || y > INT32_MAX || y - x >= PARSE_IDS_RANGE_MAX) { free(v); return -1; }
+            s = end;
+        }
+        for (long id = x; id <= y; id++) {
+            if (k == cap) {
+                cap *= 2;
+                int32_t *nv = realloc(v, cap * sizeof *v);
+                if (!nv) { free(v); return -1; }
+                v = nv;
+            }
+            v[k++] = (int32_t)id;
+        }
     }
     *ids = v;
     *n = (int)k;
@@ -181,7 +194,7 @@ int cli_run(int argc, char **argv) {
         goto done;
     if (prompt_ids) {
         if (parse_ids(prompt_ids, &ids, &n_ids)) {
-            fprintf(stderr, "gem run: error: --prompt-ids needs token ids\n");
+            fprintf(stderr, "gem run: error: --prompt-ids needs token ids (numbers, or ranges A..B with B >= A)\n");
             goto done;
         }
     } else if (chat) {

@@ -85,6 +85,11 @@ M="$tmp/tiny-q8_0.gguf"
 ids=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 8 --temp 0 --ids 2>/dev/null)
 [ "$(echo "$ids" | wc -w)" = 8 ] && ok || bad "run --ids did not print 8 ids: $ids"
 [ "$ids" = "$($GEM run -m "$M" -p "Hello world" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-p and --prompt-ids disagree"
+# id ranges A..B expand in place
+[ "$($GEM run -m "$M" --prompt-ids "2,3..6,9" -n 4 --temp 0 --ids 2>/dev/null)" = \
+  "$($GEM run -m "$M" --prompt-ids "2 3 4 5 6 9" -n 4 --temp 0 --ids 2>/dev/null)" ] && ok || bad "--prompt-ids range 3..6"
+expect 1 "ranges A..B with B >= A" -- $GEM run -m "$M" --prompt-ids "6..3" -n 1
+expect 1 "ranges A..B with B >= A" -- $GEM run -m "$M" --prompt-ids "2..x" -n 1
 [ "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" = "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" ] && ok || bad "seeded sampling is not deterministic"
 expect 0 "decode" -- $GEM run -m "$M" -p "Hi" -n 4 --temp 0
 expect 2 "unknown option '--frob'" -- $GEM run -m "$M" -p x --frob

@@ -32,6 +32,10 @@ mkdir -p "$log"
 # the model checks' measurements go to the terminal too
 run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
 
+if [ -n "${GEM_CUDA_ONLY_12B:-}" ] && [ -n "${GEM_CUDA_SKIP_12B:-}" ]; then
+    echo "tests/cuda/run.sh: GEM_CUDA_ONLY_12B and GEM_CUDA_SKIP_12B together leave nothing to run" >&2
+    exit 2
+fi
 tmp=${TMPDIR:-/tmp}/gem-cuda-test.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT

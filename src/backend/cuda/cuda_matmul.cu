@@ -94,7 +94,7 @@ struct mv_rows {
 /* Fields are picked with selects, never by indexing job.m with a run-time
  * index: that would copy the parameter struct to local memory (a stack
  * frame, measured 8% slower decode). */
-template <int SP = 1, int W = MV_WARPS>
+template <int SP = 1>
 __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     int bid = blockIdx.x, mi = 0;
     if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
@@ -102,7 +102,7 @@ __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     const void *mq = mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q;
     const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
-    const int warp = bid * (W / SP) + (threadIdx.x >> 5) / SP;
+    const int warp = bid * (MV_WARPS / SP) + (threadIdx.x >> 5) / SP;
     r.out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     r.M = M;
     if (job.pair) {
@@ -160,10 +160,10 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * the weights loaded ld.global.cs (evict first, as bench/cuda_barrier_probe
  * streams) instead of ld.global.nc through L1, so the streamed weights do
  * not evict the activation lines every block of the product rereads from
- * L1. 31B Q4_0 decode +1.0% at depth 0 but -0.4% at 8192 (same call, two
+ * L1. 31B Q4_0 decode +1.1% at depth 0 but -0.4% at 8192 (same call, two
  * A/B/B/A runs), so opt-in.
  * Measured and dropped on 2026-12-04 (bench/results/cuda-mv-variants-2026-12-04.json):
- * weights without L1 allocation (-1.1%), a round through each lane's own
+ * weights without L1 allocation (-1.2%), a round through each lane's own
  * shared-memory slots by cp.async (6 blocks per multiprocessor instead of
  * 4: -19%), blocks of 2 warps (-0.2%), the round's activations prefetched
  * into L1 before the weights (prefetch.global.L1 is CCTL.E.PF1: -46%), the
@@ -900,6 +900,7 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
 /* one-token variants: [q4][variant][warps per row 1, 2, 4]; [.][0] is the defaults */
+static_assert(MV_CS == 1, "mv_q_var and mv_wave take the variant as an index");
 #define MV_VAR_SP(Q4, V) {k_mv_q<Q4, 1, 1, V>, k_mv_q<Q4, 1, 2, V>, k_mv_q<Q4, 1, 4, V>}
 static const mv_q_fn mv_q_var[2][2][3] = {{MV_VAR_SP(0, 0), MV_VAR_SP(0, MV_CS)}, {MV_VAR_SP(1, 0), MV_VAR_SP(1, MV_CS)}};
 #undef MV_VAR_SP
