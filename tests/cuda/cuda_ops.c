@@ -38,6 +38,7 @@ static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
  * k_attn_dec with f16 caches (GEM_CUDA_ATTN_DEC=2). */
 static backend *gpu_split, *gpu_split_f16, *gpu_reg, *gpu_reg_f16, *gpu_staged_f16;
 static backend *gpu_f16_s64; /* GEM_CUDA_FULL_SPLITS=64: linear caches in 64 one-token splits */
+static backend *gpu_f16_bar1; /* GEM_CUDA_ATTN_BAR1=1: k_attn_tc with one block barrier per tile */
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -967,29 +968,32 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
  * order (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound, also
  * with the cache in 64 splits (GEM_CUDA_FULL_SPLITS=64: 257 keys, 17 tiles
  * per block; its outputs must differ from the default's somewhere, or the
- * switch was not read). A last step of 3 tokens runs k_attn_split on every
+ * switch was not read); k_attn_tc with one block barrier per tile
+ * (GEM_CUDA_ATTN_BAR1=1) equal to the default bit for bit. A last step of 3 tokens runs k_attn_split on every
  * backend (85 splits, 64 with the switch). The CPU reference is too slow at
  * this depth; the kernels met it above. */
 static void test_attention_deep(void) {
     const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1, 3};
     /* the register, staged, split and (f16 caches) tensor-core kernels; the
      * defaults are gpu (f32: staged) and gpu_f16 (tensor cores) */
-    backend *sets[2][5] = {{gpu_reg, gpu, gpu_split, NULL, NULL},
-                           {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16, gpu_f16_s64}};
-    const char *names[5] = {"register", "staged", "split", "tensor cores", "tensor cores, 64 splits"};
+    backend *sets[2][6] = {{gpu_reg, gpu, gpu_split, NULL, NULL, NULL},
+                           {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16, gpu_f16_s64, gpu_f16_bar1}};
+    const char *names[6] = {"register", "staged", "split", "tensor cores", "tensor cores, 64 splits",
+                            "tensor cores, one barrier per tile"};
     for (int f = 0; f < 2; f++) {
         backend **bs = sets[f];
         if (!bs[0] || !bs[1] || !bs[2]) continue;
-        const int nb = bs[3] ? (bs[4] ? 5 : 4) : 3;
+        int nb = 3;
+        while (nb < 6 && bs[nb]) nb++; /* the backends present, in order */
         gem_err err;
-        be_kv *kv[5];
+        be_kv *kv[6];
         for (int b = 0; b < nb; b++) kv[b] = bs[b]->kv_new(bs[b], kvh, d, cap, 0, &err);
         int pos = 0, ok = 1, s64_differs = 0;
         for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
             const int n = tiles[t];
             const size_t nq = (size_t)n * nh * d, nk = (size_t)n * kvh * d;
             const float qk = 3.0f / sqrtf(sqrtf((float)d));
-            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[5];
+            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[6];
             int32_t *ids = calloc((size_t)n, sizeof *ids);
             if (n == 1) /* the step's own key dominates head 0 (score ~136): a lost or doubled row shows */
                 for (int e = 0; e < d; e++) k[e] = 2.0f * q[e];
@@ -1001,7 +1005,10 @@ static void test_attention_deep(void) {
                 o[b] = get(g, og, nq);
                 g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
             }
-            if (nb == 5 && n <= 8) s64_differs |= memcmp(o[4], o[3], nq * sizeof(float)) != 0;
+            if (nb >= 5 && n <= 8) s64_differs |= memcmp(o[4], o[3], nq * sizeof(float)) != 0;
+            if (nb == 6 && n <= 8) /* the same arithmetic as the default */
+                CHECKF(!memcmp(o[5], o[3], nq * sizeof(float)), "deep attention, %s vs tensor cores at %d: not equal",
+                       names[5], pos);
             if (n <= 8)
                 for (int b = 1; b < nb && ok; b++) {
                     /* f16 q and probabilities on the tensor cores: the f16 bound
@@ -1016,7 +1023,7 @@ static void test_attention_deep(void) {
             pos += n;
             if (!ok) break;
         }
-        if (nb == 5) CHECKF(s64_differs, "GEM_CUDA_FULL_SPLITS=64 gave the default's bits at every step: not read");
+        if (nb >= 5) CHECKF(s64_differs, "GEM_CUDA_FULL_SPLITS=64 gave the default's bits at every step: not read");
         for (int b = 0; b < nb; b++) bs[b]->kv_free(bs[b], kv[b]);
     }
 }
@@ -1057,6 +1064,7 @@ static void test_attention(void) {
  * as V: it must not be read); 1 when the outputs are equal bit for bit. */
 typedef struct {
     int nh, kvh, d, window, kasv;
+    const char *what; /* what the second backend is, for the message */
     float theta;
     be_weight *qw[2], *kw[2], *ff[2];
     be_kv *kv[2];
@@ -1083,8 +1091,8 @@ static int qkv_pair_call(backend *const *bs, const qkv_case *c, int n, int pos) 
         g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
     }
     const int ok = close_enough("attention_qkv", o[0], o[1], nq, 0, 0);
-    CHECKF(ok, "attention_qkv fused vs two launches: heads %d/%d, d %d, window %d, %d tokens at %d", c->nh, c->kvh, c->d,
-           c->window, n, pos);
+    CHECKF(ok, "attention_qkv, the default vs %s: heads %d/%d, d %d, window %d, %d tokens at %d", c->what, c->nh, c->kvh,
+           c->d, c->window, n, pos);
     free(o[0]), free(o[1]), free(q), free(k), free(v), free(ids);
     return ok;
 }
@@ -1101,8 +1109,9 @@ static int qkv_pair_call(backend *const *bs, const qkv_case *c, int n, int pos) 
  * four tiles (the fourth reuses the first stage) in turn. Prompts fill the
  * caches first (prefill tiles of at most 3250: the same kernels on both).
  * The fused backend's one-token calls leave q as it came: the fused
- * kernel, not the two launches, ran. */
-static void test_attention_qkv(backend *gf, backend *gp) {
+ * kernel, not the two launches, ran. Also run with gp the one-barrier
+ * loop of k_attn_tc (GEM_CUDA_ATTN_BAR1=1): the same bits. */
+static void test_attention_qkv(backend *gf, backend *gp, const char *what) {
     const struct {
         int nh, kvh, d, window, cap, kasv, prompt, steps;
     } cases[] = {
@@ -1115,7 +1124,7 @@ static void test_attention_qkv(backend *gf, backend *gp) {
         qkv_case c;
         memset(&c, 0, sizeof c);
         c.nh = cases[ci].nh, c.kvh = cases[ci].kvh, c.d = cases[ci].d, c.window = cases[ci].window;
-        c.kasv = cases[ci].kasv, c.theta = full ? 1e6f : 1e4f;
+        c.kasv = cases[ci].kasv, c.theta = full ? 1e6f : 1e4f, c.what = what;
         const int d = c.d;
         gem_err err;
         tensor qn = make_tensor(QT_F32, d, 1), kn = make_tensor(QT_F32, d, 1), ff = make_tensor(QT_F32, d / 2, 1);
@@ -1360,6 +1369,7 @@ int main(void) {
     unsetenv("GEM_CUDA_ATTN_FUSE");
     unsetenv("GEM_CUDA_MV_LD");
     unsetenv("GEM_CUDA_FULL_SPLITS");
+    unsetenv("GEM_CUDA_ATTN_BAR1");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1372,6 +1382,7 @@ int main(void) {
         gpu_reg_f16 = variant("GEM_CUDA_ATTN_DEC", "1", &gh);
         gpu_staged_f16 = variant("GEM_CUDA_ATTN_DEC", "2", &gh);
         gpu_f16_s64 = variant("GEM_CUDA_FULL_SPLITS", "64", &gh);
+        gpu_f16_bar1 = variant("GEM_CUDA_ATTN_BAR1", "1", &gh);
     }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -1431,8 +1442,10 @@ int main(void) {
     test_attention_deep();
     if (gpu_f16) {
         backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", &gh);
-        if (gnf) test_attention_qkv(gpu_f16, gnf);
+        if (gnf) test_attention_qkv(gpu_f16, gnf, "two launches (GEM_CUDA_ATTN_FUSE=0)");
         variant_done(gnf);
+        /* one barrier per tile: the fused kernel's other loop, the same bits */
+        if (gpu_f16_bar1) test_attention_qkv(gpu_f16, gpu_f16_bar1, "GEM_CUDA_ATTN_BAR1=1");
     }
     progress("deep one-token attention, attention_qkv");
     test_wide_handoff(gpu, 0);
@@ -1443,8 +1456,9 @@ int main(void) {
     progress("handoff, argmax, topk, graph");
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_reg, gpu_reg_f16, gpu_staged_f16, gpu_f16_s64};
-    for (int i = 0; i < 7; i++) variant_done(variants[i]);
+    backend *variants[] = {gpu_f16,        gpu_split,   gpu_split_f16, gpu_reg,
+                           gpu_reg_f16,    gpu_staged_f16, gpu_f16_s64, gpu_f16_bar1};
+    for (int i = 0; i < 8; i++) variant_done(variants[i]);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

@@ -988,7 +988,7 @@ __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __h
  * each warp normalises rows (the block's query heads into the last stage,
  * and in the blocks that need this step's key and value, those rows into
  * their own space after the stages). */
-template <int D, bool NR>
+template <int D, bool NR, bool B1 = false>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
@@ -1068,9 +1068,19 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4); /* ldmatrix: K as A */
     const int vrow = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);  /* ldmatrix.trans: V^T as A */
     for (int t = 0; t < nt; t++) {
-        tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
-        cp_async_wait<TC_STAGES - 1>(); /* this thread's copies of tile t */
-        __syncthreads();                /* everyone's, and the plain stores */
+        /* B1 (GEM_CUDA_ATTN_BAR1=1): one block barrier per tile instead of
+         * two. The copies of tile t + TC_STAGES - 1 go out after the
+         * barrier that also ends every warp's reads of tile t - 1, whose
+         * stage they overwrite, so the barrier at the end of the loop goes;
+         * the same tiles are in flight during the tile's work. Whether the
+         * second barrier per 16-key tile is what the one-token attention at
+         * depth pays for (keys rebuilt from values halved its cache reads
+         * and made it slower: bench/results/cuda-attn-vonly-2026-12-04.json).
+         * The same arithmetic: results equal bit for bit. */
+        if (!B1) tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
+        cp_async_wait<B1 ? TC_STAGES - 2 : TC_STAGES - 1>(); /* this thread's copies of tile t */
+        __syncthreads();                                      /* everyone's, and the plain stores */
+        if (B1) tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
         const __half *tk = st + (size_t)(t % TC_STAGES) * G::STAGE, *tv = tk + 16 * G::LD;
         float sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0}; /* two chains of k-steps */
 #pragma unroll
@@ -1122,7 +1132,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             ldsm_x4_t(a0, a1, a2, a3, tv + vrow * G::LD + warp * (D / 4) + 16 * mt + vcol);
             mma_f16(o[mt], a0, a1, a2, a3, pb0, pb1);
         }
-        __syncthreads(); /* stage t is free for tile t + TC_STAGES */
+        if (!B1) __syncthreads(); /* stage t is free for tile t + TC_STAGES */
     }
     cp_async_wait<0>();
 #pragma unroll
@@ -1172,6 +1182,8 @@ template <int D> static cudaError_t attn_allow() {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false>, at, tc_geom<D>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true>, at, tc_geom<D>::SMEM_NR);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false, true>, at, tc_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true, true>, at, tc_geom<D>::SMEM_NR);
     return e;
 }
 
@@ -1310,15 +1322,22 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     if (tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
         const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
-#define TC_LAUNCH_NR(DIM, NR)                                                                                          \
-    launch(c, k_attn_tc<DIM, NR>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d, k->d,   \
-           v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring,        \
-           window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v, nr ? *nr : none)
-#define TC_LAUNCH(DIM)              \
-    if (nr)                         \
-        TC_LAUNCH_NR(DIM, true);    \
-    else                            \
-        TC_LAUNCH_NR(DIM, false)
+#define TC_LAUNCH_NR(DIM, NR, B1)                                                                                      \
+    launch(c, k_attn_tc<DIM, NR, B1>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
+           k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity,         \
+           kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v,          \
+           nr ? *nr : none)
+#define TC_LAUNCH(DIM)                                   \
+    if (c->attn_bar1) {                                  \
+        if (nr)                                          \
+            TC_LAUNCH_NR(DIM, true, true);               \
+        else                                             \
+            TC_LAUNCH_NR(DIM, false, true);              \
+    } else if (nr) {                                     \
+        TC_LAUNCH_NR(DIM, true, false);                  \
+    } else {                                             \
+        TC_LAUNCH_NR(DIM, false, false);                 \
+    }
         HEAD_DIM_SWITCH(d, TC_LAUNCH);
 #undef TC_LAUNCH
 #undef TC_LAUNCH_NR

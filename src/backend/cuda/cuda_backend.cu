@@ -1117,6 +1117,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
     c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
     c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");
+    c->attn_bar1 = env_is("GEM_CUDA_ATTN_BAR1", "1");
     {
         /* the first wave of a one-token product starts over 8 steps of
          * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */

@@ -147,6 +147,7 @@ typedef struct {
     int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int full_splits;  /* one-token splits of a linear (full-layer) cache at most (GEM_CUDA_FULL_SPLITS; 256) */
+    int attn_bar1;    /* k_attn_tc with one block barrier per tile (GEM_CUDA_ATTN_BAR1=1; see its loop) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
