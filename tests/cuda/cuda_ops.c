@@ -596,17 +596,16 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* The one-token product variant (GEM_CUDA_MV_LD=1: the weights loaded
- * evict-first) equals the default
- * kernels bit for bit (the same sums in the same order): single products
- * (unsplit, and rows split over 2 and 4 warps: K 8192, 21504), the q/k/v
- * triple and the gate/up pair (two 301-row matrices: k_mv_q's pair mode),
- * q8_0 and q4_0; 333, 301 and 300 rows leave warps without a row in the
- * last block; K 1152 ends inside a lane's first round; q8_0 at K 5376 takes
- * two rounds. The results cannot
- * show which kernel ran: that the variables select the variants rests on
- * mv_run's reading of them. */
-static void test_matmul_variant(backend *gx, const char *label) {
+/* The one-token product variant (gx: GEM_CUDA_MV_LD=1, the weights loaded
+ * evict-first) equals the default kernels bit for bit (the same sums in
+ * the same order): single products (unsplit, and rows split over 2 and 4
+ * warps: K 8192, 21504), the q/k/v triple and the gate/up pair (two 301-row
+ * matrices: k_mv_q's pair mode), q8_0 and q4_0; 333, 301 and 300 rows leave
+ * warps without a row in the last block; K 1152 ends inside a lane's first
+ * round; q8_0 at K 5376 takes two rounds. The results cannot show which
+ * kernel ran: that the variable selects the variant rests on mv_run's
+ * reading of it. */
+static void test_matmul_variant(backend *gx) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
     for (size_t t = 0; t < 2; t++)
@@ -640,7 +639,7 @@ static void test_matmul_variant(backend *gx, const char *label) {
                                    "variant geglu"};
             int same = 1;
             for (int i = 0; i < 5; i++) same &= close_enough(what[i], res[1][i], res[0][i], lens[i], 0, 0);
-            CHECKF(same, "%s against the default, %s K=%lld", label, quant_type_name(types[t]), (long long)K);
+            CHECKF(same, "GEM_CUDA_MV_LD=1 against the default, %s K=%lld", quant_type_name(types[t]), (long long)K);
             for (int v = 0; v < 2; v++)
                 for (int i = 0; i < 5; i++) free(res[v][i]);
             free(x);
@@ -969,9 +968,10 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
  * with the cache in 64 splits (GEM_CUDA_FULL_SPLITS=64: 257 keys, 17 tiles
  * per block; its outputs must differ from the default's somewhere, or the
  * switch was not read); k_attn_tc with one block barrier per tile
- * (GEM_CUDA_ATTN_BAR1=1) equal to the default bit for bit. A last step of 3 tokens runs k_attn_split on every
- * backend (85 splits, 64 with the switch). The CPU reference is too slow at
- * this depth; the kernels met it above. */
+ * (GEM_CUDA_ATTN_BAR1=1) equal to the default bit for bit. A last step of
+ * 3 tokens runs k_attn_split on every backend (85 splits, 64 with the
+ * switch). The CPU reference is too slow at this depth; the kernels met it
+ * above. */
 static void test_attention_deep(void) {
     const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1, 3};
     /* the register, staged, split and (f16 caches) tensor-core kernels; the
@@ -1421,7 +1421,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_LEVELS");
     if (g0 && gl) test_matmul_stagger(g0, gl);
     backend *gcs = variant("GEM_CUDA_MV_LD", "1", &g);
-    if (gcs) test_matmul_variant(gcs, "GEM_CUDA_MV_LD=1");
+    if (gcs) test_matmul_variant(gcs);
     variant_done(gcs);
     variant_done(g0);
     variant_done(gl);

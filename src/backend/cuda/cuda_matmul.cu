@@ -253,9 +253,9 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
  * round before it (the blocks of a product then wait on SMs while the
  * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
  * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
-template <int Q4, int NT, int SP, int V>
-__device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__restrict__ xq,
-                                          const float *__restrict__ xd, const int *__restrict__ xs, int K) {
+template <int Q4, int NT, int SP, int V = 0>
+__global__ void MV_BOUNDS
+    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     CU_TRACE(CT_MV_Q);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -319,12 +319,6 @@ __device__ __forceinline__ void mv_q_body(const mv_job &job, const int8_t *__res
             }
     }
     mv_store<NT>(job, r, acc);
-}
-
-template <int Q4, int NT, int SP, int V = 0>
-__global__ void MV_BOUNDS
-    k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
-    mv_q_body<Q4, NT, SP, V>(job, xq, xd, xs, K);
 }
 
 template <int FMT, int NT>
