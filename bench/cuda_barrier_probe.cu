@@ -21,6 +21,10 @@
  *            phase after its block arrived and before it waits (weights do
  *            not depend on the phase before);
  *   cg       the barrier of cooperative_groups' grid.sync(), for reference.
+ *   bal      (after the shapes) the persistent kernel without the two
+ *            confounds of `barrier`: one block per multiprocessor, equal
+ *            slices of every phase (see k_bal), by threads and loads in
+ *            flight, with and without the early first round.
  * Variants run in the order listed, then in reverse, REPS times each way;
  * each prints the median, GB/s and the cost per boundary, (t - t_base) /
  * (phases - 1) against its stream. To calibrate: the decode step's four
@@ -280,6 +284,119 @@ __global__ void __launch_bounds__(THREADS) k_persist(const uint4 *base, const si
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+/* The balanced persistent kernel (the "bal" rows): what the barrier rows
+ * above leave open. Their persistent kernel runs 8 blocks of 128 threads
+ * per multiprocessor (1056 arrivals per barrier on one counter) and deals
+ * 16 KB chunks round robin, so a phase whose chunks are not a multiple of
+ * the grid ends with a partial round (the o phase: 1514 chunks on 1056
+ * blocks, its second round 43% full), and that tail is counted as barrier
+ * cost. Here one block of BT threads per multiprocessor (132 arrivals)
+ * takes an equal contiguous slice of every phase (16-byte granularity), so
+ * every block streams the same bytes and all arrive together; U loads per
+ * thread in flight (volatile asm: the compiler keeps them all issued before
+ * the first use). The 64-bit counter only grows (target: every arrival of
+ * every barrier so far, from this launch's start value); thread 0 polls it
+ * with ld.acquire.gpu. EARLY issues the next phase's first round between
+ * arriving and waiting. Each shape is compared with itself over one phase
+ * of all the bytes. */
+__device__ __forceinline__ uint4 bal_ld(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <int BT, int U>
+__device__ __forceinline__ void bal_round(const uint4 *q, size_t i, size_t hi, uint4 (&v)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = i + (size_t)u * BT < hi ? bal_ld(q + i + (size_t)u * BT) : make_uint4(0, 0, 0, 0);
+}
+template <int U> __device__ __forceinline__ unsigned bal_fold(const uint4 (&v)[U], unsigned acc) {
+#pragma unroll
+    for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    return acc;
+}
+template <int BT, int U, bool EARLY>
+__global__ void __launch_bounds__(BT, 1) k_bal(const uint4 *base, const size_t *off16, const size_t *n16, int phases,
+                                              unsigned long long *count, unsigned long long start, unsigned *sink) {
+    unsigned acc = 0;
+    uint4 v[U];
+    bool pre = false;
+    for (int p = 0; p < phases; p++) {
+        const size_t lo = n16[p] * blockIdx.x / gridDim.x, hi = n16[p] * (blockIdx.x + 1) / gridDim.x;
+        const uint4 *q = base + off16[p];
+        size_t i = lo + threadIdx.x;
+        if (pre) {
+            acc = bal_fold<U>(v, acc);
+            i += (size_t)BT * U;
+        }
+        for (; i < hi; i += (size_t)BT * U) {
+            bal_round<BT, U>(q, i, hi, v);
+            acc = bal_fold<U>(v, acc);
+        }
+        if (p + 1 == phases) break;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(count, 1ull);
+        }
+        pre = EARLY;
+        if (EARLY) {
+            const size_t lo2 = n16[p + 1] * blockIdx.x / gridDim.x, hi2 = n16[p + 1] * (blockIdx.x + 1) / gridDim.x;
+            bal_round<BT, U>(base + off16[p + 1], lo2 + threadIdx.x, hi2, v);
+        }
+        if (threadIdx.x == 0) {
+            const unsigned long long target = start + (unsigned long long)(p + 1) * gridDim.x;
+            unsigned long long c;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(c) : "l"(count) : "memory");
+                if (c >= target) break;
+                __nanosleep(20);
+            }
+        }
+        __syncthreads();
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+/* Median ms of k_bal<BT, U, EARLY> on one block per multiprocessor over the
+ * phases (off16/n16 on the device, `phases` of them); *next is the
+ * counter's value after the last run. */
+template <int BT, int U, bool EARLY>
+static float bal_run(const uint4 *buf, const size_t *doff, const size_t *dn, int phases, unsigned long long *count,
+                     unsigned long long *next, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_bal<BT, U, EARLY>));
+    *regs = fa.numRegs;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r <= reps; r++) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeCooperative;
+        at[0].val.cooperative = 1;
+        cfg.gridDim = dim3((unsigned)sms);
+        cfg.blockDim = dim3(BT);
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        CK(cudaEventRecord(e0, st));
+        CK(cudaLaunchKernelEx(&cfg, k_bal<BT, U, EARLY>, buf, doff, dn, phases, count, *next, sink));
+        *next += (unsigned long long)(phases - 1) * (unsigned)sms;
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r) ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+}
+
 static float median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -429,6 +546,45 @@ int main(int argc, char **argv) {
                "%5.2f us per boundary\n",
                ldf_names[sh[2]], bb / 1024.0, occ, regs, t1, bytes / (t1 * 1e-3) / 1e9, tc, bytes / (tc * 1e-3) / 1e9,
                (tc - t1) * 1e3 / (phases - 1));
+    }
+    /* the balanced persistent kernel: the same phases in 16-byte units, and
+     * one phase of all their bytes as its base */
+    {
+        std::vector<size_t> off16, n16;
+        for (int p = 0; p < phases; p++) off16.push_back(off[p] * (CHUNK / 16)), n16.push_back(n[p] * (CHUNK / 16));
+        const size_t all16[2] = {0, total * (CHUNK / 16)};
+        size_t *doff16, *dn16, *dall;
+        unsigned long long *count64, next = 0;
+        CK(cudaMalloc(&doff16, sizeof(size_t) * phases));
+        CK(cudaMalloc(&dn16, sizeof(size_t) * phases));
+        CK(cudaMalloc(&dall, sizeof all16));
+        CK(cudaMalloc(&count64, sizeof *count64));
+        CK(cudaMemset(count64, 0, sizeof *count64));
+        CK(cudaMemcpy(doff16, off16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dn16, n16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dall, all16, sizeof all16, cudaMemcpyHostToDevice));
+        printf("balanced persistent kernel (one block per SM, equal slices of every phase, 132 arrivals per barrier; "
+               "cost per boundary against one phase of all the bytes on the same shape):\n");
+#define BAL_ROW(BT, U)                                                                                              \
+    {                                                                                                               \
+        int r0 = 0, r1 = 0, r2 = 0;                                                                                 \
+        const float t1 = bal_run<BT, U, false>(buf, dall, dall + 1, 1, count64, &next, sms, 2 * reps, sink, st, &r0); \
+        const float tb = bal_run<BT, U, false>(buf, doff16, dn16, phases, count64, &next, sms, 2 * reps, sink, st, &r1); \
+        const float te = bal_run<BT, U, true>(buf, doff16, dn16, phases, count64, &next, sms, 2 * reps, sink, st, &r2); \
+        printf("  %4d threads x %2d loads (%3d KB in flight per SM, %3d/%3d registers): single %7.3f ms %7.1f GB/s, " \
+               "barrier %7.3f ms %5.2f us per boundary, early %7.3f ms %5.2f us per boundary\n",                    \
+               BT, U, BT * U * 16 / 1024, r1, r2, t1, bytes / (t1 * 1e-3) / 1e9, tb, (tb - t1) * 1e3 / (phases - 1),   \
+               te, (te - t1) * 1e3 / (phases - 1));                                                                  \
+    }
+        BAL_ROW(512, 8)
+        BAL_ROW(512, 16)
+        BAL_ROW(1024, 8)
+        BAL_ROW(1024, 12)
+#undef BAL_ROW
+        CK(cudaFree(doff16));
+        CK(cudaFree(dn16));
+        CK(cudaFree(dall));
+        CK(cudaFree(count64));
     }
     CK(cudaGraphExecDestroy(gx));
     CK(cudaFree(buf));
