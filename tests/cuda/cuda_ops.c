@@ -1325,6 +1325,113 @@ static void test_quantized_handoff(void) {
     }
 }
 
+/* The persistent layer kernel (layer_rest, GEM_CUDA_TAIL=1; =2 issues the
+ * next product's first round before each grid barrier, =3 also the o
+ * product's before the grid dependency wait) on backend gt
+ * against the op-by-op calls on the default backend: h, and a when the
+ * next layer's norm is given, after two steps in a row (the second launch
+ * finds the task counters zeroed by the first). Tolerance: 2e-3 of the
+ * output's rms. The two paths add in other orders (the default splits rows
+ * of 8192 values or more over two warps; the block sums of the norms), so
+ * a value at a rounding boundary of its 8-bit code may take the other code:
+ * one code step is 1/127 of its block's largest value, which moves a
+ * product output by ~1e-4 of its size for rows of thousands of values and
+ * h and a by as little; a wrong or missing row moves them by their own
+ * size. Widths: the tiny and 1b profiles', the 12B's (sliding o) and the
+ * 31B's (sliding and full o), q4_0 and q8_0, with and without the layer
+ * scale and the next norm. */
+static double rms_of(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s / (double)n);
+}
+
+static void test_layer_rest(backend *gt, const char *what) {
+    CHECKF(gt->layer_rest != NULL, "%s: the backend offers no layer_rest", what);
+    if (!gt->layer_rest) return;
+    const struct {
+        int H, F, K;
+        uint32_t type;
+        int next, scale;
+    } cases[] = {{256, 512, 256, QT_Q4_0, 1, 1},           {256, 512, 512, QT_Q8_0, 0, 1},
+                 {1536, 6144, 2048, QT_Q4_0, 1, 0},        {3840, 15360, 4096, QT_Q8_0, 1, 1},
+                 {5376, 21504, 8192, QT_Q4_0, 1, 1},       {5376, 21504, 16384, QT_Q4_0, 0, 1},
+                 {5376, 21504, 8192, QT_Q8_0, 1, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int H = cases[ci].H, F = cases[ci].F, K = cases[ci].K;
+        const uint32_t ty = cases[ci].type;
+        tensor Wo = make_tensor(ty, K, H), Wg = make_tensor(ty, H, F), Wu = make_tensor(ty, H, F),
+               Wd = make_tensor(ty, F, H);
+        tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
+                         make_tensor(QT_F32, H, 1)};
+        tensor sc = make_tensor(QT_F32, 1, 1);
+        backend *bs[2] = {gpu, gt};
+        be_weight *w[2][9];
+        be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2];
+        float *h0 = rand_vec((size_t)H, 1.0f);
+        gem_err err;
+        for (int s = 0; s < 2; s++) {
+            backend *b = bs[s];
+            const tensor *ts[9] = {&Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &sc};
+            for (int i = 0; i < 9; i++) w[s][i] = b->weight(b, &ts[i]->t, &err);
+            h[s] = put(b, h0, (size_t)H);
+            a[s] = put(b, NULL, (size_t)H);
+            att[s] = put(b, NULL, (size_t)K);
+            o[s] = put(b, NULL, (size_t)H);
+            act[s] = put(b, NULL, (size_t)F);
+            dn[s] = put(b, NULL, (size_t)H);
+        }
+        int ok = 1;
+        for (int step = 0; step < 2 && ok; step++) {
+            float *x = rand_vec((size_t)K, 1.0f);
+            const be_weight *next = cases[ci].next ? w[0][7] : NULL, *scale = cases[ci].scale ? w[0][8] : NULL;
+            /* the op-by-op calls (the model's fallback) */
+            gpu->upload(gpu, att[0], 0, x, (size_t)K);
+            gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
+            gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
+            gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
+            gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
+            if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
+            else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
+            /* the one op */
+            gt->upload(gt, att[1], 0, x, (size_t)K);
+            const be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
+                                     cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
+                                     h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f};
+            const int took = gt->layer_rest(gt, &r);
+            CHECKF(took == 0, "%s: layer_rest declined H=%d F=%d K=%d %s", what, H, F, K, quant_type_name(ty));
+            if (took) ok = 0;
+            for (int out = 0; out < 1 + cases[ci].next && ok; out++) {
+                float *ref = get(gpu, out ? a[0] : h[0], (size_t)H), *got = get(gt, out ? a[1] : h[1], (size_t)H);
+                const double scale_of = rms_of(ref, (size_t)H);
+                double worst = 0;
+                for (int i = 0; i < H; i++) {
+                    const double e = fabs((double)got[i] - ref[i]);
+                    worst = isnan(got[i]) ? INFINITY : fmax(worst, e);
+                }
+                char label[160];
+                snprintf(label, sizeof label, "%s: layer_rest %s H=%d F=%d K=%d %s%s step %d", what, out ? "a" : "h", H,
+                         F, K, quant_type_name(ty), cases[ci].scale ? " scaled" : "", step);
+                fprintf(stderr, "%s: largest difference %.3g of rms %.3g\n", label, worst, scale_of);
+                CHECKF(worst <= 2e-3 * scale_of, "%s: %.3g > 2e-3 x %.3g", label, worst, scale_of);
+                if (!(worst <= 2e-3 * scale_of)) ok = 0;
+                free(ref), free(got);
+            }
+            free(x);
+        }
+        CHECKF(gt->status(gt, &err) == 0, "%s: %s", what, err.msg);
+        for (int s = 0; s < 2; s++) {
+            backend *b = bs[s];
+            for (int i = 0; i < 9; i++) b->weight_free(b, w[s][i]);
+            be_buf *bufs[] = {h[s], a[s], att[s], o[s], act[s], dn[s]};
+            for (int i = 0; i < 6; i++) b->buf_free(b, bufs[i]);
+        }
+        free(h0);
+        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc);
+        for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
+    }
+}
+
 /* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
  * read when a backend is created), the variable unset again. */
 static backend *variant(const char *var, const char *value, const backend_opts *o) {
@@ -1372,6 +1479,7 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_LD");
     unsetenv("GEM_CUDA_FULL_SPLITS");
     unsetenv("GEM_CUDA_ATTN_BAR1");
+    unsetenv("GEM_CUDA_TAIL");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1439,6 +1547,16 @@ int main(void) {
     variant_done(g2);
     test_quantized_handoff();
     progress("f16 prefill products");
+    CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_TAIL unset)");
+    const char *tails[] = {"1", "2", "3"};
+    for (int v = 0; v < 3; v++) {
+        backend *gt = variant("GEM_CUDA_TAIL", tails[v], &g);
+        char what[32];
+        snprintf(what, sizeof what, "GEM_CUDA_TAIL=%s", tails[v]);
+        if (gt) test_layer_rest(gt, what);
+        variant_done(gt);
+    }
+    progress("layer_rest");
     test_attention();
     progress("attention");
     test_attention_deep();

@@ -291,28 +291,6 @@ static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, 
  * memory latency, not bandwidth. `out` may be `x` (each element is read
  * before its own store, by the same thread). Other widths take the plain
  * loop. */
-/* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
- * lanes (lane & 7 = 0 holds the first four): the arithmetic of
- * k_quantize_act, so a product reading them sees identical codes. */
-__device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q, float *d, int *s, bool valid) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
-              c3 = __float2int_rn(v.w * id);
-    const int lane8 = threadIdx.x & 7;
-    if (valid)
-        ((char4 *)q)[blk * 8 + lane8] = make_char4((signed char)c0, (signed char)c1, (signed char)c2, (signed char)c3);
-    int sum = c0 + c1 + c2 + c3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (valid && lane8 == 0) {
-        d[blk] = amax / 127.0f;
-        s[blk] = sum;
-    }
-}
-
 /* Stage 1: out = rmsnorm(x) w, or with add: out += rmsnorm(x) w, then
  * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
  * still in registers (a residual add and the next layer's norm in one
@@ -1017,10 +995,12 @@ static void cu_destroy(backend *b) {
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
-    scratch *s[] = {&c->xq, &c->xd, &c->xs, &c->part, &c->pml, &c->amax_v, &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv};
+    scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v, &c->amax_i,
+                    &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->tail_q, &c->tail_h};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
+    cudaFree(c->tail_sync);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
@@ -1118,6 +1098,17 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
     c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");
     c->attn_bar1 = env_is("GEM_CUDA_ATTN_BAR1", "1");
+    c->tail = env_is("GEM_CUDA_TAIL", "1") ? 1 : env_is("GEM_CUDA_TAIL", "2") ? 2 : env_is("GEM_CUDA_TAIL", "3") ? 3 : 0;
+    if (c->tail) {
+        /* the barrier counter and the three task counters, zero */
+        const size_t bytes = sizeof(unsigned long long) + 3 * sizeof(unsigned);
+        if (cudaMalloc(&c->tail_sync, bytes) != cudaSuccess || cudaMemset(c->tail_sync, 0, bytes) != cudaSuccess) {
+            gem_err_set(err, "backend 'cuda': cannot allocate the layer kernel's counters");
+            cu_destroy(b);
+            return NULL;
+        }
+        b->layer_rest = cu_layer_rest;
+    }
     {
         /* the first wave of a one-token product starts over 8 steps of
          * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */

@@ -148,6 +148,16 @@ typedef struct {
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int full_splits;  /* one-token splits of a linear (full-layer) cache at most (GEM_CUDA_FULL_SPLITS; 256) */
     int attn_bar1;    /* k_attn_tc with one block barrier per tile (GEM_CUDA_ATTN_BAR1=1; see its loop) */
+    /* the rest of a layer as one persistent kernel (cuda_tail.cu;
+     * GEM_CUDA_TAIL): 0 off, 1 + its prefetch level (see k_tail); its
+     * barrier counter and task counters (device, zeroed at creation), its
+     * grid per [q4_0][level] (0: not yet asked) and the shared memory it
+     * was sized for, the gate/up output's codes and h' */
+    int tail;
+    unsigned long long *tail_sync;
+    int tail_grid[2][3];
+    size_t tail_smem[2][3];
+    scratch tail_q, tail_h;
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -245,12 +255,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -351,7 +361,8 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  *     buffer's position (set_step's copy precedes the step's first kernel);
  *   k_attn_combine_wide: the step buffer's position;
  *   k_attn_dec, k_attn_tc: the position and cached keys and values of
- *     earlier positions.
+ *     earlier positions;
+ *   k_tail with GEM_CUDA_TAIL=3: the o product's first round of weights.
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -466,6 +477,58 @@ __device__ __forceinline__ void quantize_block32(float v, size_t blk, int lane, 
     }
 }
 
+/* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
+ * lanes (lane & 7 = 0 holds the first four): the arithmetic of
+ * k_quantize_act, so a product reading them sees identical codes. */
+__device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q, float *d, int *s, bool valid) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
+              c3 = __float2int_rn(v.w * id);
+    const int lane8 = threadIdx.x & 7;
+    if (valid)
+        ((char4 *)q)[blk * 8 + lane8] = make_char4((signed char)c0, (signed char)c1, (signed char)c2, (signed char)c3);
+    int sum = c0 + c1 + c2 + c3;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (valid && lane8 == 0) {
+        d[blk] = amax / 127.0f;
+        s[blk] = sum;
+    }
+}
+
+/* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
+ * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
+ * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
+template <int Q4>
+__device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
+    int sum = 0;
+    if (Q4) {
+        const unsigned m = 0x0F0F0F0Fu;
+        sum = __dp4a((int)(w0.x & m), x0.x, sum);
+        sum = __dp4a((int)(w0.y & m), x0.y, sum);
+        sum = __dp4a((int)(w0.z & m), x0.z, sum);
+        sum = __dp4a((int)(w0.w & m), x0.w, sum);
+        sum = __dp4a((int)((w0.x >> 4) & m), x1.x, sum);
+        sum = __dp4a((int)((w0.y >> 4) & m), x1.y, sum);
+        sum = __dp4a((int)((w0.z >> 4) & m), x1.z, sum);
+        sum = __dp4a((int)((w0.w >> 4) & m), x1.w, sum);
+        sum -= 8 * sx; /* codes are stored +8 */
+    } else {
+        sum = __dp4a((int)w0.x, x0.x, sum);
+        sum = __dp4a((int)w0.y, x0.y, sum);
+        sum = __dp4a((int)w0.z, x0.z, sum);
+        sum = __dp4a((int)w0.w, x0.w, sum);
+        sum = __dp4a((int)w1.x, x1.x, sum);
+        sum = __dp4a((int)w1.y, x1.y, sum);
+        sum = __dp4a((int)w1.z, x1.z, sum);
+        sum = __dp4a((int)w1.w, x1.w, sum);
+    }
+    return sum;
+}
+
 /* m16n8k16 f16 x f16 + f32 (PTX ISA fragment layout: g = lane / 4, c = lane % 4;
  * A: a0 = row g, k 2c, 2c+1; a1 = row g+8; a2, a3 = the same at k + 8;
  * B: b0 = column g, k 2c, 2c+1; b1 = k + 8; C as m16n8k32). */
@@ -487,6 +550,9 @@ void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *o
 void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
 void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
+/* activations to 8-bit codes, a warp per 32-value block (cuda_matmul.cu) */
+__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s);
+int cu_layer_rest(backend *b, const be_layer_rest *r);
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
 void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,

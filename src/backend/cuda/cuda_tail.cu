@@ -1,0 +1,417 @@
+/* The rest of a layer after its attention, for one token, as one
+ * persistent kernel (the seam's layer_rest; GEM_CUDA_TAIL=1 or 2, off by
+ * default: a measurement switch until it wins on the H200).
+ *
+ * Why: a one-token layer runs ten kernels, and its fixed cost (~37 us per
+ * 31B layer above the bytes of its weights) sits at their boundaries: the
+ * one-block norms, the activation codes and each product's ramp and tail
+ * (bench/results/cuda-boundary-bounds-2026-12-04.json). Here the o
+ * product, the residual add with both norms, the gate/up pair, the codes of
+ * its output, the down product and the second residual add with the next
+ * layer's norm are phases of one kernel on every multiprocessor, separated
+ * by four grid barriers; the norms are computed by every block for itself
+ * (each needs the whole normed row for its products anyway), so they cost
+ * no barrier. With GEM_CUDA_TAIL=2 each warp issues its first round of the
+ * next product's weights before it waits at a barrier (weights do not
+ * depend on the phase before).
+ *
+ * Invariants:
+ * - Every block is resident at once (grid = multiprocessors x the
+ *   kernel's occupancy, 512 threads, nothing else of this backend's stream
+ *   can hold an SM while the grid waits: the kernel before it completes,
+ *   the one after is scheduled only once all our blocks have started). Two
+ *   backends must not run this kernel concurrently on one GPU (their grids
+ *   could split the SMs and wait on each other): one engine holds one
+ *   backend.
+ * - The barrier counter only grows (64 bits: no wrap): an arriving block
+ *   waits for the next multiple of the grid, so a launch needs no reset as
+ *   long as every launch on the counter has the same grid.
+ * - A product's rows are dealt as tasks (2 rows, or one gate/up row): warp
+ *   w takes tasks w, w + W, ... for its static rounds, then takes the rest
+ *   from the phase's counter (atomicAdd); block 0 zeroes that counter after
+ *   the barrier that ends the phase, so the next launch finds it zero.
+ * - Data another block wrote in this launch (o, the gate/up output and its
+ *   codes, the down output, h') is read with plain loads after a barrier
+ *   (its fences order them), never through the read-only path (__ldg),
+ *   which is not coherent with writes during the kernel.
+ * - Results are those of the op-by-op path within the rounding of other
+ *   summation orders (the products: the unsplit k_mv_q's arithmetic; the
+ *   norms: k_rmsnorm4's per-element expressions, another block-sum order),
+ *   deterministic from run to run. */
+#include "backend/cuda/cuda_common.h"
+
+#define TAIL_THREADS 512
+#define TAIL_WARPS (TAIL_THREADS / 32)
+
+/* weight loads per lane per round and row: as k_mv_q (q4_0 blocks are half
+ * the bytes, so twice as many in flight) */
+template <int Q4> struct tail_round {
+    static constexpr int U = Q4 ? 8 : 4;
+    uint4 w0[U][2], w1[U][2];
+    float dw[U][2];
+};
+
+struct tail_job {
+    const uint8_t *wo, *wg, *wu, *wd; /* codes */
+    const __half *so, *sg, *su, *sd;  /* scales */
+    const float *n_pa, *n_ffn, *n_pf; /* norm weights */
+    const float *n_next, *scale;      /* NULL: the last layer; no layer scale */
+    const int8_t *xq_att;             /* att's codes (written before the launch) */
+    const float *xd_att;
+    const int *xs_att;
+    int8_t *tq; /* the gate/up output's codes (F), written and read in the launch */
+    float *td;
+    int *ts;
+    int8_t *xq; /* a's codes for the next products (the backend's scratch) */
+    float *xd;
+    int *xs;
+    float *h, *o, *act, *dn, *a, *hs; /* hs: h after the first add (H) */
+    unsigned long long *bar;
+    unsigned *ctr; /* the o, gate/up and down phases' task counters */
+    int H, F, K;
+    float eps;
+};
+
+/* Grid barrier in two halves (see the invariants): arrive returns the
+ * count to wait for; work may go between the two. */
+__device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *bar) {
+    __syncthreads();
+    unsigned long long target = 0;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned long long old = atomicAdd(bar, 1ull);
+        target = (old / gridDim.x + 1) * gridDim.x;
+    }
+    return target; /* meaningful in thread 0 only */
+}
+__device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigned long long target) {
+    if (threadIdx.x == 0) {
+        for (;;) {
+            unsigned long long v;
+            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
+            if (v >= target) break;
+            __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* The two weight rows of task t: rows 2t and 2t + 1 of matrix a (the last
+ * row twice when M is odd), or row t of a and of b (pair). */
+template <int Q4, bool PAIR>
+__device__ __forceinline__ void tail_rows(int t, int M, int nb, const uint8_t *qa, const __half *da, const uint8_t *qb,
+                                          const __half *db, const uint8_t *(&q)[2], const __half *(&d)[2]) {
+    constexpr int BS = Q4 ? 16 : 32;
+    const int r0 = PAIR ? t : 2 * t, r1 = PAIR ? t : min(2 * t + 1, M - 1);
+    q[0] = qa + (size_t)r0 * nb * BS;
+    d[0] = da + (size_t)r0 * nb;
+    q[1] = (PAIR ? qb : qa) + (size_t)r1 * nb * BS;
+    d[1] = (PAIR ? db : da) + (size_t)r1 * nb;
+}
+
+/* One round of a lane's weight blocks b0, b0 + 32, ... of both rows. */
+template <int Q4>
+__device__ __forceinline__ void tail_load(tail_round<Q4> &R, const uint8_t *const (&q)[2], const __half *const (&d)[2],
+                                          int nb, int b0) {
+    constexpr int BS = Q4 ? 16 : 32;
+#pragma unroll
+    for (int u = 0; u < tail_round<Q4>::U; u++) {
+        const int b = b0 + 32 * u;
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            if (b < nb) {
+                R.w0[u][k] = __ldg((const uint4 *)(q[k] + (size_t)b * BS));
+                if (!Q4) R.w1[u][k] = __ldg((const uint4 *)(q[k] + (size_t)b * BS + 16));
+                R.dw[u][k] = __half2float(d[k][b]);
+            }
+    }
+}
+
+/* The round's dot products against activation codes: LDG reads them
+ * through the read-only path (written before the launch), else plainly
+ * (global written in this launch, or shared memory). */
+template <int Q4, bool LDG>
+__device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *xq, const float *xd, const int *xs,
+                                         int nb, int b0, float &a0, float &a1) {
+#pragma unroll
+    for (int u = 0; u < tail_round<Q4>::U; u++) {
+        const int b = b0 + 32 * u;
+        if (b >= nb) break;
+        const int4 *xv = (const int4 *)(xq + (size_t)b * 32);
+        const int4 x0 = LDG ? __ldg(xv) : xv[0], x1 = LDG ? __ldg(xv + 1) : xv[1];
+        const float dx = LDG ? __ldg(xd + b) : xd[b];
+        const int sx = LDG ? __ldg(xs + b) : xs[b];
+        /* q4_0 loads no second half (w1 unset): pass w0 twice */
+        const int s0 = mv_block_dot<Q4>(R.w0[u][0], Q4 ? R.w0[u][0] : R.w1[u][0], x0, x1, sx);
+        const int s1 = mv_block_dot<Q4>(R.w0[u][1], Q4 ? R.w0[u][1] : R.w1[u][1], x0, x1, sx);
+        a0 += R.dw[u][0] * dx * (float)s0;
+        a1 += R.dw[u][1] * dx * (float)s1;
+    }
+}
+
+/* This warp's first task's first round, issued before a barrier. */
+template <int Q4, bool PAIR>
+__device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const uint8_t *qa, const __half *da, const uint8_t *qb,
+                                             const __half *db, int M, int K) {
+    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5), T = PAIR ? M : (M + 1) / 2;
+    if (gw >= T) return;
+    const uint8_t *q[2];
+    const __half *d[2];
+    tail_rows<Q4, PAIR>(gw, M, K / 32, qa, da, qb, db, q, d);
+    tail_load<Q4>(R, q, d, K / 32, threadIdx.x & 31);
+}
+
+/* One product phase: out = (a x) (rows of M), or out = gelu(a x) (b x)
+ * (PAIR), x as 8-bit codes of K values. pre: the first task's first round
+ * is in R already (tail_preload). */
+template <int Q4, bool PAIR, bool LDG>
+__device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const uint8_t *qa, const __half *da,
+                                           const uint8_t *qb, const __half *db, int M, int K, const int8_t *xq,
+                                           const float *xd, const int *xs, float *out, unsigned *ctr) {
+    const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    const int nb = K / 32, T = PAIR ? M : (M + 1) / 2;
+    /* static rounds: all but the last full one; the rest is taken from the
+     * counter, so a slow multiprocessor's share shrinks */
+    const int S = max(1, T / W - 1);
+    int t = gw;
+    for (int k = 0; t < T; k++) {
+        unsigned got = 0;
+        if (k + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
+        const uint8_t *q[2];
+        const __half *d[2];
+        tail_rows<Q4, PAIR>(t, M, nb, qa, da, qb, db, q, d);
+        float a0 = 0, a1 = 0;
+        for (int b0 = lane; b0 < nb; b0 += 32 * tail_round<Q4>::U) {
+            if (!pre || b0 != lane) tail_load<Q4>(R, q, d, nb, b0);
+            tail_dot<Q4, LDG>(R, xq, xd, xs, nb, b0, a0, a1);
+        }
+        pre = false;
+        a0 = warp_sum(a0);
+        a1 = warp_sum(a1);
+        if (lane == 0) {
+            if (PAIR) {
+                out[t] = gelu_tanh_f(a0) * a1;
+            } else {
+                out[2 * t] = a0;
+                if (2 * t + 1 < M) out[2 * t + 1] = a1;
+            }
+        }
+        t = k + 1 < S ? gw + (k + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
+    }
+}
+
+/* Up to TAIL_NV float4 of a row per thread (rows of H <= 6144: the 31B's
+ * 5376 is 2.6): the norm loops run a fixed count, so every load of a
+ * thread is issued before the first use (the rows are latency-bound). */
+#define TAIL_NV 3
+
+/* The float4 i = thread + 512 k of a row of n4 (k < TAIL_NV), in order. */
+#define TAIL_ROW(k, i, n4)                                       \
+    _Pragma("unroll") for (int k = 0; k < TAIL_NV; k++)          \
+        if (const int i = threadIdx.x + k * TAIL_THREADS; i < (n4))
+
+/* The float4 of a row this block writes: i = block * threads + thread, then
+ * every grid's worth; 8 lanes hold a 32-value block, a warp 4 (n4 is a
+ * multiple of 32, so whole warps take part: quantize_block8 shuffles). */
+#define TAIL_SLICE(i, n4) \
+    for (int i = blockIdx.x * TAIL_THREADS + threadIdx.x; i < (n4); i += gridDim.x * TAIL_THREADS)
+
+__device__ __forceinline__ float sumsq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
+/* x r w, as k_rmsnorm4 rounds it */
+__device__ __forceinline__ float4 norm4(float4 x, float r, float4 w) {
+    return make_float4(x.x * r * w.x, x.y * r * w.y, x.z * r * w.z, x.w * r * w.w);
+}
+
+/* Rows in shared memory: hsm (the row being normed, H floats), wsm (the
+ * second norm's weights, H floats), then a's codes for the gate/up phase:
+ * cq (H bytes), cd and cs (H / 32 scales and code sums). */
+static size_t tail_smem_bytes(int H) { return (size_t)H * 2 * sizeof(float) + (size_t)H + (size_t)(H / 32) * 8; }
+
+/* PF: 0 no weights before a wait; 1 the next product's first round before
+ * each grid barrier's wait; 2 also the o product's first round before the
+ * grid dependency wait (weights are not written by any kernel, see
+ * pdl_wait). */
+template <int Q4, int PF>
+__global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
+    CU_TRACE(CT_TAIL);
+    tail_round<Q4> R;
+    if (PF >= 2) tail_preload<Q4, false>(R, j.wo, j.so, NULL, NULL, j.H, j.K);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    extern __shared__ float4 tail_smem[];
+    __shared__ float sh[32];
+    const int H = j.H, F = j.F, n4 = H / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float4 *h4 = tail_smem, *w4 = tail_smem + n4;
+    int8_t *cq = (int8_t *)(w4 + n4);
+    float *cd = (float *)(cq + H);
+    int *cs = (int *)(cd + H / 32);
+    unsigned long long target;
+
+    /* o = Wo att */
+    tail_phase<Q4, false, true>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.xq_att, j.xd_att, j.xs_att, j.o,
+                                j.ctr);
+    target = tail_arrive(j.bar);
+    if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H);
+    tail_wait(j.bar, target);
+    if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = 0;
+
+    /* h' = h + rmsnorm(o) n_pa (hsm; hs gets this block's slice), a' =
+     * rmsnorm(h') n_ffn as codes (cq, cd, cs); k_rmsnorm4's expressions */
+    {
+        float ss = 0;
+        TAIL_ROW(k, i, n4) {
+            const float4 v = ((const float4 *)j.o)[i];
+            h4[i] = v;
+            ss += sumsq4(v);
+        }
+        const float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)H + j.eps);
+        float ss2 = 0;
+        TAIL_ROW(k, i, n4) {
+            const float4 t = norm4(h4[i], r, __ldg((const float4 *)j.n_pa + i)), hv = ((const float4 *)j.h)[i];
+            const float4 u = make_float4(hv.x + t.x, hv.y + t.y, hv.z + t.z, hv.w + t.w);
+            h4[i] = u;
+            w4[i] = __ldg((const float4 *)j.n_ffn + i);
+            ss2 += sumsq4(u);
+        }
+        const float r2 = 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + j.eps); /* its barriers publish h4, w4 */
+        TAIL_SLICE(i, n4)((float4 *)j.hs)[i] = h4[i];
+        TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
+        __syncthreads();
+    }
+
+    /* act = gelu(Wg a') (Wu a') */
+    tail_phase<Q4, true, false>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, cq, cd, cs, j.act, j.ctr + 1);
+    target = tail_arrive(j.bar);
+    if (PF) tail_preload<Q4, false>(R, j.wd, j.sd, NULL, NULL, H, F);
+    tail_wait(j.bar, target);
+    if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
+
+    /* act's codes, a 32-value block per warp of the grid */
+    for (int blk = blockIdx.x * TAIL_WARPS + warp; blk < F / 32; blk += gridDim.x * TAIL_WARPS)
+        quantize_block32(j.act[blk * 32 + lane], (size_t)blk, lane, j.tq, j.td, j.ts);
+    target = tail_arrive(j.bar);
+    tail_wait(j.bar, target);
+
+    /* dn = Wd act */
+    tail_phase<Q4, false, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.tq, j.td, j.ts, j.dn, j.ctr + 2);
+    target = tail_arrive(j.bar);
+    tail_wait(j.bar, target);
+    if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
+
+    /* h = (h' + rmsnorm(dn) n_pf) scale, a = rmsnorm(h) n_next with its
+     * codes; every block norms the whole row, then writes its slice */
+    float ss = 0;
+    TAIL_ROW(k, i, n4) {
+        const float4 v = ((const float4 *)j.dn)[i];
+        h4[i] = v;
+        ss += sumsq4(v);
+    }
+    const float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)H + j.eps);
+    const float sc = j.scale ? __ldg(j.scale) : 1.0f;
+    float ss2 = 0;
+    TAIL_ROW(k, i, n4) {
+        const float4 t = norm4(h4[i], r, __ldg((const float4 *)j.n_pf + i)), hv = ((const float4 *)j.hs)[i];
+        float4 u = make_float4(hv.x + t.x, hv.y + t.y, hv.z + t.z, hv.w + t.w);
+        if (j.scale) u.x *= sc, u.y *= sc, u.z *= sc, u.w *= sc;
+        h4[i] = u;
+        if (j.n_next) w4[i] = __ldg((const float4 *)j.n_next + i);
+        ss2 += sumsq4(u);
+    }
+    const float r2 = 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + j.eps);
+    TAIL_SLICE(i, n4) {
+        ((float4 *)j.h)[i] = h4[i];
+        if (!j.n_next) continue;
+        const float4 v = norm4(h4[i], r2, w4[i]);
+        ((float4 *)j.a)[i] = v;
+        quantize_block8(v, i / 8, j.xq, j.xd, j.xs, true);
+    }
+}
+#undef TAIL_SLICE
+#undef TAIL_ROW
+
+static int f32_vec(const be_weight *w, int n) { return w && w->fmt == DW_F32 && w->ne0 == n && w->ne1 == 1; }
+
+/* The seam's layer_rest: 0 when enqueued, 1 when these arguments are not
+ * the kernel's (nothing enqueued; the model makes the op-by-op calls). */
+int cu_layer_rest(backend *b, const be_layer_rest *r) {
+    cuda_backend *c = cu_of(b);
+    if (!c->tail || r->n != 1 || c->gelu_fp16 || !c->tail_sync) return 1;
+    const be_weight *Wo = r->o, *Wg = r->gate, *Wu = r->up, *Wd = r->down;
+    const int fmt = Wo->fmt, q4 = fmt == DW_Q4_0;
+    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || Wg->fmt != fmt || Wu->fmt != fmt || Wd->fmt != fmt) return 1;
+    const int H = r->width, F = (int)Wg->ne1, K = (int)Wo->ne0;
+    /* rows of whole warps of float4 (TAIL_SLICE), at most TAIL_NV per thread */
+    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || K % 32 || Wo->ne1 != H || Wg->ne0 != H || Wu->ne0 != H || Wu->ne1 != F ||
+        Wd->ne0 != F || Wd->ne1 != H)
+        return 1;
+    if (!f32_vec(r->post_attn_norm, H) || !f32_vec(r->ffn_norm, H) || !f32_vec(r->post_ffw_norm, H) ||
+        (r->next_norm && !f32_vec(r->next_norm, H)) || (r->out_scale && !f32_vec(r->out_scale, 1)))
+        return 1;
+    if (r->att->n < (size_t)K || r->h->n < (size_t)H || r->o_out->n < (size_t)H || r->act->n < (size_t)F ||
+        r->down_out->n < (size_t)H || (r->next_norm && r->a->n < (size_t)H))
+        return 1;
+    const size_t smem = tail_smem_bytes(H);
+    const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
+    static void (*const kerns[2][3])(tail_job) = {{k_tail<0, 0>, k_tail<0, 1>, k_tail<0, 2>},
+                                                  {k_tail<1, 0>, k_tail<1, 1>, k_tail<1, 2>}};
+    void (*kern)(tail_job) = kerns[q4][pf];
+    /* blocks of the grid, all resident at once, for this H's shared memory */
+    int *grid = &c->tail_grid[q4][pf];
+    if (*grid == 0 || c->tail_smem[q4][pf] < smem) {
+        int per_sm = 0;
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, smem) != cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError(); /* a shape it cannot run: the op-by-op calls instead */
+            return 1;
+        }
+        *grid = per_sm * c->n_sm;
+        c->tail_smem[q4][pf] = smem;
+    }
+    /* scratch: att's and then a's codes (xq), the gate/up output's codes
+     * (tail_q), h' (tail_h); a capture cannot grow them */
+    const size_t nx = (size_t)(K > H ? K : H);
+    const size_t need[4] = {nx, nx / 32 * sizeof(float), (size_t)F + (size_t)F / 32 * 8, (size_t)H * sizeof(float)};
+    if (c->capturing && (c->xq.cap < need[0] || c->xd.cap < need[1] || c->xs.cap < need[1] || c->tail_q.cap < need[2] ||
+                         c->tail_h.cap < need[3]))
+        return 1;
+    /* att's codes from the op that made att, unless the scratch must grow
+     * (a new buffer holds no codes) */
+    const int cached = act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
+                       c->xd.cap >= need[1] && c->xs.cap >= need[1];
+    if (grow(c, &c->xq, need[0]) || grow(c, &c->xd, need[1]) || grow(c, &c->xs, need[1]) ||
+        grow(c, &c->tail_q, need[2]) || grow(c, &c->tail_h, need[3]))
+        return 1; /* the error is sticky: status() reports it */
+    if (!cached) {
+        launch(c, k_quantize_act, blocks_for((size_t)K, 256), 256, 0, (const float *)r->att->d, (int64_t)(K / 32),
+               (int8_t *)c->xq.p, (float *)c->xd.p, (int *)c->xs.p);
+        LAUNCHED(c, "quantize activations");
+    }
+    tail_job j;
+    memset(&j, 0, sizeof j);
+    j.wo = (const uint8_t *)Wo->q, j.wg = (const uint8_t *)Wg->q, j.wu = (const uint8_t *)Wu->q;
+    j.wd = (const uint8_t *)Wd->q;
+    j.so = Wo->d, j.sg = Wg->d, j.su = Wu->d, j.sd = Wd->d;
+    j.n_pa = (const float *)r->post_attn_norm->q, j.n_ffn = (const float *)r->ffn_norm->q;
+    j.n_pf = (const float *)r->post_ffw_norm->q;
+    j.n_next = r->next_norm ? (const float *)r->next_norm->q : NULL;
+    j.scale = r->out_scale ? (const float *)r->out_scale->q : NULL;
+    j.xq_att = (const int8_t *)c->xq.p, j.xd_att = (const float *)c->xd.p, j.xs_att = (const int *)c->xs.p;
+    j.tq = (int8_t *)c->tail_q.p;
+    j.td = (float *)(j.tq + F);
+    j.ts = (int *)(j.td + F / 32);
+    j.xq = (int8_t *)c->xq.p, j.xd = (float *)c->xd.p, j.xs = (int *)c->xs.p;
+    j.h = r->h->d, j.o = r->o_out->d, j.act = r->act->d, j.dn = r->down_out->d;
+    j.a = r->next_norm ? r->a->d : NULL;
+    j.hs = (float *)c->tail_h.p;
+    j.bar = c->tail_sync;
+    j.ctr = (unsigned *)(c->tail_sync + 1);
+    j.H = H, j.F = F, j.K = K;
+    j.eps = r->eps;
+    launch(c, kern, *grid, TAIL_THREADS, smem, j);
+    LAUNCHED(c, "layer rest (persistent)");
+    if (r->next_norm) quantized_cache_set(c, r->a->d, 1, H);
+    return 0;
+}
