@@ -26,18 +26,21 @@
  * - The barrier counter only grows (64 bits: no wrap): an arriving block
  *   waits for the next multiple of the grid, so a launch needs no reset as
  *   long as every launch on the counter has the same grid.
- * - A product's rows are dealt as tasks (2 rows, or one gate/up row): warp
- *   w takes tasks w, w + W, ... for its static rounds, then takes the rest
- *   from the phase's counter (atomicAdd); block 0 zeroes that counter after
- *   the barrier that ends the phase, so the next launch finds it zero.
- * - Data another block wrote in this launch (o, the gate/up output and its
- *   codes, the down output, h') is read with plain loads after a barrier
+ * - A product's rows are dealt as tasks (2 rows, or one gate/up row; long
+ *   rows in parts of one round of loads, see tail_task_of): warp w takes
+ *   tasks w, w + W, ... for its static rounds, then takes the rest from the
+ *   phase's counter (atomicAdd); block 0 zeroes that counter after the
+ *   barrier that ends the phase, so the next launch finds it zero.
+ * - Data another block wrote in this launch (the o and down row parts, the
+ *   gate/up output and its codes, h') is read with plain loads after a barrier
  *   (its fences order them), never through the read-only path (__ldg),
  *   which is not coherent with writes during the kernel.
  * - Results are those of the op-by-op path within the rounding of other
- *   summation orders (the products: the unsplit k_mv_q's arithmetic; the
- *   norms: k_rmsnorm4's per-element expressions, another block-sum order),
- *   deterministic from run to run. */
+ *   summation orders (the products: k_mv_q's arithmetic per part, parts
+ *   added in order; the norms: k_rmsnorm4's per-element expressions,
+ *   another block-sum order), deterministic from run to run. The o_out and
+ *   down_out buffers of the op are not used (the row parts live in the
+ *   backend's scratch); act holds the gate/up output. */
 #include "backend/cuda/cuda_common.h"
 
 #define TAIL_THREADS 512
@@ -65,10 +68,13 @@ struct tail_job {
     int8_t *xq; /* a's codes for the next products (the backend's scratch) */
     float *xd;
     int *xs;
-    float *h, *o, *act, *dn, *a, *hs; /* hs: h after the first add (H) */
+    float *h, *act, *a;
+    float *hs;       /* h after the first add (H) */
+    float *op, *dp;  /* the o and down products' row parts (sp_o x H, sp_d x H) */
     unsigned long long *bar;
     unsigned *ctr; /* the o, gate/up and down phases' task counters */
     int H, F, K;
+    int sp_o, sp_d; /* parts of an o row and of a down row (tail_task_of) */
     float eps;
 };
 
@@ -97,33 +103,50 @@ __device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigne
     __syncthreads();
 }
 
-/* The two weight rows of task t: rows 2t and 2t + 1 of matrix a (the last
- * row twice when M is odd), or row t of a and of b (pair). */
+/* A task: two weight rows (rows 2g and 2g + 1 of matrix a, the last row
+ * twice when M is odd; or row g of a and of b: PAIR), over the blocks
+ * [lo, hi) of its part. Rows of more blocks than one round of a warp's
+ * loads are cut into sp parts of at most a round each (a product of few
+ * long rows then still has tasks for every warp, and no warp ends on a
+ * long last task alone); part p's sums go to out[p M + row], the next
+ * phase adds the parts in order. Task t is part t / G of row group t % G. */
+struct tail_task {
+    const uint8_t *q[2];
+    const __half *d[2];
+    int lo, hi, g, part;
+};
 template <int Q4, bool PAIR>
-__device__ __forceinline__ void tail_rows(int t, int M, int nb, const uint8_t *qa, const __half *da, const uint8_t *qb,
-                                          const __half *db, const uint8_t *(&q)[2], const __half *(&d)[2]) {
+__device__ __forceinline__ tail_task tail_task_of(int t, int M, int nb, int sp, const uint8_t *qa, const __half *da,
+                                                  const uint8_t *qb, const __half *db) {
     constexpr int BS = Q4 ? 16 : 32;
-    const int r0 = PAIR ? t : 2 * t, r1 = PAIR ? t : min(2 * t + 1, M - 1);
-    q[0] = qa + (size_t)r0 * nb * BS;
-    d[0] = da + (size_t)r0 * nb;
-    q[1] = (PAIR ? qb : qa) + (size_t)r1 * nb * BS;
-    d[1] = (PAIR ? db : da) + (size_t)r1 * nb;
+    const int G = PAIR ? M : (M + 1) / 2, nbp = (nb + sp - 1) / sp;
+    tail_task k;
+    k.part = t / G;
+    k.g = t - k.part * G;
+    const int r0 = PAIR ? k.g : 2 * k.g, r1 = PAIR ? k.g : min(2 * k.g + 1, M - 1);
+    k.q[0] = qa + (size_t)r0 * nb * BS;
+    k.d[0] = da + (size_t)r0 * nb;
+    k.q[1] = (PAIR ? qb : qa) + (size_t)r1 * nb * BS;
+    k.d[1] = (PAIR ? db : da) + (size_t)r1 * nb;
+    k.lo = k.part * nbp;
+    k.hi = min(nb, k.lo + nbp);
+    return k;
 }
 
-/* One round of a lane's weight blocks b0, b0 + 32, ... of both rows. */
+/* One round of a lane's weight blocks b0, b0 + 32, ... (below hi) of both
+ * rows. */
 template <int Q4>
-__device__ __forceinline__ void tail_load(tail_round<Q4> &R, const uint8_t *const (&q)[2], const __half *const (&d)[2],
-                                          int nb, int b0) {
+__device__ __forceinline__ void tail_load(tail_round<Q4> &R, const tail_task &k, int b0) {
     constexpr int BS = Q4 ? 16 : 32;
 #pragma unroll
     for (int u = 0; u < tail_round<Q4>::U; u++) {
         const int b = b0 + 32 * u;
 #pragma unroll
-        for (int k = 0; k < 2; k++)
-            if (b < nb) {
-                R.w0[u][k] = __ldg((const uint4 *)(q[k] + (size_t)b * BS));
-                if (!Q4) R.w1[u][k] = __ldg((const uint4 *)(q[k] + (size_t)b * BS + 16));
-                R.dw[u][k] = __half2float(d[k][b]);
+        for (int r = 0; r < 2; r++)
+            if (b < k.hi) {
+                R.w0[u][r] = __ldg((const uint4 *)(k.q[r] + (size_t)b * BS));
+                if (!Q4) R.w1[u][r] = __ldg((const uint4 *)(k.q[r] + (size_t)b * BS + 16));
+                R.dw[u][r] = __half2float(k.d[r][b]);
             }
     }
 }
@@ -133,11 +156,11 @@ __device__ __forceinline__ void tail_load(tail_round<Q4> &R, const uint8_t *cons
  * (global written in this launch, or shared memory). */
 template <int Q4, bool LDG>
 __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *xq, const float *xd, const int *xs,
-                                         int nb, int b0, float &a0, float &a1) {
+                                         int hi, int b0, float &a0, float &a1) {
 #pragma unroll
     for (int u = 0; u < tail_round<Q4>::U; u++) {
         const int b = b0 + 32 * u;
-        if (b >= nb) break;
+        if (b >= hi) break;
         const int4 *xv = (const int4 *)(xq + (size_t)b * 32);
         const int4 x0 = LDG ? __ldg(xv) : xv[0], x1 = LDG ? __ldg(xv + 1) : xv[1];
         const float dx = LDG ? __ldg(xd + b) : xd[b];
@@ -150,54 +173,52 @@ __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *
     }
 }
 
-/* This warp's first task's first round, issued before a barrier. */
+/* This warp's first task's first round, issued before a wait. */
 template <int Q4, bool PAIR>
 __device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const uint8_t *qa, const __half *da, const uint8_t *qb,
-                                             const __half *db, int M, int K) {
-    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5), T = PAIR ? M : (M + 1) / 2;
+                                             const __half *db, int M, int K, int sp) {
+    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5), T = (PAIR ? M : (M + 1) / 2) * sp;
     if (gw >= T) return;
-    const uint8_t *q[2];
-    const __half *d[2];
-    tail_rows<Q4, PAIR>(gw, M, K / 32, qa, da, qb, db, q, d);
-    tail_load<Q4>(R, q, d, K / 32, threadIdx.x & 31);
+    const tail_task k = tail_task_of<Q4, PAIR>(gw, M, K / 32, sp, qa, da, qb, db);
+    tail_load<Q4>(R, k, k.lo + (threadIdx.x & 31));
 }
 
-/* One product phase: out = (a x) (rows of M), or out = gelu(a x) (b x)
- * (PAIR), x as 8-bit codes of K values. pre: the first task's first round
- * is in R already (tail_preload). */
+/* One product phase: out = (a x) (rows of M, in sp parts), or out =
+ * gelu(a x) (b x) (PAIR, sp 1), x as 8-bit codes of K values. pre: the
+ * first task's first round is in R already (tail_preload). */
 template <int Q4, bool PAIR, bool LDG>
 __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const uint8_t *qa, const __half *da,
-                                           const uint8_t *qb, const __half *db, int M, int K, const int8_t *xq,
-                                           const float *xd, const int *xs, float *out, unsigned *ctr) {
+                                           const uint8_t *qb, const __half *db, int M, int K, int sp,
+                                           const int8_t *xq, const float *xd, const int *xs, float *out,
+                                           unsigned *ctr) {
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
-    const int nb = K / 32, T = PAIR ? M : (M + 1) / 2;
+    const int nb = K / 32, T = (PAIR ? M : (M + 1) / 2) * sp;
     /* static rounds: all but the last full one; the rest is taken from the
      * counter, so a slow multiprocessor's share shrinks */
     const int S = max(1, T / W - 1);
     int t = gw;
-    for (int k = 0; t < T; k++) {
+    for (int n = 0; t < T; n++) {
         unsigned got = 0;
-        if (k + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
-        const uint8_t *q[2];
-        const __half *d[2];
-        tail_rows<Q4, PAIR>(t, M, nb, qa, da, qb, db, q, d);
+        if (n + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
+        const tail_task k = tail_task_of<Q4, PAIR>(t, M, nb, sp, qa, da, qb, db);
         float a0 = 0, a1 = 0;
-        for (int b0 = lane; b0 < nb; b0 += 32 * tail_round<Q4>::U) {
-            if (!pre || b0 != lane) tail_load<Q4>(R, q, d, nb, b0);
-            tail_dot<Q4, LDG>(R, xq, xd, xs, nb, b0, a0, a1);
+        for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * tail_round<Q4>::U) {
+            if (!pre || b0 != k.lo + lane) tail_load<Q4>(R, k, b0);
+            tail_dot<Q4, LDG>(R, xq, xd, xs, k.hi, b0, a0, a1);
         }
         pre = false;
         a0 = warp_sum(a0);
         a1 = warp_sum(a1);
         if (lane == 0) {
             if (PAIR) {
-                out[t] = gelu_tanh_f(a0) * a1;
+                out[k.g] = gelu_tanh_f(a0) * a1;
             } else {
-                out[2 * t] = a0;
-                if (2 * t + 1 < M) out[2 * t + 1] = a1;
+                float *o = out + (size_t)k.part * M;
+                o[2 * k.g] = a0;
+                if (2 * k.g + 1 < M) o[2 * k.g + 1] = a1;
             }
         }
-        t = k + 1 < S ? gw + (k + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
+        t = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
     }
 }
 
@@ -216,6 +237,16 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ui
  * multiple of 32, so whole warps take part: quantize_block8 shuffles). */
 #define TAIL_SLICE(i, n4) \
     for (int i = blockIdx.x * TAIL_THREADS + threadIdx.x; i < (n4); i += gridDim.x * TAIL_THREADS)
+
+/* float4 i of a row kept in sp parts of n4 float4 each, added in order */
+__device__ __forceinline__ float4 parts_sum(const float *p, int sp, int n4, int i) {
+    float4 v = ((const float4 *)p)[i];
+    for (int q = 1; q < sp; q++) {
+        const float4 w = ((const float4 *)p)[(size_t)q * n4 + i];
+        v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+    }
+    return v;
+}
 
 __device__ __forceinline__ float sumsq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
@@ -237,7 +268,7 @@ template <int Q4, int PF>
 __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE(CT_TAIL);
     tail_round<Q4> R;
-    if (PF >= 2) tail_preload<Q4, false>(R, j.wo, j.so, NULL, NULL, j.H, j.K);
+    if (PF >= 2) tail_preload<Q4, false>(R, j.wo, j.so, NULL, NULL, j.H, j.K, j.sp_o);
     pdl_wait();
     CU_TRACE_RELEASED();
     extern __shared__ float4 tail_smem[];
@@ -250,10 +281,10 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     unsigned long long target;
 
     /* o = Wo att */
-    tail_phase<Q4, false, true>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.xq_att, j.xd_att, j.xs_att, j.o,
-                                j.ctr);
+    tail_phase<Q4, false, true>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att,
+                                j.op, j.ctr);
     target = tail_arrive(j.bar);
-    if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H);
+    if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H, 1);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = 0;
 
@@ -262,7 +293,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     {
         float ss = 0;
         TAIL_ROW(k, i, n4) {
-            const float4 v = ((const float4 *)j.o)[i];
+            const float4 v = parts_sum(j.op, j.sp_o, n4, i);
             h4[i] = v;
             ss += sumsq4(v);
         }
@@ -282,9 +313,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* act = gelu(Wg a') (Wu a') */
-    tail_phase<Q4, true, false>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, cq, cd, cs, j.act, j.ctr + 1);
+    tail_phase<Q4, true, false>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, 1, cq, cd, cs, j.act, j.ctr + 1);
     target = tail_arrive(j.bar);
-    if (PF) tail_preload<Q4, false>(R, j.wd, j.sd, NULL, NULL, H, F);
+    if (PF) tail_preload<Q4, false>(R, j.wd, j.sd, NULL, NULL, H, F, j.sp_d);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
@@ -295,7 +326,8 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tail_wait(j.bar, target);
 
     /* dn = Wd act */
-    tail_phase<Q4, false, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.tq, j.td, j.ts, j.dn, j.ctr + 2);
+    tail_phase<Q4, false, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp,
+                                 j.ctr + 2);
     target = tail_arrive(j.bar);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
@@ -304,7 +336,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
      * codes; every block norms the whole row, then writes its slice */
     float ss = 0;
     TAIL_ROW(k, i, n4) {
-        const float4 v = ((const float4 *)j.dn)[i];
+        const float4 v = parts_sum(j.dp, j.sp_d, n4, i);
         h4[i] = v;
         ss += sumsq4(v);
     }
@@ -370,10 +402,15 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
         *grid = per_sm * c->n_sm;
         c->tail_smem[q4][pf] = smem;
     }
+    /* rows cut into parts of at most one round of a warp's loads
+     * (tail_task_of): 32 lanes x 8 (q4_0) or 4 (q8_0) blocks */
+    const int round = 32 * (q4 ? 8 : 4), sp_o = (K / 32 + round - 1) / round, sp_d = (F / 32 + round - 1) / round;
     /* scratch: att's and then a's codes (xq), the gate/up output's codes
-     * (tail_q), h' (tail_h); a capture cannot grow them */
+     * (tail_q), h' and the o and down row parts (tail_h); a capture
+     * cannot grow them */
     const size_t nx = (size_t)(K > H ? K : H);
-    const size_t need[4] = {nx, nx / 32 * sizeof(float), (size_t)F + (size_t)F / 32 * 8, (size_t)H * sizeof(float)};
+    const size_t need[4] = {nx, nx / 32 * sizeof(float), (size_t)F + (size_t)F / 32 * 8,
+                            (size_t)H * (size_t)(1 + sp_o + sp_d) * sizeof(float)};
     if (c->capturing && (c->xq.cap < need[0] || c->xd.cap < need[1] || c->xs.cap < need[1] || c->tail_q.cap < need[2] ||
                          c->tail_h.cap < need[3]))
         return 1;
@@ -403,9 +440,12 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     j.td = (float *)(j.tq + F);
     j.ts = (int *)(j.td + F / 32);
     j.xq = (int8_t *)c->xq.p, j.xd = (float *)c->xd.p, j.xs = (int *)c->xs.p;
-    j.h = r->h->d, j.o = r->o_out->d, j.act = r->act->d, j.dn = r->down_out->d;
+    j.h = r->h->d, j.act = r->act->d;
     j.a = r->next_norm ? r->a->d : NULL;
     j.hs = (float *)c->tail_h.p;
+    j.op = j.hs + H;
+    j.dp = j.op + (size_t)sp_o * H;
+    j.sp_o = sp_o, j.sp_d = sp_d;
     j.bar = c->tail_sync;
     j.ctr = (unsigned *)(c->tail_sync + 1);
     j.H = H, j.F = F, j.K = K;
