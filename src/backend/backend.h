@@ -46,7 +46,7 @@ typedef struct be_graph be_graph;
  *   a = rmsnorm(h) next_norm when next_norm (the next layer's first norm).
  * Widths: h, a, o_out, down_out `width` (H); act the gate's rows (F); att
  * the o weight's columns. o_out, act and down_out are scratch: unspecified
- * after the op. */
+ * after the op. Every buffer is distinct (no two alias). */
 typedef struct {
     const be_buf *att;
     const be_weight *o, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;

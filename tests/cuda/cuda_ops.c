@@ -1330,7 +1330,9 @@ static void test_quantized_handoff(void) {
  * product's before the grid dependency wait) on backend gt
  * against the op-by-op calls on the default backend: h, and a when the
  * next layer's norm is given, after two steps in a row (the second launch
- * finds the task counters zeroed by the first). Tolerance: 2e-3 of the
+ * finds the task counters zeroed by the first); a's 8-bit codes, left for
+ * the next products, equal those a product makes of a copy of a (exact).
+ * Tolerance: 2e-3 of the
  * output's rms. The two paths add in other orders (the default splits rows
  * of 8192 values or more over two warps; the block sums of the norms), so
  * a value at a rounding boundary of its 8-bit code may take the other code:
@@ -1364,16 +1366,16 @@ static void test_layer_rest(backend *gt, const char *what) {
                Wd = make_tensor(ty, F, H);
         tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
                          make_tensor(QT_F32, H, 1)};
-        tensor sc = make_tensor(QT_F32, 1, 1);
+        tensor sc = make_tensor(QT_F32, 1, 1), Wx = make_tensor(ty, H, 64);
         backend *bs[2] = {gpu, gt};
-        be_weight *w[2][9];
+        be_weight *w[2][10];
         be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2];
         float *h0 = rand_vec((size_t)H, 1.0f);
         gem_err err;
         for (int s = 0; s < 2; s++) {
             backend *b = bs[s];
-            const tensor *ts[9] = {&Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &sc};
-            for (int i = 0; i < 9; i++) w[s][i] = b->weight(b, &ts[i]->t, &err);
+            const tensor *ts[10] = {&Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &sc, &Wx};
+            for (int i = 0; i < 10; i++) w[s][i] = b->weight(b, &ts[i]->t, &err);
             h[s] = put(b, h0, (size_t)H);
             a[s] = put(b, NULL, (size_t)H);
             att[s] = put(b, NULL, (size_t)K);
@@ -1381,6 +1383,7 @@ static void test_layer_rest(backend *gt, const char *what) {
             act[s] = put(b, NULL, (size_t)F);
             dn[s] = put(b, NULL, (size_t)H);
         }
+        be_buf *copy = put(gt, NULL, (size_t)H), *p1 = put(gt, NULL, 64), *p2 = put(gt, NULL, 64);
         int ok = 1;
         for (int step = 0; step < 2 && ok; step++) {
             float *x = rand_vec((size_t)K, 1.0f);
@@ -1401,6 +1404,18 @@ static void test_layer_rest(backend *gt, const char *what) {
             const int took = gt->layer_rest(gt, &r);
             CHECKF(took == 0, "%s: layer_rest declined H=%d F=%d K=%d %s", what, H, F, K, quant_type_name(ty));
             if (took) ok = 0;
+            if (ok && cases[ci].next) {
+                /* a's codes, left for the next products: a product through
+                 * them (nothing launched or uploaded since) equals one that
+                 * quantizes a copy of a itself */
+                gt->matmul(gt, w[1][9], a[1], 1, p1);
+                gt->copy(gt, a[1], 0, copy, 0, (size_t)H);
+                gt->matmul(gt, w[1][9], copy, 1, p2);
+                float *c1 = get(gt, p1, 64), *c2 = get(gt, p2, 64);
+                CHECKF(close_enough("layer_rest codes", c1, c2, 64, 0, 0), "%s: a's codes H=%d %s step %d", what, H,
+                       quant_type_name(ty), step);
+                free(c1), free(c2);
+            }
             for (int out = 0; out < 1 + cases[ci].next && ok; out++) {
                 float *ref = get(gpu, out ? a[0] : h[0], (size_t)H), *got = get(gt, out ? a[1] : h[1], (size_t)H);
                 const double scale_of = rms_of(ref, (size_t)H);
@@ -1420,16 +1435,51 @@ static void test_layer_rest(backend *gt, const char *what) {
             free(x);
         }
         CHECKF(gt->status(gt, &err) == 0, "%s: %s", what, err.msg);
+        gt->buf_free(gt, copy), gt->buf_free(gt, p1), gt->buf_free(gt, p2);
         for (int s = 0; s < 2; s++) {
             backend *b = bs[s];
-            for (int i = 0; i < 9; i++) b->weight_free(b, w[s][i]);
+            for (int i = 0; i < 10; i++) b->weight_free(b, w[s][i]);
             be_buf *bufs[] = {h[s], a[s], att[s], o[s], act[s], dn[s]};
             for (int i = 0; i < 6; i++) b->buf_free(b, bufs[i]);
         }
         free(h0);
-        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc);
+        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc), free_tensor(&Wx);
         for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
     }
+}
+
+/* What layer_rest does not take it declines with nothing done (h as it
+ * was): rows that are not a multiple of 128, an o weight of another format
+ * than the rest, a buffer passed twice (a is att), two tokens. */
+static void test_layer_rest_declines(backend *gt) {
+    if (!gt->layer_rest) return;
+    for (int c = 0; c < 4; c++) {
+        const int H = c == 0 ? 160 : 256, F = 512, K = 256;
+        tensor Wo = make_tensor(c == 1 ? QT_Q8_0 : QT_Q4_0, K, H), Wg = make_tensor(QT_Q4_0, H, F),
+               Wu = make_tensor(QT_Q4_0, H, F), Wd = make_tensor(QT_Q4_0, F, H), nw = make_tensor(QT_F32, H, 1);
+        gem_err err;
+        be_weight *wo = gt->weight(gt, &Wo.t, &err), *wg = gt->weight(gt, &Wg.t, &err),
+                  *wu = gt->weight(gt, &Wu.t, &err), *wd = gt->weight(gt, &Wd.t, &err), *nwg = gt->weight(gt, &nw.t, &err);
+        float *h0 = rand_vec((size_t)2 * H, 1.0f), *x = rand_vec((size_t)2 * K, 1.0f);
+        be_buf *h = put(gt, h0, (size_t)2 * H), *att = put(gt, x, (size_t)2 * K), *a = put(gt, NULL, (size_t)2 * H),
+               *o = put(gt, NULL, (size_t)2 * H), *act = put(gt, NULL, (size_t)2 * F), *dn = put(gt, NULL, (size_t)2 * H);
+        const be_layer_rest r = {att, wo, nwg, nwg, wg, wu, wd, nwg, NULL, nwg, h, c == 2 ? att : a, o, act, dn,
+                                 c == 3 ? 2 : 1, H, 1e-6f};
+        const int took = gt->layer_rest(gt, &r);
+        float *h1 = get(gt, h, (size_t)2 * H);
+        static const char *why[4] = {"H 160", "o in q8_0, the rest q4_0", "a is att", "two tokens"};
+        CHECKF(took == 1, "layer_rest took %s", why[c]);
+        CHECKF(close_enough("layer_rest decline", h1, h0, (size_t)2 * H, 0, 0), "layer_rest declining %s changed h",
+               why[c]);
+        free(h0), free(x), free(h1);
+        be_buf *bufs[] = {h, att, a, o, act, dn};
+        for (int i = 0; i < 6; i++) gt->buf_free(gt, bufs[i]);
+        be_weight *ws[] = {wo, wg, wu, wd, nwg};
+        for (int i = 0; i < 5; i++) gt->weight_free(gt, ws[i]);
+        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw);
+    }
+    gem_err err;
+    CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
 }
 
 /* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
@@ -1554,6 +1604,7 @@ int main(void) {
         char what[32];
         snprintf(what, sizeof what, "GEM_CUDA_TAIL=%s", tails[v]);
         if (gt) test_layer_rest(gt, what);
+        if (gt && v == 0) test_layer_rest_declines(gt);
         variant_done(gt);
     }
     progress("layer_rest");

@@ -15,7 +15,7 @@
 # the default with these f32 caches is the staged k_attn_dec; k_attn_tc,
 # the default for f16 caches, is checked per op); the demo model and the
 # tiny and 1b quantized models also with the persistent layer kernel
-# (GEM_CUDA_TAIL=1 or 2, where its weights are q8_0 or q4_0).
+# (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the

@@ -1102,7 +1102,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     if (c->tail) {
         /* the barrier counter and the three task counters, zero */
         const size_t bytes = sizeof(unsigned long long) + 3 * sizeof(unsigned);
-        if (cudaMalloc(&c->tail_sync, bytes) != cudaSuccess || cudaMemset(c->tail_sync, 0, bytes) != cudaSuccess) {
+        if (cudaMalloc(&c->tail_sync, bytes) != cudaSuccess ||
+            cudaMemsetAsync(c->tail_sync, 0, bytes, c->st) != cudaSuccess || cudaStreamSynchronize(c->st) != cudaSuccess) {
             gem_err_set(err, "backend 'cuda': cannot allocate the layer kernel's counters");
             cu_destroy(b);
             return NULL;

@@ -151,12 +151,11 @@ typedef struct {
     /* the rest of a layer as one persistent kernel (cuda_tail.cu;
      * GEM_CUDA_TAIL): 0 off, 1 + its prefetch level (see k_tail); its
      * barrier counter and task counters (device, zeroed at creation), its
-     * grid per [q4_0][level] (0: not yet asked) and the shared memory it
-     * was sized for, the gate/up output's codes and h' */
+     * grid per [q4_0] (0: not yet asked, -1: cannot run), the gate/up
+     * output's codes, h' and the o and down row parts */
     int tail;
     unsigned long long *tail_sync;
-    int tail_grid[2][3];
-    size_t tail_smem[2][3];
+    int tail_grid[2];
     scratch tail_q, tail_h;
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
@@ -255,12 +254,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -281,25 +280,34 @@ __device__ __forceinline__ unsigned long long gpu_time_ns() {
  * copies the backend's into it when it changes (cu_trace_bind). One traced
  * backend at a time: two alive at once would share the copy. */
 static __constant__ cu_trace_rec *cu_trace_ring;
+/* One record of this block (thread 0 calls it). */
+__device__ __forceinline__ void cu_trace_put(unsigned kind, unsigned long long t0, unsigned long long t1,
+                                             unsigned long long t2) {
+    cu_trace_rec *ring = cu_trace_ring;
+    if (!ring) return;
+    cu_trace_rec r;
+    r.t0 = t0, r.t1 = t1, r.t2 = t2;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
+    r.kind = kind;
+    r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    r.blocks = gridDim.x * gridDim.y * gridDim.z;
+    ring[1 + atomicAdd((unsigned *)ring, 1u) % (CU_TRACE_CAP - 1)] = r;
+}
 struct cu_trace_span {
     unsigned long long t0, t1;
     unsigned kind;
     __device__ explicit cu_trace_span(unsigned k) : t0(gpu_time_ns()), t1(0), kind(k) {}
     __device__ ~cu_trace_span() {
-        cu_trace_rec *ring = cu_trace_ring;
-        if (!ring || threadIdx.x || threadIdx.y || threadIdx.z) return;
-        cu_trace_rec r;
-        r.t0 = t0, r.t1 = t1, r.t2 = gpu_time_ns();
-        asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
-        r.kind = kind;
-        r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-        r.blocks = gridDim.x * gridDim.y * gridDim.z;
-        ring[1 + atomicAdd((unsigned *)ring, 1u) % (CU_TRACE_CAP - 1)] = r;
+        if (threadIdx.x || threadIdx.y || threadIdx.z) return;
+        cu_trace_put(kind, t0, t1, gpu_time_ns());
     }
 };
 #define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
 #define CU_TRACE_RELEASED() (cu_trace_span_.t1 = gpu_time_ns())
+/* a phase of a persistent kernel as a record of its own kind: started at
+ * t0, done now (thread 0 after the block's barrier) */
+#define CU_TRACE_PHASE(kind, t0) cu_trace_put((kind), (t0), 0, gpu_time_ns())
 static inline void cu_trace_bind(cuda_backend *c) {
     static cu_trace_rec *bound; /* this translation unit's copy (trace builds only) */
     if (c->trace_ring == bound) return;
@@ -312,6 +320,10 @@ static inline void cu_trace_bind(cuda_backend *c) {
     } while (0)
 #define CU_TRACE_RELEASED() \
     do {                    \
+    } while (0)
+#define CU_TRACE_PHASE(kind, t0) \
+    do {                         \
+        (void)(t0);              \
     } while (0)
 static inline void cu_trace_bind(cuda_backend *c) { (void)c; }
 #endif

@@ -1,6 +1,7 @@
 /* The rest of a layer after its attention, for one token, as one
  * persistent kernel (the seam's layer_rest; GEM_CUDA_TAIL=1 or 2, off by
- * default: a measurement switch until it wins on the H200).
+ * default, 1..3 by prefetch level: a measurement switch until it wins on
+ * the H200).
  *
  * Why: a one-token layer runs ten kernels, and its fixed cost (~37 us per
  * 31B layer above the bytes of its weights) sits at their boundaries: the
@@ -13,16 +14,18 @@
  * (each needs the whole normed row for its products anyway), so they cost
  * no barrier. With GEM_CUDA_TAIL=2 each warp issues its first round of the
  * next product's weights before it waits at a barrier (weights do not
- * depend on the phase before).
+ * depend on the phase before), with 3 also the o product's before the grid
+ * dependency wait.
  *
  * Invariants:
  * - Every block is resident at once (grid = multiprocessors x the
  *   kernel's occupancy, 512 threads, nothing else of this backend's stream
  *   can hold an SM while the grid waits: the kernel before it completes,
- *   the one after is scheduled only once all our blocks have started). Two
- *   backends must not run this kernel concurrently on one GPU (their grids
- *   could split the SMs and wait on each other): one engine holds one
- *   backend.
+ *   the one after is scheduled only once all our blocks have started). This
+ *   is assumed, not enforced (no cooperative launch): two backends must not
+ *   run this kernel concurrently on one GPU (their grids could split the
+ *   SMs and wait on each other; one engine holds one backend), nor may
+ *   another process limit this one's SMs (MPS): either would hang.
  * - The barrier counter only grows (64 bits: no wrap): an arriving block
  *   waits for the next multiple of the grid, so a launch needs no reset as
  *   long as every launch on the counter has the same grid.
@@ -79,18 +82,23 @@ struct tail_job {
 };
 
 /* Grid barrier in two halves (see the invariants): arrive returns the
- * count to wait for; work may go between the two. */
-__device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *bar) {
+ * count to wait for; work may go between the two. Trace builds record the
+ * block's phase that ends here (kind, from t0; the next phase's t0 is the
+ * end of the wait). */
+__device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *bar, unsigned kind,
+                                                         unsigned long long t0) {
     __syncthreads();
     unsigned long long target = 0;
     if (threadIdx.x == 0) {
+        CU_TRACE_PHASE(kind, t0);
         __threadfence();
         const unsigned long long old = atomicAdd(bar, 1ull);
         target = (old / gridDim.x + 1) * gridDim.x;
     }
     return target; /* meaningful in thread 0 only */
 }
-__device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigned long long target) {
+__device__ __forceinline__ unsigned long long tail_wait(const unsigned long long *bar, unsigned long long target) {
+    unsigned long long now = 0;
     if (threadIdx.x == 0) {
         for (;;) {
             unsigned long long v;
@@ -99,8 +107,12 @@ __device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigne
             __nanosleep(20);
         }
         __threadfence();
+#ifdef GEM_CUDA_TRACE
+        now = gpu_time_ns();
+#endif
     }
     __syncthreads();
+    return now; /* trace builds, thread 0: when the wait ended */
 }
 
 /* A task: two weight rows (rows 2g and 2g + 1 of matrix a, the last row
@@ -151,10 +163,11 @@ __device__ __forceinline__ void tail_load(tail_round<Q4> &R, const tail_task &k,
     }
 }
 
-/* The round's dot products against activation codes: LDG reads them
- * through the read-only path (written before the launch), else plainly
- * (global written in this launch, or shared memory). */
-template <int Q4, bool LDG>
+/* The round's dot products against activation codes, read plainly:
+ * global ones are written by this launch or by the kernel before it into
+ * scratch this launch writes again (att's codes, then a's, in xq), so never
+ * through the read-only path; or shared memory. */
+template <int Q4>
 __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *xq, const float *xd, const int *xs,
                                          int hi, int b0, float &a0, float &a1) {
 #pragma unroll
@@ -162,9 +175,9 @@ __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *
         const int b = b0 + 32 * u;
         if (b >= hi) break;
         const int4 *xv = (const int4 *)(xq + (size_t)b * 32);
-        const int4 x0 = LDG ? __ldg(xv) : xv[0], x1 = LDG ? __ldg(xv + 1) : xv[1];
-        const float dx = LDG ? __ldg(xd + b) : xd[b];
-        const int sx = LDG ? __ldg(xs + b) : xs[b];
+        const int4 x0 = xv[0], x1 = xv[1];
+        const float dx = xd[b];
+        const int sx = xs[b];
         /* q4_0 loads no second half (w1 unset): pass w0 twice */
         const int s0 = mv_block_dot<Q4>(R.w0[u][0], Q4 ? R.w0[u][0] : R.w1[u][0], x0, x1, sx);
         const int s1 = mv_block_dot<Q4>(R.w0[u][1], Q4 ? R.w0[u][1] : R.w1[u][1], x0, x1, sx);
@@ -186,7 +199,7 @@ __device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const uint8_t *q
 /* One product phase: out = (a x) (rows of M, in sp parts), or out =
  * gelu(a x) (b x) (PAIR, sp 1), x as 8-bit codes of K values. pre: the
  * first task's first round is in R already (tail_preload). */
-template <int Q4, bool PAIR, bool LDG>
+template <int Q4, bool PAIR>
 __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const uint8_t *qa, const __half *da,
                                            const uint8_t *qb, const __half *db, int M, int K, int sp,
                                            const int8_t *xq, const float *xd, const int *xs, float *out,
@@ -204,7 +217,7 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ui
         float a0 = 0, a1 = 0;
         for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * tail_round<Q4>::U) {
             if (!pre || b0 != k.lo + lane) tail_load<Q4>(R, k, b0);
-            tail_dot<Q4, LDG>(R, xq, xd, xs, k.hi, b0, a0, a1);
+            tail_dot<Q4>(R, xq, xd, xs, k.hi, b0, a0, a1);
         }
         pre = false;
         a0 = warp_sum(a0);
@@ -271,6 +284,10 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     if (PF >= 2) tail_preload<Q4, false>(R, j.wo, j.so, NULL, NULL, j.H, j.K, j.sp_o);
     pdl_wait();
     CU_TRACE_RELEASED();
+    unsigned long long tp = 0; /* trace builds: the phase's start */
+#ifdef GEM_CUDA_TRACE
+    tp = gpu_time_ns();
+#endif
     extern __shared__ float4 tail_smem[];
     __shared__ float sh[32];
     const int H = j.H, F = j.F, n4 = H / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -281,11 +298,11 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     unsigned long long target;
 
     /* o = Wo att */
-    tail_phase<Q4, false, true>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att,
+    tail_phase<Q4, false>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att,
                                 j.op, j.ctr);
-    target = tail_arrive(j.bar);
+    target = tail_arrive(j.bar, CT_TAIL_O, tp);
     if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H, 1);
-    tail_wait(j.bar, target);
+    tp = tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = 0;
 
     /* h' = h + rmsnorm(o) n_pa (hsm; hs gets this block's slice), a' =
@@ -313,22 +330,22 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* act = gelu(Wg a') (Wu a') */
-    tail_phase<Q4, true, false>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, 1, cq, cd, cs, j.act, j.ctr + 1);
-    target = tail_arrive(j.bar);
+    tail_phase<Q4, true>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, 1, cq, cd, cs, j.act, j.ctr + 1);
+    target = tail_arrive(j.bar, CT_TAIL_GU, tp);
     if (PF) tail_preload<Q4, false>(R, j.wd, j.sd, NULL, NULL, H, F, j.sp_d);
-    tail_wait(j.bar, target);
+    tp = tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
     /* act's codes, a 32-value block per warp of the grid */
     for (int blk = blockIdx.x * TAIL_WARPS + warp; blk < F / 32; blk += gridDim.x * TAIL_WARPS)
         quantize_block32(j.act[blk * 32 + lane], (size_t)blk, lane, j.tq, j.td, j.ts);
-    target = tail_arrive(j.bar);
-    tail_wait(j.bar, target);
+    target = tail_arrive(j.bar, CT_TAIL_Q, tp);
+    tp = tail_wait(j.bar, target);
 
     /* dn = Wd act */
-    tail_phase<Q4, false, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp,
+    tail_phase<Q4, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp,
                                  j.ctr + 2);
-    target = tail_arrive(j.bar);
+    target = tail_arrive(j.bar, CT_TAIL_DN, tp);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
 
@@ -381,27 +398,40 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     if (!f32_vec(r->post_attn_norm, H) || !f32_vec(r->ffn_norm, H) || !f32_vec(r->post_ffw_norm, H) ||
         (r->next_norm && !f32_vec(r->next_norm, H)) || (r->out_scale && !f32_vec(r->out_scale, 1)))
         return 1;
-    if (r->att->n < (size_t)K || r->h->n < (size_t)H || r->o_out->n < (size_t)H || r->act->n < (size_t)F ||
-        r->down_out->n < (size_t)H || (r->next_norm && r->a->n < (size_t)H))
+    if (r->att->n < (size_t)K || r->h->n < (size_t)H || r->act->n < (size_t)F ||
+        (r->next_norm && r->a->n < (size_t)H))
         return 1;
+    /* blocks read h, att and (last) write a, act while others still read:
+     * distinct buffers only (the seam says so) */
+    const float *bufs[4] = {r->h->d, r->att->d, r->act->d, r->next_norm ? r->a->d : NULL};
+    for (int x = 0; x < 4; x++)
+        for (int y = x + 1; y < 4; y++)
+            if (bufs[x] && bufs[x] == bufs[y]) return 1;
     const size_t smem = tail_smem_bytes(H);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
     static void (*const kerns[2][3])(tail_job) = {{k_tail<0, 0>, k_tail<0, 1>, k_tail<0, 2>},
                                                   {k_tail<1, 0>, k_tail<1, 1>, k_tail<1, 2>}};
     void (*kern)(tail_job) = kerns[q4][pf];
-    /* blocks of the grid, all resident at once, for this H's shared memory */
-    int *grid = &c->tail_grid[q4][pf];
-    if (*grid == 0 || c->tail_smem[q4][pf] < smem) {
+    /* The grid: every block resident at once, sized once per kernel for the
+     * largest rows (the shared-memory attribute is the process's, never
+     * lowered: another backend with other rows sets the same value), and
+     * one grid for every launch on the barrier counter (its targets are
+     * multiples of the grid): a kernel whose occupancy gives another grid
+     * is declined. */
+    int *grid = &c->tail_grid[q4];
+    if (*grid == 0) {
+        const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4);
         int per_sm = 0;
-        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, smem) != cudaSuccess ||
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, most) != cudaSuccess ||
             per_sm < 1) {
-            (void)cudaGetLastError(); /* a shape it cannot run: the op-by-op calls instead */
-            return 1;
+            (void)cudaGetLastError(); /* not a failure of the stream: the op-by-op calls instead */
+            *grid = -1;
+        } else {
+            *grid = per_sm * c->n_sm;
         }
-        *grid = per_sm * c->n_sm;
-        c->tail_smem[q4][pf] = smem;
     }
+    if (*grid < 1 || (c->tail_grid[!q4] > 0 && c->tail_grid[!q4] != *grid)) return 1;
     /* rows cut into parts of at most one round of a warp's loads
      * (tail_task_of): 32 lanes x 8 (q4_0) or 4 (q8_0) blocks */
     const int round = 32 * (q4 ? 8 : 4), sp_o = (K / 32 + round - 1) / round, sp_d = (F / 32 + round - 1) / round;
@@ -418,6 +448,7 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
      * (a new buffer holds no codes) */
     const int cached = act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
                        c->xd.cap >= need[1] && c->xs.cap >= need[1];
+    if (!cached) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
     if (grow(c, &c->xq, need[0]) || grow(c, &c->xd, need[1]) || grow(c, &c->xs, need[1]) ||
         grow(c, &c->tail_q, need[2]) || grow(c, &c->tail_h, need[3]))
         return 1; /* the error is sticky: status() reports it */
