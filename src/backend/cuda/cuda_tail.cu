@@ -1,6 +1,6 @@
 /* The rest of a layer after its attention, for one token, as one
- * persistent kernel (the seam's layer_rest; GEM_CUDA_TAIL=1 or 2, off by
- * default, 1..3 by prefetch level: a measurement switch until it wins on
+ * persistent kernel (the seam's layer_rest; GEM_CUDA_TAIL=1, 2 or 3 by
+ * prefetch level, off by default: a measurement switch until it wins on
  * the H200).
  *
  * Why: a one-token layer runs ten kernels, and its fixed cost (~37 us per
@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     unsigned long long target;
 
     /* o = Wo att */
-    tail_phase<Q4, false>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att,
-                                j.op, j.ctr);
+    tail_phase<Q4, false>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att, j.op,
+                          j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tp);
     if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H, 1);
     tp = tail_wait(j.bar, target);
@@ -343,8 +343,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tp = tail_wait(j.bar, target);
 
     /* dn = Wd act */
-    tail_phase<Q4, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp,
-                                 j.ctr + 2);
+    tail_phase<Q4, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp, j.ctr + 2);
     target = tail_arrive(j.bar, CT_TAIL_DN, tp);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
@@ -392,8 +391,8 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || Wg->fmt != fmt || Wu->fmt != fmt || Wd->fmt != fmt) return 1;
     const int H = r->width, F = (int)Wg->ne1, K = (int)Wo->ne0;
     /* rows of whole warps of float4 (TAIL_SLICE), at most TAIL_NV per thread */
-    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || K % 32 || Wo->ne1 != H || Wg->ne0 != H || Wu->ne0 != H || Wu->ne1 != F ||
-        Wd->ne0 != F || Wd->ne1 != H)
+    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || K % 32 || Wo->ne1 != H || Wg->ne0 != H ||
+        Wu->ne0 != H || Wu->ne1 != F || Wd->ne0 != F || Wd->ne1 != H)
         return 1;
     if (!f32_vec(r->post_attn_norm, H) || !f32_vec(r->ffn_norm, H) || !f32_vec(r->post_ffw_norm, H) ||
         (r->next_norm && !f32_vec(r->next_norm, H)) || (r->out_scale && !f32_vec(r->out_scale, 1)))
