@@ -46,7 +46,10 @@ typedef struct be_graph be_graph;
  *   a = rmsnorm(h) next_norm when next_norm (the next layer's first norm).
  * Widths: h, a, o_out, down_out `width` (H); act the gate's rows (F); att
  * the o weight's columns. o_out, act and down_out are scratch: unspecified
- * after the op. Every buffer is distinct (no two alias). */
+ * after the op. With next_count > 0 (and next_norm) also the next layer's
+ * first products of a: next_out[i] = next_w[i] a (its q, k, v); a backend
+ * that takes the rest but not these declines the whole op. Every buffer is
+ * distinct (no two alias). */
 typedef struct {
     const be_buf *att;
     const be_weight *o, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;
@@ -55,6 +58,9 @@ typedef struct {
     be_buf *h, *a, *o_out, *act, *down_out;
     int n, width;
     float eps;
+    int next_count; /* 0..3 */
+    const be_weight *next_w[3];
+    be_buf *next_out[3];
 } be_layer_rest;
 
 #define BE_TOPK_MAX 128

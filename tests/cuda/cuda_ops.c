@@ -1331,7 +1331,9 @@ static void test_quantized_handoff(void) {
  * against the op-by-op calls on the default backend: h, and a when the
  * next layer's norm is given, after two steps in a row (the second launch
  * finds the task counters zeroed by the first); a's 8-bit codes, left for
- * the next products, equal those a product makes of a copy of a (exact).
+ * the next products, equal those a product makes of a copy of a (exact);
+ * with qkv (GEM_CUDA_TAIL_QKV=1) also the next layer's q, k, v of a
+ * against matmul_multi of the default's a, held to the same bound.
  * Tolerance: 2e-3 of the
  * output's rms. The two paths add in other orders (the default splits rows
  * of 8192 values or more over two warps; the block sums of the norms), so
@@ -1348,7 +1350,7 @@ static double rms_of(const float *v, size_t n) {
     return sqrt(s / (double)n);
 }
 
-static void test_layer_rest(backend *gt, const char *what) {
+static void test_layer_rest(backend *gt, const char *what, int qkv) {
     CHECKF(gt->layer_rest != NULL, "%s: the backend offers no layer_rest", what);
     if (!gt->layer_rest) return;
     const struct {
@@ -1367,9 +1369,14 @@ static void test_layer_rest(backend *gt, const char *what) {
         tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
                          make_tensor(QT_F32, H, 1)};
         tensor sc = make_tensor(QT_F32, 1, 1), Wx = make_tensor(ty, H, 64);
+        /* the next layer's q/k/v (qkv: the ones of a full layer when o is
+         * one's, else a sliding one's): K, K / 2, K / 2 rows */
+        const int nq = qkv && cases[ci].next ? (K == 16384 ? 2 : 3) : 0, qm[3] = {K, K / 2, K / 2};
+        tensor Wq[3];
+        for (int i = 0; i < nq; i++) Wq[i] = make_tensor(ty, H, qm[i]);
         backend *bs[2] = {gpu, gt};
-        be_weight *w[2][10];
-        be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2];
+        be_weight *w[2][10], *wq[2][3];
+        be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2], *qo[2][3];
         float *h0 = rand_vec((size_t)H, 1.0f);
         gem_err err;
         for (int s = 0; s < 2; s++) {
@@ -1382,6 +1389,7 @@ static void test_layer_rest(backend *gt, const char *what) {
             o[s] = put(b, NULL, (size_t)H);
             act[s] = put(b, NULL, (size_t)F);
             dn[s] = put(b, NULL, (size_t)H);
+            for (int i = 0; i < nq; i++) wq[s][i] = b->weight(b, &Wq[i].t, &err), qo[s][i] = put(b, NULL, (size_t)qm[i]);
         }
         be_buf *copy = put(gt, NULL, (size_t)H), *p1 = put(gt, NULL, 64), *p2 = put(gt, NULL, 64);
         int ok = 1;
@@ -1396,11 +1404,14 @@ static void test_layer_rest(backend *gt, const char *what) {
             gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
             if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
             else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
+            if (nq) gpu->matmul_multi(gpu, nq, (const be_weight *const *)wq[0], a[0], 1, qo[0]);
             /* the one op */
             gt->upload(gt, att[1], 0, x, (size_t)K);
-            const be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
-                                     cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
-                                     h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f};
+            be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
+                               cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
+                               h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, nq, {NULL, NULL, NULL},
+                               {NULL, NULL, NULL}};
+            for (int i = 0; i < nq; i++) r.next_w[i] = wq[1][i], r.next_out[i] = qo[1][i];
             const int took = gt->layer_rest(gt, &r);
             CHECKF(took == 0, "%s: layer_rest declined H=%d F=%d K=%d %s", what, H, F, K, quant_type_name(ty));
             if (took) ok = 0;
@@ -1416,17 +1427,22 @@ static void test_layer_rest(backend *gt, const char *what) {
                        quant_type_name(ty), step);
                 free(c1), free(c2);
             }
-            for (int out = 0; out < 1 + cases[ci].next && ok; out++) {
-                float *ref = get(gpu, out ? a[0] : h[0], (size_t)H), *got = get(gt, out ? a[1] : h[1], (size_t)H);
-                const double scale_of = rms_of(ref, (size_t)H);
+            for (int out = 0; out < 2 + nq && ok; out++) {
+                if (out == 1 && !cases[ci].next) continue;
+                be_buf *br = out == 0 ? h[0] : out == 1 ? a[0] : qo[0][out - 2],
+                       *bg = out == 0 ? h[1] : out == 1 ? a[1] : qo[1][out - 2];
+                const int len = out < 2 ? H : qm[out - 2];
+                float *ref = get(gpu, br, (size_t)len), *got = get(gt, bg, (size_t)len);
+                const double scale_of = rms_of(ref, (size_t)len);
                 double worst = 0;
-                for (int i = 0; i < H; i++) {
+                for (int i = 0; i < len; i++) {
                     const double e = fabs((double)got[i] - ref[i]);
                     worst = isnan(got[i]) ? INFINITY : fmax(worst, e);
                 }
                 char label[160];
-                snprintf(label, sizeof label, "%s: layer_rest %s H=%d F=%d K=%d %s%s step %d", what, out ? "a" : "h", H,
-                         F, K, quant_type_name(ty), cases[ci].scale ? " scaled" : "", step);
+                static const char *names[5] = {"h", "a", "next q", "next k", "next v"};
+                snprintf(label, sizeof label, "%s: layer_rest %s H=%d F=%d K=%d %s%s step %d", what, names[out], H, F,
+                         K, quant_type_name(ty), cases[ci].scale ? " scaled" : "", step);
                 fprintf(stderr, "%s: largest difference %.3g of rms %.3g\n", label, worst, scale_of);
                 CHECKF(worst <= 2e-3 * scale_of, "%s: %.3g > 2e-3 x %.3g", label, worst, scale_of);
                 if (!(worst <= 2e-3 * scale_of)) ok = 0;
@@ -1441,7 +1457,9 @@ static void test_layer_rest(backend *gt, const char *what) {
             for (int i = 0; i < 10; i++) b->weight_free(b, w[s][i]);
             be_buf *bufs[] = {h[s], a[s], att[s], o[s], act[s], dn[s]};
             for (int i = 0; i < 6; i++) b->buf_free(b, bufs[i]);
+            for (int i = 0; i < nq; i++) b->weight_free(b, wq[s][i]), b->buf_free(b, qo[s][i]);
         }
+        for (int i = 0; i < nq; i++) free_tensor(&Wq[i]);
         free(h0);
         free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc), free_tensor(&Wx);
         for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
@@ -1464,7 +1482,7 @@ static void test_layer_rest_declines(backend *gt) {
         be_buf *h = put(gt, h0, (size_t)2 * H), *att = put(gt, x, (size_t)2 * K), *a = put(gt, NULL, (size_t)2 * H),
                *o = put(gt, NULL, (size_t)2 * H), *act = put(gt, NULL, (size_t)2 * F), *dn = put(gt, NULL, (size_t)2 * H);
         const be_layer_rest r = {att, wo, nwg, nwg, wg, wu, wd, nwg, NULL, nwg, h, c == 2 ? att : a, o, act, dn,
-                                 c == 3 ? 2 : 1, H, 1e-6f};
+                                 c == 3 ? 2 : 1, H, 1e-6f, 0, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
         const int took = gt->layer_rest(gt, &r);
         float *h1 = get(gt, h, (size_t)2 * H);
         static const char *why[4] = {"H 160", "o in q8_0, the rest q4_0", "a is att", "two tokens"};
@@ -1530,6 +1548,7 @@ int main(void) {
     unsetenv("GEM_CUDA_FULL_SPLITS");
     unsetenv("GEM_CUDA_ATTN_BAR1");
     unsetenv("GEM_CUDA_TAIL");
+    unsetenv("GEM_CUDA_TAIL_QKV");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1598,12 +1617,15 @@ int main(void) {
     test_quantized_handoff();
     progress("f16 prefill products");
     CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_TAIL unset)");
-    const char *tails[] = {"1", "2", "3"};
-    for (int v = 0; v < 3; v++) {
+    const char *tails[] = {"1", "2", "3", "2"};
+    for (int v = 0; v < 4; v++) {
+        /* the last: with the next layer's q/k/v (GEM_CUDA_TAIL_QKV=1) */
+        if (v == 3) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
         backend *gt = variant("GEM_CUDA_TAIL", tails[v], &g);
-        char what[32];
-        snprintf(what, sizeof what, "GEM_CUDA_TAIL=%s", tails[v]);
-        if (gt) test_layer_rest(gt, what);
+        unsetenv("GEM_CUDA_TAIL_QKV");
+        char what[48];
+        snprintf(what, sizeof what, "GEM_CUDA_TAIL=%s%s", tails[v], v == 3 ? " GEM_CUDA_TAIL_QKV=1" : "");
+        if (gt) test_layer_rest(gt, what, v == 3);
         if (gt && v == 0) test_layer_rest_declines(gt);
         variant_done(gt);
     }

@@ -15,7 +15,8 @@
 # the default with these f32 caches is the staged k_attn_dec; k_attn_tc,
 # the default for f16 caches, is checked per op); the demo model and the
 # tiny and 1b quantized models also with the persistent layer kernel
-# (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0).
+# (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0; with
+# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -54,7 +55,8 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
     for v in 1 0; do
         run "demo model (GEM_CUDA_ATTN_DEC=$v)" env BACKEND=cuda GEM_CUDA_ATTN_DEC=$v tests/model/test_demo.sh
     done
-    run "demo model (GEM_CUDA_TAIL=2)" env BACKEND=cuda GEM_CUDA_TAIL=2 tests/model/test_demo.sh
+    run "demo model (GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1)" env BACKEND=cuda GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 \
+        tests/model/test_demo.sh
     # kv-f16: f16 caches (k_attn_tc for one-token steps), with the int8
     # criteria (keys and values rounded to 11 bits)
     for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 4 strict" "1b f32 5 strict" \
@@ -67,14 +69,15 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
             run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
         # the persistent layer kernel (layer_rest) inside replayed graphs
+        # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products)
         case "$1 $2" in
-        "tiny q8_0") tail=1 ;;
-        "tiny q4_0") tail=2 ;;
-        "1b q4_0") tail=3 ;;
+        "tiny q8_0") tail="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1" ;;
+        "tiny q4_0") tail="GEM_CUDA_TAIL=2" ;;
+        "1b q4_0") tail="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1" ;;
         *) tail= ;;
         esac
         [ -n "$tail" ] &&
-            run_model "cuda_model $1 $2 (GEM_CUDA_TAIL=$tail)" env GEM_CUDA_MMA=0 GEM_CUDA_TAIL=$tail \
+            run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24

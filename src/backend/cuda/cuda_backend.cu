@@ -1099,9 +1099,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");
     c->attn_bar1 = env_is("GEM_CUDA_ATTN_BAR1", "1");
     c->tail = env_is("GEM_CUDA_TAIL", "1") ? 1 : env_is("GEM_CUDA_TAIL", "2") ? 2 : env_is("GEM_CUDA_TAIL", "3") ? 3 : 0;
+    c->tail_qkv = c->tail && env_is("GEM_CUDA_TAIL_QKV", "1");
     if (c->tail) {
-        /* the barrier counter and the three task counters, zero */
-        const size_t bytes = sizeof(unsigned long long) + 3 * sizeof(unsigned);
+        /* the barrier counter and the four task counters, zero */
+        const size_t bytes = sizeof(unsigned long long) + 4 * sizeof(unsigned);
         if (cudaMalloc(&c->tail_sync, bytes) != cudaSuccess ||
             cudaMemsetAsync(c->tail_sync, 0, bytes, c->st) != cudaSuccess || cudaStreamSynchronize(c->st) != cudaSuccess) {
             gem_err_set(err, "backend 'cuda': cannot allocate the layer kernel's counters");

@@ -154,6 +154,7 @@ typedef struct {
      * grid per [q4_0] (0: not yet asked, -1: cannot run), the gate/up
      * output's codes, h' and the o and down row parts */
     int tail;
+    int tail_qkv; /* it also runs the next layer's q/k/v products (GEM_CUDA_TAIL_QKV=1) */
     unsigned long long *tail_sync;
     int tail_grid[2];
     scratch tail_q, tail_h;

@@ -15,7 +15,9 @@
  * no barrier. With GEM_CUDA_TAIL=2 each warp issues its first round of the
  * next product's weights before it waits at a barrier (weights do not
  * depend on the phase before), with 3 also the o product's before the grid
- * dependency wait.
+ * dependency wait. GEM_CUDA_TAIL_QKV=1 adds the next layer's q/k/v products
+ * as a last phase (every block already has the codes of their input), so
+ * the layer loop's next kernel is the attention.
  *
  * Invariants:
  * - Every block is resident at once (grid = multiprocessors x the
@@ -33,7 +35,9 @@
  *   rows in parts of one round of loads, see tail_task_of): warp w takes
  *   tasks w, w + W, ... for its static rounds, then takes the rest from the
  *   phase's counter (atomicAdd); block 0 zeroes that counter after the
- *   barrier that ends the phase, so the next launch finds it zero.
+ *   barrier that ends the phase (the q/k/v phase's, which no barrier
+ *   follows, after the first barrier of the next launch), so the next
+ *   launch finds it zero.
  * - Data another block wrote in this launch (the o and down row parts, the
  *   gate/up output and its codes, h') is read with plain loads after a barrier
  *   (its fences order them), never through the read-only path (__ldg),
@@ -57,29 +61,6 @@ template <int Q4> struct tail_round {
     float dw[U][2];
 };
 
-struct tail_job {
-    const uint8_t *wo, *wg, *wu, *wd; /* codes */
-    const __half *so, *sg, *su, *sd;  /* scales */
-    const float *n_pa, *n_ffn, *n_pf; /* norm weights */
-    const float *n_next, *scale;      /* NULL: the last layer; no layer scale */
-    const int8_t *xq_att;             /* att's codes (written before the launch) */
-    const float *xd_att;
-    const int *xs_att;
-    int8_t *tq; /* the gate/up output's codes (F), written and read in the launch */
-    float *td;
-    int *ts;
-    int8_t *xq; /* a's codes for the next products (the backend's scratch) */
-    float *xd;
-    int *xs;
-    float *h, *act, *a;
-    float *hs;       /* h after the first add (H) */
-    float *op, *dp;  /* the o and down products' row parts (sp_o x H, sp_d x H) */
-    unsigned long long *bar;
-    unsigned *ctr; /* the o, gate/up and down phases' task counters */
-    int H, F, K;
-    int sp_o, sp_d; /* parts of an o row and of a down row (tail_task_of) */
-    float eps;
-};
 
 /* Grid barrier in two halves (see the invariants): arrive returns the
  * count to wait for; work may go between the two. Trace builds record the
@@ -115,31 +96,84 @@ __device__ __forceinline__ unsigned long long tail_wait(const unsigned long long
     return now; /* trace builds, thread 0: when the wait ended */
 }
 
-/* A task: two weight rows (rows 2g and 2g + 1 of matrix a, the last row
- * twice when M is odd; or row g of a and of b: PAIR), over the blocks
+/* The matrices of a product phase: one (rows M0 into o0, in sp parts),
+ * the gate/up pair (PAIR: q0 gate and q1 up, rows M0 into o0), or up to
+ * three sharing the input (the next layer's q, k, v: `count` of them, rows
+ * Mi into oi, one part). Fields are picked with selects, never indexed by
+ * a run-time value (that would copy the struct to local memory, as
+ * k_mv_q's mv_rows_of notes). */
+struct tail_mats {
+    const uint8_t *q0, *q1, *q2;
+    const __half *d0, *d1, *d2;
+    float *o0, *o1, *o2;
+    int M0, M1, M2, count, sp;
+};
+
+struct tail_job {
+    /* the products: o (into the parts op), gate/up (act), down (the parts
+     * dp), the next layer's q/k/v (count 0: not in this launch) */
+    tail_mats mo, mgu, mdn, mqkv;
+    const float *n_pa, *n_ffn, *n_pf; /* norm weights */
+    const float *n_next, *scale;      /* NULL: the last layer; no layer scale */
+    const int8_t *xq_att;             /* att's codes (written before the launch) */
+    const float *xd_att;
+    const int *xs_att;
+    int8_t *tq; /* the gate/up output's codes (F), written and read in the launch */
+    float *td;
+    int *ts;
+    int8_t *xq; /* a's codes for the next products (the backend's scratch) */
+    float *xd;
+    int *xs;
+    float *h, *act, *a;
+    float *hs;       /* h after the first add (H) */
+    float *op, *dp;  /* the o and down products' row parts (sp_o x H, sp_d x H) */
+    unsigned long long *bar;
+    unsigned *ctr; /* the o, gate/up, down and q/k/v phases' task counters */
+    int H, F, K;
+    int sp_o, sp_d; /* parts of an o row and of a down row (tail_task_of) */
+    float eps;
+};
+
+/* Tasks of a phase: two rows each (one of each matrix: PAIR), times the
+ * parts of a row. */
+template <bool PAIR> __device__ __forceinline__ int tail_tasks(const tail_mats &m) {
+    if (PAIR) return m.M0;
+    return ((m.M0 + 1) / 2) * m.sp + (m.count > 1 ? (m.M1 + 1) / 2 : 0) + (m.count > 2 ? (m.M2 + 1) / 2 : 0);
+}
+
+/* A task: two weight rows (rows 2g and 2g + 1 of a matrix, the last row
+ * twice when M is odd; or row g of gate and of up: PAIR), over the blocks
  * [lo, hi) of its part. Rows of more blocks than one round of a warp's
  * loads are cut into sp parts of at most a round each (a product of few
  * long rows then still has tasks for every warp, and no warp ends on a
  * long last task alone); part p's sums go to out[p M + row], the next
- * phase adds the parts in order. Task t is part t / G of row group t % G. */
+ * phase adds the parts in order. Task t of a matrix is part t / G of row
+ * group t % G; the matrices' tasks follow one another. */
 struct tail_task {
     const uint8_t *q[2];
     const __half *d[2];
-    int lo, hi, g, part;
+    float *out;
+    int M, lo, hi, g, part;
 };
 template <int Q4, bool PAIR>
-__device__ __forceinline__ tail_task tail_task_of(int t, int M, int nb, int sp, const uint8_t *qa, const __half *da,
-                                                  const uint8_t *qb, const __half *db) {
+__device__ __forceinline__ tail_task tail_task_of(int t, int nb, const tail_mats &m) {
     constexpr int BS = Q4 ? 16 : 32;
-    const int G = PAIR ? M : (M + 1) / 2, nbp = (nb + sp - 1) / sp;
+    const int T0 = PAIR ? m.M0 : ((m.M0 + 1) / 2) * m.sp, T1 = (m.M1 + 1) / 2;
+    const int i = PAIR || t < T0 ? 0 : t < T0 + T1 ? 1 : 2;
+    if (i) t -= i == 1 ? T0 : T0 + T1;
+    const uint8_t *qa = i == 0 ? m.q0 : i == 1 ? m.q1 : m.q2;
+    const __half *da = i == 0 ? m.d0 : i == 1 ? m.d1 : m.d2;
     tail_task k;
+    k.M = i == 0 ? m.M0 : i == 1 ? m.M1 : m.M2;
+    k.out = i == 0 ? m.o0 : i == 1 ? m.o1 : m.o2;
+    const int sp = i == 0 ? m.sp : 1, G = PAIR ? k.M : (k.M + 1) / 2, nbp = (nb + sp - 1) / sp;
     k.part = t / G;
     k.g = t - k.part * G;
-    const int r0 = PAIR ? k.g : 2 * k.g, r1 = PAIR ? k.g : min(2 * k.g + 1, M - 1);
+    const int r0 = PAIR ? k.g : 2 * k.g, r1 = PAIR ? k.g : min(2 * k.g + 1, k.M - 1);
     k.q[0] = qa + (size_t)r0 * nb * BS;
     k.d[0] = da + (size_t)r0 * nb;
-    k.q[1] = (PAIR ? qb : qa) + (size_t)r1 * nb * BS;
-    k.d[1] = (PAIR ? db : da) + (size_t)r1 * nb;
+    k.q[1] = (PAIR ? m.q1 : qa) + (size_t)r1 * nb * BS;
+    k.d[1] = (PAIR ? m.d1 : da) + (size_t)r1 * nb;
     k.lo = k.part * nbp;
     k.hi = min(nb, k.lo + nbp);
     return k;
@@ -188,24 +222,21 @@ __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *
 
 /* This warp's first task's first round, issued before a wait. */
 template <int Q4, bool PAIR>
-__device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const uint8_t *qa, const __half *da, const uint8_t *qb,
-                                             const __half *db, int M, int K, int sp) {
-    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5), T = (PAIR ? M : (M + 1) / 2) * sp;
-    if (gw >= T) return;
-    const tail_task k = tail_task_of<Q4, PAIR>(gw, M, K / 32, sp, qa, da, qb, db);
+__device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const tail_mats &m, int K) {
+    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    if (gw >= tail_tasks<PAIR>(m)) return;
+    const tail_task k = tail_task_of<Q4, PAIR>(gw, K / 32, m);
     tail_load<Q4>(R, k, k.lo + (threadIdx.x & 31));
 }
 
-/* One product phase: out = (a x) (rows of M, in sp parts), or out =
- * gelu(a x) (b x) (PAIR, sp 1), x as 8-bit codes of K values. pre: the
- * first task's first round is in R already (tail_preload). */
+/* One product phase of the matrices m (see tail_mats) on x, 8-bit codes of
+ * K values: out = W x, or out = gelu(gate x) (up x) (PAIR). pre: the first
+ * task's first round is in R already (tail_preload). */
 template <int Q4, bool PAIR>
-__device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const uint8_t *qa, const __half *da,
-                                           const uint8_t *qb, const __half *db, int M, int K, int sp,
-                                           const int8_t *xq, const float *xd, const int *xs, float *out,
-                                           unsigned *ctr) {
+__device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const tail_mats &m, int K, const int8_t *xq,
+                                           const float *xd, const int *xs, unsigned *ctr) {
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
-    const int nb = K / 32, T = (PAIR ? M : (M + 1) / 2) * sp;
+    const int nb = K / 32, T = tail_tasks<PAIR>(m);
     /* static rounds: all but the last full one; the rest is taken from the
      * counter, so a slow multiprocessor's share shrinks */
     const int S = max(1, T / W - 1);
@@ -213,7 +244,7 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ui
     for (int n = 0; t < T; n++) {
         unsigned got = 0;
         if (n + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
-        const tail_task k = tail_task_of<Q4, PAIR>(t, M, nb, sp, qa, da, qb, db);
+        const tail_task k = tail_task_of<Q4, PAIR>(t, nb, m);
         float a0 = 0, a1 = 0;
         for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * tail_round<Q4>::U) {
             if (!pre || b0 != k.lo + lane) tail_load<Q4>(R, k, b0);
@@ -224,11 +255,11 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ui
         a1 = warp_sum(a1);
         if (lane == 0) {
             if (PAIR) {
-                out[k.g] = gelu_tanh_f(a0) * a1;
+                k.out[k.g] = gelu_tanh_f(a0) * a1;
             } else {
-                float *o = out + (size_t)k.part * M;
+                float *o = k.out + (size_t)k.part * k.M;
                 o[2 * k.g] = a0;
-                if (2 * k.g + 1 < M) o[2 * k.g + 1] = a1;
+                if (2 * k.g + 1 < k.M) o[2 * k.g + 1] = a1;
             }
         }
         t = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
@@ -281,7 +312,7 @@ template <int Q4, int PF>
 __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE(CT_TAIL);
     tail_round<Q4> R;
-    if (PF >= 2) tail_preload<Q4, false>(R, j.wo, j.so, NULL, NULL, j.H, j.K, j.sp_o);
+    if (PF >= 2) tail_preload<Q4, false>(R, j.mo, j.K);
     pdl_wait();
     CU_TRACE_RELEASED();
     unsigned long long tp = 0; /* trace builds: the phase's start */
@@ -298,12 +329,13 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     unsigned long long target;
 
     /* o = Wo att */
-    tail_phase<Q4, false>(R, PF >= 2, j.wo, j.so, NULL, NULL, H, j.K, j.sp_o, j.xq_att, j.xd_att, j.xs_att, j.op,
-                          j.ctr);
+    tail_phase<Q4, false>(R, PF >= 2, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tp);
-    if (PF) tail_preload<Q4, true>(R, j.wg, j.sg, j.wu, j.su, F, H, 1);
+    if (PF) tail_preload<Q4, true>(R, j.mgu, H);
     tp = tail_wait(j.bar, target);
-    if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = 0;
+    /* the o phase's counter, and the q/k/v phase's of the launch before
+     * (no barrier follows that phase) */
+    if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = j.ctr[3] = 0;
 
     /* h' = h + rmsnorm(o) n_pa (hsm; hs gets this block's slice), a' =
      * rmsnorm(h') n_ffn as codes (cq, cd, cs); k_rmsnorm4's expressions */
@@ -330,9 +362,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* act = gelu(Wg a') (Wu a') */
-    tail_phase<Q4, true>(R, PF >= 1, j.wg, j.sg, j.wu, j.su, F, H, 1, cq, cd, cs, j.act, j.ctr + 1);
+    tail_phase<Q4, true>(R, PF >= 1, j.mgu, H, cq, cd, cs, j.ctr + 1);
     target = tail_arrive(j.bar, CT_TAIL_GU, tp);
-    if (PF) tail_preload<Q4, false>(R, j.wd, j.sd, NULL, NULL, H, F, j.sp_d);
+    if (PF) tail_preload<Q4, false>(R, j.mdn, F);
     tp = tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
@@ -343,8 +375,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tp = tail_wait(j.bar, target);
 
     /* dn = Wd act */
-    tail_phase<Q4, false>(R, PF >= 1, j.wd, j.sd, NULL, NULL, H, F, j.sp_d, j.tq, j.td, j.ts, j.dp, j.ctr + 2);
+    tail_phase<Q4, false>(R, PF >= 1, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
     target = tail_arrive(j.bar, CT_TAIL_DN, tp);
+    if (PF && j.mqkv.count) tail_preload<Q4, false>(R, j.mqkv, H);
     tail_wait(j.bar, target);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
 
@@ -375,6 +408,12 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
         ((float4 *)j.a)[i] = v;
         quantize_block8(v, i / 8, j.xq, j.xd, j.xs, true);
     }
+    if (!j.mqkv.count) return;
+    /* the next layer's q/k/v of a: every block has the whole of a's codes
+     * (as for the gate/up phase), so no barrier */
+    TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
+    __syncthreads();
+    tail_phase<Q4, false>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
 }
 #undef TAIL_SLICE
 #undef TAIL_ROW
@@ -400,11 +439,19 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     if (r->att->n < (size_t)K || r->h->n < (size_t)H || r->act->n < (size_t)F ||
         (r->next_norm && r->a->n < (size_t)H))
         return 1;
-    /* blocks read h, att and (last) write a, act while others still read:
-     * distinct buffers only (the seam says so) */
-    const float *bufs[4] = {r->h->d, r->att->d, r->act->d, r->next_norm ? r->a->d : NULL};
-    for (int x = 0; x < 4; x++)
-        for (int y = x + 1; y < 4; y++)
+    /* the next layer's q/k/v (GEM_CUDA_TAIL_QKV=1): of a, in this format */
+    const int nq = r->next_count;
+    if (nq < 0 || nq > 3 || (nq && (!c->tail_qkv || !r->next_norm))) return 1;
+    for (int i = 0; i < nq; i++)
+        if (!r->next_w[i] || r->next_w[i]->fmt != fmt || r->next_w[i]->ne0 != H || !r->next_out[i] ||
+            r->next_out[i]->n < (size_t)r->next_w[i]->ne1)
+            return 1;
+    /* blocks read h, att and (last) write a, act, q/k/v while others still
+     * read: distinct buffers only (the seam says so) */
+    const float *bufs[7] = {r->h->d, r->att->d, r->act->d, r->next_norm ? r->a->d : NULL, NULL, NULL, NULL};
+    for (int i = 0; i < nq; i++) bufs[4 + i] = r->next_out[i]->d;
+    for (int x = 0; x < 7; x++)
+        for (int y = x + 1; y < 7; y++)
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
     const size_t smem = tail_smem_bytes(H);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
@@ -458,9 +505,24 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     }
     tail_job j;
     memset(&j, 0, sizeof j);
-    j.wo = (const uint8_t *)Wo->q, j.wg = (const uint8_t *)Wg->q, j.wu = (const uint8_t *)Wu->q;
-    j.wd = (const uint8_t *)Wd->q;
-    j.so = Wo->d, j.sg = Wg->d, j.su = Wu->d, j.sd = Wd->d;
+    j.hs = (float *)c->tail_h.p;
+    j.op = j.hs + H;
+    j.dp = j.op + (size_t)sp_o * H;
+    j.mo.q0 = (const uint8_t *)Wo->q, j.mo.d0 = Wo->d, j.mo.o0 = j.op, j.mo.M0 = H, j.mo.count = 1, j.mo.sp = sp_o;
+    j.mgu.q0 = (const uint8_t *)Wg->q, j.mgu.d0 = Wg->d, j.mgu.q1 = (const uint8_t *)Wu->q, j.mgu.d1 = Wu->d;
+    j.mgu.o0 = r->act->d, j.mgu.M0 = F, j.mgu.count = 2, j.mgu.sp = 1;
+    j.mdn.q0 = (const uint8_t *)Wd->q, j.mdn.d0 = Wd->d, j.mdn.o0 = j.dp, j.mdn.M0 = H, j.mdn.count = 1;
+    j.mdn.sp = sp_d;
+    j.mqkv.count = nq, j.mqkv.sp = 1;
+    if (nq > 0)
+        j.mqkv.q0 = (const uint8_t *)r->next_w[0]->q, j.mqkv.d0 = r->next_w[0]->d, j.mqkv.o0 = r->next_out[0]->d,
+        j.mqkv.M0 = (int)r->next_w[0]->ne1;
+    if (nq > 1)
+        j.mqkv.q1 = (const uint8_t *)r->next_w[1]->q, j.mqkv.d1 = r->next_w[1]->d, j.mqkv.o1 = r->next_out[1]->d,
+        j.mqkv.M1 = (int)r->next_w[1]->ne1;
+    if (nq > 2)
+        j.mqkv.q2 = (const uint8_t *)r->next_w[2]->q, j.mqkv.d2 = r->next_w[2]->d, j.mqkv.o2 = r->next_out[2]->d,
+        j.mqkv.M2 = (int)r->next_w[2]->ne1;
     j.n_pa = (const float *)r->post_attn_norm->q, j.n_ffn = (const float *)r->ffn_norm->q;
     j.n_pf = (const float *)r->post_ffw_norm->q;
     j.n_next = r->next_norm ? (const float *)r->next_norm->q : NULL;
@@ -472,9 +534,6 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     j.xq = (int8_t *)c->xq.p, j.xd = (float *)c->xd.p, j.xs = (int *)c->xs.p;
     j.h = r->h->d, j.act = r->act->d;
     j.a = r->next_norm ? r->a->d : NULL;
-    j.hs = (float *)c->tail_h.p;
-    j.op = j.hs + H;
-    j.dp = j.op + (size_t)sp_o * H;
     j.sp_o = sp_o, j.sp_d = sp_d;
     j.bar = c->tail_sync;
     j.ctr = (unsigned *)(c->tail_sync + 1);
@@ -482,6 +541,7 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     j.eps = r->eps;
     launch(c, kern, *grid, TAIL_THREADS, smem, j);
     LAUNCHED(c, "layer rest (persistent)");
+    /* a's codes stay in xq for the products of a after this op */
     if (r->next_norm) quantized_cache_set(c, r->a->d, 1, H);
     return 0;
 }
