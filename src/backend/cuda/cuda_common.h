@@ -255,12 +255,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_TAIL_END, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -306,9 +306,11 @@ struct cu_trace_span {
 };
 #define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
 #define CU_TRACE_RELEASED() (cu_trace_span_.t1 = gpu_time_ns())
-/* a phase of a persistent kernel as a record of its own kind: started at
- * t0, done now (thread 0 after the block's barrier) */
-#define CU_TRACE_PHASE(kind, t0) cu_trace_put((kind), (t0), 0, gpu_time_ns())
+/* a phase of a persistent kernel as a record of its own kind: t0 when the
+ * block arrived at the barrier before it, t1 when that wait ended, done now
+ * (thread 0, after the block's barrier): cuda_trace.py's wait column is
+ * then the barrier's wait */
+#define CU_TRACE_PHASE(kind, t0, t1) cu_trace_put((kind), (t0), (t1), gpu_time_ns())
 static inline void cu_trace_bind(cuda_backend *c) {
     static cu_trace_rec *bound; /* this translation unit's copy (trace builds only) */
     if (c->trace_ring == bound) return;
@@ -322,9 +324,10 @@ static inline void cu_trace_bind(cuda_backend *c) {
 #define CU_TRACE_RELEASED() \
     do {                    \
     } while (0)
-#define CU_TRACE_PHASE(kind, t0) \
-    do {                         \
-        (void)(t0);              \
+#define CU_TRACE_PHASE(kind, t0, t1) \
+    do {                             \
+        (void)(t0);                  \
+        (void)(t1);                  \
     } while (0)
 static inline void cu_trace_bind(cuda_backend *c) { (void)c; }
 #endif

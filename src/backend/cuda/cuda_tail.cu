@@ -62,24 +62,36 @@ template <int Q4> struct tail_round {
 };
 
 
+/* Times of a block's phases in trace builds (thread 0): when it arrived at
+ * the barrier before the phase (or entered the kernel) and when that wait
+ * ended (or the grid dependency resolved). */
+struct tail_times {
+    unsigned long long arrived, released;
+};
+__device__ __forceinline__ unsigned long long trace_now() {
+#ifdef GEM_CUDA_TRACE
+    return gpu_time_ns();
+#else
+    return 0;
+#endif
+}
+
 /* Grid barrier in two halves (see the invariants): arrive returns the
  * count to wait for; work may go between the two. Trace builds record the
- * block's phase that ends here (kind, from t0; the next phase's t0 is the
- * end of the wait). */
-__device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *bar, unsigned kind,
-                                                         unsigned long long t0) {
+ * block's phase that ends here as a record of its kind. */
+__device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *bar, unsigned kind, tail_times &tt) {
     __syncthreads();
     unsigned long long target = 0;
     if (threadIdx.x == 0) {
-        CU_TRACE_PHASE(kind, t0);
+        CU_TRACE_PHASE(kind, tt.arrived, tt.released);
+        tt.arrived = trace_now();
         __threadfence();
         const unsigned long long old = atomicAdd(bar, 1ull);
         target = (old / gridDim.x + 1) * gridDim.x;
     }
     return target; /* meaningful in thread 0 only */
 }
-__device__ __forceinline__ unsigned long long tail_wait(const unsigned long long *bar, unsigned long long target) {
-    unsigned long long now = 0;
+__device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigned long long target, tail_times &tt) {
     if (threadIdx.x == 0) {
         for (;;) {
             unsigned long long v;
@@ -88,12 +100,9 @@ __device__ __forceinline__ unsigned long long tail_wait(const unsigned long long
             __nanosleep(20);
         }
         __threadfence();
-#ifdef GEM_CUDA_TRACE
-        now = gpu_time_ns();
-#endif
+        tt.released = trace_now();
     }
     __syncthreads();
-    return now; /* trace builds, thread 0: when the wait ended */
 }
 
 /* The matrices of a product phase: one (rows M0 into o0, in sp parts),
@@ -135,10 +144,13 @@ struct tail_job {
 };
 
 /* Tasks of a phase: two rows each (one of each matrix: PAIR), times the
- * parts of a row. */
-template <bool PAIR> __device__ __forceinline__ int tail_tasks(const tail_mats &m) {
+ * parts of a row. MULTI: the up-to-three matrices of the q/k/v phase (one
+ * part each); otherwise one matrix (count 1) or the pair: no select among
+ * matrices, which frees registers for the other phases. */
+template <bool PAIR, bool MULTI> __device__ __forceinline__ int tail_tasks(const tail_mats &m) {
     if (PAIR) return m.M0;
-    return ((m.M0 + 1) / 2) * m.sp + (m.count > 1 ? (m.M1 + 1) / 2 : 0) + (m.count > 2 ? (m.M2 + 1) / 2 : 0);
+    if (!MULTI) return ((m.M0 + 1) / 2) * m.sp;
+    return (m.M0 + 1) / 2 + (m.count > 1 ? (m.M1 + 1) / 2 : 0) + (m.count > 2 ? (m.M2 + 1) / 2 : 0);
 }
 
 /* A task: two weight rows (rows 2g and 2g + 1 of a matrix, the last row
@@ -155,18 +167,18 @@ struct tail_task {
     float *out;
     int M, lo, hi, g, part;
 };
-template <int Q4, bool PAIR>
+template <int Q4, bool PAIR, bool MULTI>
 __device__ __forceinline__ tail_task tail_task_of(int t, int nb, const tail_mats &m) {
     constexpr int BS = Q4 ? 16 : 32;
-    const int T0 = PAIR ? m.M0 : ((m.M0 + 1) / 2) * m.sp, T1 = (m.M1 + 1) / 2;
-    const int i = PAIR || t < T0 ? 0 : t < T0 + T1 ? 1 : 2;
+    const int T0 = PAIR ? m.M0 : MULTI ? (m.M0 + 1) / 2 : ((m.M0 + 1) / 2) * m.sp, T1 = (m.M1 + 1) / 2;
+    const int i = PAIR || !MULTI || t < T0 ? 0 : t < T0 + T1 ? 1 : 2;
     if (i) t -= i == 1 ? T0 : T0 + T1;
     const uint8_t *qa = i == 0 ? m.q0 : i == 1 ? m.q1 : m.q2;
     const __half *da = i == 0 ? m.d0 : i == 1 ? m.d1 : m.d2;
     tail_task k;
     k.M = i == 0 ? m.M0 : i == 1 ? m.M1 : m.M2;
     k.out = i == 0 ? m.o0 : i == 1 ? m.o1 : m.o2;
-    const int sp = i == 0 ? m.sp : 1, G = PAIR ? k.M : (k.M + 1) / 2, nbp = (nb + sp - 1) / sp;
+    const int sp = MULTI || PAIR ? 1 : m.sp, G = PAIR ? k.M : (k.M + 1) / 2, nbp = (nb + sp - 1) / sp;
     k.part = t / G;
     k.g = t - k.part * G;
     const int r0 = PAIR ? k.g : 2 * k.g, r1 = PAIR ? k.g : min(2 * k.g + 1, k.M - 1);
@@ -221,22 +233,22 @@ __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *
 }
 
 /* This warp's first task's first round, issued before a wait. */
-template <int Q4, bool PAIR>
+template <int Q4, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const tail_mats &m, int K) {
     const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
-    if (gw >= tail_tasks<PAIR>(m)) return;
-    const tail_task k = tail_task_of<Q4, PAIR>(gw, K / 32, m);
+    if (gw >= tail_tasks<PAIR, MULTI>(m)) return;
+    const tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, K / 32, m);
     tail_load<Q4>(R, k, k.lo + (threadIdx.x & 31));
 }
 
 /* One product phase of the matrices m (see tail_mats) on x, 8-bit codes of
  * K values: out = W x, or out = gelu(gate x) (up x) (PAIR). pre: the first
  * task's first round is in R already (tail_preload). */
-template <int Q4, bool PAIR>
+template <int Q4, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const tail_mats &m, int K, const int8_t *xq,
                                            const float *xd, const int *xs, unsigned *ctr) {
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
-    const int nb = K / 32, T = tail_tasks<PAIR>(m);
+    const int nb = K / 32, T = tail_tasks<PAIR, MULTI>(m);
     /* static rounds: all but the last full one; the rest is taken from the
      * counter, so a slow multiprocessor's share shrinks */
     const int S = max(1, T / W - 1);
@@ -244,7 +256,7 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ta
     for (int n = 0; t < T; n++) {
         unsigned got = 0;
         if (n + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
-        const tail_task k = tail_task_of<Q4, PAIR>(t, nb, m);
+        const tail_task k = tail_task_of<Q4, PAIR, MULTI>(t, nb, m);
         float a0 = 0, a1 = 0;
         for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * tail_round<Q4>::U) {
             if (!pre || b0 != k.lo + lane) tail_load<Q4>(R, k, b0);
@@ -311,14 +323,13 @@ static size_t tail_smem_bytes(int H) { return (size_t)H * 2 * sizeof(float) + (s
 template <int Q4, int PF>
 __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE(CT_TAIL);
+    tail_times tt;
+    tt.arrived = trace_now();
     tail_round<Q4> R;
     if (PF >= 2) tail_preload<Q4, false>(R, j.mo, j.K);
     pdl_wait();
     CU_TRACE_RELEASED();
-    unsigned long long tp = 0; /* trace builds: the phase's start */
-#ifdef GEM_CUDA_TRACE
-    tp = gpu_time_ns();
-#endif
+    tt.released = trace_now();
     extern __shared__ float4 tail_smem[];
     __shared__ float sh[32];
     const int H = j.H, F = j.F, n4 = H / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -330,9 +341,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
 
     /* o = Wo att */
     tail_phase<Q4, false>(R, PF >= 2, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
-    target = tail_arrive(j.bar, CT_TAIL_O, tp);
+    target = tail_arrive(j.bar, CT_TAIL_O, tt);
     if (PF) tail_preload<Q4, true>(R, j.mgu, H);
-    tp = tail_wait(j.bar, target);
+    tail_wait(j.bar, target, tt);
     /* the o phase's counter, and the q/k/v phase's of the launch before
      * (no barrier follows that phase) */
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[0] = j.ctr[3] = 0;
@@ -363,22 +374,22 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
 
     /* act = gelu(Wg a') (Wu a') */
     tail_phase<Q4, true>(R, PF >= 1, j.mgu, H, cq, cd, cs, j.ctr + 1);
-    target = tail_arrive(j.bar, CT_TAIL_GU, tp);
+    target = tail_arrive(j.bar, CT_TAIL_GU, tt);
     if (PF) tail_preload<Q4, false>(R, j.mdn, F);
-    tp = tail_wait(j.bar, target);
+    tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
     /* act's codes, a 32-value block per warp of the grid */
     for (int blk = blockIdx.x * TAIL_WARPS + warp; blk < F / 32; blk += gridDim.x * TAIL_WARPS)
         quantize_block32(j.act[blk * 32 + lane], (size_t)blk, lane, j.tq, j.td, j.ts);
-    target = tail_arrive(j.bar, CT_TAIL_Q, tp);
-    tp = tail_wait(j.bar, target);
+    target = tail_arrive(j.bar, CT_TAIL_Q, tt);
+    tail_wait(j.bar, target, tt);
 
     /* dn = Wd act */
     tail_phase<Q4, false>(R, PF >= 1, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
-    target = tail_arrive(j.bar, CT_TAIL_DN, tp);
-    if (PF && j.mqkv.count) tail_preload<Q4, false>(R, j.mqkv, H);
-    tail_wait(j.bar, target);
+    target = tail_arrive(j.bar, CT_TAIL_DN, tt);
+    if (PF && j.mqkv.count) tail_preload<Q4, false, true>(R, j.mqkv, H);
+    tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
 
     /* h = (h' + rmsnorm(dn) n_pf) scale, a = rmsnorm(h) n_next with its
@@ -408,12 +419,14 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
         ((float4 *)j.a)[i] = v;
         quantize_block8(v, i / 8, j.xq, j.xd, j.xs, true);
     }
-    if (!j.mqkv.count) return;
-    /* the next layer's q/k/v of a: every block has the whole of a's codes
-     * (as for the gate/up phase), so no barrier */
-    TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
-    __syncthreads();
-    tail_phase<Q4, false>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
+    if (j.mqkv.count) {
+        /* the next layer's q/k/v of a: every block has the whole of a's
+         * codes (as for the gate/up phase), so no barrier */
+        TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
+        __syncthreads();
+        tail_phase<Q4, false, true>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
+    }
+    if (threadIdx.x == 0) CU_TRACE_PHASE(CT_TAIL_END, tt.arrived, tt.released); /* the last norm (and q/k/v) */
 }
 #undef TAIL_SLICE
 #undef TAIL_ROW
@@ -424,7 +437,7 @@ static int f32_vec(const be_weight *w, int n) { return w && w->fmt == DW_F32 && 
  * the kernel's (nothing enqueued; the model makes the op-by-op calls). */
 int cu_layer_rest(backend *b, const be_layer_rest *r) {
     cuda_backend *c = cu_of(b);
-    if (!c->tail || r->n != 1 || c->gelu_fp16 || !c->tail_sync) return 1;
+    if (!c->tail || r->n != 1 || c->gelu_fp16 || !c->tail_sync || (r->next_count && !c->tail_qkv)) return 1;
     const be_weight *Wo = r->o, *Wg = r->gate, *Wu = r->up, *Wd = r->down;
     const int fmt = Wo->fmt, q4 = fmt == DW_Q4_0;
     if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || Wg->fmt != fmt || Wu->fmt != fmt || Wd->fmt != fmt) return 1;
