@@ -27,7 +27,9 @@
  *   is assumed, not enforced (no cooperative launch): two backends must not
  *   run this kernel concurrently on one GPU (their grids could split the
  *   SMs and wait on each other; one engine holds one backend), nor may
- *   another process limit this one's SMs (MPS): either would hang.
+ *   another process limit this one's SMs (MPS). Either would stall a
+ *   barrier: after 5 s of waiting the kernel traps (TAIL_WAIT_LIMIT_NS),
+ *   which the backend reports as a CUDA error rather than hanging.
  * - The barrier counter only grows (64 bits: no wrap): an arriving block
  *   waits for the next multiple of the grid, so a launch needs no reset as
  *   long as every launch on the counter has the same grid.
@@ -91,13 +93,22 @@ __device__ __forceinline__ unsigned long long tail_arrive(unsigned long long *ba
     }
     return target; /* meaningful in thread 0 only */
 }
+/* A wait longer than this means a block of the grid is not resident (the
+ * assumption no cooperative launch checks, see the invariants): the kernel
+ * traps, so the backend reports a CUDA error instead of the process
+ * hanging. A layer's barrier waits microseconds; 5 s also covers time
+ * slices shared with other processes. */
+#define TAIL_WAIT_LIMIT_NS 5000000000ull
+
 __device__ __forceinline__ void tail_wait(const unsigned long long *bar, unsigned long long target, tail_times &tt) {
     if (threadIdx.x == 0) {
+        const unsigned long long t0 = gpu_time_ns();
         for (;;) {
             unsigned long long v;
             asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
             if (v >= target) break;
             __nanosleep(20);
+            if (gpu_time_ns() - t0 > TAIL_WAIT_LIMIT_NS) __trap();
         }
         __threadfence();
         tt.released = trace_now();
