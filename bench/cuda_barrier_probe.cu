@@ -185,6 +185,32 @@ static cudaGraphExec_t chain_graph(void (*kern)(const uint4 *, size_t, unsigned 
     return gx;
 }
 
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* Median ms of run() (enqueues one timed run on st) over reps runs after
+ * one that warms up. */
+template <typename F> static float median_ms(int reps, cudaStream_t st, F run) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r <= reps; r++) {
+        CK(cudaEventRecord(e0, st));
+        run();
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r) ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return median(ts);
+}
+
 /* Median ms of the chain of phases (MB each) with k_shape<U, LDF> at `per_sm`
  * blocks per multiprocessor, or of one launch over all their bytes
  * (single): the difference per boundary is the shape's own cost. */
@@ -215,24 +241,9 @@ static float shape_run(const std::vector<double> &mb, int layers, int reps, cons
         exit(1);
     }
     cudaGraphExec_t gx = chain_graph(k_shape<U, LDF>, buf, nb, bb, (size_t)smem, sink, st);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r <= reps; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(gx, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r) ts.push_back(ms);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    const float ms = median_ms(reps, st, [&] { CK(cudaGraphLaunch(gx, st)); });
     CK(cudaGraphExecDestroy(gx));
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
+    return ms;
 }
 
 /* A grid barrier in two halves, so work can go between them: arrive (the
@@ -368,38 +379,19 @@ static float bal_run(const uint4 *buf, const size_t *doff, const size_t *dn, int
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, k_bal<BT, U, EARLY>));
     *regs = fa.numRegs;
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r <= reps; r++) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        at[0].id = cudaLaunchAttributeCooperative;
-        at[0].val.cooperative = 1;
-        cfg.gridDim = dim3((unsigned)sms);
-        cfg.blockDim = dim3(BT);
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        CK(cudaEventRecord(e0, st));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.gridDim = dim3((unsigned)sms);
+    cfg.blockDim = dim3(BT);
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return median_ms(reps, st, [&] {
         CK(cudaLaunchKernelEx(&cfg, k_bal<BT, U, EARLY>, buf, doff, dn, phases, count, *next, sink));
         *next += (unsigned long long)(phases - 1) * (unsigned)sms;
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r) ts.push_back(ms);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-}
-
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    });
 }
 
 int main(int argc, char **argv) {

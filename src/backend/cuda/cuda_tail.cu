@@ -322,6 +322,35 @@ __device__ __forceinline__ float4 norm4(float4 x, float r, float4 w) {
     return make_float4(x.x * r * w.x, x.y * r * w.y, x.z * r * w.z, x.w * r * w.w);
 }
 
+/* Both residual adds of the layer, as k_rmsnorm4's two stages compute
+ * them, on a row of H (n4 float4) kept in sp parts: h4 = (res + rmsnorm(x)
+ * w) (scale ? scale[0] : 1), w4 = w_next (when given), and the second
+ * stage's factor 1 / rms(h4) returned. Every block computes the whole row;
+ * block_sum's barriers publish h4 and w4 to the block. */
+__device__ __forceinline__ float tail_add_norm(const float *parts, int sp, const float *w, const float *res,
+                                               const float *scale, const float *w_next, int H, float eps, float4 *h4,
+                                               float4 *w4, float *sh) {
+    const int n4 = H / 4;
+    float ss = 0;
+    TAIL_ROW(k, i, n4) {
+        const float4 v = parts_sum(parts, sp, n4, i);
+        h4[i] = v;
+        ss += sumsq4(v);
+    }
+    const float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)H + eps);
+    const float sc = scale ? __ldg(scale) : 1.0f;
+    float ss2 = 0;
+    TAIL_ROW(k, i, n4) {
+        const float4 t = norm4(h4[i], r, __ldg((const float4 *)w + i)), hv = ((const float4 *)res)[i];
+        float4 u = make_float4(hv.x + t.x, hv.y + t.y, hv.z + t.z, hv.w + t.w);
+        if (scale) u.x *= sc, u.y *= sc, u.z *= sc, u.w *= sc;
+        h4[i] = u;
+        if (w_next) w4[i] = __ldg((const float4 *)w_next + i);
+        ss2 += sumsq4(u);
+    }
+    return 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + eps);
+}
+
 /* Rows in shared memory: hsm (the row being normed, H floats), wsm (the
  * second norm's weights, H floats), then a's codes for the gate/up phase:
  * cq (H bytes), cd and cs (H / 32 scales and code sums). */
@@ -362,22 +391,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     /* h' = h + rmsnorm(o) n_pa (hsm; hs gets this block's slice), a' =
      * rmsnorm(h') n_ffn as codes (cq, cd, cs); k_rmsnorm4's expressions */
     {
-        float ss = 0;
-        TAIL_ROW(k, i, n4) {
-            const float4 v = parts_sum(j.op, j.sp_o, n4, i);
-            h4[i] = v;
-            ss += sumsq4(v);
-        }
-        const float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)H + j.eps);
-        float ss2 = 0;
-        TAIL_ROW(k, i, n4) {
-            const float4 t = norm4(h4[i], r, __ldg((const float4 *)j.n_pa + i)), hv = ((const float4 *)j.h)[i];
-            const float4 u = make_float4(hv.x + t.x, hv.y + t.y, hv.z + t.z, hv.w + t.w);
-            h4[i] = u;
-            w4[i] = __ldg((const float4 *)j.n_ffn + i);
-            ss2 += sumsq4(u);
-        }
-        const float r2 = 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + j.eps); /* its barriers publish h4, w4 */
+        const float r2 = tail_add_norm(j.op, j.sp_o, j.n_pa, j.h, NULL, j.n_ffn, H, j.eps, h4, w4, sh);
         TAIL_SLICE(i, n4)((float4 *)j.hs)[i] = h4[i];
         TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
         __syncthreads();
@@ -405,24 +419,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
 
     /* h = (h' + rmsnorm(dn) n_pf) scale, a = rmsnorm(h) n_next with its
      * codes; every block norms the whole row, then writes its slice */
-    float ss = 0;
-    TAIL_ROW(k, i, n4) {
-        const float4 v = parts_sum(j.dp, j.sp_d, n4, i);
-        h4[i] = v;
-        ss += sumsq4(v);
-    }
-    const float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)H + j.eps);
-    const float sc = j.scale ? __ldg(j.scale) : 1.0f;
-    float ss2 = 0;
-    TAIL_ROW(k, i, n4) {
-        const float4 t = norm4(h4[i], r, __ldg((const float4 *)j.n_pf + i)), hv = ((const float4 *)j.hs)[i];
-        float4 u = make_float4(hv.x + t.x, hv.y + t.y, hv.z + t.z, hv.w + t.w);
-        if (j.scale) u.x *= sc, u.y *= sc, u.z *= sc, u.w *= sc;
-        h4[i] = u;
-        if (j.n_next) w4[i] = __ldg((const float4 *)j.n_next + i);
-        ss2 += sumsq4(u);
-    }
-    const float r2 = 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + j.eps);
+    const float r2 = tail_add_norm(j.dp, j.sp_d, j.n_pf, j.hs, j.scale, j.n_next, H, j.eps, h4, w4, sh);
     TAIL_SLICE(i, n4) {
         ((float4 *)j.h)[i] = h4[i];
         if (!j.n_next) continue;
