@@ -5,6 +5,10 @@
  * caches in cuda_attention.cu. */
 #include "backend/cuda/cuda_common.h"
 
+extern "C" {
+#include "util/env.h"
+}
+
 /* ------------------------------------------------------------------ */
 /* weights                                                             */
 
@@ -1010,13 +1014,48 @@ static void cu_destroy(backend *b) {
     free(c);
 }
 
-/* The kernel-choice variables (README): set and equal to value. */
-static int env_is(const char *name, const char *value) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, value);
+/* The kernel-choice variables (README), read when a backend starts: each
+ * an integer in a range, unset or empty for its default. A value out of
+ * range, or a GEM_CUDA_ name that is none of these, fails the backend's
+ * creation: a misspelt switch would otherwise measure the defaults.
+ * GEM_CUDA_TRACE (a path) and tests/cuda/run.sh's two variables are names
+ * only. */
+enum {
+    CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_TAIL,
+    CS_TAIL_QKV, CS_MV_STAGGER, CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
+};
+static const struct cu_setting {
+    const char *name;
+    long lo, hi, dflt;
+} cu_settings[CS_N] = {
+    {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},         {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
+    {"GEM_CUDA_MV_LD", 0, 1, 0},        {"GEM_CUDA_NORM_WIDE", 0, 1, 1},   {"GEM_CUDA_QKV_EARLY", 0, 1, 1},
+    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_TAIL", 0, 3, 0},
+    {"GEM_CUDA_TAIL_QKV", 0, 1, 0},     {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
+    {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
+    {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
+};
+static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B"};
+
+/* v[CS_*]: every setting's value; -1 with err set when one is invalid. */
+static int cu_read_settings(long v[CS_N], gem_err *err) {
+    const char *names[CS_N + sizeof cu_names_only / sizeof cu_names_only[0]];
+    int n = 0;
+    for (int i = 0; i < CS_N; i++) {
+        names[n++] = cu_settings[i].name;
+        if (env_int(cu_settings[i].name, cu_settings[i].lo, cu_settings[i].hi, cu_settings[i].dflt, &v[i], err))
+            return gem_err_wrap(err, "backend 'cuda'");
+    }
+    for (size_t i = 0; i < sizeof cu_names_only / sizeof cu_names_only[0]; i++) names[n++] = cu_names_only[i];
+    if (env_known("GEM_CUDA_", names, n, err)) return gem_err_wrap(err, "backend 'cuda'");
+    if (v[CS_TAIL_QKV] && !v[CS_TAIL])
+        return gem_err_set(err, "backend 'cuda': GEM_CUDA_TAIL_QKV=1 needs GEM_CUDA_TAIL (1, 2 or 3)");
+    return 0;
 }
 
 extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
+    long set[CS_N]; /* first: a bad setting is named also where no GPU is */
+    if (cu_read_settings(set, err)) return NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
@@ -1090,16 +1129,16 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->set_step = cu_set_step;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
-    c->mma = !env_is("GEM_CUDA_MMA", "0");
-    c->mmh_wgmma = !env_is("GEM_CUDA_MMH", "2");
-    c->mv_split = !env_is("GEM_CUDA_MV_SPLIT", "0");
-    c->mv_var = env_is("GEM_CUDA_MV_LD", "1") ? MV_CS : 0;
-    c->norm_wide = !env_is("GEM_CUDA_NORM_WIDE", "0");
-    c->qkv_early = !env_is("GEM_CUDA_QKV_EARLY", "0");
-    c->attn_fuse = !env_is("GEM_CUDA_ATTN_FUSE", "0");
-    c->attn_bar1 = env_is("GEM_CUDA_ATTN_BAR1", "1");
-    c->tail = env_is("GEM_CUDA_TAIL", "1") ? 1 : env_is("GEM_CUDA_TAIL", "2") ? 2 : env_is("GEM_CUDA_TAIL", "3") ? 3 : 0;
-    c->tail_qkv = c->tail && env_is("GEM_CUDA_TAIL_QKV", "1");
+    c->mma = (int)set[CS_MMA];
+    c->mmh_wgmma = set[CS_MMH] != 2;
+    c->mv_split = (int)set[CS_MV_SPLIT];
+    c->mv_var = set[CS_MV_LD] ? MV_CS : 0;
+    c->norm_wide = (int)set[CS_NORM_WIDE];
+    c->qkv_early = (int)set[CS_QKV_EARLY];
+    c->attn_fuse = (int)set[CS_ATTN_FUSE];
+    c->attn_bar1 = (int)set[CS_ATTN_BAR1];
+    c->tail = (int)set[CS_TAIL];
+    c->tail_qkv = (int)set[CS_TAIL_QKV];
     if (c->tail) {
         /* the barrier counter and the four task counters, zero */
         const size_t bytes = sizeof(unsigned long long) + 4 * sizeof(unsigned);
@@ -1111,30 +1150,19 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         }
         b->layer_rest = cu_layer_rest;
     }
-    {
-        /* the first wave of a one-token product starts over 8 steps of
-         * 500 ns (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
-        const char *g = getenv("GEM_CUDA_MV_STAGGER");
-        const long v = g && *g ? strtol(g, NULL, 10) : 500;
-        c->mv_stagger = v > 0 && v < 100000 ? (int)v : 0;
-        g = getenv("GEM_CUDA_MV_LEVELS");
-        const long l = g && *g ? strtol(g, NULL, 10) : 8;
-        c->mv_levels = l >= 2 && l <= 64 ? (int)l : 8;
-        g = getenv("GEM_CUDA_FULL_SPLITS");
-        const long fs = g && *g ? strtol(g, NULL, 10) : 256;
-        c->full_splits = fs >= 1 && fs <= 256 ? (int)fs : 256;
-    }
+    /* the first wave of a one-token product starts over 8 steps of 500 ns
+     * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
+    c->mv_stagger = (int)set[CS_MV_STAGGER];
+    c->mv_levels = (int)set[CS_MV_LEVELS];
+    c->full_splits = (int)set[CS_FULL_SPLITS];
     {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c->n_sm < 1)
             c->n_sm = 1;
     }
-    {
-        const char *ad = getenv("GEM_CUDA_ATTN_DEC");
-        c->attn_dec = !ad || !*ad ? 3 : !strcmp(ad, "0") ? 0 : !strcmp(ad, "1") ? 1 : !strcmp(ad, "2") ? 2 : 3;
-    }
-    c->pdl = !env_is("GEM_CUDA_PDL", "0");
+    c->attn_dec = (int)set[CS_ATTN_DEC];
+    c->pdl = (int)set[CS_PDL];
     const char *trace = getenv("GEM_CUDA_TRACE");
     if (trace && *trace) {
 #ifdef GEM_CUDA_TRACE
@@ -1151,8 +1179,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
                         "make CUDA=1 build/gem-trace)\n");
 #endif
     }
-    const char *prof = getenv("GEM_CUDA_PROFILE");
-    c->profile = prof && *prof && strcmp(prof, "0");
+    c->profile = (int)set[CS_PROFILE];
     if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
         gem_err_set(err, "backend 'cuda': %s", c->why);
         cu_destroy(b);
