@@ -65,9 +65,11 @@ static void print_logprobs(int step, size_t pos, int32_t id, int forced, const f
 }
 
 /* Token ids separated by spaces, commas or brackets; A..B stands for A,
- * A + 1, .., B (B >= A, at most PARSE_IDS_RANGE_MAX ids: long synthetic
- * prompts for profiling without an argument of hundreds of KB). */
-#define PARSE_IDS_RANGE_MAX (1 << 22)
+ * A + 1, .., B (B >= A: long synthetic prompts for profiling without an
+ * argument of hundreds of KB). At most PARSE_IDS_MAX ids in all, ranges
+ * included: 16 times the longest context of any profile, and the count
+ * stays an int. */
+#define PARSE_IDS_MAX (1 << 22)
 static int parse_ids(const char *s, int32_t **ids, int *n) {
     size_t cap = 64, k = 0;
     int32_t *v = malloc(cap * sizeof *v);
@@ -83,9 +85,10 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         if (s[0] == '.' && s[1] == '.') {
             errno = 0;
             y = strtol(s + 2, &end, 10);
-            if (end == s + 2 || errno || y < x || y > INT32_MAX || y - x >= PARSE_IDS_RANGE_MAX) { free(v); return -1; }
+            if (end == s + 2 || errno || y < x || y > INT32_MAX) { free(v); return -1; }
             s = end;
         }
+        if ((size_t)(y - x) >= PARSE_IDS_MAX - k) { free(v); return -1; }
         for (long id = x; id <= y; id++) {
             if (k == cap) {
                 cap *= 2;
@@ -194,7 +197,8 @@ int cli_run(int argc, char **argv) {
         goto done;
     if (prompt_ids) {
         if (parse_ids(prompt_ids, &ids, &n_ids)) {
-            fprintf(stderr, "gem run: error: --prompt-ids needs token ids (numbers, or ranges A..B with B >= A)\n");
+            fprintf(stderr, "gem run: error: --prompt-ids needs token ids (numbers, or ranges A..B with B >= A; "
+                            "at most %d in all)\n", PARSE_IDS_MAX);
             goto done;
         }
     } else if (chat) {

@@ -90,6 +90,10 @@ ids=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 8 --temp 0 --ids 2>/dev/nul
   "$($GEM run -m "$M" --prompt-ids "2 3 4 5 6 9" -n 4 --temp 0 --ids 2>/dev/null)" ] && ok || bad "--prompt-ids range 3..6"
 expect 1 "ranges A..B with B >= A" -- $GEM run -m "$M" --prompt-ids "6..3" -n 1
 expect 1 "ranges A..B with B >= A" -- $GEM run -m "$M" --prompt-ids "2..x" -n 1
+# at most 4M ids in all, however many ranges: the count stays an int
+expect 1 "exceed the context of" -- $GEM run -m "$M" --prompt-ids "0..2097151 0..2097151" -n 1
+expect 1 "at most 4194304 in all" -- $GEM run -m "$M" --prompt-ids "0..2097151 0..2097152" -n 1
+expect 1 "at most 4194304 in all" -- $GEM run -m "$M" --prompt-ids "0..4194304" -n 1
 [ "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" = "$($GEM run -m "$M" -p "Hi" -n 6 --temp 0.8 --seed 5 --ids 2>/dev/null)" ] && ok || bad "seeded sampling is not deterministic"
 expect 0 "decode" -- $GEM run -m "$M" -p "Hi" -n 4 --temp 0
 expect 2 "unknown option '--frob'" -- $GEM run -m "$M" -p x --frob
