@@ -43,6 +43,10 @@ ifeq ($(CUDA),1)
   # costs (launch chain vs grid barrier; bench/cuda_barrier_probe.cu); make
   # test builds it when CUDA is on, so it compiles
   PROBE_BIN := $(BUILD)/cuda_barrier_probe
+  # build/cuda_cublas_probe: gem's prefill products against cuBLAS on the
+  # same shapes (bench/cuda_cublas_probe.cu); built by make test where the
+  # toolkit has cuBLAS, so it compiles. gem itself never links cuBLAS.
+  CUBLAS_BIN := $(if $(wildcard $(CUDA_HOME)/lib64/libcublas.so),$(BUILD)/cuda_cublas_probe)
 endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
@@ -78,6 +82,11 @@ $(BUILD)/cuda_barrier_probe: bench/cuda_barrier_probe.cu
 	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_barrier_probe needs nvcc (CUDA=1)"; exit 1; fi
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
+
+$(BUILD)/cuda_cublas_probe: bench/cuda_cublas_probe.cu $(LIB_OBJ) $(CU_OBJ)
+	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_cublas_probe needs nvcc (CUDA=1)"; exit 1; fi
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $< $(LIB_OBJ) $(CU_OBJ) -lcublas -lpthread -lm
 
 $(BUILD)/gem-trace: $(LIB_OBJ) $(CLI_OBJ) $(CU_TRACE_OBJ)
 	@if [ "$(CUDA)" != 1 ]; then echo "build/gem-trace needs nvcc (CUDA=1)"; exit 1; fi
@@ -123,7 +132,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN) $(CUBLAS_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN)
