@@ -16,11 +16,45 @@ def newest(pattern):
     return files[-1] if files else None
 
 
+def stamp(f):
+    """The date part of a result's name (e.g. 2026-12-04b), for ordering files of different kinds."""
+    m = re.search(r"(\d{4}-\d{2}-\d{2}[a-z]?)\.json$", f or "")
+    return m.group(1) if m else ""
+
+
 lines = []
+# CUDA: the newest same-call record (gem bench and llama-bench on the same
+# files in one device call) stands for the GPU when it is newer than the
+# A/B harness's and the per-model files, which then are left out
+samecall = newest("bench/results/cuda-samecall-*.json")
+if samecall:
+    d = json.load(open(samecall))
+    lines += [f"CUDA, {d['hardware']}: gem bench and the pinned reference's llama-bench on the same synthetic GGUF "
+              f"files in one device call, batch 1, greedy, f16 KV caches, medians (`{samecall}`, commit "
+              f"{d['commit'].split()[0]}; commands: `{d['commands']}`):", "",
+              "| model | prefill 2048 tok/s | llama.cpp | ratio | decode depth 0 tok/s | llama.cpp | ratio | "
+              "GB/s (of 4800) | depth 8192 | llama.cpp | depth 32768 | llama.cpp | GPU memory |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, m in d["models"].items():
+        g, r = m["gem"], m["llama_bench"]
+        pf = {x["tokens"]: x["tok_s"] for x in g["prefill"]}
+        dc = {x["depth"]: x for x in g["decode"]}
+        rp, rd = r.get("pp2048@0", {}).get("avg_ts"), {k: r.get(f"tg64@{k}", {}).get("avg_ts") for k in (0, 8192, 32768)}
+        cell = lambda v: f"{v:.1f}" if v else "-"
+        ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "-"
+        d0 = dc.get(0, {})
+        lines.append(f"| {name.split(',')[0]} | {cell(pf.get(2048))} | {cell(rp)} | {ratio(pf.get(2048), rp)} | "
+                     f"{cell(d0.get('tok_s'))} | {cell(rd[0])} | {ratio(d0.get('tok_s'), rd[0])} | "
+                     f"{d0.get('weight_gbs', 0):.0f} ({100 * d0.get('roofline_fraction', 0):.1f}%) | "
+                     f"{cell(dc.get(8192, {}).get('tok_s'))} | {cell(rd[8192])} | "
+                     f"{cell(dc.get(32768, {}).get('tok_s'))} | {cell(rd[32768])} | "
+                     f"{g['peak_device_bytes'] / 2**30:.1f} GiB |")
+    lines.append("")
+skip_cuda = lambda f: samecall and stamp(f) <= stamp(samecall)
 # A/B comparisons (bench/ab): one table per backend, newest file of each
 for backend in ("cuda", "cpu"):
     ab = newest(f"bench/results/ab-{backend}-*.json")
-    if not ab:
+    if not ab or (backend == "cuda" and skip_cuda(ab)):
         continue
     d = json.load(open(ab))
     st = d["settings"]
@@ -82,7 +116,8 @@ if conv:
     for t, v in d["convert"].items():
         lines.append(f"| convert safetensors to {t} | {v['mb_per_s']:.0f} | (needs torch) | | |")
     lines.append("")
-cuda = [f for f in (newest(f"bench/results/cuda-{m}-*.json") for m in ("31b-q4_0", "31b-q8_0", "12b-q4_0")) if f]
+cuda = [f for f in (newest(f"bench/results/cuda-{m}-*.json") for m in ("31b-q4_0", "31b-q8_0", "12b-q4_0"))
+        if f and not skip_cuda(f)]
 if cuda:
     lines.append("CUDA, one H200, synthetic models (Q8_0 embedding), `gem bench`, medians; llama.cpp columns: the "
                  "pinned reference's llama-bench on the same file in the same call where the file records it "
