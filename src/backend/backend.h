@@ -63,6 +63,18 @@ typedef struct {
     be_buf *next_out[3];
 } be_layer_rest;
 
+/* A layer's attention with its q/k/v norms and rope (the arguments of
+ * attention_qkv, for the optional attention_rest op). */
+typedef struct {
+    be_buf *q, *k, *v;
+    const be_weight *qw, *kw, *freq_factors;
+    int v_from_k;
+    be_kv *kv;
+    int n, pos0, n_head, n_kv_head, head_dim, window;
+    float eps, theta;
+    be_buf *out;
+} be_attend;
+
 #define BE_TOPK_MAX 128
 
 struct backend {
@@ -98,6 +110,12 @@ struct backend {
      * (nothing enqueued: the caller makes the calls). Results agree with
      * the calls' within the rounding of other summation orders. */
     int (*layer_rest)(backend *b, const be_layer_rest *r);
+    /* Optional (NULL: attention_qkv, then layer_rest): the two in one op,
+     * r->att being a->out. Returns 0 when enqueued, 1 when the backend does
+     * not take these arguments (nothing enqueued: the caller makes the
+     * calls). Results agree with the two ops' within the rounding of other
+     * summation orders; the cache is the same. */
+    int (*attention_rest)(backend *b, const be_attend *a, const be_layer_rest *r);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
     /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
      * one pass of the activations, and one launch on a GPU. */

@@ -1525,6 +1525,181 @@ static void test_layer_rest_declines(backend *gt, int qkv) {
     CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
 }
 
+/* attention_rest (GEM_CUDA_TAIL_COMB=1, f16 caches): the one-token
+ * attention launched without its combine and the layer kernel combining
+ * the split partials as its first phase, against attention_qkv and the
+ * op-by-op rest on the f16-cache default (gpu_f16). Both backends fill
+ * their caches from the same prompt through attention_qkv (the same
+ * kernels: equal caches), then take one-token steps from the same h and
+ * raw projections: att (only the order of the combine's sums differs:
+ * 1e-5 relative), h, a and the next q/k/v (layer_rest's bound) agree, and
+ * the caches are equal bit for bit after. Attention shapes: a ring of two
+ * splits from position 0 through wrapping (one split used, then both),
+ * the 31B sliding layer with its window full (32 splits), the 31B full
+ * layer at depth 9000 (K as V with rope_freqs; 250 of 256 splits used,
+ * the combine's 16 warps per head block) and the 12B full layer (16 query
+ * heads of 512 in two groups). Then what it declines with nothing done: two
+ * tokens, an output that is not att, and an o weight of other width than
+ * the heads. */
+static void test_attention_rest(backend *gc, const char *what, int qkv) {
+    CHECKF(gc->attention_rest != NULL, "%s: the backend offers no attention_rest", what);
+    if (!gc->attention_rest || !gpu_f16) return;
+    const struct {
+        int nh, kvh, d, window, cap, kasv, prompt, steps, H, F;
+        uint32_t type;
+    } cases[] = {{4, 2, 256, 64, 64, 0, 0, 70, 256, 512, QT_Q4_0},
+                 {32, 16, 256, 1024, 1024, 0, 1100, 3, 5376, 21504, QT_Q4_0},
+                 {32, 4, 512, 0, 16384, 1, 9000, 2, 1536, 6144, QT_Q8_0},
+                 {16, 1, 512, 0, 4096, 1, 100, 2, 1024, 2048, QT_Q4_0}};
+    backend *bs[2] = {gpu_f16, gc};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int nh = cases[ci].nh, kvh = cases[ci].kvh, d = cases[ci].d, window = cases[ci].window;
+        const int full = window == 0, kasv = cases[ci].kasv, H = cases[ci].H, F = cases[ci].F, K = nh * d;
+        const float theta = full ? 1e6f : 1e4f;
+        const double tol = 2e-3 * fmax(1.0, sqrt(2048.0 / H)); /* as test_layer_rest's */
+        const uint32_t ty = cases[ci].type;
+        gem_err err;
+        tensor qn = make_tensor(QT_F32, d, 1), kn = make_tensor(QT_F32, d, 1), ff = make_tensor(QT_F32, d / 2, 1);
+        for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < d / 8 ? 1.0f : 1e30f; /* as rope_freqs */
+        tensor Wo = make_tensor(ty, K, H), Wg = make_tensor(ty, H, F), Wu = make_tensor(ty, H, F),
+               Wd = make_tensor(ty, F, H), Wo2 = make_tensor(ty, K / 2, H);
+        tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
+                         make_tensor(QT_F32, H, 1)};
+        const int nq = qkv ? 3 : 0, qm[3] = {K, K / 2 - 1, K / 2};
+        tensor Wq[3];
+        for (int i = 0; i < nq; i++) Wq[i] = make_tensor(ty, H, qm[i]);
+        be_weight *w[2][12], *wq[2][3];
+        be_kv *kv[2];
+        be_buf *q[2], *k[2], *v[2], *att[2], *h[2], *a[2], *o[2], *act[2], *dn[2], *qo[2][3];
+        for (int b = 0; b < 2; b++) {
+            backend *g = bs[b];
+            const tensor *ts[12] = {&qn, &kn, &ff, &Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &Wo2};
+            for (int i = 0; i < 12; i++) w[b][i] = g->weight(g, &ts[i]->t, &err);
+            kv[b] = g->kv_new(g, kvh, d, cases[ci].cap, !full, &err);
+            q[b] = put(g, NULL, (size_t)3250 * K), k[b] = put(g, NULL, (size_t)3250 * kvh * d);
+            v[b] = put(g, NULL, (size_t)3250 * kvh * d), att[b] = put(g, NULL, (size_t)3250 * K);
+            h[b] = put(g, NULL, (size_t)H), a[b] = put(g, NULL, (size_t)H), o[b] = put(g, NULL, (size_t)H);
+            act[b] = put(g, NULL, (size_t)F), dn[b] = put(g, NULL, (size_t)H);
+            for (int i = 0; i < nq; i++) wq[b][i] = g->weight(g, &Wq[i].t, &err), qo[b][i] = put(g, NULL, (size_t)qm[i]);
+        }
+        const be_weight *ffw[2] = {full && kasv ? w[0][2] : NULL, full && kasv ? w[1][2] : NULL};
+        /* the prompt through attention_qkv on both, in tiles of at most 3250 */
+        int pos = 0;
+        for (int left = cases[ci].prompt; left > 0;) {
+            const int n = left < 3250 ? left : 3250;
+            float *qx = rand_vec((size_t)n * K, 3.0f), *kx = rand_vec((size_t)n * kvh * d, 0.5f),
+                  *vx = rand_vec((size_t)n * kvh * d, 2.0f);
+            int32_t *ids = calloc((size_t)n, sizeof *ids);
+            for (int b = 0; b < 2; b++) {
+                backend *g = bs[b];
+                g->upload(g, q[b], 0, qx, (size_t)n * K), g->upload(g, k[b], 0, kx, (size_t)n * kvh * d);
+                g->upload(g, v[b], 0, vx, (size_t)n * kvh * d);
+                g->set_step(g, ids, n, pos);
+                g->attention_qkv(g, q[b], w[b][0], k[b], w[b][1], v[b], kasv, kv[b], n, pos, nh, kvh, d, 1e-6f, theta,
+                                 ffw[b], window, att[b]);
+            }
+            free(qx), free(kx), free(vx), free(ids);
+            pos += n, left -= n;
+        }
+        int ok = 1;
+        for (int t = 0; ok && t < cases[ci].steps; t++, pos++) {
+            float *qx = rand_vec((size_t)K, 3.0f), *kx = rand_vec((size_t)kvh * d, 0.5f),
+                  *vx = rand_vec((size_t)kvh * d, 2.0f), *h0 = rand_vec((size_t)H, 1.0f);
+            const int32_t id = 0;
+            for (int b = 0; b < 2; b++) {
+                backend *g = bs[b];
+                g->upload(g, q[b], 0, qx, (size_t)K), g->upload(g, k[b], 0, kx, (size_t)kvh * d);
+                g->upload(g, v[b], 0, vx, (size_t)kvh * d), g->upload(g, h[b], 0, h0, (size_t)H);
+                g->set_step(g, &id, 1, pos);
+            }
+            /* the two ops, then the rest op by op */
+            backend *g = gpu_f16;
+            g->attention_qkv(g, q[0], w[0][0], k[0], w[0][1], v[0], kasv, kv[0], 1, pos, nh, kvh, d, 1e-6f, theta, ffw[0],
+                             window, att[0]);
+            g->matmul(g, w[0][3], att[0], 1, o[0]);
+            g->add_rmsnorm_norm(g, h[0], o[0], w[0][7], NULL, w[0][8], 1, H, 1e-6f, a[0]);
+            g->matmul_geglu(g, w[0][4], w[0][5], a[0], 1, act[0]);
+            g->matmul(g, w[0][6], act[0], 1, dn[0]);
+            g->add_rmsnorm_norm(g, h[0], dn[0], w[0][9], NULL, w[0][10], 1, H, 1e-6f, a[0]);
+            if (nq) g->matmul_multi(g, nq, (const be_weight *const *)wq[0], a[0], 1, qo[0]);
+            /* the one op */
+            const be_attend at = {q[1], k[1], v[1], w[1][0], w[1][1], ffw[1], kasv, kv[1], 1, pos, nh, kvh, d, window,
+                                  1e-6f, theta, att[1]};
+            be_layer_rest r = {att[1], w[1][3], w[1][7], w[1][8], w[1][4], w[1][5], w[1][6], w[1][9], NULL, w[1][10],
+                               h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, nq, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
+            for (int i = 0; i < nq; i++) r.next_w[i] = wq[1][i], r.next_out[i] = qo[1][i];
+            const int took = gc->attention_rest(gc, &at, &r);
+            CHECKF(took == 0, "%s: attention_rest declined heads %d/%d d %d window %d at %d", what, nh, kvh, d, window,
+                   pos);
+            if (took) ok = 0;
+            for (int out = 0; out < 3 + nq && ok; out++) {
+                be_buf *br = out == 0 ? att[0] : out == 1 ? h[0] : out == 2 ? a[0] : qo[0][out - 3],
+                       *bg = out == 0 ? att[1] : out == 1 ? h[1] : out == 2 ? a[1] : qo[1][out - 3];
+                const int len = out == 0 ? K : out < 3 ? H : qm[out - 3];
+                float *ref = get(gpu_f16, br, (size_t)len), *got = get(gc, bg, (size_t)len);
+                char label[160];
+                static const char *names[6] = {"att", "h", "a", "next q", "next k", "next v"};
+                snprintf(label, sizeof label, "%s: attention_rest %s, heads %d/%d d %d window %d at %d, H=%d %s", what,
+                         names[out], nh, kvh, d, window, pos, H, quant_type_name(ty));
+                if (out == 0) {
+                    CHECKF(close_enough(label, got, ref, (size_t)len, 1e-5, 1e-6), "%s", label);
+                    if (!close_enough(label, got, ref, (size_t)len, 1e-5, 1e-6)) ok = 0;
+                } else {
+                    const double scale_of = rms_of(ref, (size_t)len);
+                    double worst = 0;
+                    for (int i = 0; i < len; i++)
+                        worst = isnan(got[i]) ? INFINITY : fmax(worst, fabs((double)got[i] - ref[i]));
+                    if (t == 0) fprintf(stderr, "%s: largest difference %.3g of rms %.3g\n", label, worst, scale_of);
+                    CHECKF(worst <= tol * scale_of, "%s: %.3g > %.2g x %.3g", label, worst, tol, scale_of);
+                    if (!(worst <= tol * scale_of)) ok = 0;
+                }
+                free(ref), free(got);
+            }
+            free(qx), free(kx), free(vx), free(h0);
+        }
+        const int held = full || pos < cases[ci].cap ? pos : cases[ci].cap;
+        const size_t bytes = gc->kv_bytes(gc, kv[1], held);
+        unsigned char *c0 = malloc(bytes), *c1 = malloc(bytes);
+        gpu_f16->kv_save(gpu_f16, kv[0], held, c0);
+        gc->kv_save(gc, kv[1], held, c1);
+        CHECKF(ok && !memcmp(c0, c1, bytes), "%s: attention_rest: the caches after %d positions differ (heads %d/%d, d %d)",
+               what, pos, nh, kvh, d);
+        free(c0), free(c1);
+        /* declines, nothing enqueued (h as it was): two tokens, an output
+         * that is not att, an o weight of half the heads' width */
+        if (ci == 0) {
+            float *h0 = rand_vec((size_t)H, 1.0f);
+            gc->upload(gc, h[1], 0, h0, (size_t)H);
+            for (int c = 0; c < 3; c++) {
+                const be_attend at = {q[1], k[1], v[1], w[1][0], w[1][1], ffw[1], kasv, kv[1], c == 0 ? 2 : 1, pos, nh,
+                                      kvh, d, window, 1e-6f, theta, c == 1 ? o[1] : att[1]};
+                be_layer_rest r = {att[1], c == 2 ? w[1][11] : w[1][3], w[1][7], w[1][8], w[1][4], w[1][5], w[1][6],
+                                   w[1][9], NULL, w[1][10], h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, 0,
+                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}};
+                static const char *why[3] = {"two tokens", "an output other than att", "o of half the heads' width"};
+                CHECKF(gc->attention_rest(gc, &at, &r) == 1, "%s: attention_rest took %s", what, why[c]);
+            }
+            float *h1 = get(gc, h[1], (size_t)H);
+            CHECKF(close_enough("attention_rest decline", h1, h0, (size_t)H, 0, 0), "%s: a declined attention_rest "
+                   "changed h", what);
+            free(h0), free(h1);
+        }
+        CHECKF(gc->status(gc, &err) == 0, "%s: %s", what, err.msg);
+        for (int b = 0; b < 2; b++) {
+            backend *g = bs[b];
+            for (int i = 0; i < 12; i++) g->weight_free(g, w[b][i]);
+            g->kv_free(g, kv[b]);
+            be_buf *bufs[] = {q[b], k[b], v[b], att[b], h[b], a[b], o[b], act[b], dn[b]};
+            for (int i = 0; i < 9; i++) g->buf_free(g, bufs[i]);
+            for (int i = 0; i < nq; i++) g->weight_free(g, wq[b][i]), g->buf_free(g, qo[b][i]);
+        }
+        for (int i = 0; i < nq; i++) free_tensor(&Wq[i]);
+        free_tensor(&qn), free_tensor(&kn), free_tensor(&ff), free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu);
+        free_tensor(&Wd), free_tensor(&Wo2);
+        for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
+    }
+}
+
 /* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
  * read when a backend is created), the variable unset again. */
 static backend *variant(const char *var, const char *value, const backend_opts *o) {
@@ -1574,6 +1749,7 @@ int main(void) {
     unsetenv("GEM_CUDA_ATTN_BAR1");
     unsetenv("GEM_CUDA_TAIL");
     unsetenv("GEM_CUDA_TAIL_QKV");
+    unsetenv("GEM_CUDA_TAIL_COMB");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1655,6 +1831,20 @@ int main(void) {
         variant_done(gt);
     }
     progress("layer_rest");
+    /* the combine phase (attention_rest): f16 caches, with and without the
+     * next layer's q/k/v */
+    for (int v = 0; v < 2; v++) {
+        setenv("GEM_CUDA_TAIL_COMB", "1", 1);
+        if (v) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
+        backend *gc = variant("GEM_CUDA_TAIL", v ? "2" : "3", &gh);
+        unsetenv("GEM_CUDA_TAIL_COMB");
+        unsetenv("GEM_CUDA_TAIL_QKV");
+        if (gc) test_attention_rest(gc, v ? "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1"
+                                          : "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", v);
+        variant_done(gc);
+    }
+    CHECKF(gpu_f16 == NULL || gpu_f16->attention_rest == NULL, "the default backend offers attention_rest");
+    progress("attention_rest");
     test_attention();
     progress("attention");
     test_attention_deep();

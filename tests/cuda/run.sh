@@ -16,7 +16,9 @@
 # the default for f16 caches, is checked per op); the demo model and the
 # tiny and 1b quantized models also with the persistent layer kernel
 # (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0; with
-# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products).
+# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products), and the tiny
+# and 1b q4_0 models with f16 caches and the attention's combine inside it
+# (GEM_CUDA_TAIL_COMB=1).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -79,6 +81,15 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         [ -n "$tail" ] &&
             run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+        # with f16 caches, the attention's combine inside it (attention_rest)
+        case "$1 $2" in
+        "tiny q4_0") tail="GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1" ;;
+        "1b q4_0") tail="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1" ;;
+        *) tail= ;;
+        esac
+        [ -n "$tail" ] &&
+            run_model "cuda_model $1 $2 kv-f16 ($tail)" env GEM_CUDA_MMA=0 $tail \
+                build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 int8 kv-f16
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
 fi

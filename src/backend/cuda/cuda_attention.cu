@@ -10,7 +10,6 @@
 #define AT_THREADS 256
 #define AT_CHUNK 64
 #define AT_MAX_OWN 16 /* accumulators per thread: rows x ceil(head_dim / AT_THREADS) */
-#define AT_MIN_SPLIT 32
 #ifndef AT_KU
 #define AT_KU 2 /* key rows in flight per warp */
 #endif
@@ -48,16 +47,6 @@ __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int 
     return kv_ld1(cache + ((size_t)slot * kvh + h) * d + e);
 }
 
-/* The keys of a query block at positions qp_first..qp_last start at
- * `first` (its first query's window) and are cut into splits of `per`
- * keys, at least AT_MIN_SPLIT: at a shallow depth only the first few
- * splits have keys; the rest leave an empty partial the combine skips
- * without reading. Every attention kernel and the combines use this. */
-__device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int window, int nsplit, int &first, int &len) {
-    first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    len = qp_last - first + 1;
-    return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
-}
 /* The keys s0 .. s1 - 1 of split `split` of a one-token step at pos0 (s0 >=
  * s1: the split is empty). */
 __device__ __forceinline__ void one_token_split(int pos0, int window, int nsplit, int split, int &s0, int &s1) {
@@ -248,16 +237,9 @@ __global__ void __launch_bounds__(AT_THREADS)
 }
 
 /* Weights of the splits in parallel (a one-token step may have 256), then
- * each output element sums only the splits that had keys. */
-/* The number of splits with keys for query i: the split kernel's ranges
- * (per query block of QB) recomputed; splits past it wrote nothing. */
-__device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
-    const int i0 = i / QB * QB, pos0 = step[0];
-    int first, len;
-    const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
-    return min(nsplit, (len + per - 1) / per);
-}
-
+ * each output element sums only the splits that had keys
+ * (attn_used_splits: the split kernel's ranges per query block of QB
+ * recomputed; splits past it wrote nothing). */
 /* The combine's weights: each used split's exp(max_s - M) into wgt (0 for a
  * split that saw no key), M the largest split max; returns the weighted sum
  * of the splits' sums, L. Block-wide (red: 32 floats of shared memory);
@@ -1250,9 +1232,11 @@ static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_
 static int attn_tc_step(const cuda_backend *c, const be_kv *kv, int n) { return n == 1 && c->attn_dec == 3 && kv->f16; }
 
 /* attention, and with nr (a one-token step on k_attn_tc only, see
- * cu_attention_qkv) the q/k/v norms and rope folded into it */
+ * cu_attention_qkv) the q/k/v norms and rope folded into it; combine 0
+ * (split kernels only: attn_parts_run) leaves the split partials in
+ * c->part and c->pml, out unwritten */
 static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
-                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
+                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr, int combine) {
     if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
         const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
         const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
@@ -1293,7 +1277,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
     const size_t nblk = (size_t)n * n_head * d / 32;
-    const int quant = d % 32 == 0 &&
+    const int quant = combine && d % 32 == 0 &&
                       (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
                                          nblk * sizeof(int) <= c->xs.cap)) &&
                       !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
@@ -1363,6 +1347,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     LAUNCHED(c, tc ? (nr ? "attention (one-token, k_attn_tc+norm+rope)" : "attention (one-token, k_attn_tc)")
                 : dec ? "attention (one-token, k_attn_dec)"
                       : "attention");
+    if (!combine) return; /* (one-token: the kernels stored the new rows) */
     if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
@@ -1380,7 +1365,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out) {
     (void)pos0; /* read from the step buffer */
-    attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL);
+    attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL, 1);
 }
 
 /* qkv_norm_rope, then attention: one-token steps on k_attn_tc (f16
@@ -1394,11 +1379,30 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     if (c->attn_fuse && attn_tc_step(c, kv, n)) { /* (attention_run rejects unsupported head shapes itself) */
         const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
                           ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
-        attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr);
+        attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr, 1);
         return;
     }
     cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
     cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
+}
+
+/* The one-token fused path of cu_attention_qkv, for head shapes it runs
+ * (attention_run's checks), with its combine left to the layer kernel. */
+int attn_parts_take(const cuda_backend *c, const be_attend *a) {
+    const int d = a->head_dim;
+    return c->attn_fuse && attn_tc_step(c, a->kv, a->n) && a->n_kv_head > 0 && a->n_head % a->n_kv_head == 0 &&
+           d % 128 == 0 && d <= 512;
+}
+
+void attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p) {
+    const int d = a->head_dim;
+    const tc_nr nr = {a->qw ? (const float *)a->qw->q : NULL, a->kw ? (const float *)a->kw->q : NULL,
+                      a->freq_factors ? (const float *)a->freq_factors->q : NULL, a->eps,
+                      rope_theta_scale(a->theta, d), a->v_from_k};
+    attention_run(c, a->q, a->k, a->v, a->kv, a->n, a->n_head, a->n_kv_head, d, a->window, a->out, &nr, 0);
+    /* after the launch: attention_run may have grown the scratch */
+    p->part = (const float *)c->part.p, p->pml = (const float *)c->pml.p;
+    p->n_head = a->n_head, p->d = d, p->nsplit = attn_splits(a->kv, a->n), p->window = a->window;
 }
 
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {

@@ -151,12 +151,15 @@ typedef struct {
     /* the rest of a layer as one persistent kernel (cuda_tail.cu;
      * GEM_CUDA_TAIL): 0 off, 1 + its prefetch level (see k_tail); its
      * barrier counter and task counters (device, zeroed at creation), its
-     * grid per [q4_0] (0: not yet asked, -1: cannot run), the gate/up
+     * grid per kernel (0: not yet asked, -1: cannot run), the gate/up
      * output's codes, h' and the o and down row parts */
     int tail;
     int tail_qkv; /* it also runs the next layer's q/k/v products (GEM_CUDA_TAIL_QKV=1) */
+    /* it also combines the one-token attention's split partials, as its
+     * first phase (GEM_CUDA_TAIL_COMB=1: the seam's attention_rest) */
+    int tail_comb;
     unsigned long long *tail_sync;
-    int tail_grid[2];
+    int tail_grid[2][2]; /* [q4_0][with the combine phase] */
     scratch tail_q, tail_h;
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
@@ -255,12 +258,13 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_TAIL_END, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_TAIL_END,
+    CT_TAIL_C, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end,tail_c"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -449,6 +453,27 @@ static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, i
     act_cache_set(c, &c->xq_of, p, n, K);
 }
 
+/* The keys of a query block at positions qp_first..qp_last start at
+ * `first` (its first query's window) and are cut into splits of `per`
+ * keys, at least AT_MIN_SPLIT: at a shallow depth only the first few
+ * splits have keys; the rest leave an empty partial the combine skips
+ * without reading. Every attention kernel and the combines (the layer
+ * kernel's too) use this. */
+#define AT_MIN_SPLIT 32
+__device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int window, int nsplit, int &first, int &len) {
+    first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    len = qp_last - first + 1;
+    return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+}
+/* The splits of query row i's block (QB rows) that hold keys: the
+ * combines read these and no further. */
+__device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
+    const int i0 = i / QB * QB, pos0 = step[0];
+    int first, len;
+    const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
+    return min(nsplit, (len + per - 1) / per);
+}
+
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
  * fused and unfused gating round identically). */
 __device__ __forceinline__ float gelu_tanh_f(float x) {
@@ -569,6 +594,18 @@ cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
 /* activations to 8-bit codes, a warp per 32-value block (cuda_matmul.cu) */
 __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s);
 int cu_layer_rest(backend *b, const be_layer_rest *r);
+int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r);
+/* A one-token attention's split partials left uncombined (cuda_attention.cu
+ * for cuda_tail.cu): attn_parts_take says whether attention_qkv would run
+ * a's step on k_attn_tc with the norms and rope folded in (nothing
+ * launched); attn_parts_run launches that attention without its combine
+ * and describes the partials (valid until the next attention). */
+struct attn_parts {
+    const float *part, *pml; /* [n_head][nsplit][d], [n_head][nsplit][2] */
+    int n_head, d, nsplit, window;
+};
+int attn_parts_take(const cuda_backend *c, const be_attend *a);
+void attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p);
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
 void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,

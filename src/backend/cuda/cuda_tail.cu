@@ -147,6 +147,14 @@ struct tail_job {
     float *h, *act, *a;
     float *hs;       /* h after the first add (H) */
     float *op, *dp;  /* the o and down products' row parts (sp_o x H, sp_d x H) */
+    /* the attention's split partials to combine into att and its codes
+     * first (part NULL: att comes combined, its codes in xq_att) */
+    struct {
+        const float *part, *pml;
+        const int *step;
+        float *att;
+        int n_head, d, nsplit, window;
+    } cb;
     unsigned long long *bar;
     unsigned *ctr; /* the o, gate/up, down and q/k/v phases' task counters */
     int H, F, K;
@@ -351,6 +359,59 @@ __device__ __forceinline__ float tail_add_norm(const float *parts, int sp, const
     return 1.0f / sqrtf(block_sum(ss2, sh) / (float)H + eps);
 }
 
+/* The combine phase (attention_rest): the one-token attention's split
+ * partials weighed as k_attn_combine_wide weighs them (exp(max_s - M) per
+ * split that saw keys, L the weighted sum of the splits' sums), into att
+ * and its 8-bit codes (the o phase's input: xq, xd, xs). An item is one
+ * head's 32-value block; G warps of a block share it (as many as the
+ * grid's warps allow, up to all 16: the 31B's full layers at depth have
+ * 256 splits), warp g summing splits g, g + G, ..., and the item's first
+ * warp adds the G sums in order, so the result does not depend on
+ * timing. The loop's bound is the same for every warp of a block (its
+ * barriers). */
+__device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int D = j.cb.d, nsplit = j.cb.nsplit, nblk = D / 32, items = j.cb.n_head * nblk;
+    int G = TAIL_WARPS;
+    while (G > 1 && (int)gridDim.x * (TAIL_WARPS / G) < items) G >>= 1;
+    const int per_block = TAIL_WARPS / G;
+    const int used = attn_used_splits(j.cb.step, 0, 1, 1, j.cb.window, nsplit);
+    for (int base = blockIdx.x * per_block; base < items; base += gridDim.x * per_block) {
+        const int item = base + warp / G, g = warp % G;
+        float o = 0, L = 0;
+        if (item < items) {
+            const int hq = item / nblk;
+            const float *ml = j.cb.pml + (size_t)hq * nsplit * 2;
+            float M = -INFINITY;
+            for (int s = lane; s < used; s += 32) M = fmaxf(M, ml[2 * s]);
+            M = warp_max(M); /* finite: this step's key is in a split */
+            if (g == 0) {
+                for (int s = lane; s < used; s += 32) {
+                    const float m = ml[2 * s];
+                    L += (m == -INFINITY ? 0.0f : expf(m - M)) * ml[2 * s + 1];
+                }
+                L = warp_sum(L);
+            }
+            const float *pp = j.cb.part + (size_t)hq * nsplit * D + (size_t)(item % nblk) * 32 + lane;
+#pragma unroll 8
+            for (int s = g; s < used; s += G) {
+                const float m = ml[2 * s];
+                o += (m == -INFINITY ? 0.0f : expf(m - M)) * pp[(size_t)s * D];
+            }
+        }
+        red[warp * 32 + lane] = o;
+        __syncthreads();
+        if (item < items && g == 0) {
+            for (int q = 1; q < G; q++) o += red[(warp + q) * 32 + lane];
+            o *= 1.0f / L;
+            const size_t e = (size_t)item * 32 + lane; /* = head D + element: D is a multiple of 32 */
+            j.cb.att[e] = o;
+            quantize_block32(o, (size_t)item, lane, j.xq, j.xd, j.xs);
+        }
+        __syncthreads(); /* red is the next round's */
+    }
+}
+
 /* Rows in shared memory: hsm (the row being normed, H floats), wsm (the
  * second norm's weights, H floats), then a's codes for the gate/up phase:
  * cq (H bytes), cd and cs (H / 32 scales and code sums). */
@@ -359,8 +420,9 @@ static size_t tail_smem_bytes(int H) { return (size_t)H * 2 * sizeof(float) + (s
 /* PF: 0 no weights before a wait; 1 the next product's first round before
  * each grid barrier's wait; 2 also the o product's first round before the
  * grid dependency wait (weights are not written by any kernel, see
- * pdl_wait). */
-template <int Q4, int PF>
+ * pdl_wait). COMB: the combine phase first (j.cb; attention_rest), a
+ * template flag so that the kernels without it keep their registers. */
+template <int Q4, int PF, bool COMB>
 __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE(CT_TAIL);
     tail_times tt;
@@ -371,7 +433,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE_RELEASED();
     tt.released = trace_now();
     extern __shared__ float4 tail_smem[];
-    __shared__ float sh[32];
+    __shared__ float sh[32], cred[COMB ? TAIL_WARPS * 32 : 1];
     const int H = j.H, F = j.F, n4 = H / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float4 *h4 = tail_smem, *w4 = tail_smem + n4;
     int8_t *cq = (int8_t *)(w4 + n4);
@@ -379,8 +441,16 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     int *cs = (int *)(cd + H / 32);
     unsigned long long target;
 
+    /* att and its codes from the attention's partials (attention_rest) */
+    if (COMB) {
+        tail_combine(j, cred);
+        target = tail_arrive(j.bar, CT_TAIL_C, tt);
+        if (PF == 1) tail_preload<Q4, false>(R, j.mo, j.K);
+        tail_wait(j.bar, target, tt);
+    }
+
     /* o = Wo att */
-    tail_phase<Q4, false>(R, PF >= 2, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
+    tail_phase<Q4, false>(R, PF >= 2 || (PF == 1 && COMB), j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
     if (PF) tail_preload<Q4, true>(R, j.mgu, H);
     tail_wait(j.bar, target, tt);
@@ -441,10 +511,12 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
 
 static int f32_vec(const be_weight *w, int n) { return w && w->fmt == DW_F32 && w->ne0 == n && w->ne1 == 1; }
 
-/* The seam's layer_rest: 0 when enqueued, 1 when these arguments are not
- * the kernel's (nothing enqueued; the model makes the op-by-op calls). */
-int cu_layer_rest(backend *b, const be_layer_rest *r) {
-    cuda_backend *c = cu_of(b);
+/* The seam's layer_rest, and with `at` its attention_rest (the attention
+ * launched without its combine, which the kernel's first phase does): 0
+ * when enqueued, 1 when these arguments are not the kernel's (nothing
+ * enqueued; the model makes the other calls). Every check comes before
+ * the first launch. */
+static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at) {
     if (!c->tail || r->n != 1 || c->gelu_fp16 || !c->tail_sync || (r->next_count && !c->tail_qkv)) return 1;
     const be_weight *Wo = r->o, *Wg = r->gate, *Wu = r->up, *Wd = r->down;
     const int fmt = Wo->fmt, q4 = fmt == DW_Q4_0;
@@ -469,6 +541,11 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
             return 1;
     /* blocks read h, att and (last) write a, act, q/k/v while others still
      * read: distinct buffers only (the seam says so) */
+    /* attention_rest: a one-token step of the fused k_attn_tc whose output
+     * is att, of the o product's width */
+    if (at && (!c->tail_comb || at->out != r->att || at->n != 1 || !attn_parts_take(c, at) ||
+               at->n_head * at->head_dim != K))
+        return 1;
     const float *bufs[7] = {r->h->d, r->att->d, r->act->d, r->next_norm ? r->a->d : NULL, NULL, NULL, NULL};
     for (int i = 0; i < nq; i++) bufs[4 + i] = r->next_out[i]->d;
     for (int x = 0; x < 7; x++)
@@ -476,16 +553,20 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
     const size_t smem = tail_smem_bytes(H);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
-    static void (*const kerns[2][3])(tail_job) = {{k_tail<0, 0>, k_tail<0, 1>, k_tail<0, 2>},
-                                                  {k_tail<1, 0>, k_tail<1, 1>, k_tail<1, 2>}};
-    void (*kern)(tail_job) = kerns[q4][pf];
+    static void (*const kerns[2][3][2])(tail_job) = {
+        {{k_tail<0, 0, false>, k_tail<0, 0, true>}, {k_tail<0, 1, false>, k_tail<0, 1, true>},
+         {k_tail<0, 2, false>, k_tail<0, 2, true>}},
+        {{k_tail<1, 0, false>, k_tail<1, 0, true>}, {k_tail<1, 1, false>, k_tail<1, 1, true>},
+         {k_tail<1, 2, false>, k_tail<1, 2, true>}}};
+    const int comb = at != NULL;
+    void (*kern)(tail_job) = kerns[q4][pf][comb];
     /* The grid: every block resident at once, sized once per kernel for the
      * largest rows (the shared-memory attribute is the process's, never
      * lowered: another backend with other rows sets the same value), and
      * one grid for every launch on the barrier counter (its targets are
      * multiples of the grid): a kernel whose occupancy gives another grid
-     * is declined. */
-    int *grid = &c->tail_grid[q4];
+     * than one already sized is declined. */
+    int *grid = &c->tail_grid[q4][comb];
     if (*grid == 0) {
         const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4);
         int per_sm = 0;
@@ -498,7 +579,9 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
             *grid = per_sm * c->n_sm;
         }
     }
-    if (*grid < 1 || (c->tail_grid[!q4] > 0 && c->tail_grid[!q4] != *grid)) return 1;
+    if (*grid < 1) return 1;
+    for (int k = 0; k < 4; k++)
+        if (c->tail_grid[k / 2][k % 2] > 0 && c->tail_grid[k / 2][k % 2] != *grid) return 1;
     /* rows cut into parts of at most one round of a warp's loads
      * (tail_task_of): 32 lanes x 8 (q4_0) or 4 (q8_0) blocks */
     const int round = 32 * (q4 ? 8 : 4), sp_o = (K / 32 + round - 1) / round, sp_d = (F / 32 + round - 1) / round;
@@ -512,9 +595,9 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
                          c->tail_h.cap < need[3]))
         return 1;
     /* att's codes from the op that made att, unless the scratch must grow
-     * (a new buffer holds no codes) */
-    const int cached = act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
-                       c->xd.cap >= need[1] && c->xs.cap >= need[1];
+     * (a new buffer holds no codes); with `at` the kernel makes them */
+    const int cached = at || (act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
+                              c->xd.cap >= need[1] && c->xs.cap >= need[1]);
     if (!cached) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
     if (grow(c, &c->xq, need[0]) || grow(c, &c->xd, need[1]) || grow(c, &c->xs, need[1]) ||
         grow(c, &c->tail_q, need[2]) || grow(c, &c->tail_h, need[3]))
@@ -526,6 +609,12 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     }
     tail_job j;
     memset(&j, 0, sizeof j);
+    if (at) {
+        attn_parts p;
+        attn_parts_run(c, at, &p);
+        j.cb.part = p.part, j.cb.pml = p.pml, j.cb.step = c->step, j.cb.att = r->att->d;
+        j.cb.n_head = p.n_head, j.cb.d = p.d, j.cb.nsplit = p.nsplit, j.cb.window = p.window;
+    }
     j.hs = (float *)c->tail_h.p;
     j.op = j.hs + H;
     j.dp = j.op + (size_t)sp_o * H;
@@ -566,3 +655,7 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) {
     if (r->next_norm) quantized_cache_set(c, r->a->d, 1, H);
     return 0;
 }
+
+int cu_layer_rest(backend *b, const be_layer_rest *r) { return tail_run(cu_of(b), r, NULL); }
+
+int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r) { return tail_run(cu_of(b), r, a); }
