@@ -1535,13 +1535,14 @@ static void test_layer_rest_declines(backend *gt, int qkv) {
  * 1e-5 relative), h, a and the next q/k/v (layer_rest's bound) agree, and
  * the caches are equal bit for bit after. Attention shapes: a ring of two
  * splits from position 0 through wrapping (one split used, then both),
- * the 31B sliding layer with its window full (32 splits), the 31B full
- * layer at depth 9000 (K as V with rope_freqs; 250 of 256 splits used,
- * the combine's 16 warps per head block) and the 12B full layer (16 query
- * heads of 512 in two groups). Then what it declines with nothing done: two
- * tokens, an output that is not att, and an o weight of other width than
- * the heads. */
-static void test_attention_rest(backend *gc, const char *what, int qkv) {
+ * the 31B sliding layer with its window full (32 splits; 8 warps per head
+ * block in the combine on 132 multiprocessors), the 31B full layer at
+ * depth 9000 (K as V with rope_freqs; 251 of 256 splits used, 4 warps per
+ * head block) and the 12B full layer (16 query heads of 512 in two
+ * groups); `small`: the first and the last only. Then what it declines
+ * with nothing done (h and the cache as they were): two tokens, an output
+ * that is not att, and an o weight of other width than the heads. */
+static void test_attention_rest(backend *gc, const char *what, int qkv, int small) {
     CHECKF(gc->attention_rest != NULL, "%s: the backend offers no attention_rest", what);
     if (!gc->attention_rest || !gpu_f16) return;
     const struct {
@@ -1553,6 +1554,7 @@ static void test_attention_rest(backend *gc, const char *what, int qkv) {
                  {16, 1, 512, 0, 4096, 1, 100, 2, 1024, 2048, QT_Q4_0}};
     backend *bs[2] = {gpu_f16, gc};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        if (small && ci != 0 && ci + 1 != sizeof cases / sizeof cases[0]) continue;
         const int nh = cases[ci].nh, kvh = cases[ci].kvh, d = cases[ci].d, window = cases[ci].window;
         const int full = window == 0, kasv = cases[ci].kasv, H = cases[ci].H, F = cases[ci].F, K = nh * d;
         const float theta = full ? 1e6f : 1e4f;
@@ -1665,11 +1667,13 @@ static void test_attention_rest(backend *gc, const char *what, int qkv) {
         CHECKF(ok && !memcmp(c0, c1, bytes), "%s: attention_rest: the caches after %d positions differ (heads %d/%d, d %d)",
                what, pos, nh, kvh, d);
         free(c0), free(c1);
+        c0 = c1 = NULL;
         /* declines, nothing enqueued (h as it was): two tokens, an output
          * that is not att, an o weight of half the heads' width */
         if (ci == 0) {
             float *h0 = rand_vec((size_t)H, 1.0f);
             gc->upload(gc, h[1], 0, h0, (size_t)H);
+            gc->kv_save(gc, kv[1], held, c1 = malloc(bytes));
             for (int c = 0; c < 3; c++) {
                 const be_attend at = {q[1], k[1], v[1], w[1][0], w[1][1], ffw[1], kasv, kv[1], c == 0 ? 2 : 1, pos, nh,
                                       kvh, d, window, 1e-6f, theta, c == 1 ? o[1] : att[1]};
@@ -1682,7 +1686,10 @@ static void test_attention_rest(backend *gc, const char *what, int qkv) {
             float *h1 = get(gc, h[1], (size_t)H);
             CHECKF(close_enough("attention_rest decline", h1, h0, (size_t)H, 0, 0), "%s: a declined attention_rest "
                    "changed h", what);
-            free(h0), free(h1);
+            c0 = malloc(bytes);
+            gc->kv_save(gc, kv[1], held, c0);
+            CHECKF(!memcmp(c0, c1, bytes), "%s: a declined attention_rest changed the cache", what);
+            free(h0), free(h1), free(c0), free(c1);
         }
         CHECKF(gc->status(gc, &err) == 0, "%s: %s", what, err.msg);
         for (int b = 0; b < 2; b++) {
@@ -1833,14 +1840,17 @@ int main(void) {
     progress("layer_rest");
     /* the combine phase (attention_rest): f16 caches, with and without the
      * next layer's q/k/v */
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 3; v++) {
+        /* the prefetch levels 3, 2 (with the next q/k/v) and 1 (small cases) */
+        static const char *level[3] = {"3", "2", "1"}, *name[3] = {
+            "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1",
+            "GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_COMB=1"};
         setenv("GEM_CUDA_TAIL_COMB", "1", 1);
-        if (v) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
-        backend *gc = variant("GEM_CUDA_TAIL", v ? "2" : "3", &gh);
+        if (v == 1) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
+        backend *gc = variant("GEM_CUDA_TAIL", level[v], &gh);
         unsetenv("GEM_CUDA_TAIL_COMB");
         unsetenv("GEM_CUDA_TAIL_QKV");
-        if (gc) test_attention_rest(gc, v ? "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1"
-                                          : "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", v);
+        if (gc) test_attention_rest(gc, name[v], v == 1, v == 2);
         variant_done(gc);
     }
     CHECKF(gpu_f16 == NULL || gpu_f16->attention_rest == NULL, "the default backend offers attention_rest");

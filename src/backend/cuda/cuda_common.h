@@ -599,13 +599,14 @@ int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r);
  * for cuda_tail.cu): attn_parts_take says whether attention_qkv would run
  * a's step on k_attn_tc with the norms and rope folded in (nothing
  * launched); attn_parts_run launches that attention without its combine
- * and describes the partials (valid until the next attention). */
+ * and describes the partials (valid until the next attention), or returns
+ * -1 having launched nothing (a sticky error: scratch it could not grow). */
 struct attn_parts {
     const float *part, *pml; /* [n_head][nsplit][d], [n_head][nsplit][2] */
     int n_head, d, nsplit, window;
 };
 int attn_parts_take(const cuda_backend *c, const be_attend *a);
-void attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p);
+int attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p);
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
 void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,

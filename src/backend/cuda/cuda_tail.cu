@@ -17,7 +17,10 @@
  * depend on the phase before), with 3 also the o product's before the grid
  * dependency wait. GEM_CUDA_TAIL_QKV=1 adds the next layer's q/k/v products
  * as a last phase (every block already has the codes of their input), so
- * the layer loop's next kernel is the attention.
+ * the layer loop's next kernel is the attention. GEM_CUDA_TAIL_COMB=1 (the
+ * seam's attention_rest, f16 caches) adds a first phase and a fifth
+ * barrier: the one-token attention, launched without its combine, leaves
+ * its split partials, and the kernel combines them into att and its codes.
  *
  * Invariants:
  * - Every block is resident at once (grid = multiprocessors x the
@@ -38,10 +41,11 @@
  *   tasks w, w + W, ... for its static rounds, then takes the rest from the
  *   phase's counter (atomicAdd); block 0 zeroes that counter after the
  *   barrier that ends the phase (the q/k/v phase's, which no barrier
- *   follows, after the first barrier of the next launch), so the next
+ *   follows, after the o phase's barrier of the next launch), so the next
  *   launch finds it zero.
- * - Data another block wrote in this launch (the o and down row parts, the
- *   gate/up output and its codes, h') is read with plain loads after a barrier
+ * - Data another block wrote in this launch (att's codes with the combine
+ *   phase, the o and down row parts, the gate/up output and its codes, h')
+ *   is read with plain loads after a barrier
  *   (its fences order them), never through the read-only path (__ldg),
  *   which is not coherent with writes during the kernel.
  * - Results are those of the op-by-op path within the rounding of other
@@ -135,7 +139,7 @@ struct tail_job {
     tail_mats mo, mgu, mdn, mqkv;
     const float *n_pa, *n_ffn, *n_pf; /* norm weights */
     const float *n_next, *scale;      /* NULL: the last layer; no layer scale */
-    const int8_t *xq_att;             /* att's codes (written before the launch) */
+    const int8_t *xq_att;             /* att's codes (written before the launch, or by the combine phase) */
     const float *xd_att;
     const int *xs_att;
     int8_t *tq; /* the gate/up output's codes (F), written and read in the launch */
@@ -364,11 +368,12 @@ __device__ __forceinline__ float tail_add_norm(const float *parts, int sp, const
  * split that saw keys, L the weighted sum of the splits' sums), into att
  * and its 8-bit codes (the o phase's input: xq, xd, xs). An item is one
  * head's 32-value block; G warps of a block share it (as many as the
- * grid's warps allow, up to all 16: the 31B's full layers at depth have
- * 256 splits), warp g summing splits g, g + G, ..., and the item's first
+ * grid's warps allow, up to all 16: a full layer at depth has up to 256
+ * splits), warp g summing splits g, g + G, ..., and the item's first
  * warp adds the G sums in order, so the result does not depend on
  * timing. The loop's bound is the same for every warp of a block (its
- * barriers). */
+ * barriers). On the H200's 132 multiprocessors the 31B's sliding layers
+ * (256 items) get 8 warps per item, its full layers (512) 4. */
 __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = j.cb.d, nsplit = j.cb.nsplit, nblk = D / 32, items = j.cb.n_head * nblk;
@@ -598,7 +603,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
      * (a new buffer holds no codes); with `at` the kernel makes them */
     const int cached = at || (act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
                               c->xd.cap >= need[1] && c->xs.cap >= need[1]);
-    if (!cached) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
+    if (!cached || at) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
     if (grow(c, &c->xq, need[0]) || grow(c, &c->xd, need[1]) || grow(c, &c->xs, need[1]) ||
         grow(c, &c->tail_q, need[2]) || grow(c, &c->tail_h, need[3]))
         return 1; /* the error is sticky: status() reports it */
@@ -611,7 +616,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     memset(&j, 0, sizeof j);
     if (at) {
         attn_parts p;
-        attn_parts_run(c, at, &p);
+        if (attn_parts_run(c, at, &p)) return 0; /* taken, failed: the sticky error says why */
         j.cb.part = p.part, j.cb.pml = p.pml, j.cb.step = c->step, j.cb.att = r->att->d;
         j.cb.n_head = p.n_head, j.cb.d = p.d, j.cb.nsplit = p.nsplit, j.cb.window = p.window;
     }
@@ -650,7 +655,8 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     j.H = H, j.F = F, j.K = K;
     j.eps = r->eps;
     launch(c, kern, *grid, TAIL_THREADS, smem, j);
-    LAUNCHED(c, "layer rest (persistent)");
+    /* the names tell in a profile (GEM_CUDA_PROFILE=1) which form ran */
+    LAUNCHED(c, at ? "layer rest (persistent, combine)" : "layer rest (persistent)");
     /* a's codes stay in xq for the products of a after this op */
     if (r->next_norm) quantized_cache_set(c, r->a->d, 1, H);
     return 0;
