@@ -1048,10 +1048,14 @@ static int cu_read_settings(long v[CS_N], gem_err *err) {
     }
     for (size_t i = 0; i < sizeof cu_names_only / sizeof cu_names_only[0]; i++) names[n++] = cu_names_only[i];
     if (env_known("GEM_CUDA_", names, n, err)) return gem_err_wrap(err, "backend 'cuda'");
-    if (v[CS_TAIL_QKV] && !v[CS_TAIL])
-        return gem_err_set(err, "backend 'cuda': GEM_CUDA_TAIL_QKV=1 needs GEM_CUDA_TAIL (1, 2 or 3)");
-    if (v[CS_TAIL_COMB] && !v[CS_TAIL])
-        return gem_err_set(err, "backend 'cuda': GEM_CUDA_TAIL_COMB=1 needs GEM_CUDA_TAIL (1, 2 or 3)");
+    /* the layer kernel's parts, asked for without it (whatever the
+     * defaults: only a value set in the environment is the caller's ask) */
+    for (int i = CS_TAIL_QKV; i <= CS_TAIL_COMB; i++) {
+        const char *e = getenv(cu_settings[i].name);
+        if (v[i] && !v[CS_TAIL] && e && *e)
+            return gem_err_set(err, "backend 'cuda': %s=1 needs GEM_CUDA_TAIL (1, 2 or 3)", cu_settings[i].name);
+    }
+    if (!v[CS_TAIL]) v[CS_TAIL_QKV] = v[CS_TAIL_COMB] = 0;
     return 0;
 }
 
