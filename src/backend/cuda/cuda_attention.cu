@@ -256,7 +256,7 @@ __device__ __forceinline__ float combine_weights(const float *ml, int used, floa
     __syncthreads();
     float L = 0;
     for (int s = tid; s < used; s += blockDim.x) {
-        const float wt = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
+        const float wt = attn_split_weight(ml[2 * s], M);
         wgt[s] = wt;
         L += wt * ml[2 * s + 1];
     }
@@ -1231,10 +1231,6 @@ static void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_
  * caches, unless GEM_CUDA_ATTN_DEC picks another kernel. */
 static int attn_tc_step(const cuda_backend *c, const be_kv *kv, int n) { return n == 1 && c->attn_dec == 3 && kv->f16; }
 
-/* attention, and with nr (a one-token step on k_attn_tc only, see
- * cu_attention_qkv) the q/k/v norms and rope folded into it; combine 0
- * (split kernels only: attn_parts_run) leaves the split partials in
- * c->part and c->pml, out unwritten */
 /* The split kernels' group of query heads per block: the largest divisor
  * of n_head / n_kv_head (halving) whose outputs fit the block's registers;
  * 0 for a head shape they do not take. */
@@ -1246,7 +1242,11 @@ static int attn_split_group(int n_head, int n_kv_head, int d) {
     return G * ept > AT_MAX_OWN ? 0 : G;
 }
 
-/* Returns 0, or -1 when nothing was launched (the error is sticky). */
+/* attention, and with nr (a one-token step on k_attn_tc only, see
+ * cu_attention_qkv) the q/k/v norms and rope folded into it; combine 0
+ * (split kernels only: attn_parts_run) leaves the split partials in
+ * c->part and c->pml, out unwritten. Returns 0, or -1 when nothing was
+ * launched (the error is sticky). */
 static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr, int combine) {
     if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {

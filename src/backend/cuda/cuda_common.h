@@ -473,6 +473,10 @@ __device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, i
     const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
     return min(nsplit, (len + per - 1) / per);
 }
+/* A split's weight in a combine: exp(m - M) for its max m against the
+ * largest split max M, 0 for a split that saw no key (m = -inf). Every
+ * combine weighs with this, so they agree bit for bit. */
+__device__ __forceinline__ float attn_split_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
 
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
  * fused and unfused gating round identically). */

@@ -393,7 +393,7 @@ __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
             if (g == 0) {
                 for (int s = lane; s < used; s += 32) {
                     const float m = ml[2 * s];
-                    L += (m == -INFINITY ? 0.0f : expf(m - M)) * ml[2 * s + 1];
+                    L += attn_split_weight(m, M) * ml[2 * s + 1];
                 }
                 L = warp_sum(L);
             }
@@ -401,7 +401,7 @@ __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
 #pragma unroll 8
             for (int s = g; s < used; s += G) {
                 const float m = ml[2 * s];
-                o += (m == -INFINITY ? 0.0f : expf(m - M)) * pp[(size_t)s * D];
+                o += attn_split_weight(m, M) * pp[(size_t)s * D];
             }
         }
         red[warp * 32 + lane] = o;
@@ -601,13 +601,13 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
         return 1;
     /* att's codes from the op that made att, unless the scratch must grow
      * (a new buffer holds no codes); with `at` the kernel makes them */
-    const int cached = at || (act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
-                              c->xd.cap >= need[1] && c->xs.cap >= need[1]);
-    if (!cached || at) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
+    const int cached = !at && act_cache_holds(c, &c->xq_of, r->att->d, 1, K) && c->xq.cap >= need[0] &&
+                       c->xd.cap >= need[1] && c->xs.cap >= need[1];
+    if (!cached) c->xq_of.src = NULL; /* xq may be reallocated below, even if a later growth fails */
     if (grow(c, &c->xq, need[0]) || grow(c, &c->xd, need[1]) || grow(c, &c->xs, need[1]) ||
         grow(c, &c->tail_q, need[2]) || grow(c, &c->tail_h, need[3]))
         return 1; /* the error is sticky: status() reports it */
-    if (!cached) {
+    if (!cached && !at) {
         launch(c, k_quantize_act, blocks_for((size_t)K, 256), 256, 0, (const float *)r->att->d, (int64_t)(K / 32),
                (int8_t *)c->xq.p, (float *)c->xd.p, (int *)c->xs.p);
         LAUNCHED(c, "quantize activations");
