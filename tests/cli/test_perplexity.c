@@ -20,6 +20,7 @@
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
 #include "util/json.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 #define V GEMMA4_N_VOCAB
@@ -186,15 +187,8 @@ int main(void) {
     snprintf(text, sizeof text, "%s/text.txt", dir);
 
     /* what `gem synth --profile gemma4-tiny --type f32 --seed 1` writes */
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 1;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = model;
     gem_err err = {{0}};
-    CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_synth_tiny(model, 1, 0, &err), "%s", err.msg);
 
     /* about 35 tokens, ending in a newline that is dropped */
     static const char body[] = "The quick brown fox jumps over the lazy dog. Perplexity is the exponential of the "

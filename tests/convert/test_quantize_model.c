@@ -14,6 +14,7 @@
 #include "model/gemma4.h"
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 static char in_path[64], out1[64], out2[64], out3[64];
@@ -45,15 +46,7 @@ int main(void) {
     snprintf(out2, sizeof out2, "/tmp/gem-tq-%d-2.gguf", pid);
     snprintf(out3, sizeof out3, "/tmp/gem-tq-%d-3.gguf", pid);
     gem_err err = {{0}};
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 9;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = in_path;
-    so.threads = 2;
-    CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_synth_tiny(in_path, 9, 2, &err), "%s", err.msg);
 
     CHECKF(!quantize(in_path, out1, "q4_0", QT_Q8_0, 1, &err), "%s", err.msg);
     CHECKF(!quantize(in_path, out2, "Q4_0", QT_Q8_0, 2, &err), "%s", err.msg);

@@ -14,6 +14,7 @@
 #include "model/gemma4.h"
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 #define V GEMMA4_N_VOCAB
@@ -57,18 +58,9 @@ static int argmax(const float *l) {
 
 int main(void) {
     char path[] = "/tmp/gem-run-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return 1;
-    close(fd);
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 42;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
+    if (test_tmp_file(path)) return 1;
     gem_err err = {{0}};
-    CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_synth_tiny(path, 42, 0, &err), "%s", err.msg);
 
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 13) % 262000) + 100;

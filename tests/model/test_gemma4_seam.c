@@ -19,6 +19,7 @@
 #include "model/gemma4_run.h"
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 #define V GEMMA4_N_VOCAB
@@ -137,18 +138,9 @@ static void run(const gemma4_model *m, int lr, int ar, float *out) {
 
 int main(void) {
     char path[] = "/tmp/gem-seam-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return 1;
-    close(fd);
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 7;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
+    if (test_tmp_file(path)) return 1;
     gem_err err = {{0}};
-    CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_synth_tiny(path, 7, 0, &err), "%s", err.msg);
     gguf_file *f = gguf_open(path, &err);
     gemma4_model *m = f ? gemma4_bind(f, &err) : NULL;
     CHECKF(m != NULL, "%s", err.msg);

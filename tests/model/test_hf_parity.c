@@ -17,6 +17,7 @@
 #include "model/gemma4.h"
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 #define TOL 1e-3
@@ -41,17 +42,9 @@ static void check_golden(const char *path, int seed) {
     CHECK((size_t)(per_pos - raw) + stride * n_pos == n);
 
     char model[] = "/tmp/gem-hf-XXXXXX";
-    int fd = mkstemp(model);
-    close(fd);
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = (uint64_t)seed;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = model;
     gem_err err = {{0}};
-    CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_tmp_file(model), "cannot make %s", model);
+    CHECKF(!test_synth_tiny(model, (uint64_t)seed, 0, &err), "%s", err.msg);
     float *logits = malloc((size_t)n_pos * GEMMA4_N_VOCAB * sizeof(float));
     for (int ref = 0; ref <= 1; ref++) {
         gem_engine_opts eo = {0};

@@ -1,0 +1,40 @@
+/* The tiny model the model, CLI and convert tests write for themselves:
+ * what `gem synth --profile gemma4-tiny --type f32 --embd-type f32 --seed
+ * SEED` writes (f32 everywhere, so the CPU paths agree to rounding), with
+ * the repository's Gemma 4 vocabulary. Tests run from the repository root
+ * (tests/run.sh), where the vocabulary's relative path resolves. */
+#ifndef GEM_TESTS_SYNTH_TINY_H
+#define GEM_TESTS_SYNTH_TINY_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "model/gemma4.h"
+#include "model/gemma4_synth.h"
+#include "quant/quant.h"
+#include "util/err.h"
+
+/* threads: 0 for every online CPU (the bytes do not depend on it) */
+static inline int test_synth_tiny(const char *path, uint64_t seed, int threads, gem_err *err) {
+    gemma4_synth_opts so = {0};
+    so.profile = gemma4_profile_find("gemma4-tiny");
+    so.type = QT_F32;
+    so.embd_type = QT_F32;
+    so.seed = seed;
+    so.vocab_path = "data/vocab/gemma-4.gguf";
+    so.out_path = path;
+    so.threads = threads;
+    return gemma4_synth(&so, err);
+}
+
+/* An empty file named from tmpl (its XXXXXX replaced), for a test's model;
+ * -1 when none could be made. */
+static inline int test_tmp_file(char *tmpl) {
+    const int fd = mkstemp(tmpl);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+#endif
