@@ -17,7 +17,8 @@
 #   bench/cuda_ncu_mv.sh [-k REGEX] [-p PROMPT] [-c COUNT] [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
 #   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=1,GEM_CUDA_MV_STAGGER=0
 #        bench/cuda_ncu_mv.sh -k k_attn_tc -p 32768 -c 60 GEM_CUDA_FULL_SPLITS=64
-# Output: per set, ncu's raw CSV header and rows of the profiled kernels.
+# Output: per set, a CSV header and rows of the profiled kernels: ID, kernel
+# name and the metrics.
 set -u
 cd "$(dirname "$0")/.."
 sets="X=1"
@@ -49,6 +50,20 @@ metrics=$metrics,smsp__average_warp_latency_issue_stalled_barrier.ratio
 metrics=$metrics,smsp__average_warp_latency_issue_stalled_wait.ratio
 metrics=$metrics,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio
 metrics=$metrics,l1tex__t_bytes.sum,l1tex__t_sector_hit_rate.pct,lts__t_bytes.sum,lts__t_sector_hit_rate.pct
+# ncu's raw page also lists ~400 device attributes per row: keep the
+# kernel's name and the metrics asked for (a cut at a fixed width lost
+# them with nvcc 13's ncu)
+pick='
+import csv, sys
+want = ["ID", "Kernel Name"] + sys.argv[1].split(",")
+rows = list(csv.reader(sys.stdin))
+if not rows:
+    sys.exit(0)
+idx = [rows[0].index(k) for k in want if k in rows[0]]
+w = csv.writer(sys.stdout, lineterminator="\n")
+for r in rows:
+    w.writerow([r[i] if i < len(r) else "" for i in idx])
+'
 for s in $sets; do
     echo "== $s"
     # the prompt runs on the prefill kernels (f16 caches, as gem bench
@@ -56,6 +71,5 @@ for s in $sets; do
     env $(echo "$s" | tr ',' ' ') ncu --clock-control none --kernel-name "regex:$kern" --launch-count "$count" \
         --metrics "$metrics" --csv --page raw \
         ./gem run -m "$M" --backend cuda --kv-type f16 --ctx $((prompt + 64)) --prompt-ids "2..$((prompt + 1))" -n 2 \
-        --temp 0 --ids --ignore-eos 2>&1 |
-        grep -E '^"(ID|[0-9])' | cut -c1-4000
+        --temp 0 --ids --ignore-eos 2>&1 | grep -E '^"(ID|[0-9])' | python3 -c "$pick" "$metrics"
 done

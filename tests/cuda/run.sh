@@ -45,10 +45,10 @@ combine_ran() {
     out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$m" --backend cuda --kv-type f16 --prompt-ids 2,3,4,5 -n 4 \
         --temp 0 2>&1)
     if echo "$out" | grep -q "layer rest (persistent, combine)"; then
-        echo "1 passed, 0 failed"
+        echo "combine_ran: 1 passed, 0 failed"
     else
         echo "$out"
-        echo "0 passed, 1 failed"
+        echo "combine_ran: 0 passed, 1 failed"
     fi
 }
 
