@@ -52,13 +52,17 @@ metrics=$metrics,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.rat
 metrics=$metrics,l1tex__t_bytes.sum,l1tex__t_sector_hit_rate.pct,lts__t_bytes.sum,lts__t_sector_hit_rate.pct
 # ncu's raw page also lists ~400 device attributes per row: keep the
 # kernel's name and the metrics asked for (a cut at a fixed width lost
-# them with nvcc 13's ncu)
+# them with nvcc 13's ncu); the units row (its first field empty) stays,
+# and metrics in base units (--print-units base) so no column rescales
 pick='
 import csv, sys
 want = ["ID", "Kernel Name"] + sys.argv[1].split(",")
 rows = list(csv.reader(sys.stdin))
-if not rows:
-    sys.exit(0)
+if not rows or rows[0][:1] != ["ID"]:
+    sys.exit("cuda_ncu_mv.sh: no ncu CSV rows (no kernel matched, or ncu failed)")
+missing = [k for k in want if k not in rows[0]]
+if missing:
+    print("cuda_ncu_mv.sh: not in ncu output: " + ", ".join(missing), file=sys.stderr)
 idx = [rows[0].index(k) for k in want if k in rows[0]]
 w = csv.writer(sys.stdout, lineterminator="\n")
 for r in rows:
@@ -69,7 +73,7 @@ for s in $sets; do
     # the prompt runs on the prefill kernels (f16 caches, as gem bench
     # --kv-type f16), then the first steps' one-token kernels
     env $(echo "$s" | tr ',' ' ') ncu --clock-control none --kernel-name "regex:$kern" --launch-count "$count" \
-        --metrics "$metrics" --csv --page raw \
+        --metrics "$metrics" --csv --page raw --print-units base \
         ./gem run -m "$M" --backend cuda --kv-type f16 --ctx $((prompt + 64)) --prompt-ids "2..$((prompt + 1))" -n 2 \
-        --temp 0 --ids --ignore-eos 2>&1 | grep -E '^"(ID|[0-9])' | python3 -c "$pick" "$metrics"
+        --temp 0 --ids --ignore-eos 2>&1 | grep -E '^"(ID|[0-9]|",)' | python3 -c "$pick" "$metrics"
 done

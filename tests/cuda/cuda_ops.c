@@ -1610,12 +1610,14 @@ static void test_attention_rest(backend *gc, const char *what, int qkv, int smal
          * every other step within 1e-6). A few such steps are allowed, a
          * larger difference never. At the 31B's width a step has ~27K such
          * codes (a' and the gate/up output), and some value sits at a
-         * boundary in most steps (the GEM_CUDA_MMA=0 run on the H200: the
-         * third of three steps and one before it, bench/results/
+         * boundary in most steps (the GEM_CUDA_MMA=0 run on the H200: two
+         * of three steps, one at 1.8x the bound, bench/results/
          * cuda-tests-2026-12-05.json): rows of 2048 values or more may flip
-         * in every step, within the same 10x. */
+         * in every step, but only within 4x. */
         int ok = 1, flips = 0;
-        const int flips_max = H >= 2048 ? cases[ci].steps : cases[ci].steps / 10 > 1 ? cases[ci].steps / 10 : 1;
+        const int wide = H >= 2048;
+        const double flip_x = wide ? 4.0 : 10.0;
+        const int flips_max = wide ? cases[ci].steps : cases[ci].steps / 10 > 1 ? cases[ci].steps / 10 : 1;
         for (int t = 0; ok && t < cases[ci].steps; t++, pos++) {
             int flipped = 0;
             float *qx = rand_vec((size_t)K, 3.0f), *kx = rand_vec((size_t)kvh * d, 0.5f),
@@ -1664,11 +1666,11 @@ static void test_attention_rest(backend *gc, const char *what, int qkv, int smal
                     double worst = 0;
                     for (int i = 0; i < len; i++)
                         worst = isnan(got[i]) ? INFINITY : fmax(worst, fabs((double)got[i] - ref[i]));
-                    const int near = worst <= tol * scale_of, flip = !near && worst <= 10 * tol * scale_of;
+                    const int near = worst <= tol * scale_of, flip = !near && worst <= flip_x * tol * scale_of;
                     if (t == 0 || !near)
                         fprintf(stderr, "%s: largest difference %.3g of rms %.3g%s\n", label, worst, scale_of,
                                 flip ? " (a code flip)" : "");
-                    CHECKF(near || flip, "%s: %.3g > 10 x %.2g x %.3g", label, worst, tol, scale_of);
+                    CHECKF(near || flip, "%s: %.3g > %g x %.2g x %.3g", label, worst, flip_x, tol, scale_of);
                     if (!near && !flip) ok = 0;
                     flipped |= flip;
                 }

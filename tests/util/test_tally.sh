@@ -15,8 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 log=$tmp
 . tests/tally.sh
 
-# name rc "log text" -> want_pass want_fail want_prefix
-case_of() {
+case_of() { # name rc "log text" want_pass want_fail verdict_prefix
     total_pass=0 total_fail=0
     printf '%s\n' "$3" >"$tmp/l.log"
     out=$(account "$1" "$2" "$tmp/l.log"; echo "= $total_pass $total_fail")
@@ -38,6 +37,10 @@ case_of crashed 139 "t: 40 passed, 0 failed
 Segmentation fault" 40 1 "FAIL  crashed (1 failed"
 case_of silent 0 "no counts here" 0 0 "ok    silent (0 checks)"
 case_of silent-crash 2 "" 0 1 "FAIL  silent-crash (1 failed"
+case_of progress 0 "cuda_ops: matmul done (550 passed, 0 failed, 15.1 s)" 550 0 "ok    progress (550 checks)"
+case_of crashed-in-progress 134 "cuda_ops: matmul done (550 passed, 0 failed, 15.1 s)
+Aborted" 550 1 "FAIL  crashed-in-progress (1 failed"
+case_of words-after 0 "t: 3 passed, 0 failed (1 failed retry)" 3 0 "ok    words-after (3 checks)"
 case_of digits-in-name 0 "fuzz  server/fuzz_http2: 1 passed, 0 failed (5 inputs in 3s)" 1 0 "ok    digits-in-name (1 checks)"
 
 echo "test_tally: $pass passed, $fail failed"

@@ -2,8 +2,8 @@
  * persistent kernel (the seam's layer_rest; GEM_CUDA_TAIL=1, 2 or 3 by
  * prefetch level, off by default: a measurement switch until it wins on
  * the H200, which it does not yet: 31B Q4_0 decode 113.5 vs 164.0 tok/s
- * at depth 0 with 2, its product phases streaming at ~2.7 TB/s where the
- * separate launches reach ~3.8, bench/results/cuda-tail-ab-2026-12-05.json).
+ * at depth 0 with 2; its gate/up phase streams at ~2.7 TB/s where the
+ * gate/up launch reaches ~3.8, bench/results/cuda-tail-ab-2026-12-05.json).
  *
  * Why: a one-token layer runs ten kernels, and its fixed cost (~37 us per
  * 31B layer above the bytes of its weights) sits at their boundaries: the
