@@ -6,8 +6,8 @@ total_pass=0 total_fail=0
 
 account() { # name rc logfile
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$3" | tail -1)
-    # the counts with or without a "name: " before them
-    # (both from the line's last "N passed, M failed")
+    # both counts from the line's last "N passed, M failed", with or
+    # without a "name: " before them
     p=$(echo "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, [0-9]+ failed.*/\2/')
     f=$(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed.*/\1/')
     [ -z "$line" ] && p=0 f=0

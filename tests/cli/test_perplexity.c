@@ -17,7 +17,6 @@
 
 #include "engine/engine.h"
 #include "model/gemma4.h"
-#include "model/gemma4_synth.h"
 #include "quant/quant.h"
 #include "util/json.h"
 #include "synth_tiny.h"

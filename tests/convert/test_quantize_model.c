@@ -12,7 +12,6 @@
 #include "convert/quantize.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
-#include "model/gemma4_synth.h"
 #include "quant/quant.h"
 #include "synth_tiny.h"
 #include "test.h"

@@ -12,7 +12,6 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/gemma4.h"
-#include "model/gemma4_synth.h"
 #include "quant/quant.h"
 #include "synth_tiny.h"
 #include "test.h"

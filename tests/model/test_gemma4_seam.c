@@ -17,7 +17,6 @@
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
 #include "model/gemma4_run.h"
-#include "model/gemma4_synth.h"
 #include "quant/quant.h"
 #include "synth_tiny.h"
 #include "test.h"
