@@ -142,6 +142,12 @@ case "$devs" in
         env GEM_CUDA_TAIL_QKV=1 $GEM run -m "$M" -p x --backend cuda
     expect 1 "GEM_CUDA_TAIL_COMB=1 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
         env GEM_CUDA_TAIL_COMB=1 $GEM run -m "$M" -p x --backend cuda
+    expect 1 "GEM_CUDA_TAIL_PIPE=1 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
+        env GEM_CUDA_TAIL_PIPE=1 $GEM run -m "$M" -p x --backend cuda
+    expect 1 "GEM_CUDA_TAIL_PARTS=2 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
+        env GEM_CUDA_TAIL_PARTS=2 $GEM run -m "$M" -p x --backend cuda
+    expect 1 "GEM_CUDA_TAIL_PARTS=5: expected an integer from 1 to 4 (unset: 1)" -- \
+        env GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PARTS=5 $GEM run -m "$M" -p x --backend cuda
     # the CPU backend reads none of them
     expect 0 "" -- env GEM_CUDA_TAIL=7 GEM_CUDA_TAIL_QVK=1 $GEM run -m "$M" -p x -n 2 ;;
 esac

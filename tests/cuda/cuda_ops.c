@@ -1740,6 +1740,26 @@ static backend *variant(const char *var, const char *value, const backend_opts *
     return b;
 }
 
+/* A backend with the settings "VAR=VALUE VAR=VALUE ..." (at most 8), each
+ * unset again after. */
+static backend *variant_set(const char *settings, const backend_opts *o) {
+    char buf[256], *names[8], *save = NULL;
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", settings);
+    for (char *tok = strtok_r(buf, " ", &save); tok && n < 8; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(tok, eq + 1, 1);
+        names[n++] = tok;
+    }
+    gem_err err;
+    backend *b = backend_create("cuda", o, &err);
+    for (int i = 0; i < n; i++) unsetenv(names[i]);
+    CHECKF(b != NULL, "variant backend %s: %s", settings, err.msg);
+    return b;
+}
+
 /* A variant's sticky error state is clean after its tests; then it goes. */
 static void variant_done(backend *b) {
     gem_err err;
@@ -1847,32 +1867,34 @@ int main(void) {
     test_quantized_handoff();
     progress("f16 prefill products");
     CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_TAIL unset)");
-    const char *tails[] = {"1", "2", "3", "2"};
-    for (int v = 0; v < 4; v++) {
-        /* the last: with the next layer's q/k/v (GEM_CUDA_TAIL_QKV=1) */
-        if (v == 3) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
-        backend *gt = variant("GEM_CUDA_TAIL", tails[v], &g);
-        unsetenv("GEM_CUDA_TAIL_QKV");
-        char what[48];
-        snprintf(what, sizeof what, "GEM_CUDA_TAIL=%s%s", tails[v], v == 3 ? " GEM_CUDA_TAIL_QKV=1" : "");
-        if (gt) test_layer_rest(gt, what, v == 3);
-        if (gt && (v == 0 || v == 3)) test_layer_rest_declines(gt, v == 3);
+    /* the prefetch levels; with the next layer's q/k/v; the pipelined
+     * product phases (GEM_CUDA_TAIL_PIPE=1: multi-slot tasks in the q8_0
+     * cases' gate/up rows, parts of 2 and 3 times as many: PARTS) */
+    static const char *const tails[] = {
+        "GEM_CUDA_TAIL=1", "GEM_CUDA_TAIL=2", "GEM_CUDA_TAIL=3", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1",
+        "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1",
+        "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=3 GEM_CUDA_TAIL_QKV=1",
+        "GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2"};
+    for (size_t v = 0; v < sizeof tails / sizeof tails[0]; v++) {
+        const int qkv = strstr(tails[v], "QKV=1") != NULL;
+        backend *gt = variant_set(tails[v], &g);
+        if (gt) test_layer_rest(gt, tails[v], qkv);
+        if (gt && (v == 0 || v == 3)) test_layer_rest_declines(gt, qkv);
         variant_done(gt);
     }
     progress("layer_rest");
     /* the combine phase (attention_rest): f16 caches, with and without the
-     * next layer's q/k/v */
-    for (int v = 0; v < 3; v++) {
-        /* the prefetch levels 3, 2 (with the next q/k/v) and 1 (small cases) */
-        static const char *level[3] = {"3", "2", "1"}, *name[3] = {
-            "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1",
-            "GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_COMB=1"};
-        setenv("GEM_CUDA_TAIL_COMB", "1", 1);
-        if (v == 1) setenv("GEM_CUDA_TAIL_QKV", "1", 1);
-        backend *gc = variant("GEM_CUDA_TAIL", level[v], &gh);
-        unsetenv("GEM_CUDA_TAIL_COMB");
-        unsetenv("GEM_CUDA_TAIL_QKV");
-        if (gc) test_attention_rest(gc, name[v], v == 1, v == 2);
+     * next layer's q/k/v; small: the small cases too */
+    static const struct {
+        const char *set;
+        int small;
+    } combs[] = {{"GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", 0},
+                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 0},
+                 {"GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_COMB=1", 1},
+                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 1}};
+    for (size_t v = 0; v < sizeof combs / sizeof combs[0]; v++) {
+        backend *gc = variant_set(combs[v].set, &gh);
+        if (gc) test_attention_rest(gc, combs[v].set, strstr(combs[v].set, "QKV=1") != NULL, combs[v].small);
         variant_done(gc);
     }
     CHECKF(gpu_f16 == NULL || gpu_f16->attention_rest == NULL, "the default backend offers attention_rest");

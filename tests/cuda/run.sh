@@ -16,9 +16,10 @@
 # the default for f16 caches, is checked per op); the demo model and the
 # tiny and 1b quantized models also with the persistent layer kernel
 # (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0; with
-# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products), and the tiny
-# and 1b q4_0 models with f16 caches and the attention's combine inside it
-# (GEM_CUDA_TAIL_COMB=1).
+# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products; with
+# GEM_CUDA_TAIL_PIPE=1 its pipelined product phases), and the tiny and 1b
+# q4_0 models with f16 caches and the attention's combine inside it
+# (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -86,21 +87,26 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
             run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
         # the persistent layer kernel (layer_rest) inside replayed graphs
-        # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products)
+        # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products;
+        # PIPE=1: its product phases pipelined; PARTS: smaller tasks), one
+        # run per setting (;-separated)
         case "$1 $2" in
-        "tiny q8_0") tail="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1" ;;
-        "tiny q4_0") tail="GEM_CUDA_TAIL=2" ;;
-        "1b q4_0") tail="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1" ;;
-        *) tail= ;;
+        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1" ;;
+        "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;
+        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2" ;;
+        *) tails= ;;
         esac
-        [ -n "$tail" ] &&
+        while [ -n "$tails" ]; do
+            tail=${tails%%;*}
+            case "$tails" in *";"*) tails=${tails#*;} ;; *) tails= ;; esac
             run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+        done
         # with f16 caches: first the defaults (these quantized models' f16
         # caches, on their own), then the attention's combine inside the
         # layer kernel (attention_rest), whose launch a profile names
         case "$1 $2" in
-        "tiny q4_0") tail="GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1" ;;
+        "tiny q4_0") tail="GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1 GEM_CUDA_TAIL_PIPE=1" ;;
         "1b q4_0") tail="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1" ;;
         *) tail= ;;
         esac

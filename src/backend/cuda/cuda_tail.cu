@@ -23,6 +23,10 @@
  * seam's attention_rest, f16 caches) adds a first phase and a fifth
  * barrier: the one-token attention, launched without its combine, leaves
  * its split partials, and the kernel combines them into att and its codes.
+ * GEM_CUDA_TAIL_PIPE=1 runs the product phases as pipelines of half
+ * rounds (tail_phase_pipe: the phases above stream slower than the
+ * launches, in step after each barrier), GEM_CUDA_TAIL_PARTS=2..4 cuts
+ * the o and down rows into more tasks; neither measured yet.
  *
  * Invariants:
  * - Every block is resident at once (grid = multiprocessors x the
@@ -62,9 +66,15 @@
 #define TAIL_WARPS (TAIL_THREADS / 32)
 
 /* weight loads per lane per round and row: as k_mv_q (q4_0 blocks are half
- * the bytes, so twice as many in flight) */
-template <int Q4> struct tail_round {
-    static constexpr int U = Q4 ? 8 : 4;
+ * the bytes, so twice as many in flight); a pipelined phase's q4_0 rounds
+ * are of 6 (slots of 3: two slots' registers then fit beside the rest
+ * without spilling in the loop, and a 5376-value row, 5.25 chunks of 32
+ * blocks, is one round of two full slots) */
+__host__ __device__ constexpr int tail_u(int q4, int pipe = 0) { return q4 ? (pipe ? 6 : 8) : 4; }
+
+/* U weight blocks of each of a task's two rows, in registers: a round
+ * (U = tail_u), or half of one (the pipelined phases, see tail_phase_pipe) */
+template <int U> struct tail_buf {
     uint4 w0[U][2], w1[U][2];
     float dw[U][2];
 };
@@ -216,14 +226,15 @@ __device__ __forceinline__ tail_task tail_task_of(int t, int nb, const tail_mats
     return k;
 }
 
-/* One round of a lane's weight blocks b0, b0 + 32, ... (below hi) of both
- * rows. */
-template <int Q4>
-__device__ __forceinline__ void tail_load(tail_round<Q4> &R, const tail_task &k, int b0) {
+/* U of a lane's weight blocks, b0, b0 + ST, ... (below hi), of both rows:
+ * a round (ST 32: every block of U chunks of 32) or the even or odd
+ * chunks of one (ST 64: a pipelined phase's slot). */
+template <int Q4, int U, int ST>
+__device__ __forceinline__ void tail_load(tail_buf<U> &R, const tail_task &k, int b0) {
     constexpr int BS = Q4 ? 16 : 32;
 #pragma unroll
-    for (int u = 0; u < tail_round<Q4>::U; u++) {
-        const int b = b0 + 32 * u;
+    for (int u = 0; u < U; u++) {
+        const int b = b0 + ST * u;
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (b < k.hi) {
@@ -234,16 +245,16 @@ __device__ __forceinline__ void tail_load(tail_round<Q4> &R, const tail_task &k,
     }
 }
 
-/* The round's dot products against activation codes, read plainly:
+/* The dot products of those blocks against activation codes, read plainly:
  * global ones are written by this launch or by the kernel before it into
  * scratch this launch writes again (att's codes, then a's, in xq), so never
  * through the read-only path; or shared memory. */
-template <int Q4>
-__device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *xq, const float *xd, const int *xs,
+template <int Q4, int U, int ST>
+__device__ __forceinline__ void tail_dot(const tail_buf<U> &R, const int8_t *xq, const float *xd, const int *xs,
                                          int hi, int b0, float &a0, float &a1) {
 #pragma unroll
-    for (int u = 0; u < tail_round<Q4>::U; u++) {
-        const int b = b0 + 32 * u;
+    for (int u = 0; u < U; u++) {
+        const int b = b0 + ST * u;
         if (b >= hi) break;
         const int4 *xv = (const int4 *)(xq + (size_t)b * 32);
         const int4 x0 = xv[0], x1 = xv[1];
@@ -257,21 +268,40 @@ __device__ __forceinline__ void tail_dot(const tail_round<Q4> &R, const int8_t *
     }
 }
 
-/* This warp's first task's first round, issued before a wait. */
-template <int Q4, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_preload(tail_round<Q4> &R, const tail_mats &m, int K) {
+/* This warp's first task's first round (ST 32), or its first slot (ST 64:
+ * the round's even chunks), issued before a wait: both start at the
+ * task's first block. */
+template <int Q4, int U, int ST, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_preload(tail_buf<U> &R, const tail_mats &m, int K) {
     const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
     if (gw >= tail_tasks<PAIR, MULTI>(m)) return;
     const tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, K / 32, m);
-    tail_load<Q4>(R, k, k.lo + (threadIdx.x & 31));
+    tail_load<Q4, U, ST>(R, k, k.lo + (threadIdx.x & 31));
+}
+
+/* A task's sums, a0 and a1 of every lane, to its output: gelu(gate) up
+ * (PAIR), or its two rows of its part. */
+template <bool PAIR> __device__ __forceinline__ void tail_store(const tail_task &k, float a0, float a1) {
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if ((threadIdx.x & 31) == 0) {
+        if (PAIR) {
+            k.out[k.g] = gelu_tanh_f(a0) * a1;
+        } else {
+            float *o = k.out + (size_t)k.part * k.M;
+            o[2 * k.g] = a0;
+            if (2 * k.g + 1 < k.M) o[2 * k.g + 1] = a1;
+        }
+    }
 }
 
 /* One product phase of the matrices m (see tail_mats) on x, 8-bit codes of
  * K values: out = W x, or out = gelu(gate x) (up x) (PAIR). pre: the first
  * task's first round is in R already (tail_preload). */
 template <int Q4, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const tail_mats &m, int K, const int8_t *xq,
-                                           const float *xd, const int *xs, unsigned *ctr) {
+__device__ __forceinline__ void tail_phase(tail_buf<tail_u(Q4)> &R, bool pre, const tail_mats &m, int K,
+                                           const int8_t *xq, const float *xd, const int *xs, unsigned *ctr) {
+    constexpr int U = tail_u(Q4);
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
     const int nb = K / 32, T = tail_tasks<PAIR, MULTI>(m);
     /* static rounds: all but the last full one; the rest is taken from the
@@ -283,23 +313,93 @@ __device__ __forceinline__ void tail_phase(tail_round<Q4> &R, bool pre, const ta
         if (n + 1 >= S && lane == 0) got = atomicAdd(ctr, 1u); /* next task; its latency hides behind this one */
         const tail_task k = tail_task_of<Q4, PAIR, MULTI>(t, nb, m);
         float a0 = 0, a1 = 0;
-        for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * tail_round<Q4>::U) {
-            if (!pre || b0 != k.lo + lane) tail_load<Q4>(R, k, b0);
-            tail_dot<Q4>(R, xq, xd, xs, k.hi, b0, a0, a1);
+        for (int b0 = k.lo + lane; b0 < k.hi; b0 += 32 * U) {
+            if (!pre || b0 != k.lo + lane) tail_load<Q4, U, 32>(R, k, b0);
+            tail_dot<Q4, U, 32>(R, xq, xd, xs, k.hi, b0, a0, a1);
         }
         pre = false;
-        a0 = warp_sum(a0);
-        a1 = warp_sum(a1);
-        if (lane == 0) {
-            if (PAIR) {
-                k.out[k.g] = gelu_tanh_f(a0) * a1;
-            } else {
-                float *o = k.out + (size_t)k.part * k.M;
-                o[2 * k.g] = a0;
-                if (2 * k.g + 1 < k.M) o[2 * k.g + 1] = a1;
+        tail_store<PAIR>(k, a0, a1);
+        t = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
+    }
+}
+
+/* A pipelined phase's slots (GEM_CUDA_TAIL_PIPE=1): a task's rounds cut
+ * in two, the even 32-block chunks of a round, then its odd ones; a last
+ * round of one chunk has one slot. Uniform over the warp. */
+template <int Q4> __device__ __forceinline__ int tail_slots(const tail_task &k) {
+    constexpr int U = tail_u(Q4, 1);
+    const int c = (k.hi - k.lo + 31) / 32, r = (c + U - 1) / U;
+    return 2 * (r - 1) + (c - (r - 1) * U >= 2 ? 2 : 1);
+}
+/* this lane's first block of slot s (then every 64th: tail_load's ST) */
+template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k, int s) {
+    return k.lo + (threadIdx.x & 31) + 32 * (tail_u(Q4, 1) * (s >> 1) + (s & 1));
+}
+
+/* tail_phase as a pipeline of slots (half rounds): each warp issues the
+ * loads of its next slot, of this task or of its next one, before it uses
+ * the slot it has, so it always has weights in flight. Why: after a grid
+ * barrier every warp of the grid starts its phase at once, and with whole
+ * rounds (tail_phase) they stay in step: all issue a round, all wait for
+ * it, all compute, while memory idles (the in-step waves k_mv_q's
+ * staggered start breaks up; its gate/up phase streamed at ~2.7 TB/s
+ * against the launch's ~3.8). The same registers as a round hold two
+ * slots. The counter's tasks are asked for two ahead (lane 0: p1 for this
+ * warp's next task, p2 for the one after), so the next task is known a
+ * slot before this one ends; a warp's answers grow (one address, one
+ * thread), so a warp that stops on an answer past the end has been dealt
+ * no task it leaves undone. pre: the first task's first slot is in RA
+ * (tail_preload with ST 64). */
+template <int Q4, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB, bool pre,
+                                                const tail_mats &m, int K, const int8_t *xq, const float *xd,
+                                                const int *xs, unsigned *ctr) {
+    constexpr int UH = tail_u(Q4, 1) / 2;
+    const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    const int nb = K / 32, T = tail_tasks<PAIR, MULTI>(m);
+    const int S = max(1, T / W - 1); /* static tasks, as tail_phase */
+    if (gw >= T) return;
+    tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, nb, m);
+    int s = 0, ns = tail_slots<Q4>(k), n = 0;
+    unsigned p1 = 0, p2 = 0;
+    if (lane == 0) {
+        if (1 >= S) p1 = atomicAdd(ctr, 1u);
+        if (2 >= S) p2 = atomicAdd(ctr, 1u);
+    }
+    if (!pre) tail_load<Q4, UH, 64>(RA, k, tail_slot_b0<Q4>(k, 0));
+    float a0 = 0, a1 = 0;
+    /* one slot: the next one's loads, this one's dots (and its task's
+     * store when it is the last); false when there is no next slot */
+    auto step = [&](tail_buf<UH> &cur, tail_buf<UH> &nxt) -> bool {
+        tail_task kn = k;
+        int sn = s + 1, nsn = ns;
+        bool more = true, fresh = false;
+        if (sn == ns) {
+            const int tn = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, p1, 0);
+            more = tn < T;
+            if (more) {
+                kn = tail_task_of<Q4, PAIR, MULTI>(tn, nb, m);
+                sn = 0;
+                nsn = tail_slots<Q4>(kn);
+                fresh = true;
             }
         }
-        t = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, got, 0);
+        if (more) tail_load<Q4, UH, 64>(nxt, kn, tail_slot_b0<Q4>(kn, sn));
+        tail_dot<Q4, UH, 64>(cur, xq, xd, xs, k.hi, tail_slot_b0<Q4>(k, s), a0, a1);
+        if (s + 1 == ns) {
+            tail_store<PAIR>(k, a0, a1);
+            a0 = a1 = 0;
+        }
+        if (fresh) {
+            n++;
+            p1 = p2;
+            if (lane == 0 && n + 2 >= S) p2 = atomicAdd(ctr, 1u);
+        }
+        k = kn, s = sn, ns = nsn;
+        return more;
+    };
+    /* two slots per turn: the buffers trade roles without copies */
+    while (step(RA, RB) && step(RB, RA)) {
     }
 }
 
@@ -424,18 +524,36 @@ __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
  * cq (H bytes), cd and cs (H / 32 scales and code sums). */
 static size_t tail_smem_bytes(int H) { return (size_t)H * 2 * sizeof(float) + (size_t)H + (size_t)(H / 32) * 8; }
 
+/* The product phases' weight registers: a round, or with PIPE two slots
+ * of half a round (b unused without PIPE: the compiler drops it). */
+template <int Q4, bool PIPE> struct tail_regs {
+    static constexpr int U = PIPE ? tail_u(Q4, 1) / 2 : tail_u(Q4);
+    tail_buf<U> a, b;
+};
+template <int Q4, bool PIPE, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_product(tail_regs<Q4, PIPE> &R, bool pre, const tail_mats &m, int K,
+                                             const int8_t *xq, const float *xd, const int *xs, unsigned *ctr) {
+    if constexpr (PIPE) tail_phase_pipe<Q4, PAIR, MULTI>(R.a, R.b, pre, m, K, xq, xd, xs, ctr);
+    else tail_phase<Q4, PAIR, MULTI>(R.a, pre, m, K, xq, xd, xs, ctr);
+}
+template <int Q4, bool PIPE, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_prefetch(tail_regs<Q4, PIPE> &R, const tail_mats &m, int K) {
+    tail_preload<Q4, tail_regs<Q4, PIPE>::U, PIPE ? 64 : 32, PAIR, MULTI>(R.a, m, K);
+}
+
 /* PF: 0 no weights before a wait; 1 the next product's first round before
  * each grid barrier's wait; 2 also the o product's first round before the
  * grid dependency wait (weights are not written by any kernel, see
  * pdl_wait). COMB: the combine phase first (j.cb; attention_rest), a
- * template flag so that the kernels without it keep their registers. */
-template <int Q4, int PF, bool COMB>
+ * template flag so that the kernels without it keep their registers.
+ * PIPE: the product phases pipelined (tail_phase_pipe). */
+template <int Q4, int PF, bool COMB, bool PIPE>
 __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     CU_TRACE(CT_TAIL);
     tail_times tt;
     tt.arrived = trace_now();
-    tail_round<Q4> R;
-    if (PF >= 2) tail_preload<Q4, false>(R, j.mo, j.K);
+    tail_regs<Q4, PIPE> R;
+    if (PF >= 2) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K);
     pdl_wait();
     CU_TRACE_RELEASED();
     tt.released = trace_now();
@@ -452,14 +570,14 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     if (COMB) {
         tail_combine(j, cred);
         target = tail_arrive(j.bar, CT_TAIL_C, tt);
-        if (PF == 1) tail_preload<Q4, false>(R, j.mo, j.K);
+        if (PF == 1) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K);
         tail_wait(j.bar, target, tt);
     }
 
     /* o = Wo att */
-    tail_phase<Q4, false>(R, PF >= 2 || (PF == 1 && COMB), j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
+    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB), j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
-    if (PF) tail_preload<Q4, true>(R, j.mgu, H);
+    if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H);
     tail_wait(j.bar, target, tt);
     /* the o phase's counter, and the q/k/v phase's of the launch before
      * (no barrier follows that phase) */
@@ -475,9 +593,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* act = gelu(Wg a') (Wu a') */
-    tail_phase<Q4, true>(R, PF >= 1, j.mgu, H, cq, cd, cs, j.ctr + 1);
+    tail_product<Q4, PIPE, true>(R, PF >= 1, j.mgu, H, cq, cd, cs, j.ctr + 1);
     target = tail_arrive(j.bar, CT_TAIL_GU, tt);
-    if (PF) tail_preload<Q4, false>(R, j.mdn, F);
+    if (PF) tail_prefetch<Q4, PIPE, false>(R, j.mdn, F);
     tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
@@ -488,9 +606,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tail_wait(j.bar, target, tt);
 
     /* dn = Wd act */
-    tail_phase<Q4, false>(R, PF >= 1, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
+    tail_product<Q4, PIPE, false>(R, PF >= 1, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
     target = tail_arrive(j.bar, CT_TAIL_DN, tt);
-    if (PF && j.mqkv.count) tail_preload<Q4, false, true>(R, j.mqkv, H);
+    if (PF && j.mqkv.count) tail_prefetch<Q4, PIPE, false, true>(R, j.mqkv, H);
     tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
 
@@ -509,12 +627,24 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
          * codes (as for the gate/up phase), so no barrier */
         TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
         __syncthreads();
-        tail_phase<Q4, false, true>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
+        tail_product<Q4, PIPE, false, true>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
     }
     if (threadIdx.x == 0) CU_TRACE_PHASE(CT_TAIL_END, tt.arrived, tt.released); /* the last norm (and q/k/v) */
 }
 #undef TAIL_SLICE
 #undef TAIL_ROW
+
+/* Parts of a row of nb blocks (tail_task_of): at most one round of a
+ * warp's loads each (32 lanes x tail_u blocks), times `more`
+ * (GEM_CUDA_TAIL_PARTS: smaller tasks end a phase more evenly), with at
+ * least 32 blocks (a warp's width) in a part and every part's first block
+ * below nb (tail_task_of's parts are ceil(nb / sp) blocks). */
+static int tail_parts(int nb, int q4, int pipe, int more) {
+    const int round = 32 * tail_u(q4, pipe);
+    int sp = (nb + round - 1) / round * more;
+    while (sp > 1 && (nb / sp < 32 || (sp - 1) * ((nb + sp - 1) / sp) >= nb)) sp--;
+    return sp;
+}
 
 static int f32_vec(const be_weight *w, int n) { return w && w->fmt == DW_F32 && w->ne0 == n && w->ne1 == 1; }
 
@@ -560,13 +690,14 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
     const size_t smem = tail_smem_bytes(H);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
-    static void (*const kerns[2][3][2])(tail_job) = {
-        {{k_tail<0, 0, false>, k_tail<0, 0, true>}, {k_tail<0, 1, false>, k_tail<0, 1, true>},
-         {k_tail<0, 2, false>, k_tail<0, 2, true>}},
-        {{k_tail<1, 0, false>, k_tail<1, 0, true>}, {k_tail<1, 1, false>, k_tail<1, 1, true>},
-         {k_tail<1, 2, false>, k_tail<1, 2, true>}}};
+    /* [q4_0][prefetch level][combine phase][pipelined] */
+#define TAIL_K(Q4, PF) {{k_tail<Q4, PF, false, false>, k_tail<Q4, PF, false, true>}, \
+                        {k_tail<Q4, PF, true, false>, k_tail<Q4, PF, true, true>}}
+    static void (*const kerns[2][3][2][2])(tail_job) = {{TAIL_K(0, 0), TAIL_K(0, 1), TAIL_K(0, 2)},
+                                                        {TAIL_K(1, 0), TAIL_K(1, 1), TAIL_K(1, 2)}};
+#undef TAIL_K
     const int comb = at != NULL;
-    void (*kern)(tail_job) = kerns[q4][pf][comb];
+    void (*kern)(tail_job) = kerns[q4][pf][comb][c->tail_pipe];
     /* The grid: every block resident at once, sized once per kernel for the
      * largest rows (the shared-memory attribute is the process's, never
      * lowered: another backend with other rows sets the same value), and
@@ -591,7 +722,8 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
         if (c->tail_grid[k / 2][k % 2] > 0 && c->tail_grid[k / 2][k % 2] != *grid) return 1;
     /* rows cut into parts of at most one round of a warp's loads
      * (tail_task_of): 32 lanes x 8 (q4_0) or 4 (q8_0) blocks */
-    const int round = 32 * (q4 ? 8 : 4), sp_o = (K / 32 + round - 1) / round, sp_d = (F / 32 + round - 1) / round;
+    const int sp_o = tail_parts(K / 32, q4, c->tail_pipe, c->tail_parts),
+              sp_d = tail_parts(F / 32, q4, c->tail_pipe, c->tail_parts);
     /* scratch: att's and then a's codes (xq), the gate/up output's codes
      * (tail_q), h' and the o and down row parts (tail_h); a capture
      * cannot grow them */
