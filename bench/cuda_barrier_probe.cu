@@ -25,6 +25,9 @@
  *            confounds of `barrier`: one block per multiprocessor, equal
  *            slices of every phase (see k_bal), by threads and loads in
  *            flight, with and without the early first round.
+ *   work     (last) one phase on bal's grid with dp4a work after each
+ *            round's loads: whole rounds against half rounds pipelined
+ *            (see k_work: why k_tail's phases stream slower than k_bal).
  * Variants run in the order listed, then in reverse, REPS times each way;
  * each prints the median, GB/s and the cost per boundary, (t - t_base) /
  * (phases - 1) against its stream. To calibrate: the decode step's four
@@ -370,6 +373,64 @@ __global__ void __launch_bounds__(BT, 1) k_bal(const uint4 *base, const size_t *
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+/* Work between rounds (the "work" rows): k_tail's product phases stream
+ * at ~2.7 TB/s where k_bal, the same grid with nothing to compute, streams
+ * at ~4.2 (bench/results/cuda-tail-ab-2026-12-05.json). The question: do
+ * warps that start in step and compute after each whole round (k_tail's
+ * dots, then its sums) leave memory idle while they all compute, and does
+ * a pipeline of half rounds (the next half's loads issued before the dots
+ * of the one in hand: GEM_CUDA_TAIL_PIPE) get the rate back? One block of
+ * BT threads per multiprocessor streams an equal slice of all the bytes,
+ * U loads per thread per round, W pairs of dp4a per 16 bytes loaded (a
+ * q4_0 block's dot against 8-bit codes is 8 dp4a and 8 logic ops, ~W 4
+ * to 6 with its sums), whole rounds or (PIPE) half rounds in a pipeline. */
+template <int W> __device__ __forceinline__ unsigned work_fold(uint4 v, unsigned acc) {
+    int a = (int)acc, b = (int)(acc ^ 0x5555u);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        a = __dp4a((int)(v.x >> k), (int)v.y, a);
+        b = __dp4a((int)(v.z ^ (unsigned)k), (int)v.w, b);
+    }
+    return (unsigned)(a ^ b) ^ (W ? 0u : v.x ^ v.y ^ v.z ^ v.w);
+}
+template <int BT, int U, int W, bool PIPE>
+__global__ void __launch_bounds__(BT, 1) k_work(const uint4 *base, size_t n16, unsigned *sink) {
+    const size_t lo = n16 * blockIdx.x / gridDim.x, hi = n16 * (blockIdx.x + 1) / gridDim.x;
+    unsigned acc = 0;
+    if (!PIPE) {
+        uint4 v[U];
+        for (size_t i = lo + threadIdx.x; i < hi; i += (size_t)BT * U) {
+            bal_round<BT, U>(base, i, hi, v);
+#pragma unroll
+            for (int u = 0; u < U; u++) acc = work_fold<W>(v[u], acc);
+        }
+    } else {
+        /* half rounds of U / 2 loads: a, then b, the next one's loads
+         * issued before the one in hand is used */
+        constexpr int H = U / 2;
+        constexpr size_t STEP = (size_t)BT * H;
+        uint4 a[H], b[H];
+        size_t i = lo + threadIdx.x;
+        bal_round<BT, H>(base, i, hi, a);
+        for (; i < hi; i += 2 * STEP) {
+            bal_round<BT, H>(base, i + STEP, hi, b);
+#pragma unroll
+            for (int u = 0; u < H; u++) acc = work_fold<W>(a[u], acc);
+            bal_round<BT, H>(base, i + 2 * STEP, hi, a);
+#pragma unroll
+            for (int u = 0; u < H; u++) acc = work_fold<W>(b[u], acc);
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+template <int BT, int U, int W, bool PIPE>
+static float work_run(const uint4 *buf, size_t n16, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_work<BT, U, W, PIPE>));
+    *regs = fa.numRegs;
+    return median_ms(reps, st, [&] { k_work<BT, U, W, PIPE><<<sms, BT, 0, st>>>(buf, n16, sink); });
+}
+
 /* Median ms of k_bal<BT, U, EARLY> on one block per multiprocessor over the
  * phases (off16/n16 on the device, `phases` of them); *next is the
  * counter's value after the last run. */
@@ -573,6 +634,25 @@ int main(int argc, char **argv) {
         BAL_ROW(1024, 8)
         BAL_ROW(1024, 12)
 #undef BAL_ROW
+        printf("work between rounds (one block per SM, an equal slice of all the bytes, one phase; W pairs of dp4a per "
+               "16 bytes; whole rounds, or half rounds pipelined):\n");
+#define WORK_ROW(BT, U, W)                                                                                     \
+    {                                                                                                          \
+        int r0 = 0, r1 = 0;                                                                                    \
+        const float tw = work_run<BT, U, W, false>(buf, all16[1], sms, 2 * reps, sink, st, &r0);               \
+        const float tp = work_run<BT, U, W, true>(buf, all16[1], sms, 2 * reps, sink, st, &r1);                \
+        printf("  %4d threads x %2d loads, W %2d (%3d/%3d registers): whole %7.3f ms %7.1f GB/s, pipelined %7.3f " \
+               "ms %7.1f GB/s\n",                                                                              \
+               BT, U, W, r0, r1, tw, bytes / (tw * 1e-3) / 1e9, tp, bytes / (tp * 1e-3) / 1e9);               \
+    }
+        WORK_ROW(512, 8, 0)
+        WORK_ROW(512, 8, 2)
+        WORK_ROW(512, 8, 4)
+        WORK_ROW(512, 8, 8)
+        WORK_ROW(512, 8, 16)
+        WORK_ROW(512, 12, 4)
+        WORK_ROW(512, 12, 8)
+#undef WORK_ROW
         CK(cudaFree(doff16));
         CK(cudaFree(dn16));
         CK(cudaFree(dall));
