@@ -647,6 +647,71 @@ static void test_matmul_variant(backend *gx) {
         }
 }
 
+/* One-token products as k_mv_pipe (gp: GEM_CUDA_MV_PIPE=1): a warp's
+ * blocks summed in slot order (the even 32-block chunks of a round, then
+ * the odd ones), so single products are within 1e-5 of the sum of |terms|
+ * of the default's (another order, as test_matmul_split); on gp itself the
+ * q/k/v triple equals its single products and the gate/up pair equals
+ * gelu(gate) up of gp's single products and geglu, bit for bit (each row's
+ * sum in the same order). q8_0 and q4_0; 333, 301 and 300 rows leave the
+ * last task's second row repeated (odd M) and warps without a task; K 1152
+ * ends inside a lane's first slot; q8_0 at K 5376 and both at 21504 take
+ * several rounds. */
+static void test_matmul_pipe(backend *gp) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki];
+            const int64_t rows[5] = {333, 64, 300, 301, 301}; /* A, B, C (q/k/v), gate, up */
+            tensor T[5];
+            for (int i = 0; i < 5; i++) T[i] = make_tensor(types[t], K, rows[i]);
+            gem_err err;
+            float *x = rand_vec((size_t)K, 1.0f);
+            be_weight *W[5], *D[3];
+            be_buf *xp = put(gp, x, (size_t)K), *xd = put(gpu, x, (size_t)K), *single[5], *multi[3], *dflt[3];
+            for (int i = 0; i < 5; i++) {
+                W[i] = gp->weight(gp, &T[i].t, &err);
+                single[i] = put(gp, NULL, (size_t)rows[i]);
+                gp->matmul(gp, W[i], xp, 1, single[i]);
+            }
+            for (int i = 0; i < 3; i++) {
+                multi[i] = put(gp, NULL, (size_t)rows[i]);
+                D[i] = gpu->weight(gpu, &T[i].t, &err);
+                dflt[i] = put(gpu, NULL, (size_t)rows[i]);
+                gpu->matmul(gpu, D[i], xd, 1, dflt[i]);
+            }
+            gp->matmul_multi(gp, 3, (const be_weight *const *)W, xp, 1, multi);
+            be_buf *pair = put(gp, NULL, 301), *sep = put(gp, NULL, 301);
+            gp->matmul_geglu(gp, W[3], W[4], xp, 1, pair);
+            gp->geglu(gp, single[3], single[4], 301, sep);
+            int ok = 1;
+            for (int i = 0; i < 3; i++) {
+                float *a = get(gp, single[i], (size_t)rows[i]), *m = get(gp, multi[i], (size_t)rows[i]),
+                      *d = get(gpu, dflt[i], (size_t)rows[i]);
+                ok &= close_enough("pipelined multi", m, a, (size_t)rows[i], 0, 0);
+                for (int64_t o = 0; o < rows[i]; o++) {
+                    const double mag = row_mag(&T[i], x, K, 0, o, NULL);
+                    if (!(fabs((double)a[o] - d[o]) <= 1e-5 * mag + 1e-6)) {
+                        fprintf(stderr, "pipelined matmul %s K=%lld matrix %d row %lld: %.9g vs default %.9g\n",
+                                quant_type_name(types[t]), (long long)K, i, (long long)o, a[o], d[o]);
+                        ok = 0;
+                        break;
+                    }
+                }
+                free(a), free(m), free(d);
+            }
+            float *a = get(gp, pair, 301), *b = get(gp, sep, 301);
+            ok &= close_enough("pipelined geglu", a, b, 301, 0, 0);
+            free(a), free(b);
+            CHECKF(ok, "GEM_CUDA_MV_PIPE=1: %s K=%lld", quant_type_name(types[t]), (long long)K);
+            for (int i = 0; i < 5; i++) gp->buf_free(gp, single[i]), gp->weight_free(gp, W[i]), free_tensor(&T[i]);
+            for (int i = 0; i < 3; i++) gp->buf_free(gp, multi[i]), gpu->buf_free(gpu, dflt[i]), gpu->weight_free(gpu, D[i]);
+            gp->buf_free(gp, pair), gp->buf_free(gp, sep), gp->buf_free(gp, xp), gpu->buf_free(gpu, xd);
+            free(x);
+        }
+}
+
 /* Prefill geglu makes the down product's f16 activations in the same
  * launch (k_geglu_f16): the pair and the down product equal separate
  * products, k_geglu and a down product that converts its input itself
@@ -1799,6 +1864,9 @@ int main(void) {
     unsetenv("GEM_CUDA_TAIL");
     unsetenv("GEM_CUDA_TAIL_QKV");
     unsetenv("GEM_CUDA_TAIL_COMB");
+    unsetenv("GEM_CUDA_TAIL_PIPE");
+    unsetenv("GEM_CUDA_TAIL_PARTS");
+    unsetenv("GEM_CUDA_MV_PIPE");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
@@ -1850,6 +1918,9 @@ int main(void) {
     backend *gcs = variant("GEM_CUDA_MV_LD", "1", &g);
     if (gcs) test_matmul_variant(gcs);
     variant_done(gcs);
+    backend *gmp = variant("GEM_CUDA_MV_PIPE", "1", &g);
+    if (gmp) test_matmul_pipe(gmp);
+    variant_done(gmp);
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();

@@ -37,19 +37,19 @@ mkdir -p "$log"
 . tests/tally.sh
 # the model checks' measurements go to the terminal too
 run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
-# combine_ran MODEL VAR=VALUE...: a short greedy run with those settings
-# and f16 caches launched the layer kernel with its combine phase (the
-# profile's op names), so the attention_rest checks did not pass by a
-# silent decline
-combine_ran() {
-    m=$1; shift
+# launch_seen MODEL NAME VAR=VALUE...: a short greedy run with those
+# settings and f16 caches launched an op of that name (the profile's op
+# names), so the checks of an opt-in kernel did not pass by a silent
+# decline
+launch_seen() {
+    m=$1 name=$2; shift 2
     out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$m" --backend cuda --kv-type f16 --prompt-ids 2,3,4,5 -n 4 \
         --temp 0 2>&1)
-    if echo "$out" | grep -q "layer rest (persistent, combine)"; then
-        echo "combine_ran: 1 passed, 0 failed"
+    if echo "$out" | grep -qF "$name"; then
+        echo "launch_seen: 1 passed, 0 failed"
     else
         echo "$out"
-        echo "combine_ran: 0 passed, 1 failed"
+        echo "launch_seen: 0 passed, 1 failed"
     fi
 }
 
@@ -91,9 +91,9 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         # PIPE=1: its product phases pipelined; PARTS: smaller tasks), one
         # run per setting (;-separated)
         case "$1 $2" in
-        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1" ;;
+        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=1" ;;
         "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;
-        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2" ;;
+        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2;GEM_CUDA_MV_PIPE=1" ;;
         *) tails= ;;
         esac
         while [ -n "$tails" ]; do
@@ -101,6 +101,8 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
             case "$tails" in *";"*) tails=${tails#*;} ;; *) tails= ;; esac
             run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+            [ "$tail" = GEM_CUDA_MV_PIPE=1 ] &&
+                run "k_mv_pipe taken ($1 $2)" launch_seen "$tmp/m.gguf" "(pipelined)" $tail
         done
         # with f16 caches: first the defaults (these quantized models' f16
         # caches, on their own), then the attention's combine inside the
@@ -115,7 +117,7 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 int8 kv-f16
             run_model "cuda_model $1 $2 kv-f16 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 int8 kv-f16
-            run "attention_rest taken ($1 $2, $tail)" combine_ran "$tmp/m.gguf" $tail
+            run "attention_rest taken ($1 $2, $tail)" launch_seen "$tmp/m.gguf" "layer rest (persistent, combine)" $tail
         fi
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24

@@ -1022,7 +1022,7 @@ static void cu_destroy(backend *b) {
  * only. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_TAIL,
-    CS_TAIL_QKV, CS_TAIL_COMB, CS_TAIL_PIPE, CS_TAIL_PARTS, CS_MV_STAGGER, CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
+    CS_TAIL_QKV, CS_TAIL_COMB, CS_TAIL_PIPE, CS_TAIL_PARTS, CS_MV_PIPE, CS_MV_STAGGER, CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -1032,7 +1032,7 @@ static const struct cu_setting {
     {"GEM_CUDA_MV_LD", 0, 1, 0},        {"GEM_CUDA_NORM_WIDE", 0, 1, 1},   {"GEM_CUDA_QKV_EARLY", 0, 1, 1},
     {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_TAIL", 0, 3, 0},
     {"GEM_CUDA_TAIL_QKV", 0, 1, 0},     {"GEM_CUDA_TAIL_COMB", 0, 1, 0},   {"GEM_CUDA_TAIL_PIPE", 0, 1, 0},
-    {"GEM_CUDA_TAIL_PARTS", 1, 4, 1},   {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
+    {"GEM_CUDA_TAIL_PARTS", 1, 4, 1},   {"GEM_CUDA_MV_PIPE", 0, 1, 0},     {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
 };
@@ -1150,6 +1150,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->tail_comb = (int)set[CS_TAIL_COMB];
     c->tail_pipe = (int)set[CS_TAIL_PIPE];
     c->tail_parts = (int)set[CS_TAIL_PARTS];
+    c->mv_pipe = (int)set[CS_MV_PIPE];
     if (c->tail) {
         /* the barrier counter and the four task counters, zero */
         const size_t bytes = sizeof(unsigned long long) + 4 * sizeof(unsigned);

@@ -163,6 +163,9 @@ typedef struct {
     unsigned long long *tail_sync;
     int tail_grid[2][2]; /* [q4_0][with the combine phase] */
     scratch tail_q, tail_h;
+    /* one-token products as k_mv_pipe (GEM_CUDA_MV_PIPE=1), its grid
+     * [q4_0][pair] (0: not yet asked, -1: cannot run) */
+    int mv_pipe, mv_pipe_grid[2][2];
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -183,7 +186,7 @@ typedef struct {
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
-        char name[48];
+        char name[80]; /* room for mv_run's longest label and its "(pipelined)" */
         double s;
         long calls;
     } prof[48];
@@ -261,12 +264,12 @@ enum {
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
     CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_TAIL_END,
-    CT_TAIL_C, CT_COUNT
+    CT_TAIL_C, CT_MV_PIPE, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end,tail_c"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end,tail_c,mv_pipe"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -601,6 +604,10 @@ cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
 __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s);
 int cu_layer_rest(backend *b, const be_layer_rest *r);
 int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r);
+/* A one-token product of W (count matrices, or the gate/up pair) on the
+ * codes in xq/xd/xs as k_mv_pipe (cuda_tail.cu, GEM_CUDA_MV_PIPE=1): 0
+ * when launched, 1 when declined (nothing launched: k_mv_q instead). */
+int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs);
 /* A one-token attention's split partials left uncombined (cuda_attention.cu
  * for cuda_tail.cu): attn_parts_take says whether attention_qkv would run
  * a's step on k_attn_tc with the norms and rope folded in (nothing

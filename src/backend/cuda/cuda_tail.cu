@@ -349,7 +349,7 @@ template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k
  * slot before this one ends; a warp's answers grow (one address, one
  * thread), so a warp that stops on an answer past the end has been dealt
  * no task it leaves undone. pre: the first task's first slot is in RA
- * (tail_preload with ST 64). */
+ * (tail_preload with ST 64). ctr NULL: every task static (k_mv_pipe). */
 template <int Q4, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB, bool pre,
                                                 const tail_mats &m, int K, const int8_t *xq, const float *xd,
@@ -357,12 +357,13 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
     constexpr int UH = tail_u(Q4, 1) / 2;
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
     const int nb = K / 32, T = tail_tasks<PAIR, MULTI>(m);
-    const int S = max(1, T / W - 1); /* static tasks, as tail_phase */
+    /* static tasks, as tail_phase; all of them without a counter */
+    const int S = ctr ? max(1, T / W - 1) : (T + W - 1) / W;
     if (gw >= T) return;
     tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, nb, m);
     int s = 0, ns = tail_slots<Q4>(k), n = 0;
     unsigned p1 = 0, p2 = 0;
-    if (lane == 0) {
+    if (ctr && lane == 0) {
         if (1 >= S) p1 = atomicAdd(ctr, 1u);
         if (2 >= S) p2 = atomicAdd(ctr, 1u);
     }
@@ -375,7 +376,7 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
         int sn = s + 1, nsn = ns;
         bool more = true, fresh = false;
         if (sn == ns) {
-            const int tn = n + 1 < S ? gw + (n + 1) * W : S * W + (int)__shfl_sync(0xffffffffu, p1, 0);
+            const int tn = n + 1 < S ? gw + (n + 1) * W : ctr ? S * W + (int)__shfl_sync(0xffffffffu, p1, 0) : T;
             more = tn < T;
             if (more) {
                 kn = tail_task_of<Q4, PAIR, MULTI>(tn, nb, m);
@@ -393,7 +394,7 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
         if (fresh) {
             n++;
             p1 = p2;
-            if (lane == 0 && n + 2 >= S) p2 = atomicAdd(ctr, 1u);
+            if (ctr && lane == 0 && n + 2 >= S) p2 = atomicAdd(ctr, 1u);
         }
         k = kn, s = sn, ns = nsn;
         return more;
@@ -799,3 +800,55 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
 int cu_layer_rest(backend *b, const be_layer_rest *r) { return tail_run(cu_of(b), r, NULL); }
 
 int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r) { return tail_run(cu_of(b), r, a); }
+
+/* GEM_CUDA_MV_PIPE=1: a one-token q8_0/q4_0 product (up to three matrices
+ * sharing the input, or the gate/up pair with GELU gating) as one wave of
+ * 512-thread blocks, each warp running tail_phase_pipe over its static
+ * share of row pairs (whole rows: no parts), instead of k_mv_q's blocks of
+ * one round each. The question it answers: whether k_mv_q's products,
+ * whose waves its staggered start keeps out of step, stream faster as
+ * pipelines of half rounds. Not yet measured. Activation codes as k_mv_q
+ * reads them, written by the kernel before (plain loads: tail_dot). */
+template <int Q4, bool PAIR>
+__global__ void __launch_bounds__(TAIL_THREADS, 1)
+    k_mv_pipe(tail_mats m, int K, const int8_t *xq, const float *xd, const int *xs) {
+    CU_TRACE(CT_MV_PIPE);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    tail_buf<tail_u(Q4, 1) / 2> RA, RB;
+    tail_phase_pipe<Q4, PAIR, !PAIR>(RA, RB, false, m, K, xq, xd, xs, NULL);
+}
+
+int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs) {
+    const int fmt = W[0]->fmt, q4 = fmt == DW_Q4_0, K = (int)W[0]->ne0, nw = pair ? 2 : count;
+    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || K % 32 || count < 1 || count > 3 || (pair && count != 1)) return 1;
+    for (int i = 0; i < nw; i++)
+        if (W[i]->fmt != fmt || W[i]->ne0 != K) return 1;
+    if (pair && W[1]->ne1 != W[0]->ne1) return 1;
+    static void (*const kerns[2][2])(tail_mats, int, const int8_t *, const float *, const int *) = {
+        {k_mv_pipe<0, false>, k_mv_pipe<0, true>}, {k_mv_pipe<1, false>, k_mv_pipe<1, true>}};
+    void (*kern)(tail_mats, int, const int8_t *, const float *, const int *) = kerns[q4][pair];
+    int *grid = &c->mv_pipe_grid[q4][pair];
+    if (*grid == 0) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, 0) != cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError(); /* not a failure of the stream: k_mv_q instead */
+            *grid = -1;
+        } else {
+            *grid = per_sm * c->n_sm;
+        }
+    }
+    if (*grid < 1) return 1;
+    tail_mats m;
+    memset(&m, 0, sizeof m);
+    m.q0 = (const uint8_t *)W[0]->q, m.d0 = W[0]->d, m.o0 = outs[0]->d, m.M0 = (int)W[0]->ne1;
+    m.count = nw, m.sp = 1;
+    if (nw > 1) m.q1 = (const uint8_t *)W[1]->q, m.d1 = W[1]->d, m.M1 = (int)W[1]->ne1;
+    if (nw > 2) m.q2 = (const uint8_t *)W[2]->q, m.d2 = W[2]->d, m.M2 = (int)W[2]->ne1;
+    if (!pair && nw > 1) m.o1 = outs[1]->d;
+    if (!pair && nw > 2) m.o2 = outs[2]->d;
+    launch(c, kern, *grid, TAIL_THREADS, 0, m, K, (const int8_t *)c->xq.p, (const float *)c->xd.p,
+           (const int *)c->xs.p);
+    return 0;
+}
