@@ -652,18 +652,23 @@ static void test_matmul_variant(backend *gx) {
  * the odd ones), so single products are within 1e-5 of the sum of |terms|
  * of the default's (another order, as test_matmul_split); on gp itself the
  * q/k/v triple equals its single products and the gate/up pair equals
- * gelu(gate) up of gp's single products and geglu, bit for bit (each row's
- * sum in the same order). q8_0 and q4_0; 333, 301 and 300 rows leave the
- * last task's second row repeated (odd M) and warps without a task; K 1152
- * ends inside a lane's first slot; q8_0 at K 5376 and both at 21504 take
- * several rounds. */
+ * gelu(gate) up of gp's single products and geglu, bit for bit (a row's
+ * sum has the same order whichever warp takes it). q8_0 and q4_0. Rows:
+ * 9001 (up to K 7168) and a 4501-row pair (up to 5376): 2 or 3 tasks per
+ * warp of the H200's 2112, so warps go from one task to the next (the
+ * next task's first slot loaded during the last slot); otherwise 333, 64,
+ * 300 and 301 (odd M: a task's second row repeats the last; warps without
+ * a task). K: 256 (less than a chunk of 32 blocks), 1152 (a last chunk of
+ * 4 blocks), several rounds from 5376 (q8_0) and 8192, and a q4_0 last
+ * round of one chunk, so one slot (7168: 7 chunks, rounds of 6). */
 static void test_matmul_pipe(backend *gp) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
+    const int64_t Ks[] = {256, 1152, 3840, 5376, 7168, 8192, 21504};
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-            const int64_t K = Ks[ki];
-            const int64_t rows[5] = {333, 64, 300, 301, 301}; /* A, B, C (q/k/v), gate, up */
+            const int64_t K = Ks[ki], pr = K <= 5376 ? 4501 : 301;
+            /* A, B, C (q/k/v), gate, up */
+            const int64_t rows[5] = {K <= 7168 ? 9001 : 333, 64, 300, pr, pr};
             tensor T[5];
             for (int i = 0; i < 5; i++) T[i] = make_tensor(types[t], K, rows[i]);
             gem_err err;
@@ -682,9 +687,9 @@ static void test_matmul_pipe(backend *gp) {
                 gpu->matmul(gpu, D[i], xd, 1, dflt[i]);
             }
             gp->matmul_multi(gp, 3, (const be_weight *const *)W, xp, 1, multi);
-            be_buf *pair = put(gp, NULL, 301), *sep = put(gp, NULL, 301);
+            be_buf *pair = put(gp, NULL, (size_t)pr), *sep = put(gp, NULL, (size_t)pr);
             gp->matmul_geglu(gp, W[3], W[4], xp, 1, pair);
-            gp->geglu(gp, single[3], single[4], 301, sep);
+            gp->geglu(gp, single[3], single[4], (size_t)pr, sep);
             int ok = 1;
             for (int i = 0; i < 3; i++) {
                 float *a = get(gp, single[i], (size_t)rows[i]), *m = get(gp, multi[i], (size_t)rows[i]),
@@ -701,8 +706,8 @@ static void test_matmul_pipe(backend *gp) {
                 }
                 free(a), free(m), free(d);
             }
-            float *a = get(gp, pair, 301), *b = get(gp, sep, 301);
-            ok &= close_enough("pipelined geglu", a, b, 301, 0, 0);
+            float *a = get(gp, pair, (size_t)pr), *b = get(gp, sep, (size_t)pr);
+            ok &= close_enough("pipelined geglu", a, b, (size_t)pr, 0, 0);
             free(a), free(b);
             CHECKF(ok, "GEM_CUDA_MV_PIPE=1: %s K=%lld", quant_type_name(types[t]), (long long)K);
             for (int i = 0; i < 5; i++) gp->buf_free(gp, single[i]), gp->weight_free(gp, W[i]), free_tensor(&T[i]);

@@ -19,7 +19,9 @@
 # GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products; with
 # GEM_CUDA_TAIL_PIPE=1 its pipelined product phases), and the tiny and 1b
 # q4_0 models with f16 caches and the attention's combine inside it
-# (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined).
+# (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined); the tiny q8_0 and 1b
+# q4_0 models also with the one-token products pipelined
+# (GEM_CUDA_MV_PIPE=1, k_mv_pipe), a profile showing its launches.
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -41,11 +43,12 @@ run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
 # settings and f16 caches launched an op of that name (the profile's op
 # names), so the checks of an opt-in kernel did not pass by a silent
 # decline
+# (model/want, not name: tally.sh's run() keeps the check's name in $name)
 launch_seen() {
-    m=$1 name=$2; shift 2
-    out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$m" --backend cuda --kv-type f16 --prompt-ids 2,3,4,5 -n 4 \
+    model=$1 want=$2; shift 2
+    out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$model" --backend cuda --kv-type f16 --prompt-ids 2,3,4,5 -n 4 \
         --temp 0 2>&1)
-    if echo "$out" | grep -qF "$name"; then
+    if echo "$out" | grep -qF "$want"; then
         echo "launch_seen: 1 passed, 0 failed"
     else
         echo "$out"
@@ -88,8 +91,8 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
         # the persistent layer kernel (layer_rest) inside replayed graphs
         # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products;
-        # PIPE=1: its product phases pipelined; PARTS: smaller tasks), one
-        # run per setting (;-separated)
+        # PIPE=1: its product phases pipelined; PARTS: smaller tasks) and
+        # k_mv_pipe (GEM_CUDA_MV_PIPE=1), one run per setting (;-separated)
         case "$1 $2" in
         "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=1" ;;
         "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;

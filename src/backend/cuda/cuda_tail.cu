@@ -42,8 +42,8 @@
  * - The barrier counter only grows (64 bits: no wrap): an arriving block
  *   waits for the next multiple of the grid, so a launch needs no reset as
  *   long as every launch on the counter has the same grid.
- * - A product's rows are dealt as tasks (2 rows, or one gate/up row; long
- *   rows in parts of one round of loads, see tail_task_of): warp w takes
+ * - A product's rows are dealt as tasks (2 rows, or one gate/up row; o and
+ *   down rows in parts of at most a round of loads, see tail_parts): warp w takes
  *   tasks w, w + W, ... for its static rounds, then takes the rest from the
  *   phase's counter (atomicAdd); block 0 zeroes that counter after the
  *   barrier that ends the phase (the q/k/v phase's, which no barrier
@@ -190,10 +190,10 @@ template <bool PAIR, bool MULTI> __device__ __forceinline__ int tail_tasks(const
 
 /* A task: two weight rows (rows 2g and 2g + 1 of a matrix, the last row
  * twice when M is odd; or row g of gate and of up: PAIR), over the blocks
- * [lo, hi) of its part. Rows of more blocks than one round of a warp's
- * loads are cut into sp parts of at most a round each (a product of few
- * long rows then still has tasks for every warp, and no warp ends on a
- * long last task alone); part p's sums go to out[p M + row], the next
+ * [lo, hi) of its part. The o and down rows are cut into sp parts of at
+ * most a round of a warp's loads each (tail_parts; a product of few long
+ * rows then still has tasks for every warp, and no warp ends on a long
+ * last task alone); part p's sums go to out[p M + row], the next
  * phase adds the parts in order. Task t of a matrix is part t / G of row
  * group t % G; the matrices' tasks follow one another. */
 struct tail_task {
@@ -343,8 +343,8 @@ template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k
  * rounds (tail_phase) they stay in step: all issue a round, all wait for
  * it, all compute, while memory idles (the in-step waves k_mv_q's
  * staggered start breaks up; its gate/up phase streamed at ~2.7 TB/s
- * against the launch's ~3.8). The same registers as a round hold two
- * slots. The counter's tasks are asked for two ahead (lane 0: p1 for this
+ * against the launch's ~3.8). Two slots fit the registers of a round
+ * (q8_0: 2 x 2 blocks against 4; q4_0: 2 x 3 against 8). The counter's tasks are asked for two ahead (lane 0: p1 for this
  * warp's next task, p2 for the one after), so the next task is known a
  * slot before this one ends; a warp's answers grow (one address, one
  * thread), so a warp that stops on an answer past the end has been dealt
@@ -637,9 +637,11 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
 
 /* Parts of a row of nb blocks (tail_task_of): at most one round of a
  * warp's loads each (32 lanes x tail_u blocks), times `more`
- * (GEM_CUDA_TAIL_PARTS: smaller tasks end a phase more evenly), with at
- * least 32 blocks (a warp's width) in a part and every part's first block
- * below nb (tail_task_of's parts are ceil(nb / sp) blocks). */
+ * (GEM_CUDA_TAIL_PARTS: smaller tasks end a phase more evenly), with
+ * nb / sp at least 32 (a warp's width: every part but the last has 32
+ * blocks or more) and none empty (tail_task_of's parts are ceil(nb / sp)
+ * blocks, the last what is left: an empty task would never reach its
+ * last slot in tail_phase_pipe). */
 static int tail_parts(int nb, int q4, int pipe, int more) {
     const int round = 32 * tail_u(q4, pipe);
     int sp = (nb + round - 1) / round * more;
@@ -661,7 +663,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || Wg->fmt != fmt || Wu->fmt != fmt || Wd->fmt != fmt) return 1;
     const int H = r->width, F = (int)Wg->ne1, K = (int)Wo->ne0;
     /* rows of whole warps of float4 (TAIL_SLICE), at most TAIL_NV per thread */
-    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || K % 32 || Wo->ne1 != H || Wg->ne0 != H ||
+    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || F < 32 || K % 32 || K < 32 || Wo->ne1 != H || Wg->ne0 != H ||
         Wu->ne0 != H || Wu->ne1 != F || Wd->ne0 != F || Wd->ne1 != H)
         return 1;
     if (!f32_vec(r->post_attn_norm, H) || !f32_vec(r->ffn_norm, H) || !f32_vec(r->post_ffw_norm, H) ||
@@ -721,8 +723,10 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     if (*grid < 1) return 1;
     for (int k = 0; k < 4; k++)
         if (c->tail_grid[k / 2][k % 2] > 0 && c->tail_grid[k / 2][k % 2] != *grid) return 1;
-    /* rows cut into parts of at most one round of a warp's loads
-     * (tail_task_of): 32 lanes x 8 (q4_0) or 4 (q8_0) blocks */
+    /* o and down rows cut into parts (tail_parts): at most a round of a
+     * warp's loads each (32 lanes x tail_u blocks: with PIPE, q4_0 rounds
+     * of 6 chunks, so the 31B's o rows take 2 parts and its down rows 4
+     * where they take 1 and 3 without), times GEM_CUDA_TAIL_PARTS */
     const int sp_o = tail_parts(K / 32, q4, c->tail_pipe, c->tail_parts),
               sp_d = tail_parts(F / 32, q4, c->tail_pipe, c->tail_parts);
     /* scratch: att's and then a's codes (xq), the gate/up output's codes
@@ -821,7 +825,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1)
 
 int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs) {
     const int fmt = W[0]->fmt, q4 = fmt == DW_Q4_0, K = (int)W[0]->ne0, nw = pair ? 2 : count;
-    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || K % 32 || count < 1 || count > 3 || (pair && count != 1)) return 1;
+    /* K >= 32: a task of no blocks would have no last slot */
+    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || K % 32 || K < 32 || count < 1 || count > 3 || (pair && count != 1))
+        return 1;
     for (int i = 0; i < nw; i++)
         if (W[i]->fmt != fmt || W[i]->ne0 != K) return 1;
     if (pair && W[1]->ne1 != W[0]->ne1) return 1;
