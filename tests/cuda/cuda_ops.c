@@ -1944,12 +1944,13 @@ int main(void) {
     progress("f16 prefill products");
     CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_TAIL unset)");
     /* the prefetch levels; with the next layer's q/k/v; the pipelined
-     * product phases (GEM_CUDA_TAIL_PIPE=1: multi-slot tasks in the q8_0
-     * cases' gate/up rows, parts of 2 and 3 times as many: PARTS) */
+     * product phases (GEM_CUDA_TAIL_PIPE=1, 2: two slots prefetched;
+     * multi-slot tasks in the q8_0 cases' gate/up rows; parts of 2 and 3
+     * times as many: PARTS) */
     static const char *const tails[] = {
         "GEM_CUDA_TAIL=1", "GEM_CUDA_TAIL=2", "GEM_CUDA_TAIL=3", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1",
-        "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1",
-        "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=3 GEM_CUDA_TAIL_QKV=1",
+        "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=2",
+        "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_PARTS=3 GEM_CUDA_TAIL_QKV=1",
         "GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2"};
     for (size_t v = 0; v < sizeof tails / sizeof tails[0]; v++) {
         const int qkv = strstr(tails[v], "QKV=1") != NULL;
@@ -1967,7 +1968,7 @@ int main(void) {
     } combs[] = {{"GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", 0},
                  {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 0},
                  {"GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_COMB=1", 1},
-                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 1}};
+                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 1}};
     for (size_t v = 0; v < sizeof combs / sizeof combs[0]; v++) {
         backend *gc = variant_set(combs[v].set, &gh);
         if (gc) test_attention_rest(gc, combs[v].set, strstr(combs[v].set, "QKV=1") != NULL, combs[v].small);

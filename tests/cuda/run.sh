@@ -94,7 +94,7 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         # PIPE=1: its product phases pipelined; PARTS: smaller tasks) and
         # k_mv_pipe (GEM_CUDA_MV_PIPE=1), one run per setting (;-separated)
         case "$1 $2" in
-        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=1" ;;
+        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=1" ;;
         "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;
         "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2;GEM_CUDA_MV_PIPE=1" ;;
         *) tails= ;;

@@ -158,7 +158,7 @@ typedef struct {
     /* it also combines the one-token attention's split partials, as its
      * first phase (GEM_CUDA_TAIL_COMB=1: the seam's attention_rest) */
     int tail_comb;
-    int tail_pipe;  /* its product phases pipelined by half rounds (GEM_CUDA_TAIL_PIPE=1; tail_phase_pipe) */
+    int tail_pipe;  /* its product phases pipelined by half rounds (GEM_CUDA_TAIL_PIPE=1; 2: two slots prefetched) */
     int tail_parts; /* its o and down rows in this many times more parts (GEM_CUDA_TAIL_PARTS, 1 to 4) */
     unsigned long long *tail_sync;
     int tail_grid[2][2]; /* [q4_0][with the combine phase] */

@@ -175,6 +175,7 @@ struct tail_job {
     unsigned *ctr; /* the o, gate/up, down and q/k/v phases' task counters */
     int H, F, K;
     int sp_o, sp_d; /* parts of an o row and of a down row (tail_task_of) */
+    int pre2;       /* PIPE: each prefetch issues the first task's first two slots (GEM_CUDA_TAIL_PIPE=2) */
     float eps;
 };
 
@@ -336,6 +337,20 @@ template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k
     return k.lo + (threadIdx.x & 31) + 32 * (tail_u(Q4, 1) * (s >> 1) + (s & 1));
 }
 
+/* This warp's first task's first slot into A, with `two` also its second
+ * (when it has one) into B, issued before a wait (tail_phase_pipe's pre 1
+ * or 2). */
+template <int Q4, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_preload_pipe(tail_buf<tail_u(Q4, 1) / 2> &A, tail_buf<tail_u(Q4, 1) / 2> &B,
+                                                  const tail_mats &m, int K, bool two) {
+    constexpr int UH = tail_u(Q4, 1) / 2;
+    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    if (gw >= tail_tasks<PAIR, MULTI>(m)) return;
+    const tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, K / 32, m);
+    tail_load<Q4, UH, 64>(A, k, tail_slot_b0<Q4>(k, 0));
+    if (two && tail_slots<Q4>(k) >= 2) tail_load<Q4, UH, 64>(B, k, tail_slot_b0<Q4>(k, 1));
+}
+
 /* tail_phase as a pipeline of slots (half rounds): each warp issues the
  * loads of its next slot, of this task or of its next one, before it uses
  * the slot it has, so it always has weights in flight. Why: after a grid
@@ -348,10 +363,11 @@ template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k
  * warp's next task, p2 for the one after), so the next task is known a
  * slot before this one ends; a warp's answers grow (one address, one
  * thread), so a warp that stops on an answer past the end has been dealt
- * no task it leaves undone. pre: the first task's first slot is in RA
- * (tail_preload with ST 64). ctr NULL: every task static (k_mv_pipe). */
+ * no task it leaves undone. pre: 1, the first task's first slot is in RA;
+ * 2, also its second in RB if it has one (tail_preload_pipe). ctr NULL:
+ * every task static (k_mv_pipe). */
 template <int Q4, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB, bool pre,
+__device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB, int pre,
                                                 const tail_mats &m, int K, const int8_t *xq, const float *xd,
                                                 const int *xs, unsigned *ctr) {
     constexpr int UH = tail_u(Q4, 1) / 2;
@@ -368,6 +384,9 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
         if (2 >= S) p2 = atomicAdd(ctr, 1u);
     }
     if (!pre) tail_load<Q4, UH, 64>(RA, k, tail_slot_b0<Q4>(k, 0));
+    /* the second slot too is in RB already (tail_preload_pipe, two): the
+     * first step issues no loads */
+    bool skip = pre >= 2 && ns >= 2;
     float a0 = 0, a1 = 0;
     /* one slot: the next one's loads, this one's dots (and its task's
      * store when it is the last); false when there is no next slot */
@@ -385,7 +404,8 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
                 fresh = true;
             }
         }
-        if (more) tail_load<Q4, UH, 64>(nxt, kn, tail_slot_b0<Q4>(kn, sn));
+        if (more && !skip) tail_load<Q4, UH, 64>(nxt, kn, tail_slot_b0<Q4>(kn, sn));
+        skip = false;
         tail_dot<Q4, UH, 64>(cur, xq, xd, xs, k.hi, tail_slot_b0<Q4>(k, s), a0, a1);
         if (s + 1 == ns) {
             tail_store<PAIR>(k, a0, a1);
@@ -531,15 +551,20 @@ template <int Q4, bool PIPE> struct tail_regs {
     static constexpr int U = PIPE ? tail_u(Q4, 1) / 2 : tail_u(Q4);
     tail_buf<U> a, b;
 };
+/* pre: what tail_prefetch issued (0 nothing; else 1 + its `two`) */
 template <int Q4, bool PIPE, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_product(tail_regs<Q4, PIPE> &R, bool pre, const tail_mats &m, int K,
+__device__ __forceinline__ void tail_product(tail_regs<Q4, PIPE> &R, int pre, const tail_mats &m, int K,
                                              const int8_t *xq, const float *xd, const int *xs, unsigned *ctr) {
     if constexpr (PIPE) tail_phase_pipe<Q4, PAIR, MULTI>(R.a, R.b, pre, m, K, xq, xd, xs, ctr);
-    else tail_phase<Q4, PAIR, MULTI>(R.a, pre, m, K, xq, xd, xs, ctr);
+    else tail_phase<Q4, PAIR, MULTI>(R.a, pre != 0, m, K, xq, xd, xs, ctr);
 }
+/* two (PIPE only; GEM_CUDA_TAIL_PIPE=2): the first task's second slot
+ * too, so that twice the bytes are in flight across a barrier and the
+ * norm after it */
 template <int Q4, bool PIPE, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_prefetch(tail_regs<Q4, PIPE> &R, const tail_mats &m, int K) {
-    tail_preload<Q4, tail_regs<Q4, PIPE>::U, PIPE ? 64 : 32, PAIR, MULTI>(R.a, m, K);
+__device__ __forceinline__ void tail_prefetch(tail_regs<Q4, PIPE> &R, const tail_mats &m, int K, bool two) {
+    if constexpr (PIPE) tail_preload_pipe<Q4, PAIR, MULTI>(R.a, R.b, m, K, two);
+    else tail_preload<Q4, tail_regs<Q4, PIPE>::U, 32, PAIR, MULTI>(R.a, m, K);
 }
 
 /* PF: 0 no weights before a wait; 1 the next product's first round before
@@ -554,7 +579,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tail_times tt;
     tt.arrived = trace_now();
     tail_regs<Q4, PIPE> R;
-    if (PF >= 2) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K);
+    const bool two = PIPE && j.pre2;
+    const int pre = 1 + two; /* tail_product's pre where a prefetch was issued */
+    if (PF >= 2) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K, two);
     pdl_wait();
     CU_TRACE_RELEASED();
     tt.released = trace_now();
@@ -571,14 +598,14 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     if (COMB) {
         tail_combine(j, cred);
         target = tail_arrive(j.bar, CT_TAIL_C, tt);
-        if (PF == 1) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K);
+        if (PF == 1) tail_prefetch<Q4, PIPE, false>(R, j.mo, j.K, two);
         tail_wait(j.bar, target, tt);
     }
 
     /* o = Wo att */
-    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB), j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
+    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
-    if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H);
+    if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H, two);
     tail_wait(j.bar, target, tt);
     /* the o phase's counter, and the q/k/v phase's of the launch before
      * (no barrier follows that phase) */
@@ -594,9 +621,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* act = gelu(Wg a') (Wu a') */
-    tail_product<Q4, PIPE, true>(R, PF >= 1, j.mgu, H, cq, cd, cs, j.ctr + 1);
+    tail_product<Q4, PIPE, true>(R, PF >= 1 ? pre : 0, j.mgu, H, cq, cd, cs, j.ctr + 1);
     target = tail_arrive(j.bar, CT_TAIL_GU, tt);
-    if (PF) tail_prefetch<Q4, PIPE, false>(R, j.mdn, F);
+    if (PF) tail_prefetch<Q4, PIPE, false>(R, j.mdn, F, two);
     tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[1] = 0;
 
@@ -607,9 +634,9 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tail_wait(j.bar, target, tt);
 
     /* dn = Wd act */
-    tail_product<Q4, PIPE, false>(R, PF >= 1, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
+    tail_product<Q4, PIPE, false>(R, PF >= 1 ? pre : 0, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
     target = tail_arrive(j.bar, CT_TAIL_DN, tt);
-    if (PF && j.mqkv.count) tail_prefetch<Q4, PIPE, false, true>(R, j.mqkv, H);
+    if (PF && j.mqkv.count) tail_prefetch<Q4, PIPE, false, true>(R, j.mqkv, H, two);
     tail_wait(j.bar, target, tt);
     if (blockIdx.x == 0 && threadIdx.x == 0) j.ctr[2] = 0;
 
@@ -628,7 +655,7 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
          * codes (as for the gate/up phase), so no barrier */
         TAIL_ROW(k, i, n4) quantize_block8(norm4(h4[i], r2, w4[i]), i / 8, cq, cd, cs, true);
         __syncthreads();
-        tail_product<Q4, PIPE, false, true>(R, PF >= 1, j.mqkv, H, cq, cd, cs, j.ctr + 3);
+        tail_product<Q4, PIPE, false, true>(R, PF >= 1 ? pre : 0, j.mqkv, H, cq, cd, cs, j.ctr + 3);
     }
     if (threadIdx.x == 0) CU_TRACE_PHASE(CT_TAIL_END, tt.arrived, tt.released); /* the last norm (and q/k/v) */
 }
@@ -700,7 +727,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
                                                         {TAIL_K(1, 0), TAIL_K(1, 1), TAIL_K(1, 2)}};
 #undef TAIL_K
     const int comb = at != NULL;
-    void (*kern)(tail_job) = kerns[q4][pf][comb][c->tail_pipe];
+    void (*kern)(tail_job) = kerns[q4][pf][comb][c->tail_pipe != 0];
     /* The grid: every block resident at once, sized once per kernel for the
      * largest rows (the shared-memory attribute is the process's, never
      * lowered: another backend with other rows sets the same value), and
@@ -789,6 +816,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     j.h = r->h->d, j.act = r->act->d;
     j.a = r->next_norm ? r->a->d : NULL;
     j.sp_o = sp_o, j.sp_d = sp_d;
+    j.pre2 = c->tail_pipe == 2;
     j.bar = c->tail_sync;
     j.ctr = (unsigned *)(c->tail_sync + 1);
     j.H = H, j.F = F, j.K = K;
