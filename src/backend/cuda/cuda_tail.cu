@@ -337,6 +337,12 @@ template <int Q4> __device__ __forceinline__ int tail_slot_b0(const tail_task &k
     return k.lo + (threadIdx.x & 31) + 32 * (tail_u(Q4, 1) * (s >> 1) + (s & 1));
 }
 
+/* A pipelined phase's number for this warp: warp w of block b is w G + b
+ * (G blocks), so a static round that does not fill the grid (k_mv_pipe:
+ * T mod W tasks in its last) falls on about as many warps of every
+ * multiprocessor rather than on all the warps of the first few. */
+__device__ __forceinline__ int tail_pipe_warp() { return (int)((threadIdx.x >> 5) * gridDim.x + blockIdx.x); }
+
 /* This warp's first task's first slot into A, with `two` also its second
  * (when it has one) into B, issued before a wait (tail_phase_pipe's pre 1
  * or 2). */
@@ -344,7 +350,7 @@ template <int Q4, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_preload_pipe(tail_buf<tail_u(Q4, 1) / 2> &A, tail_buf<tail_u(Q4, 1) / 2> &B,
                                                   const tail_mats &m, int K, bool two) {
     constexpr int UH = tail_u(Q4, 1) / 2;
-    const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    const int gw = tail_pipe_warp();
     if (gw >= tail_tasks<PAIR, MULTI>(m)) return;
     const tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, K / 32, m);
     tail_load<Q4, UH, 64>(A, k, tail_slot_b0<Q4>(k, 0));
@@ -371,7 +377,7 @@ __device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA,
                                                 const tail_mats &m, int K, const int8_t *xq, const float *xd,
                                                 const int *xs, unsigned *ctr) {
     constexpr int UH = tail_u(Q4, 1) / 2;
-    const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = tail_pipe_warp();
     const int nb = K / 32, T = tail_tasks<PAIR, MULTI>(m);
     /* static tasks, as tail_phase; all of them without a counter */
     const int S = ctr ? max(1, T / W - 1) : (T + W - 1) / W;
