@@ -21,7 +21,8 @@
 # q4_0 models with f16 caches and the attention's combine inside it
 # (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined); the tiny q8_0 and 1b
 # q4_0 models also with the one-token products pipelined
-# (GEM_CUDA_MV_PIPE=1, k_mv_pipe), a profile showing its launches.
+# (k_mv_pipe, GEM_CUDA_MV_PIPE=2: every product, where 1 takes only
+# those whose static rounds fit), a profile showing its launches.
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -92,11 +93,11 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         # the persistent layer kernel (layer_rest) inside replayed graphs
         # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products;
         # PIPE=1: its product phases pipelined; PARTS: smaller tasks) and
-        # k_mv_pipe (GEM_CUDA_MV_PIPE=1), one run per setting (;-separated)
+        # k_mv_pipe (GEM_CUDA_MV_PIPE=2), one run per setting (;-separated)
         case "$1 $2" in
-        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=1" ;;
+        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=2" ;;
         "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;
-        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2;GEM_CUDA_MV_PIPE=1" ;;
+        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2;GEM_CUDA_MV_PIPE=2" ;;
         *) tails= ;;
         esac
         while [ -n "$tails" ]; do
@@ -104,7 +105,7 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
             case "$tails" in *";"*) tails=${tails#*;} ;; *) tails= ;; esac
             run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
-            [ "$tail" = GEM_CUDA_MV_PIPE=1 ] &&
+            [ "$tail" = GEM_CUDA_MV_PIPE=2 ] &&
                 run "k_mv_pipe taken ($1 $2)" launch_seen "$tmp/m.gguf" "(pipelined)" $tail
         done
         # with f16 caches: first the defaults (these quantized models' f16

@@ -1032,7 +1032,7 @@ static const struct cu_setting {
     {"GEM_CUDA_MV_LD", 0, 1, 0},        {"GEM_CUDA_NORM_WIDE", 0, 1, 1},   {"GEM_CUDA_QKV_EARLY", 0, 1, 1},
     {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_TAIL", 0, 3, 0},
     {"GEM_CUDA_TAIL_QKV", 0, 1, 0},     {"GEM_CUDA_TAIL_COMB", 0, 1, 0},   {"GEM_CUDA_TAIL_PIPE", 0, 2, 0},
-    {"GEM_CUDA_TAIL_PARTS", 1, 4, 1},   {"GEM_CUDA_MV_PIPE", 0, 1, 0},     {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
+    {"GEM_CUDA_TAIL_PARTS", 1, 4, 1},   {"GEM_CUDA_MV_PIPE", 0, 2, 0},     {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
 };

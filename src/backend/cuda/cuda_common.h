@@ -163,8 +163,9 @@ typedef struct {
     unsigned long long *tail_sync;
     int tail_grid[2][2]; /* [q4_0][with the combine phase] */
     scratch tail_q, tail_h;
-    /* one-token products as k_mv_pipe (GEM_CUDA_MV_PIPE=1), its grid
-     * [q4_0][pair] (0: not yet asked, -1: cannot run) */
+    /* one-token products as k_mv_pipe (GEM_CUDA_MV_PIPE=1: where its
+     * static rounds fit, 2: all), its grid [q4_0][pair] (0: not yet asked,
+     * -1: cannot run) */
     int mv_pipe, mv_pipe_grid[2][2];
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
@@ -605,8 +606,8 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 int cu_layer_rest(backend *b, const be_layer_rest *r);
 int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r);
 /* A one-token product of W (count matrices, or the gate/up pair) on the
- * codes in xq/xd/xs as k_mv_pipe (cuda_tail.cu, GEM_CUDA_MV_PIPE=1): 0
- * when launched, 1 when declined (nothing launched: k_mv_q instead). */
+ * codes in xq/xd/xs as k_mv_pipe (cuda_tail.cu, GEM_CUDA_MV_PIPE=1 or 2):
+ * 0 when launched, 1 when declined (nothing launched: k_mv_q instead). */
 int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs);
 /* A one-token attention's split partials left uncombined (cuda_attention.cu
  * for cuda_tail.cu): attn_parts_take says whether attention_qkv would run

@@ -839,7 +839,8 @@ int cu_layer_rest(backend *b, const be_layer_rest *r) { return tail_run(cu_of(b)
 
 int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r) { return tail_run(cu_of(b), r, a); }
 
-/* GEM_CUDA_MV_PIPE=1: a one-token q8_0/q4_0 product (up to three matrices
+/* GEM_CUDA_MV_PIPE=1 (2: also where its static rounds fit badly, see
+ * tail_mv_pipe): a one-token q8_0/q4_0 product (up to three matrices
  * sharing the input, or the gate/up pair with GELU gating) as one wave of
  * 512-thread blocks, each warp running tail_phase_pipe over its static
  * share of row pairs (whole rows: no parts), instead of k_mv_q's blocks of
@@ -880,6 +881,16 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
         }
     }
     if (*grid < 1) return 1;
+    /* Tasks (row pairs, or gate/up rows) are dealt statically, so a product
+     * whose last round leaves many warps idle is declined with 1: the 31B's
+     * o and down products (2688 tasks on 2112 warps: 64% of two rounds)
+     * stay on k_mv_q, its gate/up (93% of 11) and q/k/v (97% of 4) come
+     * here. 2: every product here (the tests). */
+    const int tasks = pair ? (int)W[0]->ne1
+                           : (int)((W[0]->ne1 + 1) / 2 + (nw > 1 ? (W[1]->ne1 + 1) / 2 : 0) +
+                                   (nw > 2 ? (W[2]->ne1 + 1) / 2 : 0));
+    const long warps = (long)*grid * TAIL_WARPS, rounds = (tasks + warps - 1) / warps;
+    if (c->mv_pipe == 1 && (long)tasks * 100 < 85 * rounds * warps) return 1;
     tail_mats m;
     memset(&m, 0, sizeof m);
     m.q0 = (const uint8_t *)W[0]->q, m.d0 = W[0]->d, m.o0 = outs[0]->d, m.M0 = (int)W[0]->ne1;
