@@ -365,16 +365,17 @@ __device__ __forceinline__ void tail_preload_pipe(tail_buf<tail_u(Q4, 1) / 2> &A
  * it, all compute, while memory idles (the in-step waves k_mv_q's
  * staggered start breaks up; its gate/up phase streamed at ~2.7 TB/s
  * against the launch's ~3.8). Two slots fit the registers of a round
- * (q8_0: 2 x 2 blocks against 4; q4_0: 2 x 3 against 8). The counter's tasks are asked for two ahead (lane 0: p1 for this
- * warp's next task, p2 for the one after), so the next task is known a
- * slot before this one ends; a warp's answers grow (one address, one
+ * (q8_0: 2 x 2 blocks against 4; q4_0: 2 x 3 against 8). The counter's
+ * tasks are asked for two ahead (lane 0: p1 for this warp's next task,
+ * p2 for the one after), so the next task is known a slot before this
+ * one ends; a warp's answers grow (one address, one
  * thread), so a warp that stops on an answer past the end has been dealt
  * no task it leaves undone. pre: 1, the first task's first slot is in RA;
  * 2, also its second in RB if it has one (tail_preload_pipe). ctr NULL:
  * every task static (k_mv_pipe). */
 template <int Q4, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB, int pre,
-                                                const tail_mats &m, int K, const int8_t *xq, const float *xd,
+__device__ __forceinline__ void tail_phase_pipe(tail_buf<tail_u(Q4, 1) / 2> &RA, tail_buf<tail_u(Q4, 1) / 2> &RB,
+                                                int pre, const tail_mats &m, int K, const int8_t *xq, const float *xd,
                                                 const int *xs, unsigned *ctr) {
     constexpr int UH = tail_u(Q4, 1) / 2;
     const int lane = threadIdx.x & 31, W = gridDim.x * TAIL_WARPS, gw = tail_pipe_warp();
@@ -609,7 +610,8 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* o = Wo att */
-    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att, j.ctr);
+    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att,
+                                  j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
     if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H, two);
     tail_wait(j.bar, target, tt);
@@ -696,8 +698,8 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || Wg->fmt != fmt || Wu->fmt != fmt || Wd->fmt != fmt) return 1;
     const int H = r->width, F = (int)Wg->ne1, K = (int)Wo->ne0;
     /* rows of whole warps of float4 (TAIL_SLICE), at most TAIL_NV per thread */
-    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || F < 32 || K % 32 || K < 32 || Wo->ne1 != H || Wg->ne0 != H ||
-        Wu->ne0 != H || Wu->ne1 != F || Wd->ne0 != F || Wd->ne1 != H)
+    if (H % 128 || H > TAIL_NV * TAIL_THREADS * 4 || F % 32 || F < 32 || K % 32 || K < 32 || Wo->ne1 != H ||
+        Wg->ne0 != H || Wu->ne0 != H || Wu->ne1 != F || Wd->ne0 != F || Wd->ne1 != H)
         return 1;
     if (!f32_vec(r->post_attn_norm, H) || !f32_vec(r->ffn_norm, H) || !f32_vec(r->post_ffw_norm, H) ||
         (r->next_norm && !f32_vec(r->next_norm, H)) || (r->out_scale && !f32_vec(r->out_scale, 1)))
