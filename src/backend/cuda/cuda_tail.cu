@@ -547,10 +547,36 @@ __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
     }
 }
 
+/* The activation codes a pipelined product reads from shared memory, at
+ * most this many values (K of the o product, F of the down one, or a
+ * k_mv_pipe product's K; 40 KB with their scales and sums): larger ones
+ * are declined. */
+#define TAIL_XMAX 32768
+static size_t tail_x_bytes(int n) { return (size_t)n + (size_t)(n / 32) * 8; }
+
 /* Rows in shared memory: hsm (the row being normed, H floats), wsm (the
  * second norm's weights, H floats), then a's codes for the gate/up phase:
- * cq (H bytes), cd and cs (H / 32 scales and code sums). */
-static size_t tail_smem_bytes(int H) { return (size_t)H * 2 * sizeof(float) + (size_t)H + (size_t)(H / 32) * 8; }
+ * cq (H bytes), cd and cs (H / 32 scales and code sums); with PIPE then
+ * the o and down phases' input codes (tail_stage_x, TAIL_XMAX values). */
+static size_t tail_smem_bytes(int H, int pipe) {
+    return (size_t)H * 2 * sizeof(float) + tail_x_bytes(H) + (pipe ? tail_x_bytes(TAIL_XMAX) : 0);
+}
+
+/* n values' 8-bit codes (n bytes, a multiple of 32) with their block
+ * scales and sums into shared memory, by the whole block (the caller
+ * syncs). Why: a product's dots read every activation block once per task,
+ * as many bytes as its weights; from global memory every warp of a block
+ * misses L1 on the same lines at the same time after a barrier, from
+ * shared memory they cost no memory traffic. The codes by cp.async (no
+ * registers: the prefetched weights hold them; .cg reads L2, coherent with
+ * this launch's writes), the scales and sums by plain loads meanwhile. */
+__device__ __forceinline__ void tail_stage_x(const int8_t *q, const float *d, const int *s, int n, int8_t *sq,
+                                             float *sd, int *ss) {
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) cp_async16(sq + 16 * (size_t)i, q + 16 * (size_t)i);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < n / 32; i += blockDim.x) sd[i] = d[i], ss[i] = s[i];
+    cp_async_wait<0>();
+}
 
 /* The product phases' weight registers: a round, or with PIPE two slots
  * of half a round (b unused without PIPE: the compiler drops it). */
@@ -599,6 +625,10 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     int8_t *cq = (int8_t *)(w4 + n4);
     float *cd = (float *)(cq + H);
     int *cs = (int *)(cd + H / 32);
+    /* PIPE: the o and down phases' input codes (tail_stage_x) */
+    int8_t *xq_s = (int8_t *)(cs + H / 32);
+    float *xd_s = (float *)(xq_s + TAIL_XMAX);
+    int *xs_s = (int *)(xd_s + TAIL_XMAX / 32);
     unsigned long long target;
 
     /* att and its codes from the attention's partials (attention_rest) */
@@ -609,9 +639,13 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
         tail_wait(j.bar, target, tt);
     }
 
-    /* o = Wo att */
-    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, j.xq_att, j.xd_att, j.xs_att,
-                                  j.ctr);
+    /* o = Wo att (PIPE: att's codes from shared memory) */
+    if (PIPE) {
+        tail_stage_x(j.xq_att, j.xd_att, j.xs_att, j.K, xq_s, xd_s, xs_s);
+        __syncthreads();
+    }
+    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, PIPE ? xq_s : j.xq_att,
+                                  PIPE ? xd_s : j.xd_att, PIPE ? xs_s : j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
     if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H, two);
     tail_wait(j.bar, target, tt);
@@ -641,8 +675,13 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     target = tail_arrive(j.bar, CT_TAIL_Q, tt);
     tail_wait(j.bar, target, tt);
 
-    /* dn = Wd act */
-    tail_product<Q4, PIPE, false>(R, PF >= 1 ? pre : 0, j.mdn, F, j.tq, j.td, j.ts, j.ctr + 2);
+    /* dn = Wd act (PIPE: act's codes from shared memory) */
+    if (PIPE) {
+        tail_stage_x(j.tq, j.td, j.ts, F, xq_s, xd_s, xs_s);
+        __syncthreads();
+    }
+    tail_product<Q4, PIPE, false>(R, PF >= 1 ? pre : 0, j.mdn, F, PIPE ? xq_s : j.tq, PIPE ? xd_s : j.td,
+                                  PIPE ? xs_s : j.ts, j.ctr + 2);
     target = tail_arrive(j.bar, CT_TAIL_DN, tt);
     if (PF && j.mqkv.count) tail_prefetch<Q4, PIPE, false, true>(R, j.mqkv, H, two);
     tail_wait(j.bar, target, tt);
@@ -726,7 +765,9 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     for (int x = 0; x < 7; x++)
         for (int y = x + 1; y < 7; y++)
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
-    const size_t smem = tail_smem_bytes(H);
+    /* PIPE stages the o and down products' inputs in shared memory */
+    if (c->tail_pipe && (K > TAIL_XMAX || F > TAIL_XMAX)) return 1;
+    const size_t smem = tail_smem_bytes(H, c->tail_pipe != 0);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
     /* [q4_0][prefetch level][combine phase][pipelined] */
 #define TAIL_K(Q4, PF) {{k_tail<Q4, PF, false, false>, k_tail<Q4, PF, false, true>}, \
@@ -744,7 +785,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
      * than one already sized is declined. */
     int *grid = &c->tail_grid[q4][comb];
     if (*grid == 0) {
-        const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4);
+        const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4, c->tail_pipe != 0);
         int per_sm = 0;
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most) != cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, most) != cudaSuccess ||
@@ -849,21 +890,33 @@ int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r) { 
  * one round each. The question it answers: whether k_mv_q's products,
  * whose waves its staggered start keeps out of step, stream faster as
  * pipelines of half rounds. Not yet measured. Activation codes as k_mv_q
- * reads them, written by the kernel before (plain loads: tail_dot). */
+ * reads them, written by the kernel before, staged in shared memory. */
 template <int Q4, bool PAIR>
 __global__ void __launch_bounds__(TAIL_THREADS, 1)
     k_mv_pipe(tail_mats m, int K, const int8_t *xq, const float *xd, const int *xs) {
     CU_TRACE(CT_MV_PIPE);
     pdl_wait();
     CU_TRACE_RELEASED();
+    /* the first two slots' weights in flight while the block stages the
+     * input's codes in shared memory (tail_stage_x) */
     tail_buf<tail_u(Q4, 1) / 2> RA, RB;
-    tail_phase_pipe<Q4, PAIR, !PAIR>(RA, RB, false, m, K, xq, xd, xs, NULL);
+    tail_preload_pipe<Q4, PAIR, !PAIR>(RA, RB, m, K, true);
+    extern __shared__ int4 mv_pipe_smem[];
+    int8_t *sq = (int8_t *)mv_pipe_smem;
+    float *sd = (float *)(sq + K);
+    int *ss = (int *)(sd + K / 32);
+    tail_stage_x(xq, xd, xs, K, sq, sd, ss);
+    __syncthreads();
+    tail_phase_pipe<Q4, PAIR, !PAIR>(RA, RB, 2, m, K, sq, sd, ss, NULL);
 }
 
 int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs) {
     const int fmt = W[0]->fmt, q4 = fmt == DW_Q4_0, K = (int)W[0]->ne0, nw = pair ? 2 : count;
-    /* K >= 32: a task of no blocks would have no last slot */
-    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || K % 32 || K < 32 || count < 1 || count > 3 || (pair && count != 1))
+    /* K >= 32: a task of no blocks would have no last slot; K <= TAIL_XMAX:
+     * the input's codes in shared memory (under the 48 KB a launch may ask
+     * without raising the kernel's limit) */
+    if ((fmt != DW_Q4_0 && fmt != DW_Q8_0) || K % 32 || K < 32 || K > TAIL_XMAX || count < 1 || count > 3 ||
+        (pair && count != 1))
         return 1;
     for (int i = 0; i < nw; i++)
         if (W[i]->fmt != fmt || W[i]->ne0 != K) return 1;
@@ -874,7 +927,8 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
     int *grid = &c->mv_pipe_grid[q4][pair];
     if (*grid == 0) {
         int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, 0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, tail_x_bytes(TAIL_XMAX)) !=
+                cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError(); /* not a failure of the stream: k_mv_q instead */
             *grid = -1;
@@ -901,7 +955,7 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
     if (nw > 2) m.q2 = (const uint8_t *)W[2]->q, m.d2 = W[2]->d, m.M2 = (int)W[2]->ne1;
     if (!pair && nw > 1) m.o1 = outs[1]->d;
     if (!pair && nw > 2) m.o2 = outs[2]->d;
-    launch(c, kern, *grid, TAIL_THREADS, 0, m, K, (const int8_t *)c->xq.p, (const float *)c->xd.p,
+    launch(c, kern, *grid, TAIL_THREADS, tail_x_bytes(K), m, K, (const int8_t *)c->xq.p, (const float *)c->xd.p,
            (const int *)c->xs.p);
     return 0;
 }
