@@ -709,12 +709,49 @@ static void test_matmul_pipe(backend *gp) {
             float *a = get(gp, pair, (size_t)pr), *b = get(gp, sep, (size_t)pr);
             ok &= close_enough("pipelined geglu", a, b, (size_t)pr, 0, 0);
             free(a), free(b);
-            CHECKF(ok, "GEM_CUDA_MV_PIPE=1: %s K=%lld", quant_type_name(types[t]), (long long)K);
+            CHECKF(ok, "GEM_CUDA_MV_PIPE=2: %s K=%lld", quant_type_name(types[t]), (long long)K);
             for (int i = 0; i < 5; i++) gp->buf_free(gp, single[i]), gp->weight_free(gp, W[i]), free_tensor(&T[i]);
             for (int i = 0; i < 3; i++) gp->buf_free(gp, multi[i]), gpu->buf_free(gpu, dflt[i]), gpu->weight_free(gpu, D[i]);
             gp->buf_free(gp, pair), gp->buf_free(gp, sep), gp->buf_free(gp, xp), gpu->buf_free(gpu, xd);
             free(x);
         }
+}
+
+/* GEM_CUDA_MV_PIPE=1 (g1) declines a product whose static rounds keep
+ * few warps busy: 333 rows (167 tasks on the H200's 2112 warps) run on
+ * k_mv_q, equal to the default's bit for bit (the pipelined kernel sums in
+ * another order); and the triple. */
+static void test_matmul_pipe_declines(backend *g1) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    for (size_t t = 0; t < 2; t++) {
+        const int64_t K = 5376, rows[3] = {333, 64, 300};
+        tensor T[3];
+        for (int i = 0; i < 3; i++) T[i] = make_tensor(types[t], K, rows[i]);
+        gem_err err;
+        float *x = rand_vec((size_t)K, 1.0f);
+        backend *bs[2] = {gpu, g1};
+        float *res[2][4];
+        for (int v = 0; v < 2; v++) {
+            backend *b = bs[v];
+            be_weight *W[3];
+            be_buf *xb = put(b, x, (size_t)K), *one = put(b, NULL, 333), *o3[3];
+            for (int i = 0; i < 3; i++) W[i] = b->weight(b, &T[i].t, &err), o3[i] = put(b, NULL, (size_t)rows[i]);
+            b->matmul(b, W[0], xb, 1, one);
+            b->matmul_multi(b, 3, (const be_weight *const *)W, xb, 1, o3);
+            res[v][0] = get(b, one, 333);
+            for (int i = 0; i < 3; i++) res[v][1 + i] = get(b, o3[i], (size_t)rows[i]);
+            b->buf_free(b, xb), b->buf_free(b, one);
+            for (int i = 0; i < 3; i++) b->buf_free(b, o3[i]), b->weight_free(b, W[i]);
+        }
+        int same = close_enough("declined matmul", res[1][0], res[0][0], 333, 0, 0);
+        for (int i = 0; i < 3; i++)
+            same &= close_enough("declined multi", res[1][1 + i], res[0][1 + i], (size_t)rows[i], 0, 0);
+        CHECKF(same, "GEM_CUDA_MV_PIPE=1 declines a %s product of 333 rows (k_mv_q's results)", quant_type_name(types[t]));
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < 4; i++) free(res[v][i]);
+        for (int i = 0; i < 3; i++) free_tensor(&T[i]);
+        free(x);
+    }
 }
 
 /* Prefill geglu makes the down product's f16 activations in the same
@@ -1926,6 +1963,9 @@ int main(void) {
     backend *gmp = variant("GEM_CUDA_MV_PIPE", "2", &g); /* 2: every product, whatever its rows */
     if (gmp) test_matmul_pipe(gmp);
     variant_done(gmp);
+    backend *gm1 = variant("GEM_CUDA_MV_PIPE", "1", &g);
+    if (gm1) test_matmul_pipe_declines(gm1);
+    variant_done(gm1);
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();
@@ -1950,6 +1990,7 @@ int main(void) {
     static const char *const tails[] = {
         "GEM_CUDA_TAIL=1", "GEM_CUDA_TAIL=2", "GEM_CUDA_TAIL=3", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1",
         "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1", "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=2",
+        "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_QKV=1",
         "GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_PARTS=3 GEM_CUDA_TAIL_QKV=1",
         "GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2"};
     for (size_t v = 0; v < sizeof tails / sizeof tails[0]; v++) {
@@ -1968,7 +2009,8 @@ int main(void) {
     } combs[] = {{"GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1", 0},
                  {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 0},
                  {"GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_COMB=1", 1},
-                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 1}};
+                 {"GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1", 1},
+                 {"GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_COMB=1", 0}};
     for (size_t v = 0; v < sizeof combs / sizeof combs[0]; v++) {
         backend *gc = variant_set(combs[v].set, &gh);
         if (gc) test_attention_rest(gc, combs[v].set, strstr(combs[v].set, "QKV=1") != NULL, combs[v].small);

@@ -17,7 +17,7 @@
 # tiny and 1b quantized models also with the persistent layer kernel
 # (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0; with
 # GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products; with
-# GEM_CUDA_TAIL_PIPE=1 its pipelined product phases), and the tiny and 1b
+# GEM_CUDA_TAIL_PIPE=1 or 2 its pipelined product phases), and the tiny and 1b
 # q4_0 models with f16 caches and the attention's combine inside it
 # (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined); the tiny q8_0 and 1b
 # q4_0 models also with the one-token products pipelined
@@ -92,7 +92,7 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
         # the persistent layer kernel (layer_rest) inside replayed graphs
         # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products;
-        # PIPE=1: its product phases pipelined; PARTS: smaller tasks) and
+        # PIPE=1, 2: its product phases pipelined; PARTS: smaller tasks) and
         # k_mv_pipe (GEM_CUDA_MV_PIPE=2), one run per setting (;-separated)
         case "$1 $2" in
         "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=2" ;;

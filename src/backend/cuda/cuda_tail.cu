@@ -25,8 +25,10 @@
  * its split partials, and the kernel combines them into att and its codes.
  * GEM_CUDA_TAIL_PIPE=1 runs the product phases as pipelines of half
  * rounds (tail_phase_pipe: the phases above stream slower than the
- * launches, in step after each barrier), GEM_CUDA_TAIL_PARTS=2..4 cuts
- * the o and down rows into more tasks; neither measured yet.
+ * launches, in step after each barrier) with the o and down phases' input
+ * codes in shared memory, 2 also with two slots issued before each wait;
+ * GEM_CUDA_TAIL_PARTS=2..4 cuts the o and down rows into more tasks;
+ * none measured yet.
  *
  * Invariants:
  * - Every block is resident at once (grid = multiprocessors x the
@@ -51,9 +53,9 @@
  *   launch finds it zero.
  * - Data another block wrote in this launch (att's codes with the combine
  *   phase, the o and down row parts, the gate/up output and its codes, h')
- *   is read with plain loads after a barrier
- *   (its fences order them), never through the read-only path (__ldg),
- *   which is not coherent with writes during the kernel.
+ *   is read with plain loads or cp.async.cg (L2; PIPE's staged codes)
+ *   after a barrier (its fences order them), never through the read-only
+ *   path (__ldg), which is not coherent with writes during the kernel.
  * - Results are those of the op-by-op path within the rounding of other
  *   summation orders (the products: k_mv_q's arithmetic per part, parts
  *   added in order; the norms: k_rmsnorm4's per-element expressions,
@@ -176,6 +178,7 @@ struct tail_job {
     int H, F, K;
     int sp_o, sp_d; /* parts of an o row and of a down row (tail_task_of) */
     int pre2;       /* PIPE: each prefetch issues the first task's first two slots (GEM_CUDA_TAIL_PIPE=2) */
+    int xcap;       /* PIPE: values of the staged input codes' area in shared memory (tail_smem_bytes) */
     float eps;
 };
 
@@ -269,9 +272,8 @@ __device__ __forceinline__ void tail_dot(const tail_buf<U> &R, const int8_t *xq,
     }
 }
 
-/* This warp's first task's first round (ST 32), or its first slot (ST 64:
- * the round's even chunks), issued before a wait: both start at the
- * task's first block. */
+/* This warp's first task's first round, issued before a wait
+ * (tail_preload_pipe is the pipelined phases' counterpart). */
 template <int Q4, int U, int ST, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_preload(tail_buf<U> &R, const tail_mats &m, int K) {
     const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
@@ -550,16 +552,19 @@ __device__ __forceinline__ void tail_combine(const tail_job &j, float *red) {
 /* The activation codes a pipelined product reads from shared memory, at
  * most this many values (K of the o product, F of the down one, or a
  * k_mv_pipe product's K; 40 KB with their scales and sums): larger ones
- * are declined. */
+ * are declined. A launch asks for what its own K and F need (tail_job's
+ * xcap), so the 31B's k_tail takes ~76 KB, not the ~96 KB the kernel's
+ * limit allows: the rest stays L1. */
 #define TAIL_XMAX 32768
 static size_t tail_x_bytes(int n) { return (size_t)n + (size_t)(n / 32) * 8; }
 
 /* Rows in shared memory: hsm (the row being normed, H floats), wsm (the
  * second norm's weights, H floats), then a's codes for the gate/up phase:
  * cq (H bytes), cd and cs (H / 32 scales and code sums); with PIPE then
- * the o and down phases' input codes (tail_stage_x, TAIL_XMAX values). */
-static size_t tail_smem_bytes(int H, int pipe) {
-    return (size_t)H * 2 * sizeof(float) + tail_x_bytes(H) + (pipe ? tail_x_bytes(TAIL_XMAX) : 0);
+ * the o and down phases' input codes (tail_stage_x, xcap values: max(K,
+ * F), a multiple of 32; 0 without PIPE). */
+static size_t tail_smem_bytes(int H, int xcap) {
+    return (size_t)H * 2 * sizeof(float) + tail_x_bytes(H) + tail_x_bytes(xcap);
 }
 
 /* n values' 8-bit codes (n bytes, a multiple of 32) with their block
@@ -625,10 +630,13 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     int8_t *cq = (int8_t *)(w4 + n4);
     float *cd = (float *)(cq + H);
     int *cs = (int *)(cd + H / 32);
-    /* PIPE: the o and down phases' input codes (tail_stage_x) */
-    int8_t *xq_s = (int8_t *)(cs + H / 32);
-    float *xd_s = (float *)(xq_s + TAIL_XMAX);
-    int *xs_s = (int *)(xd_s + TAIL_XMAX / 32);
+    /* PIPE: the o and down phases' input codes (tail_stage_x), after cs;
+     * the pointers are made where they are used (kept live across the
+     * combine phase, they cost a spill) */
+#define TAIL_XS                                                        \
+    int8_t *xq_s = (int8_t *)(tail_smem + 2 * n4) + j.H + j.H / 4;     \
+    float *xd_s = (float *)(xq_s + j.xcap);                            \
+    int *xs_s = (int *)(xd_s + j.xcap / 32);
     unsigned long long target;
 
     /* att and its codes from the attention's partials (attention_rest) */
@@ -640,12 +648,15 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     }
 
     /* o = Wo att (PIPE: att's codes from shared memory) */
-    if (PIPE) {
-        tail_stage_x(j.xq_att, j.xd_att, j.xs_att, j.K, xq_s, xd_s, xs_s);
-        __syncthreads();
+    {
+        TAIL_XS
+        if (PIPE) {
+            tail_stage_x(j.xq_att, j.xd_att, j.xs_att, j.K, xq_s, xd_s, xs_s);
+            __syncthreads();
+        }
+        tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, PIPE ? xq_s : j.xq_att,
+                                      PIPE ? xd_s : j.xd_att, PIPE ? xs_s : j.xs_att, j.ctr);
     }
-    tail_product<Q4, PIPE, false>(R, PF >= 2 || (PF == 1 && COMB) ? pre : 0, j.mo, j.K, PIPE ? xq_s : j.xq_att,
-                                  PIPE ? xd_s : j.xd_att, PIPE ? xs_s : j.xs_att, j.ctr);
     target = tail_arrive(j.bar, CT_TAIL_O, tt);
     if (PF) tail_prefetch<Q4, PIPE, true>(R, j.mgu, H, two);
     tail_wait(j.bar, target, tt);
@@ -676,12 +687,16 @@ __global__ void __launch_bounds__(TAIL_THREADS, 1) k_tail(tail_job j) {
     tail_wait(j.bar, target, tt);
 
     /* dn = Wd act (PIPE: act's codes from shared memory) */
-    if (PIPE) {
-        tail_stage_x(j.tq, j.td, j.ts, F, xq_s, xd_s, xs_s);
-        __syncthreads();
+    {
+        TAIL_XS
+        if (PIPE) {
+            tail_stage_x(j.tq, j.td, j.ts, F, xq_s, xd_s, xs_s);
+            __syncthreads();
+        }
+        tail_product<Q4, PIPE, false>(R, PF >= 1 ? pre : 0, j.mdn, F, PIPE ? xq_s : j.tq, PIPE ? xd_s : j.td,
+                                      PIPE ? xs_s : j.ts, j.ctr + 2);
     }
-    tail_product<Q4, PIPE, false>(R, PF >= 1 ? pre : 0, j.mdn, F, PIPE ? xq_s : j.tq, PIPE ? xd_s : j.td,
-                                  PIPE ? xs_s : j.ts, j.ctr + 2);
+#undef TAIL_XS
     target = tail_arrive(j.bar, CT_TAIL_DN, tt);
     if (PF && j.mqkv.count) tail_prefetch<Q4, PIPE, false, true>(R, j.mqkv, H, two);
     tail_wait(j.bar, target, tt);
@@ -767,7 +782,8 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
     /* PIPE stages the o and down products' inputs in shared memory */
     if (c->tail_pipe && (K > TAIL_XMAX || F > TAIL_XMAX)) return 1;
-    const size_t smem = tail_smem_bytes(H, c->tail_pipe != 0);
+    const int xcap = c->tail_pipe ? (K > F ? K : F) : 0;
+    const size_t smem = tail_smem_bytes(H, xcap);
     const int pf = c->tail - 1; /* GEM_CUDA_TAIL=1..3: the prefetch level */
     /* [q4_0][prefetch level][combine phase][pipelined] */
 #define TAIL_K(Q4, PF) {{k_tail<Q4, PF, false, false>, k_tail<Q4, PF, false, true>}, \
@@ -785,7 +801,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
      * than one already sized is declined. */
     int *grid = &c->tail_grid[q4][comb];
     if (*grid == 0) {
-        const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4, c->tail_pipe != 0);
+        const size_t most = tail_smem_bytes(TAIL_NV * TAIL_THREADS * 4, c->tail_pipe ? TAIL_XMAX : 0);
         int per_sm = 0;
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most) != cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TAIL_THREADS, most) != cudaSuccess ||
@@ -866,6 +882,7 @@ static int tail_run(cuda_backend *c, const be_layer_rest *r, const be_attend *at
     j.a = r->next_norm ? r->a->d : NULL;
     j.sp_o = sp_o, j.sp_d = sp_d;
     j.pre2 = c->tail_pipe == 2;
+    j.xcap = xcap;
     j.bar = c->tail_sync;
     j.ctr = (unsigned *)(c->tail_sync + 1);
     j.H = H, j.F = F, j.K = K;
@@ -937,11 +954,12 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
         }
     }
     if (*grid < 1) return 1;
-    /* Tasks (row pairs, or gate/up rows) are dealt statically, so a product
-     * whose last round leaves many warps idle is declined with 1: the 31B's
-     * o and down products (2688 tasks on 2112 warps: 64% of two rounds)
-     * stay on k_mv_q, its gate/up (93% of 11) and q/k/v (97% of 4) come
-     * here. 2: every product here (the tests). */
+    /* Tasks (row pairs, or gate/up rows) are dealt statically, so with 1 a
+     * product whose static rounds keep on average fewer than 85% of the
+     * warps busy is declined: the 31B's o and down products (2688 tasks on
+     * 2112 warps: 64% of two rounds) stay on k_mv_q, its gate/up (93% of
+     * 11) and q/k/v (97% of 4) come here. 2: every product here (the
+     * tests). */
     const int tasks = pair ? (int)W[0]->ne1
                            : (int)((W[0]->ne1 + 1) / 2 + (nw > 1 ? (W[1]->ne1 + 1) / 2 : 0) +
                                    (nw > 2 ? (W[2]->ne1 + 1) / 2 : 0));
