@@ -7,7 +7,7 @@
 # and synthetic gemma4-12b in f16 (with 256-thread one-token norms and
 # with the defaults: cuda_model.c, criterion 2) and q4_0 (its first 12 layers)
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk; GEM_CUDA_ONLY_12B=1
-# runs them alone), then the trained
+# runs them alone; GEM_CUDA_SKIP_OPS=1 skips cuda_ops), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
 # (tests/model/test_demo.sh with BACKEND=cuda); the demo model and the 1b
 # q4_0 model also with the other one-token attention kernels
@@ -67,8 +67,12 @@ trap 'rm -rf "$tmp"' EXIT
 # GEM_CUDA_ONLY_12B=1: the 12B checks alone (a device call's time limit
 # holds the rest or the 12B part, not both)
 if [ -z "$GEM_CUDA_ONLY_12B" ]; then
-    run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
-    run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
+    # GEM_CUDA_SKIP_OPS=1: the model checks without cuda_ops (a device
+    # call's time limit holds cuda_ops run by itself or the rest, not both)
+    if [ -z "${GEM_CUDA_SKIP_OPS:-}" ]; then
+        run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
+        run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
+    fi
     run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
     run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
     # the other one-token attention kernels inside replayed graphs, where a

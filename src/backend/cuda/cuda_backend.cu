@@ -1018,8 +1018,8 @@ static void cu_destroy(backend *b) {
  * an integer in a range, unset or empty for its default. A value out of
  * range, or a GEM_CUDA_ name that is none of these, fails the backend's
  * creation: a misspelt switch would otherwise measure the defaults.
- * GEM_CUDA_TRACE (a path) and tests/cuda/run.sh's two variables are names
- * only. */
+ * GEM_CUDA_TRACE (a path) and tests/cuda/run.sh's three variables are
+ * names only. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_TAIL,
     CS_TAIL_QKV, CS_TAIL_COMB, CS_TAIL_PIPE, CS_TAIL_PARTS, CS_MV_PIPE, CS_MV_STAGGER, CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
@@ -1036,7 +1036,8 @@ static const struct cu_setting {
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
 };
-static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B"};
+static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B",
+                                            "GEM_CUDA_SKIP_OPS"};
 
 /* v[CS_*]: every setting's value; -1 with err set when one is invalid. */
 static int cu_read_settings(long v[CS_N], gem_err *err) {
