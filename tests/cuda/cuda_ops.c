@@ -596,16 +596,19 @@ static void test_matmul_split(backend *gu) {
         }
 }
 
-/* The one-token product variant (gx: GEM_CUDA_MV_LD=1, the weights loaded
- * evict-first) equals the default kernels bit for bit (the same sums in
- * the same order): single products (unsplit, and rows split over 2 and 4
- * warps: K 8192, 21504), the q/k/v triple and the gate/up pair (two 301-row
- * matrices: k_mv_q's pair mode), q8_0 and q4_0; 333, 301 and 300 rows leave
- * warps without a row in the last block; K 1152 ends inside a lane's first
- * round; q8_0 at K 5376 takes two rounds. The results cannot show which
- * kernel ran: that the variable selects the variant rests on mv_run's
- * reading of it. */
-static void test_matmul_variant(backend *gx) {
+/* A one-token product variant (gx, named what_var) equals the default
+ * kernels bit for bit (the same sums in the same order). GEM_CUDA_MV_LD=1
+ * loads the weights evict-first; GEM_CUDA_MV_PIPE=1 declines every one of
+ * these products (its static rounds would keep under 85% of the H200's
+ * 2112 warps busy: 167 to 349 tasks), so they run on k_mv_q, where the
+ * pipelined kernel would sum in another order. Single products (unsplit,
+ * and rows split over 2 and 4 warps: K 8192, 21504), the q/k/v triple and
+ * the gate/up pair (two 301-row matrices: k_mv_q's pair mode), q8_0 and
+ * q4_0; 333, 301 and 300 rows leave warps without a row in the last block;
+ * K 1152 ends inside a lane's first round; q8_0 at K 5376 takes two
+ * rounds. For MV_LD the results cannot show which kernel ran: that the
+ * variable selects the variant rests on mv_run's reading of it. */
+static void test_matmul_variant(backend *gx, const char *what_var) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
     const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
     for (size_t t = 0; t < 2; t++)
@@ -639,7 +642,7 @@ static void test_matmul_variant(backend *gx) {
                                    "variant geglu"};
             int same = 1;
             for (int i = 0; i < 5; i++) same &= close_enough(what[i], res[1][i], res[0][i], lens[i], 0, 0);
-            CHECKF(same, "GEM_CUDA_MV_LD=1 against the default, %s K=%lld", quant_type_name(types[t]), (long long)K);
+            CHECKF(same, "%s against the default, %s K=%lld", what_var, quant_type_name(types[t]), (long long)K);
             for (int v = 0; v < 2; v++)
                 for (int i = 0; i < 5; i++) free(res[v][i]);
             free(x);
@@ -715,43 +718,6 @@ static void test_matmul_pipe(backend *gp) {
             gp->buf_free(gp, pair), gp->buf_free(gp, sep), gp->buf_free(gp, xp), gpu->buf_free(gpu, xd);
             free(x);
         }
-}
-
-/* GEM_CUDA_MV_PIPE=1 (g1) declines a product whose static rounds keep
- * few warps busy: 333 rows (167 tasks on the H200's 2112 warps) run on
- * k_mv_q, equal to the default's bit for bit (the pipelined kernel sums in
- * another order); and the triple. */
-static void test_matmul_pipe_declines(backend *g1) {
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    for (size_t t = 0; t < 2; t++) {
-        const int64_t K = 5376, rows[3] = {333, 64, 300};
-        tensor T[3];
-        for (int i = 0; i < 3; i++) T[i] = make_tensor(types[t], K, rows[i]);
-        gem_err err;
-        float *x = rand_vec((size_t)K, 1.0f);
-        backend *bs[2] = {gpu, g1};
-        float *res[2][4];
-        for (int v = 0; v < 2; v++) {
-            backend *b = bs[v];
-            be_weight *W[3];
-            be_buf *xb = put(b, x, (size_t)K), *one = put(b, NULL, 333), *o3[3];
-            for (int i = 0; i < 3; i++) W[i] = b->weight(b, &T[i].t, &err), o3[i] = put(b, NULL, (size_t)rows[i]);
-            b->matmul(b, W[0], xb, 1, one);
-            b->matmul_multi(b, 3, (const be_weight *const *)W, xb, 1, o3);
-            res[v][0] = get(b, one, 333);
-            for (int i = 0; i < 3; i++) res[v][1 + i] = get(b, o3[i], (size_t)rows[i]);
-            b->buf_free(b, xb), b->buf_free(b, one);
-            for (int i = 0; i < 3; i++) b->buf_free(b, o3[i]), b->weight_free(b, W[i]);
-        }
-        int same = close_enough("declined matmul", res[1][0], res[0][0], 333, 0, 0);
-        for (int i = 0; i < 3; i++)
-            same &= close_enough("declined multi", res[1][1 + i], res[0][1 + i], (size_t)rows[i], 0, 0);
-        CHECKF(same, "GEM_CUDA_MV_PIPE=1 declines a %s product of 333 rows (k_mv_q's results)", quant_type_name(types[t]));
-        for (int v = 0; v < 2; v++)
-            for (int i = 0; i < 4; i++) free(res[v][i]);
-        for (int i = 0; i < 3; i++) free_tensor(&T[i]);
-        free(x);
-    }
 }
 
 /* Prefill geglu makes the down product's f16 activations in the same
@@ -1958,13 +1924,13 @@ int main(void) {
     unsetenv("GEM_CUDA_MV_LEVELS");
     if (g0 && gl) test_matmul_stagger(g0, gl);
     backend *gcs = variant("GEM_CUDA_MV_LD", "1", &g);
-    if (gcs) test_matmul_variant(gcs);
+    if (gcs) test_matmul_variant(gcs, "GEM_CUDA_MV_LD=1");
     variant_done(gcs);
     backend *gmp = variant("GEM_CUDA_MV_PIPE", "2", &g); /* 2: every product, whatever its rows */
     if (gmp) test_matmul_pipe(gmp);
     variant_done(gmp);
     backend *gm1 = variant("GEM_CUDA_MV_PIPE", "1", &g);
-    if (gm1) test_matmul_pipe_declines(gm1);
+    if (gm1) test_matmul_variant(gm1, "GEM_CUDA_MV_PIPE=1 (declined)");
     variant_done(gm1);
     variant_done(g0);
     variant_done(gl);

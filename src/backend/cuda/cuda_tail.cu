@@ -186,7 +186,7 @@ struct tail_job {
  * parts of a row. MULTI: the up-to-three matrices of the q/k/v phase (one
  * part each); otherwise one matrix (count 1) or the pair: no select among
  * matrices, which frees registers for the other phases. */
-template <bool PAIR, bool MULTI> __device__ __forceinline__ int tail_tasks(const tail_mats &m) {
+template <bool PAIR, bool MULTI> __host__ __device__ __forceinline__ int tail_tasks(const tail_mats &m) {
     if (PAIR) return m.M0;
     if (!MULTI) return ((m.M0 + 1) / 2) * m.sp;
     return (m.M0 + 1) / 2 + (m.count > 1 ? (m.M1 + 1) / 2 : 0) + (m.count > 2 ? (m.M2 + 1) / 2 : 0);
@@ -274,12 +274,12 @@ __device__ __forceinline__ void tail_dot(const tail_buf<U> &R, const int8_t *xq,
 
 /* This warp's first task's first round, issued before a wait
  * (tail_preload_pipe is the pipelined phases' counterpart). */
-template <int Q4, int U, int ST, bool PAIR, bool MULTI = false>
-__device__ __forceinline__ void tail_preload(tail_buf<U> &R, const tail_mats &m, int K) {
+template <int Q4, bool PAIR, bool MULTI = false>
+__device__ __forceinline__ void tail_preload(tail_buf<tail_u(Q4)> &R, const tail_mats &m, int K) {
     const int gw = blockIdx.x * TAIL_WARPS + (threadIdx.x >> 5);
     if (gw >= tail_tasks<PAIR, MULTI>(m)) return;
     const tail_task k = tail_task_of<Q4, PAIR, MULTI>(gw, K / 32, m);
-    tail_load<Q4, U, ST>(R, k, k.lo + (threadIdx.x & 31));
+    tail_load<Q4, tail_u(Q4), 32>(R, k, k.lo + (threadIdx.x & 31));
 }
 
 /* A task's sums, a0 and a1 of every lane, to its output: gelu(gate) up
@@ -602,7 +602,7 @@ __device__ __forceinline__ void tail_product(tail_regs<Q4, PIPE> &R, int pre, co
 template <int Q4, bool PIPE, bool PAIR, bool MULTI = false>
 __device__ __forceinline__ void tail_prefetch(tail_regs<Q4, PIPE> &R, const tail_mats &m, int K, bool two) {
     if constexpr (PIPE) tail_preload_pipe<Q4, PAIR, MULTI>(R.a, R.b, m, K, two);
-    else tail_preload<Q4, tail_regs<Q4, PIPE>::U, 32, PAIR, MULTI>(R.a, m, K);
+    else tail_preload<Q4, PAIR, MULTI>(R.a, m, K);
 }
 
 /* PF: 0 no weights before a wait; 1 the next product's first round before
@@ -954,17 +954,6 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
         }
     }
     if (*grid < 1) return 1;
-    /* Tasks (row pairs, or gate/up rows) are dealt statically, so with 1 a
-     * product whose static rounds keep on average fewer than 85% of the
-     * warps busy is declined: the 31B's o and down products (2688 tasks on
-     * 2112 warps: 64% of two rounds) stay on k_mv_q, its gate/up (93% of
-     * 11) and q/k/v (97% of 4) come here. 2: every product here (the
-     * tests). */
-    const int tasks = pair ? (int)W[0]->ne1
-                           : (int)((W[0]->ne1 + 1) / 2 + (nw > 1 ? (W[1]->ne1 + 1) / 2 : 0) +
-                                   (nw > 2 ? (W[2]->ne1 + 1) / 2 : 0));
-    const long warps = (long)*grid * TAIL_WARPS, rounds = (tasks + warps - 1) / warps;
-    if (c->mv_pipe == 1 && (long)tasks * 100 < 85 * rounds * warps) return 1;
     tail_mats m;
     memset(&m, 0, sizeof m);
     m.q0 = (const uint8_t *)W[0]->q, m.d0 = W[0]->d, m.o0 = outs[0]->d, m.M0 = (int)W[0]->ne1;
@@ -973,6 +962,15 @@ int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair
     if (nw > 2) m.q2 = (const uint8_t *)W[2]->q, m.d2 = W[2]->d, m.M2 = (int)W[2]->ne1;
     if (!pair && nw > 1) m.o1 = outs[1]->d;
     if (!pair && nw > 2) m.o2 = outs[2]->d;
+    /* Tasks (row pairs, or gate/up rows) are dealt statically, so with 1 a
+     * product whose static rounds keep on average fewer than 85% of the
+     * warps busy is declined: the 31B's o and down products (2688 tasks on
+     * 2112 warps: 64% of two rounds) stay on k_mv_q, its gate/up (93% of
+     * 11) and q/k/v (97% of 4) come here. 2: every product here (the
+     * tests). */
+    const int tasks = pair ? tail_tasks<true, false>(m) : tail_tasks<false, true>(m);
+    const long warps = (long)*grid * TAIL_WARPS, rounds = (tasks + warps - 1) / warps;
+    if (c->mv_pipe == 1 && (long)tasks * 100 < 85 * rounds * warps) return 1;
     launch(c, kern, *grid, TAIL_THREADS, tail_x_bytes(K), m, K, (const int8_t *)c->xq.p, (const float *)c->xd.p,
            (const int *)c->xs.p);
     return 0;
