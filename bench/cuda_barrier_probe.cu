@@ -27,7 +27,8 @@
  *            flight, with and without the early first round.
  *   work     (last) one phase on bal's grid with dp4a work after each
  *            round's loads: whole rounds against half rounds pipelined
- *            (see k_work: why k_tail's phases stream slower than k_bal).
+ *            (see k_work: why a persistent layer kernel's phases
+ *            streamed slower than k_bal).
  * Variants run in the order listed, then in reverse, REPS times each way;
  * each prints the median, GB/s and the cost per boundary, (t - t_base) /
  * (phases - 1) against its stream. To calibrate: the decode step's four
@@ -373,13 +374,15 @@ __global__ void __launch_bounds__(BT, 1) k_bal(const uint4 *base, const size_t *
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
-/* Work between rounds (the "work" rows): k_tail's product phases stream
+/* Work between rounds (the "work" rows): the persistent layer kernel gem
+ * measured and dropped (k_tail, until a7a9d07) streamed its product phases
  * at ~2.7 TB/s where k_bal, the same grid with nothing to compute, streams
  * at ~4.2 (bench/results/cuda-tail-ab-2026-12-05.json). The question: do
- * warps that start in step and compute after each whole round (k_tail's
- * dots, then its sums) leave memory idle while they all compute, and does
- * a pipeline of half rounds (the next half's loads issued before the dots
- * of the one in hand: GEM_CUDA_TAIL_PIPE) get the rate back? One block of
+ * warps that start in step and compute after each whole round (its dots,
+ * then its sums) leave memory idle while they all compute, and does a
+ * pipeline of half rounds (the next half's loads issued before the dots of
+ * the one in hand) get the rate back? On an H100 neither form lost rate to
+ * the work (bench/results/cuda-pipe-h100-2026-12-05.json). One block of
  * BT threads per multiprocessor streams an equal slice of all the bytes,
  * U loads per thread per round, W pairs of dp4a per 16 bytes loaded (a
  * q4_0 block's dot against 8-bit codes is 8 dp4a and 8 logic ops, ~W 4
@@ -391,7 +394,10 @@ template <int W> __device__ __forceinline__ unsigned work_fold(uint4 v, unsigned
         a = __dp4a((int)(v.x >> k), (int)v.y, a);
         b = __dp4a((int)(v.z ^ (unsigned)k), (int)v.w, b);
     }
-    return (unsigned)(a ^ b) ^ (W ? 0u : v.x ^ v.y ^ v.z ^ v.w);
+    /* W 0: the values folded into acc itself, so every load stays live
+     * (a ^ b alone would be a constant there: the 2026-12-05 H100 run's W 0
+     * rows timed loads the compiler had dropped) */
+    return W ? (unsigned)(a ^ b) : acc ^ v.x ^ v.y ^ v.z ^ v.w;
 }
 template <int BT, int U, int W, bool PIPE>
 __global__ void __launch_bounds__(BT, 1) k_work(const uint4 *base, size_t n16, unsigned *sink) {

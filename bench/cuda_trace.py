@@ -17,14 +17,6 @@ time added per kernel kind over the step.
 --waves prints, for the last launch of KIND (with BLOCKS blocks) in the step,
 how many of its blocks were released, ended and active in each microsecond
 after its release: how the waves of a product come and go.
-
-A persistent kernel's phases (kinds named tail_*: k_tail's records, one
-per block and phase, from its arrival at the barrier before the phase to its
-arrival at the one after, released in between) are listed among the
-launches but add nothing to the critical path (their kernel's own record
-does); a summary per phase follows: its span from the first block's
-arrival at the barrier before to the last block's arrival at the one after,
-and of that the wait until the first block was released.
 """
 import argparse
 import collections
@@ -132,31 +124,18 @@ def main():
     done = base
     added = collections.defaultdict(float)
     count = collections.Counter()
-    phase_span, phase_wait, phase_n = collections.defaultdict(float), collections.defaultdict(float), collections.Counter()
     for i, x in enumerate(step):
-        phase = x["kind"].startswith("tail_")
-        add = 0 if phase else max(0, x["end"] - done)
-        if phase:
-            phase_span[x["kind"]] += (x["end"] - x["start"]) / 1e3
-            phase_wait[x["kind"]] += (x["release"] - x["start"]) / 1e3
-            phase_n[x["kind"]] += 1
-        else:
-            added[(x["kind"], x["blocks"])] += add / 1e3
-            count[(x["kind"], x["blocks"])] += 1
+        add = max(0, x["end"] - done)
+        added[(x["kind"], x["blocks"])] += add / 1e3
+        count[(x["kind"], x["blocks"])] += 1
         if i < a.rows:
-            print("%-18s %6d %9.2f %8.2f %8.2f %8s %8.2f %8.2f" %
+            print("%-18s %6d %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f" %
                   (x["kind"], x["blocks"], (x["start"] - base) / 1e3, (x["release"] - x["start"]) / 1e3,
-                   (x["end"] - x["release"]) / 1e3, "-" if phase else "%.2f" % (add / 1e3), x["life50"] / 1e3,
-                   x["life_max"] / 1e3))
-        if not phase:
-            done = max(done, x["end"])
+                   (x["end"] - x["release"]) / 1e3, add / 1e3, x["life50"] / 1e3, x["life_max"] / 1e3))
+        done = max(done, x["end"])
     print("time added past the kernels before, per kernel kind and grid (us per step):")
     for k, v in sorted(added.items(), key=lambda kv: -kv[1]):
         print("  %-18s %6d blocks %4d launches %9.1f" % (k[0], k[1], count[k], v))
-    if phase_n:
-        print("phases of persistent kernels (us per step: span, of it the wait before the first release):")
-        for k in sorted(phase_n, key=lambda k: -phase_span[k]):
-            print("  %-18s %4d launches %9.1f %9.1f" % (k, phase_n[k], phase_span[k], phase_wait[k]))
     for w in a.waves:
         kind, _, blocks = w.partition(":")
         cand = [x for x in step if x["kind"] == kind and (not blocks or x["blocks"] == int(blocks))]

@@ -15,10 +15,7 @@
 # the one-token products' weights loaded evict-first (GEM_CUDA_MV_LD=1),
 # the full layers' caches in 64 or 128 one-token splits instead of 256
 # (GEM_CUDA_FULL_SPLITS), k_attn_tc with one block barrier per 16-key
-# tile instead of two (GEM_CUDA_ATTN_BAR1=1), and the persistent layer
-# kernel (GEM_CUDA_TAIL=2, with and without GEM_CUDA_TAIL_QKV=1, and with
-# both and the attention's combine inside, GEM_CUDA_TAIL_COMB=1; all
-# levels: bench/cuda_ab.sh).
+# tile instead of two (GEM_CUDA_ATTN_BAR1=1).
 # Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
@@ -42,9 +39,6 @@ for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f1
 for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0 "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" \
     "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_MV_STAGGER=0 "X=1" \
     GEM_CUDA_MV_LD=1 GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_FULL_SPLITS=128 GEM_CUDA_FULL_SPLITS=128 \
-    GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_MV_LD=1 "X=1" GEM_CUDA_ATTN_BAR1=1 GEM_CUDA_ATTN_BAR1=1 "X=1" \
-    GEM_CUDA_TAIL=2 "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1" "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1" \
-    "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1" "GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1" GEM_CUDA_TAIL=2 \
-    "X=1"; do
+    GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_MV_LD=1 "X=1" GEM_CUDA_ATTN_BAR1=1 GEM_CUDA_ATTN_BAR1=1 "X=1"; do
     echo "--kv-type f16 $v: $(decode f16 $v)"
 done

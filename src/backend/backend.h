@@ -39,42 +39,6 @@ typedef struct be_kv be_kv;
 typedef struct backend backend;
 typedef struct be_graph be_graph;
 
-/* The rest of a layer after its attention (the optional layer_rest op):
- *   o_out = o att; h += rmsnorm(o_out) post_attn_norm; a' = rmsnorm(h) ffn_norm;
- *   act = gelu_tanh(gate a') (up a'); down_out = down act;
- *   h = (h + rmsnorm(down_out) post_ffw_norm) (out_scale ? out_scale[0] : 1);
- *   a = rmsnorm(h) next_norm when next_norm (the next layer's first norm).
- * Widths: h, a, o_out, down_out `width` (H); act the gate's rows (F); att
- * the o weight's columns. o_out, act and down_out are scratch: unspecified
- * after the op. With next_count > 0 (and next_norm) also the next layer's
- * first products of a: next_out[i] = next_w[i] a (its q, k, v); a backend
- * that takes the rest but not these declines the whole op. Every buffer is
- * distinct (no two alias). */
-typedef struct {
-    const be_buf *att;
-    const be_weight *o, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;
-    const be_weight *out_scale; /* NULL: none */
-    const be_weight *next_norm; /* NULL: the last layer (a is not written) */
-    be_buf *h, *a, *o_out, *act, *down_out;
-    int n, width;
-    float eps;
-    int next_count; /* 0..3 */
-    const be_weight *next_w[3];
-    be_buf *next_out[3];
-} be_layer_rest;
-
-/* A layer's attention with its q/k/v norms and rope (the arguments of
- * attention_qkv, for the optional attention_rest op). */
-typedef struct {
-    be_buf *q, *k, *v;
-    const be_weight *qw, *kw, *freq_factors;
-    int v_from_k;
-    be_kv *kv;
-    int n, pos0, n_head, n_kv_head, head_dim, window;
-    float eps, theta;
-    be_buf *out;
-} be_attend;
-
 #define BE_TOPK_MAX 128
 
 struct backend {
@@ -105,17 +69,6 @@ struct backend {
      * the two calls'. */
     void (*add_rmsnorm_norm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, const be_weight *s,
                              const be_weight *w_next, int rows, int width, float eps, be_buf *out);
-    /* Optional (NULL: the op-by-op calls): be_layer_rest in one op. Returns
-     * 0 when enqueued, 1 when the backend does not take these arguments
-     * (nothing enqueued: the caller makes the calls). Results agree with
-     * the calls' within the rounding of other summation orders. */
-    int (*layer_rest)(backend *b, const be_layer_rest *r);
-    /* Optional (NULL: attention_qkv, then layer_rest): the two in one op,
-     * r->att being a->out. Returns 0 when enqueued, 1 when the backend does
-     * not take these arguments (nothing enqueued: the caller makes the
-     * calls). Results agree with the two ops' within the rounding of other
-     * summation orders; the cache is the same. */
-    int (*attention_rest)(backend *b, const be_attend *a, const be_layer_rest *r);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
     /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
      * one pass of the activations, and one launch on a GPU. */

@@ -137,58 +137,29 @@ static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, 
     b->rmsnorm(b, s->h, w_next, n, H, EPS, s->a);
 }
 
-/* The attention of layer g on its projections s->q/k/v (q/k norms and
- * rope included), into s->att. */
-static be_attend attend_args(gemma4_state *s, const gemma4_layer *g, const layer_w *l, int n, int pos0) {
+/* q/k norms, rope and attention of layer g on its projections s->q/k/v,
+ * into s->att (one op where the backend folds them together). */
+static void attend(gemma4_state *s, const gemma4_layer *g, const layer_w *l, int n, int pos0) {
     const gemma4_profile *p = s->m->profile;
-    be_attend a = {s->q, s->k, s->v, l->q_norm, l->k_norm, g->is_full ? s->rope_freqs : NULL, g->is_full, l->kv,
-                   n, pos0, (int)p->n_head, (int)g->n_head_kv, (int)g->head_dim, g->is_full ? 0 : (int)p->window,
-                   EPS, g->is_full ? 1e6f : 1e4f, s->att};
-    return a;
-}
-
-/* That attention, in one op where the backend folds the norms and rope in. */
-static void attend(gemma4_state *s, const be_attend *a) {
     backend *b = s->b;
+    const int nh = (int)p->n_head, d = (int)g->head_dim, kvh = (int)g->n_head_kv;
+    const float theta = g->is_full ? 1e6f : 1e4f;
+    const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
+    const int window = g->is_full ? 0 : (int)p->window;
     if (b->attention_qkv) { /* K as V (full layers) inside the op: v from k's raw rows */
-        b->attention_qkv(b, a->q, a->qw, a->k, a->kw, a->v, a->v_from_k, a->kv, a->n, a->pos0, a->n_head,
-                         a->n_kv_head, a->head_dim, a->eps, a->theta, a->freq_factors, a->window, a->out);
+        b->attention_qkv(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, l->kv, n, pos0, nh, kvh, d, EPS, theta,
+                         ff, window, s->att);
         return;
     }
-    const int n = a->n, nh = a->n_head, kvh = a->n_kv_head, d = a->head_dim;
     if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */
-        b->qkv_norm_rope(b, a->q, a->qw, a->k, a->kw, a->v, a->v_from_k, n, nh, kvh, d, a->eps, a->pos0, a->theta,
-                         a->freq_factors);
+        b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
     } else {
-        if (a->v_from_k) b->copy(b, a->k, 0, a->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
-        b->rmsnorm_rope(b, a->q, a->qw, n, nh, d, a->eps, a->pos0, a->theta, a->freq_factors);
-        b->rmsnorm_rope(b, a->k, a->kw, n, kvh, d, a->eps, a->pos0, a->theta, a->freq_factors);
-        b->rmsnorm(b, a->v, NULL, n * kvh, d, a->eps, a->v);
+        if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
+        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
+        b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
     }
-    b->attention(b, a->q, a->k, a->v, a->kv, n, a->pos0, nh, kvh, d, a->window, a->out);
-}
-
-/* The attention and the rest of a layer in the fewest ops the backend
- * takes: both in one op, else the attention and then the rest in one; each
- * with the next layer's q/k/v products (r->next_count > 0) where taken.
- * Returns 2 when done with those products, 1 when done without them, 0
- * when only the attention is done (the rest is the caller's, op by op). */
-static int attend_and_rest(gemma4_state *s, const be_attend *a, be_layer_rest *r) {
-    backend *b = s->b;
-    const int with = r->next_count;
-    if (b->attention_rest) {
-        if (with && !b->attention_rest(b, a, r)) return 2;
-        r->next_count = 0;
-        if (!b->attention_rest(b, a, r)) return 1;
-        r->next_count = with;
-    }
-    attend(s, a);
-    if (b->layer_rest) {
-        if (with && !b->layer_rest(b, r)) return 2;
-        r->next_count = 0;
-        if (!b->layer_rest(b, r)) return 1;
-    }
-    return 0;
+    b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, window, s->att);
 }
 
 /* One tile of n tokens at positions pos0.. ; leaves h holding the final
@@ -201,28 +172,14 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const int H = (int)p->n_embd;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
-    int qkv_done = 0; /* the layer's q/k/v products came with the layer before's rest */
     for (uint32_t il = 0; il < s->n_run; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
         const be_weight *W[3] = {l->q, l->k, l->v};
         be_buf *O[3] = {s->q, s->k, s->v};
-        if (!qkv_done) b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
-        qkv_done = 0;
-        const be_attend at = attend_args(s, g, l, n, pos0);
+        b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
+        attend(s, g, l, n, pos0);
         const be_weight *next_norm = il + 1 < s->n_run ? s->L[il + 1].attn_norm : NULL;
-        be_layer_rest rest = {s->att, l->o, l->post_attn_norm, l->ffn_norm, l->gate, l->up, l->down,
-                              l->post_ffw_norm, l->out_scale, next_norm, s->h, s->a, s->o, s->act, s->down,
-                              n, H, EPS, 0, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
-        if (next_norm) { /* the next layer's q/k/v, where the backend takes them with the rest */
-            const layer_w *nl = &s->L[il + 1];
-            rest.next_count = s->m->layers[il + 1].is_full ? 2 : 3;
-            rest.next_w[0] = nl->q, rest.next_w[1] = nl->k, rest.next_w[2] = nl->v;
-            rest.next_out[0] = s->q, rest.next_out[1] = s->k, rest.next_out[2] = s->v;
-        }
-        const int done = attend_and_rest(s, &at, &rest);
-        qkv_done = done == 2;
-        if (done) continue;
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);

@@ -16,7 +16,7 @@ int env_int(const char *name, long lo, long hi, long dflt, long *out, gem_err *e
 
 /* 0 when every variable whose name starts with prefix is one of the n names
  * in known; -1 with err naming the first other one (a misspelt setting,
- * e.g. GEM_CUDA_TAIL_QVK=1, would otherwise leave the default in place). */
+ * e.g. GEM_CUDA_MV_SPLT=0, would otherwise leave the default in place). */
 int env_known(const char *prefix, const char *const *known, int n, gem_err *err);
 
 #endif

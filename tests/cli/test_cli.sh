@@ -131,25 +131,18 @@ case "$devs" in
 *"cuda: compiled in"*)
     # the kernel choices (GEM_CUDA_*): a bad value or a misspelt name is
     # named before any device is looked for, never measured as the defaults
-    expect 1 "backend 'cuda': GEM_CUDA_TAIL=7: expected an integer from 0 to 3 (unset: 0)" -- \
-        env GEM_CUDA_TAIL=7 $GEM run -m "$M" -p x --backend cuda
+    expect 1 "backend 'cuda': GEM_CUDA_ATTN_DEC=7: expected an integer from 0 to 3 (unset: 3)" -- \
+        env GEM_CUDA_ATTN_DEC=7 $GEM run -m "$M" -p x --backend cuda
     expect 1 "GEM_CUDA_MMA=yes: expected 0 or 1 (unset: 1)" -- env GEM_CUDA_MMA=yes $GEM run -m "$M" -p x --backend cuda
     expect 1 "GEM_CUDA_MV_LEVELS=65: expected an integer from 2 to 64" -- \
         env GEM_CUDA_MV_LEVELS=65 $GEM bench -m "$M" --backend cuda --prompt 8 --gen 2
-    expect 1 "unknown setting GEM_CUDA_TAIL_QVK in the environment" -- \
-        env GEM_CUDA_TAIL_QVK=1 $GEM run -m "$M" -p x --backend cuda
-    expect 1 "GEM_CUDA_TAIL_QKV=1 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
-        env GEM_CUDA_TAIL_QKV=1 $GEM run -m "$M" -p x --backend cuda
-    expect 1 "GEM_CUDA_TAIL_COMB=1 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
-        env GEM_CUDA_TAIL_COMB=1 $GEM run -m "$M" -p x --backend cuda
-    expect 1 "GEM_CUDA_TAIL_PIPE=1 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
-        env GEM_CUDA_TAIL_PIPE=1 $GEM run -m "$M" -p x --backend cuda
-    expect 1 "GEM_CUDA_TAIL_PARTS=2 needs GEM_CUDA_TAIL (1, 2 or 3)" -- \
-        env GEM_CUDA_TAIL_PARTS=2 $GEM run -m "$M" -p x --backend cuda
-    expect 1 "GEM_CUDA_TAIL_PARTS=5: expected an integer from 1 to 4 (unset: 1)" -- \
-        env GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PARTS=5 $GEM run -m "$M" -p x --backend cuda
+    expect 1 "unknown setting GEM_CUDA_MV_SPLT in the environment" -- \
+        env GEM_CUDA_MV_SPLT=0 $GEM run -m "$M" -p x --backend cuda
+    # the persistent layer kernel's settings are gone (measured and dropped)
+    expect 1 "unknown setting GEM_CUDA_TAIL in the environment" -- \
+        env GEM_CUDA_TAIL=2 $GEM run -m "$M" -p x --backend cuda
     # the CPU backend reads none of them
-    expect 0 "" -- env GEM_CUDA_TAIL=7 GEM_CUDA_TAIL_QVK=1 $GEM run -m "$M" -p x -n 2 ;;
+    expect 0 "" -- env GEM_CUDA_ATTN_DEC=7 GEM_CUDA_MV_SPLT=1 $GEM run -m "$M" -p x -n 2 ;;
 esac
 expect 0 "" -- $GEM run -m "$M" -p "Hi" -n 4 --chat --temp 0
 

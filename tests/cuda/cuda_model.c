@@ -3,7 +3,7 @@
  *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL]
  * kv-f16: the GPU's caches hold f16 entries (--kv-type f16: k_attn_tc for
  * one-token steps), keys and values rounded to 11 bits; checked with the
- * int8 criteria.
+ * int8 criteria, criterion 2 as the comment at its check says.
  * layers=N: both backends run only the first N layers, then the head
  * (gem_engine_opts.layers): deep random quantized models amplify the
  * 8-bit codes' rounding into chaos (the synthetic 12B q4_0 at its 48
@@ -33,8 +33,10 @@
  * already differs at 2 of 64 greedy steps on the tiny q8_0 model), so
  * decisions are compared where they are not near-ties (top-2 margin of the
  * CPU logits >= 0.1):
- * 1./2. argmax agrees at 90% of such positions (a code flip early in the
+ * 1. argmax agrees at 90% of such positions (a code flip early in the
  *    prompt changes everything after it);
+ * 2. token-by-token against the tiled prefill: at 98% of the tiled run's
+ *    clear positions (f16 caches: see the check);
  * 3. greedy tokens agree up to the first near-tie.
  * Always: the graph-replayed greedy path equals the GPU logits path, and
  * the continuation is not one repeated token. */
@@ -157,7 +159,7 @@ int main(int argc, char **argv) {
         gem_engine_close(eg);
         gem_session *st = open_session(path, "cuda", 1, &et);
         double w2 = 0;
-        int bad = 0, clear2 = 0;
+        int bad = 0, clear2 = 0, cpu_same = 0; /* cpu_same: token by token against the CPU, of `clear` */
         for (int i = 0; i < n && st; i++) {
             CHECKF(gem_session_eval(st, prompt + i, 1, &err) == 0, "%s", err.msg);
             const float *l = gem_session_logits(st);
@@ -167,9 +169,11 @@ int main(int argc, char **argv) {
                 if (!(d <= w2)) w2 = isnan(d) ? INFINITY : d;
             }
             if (margin(lg + (size_t)i * V) >= TIE) clear2++, bad += argmax(l) != argmax(lg + (size_t)i * V);
+            if (margin(lc + (size_t)i * V) >= TIE) cpu_same += argmax(l) == argmax(lc + (size_t)i * V);
         }
-        printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g, %d of %d clear argmax differ\n",
-               w2, bad, clear2);
+        printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g, %d of %d clear argmax differ; "
+               "token-by-token vs the CPU: argmax agrees at %d of %d clear\n",
+               w2, bad, clear2, cpu_same, clear);
         /* Float models: the two paths agree to 1e-4 (tbt_tol: see the
          * header) and on every clear argmax. 8-bit activation models re-round every product's input,
          * so attention results that differ in the last bits (every
@@ -178,10 +182,24 @@ int main(int argc, char **argv) {
          * the 1b q4_0 model (300 positions) differs at 2 of 205 clear
          * positions with k_attn_dec (max |diff| 0.235) and 0 with
          * k_attn_split (0.112); the GPU against the CPU at 7 of 205. Up
-         * to 2% of clear positions may differ there. */
+         * to 2% of clear positions may differ there.
+         * With f16 caches the two paths run attention at two precisions:
+         * one-token steps on k_attn_tc (tensor cores: f16 q and
+         * probabilities), the tiled prefill (GEM_CUDA_MMA=0) on the f32
+         * split kernel over the same f16 entries, as different as the
+         * GPU's arithmetic from the CPU's: the 1b q4_0 model differs at
+         * 26 of 221 clear positions (max |diff| 1.1; 0 of 224 and 0.232
+         * with f32 caches; H100, bench/results/cuda-pipe-h100-2026-12-05.json).
+         * Then each path is held to the CPU as criterion 1 holds the
+         * tiled one (90% of the CPU's clear positions), and the two to
+         * each other at 80% (a wrong one-token kernel agrees nowhere). */
         if (strict) {
             CHECKF(w2 <= tbt_tol, "tiled vs token-by-token %g (bound %g)", w2, tbt_tol);
             CHECKF(bad == 0, "tiled vs token-by-token: argmax differs at %d clear positions", bad);
+        } else if (kv_f16) {
+            CHECKF(cpu_same * 10 >= clear * 9, "token-by-token vs the CPU: argmax agrees at only %d of %d clear positions",
+                   cpu_same, clear);
+            CHECKF(bad * 5 <= clear2, "tiled vs token-by-token: argmax differs at %d of %d clear positions", bad, clear2);
         } else {
             CHECKF(bad * 50 <= clear2, "tiled vs token-by-token: argmax differs at %d of %d clear positions", bad,
                    clear2);

@@ -3,8 +3,8 @@
 # with an NVIDIA GPU. Op-level checks (build/tests/cuda/cuda_ops), then the
 # model-level checks of cuda_model on synthetic models: the tiny profile in
 # q8_0, q4_0, f32 and f16, gemma4-1b in f32 and q4_0 (prompts of three
-# sliding windows and more), the tiny and 1b f32 models with f16 caches,
-# and synthetic gemma4-12b in f16 (with 256-thread one-token norms and
+# sliding windows and more), the tiny and 1b models in f32 and q4_0 with
+# f16 caches, and synthetic gemma4-12b in f16 (with 256-thread one-token norms and
 # with the defaults: cuda_model.c, criterion 2) and q4_0 (its first 12 layers)
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk; GEM_CUDA_ONLY_12B=1
 # runs them alone; GEM_CUDA_SKIP_OPS=1 skips cuda_ops), then the trained
@@ -13,16 +13,8 @@
 # q4_0 model also with the other one-token attention kernels
 # (GEM_CUDA_ATTN_DEC=1: k_attn_dec reading into registers; 0: k_attn_split;
 # the default with these f32 caches is the staged k_attn_dec; k_attn_tc,
-# the default for f16 caches, is checked per op); the demo model and the
-# tiny and 1b quantized models also with the persistent layer kernel
-# (GEM_CUDA_TAIL=1, 2 or 3, where its weights are q8_0 or q4_0; with
-# GEM_CUDA_TAIL_QKV=1 also the next layer's q/k/v products; with
-# GEM_CUDA_TAIL_PIPE=1 or 2 its pipelined product phases), and the tiny and 1b
-# q4_0 models with f16 caches and the attention's combine inside it
-# (GEM_CUDA_TAIL_COMB=1; the tiny one pipelined); the tiny q8_0 and 1b
-# q4_0 models also with the one-token products pipelined
-# (k_mv_pipe, GEM_CUDA_MV_PIPE=2: every product, where 1 takes only
-# those whose static rounds fit), a profile showing its launches.
+# the default for f16 caches, is checked per op and by the tiny and 1b
+# models with f16 caches).
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -40,23 +32,6 @@ mkdir -p "$log"
 . tests/tally.sh
 # the model checks' measurements go to the terminal too
 run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
-# launch_seen MODEL NAME VAR=VALUE...: a short greedy run with those
-# settings and f16 caches launched an op of that name (the profile's op
-# names), so the checks of an opt-in kernel did not pass by a silent
-# decline
-# (model/want, not name: tally.sh's run() keeps the check's name in $name)
-launch_seen() {
-    model=$1 want=$2; shift 2
-    out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$model" --backend cuda --kv-type f16 --prompt-ids 2,3,4,5 -n 4 \
-        --temp 0 2>&1)
-    if echo "$out" | grep -qF "$want"; then
-        echo "launch_seen: 1 passed, 0 failed"
-    else
-        echo "$out"
-        echo "launch_seen: 0 passed, 1 failed"
-    fi
-}
-
 if [ -n "${GEM_CUDA_ONLY_12B:-}" ] && [ -n "${GEM_CUDA_SKIP_12B:-}" ]; then
     echo "tests/cuda/run.sh: GEM_CUDA_ONLY_12B and GEM_CUDA_SKIP_12B together leave nothing to run" >&2
     exit 2
@@ -67,8 +42,8 @@ trap 'rm -rf "$tmp"' EXIT
 # GEM_CUDA_ONLY_12B=1: the 12B checks alone (a device call's time limit
 # holds the rest or the 12B part, not both)
 if [ -z "$GEM_CUDA_ONLY_12B" ]; then
-    # GEM_CUDA_SKIP_OPS=1: the model checks without cuda_ops (a device
-    # call's time limit holds cuda_ops run by itself or the rest, not both)
+    # GEM_CUDA_SKIP_OPS=1: the model checks without cuda_ops (to fit a
+    # device call's time limit)
     if [ -z "${GEM_CUDA_SKIP_OPS:-}" ]; then
         run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
         run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
@@ -81,52 +56,18 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
     for v in 1 0; do
         run "demo model (GEM_CUDA_ATTN_DEC=$v)" env BACKEND=cuda GEM_CUDA_ATTN_DEC=$v tests/model/test_demo.sh
     done
-    run "demo model (GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1)" env BACKEND=cuda GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 \
-        tests/model/test_demo.sh
     # kv-f16: f16 caches (k_attn_tc for one-token steps), with the int8
     # criteria (keys and values rounded to 11 bits)
     for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 4 strict" "1b f32 5 strict" \
-                "1b q4_0 6 int8" "tiny f32 3 int8 kv-f16" "1b f32 5 int8 kv-f16"; do
+                "1b q4_0 6 int8" "tiny f32 3 int8 kv-f16" "1b f32 5 int8 kv-f16" "tiny q4_0 2 int8 kv-f16" \
+                "1b q4_0 6 int8 kv-f16"; do
         set -- $spec
         ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
         if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
         run_model "cuda_model $1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" ${5:-}
-        [ "$1 $2" = "1b q4_0" ] &&
+        [ "$1 $2" = "1b q4_0" ] && [ -z "${5:-}" ] &&
             run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
-        # the persistent layer kernel (layer_rest) inside replayed graphs
-        # (GEM_CUDA_TAIL_QKV=1: with the next layer's q/k/v products;
-        # PIPE=1, 2: its product phases pipelined; PARTS: smaller tasks) and
-        # k_mv_pipe (GEM_CUDA_MV_PIPE=2), one run per setting (;-separated)
-        case "$1 $2" in
-        "tiny q8_0") tails="GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=1 GEM_CUDA_TAIL_PIPE=2 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_MV_PIPE=2" ;;
-        "tiny q4_0") tails="GEM_CUDA_TAIL=2" ;;
-        "1b q4_0") tails="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_QKV=1;GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_PIPE=1 GEM_CUDA_TAIL_PARTS=2;GEM_CUDA_MV_PIPE=2" ;;
-        *) tails= ;;
-        esac
-        while [ -n "$tails" ]; do
-            tail=${tails%%;*}
-            case "$tails" in *";"*) tails=${tails#*;} ;; *) tails= ;; esac
-            run_model "cuda_model $1 $2 ($tail)" env GEM_CUDA_MMA=0 $tail \
-                build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
-            [ "$tail" = GEM_CUDA_MV_PIPE=2 ] &&
-                run "k_mv_pipe taken ($1 $2)" launch_seen "$tmp/m.gguf" "(pipelined)" $tail
-        done
-        # with f16 caches: first the defaults (these quantized models' f16
-        # caches, on their own), then the attention's combine inside the
-        # layer kernel (attention_rest), whose launch a profile names
-        case "$1 $2" in
-        "tiny q4_0") tail="GEM_CUDA_TAIL=2 GEM_CUDA_TAIL_QKV=1 GEM_CUDA_TAIL_COMB=1 GEM_CUDA_TAIL_PIPE=1" ;;
-        "1b q4_0") tail="GEM_CUDA_TAIL=3 GEM_CUDA_TAIL_COMB=1" ;;
-        *) tail= ;;
-        esac
-        if [ -n "$tail" ]; then
-            run_model "cuda_model $1 $2 kv-f16" env GEM_CUDA_MMA=0 \
-                build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 int8 kv-f16
-            run_model "cuda_model $1 $2 kv-f16 ($tail)" env GEM_CUDA_MMA=0 $tail \
-                build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 int8 kv-f16
-            run "attention_rest taken ($1 $2, $tail)" launch_seen "$tmp/m.gguf" "layer rest (persistent, combine)" $tail
-        fi
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
 fi

@@ -1243,12 +1243,10 @@ static int attn_split_group(int n_head, int n_kv_head, int d) {
 }
 
 /* attention, and with nr (a one-token step on k_attn_tc only, see
- * cu_attention_qkv) the q/k/v norms and rope folded into it; combine 0
- * (split kernels only: attn_parts_run) leaves the split partials in
- * c->part and c->pml, out unwritten. Returns 0, or -1 when nothing was
- * launched (the error is sticky). */
-static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
-                         int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr, int combine) {
+ * cu_attention_qkv) the q/k/v norms and rope folded into it. A failure
+ * (nothing launched) is the backend's sticky error. */
+static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
+                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
     if (c->mma && n >= FA_MIN_N && d % 128 == 0 && d <= 512 && n_head % n_kv_head == 0) {
         const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
         const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
@@ -1265,13 +1263,13 @@ static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, cons
 #undef FA_LAUNCH_T
         LAUNCHED(c, d <= 256 ? "attention (tensor cores, d<=256)" : "attention (tensor cores, d>256)");
         kv_store_tile(c, k, v, kv, n, n_kv_head, d);
-        return 0;
+        return;
     }
     const int nsplit = attn_splits(kv, n);
     const int G = attn_split_group(n_head, n_kv_head, d);
     if (!G) {
         cu_check(c, cudaErrorInvalidValue, "attention: unsupported head shape");
-        return -1;
+        return;
     }
     const int ept = (d + AT_THREADS - 1) / AT_THREADS;
     const int groups = n_head / n_kv_head / G;
@@ -1282,11 +1280,11 @@ static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, cons
     if (QB > n) QB = n;
     const int R = G * QB;
     const size_t rows = (size_t)n * n_head * nsplit;
-    if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return -1;
+    if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
     const size_t nblk = (size_t)n * n_head * d / 32;
-    const int quant = combine && d % 32 == 0 &&
+    const int quant = d % 32 == 0 &&
                       (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
                                          nblk * sizeof(int) <= c->xs.cap)) &&
                       !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
@@ -1310,7 +1308,7 @@ static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, cons
     const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = attn_tc_step(c, kv, n);
     if (nr && !tc) {
         cu_check(c, cudaErrorInvalidValue, "attention: q/k/v norms folded into a kernel other than k_attn_tc");
-        return -1;
+        return;
     }
     if (tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
@@ -1356,7 +1354,6 @@ static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, cons
     LAUNCHED(c, tc ? (nr ? "attention (one-token, k_attn_tc+norm+rope)" : "attention (one-token, k_attn_tc)")
                 : dec ? "attention (one-token, k_attn_dec)"
                       : "attention");
-    if (!combine) return 0; /* (one-token: the kernels stored the new rows) */
     if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
@@ -1369,13 +1366,12 @@ static int attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, cons
     LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
-    return 0;
 }
 
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out) {
     (void)pos0; /* read from the step buffer */
-    (void)attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL, 1);
+    attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL);
 }
 
 /* qkv_norm_rope, then attention: one-token steps on k_attn_tc (f16
@@ -1389,30 +1385,11 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     if (c->attn_fuse && attn_tc_step(c, kv, n)) { /* (attention_run rejects unsupported head shapes itself) */
         const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
                           ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
-        (void)attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr, 1);
+        attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr);
         return;
     }
     cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
     cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
-}
-
-/* The one-token fused path of cu_attention_qkv, for head shapes it runs
- * (attention_run's checks), with its combine left to the layer kernel. */
-int attn_parts_take(const cuda_backend *c, const be_attend *a) {
-    return c->attn_fuse && attn_tc_step(c, a->kv, a->n) && attn_split_group(a->n_head, a->n_kv_head, a->head_dim);
-}
-
-int attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p) {
-    const int d = a->head_dim;
-    const tc_nr nr = {a->qw ? (const float *)a->qw->q : NULL, a->kw ? (const float *)a->kw->q : NULL,
-                      a->freq_factors ? (const float *)a->freq_factors->q : NULL, a->eps,
-                      rope_theta_scale(a->theta, d), a->v_from_k};
-    if (attention_run(c, a->q, a->k, a->v, a->kv, a->n, a->n_head, a->n_kv_head, d, a->window, a->out, &nr, 0))
-        return -1;
-    /* after the launch: attention_run may have grown the scratch */
-    p->part = (const float *)c->part.p, p->pml = (const float *)c->pml.p;
-    p->n_head = a->n_head, p->d = d, p->nsplit = attn_splits(a->kv, a->n), p->window = a->window;
-    return 0;
 }
 
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {

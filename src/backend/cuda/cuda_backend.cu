@@ -1000,11 +1000,10 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v, &c->amax_i,
-                    &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->tail_q, &c->tail_h};
+                    &c->up, &c->topk_part, &c->xh, &c->xhinv};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
-    cudaFree(c->tail_sync);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
     cudaEventDestroy(c->step_copied);
@@ -1021,8 +1020,8 @@ static void cu_destroy(backend *b) {
  * GEM_CUDA_TRACE (a path) and tests/cuda/run.sh's three variables are
  * names only. */
 enum {
-    CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_TAIL,
-    CS_TAIL_QKV, CS_TAIL_COMB, CS_TAIL_PIPE, CS_TAIL_PARTS, CS_MV_PIPE, CS_MV_STAGGER, CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
+    CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_MV_STAGGER,
+    CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -1030,9 +1029,7 @@ static const struct cu_setting {
 } cu_settings[CS_N] = {
     {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},         {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
     {"GEM_CUDA_MV_LD", 0, 1, 0},        {"GEM_CUDA_NORM_WIDE", 0, 1, 1},   {"GEM_CUDA_QKV_EARLY", 0, 1, 1},
-    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_TAIL", 0, 3, 0},
-    {"GEM_CUDA_TAIL_QKV", 0, 1, 0},     {"GEM_CUDA_TAIL_COMB", 0, 1, 0},   {"GEM_CUDA_TAIL_PIPE", 0, 2, 0},
-    {"GEM_CUDA_TAIL_PARTS", 1, 4, 1},   {"GEM_CUDA_MV_PIPE", 0, 2, 0},     {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
+    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
 };
@@ -1050,15 +1047,6 @@ static int cu_read_settings(long v[CS_N], gem_err *err) {
     }
     for (size_t i = 0; i < sizeof cu_names_only / sizeof cu_names_only[0]; i++) names[n++] = cu_names_only[i];
     if (env_known("GEM_CUDA_", names, n, err)) return gem_err_wrap(err, "backend 'cuda'");
-    /* the layer kernel's parts, asked for without it (whatever the
-     * defaults: only a value set in the environment is the caller's ask) */
-    for (int i = CS_TAIL_QKV; i <= CS_TAIL_PARTS; i++) {
-        const char *e = getenv(cu_settings[i].name);
-        if (v[i] != cu_settings[i].dflt && !v[CS_TAIL] && e && *e)
-            return gem_err_set(err, "backend 'cuda': %s=%ld needs GEM_CUDA_TAIL (1, 2 or 3)", cu_settings[i].name,
-                               v[i]);
-        if (!v[CS_TAIL]) v[i] = cu_settings[i].dflt;
-    }
     return 0;
 }
 
@@ -1146,24 +1134,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->qkv_early = (int)set[CS_QKV_EARLY];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_bar1 = (int)set[CS_ATTN_BAR1];
-    c->tail = (int)set[CS_TAIL];
-    c->tail_qkv = (int)set[CS_TAIL_QKV];
-    c->tail_comb = (int)set[CS_TAIL_COMB];
-    c->tail_pipe = (int)set[CS_TAIL_PIPE];
-    c->tail_parts = (int)set[CS_TAIL_PARTS];
-    c->mv_pipe = (int)set[CS_MV_PIPE];
-    if (c->tail) {
-        /* the barrier counter and the four task counters, zero */
-        const size_t bytes = sizeof(unsigned long long) + 4 * sizeof(unsigned);
-        if (cudaMalloc(&c->tail_sync, bytes) != cudaSuccess ||
-            cudaMemsetAsync(c->tail_sync, 0, bytes, c->st) != cudaSuccess || cudaStreamSynchronize(c->st) != cudaSuccess) {
-            gem_err_set(err, "backend 'cuda': cannot allocate the layer kernel's counters");
-            cu_destroy(b);
-            return NULL;
-        }
-        b->layer_rest = cu_layer_rest;
-        if (c->tail_comb) b->attention_rest = cu_attention_rest;
-    }
     /* the first wave of a one-token product starts over 8 steps of 500 ns
      * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
     c->mv_stagger = (int)set[CS_MV_STAGGER];

@@ -148,25 +148,6 @@ typedef struct {
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int full_splits;  /* one-token splits of a linear (full-layer) cache at most (GEM_CUDA_FULL_SPLITS; 256) */
     int attn_bar1;    /* k_attn_tc with one block barrier per tile (GEM_CUDA_ATTN_BAR1=1; see its loop) */
-    /* the rest of a layer as one persistent kernel (cuda_tail.cu;
-     * GEM_CUDA_TAIL): 0 off, 1 + its prefetch level (see k_tail); its
-     * barrier counter and task counters (device, zeroed at creation), its
-     * grid per kernel (0: not yet asked, -1: cannot run), the gate/up
-     * output's codes, h' and the o and down row parts */
-    int tail;
-    int tail_qkv; /* it also runs the next layer's q/k/v products (GEM_CUDA_TAIL_QKV=1) */
-    /* it also combines the one-token attention's split partials, as its
-     * first phase (GEM_CUDA_TAIL_COMB=1: the seam's attention_rest) */
-    int tail_comb;
-    int tail_pipe;  /* its product phases pipelined by half rounds (GEM_CUDA_TAIL_PIPE=1; 2: two slots prefetched) */
-    int tail_parts; /* its o and down rows in this many times more parts (GEM_CUDA_TAIL_PARTS, 1 to 4) */
-    unsigned long long *tail_sync;
-    int tail_grid[2][2]; /* [q4_0][with the combine phase] */
-    scratch tail_q, tail_h;
-    /* one-token products as k_mv_pipe (GEM_CUDA_MV_PIPE=1: where its
-     * static rounds fit, 2: all), its grid [q4_0][pair] (0: not yet asked,
-     * -1: cannot run) */
-    int mv_pipe, mv_pipe_grid[2][2];
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
@@ -264,13 +245,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_TAIL, CT_TAIL_O, CT_TAIL_GU, CT_TAIL_Q, CT_TAIL_DN, CT_TAIL_END,
-    CT_TAIL_C, CT_MV_PIPE, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,tail,tail_o,tail_gu,tail_q,tail_dn,tail_end,tail_c,mv_pipe"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -316,11 +296,6 @@ struct cu_trace_span {
 };
 #define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
 #define CU_TRACE_RELEASED() (cu_trace_span_.t1 = gpu_time_ns())
-/* a phase of a persistent kernel as a record of its own kind: t0 when the
- * block arrived at the barrier before it, t1 when that wait ended, done now
- * (thread 0, after the block's barrier): cuda_trace.py's wait column is
- * then the barrier's wait */
-#define CU_TRACE_PHASE(kind, t0, t1) cu_trace_put((kind), (t0), (t1), gpu_time_ns())
 static inline void cu_trace_bind(cuda_backend *c) {
     static cu_trace_rec *bound; /* this translation unit's copy (trace builds only) */
     if (c->trace_ring == bound) return;
@@ -333,11 +308,6 @@ static inline void cu_trace_bind(cuda_backend *c) {
     } while (0)
 #define CU_TRACE_RELEASED() \
     do {                    \
-    } while (0)
-#define CU_TRACE_PHASE(kind, t0, t1) \
-    do {                             \
-        (void)(t0);                  \
-        (void)(t1);                  \
     } while (0)
 static inline void cu_trace_bind(cuda_backend *c) { (void)c; }
 #endif
@@ -387,8 +357,7 @@ static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned
  *     buffer's position (set_step's copy precedes the step's first kernel);
  *   k_attn_combine_wide: the step buffer's position;
  *   k_attn_dec, k_attn_tc: the position and cached keys and values of
- *     earlier positions;
- *   k_tail with GEM_CUDA_TAIL=3: the o product's first round of weights.
+ *     earlier positions.
  * GEM_CUDA_PDL=0 turns it off. */
 __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -603,24 +572,6 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
 /* activations to 8-bit codes, a warp per 32-value block (cuda_matmul.cu) */
 __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s);
-int cu_layer_rest(backend *b, const be_layer_rest *r);
-int cu_attention_rest(backend *b, const be_attend *a, const be_layer_rest *r);
-/* A one-token product of W (count matrices, or the gate/up pair) on the
- * codes in xq/xd/xs as k_mv_pipe (cuda_tail.cu, GEM_CUDA_MV_PIPE=1 or 2):
- * 0 when launched, 1 when declined (nothing launched: k_mv_q instead). */
-int tail_mv_pipe(cuda_backend *c, int count, const be_weight *const *W, int pair, be_buf *const *outs);
-/* A one-token attention's split partials left uncombined (cuda_attention.cu
- * for cuda_tail.cu): attn_parts_take says whether attention_qkv would run
- * a's step on k_attn_tc with the norms and rope folded in (nothing
- * launched); attn_parts_run launches that attention without its combine
- * and describes the partials (valid until the next attention), or returns
- * -1 having launched nothing (a sticky error: scratch it could not grow). */
-struct attn_parts {
-    const float *part, *pml; /* [n_head][nsplit][d], [n_head][nsplit][2] */
-    int n_head, d, nsplit, window;
-};
-int attn_parts_take(const cuda_backend *c, const be_attend *a);
-int attn_parts_run(cuda_backend *c, const be_attend *a, attn_parts *p);
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
 void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,

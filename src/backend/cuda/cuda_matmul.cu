@@ -1152,13 +1152,6 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             }
             goto quantized_done;
         }
-        if (n == 1 && c->mv_pipe && !tail_mv_pipe(c, job.count, W, pair, outs)) {
-            /* the name tells in a profile that it ran (tests/cuda/run.sh) */
-            char piped[80];
-            snprintf(piped, sizeof piped, "%s (pipelined)", label);
-            LAUNCHED(c, piped);
-            goto quantized_done;
-        }
         {
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
