@@ -381,8 +381,10 @@ __global__ void __launch_bounds__(BT, 1) k_bal(const uint4 *base, const size_t *
  * warps that start in step and compute after each whole round (its dots,
  * then its sums) leave memory idle while they all compute, and does a
  * pipeline of half rounds (the next half's loads issued before the dots of
- * the one in hand) get the rate back? On an H100 neither form lost rate to
- * the work (bench/results/cuda-pipe-h100-2026-12-05.json). One block of
+ * the one in hand) get the rate back? On an H100 both forms streamed as
+ * fast with the work as k_bal without it (2.79-2.84 against 2.77-2.80
+ * TB/s; bench/results/cuda-pipe-h100-2026-12-05.json, whose W 0 rows timed
+ * loads the compiler had dropped). One block of
  * BT threads per multiprocessor streams an equal slice of all the bytes,
  * U loads per thread per round, W pairs of dp4a per 16 bytes loaded (a
  * q4_0 block's dot against 8-bit codes is 8 dp4a and 8 logic ops, ~W 4

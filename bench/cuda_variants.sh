@@ -14,7 +14,7 @@
 # (GEM_CUDA_QKV_EARLY=0, which matters only when it is its own launch), and
 # the one-token products' weights loaded evict-first (GEM_CUDA_MV_LD=1),
 # the full layers' caches in 64 or 128 one-token splits instead of 256
-# (GEM_CUDA_FULL_SPLITS), k_attn_tc with one block barrier per 16-key
+# (GEM_CUDA_FULL_SPLITS), and k_attn_tc with one block barrier per 16-key
 # tile instead of two (GEM_CUDA_ATTN_BAR1=1).
 # Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's

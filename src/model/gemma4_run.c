@@ -179,13 +179,12 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
         be_buf *O[3] = {s->q, s->k, s->v};
         b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
         attend(s, g, l, n, pos0);
-        const be_weight *next_norm = il + 1 < s->n_run ? s->L[il + 1].attn_norm : NULL;
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
         b->matmul(b, l->down, s->act, n, s->down);
-        if (next_norm)
-            add_then_norm(s, s->down, l->post_ffw_norm, l->out_scale, next_norm, n);
+        if (il + 1 < s->n_run)
+            add_then_norm(s, s->down, l->post_ffw_norm, l->out_scale, s->L[il + 1].attn_norm, n);
         else
             b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
     }

@@ -6,9 +6,8 @@
 # totals and a product's per-microsecond waves; a launch cut by the ring is
 # left out, also when a graph's replays reuse their grid ids, when the cut
 # falls inside a replayed step and when the replays run under ids other
-# kernels had; a persistent kernel's phases are listed and summed per phase
-# but add nothing to the critical path; a file that is not a trace and a
-# trace without a complete step are refused with their reasons. Also: the kind names that trace
+# kernels had; a file that is not a trace and a trace without a complete
+# step are refused with their reasons. Also: the kind names that trace
 # files carry (CT_NAMES) match the CT_* enumeration, in order.
 pass=0 fail=0
 tmp=$(mktemp -d)

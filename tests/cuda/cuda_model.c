@@ -1,9 +1,11 @@
 /* Model-level CUDA checks (make test-cuda): the same GGUF through the engine
  * on the CPU fast path and on the GPU.
- *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL]
+ *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL] [tbt-agree=PCT]
  * kv-f16: the GPU's caches hold f16 entries (--kv-type f16: k_attn_tc for
  * one-token steps), keys and values rounded to 11 bits; checked with the
- * int8 criteria, criterion 2 as the comment at its check says.
+ * int8 criteria, and token-by-token also against the CPU (see criterion 2's
+ * check).
+ * tbt-agree=PCT: criterion 2's agreement for int8 models instead of 98%.
  * layers=N: both backends run only the first N layers, then the head
  * (gem_engine_opts.layers): deep random quantized models amplify the
  * 8-bit codes' rounding into chaos (the synthetic 12B q4_0 at its 48
@@ -36,7 +38,7 @@
  * 1. argmax agrees at 90% of such positions (a code flip early in the
  *    prompt changes everything after it);
  * 2. token-by-token against the tiled prefill: at 98% of the tiled run's
- *    clear positions (f16 caches: see the check);
+ *    clear positions (tbt-agree=PCT; f16 caches: see the check);
  * 3. greedy tokens agree up to the first near-tie.
  * Always: the graph-replayed greedy path equals the GPU logits path, and
  * the continuation is not one repeated token. */
@@ -51,6 +53,7 @@
 
 static int kv_f16, layers; /* set once from argv before any session opens */
 static double tbt_tol = 1e-4; /* criterion 2's bound for strict models (tbt=TOL) */
+static int tbt_agree = 98;     /* criterion 2's argmax agreement for int8 models, percent (tbt-agree=PCT) */
 
 static gem_session *open_session(const char *path, const char *backend, int tile, gem_engine **e) {
     gem_err err;
@@ -91,7 +94,7 @@ static float margin(const float *l) {
 #define TIE 0.1f
 
 int main(int argc, char **argv) {
-    int bad_args = argc < 5, tbt_set = 0;
+    int bad_args = argc < 5, tbt_set = 0, agree_set = 0;
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "kv-f16")) kv_f16 = 1;
         else if (!strncmp(argv[i], "layers=", 7) && (layers = atoi(argv[i] + 7)) > 0) continue;
@@ -100,15 +103,25 @@ int main(int argc, char **argv) {
             tbt_tol = strtod(argv[i] + 4, &end);
             tbt_set = 1;
             if (end == argv[i] + 4 || *end || !(tbt_tol > 0 && tbt_tol <= 1e-2)) bad_args = 1;
-        }
-        else bad_args = 1;
+        } else if (!strncmp(argv[i], "tbt-agree=", 10)) {
+            char *end;
+            const long v = strtol(argv[i] + 10, &end, 10);
+            agree_set = 1;
+            if (end == argv[i] + 10 || *end || v < 50 || v > 100) bad_args = 1;
+            tbt_agree = (int)v;
+        } else bad_args = 1;
     }
     if (bad_args) {
-        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL (<= 1e-2)]\n");
+        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL (<= 1e-2)] "
+                        "[tbt-agree=PCT (50-100)]\n");
         return 2;
     }
     if (tbt_set && strcmp(argv[4], "strict")) {
         fprintf(stderr, "cuda_model: tbt=TOL bounds the strict criteria only\n");
+        return 2;
+    }
+    if (agree_set && !strcmp(argv[4], "strict")) {
+        fprintf(stderr, "cuda_model: tbt-agree=PCT bounds the int8 criteria only\n");
         return 2;
     }
     if (kv_f16 && !strcmp(argv[4], "strict")) {
@@ -181,28 +194,32 @@ int main(int argc, char **argv) {
          * per op, cuda_ops) can flip codes and grow through the layers:
          * the 1b q4_0 model (300 positions) differs at 2 of 205 clear
          * positions with k_attn_dec (max |diff| 0.235) and 0 with
-         * k_attn_split (0.112); the GPU against the CPU at 7 of 205. Up
-         * to 2% of clear positions may differ there.
+         * k_attn_split (0.112; 2026-12-03, kernels since changed); the GPU against
+         * the CPU at 7 of 205. Up to 2% of clear positions may differ
+         * there (tbt-agree=98, the default).
          * With f16 caches the two paths run attention at two precisions:
-         * one-token steps on k_attn_tc (tensor cores: f16 q and
-         * probabilities), the tiled prefill (GEM_CUDA_MMA=0) on the f32
-         * split kernel over the same f16 entries, as different as the
-         * GPU's arithmetic from the CPU's: the 1b q4_0 model differs at
-         * 26 of 221 clear positions (max |diff| 1.1; 0 of 224 and 0.232
-         * with f32 caches; H100, bench/results/cuda-pipe-h100-2026-12-05.json).
-         * Then each path is held to the CPU as criterion 1 holds the
-         * tiled one (90% of the CPU's clear positions), and the two to
-         * each other at 80% (a wrong one-token kernel agrees nowhere). */
+         * one-token steps on k_attn_tc (tensor cores: f16 queries, keys,
+         * values and probabilities), the tiled prefill (GEM_CUDA_MMA=0)
+         * on the f32 split kernel (f32 queries and probabilities; the
+         * tile's own keys and values from the f32 projections, earlier
+         * ones from the f16 cache): the 1b q4_0 model's paths differ at
+         * 26 of 221 clear positions (max |diff| 1.1), where with f32
+         * caches they differ at 0 of 224 (0.232; the H100, 2026-12-05:
+         * bench/results/cuda-pipe-h100-2026-12-05.json). run.sh holds the
+         * quantized models with f16 caches to 80% (tbt-agree=80; a wrong
+         * one-token kernel agrees nowhere near it), and every run with
+         * f16 caches also holds token-by-token to the CPU as criterion 1
+         * holds the tiled run (90% of the CPU's clear positions). */
         if (strict) {
             CHECKF(w2 <= tbt_tol, "tiled vs token-by-token %g (bound %g)", w2, tbt_tol);
             CHECKF(bad == 0, "tiled vs token-by-token: argmax differs at %d clear positions", bad);
-        } else if (kv_f16) {
-            CHECKF(cpu_same * 10 >= clear * 9, "token-by-token vs the CPU: argmax agrees at only %d of %d clear positions",
-                   cpu_same, clear);
-            CHECKF(bad * 5 <= clear2, "tiled vs token-by-token: argmax differs at %d of %d clear positions", bad, clear2);
         } else {
-            CHECKF(bad * 50 <= clear2, "tiled vs token-by-token: argmax differs at %d of %d clear positions", bad,
-                   clear2);
+            CHECKF(bad * 100 <= clear2 * (100 - tbt_agree),
+                   "tiled vs token-by-token: argmax differs at %d of %d clear positions (at most %d%%)", bad, clear2,
+                   100 - tbt_agree);
+            if (kv_f16)
+                CHECKF(cpu_same * 10 >= clear * 9,
+                       "token-by-token vs the CPU: argmax agrees at only %d of %d clear positions", cpu_same, clear);
         }
         gem_session_free(st);
         gem_engine_close(et);

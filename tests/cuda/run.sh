@@ -4,17 +4,18 @@
 # model-level checks of cuda_model on synthetic models: the tiny profile in
 # q8_0, q4_0, f32 and f16, gemma4-1b in f32 and q4_0 (prompts of three
 # sliding windows and more), the tiny and 1b models in f32 and q4_0 with
-# f16 caches, and synthetic gemma4-12b in f16 (with 256-thread one-token norms and
-# with the defaults: cuda_model.c, criterion 2) and q4_0 (its first 12 layers)
+# f16 caches, and synthetic gemma4-12b in f16 (with 256-thread one-token
+# norms and with the defaults: cuda_model.c, criterion 2) and q4_0 (its
+# first 12 layers)
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk; GEM_CUDA_ONLY_12B=1
 # runs them alone; GEM_CUDA_SKIP_OPS=1 skips cuda_ops), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
-# (tests/model/test_demo.sh with BACKEND=cuda); the demo model and the 1b
-# q4_0 model also with the other one-token attention kernels
-# (GEM_CUDA_ATTN_DEC=1: k_attn_dec reading into registers; 0: k_attn_split;
-# the default with these f32 caches is the staged k_attn_dec; k_attn_tc,
-# the default for f16 caches, is checked per op and by the tiny and 1b
-# models with f16 caches).
+# (tests/model/test_demo.sh with BACKEND=cuda); the demo model also with
+# the other one-token attention kernels (GEM_CUDA_ATTN_DEC=1: k_attn_dec
+# reading into registers; 0: k_attn_split; the default with these f32
+# caches is the staged k_attn_dec), the 1b q4_0 model with f32 caches
+# also with GEM_CUDA_ATTN_DEC=1; k_attn_tc, the default for f16 caches, is
+# checked per op and by the tiny and 1b models with f16 caches.
 #
 # The model checks of random quantized models run the dp4a prefill kernels
 # (GEM_CUDA_MMA=0): their f32 summation order and 8-bit activations are the
@@ -57,14 +58,20 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         run "demo model (GEM_CUDA_ATTN_DEC=$v)" env BACKEND=cuda GEM_CUDA_ATTN_DEC=$v tests/model/test_demo.sh
     done
     # kv-f16: f16 caches (k_attn_tc for one-token steps), with the int8
-    # criteria (keys and values rounded to 11 bits)
-    for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny f32 3 strict" "tiny f16 4 strict" "1b f32 5 strict" \
-                "1b q4_0 6 int8" "tiny f32 3 int8 kv-f16" "1b f32 5 int8 kv-f16" "tiny q4_0 2 int8 kv-f16" \
-                "1b q4_0 6 int8 kv-f16"; do
+    # criteria (keys and values rounded to 11 bits) and token-by-token also
+    # against the CPU; the quantized models' token-by-token steps against
+    # their tiled prefill at 80% (tbt-agree=80: two attention precisions,
+    # see cuda_model.c). Each model is synthesised once for its runs.
+    made=
+    for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny q4_0 2 int8 kv-f16 tbt-agree=80" "tiny f32 3 strict" \
+                "tiny f32 3 int8 kv-f16" "tiny f16 4 strict" "1b f32 5 strict" "1b f32 5 int8 kv-f16" \
+                "1b q4_0 6 int8" "1b q4_0 6 int8 kv-f16 tbt-agree=80"; do
         set -- $spec
-        ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
+        [ "$made" = "$1 $2 $3" ] || ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
+        made="$1 $2 $3"
         if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
-        run_model "cuda_model $1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" ${5:-}
+        run_model "cuda_model $1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" \
+            ${5:-} ${6:-}
         [ "$1 $2" = "1b q4_0" ] && [ -z "${5:-}" ] &&
             run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"

@@ -47,6 +47,29 @@ __device__ __forceinline__ float kv_row1(const float *cur, const KT *cache, int 
     return kv_ld1(cache + ((size_t)slot * kvh + h) * d + e);
 }
 
+/* The keys of a query block at positions qp_first..qp_last start at
+ * `first` (its first query's window) and are cut into splits of `per`
+ * keys, at least AT_MIN_SPLIT: at a shallow depth only the first few
+ * splits have keys; the rest leave an empty partial the combine skips
+ * without reading. Every attention kernel and the combines use this. */
+#define AT_MIN_SPLIT 32
+__device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int window, int nsplit, int &first, int &len) {
+    first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
+    len = qp_last - first + 1;
+    return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
+}
+/* The splits of query row i's block (QB rows) that hold keys: the
+ * combines read these and no further. */
+__device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
+    const int i0 = i / QB * QB, pos0 = step[0];
+    int first, len;
+    const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
+    return min(nsplit, (len + per - 1) / per);
+}
+/* A split's weight in a combine: exp(m - M) for its max m against the
+ * largest split max M, 0 for a split that saw no key (m = -inf). */
+__device__ __forceinline__ float attn_split_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
+
 /* The keys s0 .. s1 - 1 of split `split` of a one-token step at pos0 (s0 >=
  * s1: the split is empty). */
 __device__ __forceinline__ void one_token_split(int pos0, int window, int nsplit, int split, int &s0, int &s1) {
@@ -239,8 +262,8 @@ __global__ void __launch_bounds__(AT_THREADS)
 /* Weights of the splits in parallel (a one-token step may have 256), then
  * each output element sums only the splits that had keys
  * (attn_used_splits: the split kernel's ranges per query block of QB
- * recomputed; splits past it wrote nothing). */
-/* The combine's weights: each used split's exp(max_s - M) into wgt (0 for a
+ * recomputed; splits past it wrote nothing).
+ * The combine's weights: each used split's exp(max_s - M) into wgt (0 for a
  * split that saw no key), M the largest split max; returns the weighted sum
  * of the splits' sums, L. Block-wide (red: 32 floats of shared memory);
  * its last barrier also publishes wgt. */

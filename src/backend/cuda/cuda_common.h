@@ -168,7 +168,7 @@ typedef struct {
     int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
-        char name[80]; /* room for mv_run's longest label and its "(pipelined)" */
+        char name[64]; /* room for mv_run's longest label */
         double s;
         long calls;
     } prof[48];
@@ -271,27 +271,23 @@ __device__ __forceinline__ unsigned long long gpu_time_ns() {
  * copies the backend's into it when it changes (cu_trace_bind). One traced
  * backend at a time: two alive at once would share the copy. */
 static __constant__ cu_trace_rec *cu_trace_ring;
-/* One record of this block (thread 0 calls it). */
-__device__ __forceinline__ void cu_trace_put(unsigned kind, unsigned long long t0, unsigned long long t1,
-                                             unsigned long long t2) {
-    cu_trace_rec *ring = cu_trace_ring;
-    if (!ring) return;
-    cu_trace_rec r;
-    r.t0 = t0, r.t1 = t1, r.t2 = t2;
-    asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
-    r.kind = kind;
-    r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    r.blocks = gridDim.x * gridDim.y * gridDim.z;
-    ring[1 + atomicAdd((unsigned *)ring, 1u) % (CU_TRACE_CAP - 1)] = r;
-}
+/* One record per block, by thread 0 as the kernel returns. */
 struct cu_trace_span {
     unsigned long long t0, t1;
     unsigned kind;
     __device__ explicit cu_trace_span(unsigned k) : t0(gpu_time_ns()), t1(0), kind(k) {}
     __device__ ~cu_trace_span() {
         if (threadIdx.x || threadIdx.y || threadIdx.z) return;
-        cu_trace_put(kind, t0, t1, gpu_time_ns());
+        cu_trace_rec *ring = cu_trace_ring;
+        if (!ring) return;
+        cu_trace_rec r;
+        r.t0 = t0, r.t1 = t1, r.t2 = gpu_time_ns();
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(r.grid));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
+        r.kind = kind;
+        r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        r.blocks = gridDim.x * gridDim.y * gridDim.z;
+        ring[1 + atomicAdd((unsigned *)ring, 1u) % (CU_TRACE_CAP - 1)] = r;
     }
 };
 #define CU_TRACE(kind) cu_trace_span cu_trace_span_(kind)
@@ -428,31 +424,6 @@ static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, i
     act_cache_set(c, &c->xq_of, p, n, K);
 }
 
-/* The keys of a query block at positions qp_first..qp_last start at
- * `first` (its first query's window) and are cut into splits of `per`
- * keys, at least AT_MIN_SPLIT: at a shallow depth only the first few
- * splits have keys; the rest leave an empty partial the combine skips
- * without reading. Every attention kernel and the combines (the layer
- * kernel's too) use this. */
-#define AT_MIN_SPLIT 32
-__device__ __forceinline__ int attn_split_per(int qp_first, int qp_last, int window, int nsplit, int &first, int &len) {
-    first = window > 0 && qp_first - window + 1 > 0 ? qp_first - window + 1 : 0;
-    len = qp_last - first + 1;
-    return max((len + nsplit - 1) / nsplit, AT_MIN_SPLIT);
-}
-/* The splits of query row i's block (QB rows) that hold keys: the
- * combines read these and no further. */
-__device__ __forceinline__ int attn_used_splits(const int *step, int i, int n, int QB, int window, int nsplit) {
-    const int i0 = i / QB * QB, pos0 = step[0];
-    int first, len;
-    const int per = attn_split_per(pos0 + i0, pos0 + min(i0 + QB, n) - 1, window, nsplit, first, len);
-    return min(nsplit, (len + per - 1) / per);
-}
-/* A split's weight in a combine: exp(m - M) for its max m against the
- * largest split max M, 0 for a split that saw no key (m = -inf). Every
- * combine weighs with this, so they agree bit for bit. */
-__device__ __forceinline__ float attn_split_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
-
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
  * fused and unfused gating round identically). */
 __device__ __forceinline__ float gelu_tanh_f(float x) {
@@ -497,58 +468,6 @@ __device__ __forceinline__ void quantize_block32(float v, size_t blk, int lane, 
     }
 }
 
-/* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
- * lanes (lane & 7 = 0 holds the first four): the arithmetic of
- * k_quantize_act, so a product reading them sees identical codes. */
-__device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q, float *d, int *s, bool valid) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
-              c3 = __float2int_rn(v.w * id);
-    const int lane8 = threadIdx.x & 7;
-    if (valid)
-        ((char4 *)q)[blk * 8 + lane8] = make_char4((signed char)c0, (signed char)c1, (signed char)c2, (signed char)c3);
-    int sum = c0 + c1 + c2 + c3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (valid && lane8 == 0) {
-        d[blk] = amax / 127.0f;
-        s[blk] = sum;
-    }
-}
-
-/* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
- * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
- * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
-template <int Q4>
-__device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
-    int sum = 0;
-    if (Q4) {
-        const unsigned m = 0x0F0F0F0Fu;
-        sum = __dp4a((int)(w0.x & m), x0.x, sum);
-        sum = __dp4a((int)(w0.y & m), x0.y, sum);
-        sum = __dp4a((int)(w0.z & m), x0.z, sum);
-        sum = __dp4a((int)(w0.w & m), x0.w, sum);
-        sum = __dp4a((int)((w0.x >> 4) & m), x1.x, sum);
-        sum = __dp4a((int)((w0.y >> 4) & m), x1.y, sum);
-        sum = __dp4a((int)((w0.z >> 4) & m), x1.z, sum);
-        sum = __dp4a((int)((w0.w >> 4) & m), x1.w, sum);
-        sum -= 8 * sx; /* codes are stored +8 */
-    } else {
-        sum = __dp4a((int)w0.x, x0.x, sum);
-        sum = __dp4a((int)w0.y, x0.y, sum);
-        sum = __dp4a((int)w0.z, x0.z, sum);
-        sum = __dp4a((int)w0.w, x0.w, sum);
-        sum = __dp4a((int)w1.x, x1.x, sum);
-        sum = __dp4a((int)w1.y, x1.y, sum);
-        sum = __dp4a((int)w1.z, x1.z, sum);
-        sum = __dp4a((int)w1.w, x1.w, sum);
-    }
-    return sum;
-}
-
 /* m16n8k16 f16 x f16 + f32 (PTX ISA fragment layout: g = lane / 4, c = lane % 4;
  * A: a0 = row g, k 2c, 2c+1; a1 = row g+8; a2, a3 = the same at k + 8;
  * B: b0 = column g, k 2c, 2c+1; b1 = k + 8; C as m16n8k32). */
@@ -570,8 +489,6 @@ void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *o
 void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
 void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
-/* activations to 8-bit codes, a warp per 32-value block (cuda_matmul.cu) */
-__global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d, int *s);
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out);
 void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
