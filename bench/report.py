@@ -30,7 +30,7 @@ samecall = newest("bench/results/cuda-samecall-*.json")
 if samecall:
     d = json.load(open(samecall))
     lines += [f"CUDA, {d['hardware']}: gem bench and the pinned reference's llama-bench on the same synthetic GGUF "
-              f"files in one device call, batch 1, greedy, f16 KV caches, medians (`{samecall}`, commit "
+              f"files {d.get('run', 'in one device call')}, batch 1, greedy, f16 KV caches, medians (`{samecall}`, commit "
               f"{d['commit'].split()[0]}; commands: `{d['commands']}`):", "",
               "| model | prefill 2048 tok/s | llama.cpp | ratio | decode depth 0 tok/s | llama.cpp | ratio | "
               "GB/s (of 4800) | depth 8192 | llama.cpp | depth 32768 | llama.cpp | GPU memory |",
