@@ -29,6 +29,11 @@
  *            round's loads: whole rounds against half rounds pipelined
  *            (see k_work: why a persistent layer kernel's phases
  *            streamed slower than k_bal).
+ *   ring     (after work) one block per multiprocessor whose loads leave
+ *            the threads: a producer warp streams every phase through a
+ *            ring of shared-memory stages by bulk copies, the consumers
+ *            alone meet at the grid barriers (see k_ring: whether a
+ *            persistent kernel can stream at the single launches' rate).
  * Variants run in the order listed, then in reverse, REPS times each way;
  * each prints the median, GB/s and the cost per boundary, (t - t_base) /
  * (phases - 1) against its stream. To calibrate: the decode step's four
@@ -45,7 +50,7 @@
  * registers whatever the round size): the shapes now load through
  * volatile asm and print their registers.
  *
- *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
+ *   [PROBE_ROWS=main,shape,bal,work,ring] build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
  *
  * Defaults: the 31B Q4_0 sliding layer's products (q/k/v 49.5 MB, o 24.8,
  * gate/up 130, down 65) times 60 layers, 10 runs. The checksum sink keeps
@@ -72,6 +77,22 @@
             exit(1);                                                                  \
         }                                                                             \
     } while (0)
+
+/* PROBE_ROWS=main,shape,bal,work,ring picks the sections to run (unset:
+ * all), so one device call can hold the one in question. */
+static bool rows_on(const char *name) {
+    const char *sel = getenv("PROBE_ROWS");
+    if (!sel || !*sel) return true;
+    const size_t n = strlen(name);
+    for (const char *p = sel; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
 
 /* One block round: UNROLL 16-byte loads per thread, all issued before use. */
 struct round_regs {
@@ -439,6 +460,141 @@ static float work_run(const uint4 *buf, size_t n16, int sms, int reps, unsigned 
     return median_ms(reps, st, [&] { k_work<BT, U, W, PIPE><<<sms, BT, 0, st>>>(buf, n16, sink); });
 }
 
+/* The bulk-copy ring (the "ring" rows): whether a persistent kernel can
+ * stream at the single launches' rate once its loads leave the threads.
+ * k_bal and k_work hold a round's loads in registers, so a warp has nothing
+ * in flight between using one round and issuing the next, and across a
+ * barrier; they stream at ~4.2 TB/s on the H200 where one launch of
+ * many short blocks reaches ~4.6 (and ~2.8 against ~3.2 on an H100). Here
+ * one producer warp per multiprocessor streams the block's equal slice of
+ * every phase, phase after phase, through ST shared-memory stages of TB
+ * bytes with cp.async.bulk (the copy engine; completion counted in bytes
+ * on a full mbarrier per stage), never waiting for the grid barrier; BT
+ * consumer threads read each stage (W pairs of dp4a per 16 bytes, as the
+ * work rows) and free it on its empty mbarrier (one arrival per consumer
+ * warp), and only they meet at the grid barrier between phases (a named
+ * block barrier for the consumers, then k_bal's counter). While they wait
+ * the producer fills up to ST stages of the next phase, so a barrier costs
+ * nothing when its wait is shorter than the ring's bytes take to arrive. */
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+/* A wait past 2 s traps: a wrong phase would otherwise hang the device call
+ * (the error is reported by the launch's check). */
+__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
+    unsigned done = 0, n = 0;
+    unsigned long long t0 = 0;
+    for (;;) {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (++n % 1024 == 0) {
+            unsigned long long t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (!t0) t0 = t;
+            else if (t - t0 > 2000000000ull) __trap();
+        }
+    }
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+/* the producer's arrival, announcing the bytes the copy will complete */
+__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+}
+template <int BT, int ST, int TB, int W>
+__global__ void __launch_bounds__(BT + 32, 1) k_ring(const uint4 *base, const size_t *off16, const size_t *n16,
+                                                     int phases, unsigned long long *count, unsigned long long start,
+                                                     unsigned *sink) {
+    static_assert(BT % 32 == 0 && TB % (16 * BT) == 0, "a stage is whole 16-byte rows of the consumers");
+    extern __shared__ __align__(128) uint4 stage[]; /* ST x TB bytes */
+    __shared__ __align__(8) unsigned long long full[ST], empty[ST];
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], BT / 32);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    constexpr size_t T16 = TB / 16; /* 16-byte units per stage */
+    if (threadIdx.x >= BT) {        /* the producer warp */
+        if (lane != 0) return;
+        unsigned it = 0;
+        for (int p = 0; p < phases; p++) {
+            const size_t lo = n16[p] * blockIdx.x / gridDim.x, hi = n16[p] * (blockIdx.x + 1) / gridDim.x;
+            for (size_t c = lo; c < hi; c += T16, it++) {
+                const int s = (int)(it % ST);
+                if (it >= ST) mbar_wait(&empty[s], (it / ST - 1) & 1);
+                const unsigned bytes = (unsigned)(16 * (hi - c < T16 ? hi - c : T16));
+                mbar_expect(&full[s], bytes);
+                bulk_copy(stage + (size_t)s * T16, base + off16[p] + c, bytes, &full[s]);
+            }
+        }
+        return;
+    }
+    unsigned acc = 0, it = 0;
+    for (int p = 0; p < phases; p++) {
+        const size_t lo = n16[p] * blockIdx.x / gridDim.x, hi = n16[p] * (blockIdx.x + 1) / gridDim.x;
+        for (size_t c = lo; c < hi; c += T16, it++) {
+            const int s = (int)(it % ST);
+            mbar_wait(&full[s], (it / ST) & 1);
+            const size_t n = hi - c < T16 ? hi - c : T16;
+            const uint4 *q = stage + (size_t)s * T16;
+#pragma unroll 4
+            for (size_t i = threadIdx.x; i < n; i += BT) acc = work_fold<W>(q[i], acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);
+        }
+        if (p + 1 == phases) break;
+        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory"); /* the consumers only */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(count, 1ull);
+            const unsigned long long target = start + (unsigned long long)(p + 1) * gridDim.x;
+            unsigned long long v;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
+                if (v >= target) break;
+                __nanosleep(20);
+            }
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+template <int BT, int ST, int TB, int W>
+static float ring_run(const uint4 *buf, const size_t *doff, const size_t *dn, int phases, unsigned long long *count,
+                      unsigned long long *next, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_ring<BT, ST, TB, W>));
+    *regs = fa.numRegs;
+    CK(cudaFuncSetAttribute(k_ring<BT, ST, TB, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.gridDim = dim3((unsigned)sms);
+    cfg.blockDim = dim3(BT + 32);
+    cfg.dynamicSmemBytes = ST * TB;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return median_ms(reps, st, [&] {
+        CK(cudaLaunchKernelEx(&cfg, k_ring<BT, ST, TB, W>, buf, doff, dn, phases, count, *next, sink));
+        *next += (unsigned long long)(phases - 1) * (unsigned)sms;
+    });
+}
+
 /* Median ms of k_bal<BT, U, EARLY> on one block per multiprocessor over the
  * phases (off16/n16 on the device, `phases` of them); *next is the
  * counter's value after the last run. */
@@ -531,7 +687,7 @@ int main(int argc, char **argv) {
     enum { V_STREAM, V_STREAM_P, V_LAUNCH, V_BARRIER, V_EARLY, V_CG, NV };
     const char *names[NV] = {"stream", "stream-p", "launch", "barrier", "early", "cg"};
     std::vector<float> ts[NV];
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 2 && rows_on("main"); pass++)
         for (int i = 0; i < NV; i++) {
             const int v = pass ? NV - 1 - i : i; /* forward, then in reverse: drift weighs on all alike */
             for (int r = 0; r <= reps; r++) {    /* run 0 warms up */
@@ -568,8 +724,8 @@ int main(int argc, char **argv) {
            "(%d layers x %zu), %.2f GB per run, median of %d\n",
            prop.name, sms, THREADS, per_sm_s, per_sm, phases, layers, mb.size(), bytes / 1e9, 2 * reps);
     float t[NV];
-    for (int v = 0; v < NV; v++) t[v] = median(ts[v]);
-    for (int v = 0; v < NV; v++) {
+    for (int v = 0; v < NV && rows_on("main"); v++) t[v] = median(ts[v]);
+    for (int v = 0; v < NV && rows_on("main"); v++) {
         const float base = v == V_LAUNCH ? t[V_STREAM] : t[V_STREAM_P];
         printf("%-8s %9.3f ms %8.1f GB/s", names[v], t[v], bytes / (t[v] * 1e-3) / 1e9);
         if (v >= V_LAUNCH) printf(" %8.2f us per boundary", (t[v] - base) * 1e3 / (phases - 1));
@@ -578,12 +734,14 @@ int main(int argc, char **argv) {
     /* the launch chain by block shape: (U, blocks per multiprocessor, load
      * flavour); the capped occupancy comes from dynamic shared memory, which
      * also shrinks L1 (gem's products get the driver's choice) */
-    printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
-           "shape over all the bytes):\n");
+    if (rows_on("shape"))
+        printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
+               "shape over all the bytes):\n");
     const int shapes[][3] = {{8, 16, 1}, {8, 8, 1}, {8, 4, 1}, {12, 8, 1}, {12, 4, 1},
                              {12, 4, 0}, {12, 4, 2}, {6, 8, 0}, {16, 4, 1}, {16, 2, 1}};
     const char *ldf_names[3] = {"nc", "cs", "nc.L1::no_allocate"};
     for (const auto &sh : shapes) {
+        if (!rows_on("shape")) break;
         float tc = 0, t1 = 0;
         int occ = 0, regs = 0;
         const size_t bb = (size_t)THREADS * sh[0] * 16;
@@ -624,7 +782,7 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(doff16, off16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dn16, n16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dall, all16, sizeof all16, cudaMemcpyHostToDevice));
-        printf("balanced persistent kernel (one block per SM, equal slices of every phase, 132 arrivals per barrier; "
+        if (rows_on("bal")) printf("balanced persistent kernel (one block per SM, equal slices of every phase, 132 arrivals per barrier; "
                "cost per boundary against one phase of all the bytes on the same shape):\n");
 #define BAL_ROW(BT, U)                                                                                              \
     {                                                                                                               \
@@ -637,12 +795,14 @@ int main(int argc, char **argv) {
                BT, U, BT * U * 16 / 1024, r1, r2, t1, bytes / (t1 * 1e-3) / 1e9, tb, (tb - t1) * 1e3 / (phases - 1),   \
                te, (te - t1) * 1e3 / (phases - 1));                                                                  \
     }
-        BAL_ROW(512, 8)
-        BAL_ROW(512, 16)
-        BAL_ROW(1024, 8)
-        BAL_ROW(1024, 12)
+        if (rows_on("bal")) {
+            BAL_ROW(512, 8)
+            BAL_ROW(512, 16)
+            BAL_ROW(1024, 8)
+            BAL_ROW(1024, 12)
+        }
 #undef BAL_ROW
-        printf("work between rounds (one block per SM, an equal slice of all the bytes, one phase; W pairs of dp4a per "
+        if (rows_on("work")) printf("work between rounds (one block per SM, an equal slice of all the bytes, one phase; W pairs of dp4a per "
                "16 bytes; whole rounds, or half rounds pipelined):\n");
 #define WORK_ROW(BT, U, W)                                                                                     \
     {                                                                                                          \
@@ -653,14 +813,39 @@ int main(int argc, char **argv) {
                "ms %7.1f GB/s\n",                                                                              \
                BT, U, W, r0, r1, tw, bytes / (tw * 1e-3) / 1e9, tp, bytes / (tp * 1e-3) / 1e9);               \
     }
-        WORK_ROW(512, 8, 0)
-        WORK_ROW(512, 8, 2)
-        WORK_ROW(512, 8, 4)
-        WORK_ROW(512, 8, 8)
-        WORK_ROW(512, 8, 16)
-        WORK_ROW(512, 12, 4)
-        WORK_ROW(512, 12, 8)
+        if (rows_on("work")) {
+            WORK_ROW(512, 8, 0)
+            WORK_ROW(512, 8, 2)
+            WORK_ROW(512, 8, 4)
+            WORK_ROW(512, 8, 8)
+            WORK_ROW(512, 8, 16)
+            WORK_ROW(512, 12, 4)
+            WORK_ROW(512, 12, 8)
+        }
 #undef WORK_ROW
+        if (rows_on("ring")) printf("bulk-copy ring (one block per SM: a producer warp streaming every phase's slice through ST stages of "
+               "TB bytes, BT consumer threads, W pairs of dp4a per 16 bytes; cost per boundary against one phase of "
+               "all the bytes on the same shape):\n");
+#define RING_ROW(BT, ST, TB, W)                                                                                      \
+    {                                                                                                                \
+        int r0 = 0, r1 = 0;                                                                                          \
+        const float t1 = ring_run<BT, ST, TB, W>(buf, dall, dall + 1, 1, count64, &next, sms, 2 * reps, sink, st, &r0); \
+        const float tb = ring_run<BT, ST, TB, W>(buf, doff16, dn16, phases, count64, &next, sms, 2 * reps, sink, st, &r1); \
+        printf("  %4d consumers, %2d x %2d KB stages (%3d KB), W %2d (%3d registers): single %7.3f ms %7.1f GB/s, "     \
+               "phases %7.3f ms %7.1f GB/s %5.2f us per boundary\n",                                                   \
+               BT, ST, TB / 1024, ST * TB / 1024, W, r1, t1, bytes / (t1 * 1e-3) / 1e9, tb, bytes / (tb * 1e-3) / 1e9, \
+               (tb - t1) * 1e3 / (phases - 1));                                                                       \
+    }
+        if (rows_on("ring")) {
+            RING_ROW(256, 4, 32768, 0)
+            RING_ROW(256, 6, 32768, 0)
+            RING_ROW(256, 12, 16384, 0)
+            RING_ROW(512, 6, 32768, 0)
+            RING_ROW(256, 6, 32768, 4)
+            RING_ROW(512, 6, 32768, 4)
+            RING_ROW(512, 12, 16384, 4)
+        }
+#undef RING_ROW
         CK(cudaFree(doff16));
         CK(cudaFree(dn16));
         CK(cudaFree(dall));
