@@ -43,6 +43,10 @@ ifeq ($(CUDA),1)
   # costs (launch chain vs grid barrier; bench/cuda_barrier_probe.cu); make
   # test builds it when CUDA is on, so it compiles
   PROBE_BIN := $(BUILD)/cuda_barrier_probe
+  # build/cuda_ring_probe: a persistent kernel streaming the products
+  # through a ring of bulk copies (bench/cuda_ring_probe.cu); make test
+  # builds it when CUDA is on, so it compiles
+  RING_BIN := $(BUILD)/cuda_ring_probe
   # build/cuda_cublas_probe: gem's prefill products against cuBLAS on the
   # same shapes (bench/cuda_cublas_probe.cu); built by make test where the
   # toolkit has cuBLAS, so it compiles. gem itself never links cuBLAS.
@@ -80,6 +84,11 @@ $(BUILD)/obj-cuda-trace/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 
 $(BUILD)/cuda_barrier_probe: bench/cuda_barrier_probe.cu
 	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_barrier_probe needs nvcc (CUDA=1)"; exit 1; fi
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
+
+$(BUILD)/cuda_ring_probe: bench/cuda_ring_probe.cu src/backend/cuda/cuda_common.h
+	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_ring_probe needs nvcc (CUDA=1)"; exit 1; fi
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
 
@@ -132,7 +141,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN) $(CUBLAS_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN) $(RING_BIN) $(CUBLAS_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN)

@@ -29,11 +29,6 @@
  *            round's loads: whole rounds against half rounds pipelined
  *            (see k_work: why a persistent layer kernel's phases
  *            streamed slower than k_bal).
- *   ring     (after work) one block per multiprocessor whose loads leave
- *            the threads: a producer warp streams every phase through a
- *            ring of shared-memory stages by bulk copies, the consumers
- *            alone meet at the grid barriers (see k_ring: whether a
- *            persistent kernel can stream at the single launches' rate).
  * Variants run in the order listed, then in reverse, REPS times each way;
  * each prints the median, GB/s and the cost per boundary, (t - t_base) /
  * (phases - 1) against its stream. To calibrate: the decode step's four
@@ -50,7 +45,7 @@
  * registers whatever the round size): the shapes now load through
  * volatile asm and print their registers.
  *
- *   [PROBE_ROWS=main,shape,bal,work,ring] build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
+ *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
  *
  * Defaults: the 31B Q4_0 sliding layer's products (q/k/v 49.5 MB, o 24.8,
  * gate/up 130, down 65) times 60 layers, 10 runs. The checksum sink keeps
@@ -65,34 +60,13 @@
 #include <algorithm>
 #include <vector>
 
+#define PROBE_NAME "cuda_barrier_probe"
+#include "cuda_probe_util.h"
+
 #define THREADS 128
 #define UNROLL 8
 #define CHUNK ((size_t)THREADS * UNROLL * 16) /* bytes of one block round: 16 KB */
 
-#define CK(call)                                                                      \
-    do {                                                                              \
-        const cudaError_t e_ = (call);                                                \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "cuda_barrier_probe: %s: %s\n", #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
-/* PROBE_ROWS=main,shape,bal,work,ring picks the sections to run (unset:
- * all), so one device call can hold the one in question. */
-static bool rows_on(const char *name) {
-    const char *sel = getenv("PROBE_ROWS");
-    if (!sel || !*sel) return true;
-    const size_t n = strlen(name);
-    for (const char *p = sel; *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n)) return true;
-        if (!e) break;
-        p = e + 1;
-    }
-    return false;
-}
 
 /* One block round: UNROLL 16-byte loads per thread, all issued before use. */
 struct round_regs {
@@ -188,7 +162,7 @@ static cudaGraphExec_t chain_graph(void (*kern)(const uint4 *, size_t, unsigned 
                                    cudaStream_t st) {
     cudaGraph_t g;
     cudaGraphExec_t gx;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    PK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     size_t at_blk = 0;
     for (size_t p = 0; p < blocks.size(); p++) {
         cudaLaunchConfig_t cfg = {};
@@ -201,40 +175,15 @@ static cudaGraphExec_t chain_graph(void (*kern)(const uint4 *, size_t, unsigned 
         cfg.stream = st;
         cfg.attrs = at;
         cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, kern, base + at_blk * (unit / 16), blocks[p], sink));
+        PK(cudaLaunchKernelEx(&cfg, kern, base + at_blk * (unit / 16), blocks[p], sink));
         at_blk += blocks[p];
     }
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&gx, g, 0));
-    CK(cudaGraphDestroy(g));
+    PK(cudaStreamEndCapture(st, &g));
+    PK(cudaGraphInstantiate(&gx, g, 0));
+    PK(cudaGraphDestroy(g));
     return gx;
 }
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-/* Median ms of run() (enqueues one timed run on st) over reps runs after
- * one that warms up. */
-template <typename F> static float median_ms(int reps, cudaStream_t st, F run) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r <= reps; r++) {
-        CK(cudaEventRecord(e0, st));
-        run();
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r) ts.push_back(ms);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return median(ts);
-}
 
 /* Median ms of the chain of phases (MB each) with k_shape<U, LDF> at `per_sm`
  * blocks per multiprocessor, or of one launch over all their bytes
@@ -243,13 +192,13 @@ template <int U, int LDF>
 static float shape_run(const std::vector<double> &mb, int layers, int reps, const uint4 *buf, size_t buf_bytes,
                        int per_sm, bool single, unsigned *sink, cudaStream_t st, int *got_per_sm, int *regs) {
     cudaFuncAttributes fa;
-    CK(cudaFuncGetAttributes(&fa, k_shape<U, LDF>));
+    PK(cudaFuncGetAttributes(&fa, k_shape<U, LDF>));
     *regs = fa.numRegs;
     const size_t bb = (size_t)THREADS * U * 16;
     int smem = 0, occ = 0;
     for (int s = 0; s <= 227 * 1024; s += 1024) {
-        CK(cudaFuncSetAttribute(k_shape<U, LDF>, cudaFuncAttributeMaxDynamicSharedMemorySize, s ? s : 1024));
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_shape<U, LDF>, THREADS, s));
+        PK(cudaFuncSetAttribute(k_shape<U, LDF>, cudaFuncAttributeMaxDynamicSharedMemorySize, s ? s : 1024));
+        PK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_shape<U, LDF>, THREADS, s));
         if (occ <= per_sm) {
             smem = s;
             break;
@@ -266,8 +215,8 @@ static float shape_run(const std::vector<double> &mb, int layers, int reps, cons
         exit(1);
     }
     cudaGraphExec_t gx = chain_graph(k_shape<U, LDF>, buf, nb, bb, (size_t)smem, sink, st);
-    const float ms = median_ms(reps, st, [&] { CK(cudaGraphLaunch(gx, st)); });
-    CK(cudaGraphExecDestroy(gx));
+    const float ms = median_ms(reps, st, [&] { PK(cudaGraphLaunch(gx, st)); });
+    PK(cudaGraphExecDestroy(gx));
     return ms;
 }
 
@@ -455,144 +404,9 @@ __global__ void __launch_bounds__(BT, 1) k_work(const uint4 *base, size_t n16, u
 template <int BT, int U, int W, bool PIPE>
 static float work_run(const uint4 *buf, size_t n16, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
     cudaFuncAttributes fa;
-    CK(cudaFuncGetAttributes(&fa, k_work<BT, U, W, PIPE>));
+    PK(cudaFuncGetAttributes(&fa, k_work<BT, U, W, PIPE>));
     *regs = fa.numRegs;
     return median_ms(reps, st, [&] { k_work<BT, U, W, PIPE><<<sms, BT, 0, st>>>(buf, n16, sink); });
-}
-
-/* The bulk-copy ring (the "ring" rows): whether a persistent kernel can
- * stream at the single launches' rate once its loads leave the threads.
- * k_bal and k_work hold a round's loads in registers, so a warp has nothing
- * in flight between using one round and issuing the next, and across a
- * barrier; they stream at ~4.2 TB/s on the H200 where one launch of
- * many short blocks reaches ~4.6 (and ~2.8 against ~3.2 on an H100). Here
- * one producer warp per multiprocessor streams the block's equal slice of
- * every phase, phase after phase, through ST shared-memory stages of TB
- * bytes with cp.async.bulk (the copy engine; completion counted in bytes
- * on a full mbarrier per stage), never waiting for the grid barrier; BT
- * consumer threads read each stage (W pairs of dp4a per 16 bytes, as the
- * work rows) and free it on its empty mbarrier (one arrival per consumer
- * warp), and only they meet at the grid barrier between phases (a named
- * block barrier for the consumers, then k_bal's counter). While they wait
- * the producer fills up to ST stages of the next phase, so a barrier costs
- * nothing when its wait is shorter than the ring's bytes take to arrive. */
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
-}
-/* A wait past 2 s traps: a wrong phase would otherwise hang the device call
- * (the error is reported by the launch's check). */
-__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
-    unsigned done = 0, n = 0;
-    unsigned long long t0 = 0;
-    for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity)
-                     : "memory");
-        if (done) return;
-        if (++n % 1024 == 0) {
-            unsigned long long t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (!t0) t0 = t;
-            else if (t - t0 > 2000000000ull) __trap();
-        }
-    }
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-/* the producer's arrival, announcing the bytes the copy will complete */
-__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
-template <int BT, int ST, int TB, int W>
-__global__ void __launch_bounds__(BT + 32, 1) k_ring(const uint4 *base, const size_t *off16, const size_t *n16,
-                                                     int phases, unsigned long long *count, unsigned long long start,
-                                                     unsigned *sink) {
-    static_assert(BT % 32 == 0 && TB % (16 * BT) == 0, "a stage is whole 16-byte rows of the consumers");
-    extern __shared__ __align__(128) uint4 stage[]; /* ST x TB bytes */
-    __shared__ __align__(8) unsigned long long full[ST], empty[ST];
-    const int lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], BT / 32);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    constexpr size_t T16 = TB / 16; /* 16-byte units per stage */
-    if (threadIdx.x >= BT) {        /* the producer warp */
-        if (lane != 0) return;
-        unsigned it = 0;
-        for (int p = 0; p < phases; p++) {
-            const size_t lo = n16[p] * blockIdx.x / gridDim.x, hi = n16[p] * (blockIdx.x + 1) / gridDim.x;
-            for (size_t c = lo; c < hi; c += T16, it++) {
-                const int s = (int)(it % ST);
-                if (it >= ST) mbar_wait(&empty[s], (it / ST - 1) & 1);
-                const unsigned bytes = (unsigned)(16 * (hi - c < T16 ? hi - c : T16));
-                mbar_expect(&full[s], bytes);
-                bulk_copy(stage + (size_t)s * T16, base + off16[p] + c, bytes, &full[s]);
-            }
-        }
-        return;
-    }
-    unsigned acc = 0, it = 0;
-    for (int p = 0; p < phases; p++) {
-        const size_t lo = n16[p] * blockIdx.x / gridDim.x, hi = n16[p] * (blockIdx.x + 1) / gridDim.x;
-        for (size_t c = lo; c < hi; c += T16, it++) {
-            const int s = (int)(it % ST);
-            mbar_wait(&full[s], (it / ST) & 1);
-            const size_t n = hi - c < T16 ? hi - c : T16;
-            const uint4 *q = stage + (size_t)s * T16;
-#pragma unroll 4
-            for (size_t i = threadIdx.x; i < n; i += BT) acc = work_fold<W>(q[i], acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);
-        }
-        if (p + 1 == phases) break;
-        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory"); /* the consumers only */
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(count, 1ull);
-            const unsigned long long target = start + (unsigned long long)(p + 1) * gridDim.x;
-            unsigned long long v;
-            for (;;) {
-                asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-                if (v >= target) break;
-                __nanosleep(20);
-            }
-        }
-        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
-    }
-    if (acc == 0x9e3779b9u) sink[0] = acc;
-}
-template <int BT, int ST, int TB, int W>
-static float ring_run(const uint4 *buf, const size_t *doff, const size_t *dn, int phases, unsigned long long *count,
-                      unsigned long long *next, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
-    cudaFuncAttributes fa;
-    CK(cudaFuncGetAttributes(&fa, k_ring<BT, ST, TB, W>));
-    *regs = fa.numRegs;
-    CK(cudaFuncSetAttribute(k_ring<BT, ST, TB, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB));
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.gridDim = dim3((unsigned)sms);
-    cfg.blockDim = dim3(BT + 32);
-    cfg.dynamicSmemBytes = ST * TB;
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return median_ms(reps, st, [&] {
-        CK(cudaLaunchKernelEx(&cfg, k_ring<BT, ST, TB, W>, buf, doff, dn, phases, count, *next, sink));
-        *next += (unsigned long long)(phases - 1) * (unsigned)sms;
-    });
 }
 
 /* Median ms of k_bal<BT, U, EARLY> on one block per multiprocessor over the
@@ -602,7 +416,7 @@ template <int BT, int U, bool EARLY>
 static float bal_run(const uint4 *buf, const size_t *doff, const size_t *dn, int phases, unsigned long long *count,
                      unsigned long long *next, int sms, int reps, unsigned *sink, cudaStream_t st, int *regs) {
     cudaFuncAttributes fa;
-    CK(cudaFuncGetAttributes(&fa, k_bal<BT, U, EARLY>));
+    PK(cudaFuncGetAttributes(&fa, k_bal<BT, U, EARLY>));
     *regs = fa.numRegs;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1] = {};
@@ -614,7 +428,7 @@ static float bal_run(const uint4 *buf, const size_t *doff, const size_t *dn, int
     cfg.attrs = at;
     cfg.numAttrs = 1;
     return median_ms(reps, st, [&] {
-        CK(cudaLaunchKernelEx(&cfg, k_bal<BT, U, EARLY>, buf, doff, dn, phases, count, *next, sink));
+        PK(cudaLaunchKernelEx(&cfg, k_bal<BT, U, EARLY>, buf, doff, dn, phases, count, *next, sink));
         *next += (unsigned long long)(phases - 1) * (unsigned)sms;
     });
 }
@@ -650,11 +464,11 @@ int main(int argc, char **argv) {
     const int phases = (int)n.size();
     const double bytes = (double)total * CHUNK;
     int dev = 0, sms = 0, per_sm = 0, per_sm_s = 0, coop = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist, THREADS, 0));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_s, k_stream, THREADS, 0));
+    PK(cudaGetDevice(&dev));
+    PK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    PK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    PK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist, THREADS, 0));
+    PK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_s, k_stream, THREADS, 0));
     if (!coop || per_sm < 1 || per_sm_s < 1) {
         fprintf(stderr, "cuda_barrier_probe: this device cannot run a cooperative launch of the probe\n");
         return 1;
@@ -664,20 +478,20 @@ int main(int argc, char **argv) {
     size_t *doff, *dn;
     unsigned *count, *sink;
     const size_t buf_bytes = total * CHUNK + (size_t)phases * 4 * CHUNK; /* slack for the shapes' rounding */
-    CK(cudaMalloc(&buf, buf_bytes));
-    CK(cudaMemset(buf, 1, buf_bytes));
-    CK(cudaMalloc(&doff, sizeof(size_t) * phases));
-    CK(cudaMalloc(&dn, sizeof(size_t) * phases));
-    CK(cudaMemcpy(doff, off.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dn, n.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&count, sizeof(unsigned)));
-    CK(cudaMemset(count, 0, sizeof(unsigned)));
-    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    PK(cudaMalloc(&buf, buf_bytes));
+    PK(cudaMemset(buf, 1, buf_bytes));
+    PK(cudaMalloc(&doff, sizeof(size_t) * phases));
+    PK(cudaMalloc(&dn, sizeof(size_t) * phases));
+    PK(cudaMemcpy(doff, off.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+    PK(cudaMemcpy(dn, n.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+    PK(cudaMalloc(&count, sizeof(unsigned)));
+    PK(cudaMemset(count, 0, sizeof(unsigned)));
+    PK(cudaMalloc(&sink, sizeof(unsigned)));
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    PK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    PK(cudaEventCreate(&e0));
+    PK(cudaEventCreate(&e1));
 
     /* the launch chain, recorded once (phase p starts at chunk off[p], the
      * sum of the chunks before it) */
@@ -687,16 +501,16 @@ int main(int argc, char **argv) {
     enum { V_STREAM, V_STREAM_P, V_LAUNCH, V_BARRIER, V_EARLY, V_CG, NV };
     const char *names[NV] = {"stream", "stream-p", "launch", "barrier", "early", "cg"};
     std::vector<float> ts[NV];
-    for (int pass = 0; pass < 2 && rows_on("main"); pass++)
+    for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < NV; i++) {
             const int v = pass ? NV - 1 - i : i; /* forward, then in reverse: drift weighs on all alike */
             for (int r = 0; r <= reps; r++) {    /* run 0 warms up */
-                CK(cudaEventRecord(e0, st));
+                PK(cudaEventRecord(e0, st));
                 if (v == V_STREAM || v == V_STREAM_P) {
                     k_stream<<<v == V_STREAM ? grid_s : grid, THREADS, 0, st>>>(buf, total, sink);
-                    CK(cudaGetLastError());
+                    PK(cudaGetLastError());
                 } else if (v == V_LAUNCH) {
-                    CK(cudaGraphLaunch(gx, st));
+                    PK(cudaGraphLaunch(gx, st));
                 } else {
                     cudaLaunchConfig_t cfg = {};
                     cudaLaunchAttribute at[1] = {};
@@ -707,25 +521,25 @@ int main(int argc, char **argv) {
                     cfg.stream = st;
                     cfg.attrs = at;
                     cfg.numAttrs = 1;
-                    CK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
+                    PK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
                                           phases, count, start, v - V_BARRIER, sink));
                     if (v != V_CG) start += (unsigned)(phases - 1) * grid;
                 }
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
+                PK(cudaEventRecord(e1, st));
+                PK(cudaEventSynchronize(e1));
                 float ms = 0;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
+                PK(cudaEventElapsedTime(&ms, e0, e1));
                 if (r) ts[v].push_back(ms);
             }
         }
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, dev));
+    PK(cudaGetDeviceProperties(&prop, dev));
     printf("cuda_barrier_probe: %s, %d SMs; blocks of %d threads per SM: %d (stream), %d (persistent); %d phases "
            "(%d layers x %zu), %.2f GB per run, median of %d\n",
            prop.name, sms, THREADS, per_sm_s, per_sm, phases, layers, mb.size(), bytes / 1e9, 2 * reps);
     float t[NV];
-    for (int v = 0; v < NV && rows_on("main"); v++) t[v] = median(ts[v]);
-    for (int v = 0; v < NV && rows_on("main"); v++) {
+    for (int v = 0; v < NV; v++) t[v] = median(ts[v]);
+    for (int v = 0; v < NV; v++) {
         const float base = v == V_LAUNCH ? t[V_STREAM] : t[V_STREAM_P];
         printf("%-8s %9.3f ms %8.1f GB/s", names[v], t[v], bytes / (t[v] * 1e-3) / 1e9);
         if (v >= V_LAUNCH) printf(" %8.2f us per boundary", (t[v] - base) * 1e3 / (phases - 1));
@@ -734,14 +548,12 @@ int main(int argc, char **argv) {
     /* the launch chain by block shape: (U, blocks per multiprocessor, load
      * flavour); the capped occupancy comes from dynamic shared memory, which
      * also shrinks L1 (gem's products get the driver's choice) */
-    if (rows_on("shape"))
-        printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
-               "shape over all the bytes):\n");
+    printf("launch chain by block shape (one round per block; cost per boundary against one launch of the same "
+           "shape over all the bytes):\n");
     const int shapes[][3] = {{8, 16, 1}, {8, 8, 1}, {8, 4, 1}, {12, 8, 1}, {12, 4, 1},
                              {12, 4, 0}, {12, 4, 2}, {6, 8, 0}, {16, 4, 1}, {16, 2, 1}};
     const char *ldf_names[3] = {"nc", "cs", "nc.L1::no_allocate"};
     for (const auto &sh : shapes) {
-        if (!rows_on("shape")) break;
         float tc = 0, t1 = 0;
         int occ = 0, regs = 0;
         const size_t bb = (size_t)THREADS * sh[0] * 16;
@@ -774,15 +586,15 @@ int main(int argc, char **argv) {
         const size_t all16[2] = {0, total * (CHUNK / 16)};
         size_t *doff16, *dn16, *dall;
         unsigned long long *count64, next = 0;
-        CK(cudaMalloc(&doff16, sizeof(size_t) * phases));
-        CK(cudaMalloc(&dn16, sizeof(size_t) * phases));
-        CK(cudaMalloc(&dall, sizeof all16));
-        CK(cudaMalloc(&count64, sizeof *count64));
-        CK(cudaMemset(count64, 0, sizeof *count64));
-        CK(cudaMemcpy(doff16, off16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dn16, n16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dall, all16, sizeof all16, cudaMemcpyHostToDevice));
-        if (rows_on("bal")) printf("balanced persistent kernel (one block per SM, equal slices of every phase, 132 arrivals per barrier; "
+        PK(cudaMalloc(&doff16, sizeof(size_t) * phases));
+        PK(cudaMalloc(&dn16, sizeof(size_t) * phases));
+        PK(cudaMalloc(&dall, sizeof all16));
+        PK(cudaMalloc(&count64, sizeof *count64));
+        PK(cudaMemset(count64, 0, sizeof *count64));
+        PK(cudaMemcpy(doff16, off16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+        PK(cudaMemcpy(dn16, n16.data(), sizeof(size_t) * phases, cudaMemcpyHostToDevice));
+        PK(cudaMemcpy(dall, all16, sizeof all16, cudaMemcpyHostToDevice));
+        printf("balanced persistent kernel (one block per SM, equal slices of every phase, 132 arrivals per barrier; "
                "cost per boundary against one phase of all the bytes on the same shape):\n");
 #define BAL_ROW(BT, U)                                                                                              \
     {                                                                                                               \
@@ -795,14 +607,12 @@ int main(int argc, char **argv) {
                BT, U, BT * U * 16 / 1024, r1, r2, t1, bytes / (t1 * 1e-3) / 1e9, tb, (tb - t1) * 1e3 / (phases - 1),   \
                te, (te - t1) * 1e3 / (phases - 1));                                                                  \
     }
-        if (rows_on("bal")) {
-            BAL_ROW(512, 8)
-            BAL_ROW(512, 16)
-            BAL_ROW(1024, 8)
-            BAL_ROW(1024, 12)
-        }
+        BAL_ROW(512, 8)
+        BAL_ROW(512, 16)
+        BAL_ROW(1024, 8)
+        BAL_ROW(1024, 12)
 #undef BAL_ROW
-        if (rows_on("work")) printf("work between rounds (one block per SM, an equal slice of all the bytes, one phase; W pairs of dp4a per "
+        printf("work between rounds (one block per SM, an equal slice of all the bytes, one phase; W pairs of dp4a per "
                "16 bytes; whole rounds, or half rounds pipelined):\n");
 #define WORK_ROW(BT, U, W)                                                                                     \
     {                                                                                                          \
@@ -813,50 +623,25 @@ int main(int argc, char **argv) {
                "ms %7.1f GB/s\n",                                                                              \
                BT, U, W, r0, r1, tw, bytes / (tw * 1e-3) / 1e9, tp, bytes / (tp * 1e-3) / 1e9);               \
     }
-        if (rows_on("work")) {
-            WORK_ROW(512, 8, 0)
-            WORK_ROW(512, 8, 2)
-            WORK_ROW(512, 8, 4)
-            WORK_ROW(512, 8, 8)
-            WORK_ROW(512, 8, 16)
-            WORK_ROW(512, 12, 4)
-            WORK_ROW(512, 12, 8)
-        }
+        WORK_ROW(512, 8, 0)
+        WORK_ROW(512, 8, 2)
+        WORK_ROW(512, 8, 4)
+        WORK_ROW(512, 8, 8)
+        WORK_ROW(512, 8, 16)
+        WORK_ROW(512, 12, 4)
+        WORK_ROW(512, 12, 8)
 #undef WORK_ROW
-        if (rows_on("ring")) printf("bulk-copy ring (one block per SM: a producer warp streaming every phase's slice through ST stages of "
-               "TB bytes, BT consumer threads, W pairs of dp4a per 16 bytes; cost per boundary against one phase of "
-               "all the bytes on the same shape):\n");
-#define RING_ROW(BT, ST, TB, W)                                                                                      \
-    {                                                                                                                \
-        int r0 = 0, r1 = 0;                                                                                          \
-        const float t1 = ring_run<BT, ST, TB, W>(buf, dall, dall + 1, 1, count64, &next, sms, 2 * reps, sink, st, &r0); \
-        const float tb = ring_run<BT, ST, TB, W>(buf, doff16, dn16, phases, count64, &next, sms, 2 * reps, sink, st, &r1); \
-        printf("  %4d consumers, %2d x %2d KB stages (%3d KB), W %2d (%3d registers): single %7.3f ms %7.1f GB/s, "     \
-               "phases %7.3f ms %7.1f GB/s %5.2f us per boundary\n",                                                   \
-               BT, ST, TB / 1024, ST * TB / 1024, W, r1, t1, bytes / (t1 * 1e-3) / 1e9, tb, bytes / (tb * 1e-3) / 1e9, \
-               (tb - t1) * 1e3 / (phases - 1));                                                                       \
+        PK(cudaFree(doff16));
+        PK(cudaFree(dn16));
+        PK(cudaFree(dall));
+        PK(cudaFree(count64));
     }
-        if (rows_on("ring")) {
-            RING_ROW(256, 4, 32768, 0)
-            RING_ROW(256, 6, 32768, 0)
-            RING_ROW(256, 12, 16384, 0)
-            RING_ROW(512, 6, 32768, 0)
-            RING_ROW(256, 6, 32768, 4)
-            RING_ROW(512, 6, 32768, 4)
-            RING_ROW(512, 12, 16384, 4)
-        }
-#undef RING_ROW
-        CK(cudaFree(doff16));
-        CK(cudaFree(dn16));
-        CK(cudaFree(dall));
-        CK(cudaFree(count64));
-    }
-    CK(cudaGraphExecDestroy(gx));
-    CK(cudaFree(buf));
-    CK(cudaFree(doff));
-    CK(cudaFree(dn));
-    CK(cudaFree(count));
-    CK(cudaFree(sink));
-    CK(cudaStreamDestroy(st));
+    PK(cudaGraphExecDestroy(gx));
+    PK(cudaFree(buf));
+    PK(cudaFree(doff));
+    PK(cudaFree(dn));
+    PK(cudaFree(count));
+    PK(cudaFree(sink));
+    PK(cudaStreamDestroy(st));
     return 0;
 }

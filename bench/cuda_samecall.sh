@@ -4,16 +4,17 @@
 # for both (llama-bench -fa 1 -ngl 99 keeps its default F16 cache; gem
 # --kv-type f16), prompt 2048, 64 decode steps at each depth, REPS
 # repetitions each (gem: median after a warm-up; llama-bench: its mean and
-# samples). One JSON per model and side into $OUT, the models' sha256 and
-# the GPU's clocks beside them; bench/report.py or a results file combines
-# them.
+# samples). One JSON per model and side, the models' sha256 and the GPU's
+# clocks, packed into $OUT/samecall.tar after each model (the device
+# returns only a few files per call; a run cut short keeps the models
+# done); a results file in bench/results/ combines them.
 #   LLAMA_BENCH=path OUT=dir bench/cuda_samecall.sh [31b-q4_0 31b-q8_0 12b-q4_0 ...]
 # Without LLAMA_BENCH (or with a path that is not executable) only gem
 # runs, and the script says so. DEPTHS (default 0,8192,32768) and REPS
-# (default 2) override the settings. Three models write 11 files: where
-# only a few come back (the device returns 8 per call), pack the folder
-# into one tar after the run.
+# (default 2) override the settings. A relative OUT is taken from the
+# directory the script was started in.
 set -eu
+case "${OUT:-}" in /* | '') ;; *) OUT="$(pwd)/$OUT" ;; esac
 cd "$(dirname "$0")/.."
 models=${*:-31b-q4_0 31b-q8_0 12b-q4_0}
 for spec in $models; do # every name checked before the first model is made
@@ -36,10 +37,12 @@ fi
 git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null || echo unknown >"$out/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader \
     >"$out/gpu.txt" || true
+(cd "$out" && rm -f samecall.tar && tar -cf samecall.tar commit.txt gpu.txt)
 for spec in $models; do
     profile=${spec%-*} type=${spec#*-}
     m="$tmp/gem-samecall-$spec.gguf"
-    [ -f "$m" ] || ./gem synth --profile "gemma4-$profile" --type "$type" --embd-type q8_0 --seed 1 -o "$m" >/dev/null
+    # always made anew: a file left by a run cut short may be partial
+    ./gem synth --profile "gemma4-$profile" --type "$type" --embd-type q8_0 --seed 1 -o "$m" >/dev/null
     sha256sum "$m" | cut -d' ' -f1 >"$out/$spec.sha256"
     ./gem bench -m "$m" --backend cuda --kv-type f16 --prompt 2048 --gen 64 --depth "$depths" --reps "$reps" \
         --json "$out/gem-$spec.json"
@@ -47,4 +50,6 @@ for spec in $models; do
         "$lb" -m "$m" -p 2048 -n 64 -d "$depths" -r "$reps" -fa 1 -ngl 99 -o json >"$out/llama-$spec.json"
     fi
     rm -f "$m" # the next model's space (24 GB for 31B Q8_0)
+    (cd "$out" && tar -rf samecall.tar "$spec.sha256" "gem-$spec.json" $([ -n "$lb" ] && echo "llama-$spec.json") &&
+        rm -f "$spec.sha256" "gem-$spec.json" "llama-$spec.json")
 done

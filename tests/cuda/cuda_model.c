@@ -5,8 +5,8 @@
  * one-token steps), keys and values rounded to 11 bits; checked with the
  * int8 criteria, and token-by-token also against the CPU (see criterion 2's
  * check).
- * tbt-agree=PCT: criterion 2's agreement for int8 models instead of 98% (with f16
- * caches also the bound of token-by-token against the CPU where under 90%).
+ * tbt-agree=PCT: criterion 2's agreement for int8 models instead of 98%.
+ * cpu-agree=PCT: with kv-f16, token-by-token against the CPU instead of 90%.
  * layers=N: both backends run only the first N layers, then the head
  * (gem_engine_opts.layers): deep random quantized models amplify the
  * 8-bit codes' rounding into chaos (the synthetic 12B q4_0 at its 48
@@ -55,6 +55,7 @@
 static int kv_f16, layers; /* set once from argv before any session opens */
 static double tbt_tol = 1e-4; /* criterion 2's bound for strict models (tbt=TOL) */
 static int tbt_agree = 98;     /* criterion 2's argmax agreement for int8 models, percent (tbt-agree=PCT) */
+static int cpu_agree = 90;     /* with f16 caches: token-by-token against the CPU, percent (cpu-agree=PCT) */
 
 static gem_session *open_session(const char *path, const char *backend, int tile, gem_engine **e) {
     gem_err err;
@@ -95,7 +96,7 @@ static float margin(const float *l) {
 #define TIE 0.1f
 
 int main(int argc, char **argv) {
-    int bad_args = argc < 5, tbt_set = 0, agree_set = 0;
+    int bad_args = argc < 5, tbt_set = 0, agree_set = 0, cpu_agree_set = 0;
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "kv-f16")) kv_f16 = 1;
         else if (!strncmp(argv[i], "layers=", 7) && (layers = atoi(argv[i] + 7)) > 0) continue;
@@ -110,11 +111,17 @@ int main(int argc, char **argv) {
             agree_set = 1;
             if (end == argv[i] + 10 || *end || v < 50 || v > 100) bad_args = 1;
             tbt_agree = (int)v;
+        } else if (!strncmp(argv[i], "cpu-agree=", 10)) {
+            char *end;
+            const long v = strtol(argv[i] + 10, &end, 10);
+            cpu_agree_set = 1;
+            if (end == argv[i] + 10 || *end || v < 50 || v > 100) bad_args = 1;
+            cpu_agree = (int)v;
         } else bad_args = 1;
     }
     if (bad_args) {
         fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL (<= 1e-2)] "
-                        "[tbt-agree=PCT (50-100)]\n");
+                        "[tbt-agree=PCT (50-100)] [cpu-agree=PCT (50-100, with kv-f16)]\n");
         return 2;
     }
     if (tbt_set && strcmp(argv[4], "strict")) {
@@ -123,6 +130,10 @@ int main(int argc, char **argv) {
     }
     if (agree_set && !strcmp(argv[4], "strict")) {
         fprintf(stderr, "cuda_model: tbt-agree=PCT bounds the int8 criteria only\n");
+        return 2;
+    }
+    if (cpu_agree_set && !kv_f16) {
+        fprintf(stderr, "cuda_model: cpu-agree=PCT bounds the f16-cache check only (kv-f16)\n");
         return 2;
     }
     if (kv_f16 && !strcmp(argv[4], "strict")) {
@@ -210,10 +221,10 @@ int main(int argc, char **argv) {
          * quantized models with f16 caches to 80% (tbt-agree=80; a wrong
          * one-token kernel agrees nowhere near it), and every run with
          * f16 caches also holds token-by-token to the CPU as criterion 1
-         * holds the tiled run (90% of the CPU's clear positions), or at
-         * tbt-agree where that is lower: the same model's one-token steps
-         * agree with the CPU at 169 of 205 (82%; its tiled run at 198)
-         * on the H200, 2026-12-05 (bench/results/cuda-samecall-2026-12-05.json). */
+         * holds the tiled run (90% of the CPU's clear positions; the 1b
+         * q4_0 model at 80%, cpu-agree=80: its one-token steps agree with
+         * the CPU at 169 of 205, 82%, where its tiled run agrees at 198,
+         * on the H200, 2026-12-05, bench/results/cuda-samecall-2026-12-05.json). */
         if (strict) {
             CHECKF(w2 <= tbt_tol, "tiled vs token-by-token %g (bound %g)", w2, tbt_tol);
             CHECKF(bad == 0, "tiled vs token-by-token: argmax differs at %d clear positions", bad);
@@ -221,12 +232,10 @@ int main(int argc, char **argv) {
             CHECKF(bad * 100 <= clear2 * (100 - tbt_agree),
                    "tiled vs token-by-token: argmax differs at %d of %d clear positions (at most %d%%)", bad, clear2,
                    100 - tbt_agree);
-            if (kv_f16) {
-                const int cpu_agree = tbt_agree < 90 ? tbt_agree : 90;
+            if (kv_f16)
                 CHECKF(cpu_same * 100 >= clear * cpu_agree,
                        "token-by-token vs the CPU: argmax agrees at only %d of %d clear positions (at least %d%%)",
                        cpu_same, clear, cpu_agree);
-            }
         }
         gem_session_free(st);
         gem_engine_close(et);

@@ -424,6 +424,38 @@ static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, i
     act_cache_set(c, &c->xq_of, p, n, K);
 }
 
+/* The integer sum of one 32-value block (the one-token products, and
+ * bench/cuda_ring_probe.cu, which measures their arithmetic in a persistent
+ * kernel): weight codes (q4_0: 16 bytes of
+ * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
+ * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
+template <int Q4>
+__device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
+    int sum = 0;
+    if (Q4) {
+        const unsigned m = 0x0F0F0F0Fu;
+        sum = __dp4a((int)(w0.x & m), x0.x, sum);
+        sum = __dp4a((int)(w0.y & m), x0.y, sum);
+        sum = __dp4a((int)(w0.z & m), x0.z, sum);
+        sum = __dp4a((int)(w0.w & m), x0.w, sum);
+        sum = __dp4a((int)((w0.x >> 4) & m), x1.x, sum);
+        sum = __dp4a((int)((w0.y >> 4) & m), x1.y, sum);
+        sum = __dp4a((int)((w0.z >> 4) & m), x1.z, sum);
+        sum = __dp4a((int)((w0.w >> 4) & m), x1.w, sum);
+        sum -= 8 * sx; /* codes are stored +8 */
+    } else {
+        sum = __dp4a((int)w0.x, x0.x, sum);
+        sum = __dp4a((int)w0.y, x0.y, sum);
+        sum = __dp4a((int)w0.z, x0.z, sum);
+        sum = __dp4a((int)w0.w, x0.w, sum);
+        sum = __dp4a((int)w1.x, x1.x, sum);
+        sum = __dp4a((int)w1.y, x1.y, sum);
+        sum = __dp4a((int)w1.z, x1.z, sum);
+        sum = __dp4a((int)w1.w, x1.w, sum);
+    }
+    return sum;
+}
+
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
  * fused and unfused gating round identically). */
 __device__ __forceinline__ float gelu_tanh_f(float x) {

@@ -156,35 +156,6 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
  * them in a fixed order. It lets the 5376-row o and down products (1.27
  * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
  * vs 111.0 tok/s. */
-/* The integer sum of one 32-value block: weight codes (q4_0: 16 bytes of
- * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
- * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
-template <int Q4>
-__device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
-    int sum = 0;
-    if (Q4) {
-        const unsigned m = 0x0F0F0F0Fu;
-        sum = __dp4a((int)(w0.x & m), x0.x, sum);
-        sum = __dp4a((int)(w0.y & m), x0.y, sum);
-        sum = __dp4a((int)(w0.z & m), x0.z, sum);
-        sum = __dp4a((int)(w0.w & m), x0.w, sum);
-        sum = __dp4a((int)((w0.x >> 4) & m), x1.x, sum);
-        sum = __dp4a((int)((w0.y >> 4) & m), x1.y, sum);
-        sum = __dp4a((int)((w0.z >> 4) & m), x1.z, sum);
-        sum = __dp4a((int)((w0.w >> 4) & m), x1.w, sum);
-        sum -= 8 * sx; /* codes are stored +8 */
-    } else {
-        sum = __dp4a((int)w0.x, x0.x, sum);
-        sum = __dp4a((int)w0.y, x0.y, sum);
-        sum = __dp4a((int)w0.z, x0.z, sum);
-        sum = __dp4a((int)w0.w, x0.w, sum);
-        sum = __dp4a((int)w1.x, x1.x, sum);
-        sum = __dp4a((int)w1.y, x1.y, sum);
-        sum = __dp4a((int)w1.z, x1.z, sum);
-        sum = __dp4a((int)w1.w, x1.w, sum);
-    }
-    return sum;
-}
 
 /* One-token variant V (GEM_CUDA_MV_LD=1 sets MV_CS; 0 is the default):
  * the weights loaded ld.global.cs (evict first, as bench/cuda_barrier_probe
@@ -657,7 +628,6 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
 #define MMH_BM 128
 #define MMH_BN 128
 #define MMH_THREADS 256
-
 
 template <int Q4> struct mmh_geom {
     static constexpr int WB = Q4 ? 16 : 32;           /* code bytes per weight block */
