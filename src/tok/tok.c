@@ -16,6 +16,7 @@
  * leftmost). */
 #include "tok/tok.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +134,13 @@ static int build_attrs(tok *t, const gguf_file *f, gem_err *err) {
             case 6: t->attr[i] = TOK_ATTR_BYTE; break;
             default: t->attr[i] = TOK_ATTR_NORMAL; break;
             }
+            /* a byte token stands for the one byte its text <0xHH> names
+             * (build_pieces writes that byte whatever the text's length) */
+            const gguf_str *s = &t->text[i];
+            if (ty == 6 && (s->len != 6 || memcmp(s->ptr, "<0x", 3) || s->ptr[5] != '>' || !isxdigit((unsigned char)s->ptr[3]) ||
+                            !isxdigit((unsigned char)s->ptr[4])))
+                return gem_err_set(err, "%s: token %u is a byte token (type 6) but its text is not <0xHH>", gguf_path(f),
+                                   i);
         }
     }
     /* control tokens named "unused" are unused too */
@@ -161,10 +169,17 @@ static int build_attrs(tok *t, const gguf_file *f, gem_err *err) {
     return 0;
 }
 
-static int cmp_special(const void *a, const void *b, const tok *t) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t->text[x].len != t->text[y].len) return t->text[x].len > t->text[y].len ? -1 : 1;
-    return x < y ? -1 : x > y;
+/* Specials are matched longest first, ties by id (a total order: a file
+ * may mark every token special, so the sort must not be quadratic). */
+typedef struct {
+    uint64_t len;
+    int32_t id;
+} special_key;
+
+static int cmp_special(const void *a, const void *b) {
+    const special_key *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int build_specials(tok *t) {
@@ -173,17 +188,15 @@ static int build_specials(tok *t) {
         if (t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN) && t->text[i].len) n++;
     t->specials = malloc((n ? n : 1) * sizeof *t->specials);
     if (!t->specials) return -1;
+    special_key *keys = malloc((n ? n : 1) * sizeof *keys);
+    if (!keys) return -1;
     t->n_specials = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++)
         if (t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN) && t->text[i].len)
-            t->specials[t->n_specials++] = (int32_t)i;
-    /* insertion sort: few specials */
-    for (uint32_t i = 1; i < n; i++) {
-        int32_t v = t->specials[i];
-        uint32_t j = i;
-        while (j > 0 && cmp_special(&t->specials[j - 1], &v, t) > 0) { t->specials[j] = t->specials[j - 1]; j--; }
-        t->specials[j] = v;
-    }
+            keys[t->n_specials++] = (special_key){t->text[i].len, (int32_t)i};
+    qsort(keys, n, sizeof *keys, cmp_special);
+    for (uint32_t i = 0; i < n; i++) t->specials[i] = keys[i].id;
+    free(keys);
     return 0;
 }
 

@@ -4,10 +4,12 @@
  * detokenization and the streaming decoder. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "gguf/gguf.h"
 #include "test.h"
+#include "gguf/gguf_write.h"
 #include "tok/tok.h"
 
 /* Runs every input of a vocab-test file and compares with one id line each. */
@@ -231,6 +233,86 @@ static void test_linear(const tok *t) {
     free(buf);
 }
 
+/* A vocabulary file of n tokens (texts and types) for the loader checks. */
+static int write_vocab(const char *path, const char *const *texts, const int32_t *types, uint64_t n) {
+    gem_err err = {{0}};
+    gguf_writer *w = gguf_writer_new(32);
+    FILE *fp = fopen(path, "wb");
+    int rc = !w || !fp || gguf_w_str(w, "tokenizer.ggml.model", "gemma4", &err) ||
+             gguf_w_arr_str(w, "tokenizer.ggml.tokens", texts, n, &err) ||
+             gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, n, &err) ||
+             gguf_writer_begin(w, fp, &err) || gguf_writer_finish(w, fp, &err);
+    if (fp) fclose(fp);
+    gguf_writer_free(w);
+    return rc;
+}
+
+static tok *load_vocab(const char *path, gem_err *err) {
+    gguf_file *f = gguf_open(path, err);
+    tok *t = f ? tok_load(f, err) : NULL;
+    if (t) tok_free(t);
+    gguf_close(f);
+    return t;
+}
+
+/* Hostile vocabularies: a byte token (type 6) whose text is not <0xHH>
+ * (it once overflowed the pieces buffer: one byte written for an empty
+ * text), and every token special with lengths ascending (the longest-first
+ * sort of specials was an insertion sort: 36 s for 262144 tokens). */
+static void test_hostile_vocab(void) {
+    const char *path = "build/test-tok-vocab.gguf";
+    const char *texts[4] = {"<pad>", "<eos>", "", "a"};
+    const int32_t types[4] = {3, 3, 6, 1};
+    gem_err err = {{0}};
+    CHECK(write_vocab(path, texts, types, 4) == 0);
+    load_vocab(path, &err);
+    CHECKF(strstr(err.msg, "token 2 is a byte token (type 6) but its text is not <0xHH>"), "got '%s'", err.msg);
+    const char *texts2[2] = {"<0x4G>", "<0x41>"};
+    const int32_t types2[2] = {6, 6};
+    err.msg[0] = 0;
+    CHECK(write_vocab(path, texts2, types2, 2) == 0);
+    load_vocab(path, &err);
+    CHECKF(strstr(err.msg, "token 0 is a byte token"), "got '%s'", err.msg);
+
+    enum { N = 100000 };
+    char **many = malloc(N * sizeof *many);
+    int32_t *ty = malloc(N * sizeof *ty);
+    CHECK(many && ty);
+    if (!many || !ty) return;
+    for (int i = 0; i < N; i++) { /* "<s7>xxx...": lengths 8 to 107, ascending with i */
+        const int len = 8 + i / 1000;
+        many[i] = malloc((size_t)len + 1);
+        if (!many[i]) return;
+        const int k = snprintf(many[i], (size_t)len + 1, "<s%d>", i);
+        memset(many[i] + k, 'x', (size_t)(len - k));
+        many[i][len] = 0;
+        ty[i] = 3;
+    }
+    CHECK(write_vocab(path, (const char *const *)many, ty, N) == 0);
+    /* this thread's CPU time, as test_linear: load on a shared runner stretches wall time */
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    gguf_file *f = gguf_open(path, &err);
+    tok *t = f ? tok_load(f, &err) : NULL;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    const double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    CHECKF(t != NULL, "%s", err.msg);
+    /* the insertion sort took 7.6 s here; qsort takes milliseconds (bound for a slow CI machine) */
+    CHECKF(dt < 1.5, "loading %d special tokens took %.2f s", N, dt);
+    if (t) {
+        /* longest first: the last text is one token, not a shorter special and the rest */
+        tok_ids out = {0};
+        CHECK(tok_encode(t, many[N - 1], strlen(many[N - 1]), 0, 1, &out) == 0 && out.n == 1 && out.v[0] == N - 1);
+        tok_ids_free(&out);
+        tok_free(t);
+    }
+    gguf_close(f);
+    for (int i = 0; i < N; i++) free(many[i]);
+    free(many);
+    free(ty);
+    remove(path);
+}
+
 int main(int argc, char **argv) {
     const char *vocab = argc > 1 ? argv[1] : "data/vocab/gemma-4.gguf";
     gem_err err = {{0}};
@@ -252,6 +334,7 @@ int main(int argc, char **argv) {
     }
     test_detok(t);
     test_linear(t);
+    test_hostile_vocab();
     tok_free(t);
     gguf_close(f);
     return test_report("test_tok");
