@@ -155,9 +155,9 @@ test-unit: gem $(DEFAULT_MODEL) $(TEST_BIN)
 corpus: $(BUILD)/tests/gguf/make_malformed
 	$(BUILD)/tests/gguf/make_malformed tests/data/malformed
 
-$(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malformed.h $(LIB_OBJ)
+$(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malformed.h $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(TEST_LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(CU_OBJ) $(LDLIBS) $(TEST_LDLIBS)
 
 # The embedded default model: the trained demo model (models/README.md),
 # committed gzip-compressed and unpacked where gem looks for its default

@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +45,7 @@ typedef struct {
 typedef struct {
     uint64_t *slots; /* index + 1; 0 = empty */
     uint64_t cap;    /* power of two */
+    uint64_t seed;   /* per index, random: a file cannot choose names that collide */
 } name_index;
 
 struct gguf_file {
@@ -103,10 +106,29 @@ static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
 
 /* ---- name index ---- */
 
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
+/* FNV-1a from a random start, then a full 64-bit mix: unseeded, the low
+ * bits that pick a slot depend only on the low bits of the state, and a
+ * file of 262144 names built to share one slot took 216 s to parse (linear
+ * probing). With the seed unknown such names cannot be built offline. */
+static uint64_t name_hash(const char *s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
     while (*s) { h ^= (unsigned char)*s++; h *= 1099511628211ull; }
-    return h;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static uint64_t index_seed(const void *ix) {
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
+        /* no entropy yet (early boot): time and address, still not known to the file's author */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)ix;
+    }
+    return s;
 }
 
 static int index_init(name_index *ix, uint64_t n) {
@@ -114,6 +136,7 @@ static int index_init(name_index *ix, uint64_t n) {
     while (cap < n * 2) cap <<= 1;
     ix->slots = calloc(cap, sizeof *ix->slots);
     ix->cap = cap;
+    ix->seed = index_seed(ix);
     return ix->slots ? 0 : -1;
 }
 
@@ -121,7 +144,7 @@ static int index_init(name_index *ix, uint64_t n) {
  * already present (duplicate), UINT64_MAX otherwise. */
 static uint64_t index_insert(name_index *ix, const char *name, uint64_t idx,
                              const char *(*name_of)(const void *, uint64_t), const void *ctx) {
-    uint64_t m = ix->cap - 1, h = name_hash(name) & m;
+    uint64_t m = ix->cap - 1, h = name_hash(name, ix->seed) & m;
     while (ix->slots[h]) {
         uint64_t e = ix->slots[h] - 1;
         if (!strcmp(name_of(ctx, e), name)) return e;
@@ -134,7 +157,7 @@ static uint64_t index_insert(name_index *ix, const char *name, uint64_t idx,
 static int64_t index_find(const name_index *ix, const char *name,
                           const char *(*name_of)(const void *, uint64_t), const void *ctx) {
     if (!ix->slots) return -1;
-    uint64_t m = ix->cap - 1, h = name_hash(name) & m;
+    uint64_t m = ix->cap - 1, h = name_hash(name, ix->seed) & m;
     while (ix->slots[h]) {
         uint64_t e = ix->slots[h] - 1;
         if (!strcmp(name_of(ctx, e), name)) return (int64_t)e;
@@ -338,8 +361,10 @@ static int parse_alignment(gguf_file *f, gem_err *err) {
                            f->path, (unsigned long long)kv->off, gguf_vtype_name(kv->type));
     uint32_t a;
     memcpy(&a, kv->val, 4);
-    if (a == 0 || (a & (a - 1)))
-        return gem_err_set(err, "%s: offset %llu: key 'general.alignment' = %u is not a power of two",
+    /* at least 8 (the format's rule: a multiple of 8), so f32 and f16
+     * tensors are aligned for their element loads */
+    if (a < 8 || (a & (a - 1)))
+        return gem_err_set(err, "%s: offset %llu: key 'general.alignment' = %u is not a power of two of at least 8",
                            f->path, (unsigned long long)kv->off, a);
     f->alignment = a;
     return 0;
@@ -539,7 +564,9 @@ gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, gem_er
 }
 
 gguf_file *gguf_open(const char *path, gem_err *err) {
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
+     * refused as not a regular file); no effect on regular files */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;

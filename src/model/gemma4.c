@@ -226,8 +226,16 @@ static int64_t need_key(vctx *v, const char *key) {
 static int get_int(vctx *v, const char *key, int64_t *out) {
     int64_t i = need_key(v, key);
     if (i < 0) return -1;
-    if (gguf_kv_int(v->f, (uint64_t)i, out))
+    if (gguf_kv_int(v->f, (uint64_t)i, out)) {
+        uint64_t u;
+        if (gguf_kv_type(v->f, (uint64_t)i) == GGUF_T_UINT64 && !gguf_kv_uint64(v->f, (uint64_t)i, &u))
+        {
+            char d[32];
+            snprintf(d, sizeof d, "%llu", (unsigned long long)u);
+            return meta_fail(v, key, "is %s, beyond the integers gem reads (2^63 - 1)", d);
+        }
         return meta_fail(v, key, "has type %s, expected an integer", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
+    }
     return 0;
 }
 

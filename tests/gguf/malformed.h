@@ -204,6 +204,8 @@ static int malformed_case(int i, mcase *c, mbuf *out) {
     case 55: c->name = "model_other_arch"; c->level = "model"; c->expect = "unsupported architecture 'llama'"; s.arch = "llama"; break;
     case 56: c->name = "model_no_hparams"; c->level = "model"; c->expect = "missing metadata key 'gemma4.block_count'"; break;
     case 57: c->name = "model_arch_not_string"; c->level = "model"; c->expect = "general.architecture"; s.arch_type = 4; break;
+    /* GGUF asks for a multiple of 8: below it f32 tensors may sit misaligned for their loads */
+    case 58: c->name = "alignment_4"; c->expect = "is not a power of two of at least 8"; s.align = 4; break;
     default: free(base.p); return 0;
     }
     if (s.cut == (size_t)-1) { /* cut in the middle of the second tensor info */

@@ -4,6 +4,10 @@
  * tests/gguf/malformed.h generates). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
@@ -240,6 +244,105 @@ static void test_corpus(void) {
     free(ex);
 }
 
+/* A FIFO is refused as not a regular file, at once: the reader opened it
+ * first and so waited for a writer forever. An alarm turns a hang into a
+ * failure instead of a stuck test run. */
+static void test_fifo(void) {
+    const char *path = "build/test-gguf.fifo";
+    remove(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    gem_err err = {{0}};
+    alarm(10);
+    gguf_file *f = gguf_open(path, &err);
+    alarm(0);
+    CHECK(f == NULL);
+    CHECK_ERR(err.msg, "not a regular file");
+    gguf_close(f);
+    remove(path);
+}
+
+/* 2^16 keys whose names collide in the low 20 bits of an unseeded FNV-1a
+ * (the reader's former name hash, whose low bits depend only on the low
+ * bits of its state): each 4-letter block is one of two that lead the low
+ * bits to the same state, found by a birthday search. With that hash the
+ * keys all probe one run of slots (5.8 s for this file); with the
+ * seeded hash they spread. */
+static uint32_t fnv_low20(uint32_t h, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) h = ((h ^ (unsigned char)s[i]) * 0x1b3u) & 0xfffffu; /* low bits of the 64-bit prime */
+    return h;
+}
+static void test_hash_flood(void) {
+    enum { BLOCKS = 16 };
+    const char *prefix = "general.x.";
+    uint32_t h = (uint32_t)(1469598103934665603ull & 0xfffffu); /* the former hash's start value, low 20 bits */
+    h = fnv_low20(h, prefix, strlen(prefix));
+    char pair[BLOCKS][2][4];
+    uint32_t *seen = malloc(sizeof(uint32_t) << 20);
+    CHECK(seen != NULL);
+    if (!seen) return;
+    for (int b = 0; b < BLOCKS; b++) { /* a pair of 4-letter blocks leading h to one state */
+        memset(seen, 0xff, sizeof(uint32_t) << 20);
+        int found = 0;
+        for (uint32_t v = 0; v < 26u * 26 * 26 * 26 && !found; v++) {
+            const char blk[4] = {(char)('a' + v % 26), (char)('a' + v / 26 % 26), (char)('a' + v / 676 % 26),
+                                 (char)('a' + v / 17576)};
+            const uint32_t g = fnv_low20(h, blk, 4);
+            if (seen[g] != 0xffffffffu) {
+                const uint32_t u = seen[g];
+                const char other[4] = {(char)('a' + u % 26), (char)('a' + u / 26 % 26), (char)('a' + u / 676 % 26),
+                                       (char)('a' + u / 17576)};
+                memcpy(pair[b][0], other, 4);
+                memcpy(pair[b][1], blk, 4);
+                h = g;
+                found = 1;
+            } else {
+                seen[g] = v;
+            }
+        }
+        CHECK(found);
+    }
+    free(seen);
+    /* the file: GGUF v3, no tensors, 2^BLOCKS uint8 keys */
+    mbuf m = {0};
+    mb_put(&m, "GGUF", 4);
+    mb_u32(&m, 3);
+    mb_u64(&m, 0);
+    mb_u64(&m, 1ull << BLOCKS);
+    char name[96];
+    const size_t pl = strlen(prefix);
+    memcpy(name, prefix, pl);
+    for (uint32_t k = 0; k < (1u << BLOCKS); k++) {
+        for (int b = 0; b < BLOCKS; b++) memcpy(name + pl + 4 * b, pair[b][k >> b & 1], 4);
+        mb_str(&m, name, pl + 4 * BLOCKS);
+        mb_u32(&m, 0); /* uint8 */
+        const uint8_t one = 1;
+        mb_put(&m, &one, 1);
+    }
+    const char *path = "build/test-gguf-flood.gguf";
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(m.p, 1, m.n, fp) == m.n);
+    if (fp) fclose(fp);
+    free(m.p);
+    struct timespec t0, t1; /* this thread's CPU time: a loaded runner stretches wall time */
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    gem_err err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECKF(f != NULL, "%s", err.msg);
+    /* spread, the parse takes milliseconds; one run of slots took ~20 s (bound for a slow CI machine) */
+    CHECKF(dt < 2.0, "parsing %u colliding keys took %.2f s", 1u << BLOCKS, dt);
+    if (f) { /* every name still found: the first and the last */
+        for (int b = 0; b < BLOCKS; b++) memcpy(name + pl + 4 * b, pair[b][0], 4);
+        name[pl + 4 * BLOCKS] = 0;
+        CHECK(gguf_find_key(f, name) == 0);
+        for (int b = 0; b < BLOCKS; b++) memcpy(name + pl + 4 * b, pair[b][1], 4);
+        CHECK(gguf_find_key(f, name) == (int64_t)(1u << BLOCKS) - 1);
+    }
+    gguf_close(f);
+    remove(path);
+}
+
 int main(void) {
     test_utf8();
     test_roundtrip(32);
@@ -247,5 +350,7 @@ int main(void) {
     test_roundtrip(4096);
     test_vocab();
     test_corpus();
+    test_fifo();
+    test_hash_flood();
     return test_report("test_gguf");
 }

@@ -168,13 +168,14 @@ static void test_synth(const char *dir) {
 
 /* ---- variants ---- */
 
-typedef enum { SET_NONE, SET_U32, SET_STR, SET_F32, SET_BOOLS_ALL_TRUE, SET_U32_ARR_BAD3, SET_DROP } set_kind;
+typedef enum { SET_NONE, SET_U32, SET_U64, SET_STR, SET_F32, SET_BOOLS_ALL_TRUE, SET_U32_ARR_BAD3, SET_DROP } set_kind;
 
 typedef struct {
     const char *name;
     const char *key; /* key to replace, drop or add */
     set_kind set;
     uint32_t u32;
+    uint64_t u64;
     const char *str;
     float f32;
     const char *drop_tensor;
@@ -191,6 +192,7 @@ typedef struct {
 static int write_value(gguf_writer *w, const variant *v, const gemma4_profile *p, gem_err *err) {
     switch (v->set) {
     case SET_U32: return gguf_w_u32(w, v->key, v->u32, err);
+    case SET_U64: return gguf_w_u64(w, v->key, v->u64, err);
     case SET_STR: return gguf_w_str(w, v->key, v->str, err);
     case SET_F32: return gguf_w_f32(w, v->key, v->f32, err);
     case SET_BOOLS_ALL_TRUE: {
@@ -286,6 +288,9 @@ static void test_variants(const char *path) {
          .expect = "is 10000, expected 1e+06"},
         {.name = "keylen_float", .key = "gemma4.attention.key_length", .set = SET_F32, .f32 = 512.0f,
          .expect = "expected an integer"},
+        /* an integer type, but past int64: the value is named, not the type blamed */
+        {.name = "ctx_u64_huge", .key = "gemma4.context_length", .set = SET_U64, .u64 = (1ull << 63) + 5,
+         .expect = "'gemma4.context_length': is 9223372036854775813, beyond the integers gem reads"},
         {.name = "unknown_key", .key = "gemma4.rope.scaling.type", .set = SET_STR, .str = "yarn",
          .expect = "'gemma4.rope.scaling.type': unknown key"},
         {.name = "tok_model", .key = "tokenizer.ggml.model", .set = SET_STR, .str = "llama",
