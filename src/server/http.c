@@ -180,6 +180,8 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
 
 enum { DC_SIZE, DC_EXT, DC_SIZE_LF, DC_DATA, DC_DATA_CR, DC_DATA_LF, DC_TRAILER, DC_TRAILER_LF, DC_DONE };
 #define DC_MAX_LINE 1024
+#define DC_MAX_FRAMING 65536 /* beyond max_body (http.h) */
+#define DC_MAX_TRAILER 16384
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -194,6 +196,11 @@ int http_dechunk_feed(http_dechunk *d, const char *p, size_t n, size_t max_body,
 #define DC_FAIL(st, msg) do { *status = (st); *why = (msg); *used = i; return HTTP_ERROR; } while (0)
     while (i < n && d->stage != DC_DONE) {
         char c = p[i];
+        /* every stage but DC_DATA consumes one byte a round, all of it framing */
+        if (d->stage != DC_DATA && ++d->framing > max_body + DC_MAX_FRAMING)
+            DC_FAIL(413, "chunked request framing too large");
+        if ((d->stage == DC_TRAILER || d->stage == DC_TRAILER_LF) && ++d->trailer > DC_MAX_TRAILER)
+            DC_FAIL(400, "chunk trailer too long");
         switch (d->stage) {
         case DC_SIZE: {
             int h = hexval(c);

@@ -68,12 +68,16 @@ typedef struct {
     size_t left;   /* data bytes left in the current chunk */
     size_t line;   /* bytes of the current size or trailer line */
     int digits;    /* hex digits of the current size */
+    size_t framing; /* bytes of size lines, extensions, CRLFs and trailer so far */
+    size_t trailer; /* bytes of the trailer so far */
 } http_dechunk;
 
 /* Feeds p[0..n) (the bytes after what was consumed before); appends data to
  * body and sets *used to the bytes consumed. HTTP_DONE after the last chunk
  * and the trailer (*used then ends exactly there), HTTP_PARTIAL for more,
- * HTTP_ERROR with *status (400 or 413) and *why. */
+ * HTTP_ERROR with *status (400 or 413) and *why. The raw request is kept
+ * until it is done, so besides max_body of data its framing is bounded
+ * (max_body + 64 KiB: 413) and so is the trailer (16 KiB: 400). */
 int http_dechunk_feed(http_dechunk *d, const char *p, size_t n, size_t max_body, strbuf *body, size_t *used,
                       int *status, const char **why);
 

@@ -181,6 +181,22 @@ static void test_chunked(void) {
     for (int i = 0; i < 1100; i++) sb_putc(&longext, 'e');
     CHECK(dechunk(sb_cstr(&longext), 50, 100, &b, &total, &st, &why) == HTTP_ERROR && st == 400);
     sb_free(&longext);
+    /* the raw bytes are kept until the request is done: a trailer of many
+     * short lines, or extensions on 1-byte chunks, once grew the input
+     * buffer without bound (1 GB in 8 s) while the body stayed small */
+    strbuf trailer = {0};
+    sb_puts(&trailer, "0\r\n");
+    for (int i = 0; i < 400; i++) sb_puts(&trailer, "X-a: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n");
+    CHECK(dechunk(sb_cstr(&trailer), 997, 100, &b, &total, &st, &why) == HTTP_ERROR && st == 400);
+    CHECK_ERR(why, "chunk trailer too long");
+    CHECK(total > 16384 && total < 16384 + 100);
+    sb_free(&trailer);
+    strbuf ext = {0};
+    for (int i = 0; i < 700; i++) sb_puts(&ext, "1;eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee\r\n{\r\n");
+    CHECK(dechunk(sb_cstr(&ext), 4096, 1000, &b, &total, &st, &why) == HTTP_ERROR && st == 413);
+    CHECK_ERR(why, "chunked request framing too large");
+    CHECK(b.len < 1000 && total <= 1000 + 65536 + 1000);
+    sb_free(&ext);
     sb_free(&b);
 }
 
