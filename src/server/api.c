@@ -187,6 +187,9 @@ static int check_tool_calls(json *tc, size_t i, api_error *e) {
     char p[80];
     snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
     if (tc->type != JSON_ARRAY) return bad_type(e, p, "an array", tc);
+    if (tc->len > API_MAX_TOOL_CALLS)
+        return api_fail(e, 400, INVALID, p, NULL, "'%s' has %zu calls; at most %d are allowed", p, tc->len,
+                        API_MAX_TOOL_CALLS);
     for (size_t c = 0; c < tc->len; c++) {
         snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
         json *call = tc->items[c];

@@ -38,6 +38,9 @@ typedef enum { API_TOOLS_AUTO, API_TOOLS_NONE, API_TOOLS_REQUIRED, API_TOOLS_NAM
 
 #define API_MAX_STOP 16
 #define API_MAX_STOP_LEN 256
+/* tool calls of one assistant message: the renderer pairs each following
+ * tool message with them, so their product must stay bounded */
+#define API_MAX_TOOL_CALLS 128
 
 typedef struct {
     int allow_forced_output; /* accept the test-only field "gem_forced_output" */

@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "chat/chat.h"
 #include "gguf/gguf.h"
@@ -92,6 +94,32 @@ static void test_render_errors(void) {
     expect_render_error("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}",
                         "messages[0].tool_calls[0] has no function name");
     expect_render_error("{\"messages\": [{\"role\": \"tool\", \"content\": {\"a\": 1}}]}", "messages[0].content must be a string");
+}
+
+/* An assistant call's arguments object of 100000 keys in reverse order:
+ * rendered in dictsort order, in time linear-log (an insertion sort took a
+ * 28 s here; CPU time of this thread, bound for a slow CI machine). */
+static void test_dictsort_large(void) {
+    enum { N = 100000 };
+    strbuf b = {0};
+    sb_puts(&b, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+                "\"arguments\": {");
+    for (int i = N - 1; i >= 0; i--) sb_printf(&b, "\"k%06d\": %d%s", i, i, i ? ", " : "");
+    sb_puts(&b, "}}}]}]}");
+    strbuf out = {0};
+    gem_err err = {{0}};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const int rc = render_conv(b.p, b.len, &out, &err);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECKF(rc == 0, "%s", err.msg);
+    CHECKF(dt < 2.0, "rendering %d keys took %.2f s", N, dt);
+    const char *a = strstr(sb_cstr(&out), "k000000"), *z = strstr(sb_cstr(&out), "k099999"),
+               *m = strstr(sb_cstr(&out), "k050000");
+    CHECK(a && m && z && a < m && m < z);
+    sb_free(&out);
+    sb_free(&b);
 }
 
 /* ---- parser ---- */
@@ -227,6 +255,7 @@ static void test_token_by_token(void) {
 }
 
 int main(void) {
+    test_dictsort_large();
     test_goldens();
     test_render_errors();
     test_parser();

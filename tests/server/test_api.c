@@ -147,6 +147,15 @@ static void test_chat_errors(void) {
                400, "messages[0].tool_calls[0]", "arguments' is not a JSON object text");
     expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}", 400,
                "messages[0].tool_calls[0]", "function.name' must be a non-empty string");
+    { /* API_MAX_TOOL_CALLS + 1 calls: the renderer pairs each tool message with every call */
+        strbuf b = {0};
+        sb_puts(&b, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[");
+        for (int c = 0; c <= API_MAX_TOOL_CALLS; c++)
+            sb_printf(&b, "%s{\"id\":\"c%d\",\"function\":{\"name\":\"f\",\"arguments\":{}}}", c ? "," : "", c);
+        sb_puts(&b, "]}]}");
+        expect_bad(API_CHAT, sb_cstr(&b), 400, "messages[0].tool_calls", "has 129 calls; at most 128 are allowed");
+        sb_free(&b);
+    }
     const char *m = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
     char b[512];
 #define BAD(extra, param, want)                      \
