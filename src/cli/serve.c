@@ -57,13 +57,13 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) { bad = cli_parse_num(v, 0, 65535, &x) || x != (int)x; o.port = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { bad = !v; o.backend = v; i++; }
         else if (!strcmp(a, "--kv-type")) { bad = (o.kv_f16 = cli_parse_kv_type(v)) < 0; i++; }
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x); o.n_ctx = (int)x; i++; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x); o.threads = (int)x; i++; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x) || x != (int)x; o.n_ctx = (int)x; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x) || x != (int)x; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
-        else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x); o.max_body = (size_t)x; i++; }
-        else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 0, 4096, &x); o.queue = (int)x; i++; }
-        else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x); o.max_conns = (int)x; i++; }
+        else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
+        else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
+        else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
         else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }
         else if (!strcmp(a, "--idle-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.idle_timeout = x; i++; }
         else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }

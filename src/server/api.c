@@ -64,9 +64,10 @@ static int get_num(const json *o, const char *key, double lo, double hi, int int
     const json *v = field(o, key);
     if (!v) return 0;
     if (v->type != JSON_NUMBER) return bad_type(e, key, integer ? "an integer" : "a number", v);
-    if (integer && !v->is_int) return api_fail(e, 400, INVALID, key, NULL, "'%s' must be an integer", key);
+    /* the range first: a huge number (1e400, 2e19) is out of range, not "not an integer" */
     if (!(v->num >= lo && v->num <= hi))
         return api_fail(e, 400, INVALID, key, NULL, "'%s' must be between %g and %g, not %g", key, lo, hi, v->num);
+    if (integer && !v->is_int) return api_fail(e, 400, INVALID, key, NULL, "'%s' must be an integer", key);
     *out = v->num;
     return 1;
 }
@@ -131,7 +132,8 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
     if (rc) s->frequency_penalty = (float)x;
     if ((rc = get_num(root, "repeat_penalty", 0.01, 100, 0, &x, e)) < 0) return -1;
     if (rc) s->repeat_penalty = (float)x;
-    if ((rc = get_num(root, "seed", -9.2e18, 1.8e19, 1, &x, e)) < 0) return -1;
+    /* the integers a JSON number holds exactly enough to call one (json.c's is_int) */
+    if ((rc = get_num(root, "seed", -9.2e18, 9.2e18, 1, &x, e)) < 0) return -1;
     if (rc) {
         s->seed = x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
         r->seed_given = 1;
@@ -436,7 +438,9 @@ void api_request_free(api_request *r) {
 int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e) {
     gem_err err = {{0}};
     chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
-    if (chat_render(&ro, prompt, &err)) return api_fail(e, 400, INVALID, "messages", NULL, "%s", err.msg);
+    /* the renderer also reads the tools' declarations: name the part its message is about */
+    if (chat_render(&ro, prompt, &err))
+        return api_fail(e, 400, INVALID, !strncmp(err.msg, "tool", 4) ? "tools" : "messages", NULL, "%s", err.msg);
     if (r->tool_choice == API_TOOLS_REQUIRED) sb_puts(forced, "<|tool_call>call:");
     else if (r->tool_choice == API_TOOLS_NAMED) sb_printf(forced, "<|tool_call>call:%s{", r->tool_name);
     if (prompt->failed || forced->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");

@@ -83,6 +83,21 @@ static void test_chat_valid(void) {
     api_request_free(&r);
 }
 
+/* A tools declaration the renderer refuses is reported against 'tools' */
+static void test_render_tools_error(void) {
+    api_request r;
+    api_error e = {0};
+    strbuf p = {0}, f = {0};
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                       "\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":[1,2]}}}]}";
+    CHECK(parse(API_CHAT, body, &r, &e) == 0);
+    CHECK(api_render(&r, &p, &f, &e) == -1 && e.status == 400 && !strcmp(e.param, "tools"));
+    CHECK_ERR(e.message, "parameters.properties is not an object");
+    api_request_free(&r);
+    sb_free(&p);
+    sb_free(&f);
+}
+
 static void test_tool_choice(void) {
     const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
                         "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
@@ -169,6 +184,9 @@ static void test_chat_errors(void) {
     BAD("\"max_tokens\":0", "max_tokens", "'max_tokens' must be between 1 and");
     BAD("\"max_tokens\":\"5\"", "max_tokens", "must be an integer, not a string");
     BAD("\"seed\":1.5", "seed", "'seed' must be an integer");
+    /* out of range is said before "not an integer" (a number this large is never exact) */
+    BAD("\"seed\":1.8e19", "seed", "'seed' must be between -9.2e+18 and 9.2e+18");
+    BAD("\"max_tokens\":1e400", "max_tokens", "'max_tokens' must be between 1 and 1e+09, not inf");
     BAD("\"n\":2", "n", "'n' must be 1");
     BAD("\"stream\":\"yes\"", "stream", "'stream' must be a boolean");
     BAD("\"stream_options\":[]", "stream_options", "must be an object");
@@ -473,6 +491,7 @@ static void test_sanitize(void) {
 int main(void) {
     test_chat_valid();
     test_tool_choice();
+    test_render_tools_error();
     test_chat_errors();
     test_completion();
     test_tokenize_requests();

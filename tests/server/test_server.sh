@@ -325,6 +325,11 @@ $GEM serve -m "$M" --port 99999 >"$tmp/o" 2>&1
 [ $? = 2 ] && grep -q "bad value for --port" "$tmp/o" && ok || bad "bad port"
 $GEM serve -m "$M" --frob >"$tmp/o" 2>&1
 [ $? = 2 ] && grep -q "unknown option '--frob'" "$tmp/o" && ok || bad "unknown option"
+# --queue 0 would refuse every request (503 even when idle); counts are whole numbers
+for f in "--queue 0" "--queue 1.5" "--max-conns 2.5" "--threads 1.5" "--ctx 100.5" "--max-body 2048.5"; do
+    $GEM serve -m "$M" --port 0 $f >"$tmp/o" 2>&1
+    [ $? = 2 ] && grep -q "bad value for ${f% *}" "$tmp/o" && ok || bad "$f accepted: $(head -c 200 "$tmp/o")"
+done
 
 # SIGTERM stops the server cleanly
 kill -TERM $MAIN_PID
