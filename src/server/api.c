@@ -233,7 +233,7 @@ static int check_messages(json *msgs, api_error *e) {
         snprintf(p, sizeof p, "messages[%zu].role", i);
         if (!role) return api_fail(e, 400, INVALID, p, NULL, "'%s' is required", p);
         if (role->type != JSON_STRING) return bad_type(e, p, "a string", role);
-        if (!is_role(role->str))
+        if (!is_role(role->str) || strlen(role->str) != role->len) /* no NUL inside: "user\u0000x" is no role */
             return api_fail(e, 400, INVALID, p, NULL,
                             "'%s' is '%.40s'; the roles are system, developer, user, assistant and tool", p, role->str);
         int assistant = !strcmp(role->str, "assistant");
@@ -301,7 +301,9 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
     }
     const json *tc = field(root, "tool_choice");
     if (!tc) return 0;
-    if (tc->type == JSON_STRING) {
+    if (tc->type == JSON_STRING && strlen(tc->str) != tc->len) {
+        return api_fail(e, 400, INVALID, "tool_choice", NULL, "'tool_choice' contains a NUL character");
+    } else if (tc->type == JSON_STRING) {
         if (!strcmp(tc->str, "auto")) r->tool_choice = API_TOOLS_AUTO;
         else if (!strcmp(tc->str, "none")) r->tool_choice = API_TOOLS_NONE;
         else if (!strcmp(tc->str, "required")) r->tool_choice = API_TOOLS_REQUIRED;
@@ -311,7 +313,8 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
     } else if (tc->type == JSON_OBJECT) {
         const char *type = json_get_str(tc, "type");
         const char *name = json_get_str(json_get(tc, "function"), "name");
-        if (!type || strcmp(type, "function") || !name)
+        /* a tool's name as tools[] must spell it (name_ok: no NUL, which strcmp would stop at) */
+        if (!type || strcmp(type, "function") || !name || !name_ok(json_get(json_get(tc, "function"), "name")))
             return api_fail(e, 400, INVALID, "tool_choice", NULL,
                             "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
         r->tool_choice = API_TOOLS_NAMED;

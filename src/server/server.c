@@ -328,9 +328,10 @@ static void stream_error(gen *g, const char *msg) {
 static void run_job(server *s, job *j) {
     api_request *rq = &j->req;
     int chat = rq->kind == API_CHAT, stream = rq->stream;
-    if (client_gone(j->fd)) { /* left while queued */
+    if (client_gone(j->fd)) { /* left while queued, or half-closed after sending (nc -N): either way no reply can be read */
         j->close_conn = 1;
         j->status = 499;
+        logf_("%s %s 499: the client closed its side before the request ran", j->peer, j->path);
         return;
     }
     uint64_t serial = atomic_fetch_add(&s->counter, 1);

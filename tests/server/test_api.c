@@ -184,6 +184,12 @@ static void test_chat_errors(void) {
     BAD("\"max_tokens\":0", "max_tokens", "'max_tokens' must be between 1 and");
     BAD("\"max_tokens\":\"5\"", "max_tokens", "must be an integer, not a string");
     BAD("\"seed\":1.5", "seed", "'seed' must be an integer");
+    /* strings with a NUL inside are not what strcmp reads them as */
+    expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"x\"}]}", 400, "messages[0].role",
+               "the roles are system");
+    BAD("\"tool_choice\":\"auto\\u0000x\"", "tool_choice", "contains a NUL character");
+    BAD("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000zz\"}}", "tool_choice",
+        "'tool_choice' must be {");
     /* out of range is said before "not an integer" (a number this large is never exact) */
     BAD("\"seed\":1.8e19", "seed", "'seed' must be between -9.2e+18 and 9.2e+18");
     BAD("\"max_tokens\":1e400", "max_tokens", "'max_tokens' must be between 1 and 1e+09, not inf");

@@ -279,6 +279,20 @@ sleep 0.3
 [ "$(grep -c 'cancelled: the client left' "$tmp/main.log")" -ge 3 ] && ok || bad "non-streamed request not cancelled"
 kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
 [ "$(curl -s "$U/health")" = '{"status":"ok"}' ] && ok || bad "health after the corpus"
+# a client that half-closes after sending (nc -N): no reply can be read, and the log says why
+python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+b = b"{\"prompt\":\"Hi\",\"max_tokens\":2}"
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+s.shutdown(socket.SHUT_WR)
+s.settimeout(5)
+try:
+    while s.recv(4096): pass
+except OSError: pass
+' "$PORT"
+sleep 0.2
+grep -q "499: the client closed its side before the request ran" "$tmp/main.log" && ok || bad "half-closed client not logged"
 
 # ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
 start queue --queue 1 --heartbeat 0.3 || exit 1
