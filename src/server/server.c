@@ -165,33 +165,46 @@ static void extra_headers(const server *s, strbuf *x) {
     if (s->o.cors) sb_printf(x, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", s->o.cors);
 }
 
-static int respond(server *s, int fd, int status, const char *ctype, const char *body, size_t n, int keep,
-                   const char *more) {
+/* head_only: the answer to a HEAD request, the head a GET would get and no
+ * body (RFC 9110; a body there would be read as the next response). */
+static int respond_h(server *s, int fd, int status, const char *ctype, const char *body, size_t n, int keep,
+                     const char *more, int head_only) {
     strbuf out = {0}, x = {0};
     extra_headers(s, &x);
     if (more) sb_puts(&x, more);
     http_head(&out, status, ctype, (long long)n, keep, x.len ? x.p : NULL);
-    sb_put(&out, body, n);
+    if (!head_only) sb_put(&out, body, n);
     int rc = out.failed ? -1 : send_all(fd, out.p, out.len);
     sb_free(&out);
     sb_free(&x);
     return rc;
 }
 
-static int respond_json(server *s, int fd, int status, strbuf *body, int keep, const char *more) {
-    if (body->failed) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return respond(s, fd, 500, "application/json", oom, sizeof oom - 1, 0, NULL);
-    }
-    return respond(s, fd, status, "application/json", sb_cstr(body), body->len, keep, more);
+static int respond(server *s, int fd, int status, const char *ctype, const char *body, size_t n, int keep,
+                   const char *more) {
+    return respond_h(s, fd, status, ctype, body, n, keep, more, 0);
 }
 
-static int respond_error(server *s, int fd, const api_error *e, int keep, const char *more) {
+static int respond_json_h(server *s, int fd, int status, strbuf *body, int keep, const char *more, int head_only) {
+    if (body->failed) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        return respond_h(s, fd, 500, "application/json", oom, sizeof oom - 1, 0, NULL, head_only);
+    }
+    return respond_h(s, fd, status, "application/json", sb_cstr(body), body->len, keep, more, head_only);
+}
+static int respond_json(server *s, int fd, int status, strbuf *body, int keep, const char *more) {
+    return respond_json_h(s, fd, status, body, keep, more, 0);
+}
+
+static int respond_error_h(server *s, int fd, const api_error *e, int keep, const char *more, int head_only) {
     strbuf b = {0};
     api_error_json(e, &b);
-    int rc = respond_json(s, fd, e->status, &b, keep, more);
+    int rc = respond_json_h(s, fd, e->status, &b, keep, more, head_only);
     sb_free(&b);
     return rc;
+}
+static int respond_error(server *s, int fd, const api_error *e, int keep, const char *more) {
+    return respond_error_h(s, fd, e, keep, more, 0);
 }
 
 /* ---- the worker ---- */
@@ -561,10 +574,10 @@ static int authorized(const server *s, const http_req *r) {
     return diff == 0;
 }
 
-static int not_ready(server *s, int fd, int keep) {
+static int not_ready(server *s, int fd, int keep, int head_only) {
     api_error e;
     api_fail(&e, 503, "unavailable_error", NULL, NULL, "the model is loading");
-    return respond_error(s, fd, &e, keep, "Retry-After: 1\r\n");
+    return respond_error_h(s, fd, &e, keep, "Retry-After: 1\r\n", head_only);
 }
 
 static void model_json(server *s, strbuf *b) {
@@ -726,7 +739,7 @@ static void wait_job(conn *c, job *j) {
  * Returns 1 to keep the connection, 0 to close it. */
 static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
     server *s = c->s;
-    if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep) ? 0 : keep;
+    if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
     api_opts ao = {s->o.test_hooks};
@@ -821,14 +834,16 @@ out:
 static int handle(conn *c, const http_req *r) {
     server *s = c->s;
     int fd = c->fd, keep = r->keep_alive && !atomic_load(&s->stop);
-    int get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    /* HEAD: answered as GET, the head only */
+    const int head = !strcmp(r->method, "HEAD");
+    int get = head || !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
     api_error e;
     strbuf b = {0};
     int rc;
     if (!strcmp(r->method, "OPTIONS")) { /* CORS preflight: no authentication */
         strbuf x = {0};
         extra_headers(s, &x);
-        sb_puts(&x, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+        sb_puts(&x, "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS\r\n"
                     "Access-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Max-Age: 86400\r\n");
         strbuf out = {0};
         http_head(&out, 204, NULL, 0, keep, x.p);
@@ -839,14 +854,14 @@ static int handle(conn *c, const http_req *r) {
     }
     if (path_is(r, "/health") || path_is(r, "/v1/health")) {
         if (!get) goto method;
-        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
         sb_puts(&b, "{\"status\":\"ok\"}");
         goto send;
     }
     if (!authorized(s, r)) {
         api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
                  "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
-        return respond_error(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n") ? 0 : keep;
+        return respond_error_h(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n", head) ? 0 : keep;
     }
     if (path_is(r, "/v1/models") || path_is(r, "/models")) {
         if (!get) goto method;
@@ -859,14 +874,14 @@ static int handle(conn *c, const http_req *r) {
         if (n != strlen(s->alias) || memcmp(r->target + 11, s->alias, n)) {
             api_fail(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.*s' does not exist",
                      (int)(n < 200 ? n : 200), r->target + 11);
-            return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+            return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
         }
         model_json(s, &b);
         goto send;
     }
     if (path_is(r, "/props")) {
         if (!get) goto method;
-        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
         props_json(s, &b);
         goto send;
     }
@@ -880,19 +895,19 @@ static int handle(conn *c, const http_req *r) {
     }
     if (path_is(r, "/tokenize") || path_is(r, "/detokenize")) {
         if (!post) goto method;
-        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep) ? 0 : keep;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
         if (path_is(r, "/tokenize")) return handle_tokenize(s, fd, r, keep) ? 0 : keep;
         return handle_detokenize(s, fd, r, keep) ? 0 : keep;
     }
     api_fail(&e, 404, "not_found_error", NULL, NULL, "no route %.*s %.*s", (int)strlen(r->method), r->method,
              (int)(r->path_len < 200 ? r->path_len : 200), r->target);
-    return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+    return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
 method:
     api_fail(&e, 405, "invalid_request_error", NULL, NULL, "method %s is not allowed on %.*s", r->method,
              (int)(r->path_len < 200 ? r->path_len : 200), r->target);
-    return respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+    return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
 send:
-    rc = respond_json(s, fd, 200, &b, keep, NULL);
+    rc = respond_json_h(s, fd, 200, &b, keep, NULL, head);
     sb_free(&b);
     return rc ? 0 : keep;
 }

@@ -230,6 +230,11 @@ raw 'POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\
 grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
 # curl streams a body from stdin chunked
 [ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
+# HEAD: the head a GET gets, no body, so the next response on the connection is read whole
+raw 'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+[ "$(grep -c '^HTTP/1.1 200' "$tmp/raw")" = 2 ] && grep -q '^HTTP/1.1 405' "$tmp/raw" &&
+    [ "$(grep -o '{"status":"ok"}' "$tmp/raw" | wc -l)" = 1 ] && [ "$(grep -c '"error"' "$tmp/raw")" = 0 ] &&
+    tail -c 15 "$tmp/raw" | grep -q '{"status":"ok"}' && ok || bad "HEAD: $(cat "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
