@@ -965,6 +965,18 @@ static void *conn_main(void *arg) {
                 }
             }
             if (st == HTTP_DONE || st == HTTP_ERROR) break;
+            /* a request that will be refused for its key is refused on its
+             * head: reading (and buffering) up to max_body first, and a
+             * 100 Continue, would serve anyone without the key */
+            if (st == HTTP_HEAD && strcmp(r.method, "OPTIONS") && !path_is(&r, "/health") &&
+                !path_is(&r, "/v1/health") && !authorized(s, &r)) {
+                api_error e;
+                api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
+                         "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
+                respond_error(s, c->fd, &e, 0, "WWW-Authenticate: Bearer\r\n");
+                logf_("%s 401: no valid API key (refused on the head, body not read)", c->peer);
+                goto out;
+            }
             if (st == HTTP_HEAD && r.expect_continue && !sent_continue) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 if (send_all(c->fd, cont, sizeof cont - 1)) goto out;

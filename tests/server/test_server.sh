@@ -331,6 +331,10 @@ r=$(curl -s -w ' %{http_code}' "$A/v1/chat/completions" -H 'Authorization: Beare
 case "$r" in *'"type":"authentication_error"'*'"code":"invalid_api_key"'*' 401') ok ;; *) bad "wrong key: $r" ;; esac
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret' -d '{"prompt":"x","max_tokens":1}')" = 200 ] && ok || bad "right key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret2' -d '{"prompt":"x","max_tokens":1}')" = 401 ] && ok || bad "key with a suffix"
+# without the key a request is refused on its head: no 100 Continue, its body never read
+raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n{"prompt"' 3
+grep -q "^HTTP/1.1 401" "$tmp/raw" && ! grep -q "100 Continue" "$tmp/raw" && ok || bad "401 on the head: $(head -c 300 "$tmp/raw")"
+grep -q "401: no valid API key (refused on the head, body not read)" "$tmp/auth.log" && ok || bad "early 401 not logged"
 curl -s -D "$tmp/ch" -o /dev/null "$A/v1/models" -H 'Authorization: Bearer s3cret'
 grep -qi "^Access-Control-Allow-Origin: http://example.test" "$tmp/ch" && ok || bad "CORS origin header"
 curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin: http://example.test' -H 'Access-Control-Request-Method: POST'
