@@ -238,7 +238,7 @@ st_file *st_open_mem(const void *data, size_t size, const char *name, gem_err *e
 }
 
 st_file *st_open(const char *path, gem_err *err) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not wait for a writer (then refused below) */
     if (fd < 0) {
         gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;

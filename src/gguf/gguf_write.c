@@ -38,7 +38,7 @@ struct gguf_writer {
 };
 
 gguf_writer *gguf_writer_new(uint32_t alignment) {
-    if (alignment == 0 || (alignment & (alignment - 1))) return NULL;
+    if (alignment < 8 || (alignment & (alignment - 1))) return NULL; /* what the reader accepts */
     gguf_writer *w = calloc(1, sizeof *w);
     if (w) w->alignment = alignment;
     return w;

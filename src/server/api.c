@@ -60,6 +60,13 @@ static const json *field(const json *o, const char *key) {
 }
 
 /* 1 when present (value in *out), 0 when absent or null, -1 on error. */
+/* A string field, or NULL when absent, not a string, or holding a NUL
+ * (a C string compare would stop there: "text\u0000json" read as "text"). */
+static const char *api_str(const json *o, const char *key) {
+    const json *v = json_get(o, key);
+    return v && v->type == JSON_STRING && strlen(v->str) == v->len ? v->str : NULL;
+}
+
 static int get_num(const json *o, const char *key, double lo, double hi, int integer, double *out, api_error *e) {
     const json *v = field(o, key);
     if (!v) return 0;
@@ -172,7 +179,7 @@ static int check_parts(const json *c, size_t i, api_error *e) {
         const json *part = c->items[j];
         snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, j);
         if (part->type != JSON_OBJECT) return bad_type(e, p, "an object", part);
-        const char *type = json_get_str(part, "type");
+        const char *type = api_str(part, "type");
         if (!type) return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'type' string", p);
         if (strcmp(type, "text"))
             return api_fail(e, 400, INVALID, p, NULL, "'%s' is a '%.40s' part; this model takes text parts only", p,
@@ -196,7 +203,7 @@ static int check_tool_calls(json *tc, size_t i, api_error *e) {
         snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
         json *call = tc->items[c];
         if (call->type != JSON_OBJECT) return bad_type(e, p, "an object", call);
-        const char *type = json_get_str(call, "type");
+        const char *type = api_str(call, "type");
         if (json_get(call, "type") && (!type || strcmp(type, "function")))
             return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
         json *fn = json_get(call, "function");
@@ -233,7 +240,10 @@ static int check_messages(json *msgs, api_error *e) {
         snprintf(p, sizeof p, "messages[%zu].role", i);
         if (!role) return api_fail(e, 400, INVALID, p, NULL, "'%s' is required", p);
         if (role->type != JSON_STRING) return bad_type(e, p, "a string", role);
-        if (!is_role(role->str) || strlen(role->str) != role->len) /* no NUL inside: "user\u0000x" is no role */
+        if (strlen(role->str) != role->len) /* "user\u0000x" is no role */
+            return api_fail(e, 400, INVALID, p, NULL,
+                            "'%s' contains a NUL character; the roles are system, developer, user, assistant and tool", p);
+        if (!is_role(role->str))
             return api_fail(e, 400, INVALID, p, NULL,
                             "'%s' is '%.40s'; the roles are system, developer, user, assistant and tool", p, role->str);
         int assistant = !strcmp(role->str, "assistant");
@@ -281,7 +291,7 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
             const json *t = tools->items[i];
             snprintf(p, sizeof p, "tools[%zu]", i);
             if (t->type != JSON_OBJECT) return bad_type(e, p, "an object", t);
-            const char *type = json_get_str(t, "type");
+            const char *type = api_str(t, "type");
             if (!type || strcmp(type, "function"))
                 return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
             const json *fn = json_get(t, "function");
@@ -311,8 +321,8 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
             return api_fail(e, 400, INVALID, "tool_choice", NULL,
                             "'tool_choice' is '%.40s'; it must be \"none\", \"auto\", \"required\" or a function", tc->str);
     } else if (tc->type == JSON_OBJECT) {
-        const char *type = json_get_str(tc, "type");
-        const char *name = json_get_str(json_get(tc, "function"), "name");
+        const char *type = api_str(tc, "type");
+        const char *name = api_str(json_get(tc, "function"), "name");
         /* a tool's name as tools[] must spell it (name_ok: no NUL, which strcmp would stop at) */
         if (!type || strcmp(type, "function") || !name || !name_ok(json_get(json_get(tc, "function"), "name")))
             return api_fail(e, 400, INVALID, "tool_choice", NULL,
@@ -330,7 +340,7 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
         return api_fail(e, 400, INVALID, "tool_choice", NULL, "'tool_choice' asks for a tool call but 'tools' is empty");
     if (r->tool_choice == API_TOOLS_NAMED) {
         for (size_t i = 0; i < r->tools->len; i++) {
-            const char *n = json_get_str(json_get(r->tools->items[i], "function"), "name");
+            const char *n = api_str(json_get(r->tools->items[i], "function"), "name");
             if (n && !strcmp(n, r->tool_name)) return 0;
         }
         return api_fail(e, 400, INVALID, "tool_choice", NULL, "'tool_choice' names '%.60s', which is not in 'tools'",
@@ -354,6 +364,9 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
     const json *eff = field(root, "reasoning_effort");
     if (eff) {
         if (eff->type != JSON_STRING) return bad_type(e, "reasoning_effort", "a string", eff);
+        if (strlen(eff->str) != eff->len) /* a NUL inside: none of the words */
+            return api_fail(e, 400, INVALID, "reasoning_effort", NULL,
+                            "'reasoning_effort' must be none, minimal, low, medium or high");
         if (!strcmp(eff->str, "none") || !strcmp(eff->str, "minimal")) r->enable_thinking = 0;
         else if (!strcmp(eff->str, "low") || !strcmp(eff->str, "medium") || !strcmp(eff->str, "high"))
             r->enable_thinking = 1;
@@ -366,7 +379,7 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
         return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
     const json *rf = field(root, "response_format");
     if (rf) {
-        const char *t = json_get_str(rf, "type");
+        const char *t = api_str(rf, "type");
         if (rf->type != JSON_OBJECT || !t) return bad_type(e, "response_format", "an object with a 'type'", rf);
         if (strcmp(t, "text"))
             return api_fail(e, 400, INVALID, "response_format", NULL,
@@ -443,7 +456,8 @@ int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *
     chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
     /* the renderer also reads the tools' declarations: name the part its message is about */
     if (chat_render(&ro, prompt, &err))
-        return api_fail(e, 400, INVALID, !strncmp(err.msg, "tool", 4) ? "tools" : "messages", NULL, "%s", err.msg);
+        return api_fail(e, 400, INVALID, !strncmp(err.msg, "tool", 4) || !strncmp(err.msg, "'tools'", 7) ? "tools" : "messages",
+                        NULL, "%s", err.msg);
     if (r->tool_choice == API_TOOLS_REQUIRED) sb_puts(forced, "<|tool_call>call:");
     else if (r->tool_choice == API_TOOLS_NAMED) sb_printf(forced, "<|tool_call>call:%s{", r->tool_name);
     if (prompt->failed || forced->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");

@@ -221,8 +221,10 @@ int http_dechunk_feed(http_dechunk *d, const char *p, size_t n, size_t max_body,
         case DC_EXT: /* chunk extensions are ignored, within a line limit */
             if (++d->line > DC_MAX_LINE) DC_FAIL(400, "chunk extension too long");
             if (c == '\r') d->stage = DC_SIZE_LF;
-            else if (c == '\n') d->stage = d->left ? DC_DATA : DC_TRAILER;
-            else if ((unsigned char)c < 0x20 && c != '\t') DC_FAIL(400, "malformed chunk extension");
+            else if (c == '\n') { /* bare LF: the line ends here, as DC_SIZE_LF ends it */
+                d->stage = d->left ? DC_DATA : DC_TRAILER;
+                d->line = 0;
+            } else if ((unsigned char)c < 0x20 && c != '\t') DC_FAIL(400, "malformed chunk extension");
             i++;
             break;
         case DC_SIZE_LF:

@@ -341,7 +341,7 @@ static void stream_error(gen *g, const char *msg) {
 static void run_job(server *s, job *j) {
     api_request *rq = &j->req;
     int chat = rq->kind == API_CHAT, stream = rq->stream;
-    if (client_gone(j->fd)) { /* left while queued, or half-closed after sending (nc -N): either way no reply can be read */
+    if (client_gone(j->fd)) { /* left while queued, or half-closed after sending (nc -N): treated as gone */
         j->close_conn = 1;
         j->status = 499;
         logf_("%s %s 499: the client closed its side before the request ran", j->peer, j->path);
@@ -912,6 +912,24 @@ send:
     return rc ? 0 : keep;
 }
 
+/* Reads and drops up to n bytes the client is still sending, until it stops
+ * or `seconds` pass: a client that writes its whole body before reading
+ * (most do, without Expect: 100-continue) then reads the answer sent early
+ * instead of failing with a broken pipe. Nothing is buffered. */
+static void discard_input(int fd, size_t n, double seconds) {
+    char buf[16384];
+    const double end = now_s() + seconds;
+    while (n > 0) {
+        const double left = end - now_s();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+        ssize_t k = recv(fd, buf, n < sizeof buf ? n : sizeof buf, MSG_DONTWAIT);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k <= 0) break;
+        n -= (size_t)k;
+    }
+}
+
 /* Closes after the client has read our answer: half-closes, then discards
  * what the client still sends (briefly), so a refused request body does not
  * turn the close into a reset that destroys the error response. */
@@ -975,6 +993,10 @@ static void *conn_main(void *arg) {
                          "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
                 respond_error(s, c->fd, &e, 0, "WWW-Authenticate: Bearer\r\n");
                 logf_("%s 401: no valid API key (refused on the head, body not read)", c->peer);
+                /* the rest of the announced body (any chunked one up to max_body), dropped unread */
+                const size_t have = in.len - r.head_len;
+                discard_input(c->fd, r.chunked ? s->o.max_body : r.content_length > have ? r.content_length - have : 0,
+                              s->o.read_timeout);
                 goto out;
             }
             if (st == HTTP_HEAD && r.expect_continue && !sent_continue) {

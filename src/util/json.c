@@ -212,7 +212,7 @@ static int parse_number(parser *p, json *v) {
     v->num = strtod(txt, NULL);
     free(heap);
     (void)frac;
-    v->is_int = isfinite(v->num) && v->num == floor(v->num) && fabs(v->num) < 9.2e18;
+    v->is_int = isfinite(v->num) && v->num == floor(v->num) && fabs(v->num) <= 9.2e18; /* < 2^63: an int64 */
     p->pos = i;
     return 0;
 }
@@ -439,7 +439,7 @@ json *json_new_num(double d) {
     json *v = json_new(JSON_NUMBER);
     if (v) {
         v->num = d;
-        v->is_int = isfinite(d) && d == floor(d) && fabs(d) < 9.2e18;
+        v->is_int = isfinite(d) && d == floor(d) && fabs(d) <= 9.2e18;
     }
     return v;
 }

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "convert/safetensors.h"
 #include "test.h"
@@ -143,7 +145,23 @@ static void test_files(void) {
     }
 }
 
+/* A FIFO is refused as not a regular file, at once (it once waited for a
+ * writer forever); the alarm turns a hang into a failure. */
+static void test_fifo(void) {
+    const char *path = "build/test-st.fifo";
+    remove(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    gem_err err = {{0}};
+    alarm(10);
+    st_file *f = st_open(path, &err);
+    alarm(0);
+    CHECK(f == NULL);
+    CHECK_ERR(err.msg, "not a regular file");
+    remove(path);
+}
+
 int main(void) {
+    test_fifo();
     test_valid();
     test_bad();
     test_files();

@@ -165,6 +165,14 @@ static void test_roundtrip(uint32_t alignment) {
     free(buf);
 }
 
+/* the writer refuses what the reader refuses: alignments below 8 */
+static void test_writer_alignment(void) {
+    CHECK(gguf_writer_new(1) == NULL && gguf_writer_new(4) == NULL && gguf_writer_new(48) == NULL);
+    gguf_writer *w = gguf_writer_new(8);
+    CHECK(w != NULL);
+    gguf_writer_free(w);
+}
+
 static void test_utf8(void) {
     CHECK(utf8_valid("plain", 5));
     CHECK(utf8_valid("\xe2\x96\x81", 3));
@@ -351,6 +359,7 @@ int main(void) {
     test_vocab();
     test_corpus();
     test_fifo();
+    test_writer_alignment();
     test_hash_flood();
     return test_report("test_gguf");
 }

@@ -186,7 +186,9 @@ static void test_chat_errors(void) {
     BAD("\"seed\":1.5", "seed", "'seed' must be an integer");
     /* strings with a NUL inside are not what strcmp reads them as */
     expect_bad(API_CHAT, "{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"x\"}]}", 400, "messages[0].role",
-               "the roles are system");
+               "contains a NUL character; the roles are system");
+    BAD("\"response_format\":{\"type\":\"text\\u0000json_object\"}", "response_format", "response_format");
+    BAD("\"reasoning_effort\":\"low\\u0000x\"", "reasoning_effort", "must be none, minimal");
     BAD("\"tool_choice\":\"auto\\u0000x\"", "tool_choice", "contains a NUL character");
     BAD("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000zz\"}}", "tool_choice",
         "'tool_choice' must be {");

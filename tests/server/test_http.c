@@ -157,6 +157,8 @@ static void test_chunked(void) {
     }
     CHECK(dechunk("0\r\n\r\n", 100, 100, &b, &total, &st, &why) == HTTP_DONE && b.len == 0 && total == 5);
     CHECK(dechunk("3\nabc\n0\n\n", 2, 100, &b, &total, &st, &why) == HTTP_DONE && b.len == 3); /* bare LF */
+    /* a bare LF after an extension ends its line too (the trailer's empty line was read as more trailer) */
+    CHECK(dechunk("3;e\nabc\n0;x\n\n", 2, 100, &b, &total, &st, &why) == HTTP_DONE && b.len == 3);
     CHECK(dechunk("5\r\nhel", 100, 100, &b, &total, &st, &why) == HTTP_PARTIAL && b.len == 3);
 #define DC_BAD(in, status, msg)                                                             \
     do {                                                                                   \

@@ -284,7 +284,14 @@ sleep 0.3
 [ "$(grep -c 'cancelled: the client left' "$tmp/main.log")" -ge 3 ] && ok || bad "non-streamed request not cancelled"
 kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
 [ "$(curl -s "$U/health")" = '{"status":"ok"}' ] && ok || bad "health after the corpus"
-# a client that half-closes after sending (nc -N): no reply can be read, and the log says why
+# a client that half-closes after sending (nc -N) is treated as gone, and the log says so (its
+# request waits behind a long one, so the half-close arrives while it is queued; one that
+# half-closes just before its request runs is logged as 499 by run_job, a race no test here
+# can place deterministically)
+before=$(grep -c "cancelled: the client left while queued" "$tmp/main.log")
+curl -s "$U/v1/completions" -d '{"prompt":"Once","max_tokens":300,"temperature":0}' >/dev/null &
+busy=$!
+sleep 0.3
 python3 -c '
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -296,8 +303,8 @@ try:
     while s.recv(4096): pass
 except OSError: pass
 ' "$PORT"
-sleep 0.2
-grep -q "499: the client closed its side before the request ran" "$tmp/main.log" && ok || bad "half-closed client not logged"
+wait $busy
+[ "$(grep -c "cancelled: the client left while queued" "$tmp/main.log")" -gt "$before" ] && ok || bad "half-closed client not logged"
 
 # ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
 start queue --queue 1 --heartbeat 0.3 || exit 1
@@ -335,6 +342,19 @@ case "$r" in *'"type":"authentication_error"'*'"code":"invalid_api_key"'*' 401')
 raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n{"prompt"' 3
 grep -q "^HTTP/1.1 401" "$tmp/raw" && ! grep -q "100 Continue" "$tmp/raw" && ok || bad "401 on the head: $(head -c 300 "$tmp/raw")"
 grep -q "401: no valid API key (refused on the head, body not read)" "$tmp/auth.log" && ok || bad "early 401 not logged"
+# a client that writes its whole 5 MB body before reading (no Expect) still reads the 401, not a broken pipe
+python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+n = 5000000
+try:
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % n + b"a" * n)
+except OSError as e:
+    print("send failed:", e); sys.exit(1)
+s.settimeout(5)
+print(s.recv(64).decode(errors="replace").split("\r\n")[0])
+' "$PORT" >"$tmp/o" 2>&1
+grep -q "^HTTP/1.1 401" "$tmp/o" && ok || bad "401 to a client sending its whole body: $(cat "$tmp/o")"
 curl -s -D "$tmp/ch" -o /dev/null "$A/v1/models" -H 'Authorization: Bearer s3cret'
 grep -qi "^Access-Control-Allow-Origin: http://example.test" "$tmp/ch" && ok || bad "CORS origin header"
 curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin: http://example.test' -H 'Access-Control-Request-Method: POST'
