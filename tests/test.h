@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int test_passed, test_failed;
 
@@ -35,6 +36,14 @@ static int test_passed, test_failed;
 #define CHECK_ERR(msg, want) CHECKF(strstr((msg), (want)) != NULL, "message '%s' lacks '%s'", (msg), (want))
 
 /* Reads a whole file (NUL-terminated); NULL when it cannot be read. */
+/* This thread's CPU seconds: time bounds on a shared CI runner, whose load
+ * stretches wall time, not this. */
+static inline double test_cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static inline char *test_slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

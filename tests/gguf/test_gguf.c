@@ -331,12 +331,10 @@ static void test_hash_flood(void) {
     CHECK(fp && fwrite(m.p, 1, m.n, fp) == m.n);
     if (fp) fclose(fp);
     free(m.p);
-    struct timespec t0, t1; /* this thread's CPU time: a loaded runner stretches wall time */
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const double t0 = test_cpu_now();
     gem_err err = {{0}};
     gguf_file *f = gguf_open(path, &err);
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-    const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    const double dt = test_cpu_now() - t0;
     CHECKF(f != NULL, "%s", err.msg);
     /* spread, the parse takes milliseconds; one run of slots took ~20 s (bound for a slow CI machine) */
     CHECKF(dt < 2.0, "parsing %u colliding keys took %.2f s", 1u << BLOCKS, dt);

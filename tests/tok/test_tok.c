@@ -289,13 +289,10 @@ static void test_hostile_vocab(void) {
         ty[i] = 3;
     }
     CHECK(write_vocab(path, (const char *const *)many, ty, N) == 0);
-    /* this thread's CPU time, as test_linear: load on a shared runner stretches wall time */
-    struct timespec a, b;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    const double t0 = test_cpu_now();
     gguf_file *f = gguf_open(path, &err);
     tok *t = f ? tok_load(f, &err) : NULL;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    const double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    const double dt = test_cpu_now() - t0;
     CHECKF(t != NULL, "%s", err.msg);
     /* the insertion sort took 7.6 s here; qsort takes milliseconds (bound for a slow CI machine) */
     CHECKF(dt < 1.5, "loading %d special tokens took %.2f s", N, dt);
