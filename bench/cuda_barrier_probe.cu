@@ -418,17 +418,8 @@ static float bal_run(const uint4 *buf, const size_t *doff, const size_t *dn, int
     cudaFuncAttributes fa;
     PK(cudaFuncGetAttributes(&fa, k_bal<BT, U, EARLY>));
     *regs = fa.numRegs;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.gridDim = dim3((unsigned)sms);
-    cfg.blockDim = dim3(BT);
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
     return median_ms(reps, st, [&] {
-        PK(cudaLaunchKernelEx(&cfg, k_bal<BT, U, EARLY>, buf, doff, dn, phases, count, *next, sink));
+        coop_launch(k_bal<BT, U, EARLY>, (unsigned)sms, BT, 0, st, buf, doff, dn, phases, count, *next, sink);
         *next += (unsigned long long)(phases - 1) * (unsigned)sms;
     });
 }
@@ -512,17 +503,8 @@ int main(int argc, char **argv) {
                 } else if (v == V_LAUNCH) {
                     PK(cudaGraphLaunch(gx, st));
                 } else {
-                    cudaLaunchConfig_t cfg = {};
-                    cudaLaunchAttribute at[1] = {};
-                    at[0].id = cudaLaunchAttributeCooperative;
-                    at[0].val.cooperative = 1;
-                    cfg.gridDim = dim3(grid);
-                    cfg.blockDim = dim3(THREADS);
-                    cfg.stream = st;
-                    cfg.attrs = at;
-                    cfg.numAttrs = 1;
-                    PK(cudaLaunchKernelEx(&cfg, k_persist, (const uint4 *)buf, (const size_t *)doff, (const size_t *)dn,
-                                          phases, count, start, v - V_BARRIER, sink));
+                    coop_launch(k_persist, grid, THREADS, 0, st, (const uint4 *)buf, (const size_t *)doff,
+                                (const size_t *)dn, phases, count, start, v - V_BARRIER, sink);
                     if (v != V_CG) start += (unsigned)(phases - 1) * grid;
                 }
                 PK(cudaEventRecord(e1, st));

@@ -1,6 +1,7 @@
 /* Host helpers of the CUDA speed probes in bench/ (cuda_barrier_probe.cu,
  * cuda_ring_probe.cu): an error check that names the failing call and
- * exits, and the median time of repeated runs on a stream. Probes only:
+ * exits, the median time of repeated runs on a stream, and a cooperative
+ * launch. Probes only:
  * gem itself reports errors through its backend (cuda_common.h). */
 #ifndef GEM_BENCH_CUDA_PROBE_UTIL_H
 #define GEM_BENCH_CUDA_PROBE_UTIL_H
@@ -50,6 +51,23 @@ template <typename F> static float median_ms(int reps, cudaStream_t st, F run) {
     PK(cudaEventDestroy(e0));
     PK(cudaEventDestroy(e1));
     return median(ts);
+}
+
+/* A cooperative launch of `blocks` blocks (every block resident at once,
+ * which a grid barrier needs) on st; a launch error stops the probe. */
+template <typename K, typename... A>
+static void coop_launch(K kern, unsigned blocks, unsigned threads, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    PK(cudaLaunchKernelEx(&cfg, kern, args...));
 }
 
 #endif

@@ -304,24 +304,6 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
     if (chk == 1234.5f) sink[0] = 1;
 }
 
-
-/* a cooperative launch of one block per multiprocessor (the grid barrier
- * needs every block resident) */
-template <typename K, typename... A>
-static void coop_launch(K kern, int sms, int threads, size_t smem, cudaStream_t st, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.gridDim = dim3((unsigned)sms);
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    PK(cudaLaunchKernelEx(&cfg, kern, args...));
-}
-
 int main(int argc, char **argv) {
     const int layers = argc > 1 ? atoi(argv[1]) : 60, reps = argc > 2 ? atoi(argv[2]) : 10;
     if (layers < 1 || layers > 60 || reps < 1) {
@@ -409,11 +391,11 @@ int main(int argc, char **argv) {
     {                                                                                                              \
         PK(cudaFuncSetAttribute(k_ring<BT, ST, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB));        \
         const float t1 = median_ms(reps, st, [&] {                                                                 \
-            coop_launch(k_ring<BT, ST, TB>, sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)dall,      \
+            coop_launch(k_ring<BT, ST, TB>, (unsigned)sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)dall,      \
                         (const size_t *)dall + 1, 1, count, next, sink);                                           \
         });                                                                                                        \
         const float tp = median_ms(reps, st, [&] {                                                                 \
-            coop_launch(k_ring<BT, ST, TB>, sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)doff,      \
+            coop_launch(k_ring<BT, ST, TB>, (unsigned)sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)doff,      \
                         (const size_t *)dn, phases, count, next, sink);                                            \
             next += (unsigned long long)(phases - 1) * (unsigned)sms;                                              \
         });                                                                                                        \
@@ -434,7 +416,7 @@ int main(int argc, char **argv) {
         cudaFuncAttributes fa;                                                                                     \
         PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, CB>));                                                       \
         const float tc = median_ms(reps, st, [&] {                                                                 \
-            coop_launch(k_chain<BT, ST, CB>, sms, BT + 32, (size_t)smem, st, (const chain_phase *)dph, phases,     \
+            coop_launch(k_chain<BT, ST, CB>, (unsigned)sms, BT + 32, (size_t)smem, st, (const chain_phase *)dph, phases,     \
                         count, next, sink);                                                                        \
             next += (unsigned long long)(phases - 1) * (unsigned)sms;                                              \
         });                                                                                                        \

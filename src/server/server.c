@@ -574,6 +574,20 @@ static int authorized(const server *s, const http_req *r) {
     return diff == 0;
 }
 
+/* Routes that answer without the API key: the CORS preflight and health
+ * (handle() serves them before its key check). */
+static int key_exempt(const http_req *r) {
+    return !strcmp(r->method, "OPTIONS") || path_is(r, "/health") || path_is(r, "/v1/health");
+}
+
+/* The 401 of a request without a valid key; nonzero when sending failed. */
+static int respond_no_key(server *s, int fd, int keep, int head_only) {
+    api_error e;
+    api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
+             "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
+    return respond_error_h(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n", head_only);
+}
+
 static int not_ready(server *s, int fd, int keep, int head_only) {
     api_error e;
     api_fail(&e, 503, "unavailable_error", NULL, NULL, "the model is loading");
@@ -858,11 +872,7 @@ static int handle(conn *c, const http_req *r) {
         sb_puts(&b, "{\"status\":\"ok\"}");
         goto send;
     }
-    if (!authorized(s, r)) {
-        api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
-                 "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
-        return respond_error_h(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n", head) ? 0 : keep;
-    }
+    if (!authorized(s, r)) return respond_no_key(s, fd, keep, head) ? 0 : keep;
     if (path_is(r, "/v1/models") || path_is(r, "/models")) {
         if (!get) goto method;
         models_json(s, &b);
@@ -986,12 +996,8 @@ static void *conn_main(void *arg) {
             /* a request that will be refused for its key is refused on its
              * head: reading (and buffering) up to max_body first, and a
              * 100 Continue, would serve anyone without the key */
-            if (st == HTTP_HEAD && strcmp(r.method, "OPTIONS") && !path_is(&r, "/health") &&
-                !path_is(&r, "/v1/health") && !authorized(s, &r)) {
-                api_error e;
-                api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
-                         "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
-                respond_error(s, c->fd, &e, 0, "WWW-Authenticate: Bearer\r\n");
+            if (st == HTTP_HEAD && !key_exempt(&r) && !authorized(s, &r)) {
+                respond_no_key(s, c->fd, 0, !strcmp(r.method, "HEAD"));
                 logf_("%s 401: no valid API key (refused on the head, body not read)", c->peer);
                 /* the rest of the announced body (any chunked one up to max_body), dropped unread */
                 const size_t have = in.len - r.head_len;

@@ -96,6 +96,17 @@ static void test_render_errors(void) {
     expect_render_error("{\"messages\": [{\"role\": \"tool\", \"content\": {\"a\": 1}}]}", "messages[0].content must be a string");
 }
 
+/* Renders the conversation in b into out (checked to succeed); returns the
+ * CPU seconds it took. */
+static double render_timed(const strbuf *b, strbuf *out) {
+    gem_err err = {{0}};
+    const double t0 = test_cpu_now();
+    const int rc = render_conv(b->p, b->len, out, &err);
+    const double dt = test_cpu_now() - t0;
+    CHECKF(rc == 0, "%s", err.msg);
+    return dt;
+}
+
 /* An assistant call's arguments object of 100000 keys in reverse order:
  * rendered in dictsort order, in time linear-log (an insertion sort took a
  * 28 s here; CPU time of this thread, bound for a slow CI machine). */
@@ -107,11 +118,7 @@ static void test_dictsort_large(void) {
     for (int i = N - 1; i >= 0; i--) sb_printf(&b, "\"k%06d\": %d%s", i, i, i ? ", " : "");
     sb_puts(&b, "}}}]}]}");
     strbuf out = {0};
-    gem_err err = {{0}};
-    const double t0 = test_cpu_now();
-    const int rc = render_conv(b.p, b.len, &out, &err);
-    const double dt = test_cpu_now() - t0;
-    CHECKF(rc == 0, "%s", err.msg);
+    const double dt = render_timed(&b, &out);
     CHECKF(dt < 2.0, "rendering %d keys took %.2f s", N, dt);
     const char *a = strstr(sb_cstr(&out), "k000000"), *z = strstr(sb_cstr(&out), "k099999"),
                *m = strstr(sb_cstr(&out), "k050000");
@@ -132,11 +139,7 @@ static void test_tool_pairing_large(void) {
     for (int i = 0; i < MSGS; i++) sb_puts(&b, ", {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"r\"}");
     sb_puts(&b, "]}");
     strbuf out = {0};
-    gem_err err = {{0}};
-    const double t0 = test_cpu_now();
-    const int rc = render_conv(b.p, b.len, &out, &err);
-    const double dt = test_cpu_now() - t0;
-    CHECKF(rc == 0, "%s", err.msg);
+    const double dt = render_timed(&b, &out);
     CHECKF(dt < 2.0, "pairing %d tool messages with a call of %d keys took %.2f s", MSGS, KEYS, dt);
     sb_free(&out);
     sb_free(&b);

@@ -95,6 +95,15 @@ static float margin(const float *l) {
 
 #define TIE 0.1f
 
+/* An agreement bound in percent, 50 to 100; 1 when s is not one. */
+static int parse_pct(const char *s, int *out) {
+    char *end;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 50 || v > 100) return 1;
+    *out = (int)v;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int bad_args = argc < 5, tbt_set = 0, agree_set = 0, cpu_agree_set = 0;
     for (int i = 5; i < argc; i++) {
@@ -106,17 +115,11 @@ int main(int argc, char **argv) {
             tbt_set = 1;
             if (end == argv[i] + 4 || *end || !(tbt_tol > 0 && tbt_tol <= 1e-2)) bad_args = 1;
         } else if (!strncmp(argv[i], "tbt-agree=", 10)) {
-            char *end;
-            const long v = strtol(argv[i] + 10, &end, 10);
             agree_set = 1;
-            if (end == argv[i] + 10 || *end || v < 50 || v > 100) bad_args = 1;
-            tbt_agree = (int)v;
+            bad_args |= parse_pct(argv[i] + 10, &tbt_agree);
         } else if (!strncmp(argv[i], "cpu-agree=", 10)) {
-            char *end;
-            const long v = strtol(argv[i] + 10, &end, 10);
             cpu_agree_set = 1;
-            if (end == argv[i] + 10 || *end || v < 50 || v > 100) bad_args = 1;
-            cpu_agree = (int)v;
+            bad_args |= parse_pct(argv[i] + 10, &cpu_agree);
         } else bad_args = 1;
     }
     if (bad_args) {
