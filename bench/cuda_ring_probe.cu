@@ -193,112 +193,161 @@ struct chain_phase {
     const float *in;   /* the values the input is built from */
     float *out;        /* M results */
     int M, K, in_kind; /* IN_GEGLU: in holds K gate values, then K up values */
+    int rows, chunks;  /* rows per chunk (rows x nb x 18 bytes fit a stage), ceil(M / rows) */
 };
 
-#define CH_NB_MAX (21504 / 32)
+#define CH_K_MAX 21504
+#define CH_NB_MAX (CH_K_MAX / 32)
 
-/* Blocks of 32 values per stage: CB 16-byte code blocks and CB f16 scales,
- * one full barrier for both copies. CB is a multiple of 8 so the scales'
- * copy is whole 16-byte units; every slice starts at a row, and nb (K / 32:
- * 168, 256, 672) is a multiple of 8 too. */
-template <int BT, int ST, int CB>
-__global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int phases, unsigned long long *count,
-                                                      unsigned long long start, unsigned *sink) {
-    static_assert(BT % 32 == 0 && CB % 8 == 0, "whole warps, whole 16-byte scale copies");
-    extern __shared__ __align__(128) uint4 ring[]; /* ST x (CB code blocks, then CB scales) */
-    constexpr int STAGE16 = CB + CB / 8;           /* 16-byte units per stage */
+/* The phase's input codes, built by every block from the outputs before
+ * it (L2 reads): every load issued before any use (J float4 per thread),
+ * an RMS norm's scale where the phase asks, then one 32-value block per 8
+ * consecutive threads (3 shuffles for its max, 3 for its code sum). The
+ * codes go to two planes, values 0-15 and 16-31 of each block, so the
+ * dots' 16-byte reads of consecutive blocks meet no bank conflict. */
+template <int BT>
+__device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int4 *xhi, float *xd, int *xs,
+                                            float *red) {
+    constexpr int J = (CH_K_MAX / 4 + BT - 1) / BT;
+    const int n4 = P.K / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4 *g4 = (const float4 *)P.in, *u4 = g4 + n4;
+    float4 v[J];
+#pragma unroll
+    for (int k = 0; k < J; k++) {
+        const int j = threadIdx.x + k * BT;
+        v[k] = j < n4 ? g4[j] : make_float4(0, 0, 0, 0);
+    }
+    if (P.in_kind == IN_GEGLU) {
+#pragma unroll
+        for (int k = 0; k < J; k++) {
+            const int j = threadIdx.x + k * BT;
+            if (j < n4) {
+                const float4 u = u4[j];
+                v[k] = make_float4(gelu_tanh_f(v[k].x) * u.x, gelu_tanh_f(v[k].y) * u.y, gelu_tanh_f(v[k].z) * u.z,
+                                   gelu_tanh_f(v[k].w) * u.w);
+            }
+        }
+    }
+    float scale = 1.0f;
+    if (P.in_kind == IN_NORM) {
+        float ss = 0;
+#pragma unroll
+        for (int k = 0; k < J; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
+        ss = 0;
+        for (int w = 0; w < BT / 32; w++) ss += red[w];
+        scale = rsqrtf(ss / (float)P.K + 1e-6f);
+    }
+#pragma unroll
+    for (int k = 0; k < J; k++) {
+        const int j = threadIdx.x + k * BT, b = j >> 3, q = j & 7; /* n4 is a multiple of 8: whole groups */
+        const float4 x = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
+        float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dx = amax / 127.0f, inv = dx > 0 ? 1.0f / dx : 0.0f;
+        const int c0 = __float2int_rn(x.x * inv), c1 = __float2int_rn(x.y * inv), c2 = __float2int_rn(x.z * inv),
+                  c3 = __float2int_rn(x.w * inv);
+        int sum = c0 + c1 + c2 + c3;
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (j < n4) {
+            const int packed = (c0 & 0xff) | (c1 & 0xff) << 8 | (c2 & 0xff) << 16 | (int)((unsigned)c3 << 24);
+            ((int *)(q < 4 ? xlo : xhi))[b * 4 + (q & 3)] = packed;
+            if (q == 0) xd[b] = dx, xs[b] = sum;
+        }
+    }
+}
+
+/* Chunks of whole rows, claimed at run time: a block's producer takes the
+ * phase's next chunk (atomicAdd on the phase's counter, the next claim in
+ * flight while it copies this one) whenever a stage is free, so a
+ * multiprocessor that streams faster takes more chunks instead of waiting
+ * at every barrier for the slowest; a claim past the end puts an end mark
+ * (tag -1) through the ring instead of bytes. A chunk's codes, then its
+ * scales, fill a stage; one warp computes a whole row (lanes over its
+ * blocks, one warp sum, no atomics), the rows of a stage dealt to the warps
+ * in turn across stages so a warp without a row goes on to the next stage.
+ * BUILD 0 skips the input build (a row measuring only the products). */
+template <int BT, int ST, int TB, int BUILD>
+__global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int phases, int *claim,
+                                                      unsigned long long *count, unsigned long long start,
+                                                      unsigned *sink) {
+    static_assert(BT % 32 == 0 && TB % 16 == 0, "whole warps, whole 16-byte units");
+    constexpr int W = BT / 32;
+    extern __shared__ __align__(128) uint4 ring[]; /* ST x TB bytes */
     __shared__ __align__(8) ring_bars<ST> rb;
-    __shared__ __align__(16) int8_t xq[CH_NB_MAX * 32];
+    __shared__ int4 xlo[CH_NB_MAX], xhi[CH_NB_MAX];
     __shared__ float xd[CH_NB_MAX], red[32];
-    __shared__ int xs[CH_NB_MAX];
-    __shared__ float acc[2 * 21504 / 128 + 8]; /* the block's rows: at most ceil(43008 / grid) */
-    ring_init<ST>(rb, BT / 32);
+    __shared__ int xs[CH_NB_MAX], tag[ST];
+    ring_init<ST>(rb, W);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (threadIdx.x >= BT) { /* the producer warp: every phase's slice, never a grid barrier */
+    if (threadIdx.x >= BT) { /* the producer warp: every phase, never a grid barrier */
         if (lane != 0) return;
         unsigned it = 0;
         for (int p = 0; p < phases; p++) {
             const chain_phase P = ph[p];
             const int nb = P.K / 32;
-            const size_t r0 = (size_t)P.M * blockIdx.x / gridDim.x, r1 = (size_t)P.M * (blockIdx.x + 1) / gridDim.x;
-            for (size_t c = r0 * nb; c < r1 * nb; c += CB, it++) {
+            int c = atomicAdd(&claim[p], 1);
+            for (;; it++) {
+                const int cn = c < P.chunks ? atomicAdd(&claim[p], 1) : 0;
                 const int s = (int)(it % ST);
                 if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
-                const unsigned n = (unsigned)(r1 * nb - c < (size_t)CB ? r1 * nb - c : (size_t)CB);
-                uint4 *dst = ring + (size_t)s * STAGE16;
-                mbar_expect(&rb.full[s], n * 16 + n * 2);
-                bulk_copy(dst, P.q + c * 16, n * 16, &rb.full[s]);
-                bulk_copy(dst + CB, P.d + c, n * 2, &rb.full[s]);
+                if (c >= P.chunks) {
+                    tag[s] = -1;
+                    mbar_arrive(&rb.full[s]); /* release: the tag is seen */
+                    it++;
+                    break;
+                }
+                tag[s] = c;
+                const size_t b0 = (size_t)c * P.rows * nb;
+                const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
+                uint4 *dst = ring + (size_t)s * (TB / 16);
+                mbar_expect(&rb.full[s], n * 18);
+                bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
+                bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
+                c = cn;
             }
         }
         return;
     }
     unsigned it = 0;
+    int dealt = 0; /* rows dealt so far, mod W: where the next stage's first row goes */
     float chk = 0;
     for (int p = 0; p < phases; p++) {
         const chain_phase P = ph[p];
         const int nb = P.K / 32;
-        const size_t r0 = (size_t)P.M * blockIdx.x / gridDim.x, r1 = (size_t)P.M * (blockIdx.x + 1) / gridDim.x;
-        /* the input's codes, built by every block from the outputs before
-         * (L2 reads): an RMS norm's scale first where the phase asks */
-        float scale = 1.0f;
-        if (P.in_kind == IN_NORM) {
-            float ss = 0;
-            for (int i = threadIdx.x; i < P.K; i += BT) ss += P.in[i] * P.in[i];
-            ss = warp_sum(ss);
-            if (lane == 0) red[warp] = ss;
-            asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
-            ss = 0;
-            for (int w = 0; w < BT / 32; w++) ss += red[w];
-            scale = rsqrtf(ss / (float)P.K + 1e-6f);
-        }
-        for (int b = warp; b < nb; b += BT / 32) { /* a warp per 32-value block, a lane per value */
-            const int i = b * 32 + lane;
-            float v = P.in[i] * scale;
-            if (P.in_kind == IN_GEGLU) v = gelu_tanh_f(P.in[i]) * P.in[P.K + i];
-            const float amax = warp_max(fabsf(v));
-            const float dx = amax / 127.0f;
-            const int code = dx > 0 ? __float2int_rn(v / dx) : 0;
-            xq[i] = (int8_t)code;
-            const int sum = warp_isum(code);
-            if (lane == 0) xd[b] = dx, xs[b] = sum;
-        }
-        for (size_t r = r0 + threadIdx.x; r < r1; r += BT) acc[r - r0] = 0;
+        if (BUILD) chain_build<BT>(P, xlo, xhi, xd, xs, red);
         asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
-        /* the stages of the slice: warp w takes blocks w 32 + lane, + BT, ...
-         * of each stage; 32 consecutive blocks span at most two rows (nb >=
-         * 168), so a warp's sums go to two rows by two masked warp sums */
-        const size_t lo = r0 * nb, hi = r1 * nb;
-        for (size_t c = lo; c < hi; c += CB, it++) {
+        for (;; it++) {
             const int s = (int)(it % ST);
             mbar_wait(&rb.full[s], (it / ST) & 1);
-            const int n = (int)(hi - c < (size_t)CB ? hi - c : (size_t)CB);
-            const uint4 *qs = ring + (size_t)s * STAGE16;
-            const __half *ds = (const __half *)(qs + CB);
-            for (int i0 = warp * 32; i0 < n; i0 += BT) {
-                const int i = i0 + lane;
-                /* one 32-bit division per warp and round (M nb < 2^31) */
-                const unsigned g0 = (unsigned)(c + (size_t)i0), row_a = g0 / (unsigned)nb;
-                int col = (int)(g0 - row_a * (unsigned)nb) + lane, row = (int)row_a;
-                if (col >= nb) col -= nb, row++;
-                float val = 0;
-                if (i < n) {
-                    const uint4 w = qs[i];
-                    const int4 x0 = *(const int4 *)(xq + col * 32), x1 = *(const int4 *)(xq + col * 32 + 16);
-                    const int dot = mv_block_dot<1>(w, w, x0, x1, xs[col]); /* gem's q4_0 block dot */
-                    val = __half2float(ds[i]) * xd[col] * (float)dot;
+            const int c = tag[s];
+            if (c >= 0) {
+                const int row0 = c * P.rows, nrows = min(P.rows, P.M - row0);
+                const uint4 *qs = ring + (size_t)s * (TB / 16);
+                const __half *ds = (const __half *)(qs + nrows * nb);
+                for (int r = ((warp - dealt) % W + W) % W; r < nrows; r += W) {
+                    float a = 0;
+                    for (int b = lane; b < nb; b += 32) {
+                        const uint4 w = qs[r * nb + b];
+                        const int dot = mv_block_dot<1>(w, w, xlo[b], xhi[b], xs[b]); /* gem's q4_0 block dot */
+                        a += __half2float(ds[r * nb + b]) * xd[b] * (float)dot;
+                    }
+                    a = warp_sum(a);
+                    if (lane == 0) P.out[row0 + r] = a, chk += a;
                 }
-                const float a = warp_sum(row == (int)row_a ? val : 0.0f), bsum = warp_sum(row == (int)row_a ? 0.0f : val);
-                if (lane == 0) {
-                    atomicAdd(&acc[row_a - r0], a);
-                    if (bsum != 0.0f) atomicAdd(&acc[row_a + 1 - r0], bsum);
-                }
+                dealt = (dealt + nrows) % W;
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&rb.empty[s]);
+            if (c < 0) {
+                it++;
+                break;
+            }
         }
-        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
-        for (size_t r = r0 + threadIdx.x; r < r1; r += BT) P.out[r] = acc[r - r0], chk += acc[r - r0];
         if (p + 1 < phases) consumers_grid_sync(BT, count, start + (unsigned long long)(p + 1) * gridDim.x);
     }
     if (chk == 1234.5f) sink[0] = 1;
@@ -314,8 +363,8 @@ int main(int argc, char **argv) {
     PK(cudaGetDevice(&dev));
     PK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     PK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-    if (!coop || 2 * 21504 / sms + 1 > 2 * 21504 / 128 + 8) {
-        fprintf(stderr, "cuda_ring_probe: needs cooperative launches and at least 128 multiprocessors\n");
+    if (!coop) {
+        fprintf(stderr, "cuda_ring_probe: needs cooperative launches\n");
         return 1;
     }
     cudaDeviceProp prop;
@@ -409,26 +458,39 @@ int main(int argc, char **argv) {
     RING_ROW(256, 12, 16384)
     RING_ROW(512, 6, 32768)
 #undef RING_ROW
-#define CHAIN_ROW(BT, ST, CB)                                                                                      \
+    int *claim;
+    PK(cudaMalloc(&claim, sizeof(int) * phases));
+    /* a chunk: the most whole rows whose codes and scales fit a stage */
+    auto set_rows = [&](int tb) {
+        for (auto &P : ph) {
+            P.rows = tb / (P.K / 32 * 18);
+            P.chunks = (P.M + P.rows - 1) / P.rows;
+        }
+        PK(cudaMemcpy(dph, ph.data(), sizeof(chain_phase) * phases, cudaMemcpyHostToDevice));
+    };
+#define CHAIN_ROW(BT, ST, TB, BUILD)                                                                               \
     {                                                                                                              \
-        const int smem = ST * (CB * 16 + CB * 2);                                                                  \
-        PK(cudaFuncSetAttribute(k_chain<BT, ST, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));          \
+        set_rows(TB);                                                                                              \
+        PK(cudaFuncSetAttribute(k_chain<BT, ST, TB, BUILD>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
         cudaFuncAttributes fa;                                                                                     \
-        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, CB>));                                                       \
+        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, TB, BUILD>));                                                \
         const float tc = median_ms(reps, st, [&] {                                                                 \
-            coop_launch(k_chain<BT, ST, CB>, (unsigned)sms, BT + 32, (size_t)smem, st, (const chain_phase *)dph, phases,     \
-                        count, next, sink);                                                                        \
+            PK(cudaMemsetAsync(claim, 0, sizeof(int) * phases, st));                                               \
+            coop_launch(k_chain<BT, ST, TB, BUILD>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,                 \
+                        (const chain_phase *)dph, phases, claim, count, next, sink);                               \
             next += (unsigned long long)(phases - 1) * (unsigned)sms;                                              \
         });                                                                                                        \
-        printf("chain   %4d consumers, %2d x %2d KB stages (%3d regs, %3zu KB static) %8.3f ms %7.1f GB/s (%3.0f%% " \
+        printf("chain   %4d consumers, %2d x %2d KB stages%s (%3d regs, %3zu KB static) %8.3f ms %7.1f GB/s (%3.0f%% " \
                "of stream), %6.2f us per layer\n",                                                                 \
-               BT, ST, CB * 18 / 1024, fa.numRegs, fa.sharedSizeBytes / 1024, tc, gb / (tc * 1e-3), 100 * ts / tc,  \
-               tc * 1e3 / layers);                                                                                 \
+               BT, ST, TB / 1024, BUILD ? "          " : ", no build", fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
+               gb / (tc * 1e-3), 100 * ts / tc, tc * 1e3 / layers);                                                \
     }
-    CHAIN_ROW(256, 4, 1792)
-    CHAIN_ROW(256, 6, 1024)
-    CHAIN_ROW(512, 6, 1024)
-    CHAIN_ROW(512, 8, 768)
+    CHAIN_ROW(512, 4, 24576, 1)
+    CHAIN_ROW(512, 6, 24576, 1)
+    CHAIN_ROW(512, 8, 24576, 1)
+    CHAIN_ROW(512, 12, 16384, 1)
+    CHAIN_ROW(256, 6, 24576, 1)
+    CHAIN_ROW(512, 6, 24576, 0)
 #undef CHAIN_ROW
     PK(cudaFree(w));
     PK(cudaFree(h));
@@ -438,6 +500,7 @@ int main(int argc, char **argv) {
     PK(cudaFree(dn));
     PK(cudaFree(dall));
     PK(cudaFree(count));
+    PK(cudaFree(claim));
     PK(cudaFree(sink));
     PK(cudaStreamDestroy(st));
     return 0;
