@@ -28,20 +28,22 @@
  *           shapes in Q4_0 (gem's repacked layout: 16-byte code blocks
  *           and a separate f16 scale array, both streamed), dp4a dots of
  *           each 32-value block against 8-bit activation codes in shared
- *           memory, per-row sums, outputs stored; after each barrier every
- *           block builds the next product's codes itself from the outputs
- *           before it (q/k/v and gate/up: an RMS norm of the 5376 values;
- *           o: the first 8192 q/k/v outputs, standing in for attention;
- *           down: gelu(gate) * up of the 21504 pairs), so no small kernel
- *           and no extra barrier is left.
+ *           memory, a warp per row, outputs stored; the rows go in chunks
+ *           that each block's producer claims at run time, so the blocks
+ *           stay balanced; gate and up rows come as pairs in one stage and
+ *           leave as gelu(gate) * up. After each barrier every block builds
+ *           the next product's codes itself from the outputs before it
+ *           (q/k/v and gate/up: an RMS norm of the 5376 values; o: the
+ *           first 8192 q/k/v outputs, standing in for attention; down: the
+ *           21504 gated values), so no small kernel and no extra barrier is
+ *           left; "no build" skips that to show what it costs.
  *
  *   build/cuda_ring_probe [LAYERS] [REPS]
  *
  * Output: median ms of REPS runs after a warm-up, GB/s of the bytes read,
  * and for chain the time per layer, to set against gem's ~92 us. The
  * outputs' values mean nothing (bytes are a memset pattern); the checksum
- * sink keeps the loads alive. The row sums use shared-memory atomics, so
- * their order (not the bytes read) differs from run to run. */
+ * sink keeps the loads alive. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,12 +110,16 @@ template <int ST> __device__ __forceinline__ void ring_init(ring_bars<ST> &rb, i
 }
 /* The consumers' grid barrier: a named block barrier for the BT consumer
  * threads (the producer warp never joins), then one arrival per block on a
- * 64-bit counter that only grows, thread 0 polling it with acquire loads. */
-__device__ __forceinline__ void consumers_grid_sync(int bt, unsigned long long *count, unsigned long long target) {
+ * 64-bit counter that only grows, thread 0 polling it with acquire loads.
+ * The arrival's ticket says which barrier this is (every block arrives at
+ * one before any leaves it), so no launch argument changes from run to
+ * run and a graph could replay the kernel. */
+__device__ __forceinline__ void consumers_grid_sync(int bt, unsigned long long *count) {
     asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
     if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(count, 1ull);
+        const unsigned long long ticket = atomicAdd(count, 1ull);
+        const unsigned long long target = (ticket / gridDim.x + 1) * gridDim.x;
         unsigned long long v, t0 = 0, t;
         for (unsigned n = 1;; n++) {
             asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
@@ -145,8 +151,7 @@ __global__ void __launch_bounds__(128) k_stream(const uint4 *p, size_t n16, unsi
 /* ---- ring: the stages with nothing to compute ---- */
 template <int BT, int ST, int TB>
 __global__ void __launch_bounds__(BT + 32, 1) k_ring(const uint4 *base, const size_t *off16, const size_t *n16,
-                                                     int phases, unsigned long long *count, unsigned long long start,
-                                                     unsigned *sink) {
+                                                     int phases, unsigned long long *count, unsigned *sink) {
     static_assert(BT % 32 == 0 && TB % 16 == 0, "whole warps, whole 16-byte units");
     extern __shared__ __align__(128) uint4 stage[]; /* ST x TB bytes */
     __shared__ __align__(8) ring_bars<ST> rb;
@@ -180,24 +185,25 @@ __global__ void __launch_bounds__(BT + 32, 1) k_ring(const uint4 *base, const si
             __syncwarp();
             if (lane == 0) mbar_arrive(&rb.empty[s]);
         }
-        if (p + 1 < phases) consumers_grid_sync(BT, count, start + (unsigned long long)(p + 1) * gridDim.x);
+        if (p + 1 < phases) consumers_grid_sync(BT, count);
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
 /* ---- chain: the products of the layers ---- */
-enum { IN_NORM, IN_HEAD, IN_GEGLU }; /* how a phase builds its input from `in` */
+enum { IN_NORM, IN_HEAD }; /* how a phase builds its input from `in`: RMS norm or as it is */
 struct chain_phase {
-    const uint8_t *q;  /* M x nb blocks of 16 code bytes (q4_0, stored +8) */
-    const __half *d;   /* M x nb scales */
-    const float *in;   /* the values the input is built from */
-    float *out;        /* M results */
-    int M, K, in_kind; /* IN_GEGLU: in holds K gate values, then K up values */
-    int rows, chunks;  /* rows per chunk (rows x nb x 18 bytes fit a stage), ceil(M / rows) */
+    const uint8_t *q, *q2; /* M x nb blocks of 16 code bytes (q4_0, stored +8); q2: the up rows of a pair */
+    const __half *d, *d2;  /* M x nb scales */
+    const float *in;       /* the values the input is built from */
+    float *out;            /* M results: with q2, gelu(q row) * (q2 row) */
+    int M, K, in_kind;
+    int rows, chunks; /* rows per chunk (rows x nb x 18 bytes, twice with q2, fit a stage), ceil(M / rows) */
 };
 
 #define CH_K_MAX 21504
 #define CH_NB_MAX (CH_K_MAX / 32)
+#define CG 2 /* chunks per claim */
 
 /* The phase's input codes, built by every block from the outputs before
  * it (L2 reads): every load issued before any use (J float4 per thread),
@@ -210,23 +216,12 @@ __device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int
                                             float *red) {
     constexpr int J = (CH_K_MAX / 4 + BT - 1) / BT;
     const int n4 = P.K / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float4 *g4 = (const float4 *)P.in, *u4 = g4 + n4;
+    const float4 *g4 = (const float4 *)P.in;
     float4 v[J];
 #pragma unroll
     for (int k = 0; k < J; k++) {
         const int j = threadIdx.x + k * BT;
-        v[k] = j < n4 ? g4[j] : make_float4(0, 0, 0, 0);
-    }
-    if (P.in_kind == IN_GEGLU) {
-#pragma unroll
-        for (int k = 0; k < J; k++) {
-            const int j = threadIdx.x + k * BT;
-            if (j < n4) {
-                const float4 u = u4[j];
-                v[k] = make_float4(gelu_tanh_f(v[k].x) * u.x, gelu_tanh_f(v[k].y) * u.y, gelu_tanh_f(v[k].z) * u.z,
-                                   gelu_tanh_f(v[k].w) * u.w);
-            }
-        }
+        v[k] = j < n4 ? __ldcg(g4 + j) : make_float4(0, 0, 0, 0); /* L2: other blocks wrote it */
     }
     float scale = 1.0f;
     if (P.in_kind == IN_NORM) {
@@ -242,6 +237,7 @@ __device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int
     }
 #pragma unroll
     for (int k = 0; k < J; k++) {
+        if (k * BT >= n4) break; /* the same for every thread: no shuffle left half done */
         const int j = threadIdx.x + k * BT, b = j >> 3, q = j & 7; /* n4 is a multiple of 8: whole groups */
         const float4 x = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
         float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
@@ -262,19 +258,20 @@ __device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int
 }
 
 /* Chunks of whole rows, claimed at run time: a block's producer takes the
- * phase's next chunk (atomicAdd on the phase's counter, the next claim in
- * flight while it copies this one) whenever a stage is free, so a
+ * phase's next CG chunks (atomicAdd on the phase's counter, the next claim
+ * in flight while it copies these) whenever a stage is free, so a
  * multiprocessor that streams faster takes more chunks instead of waiting
  * at every barrier for the slowest; a claim past the end puts an end mark
  * (tag -1) through the ring instead of bytes. A chunk's codes, then its
- * scales, fill a stage; one warp computes a whole row (lanes over its
- * blocks, one warp sum, no atomics), the rows of a stage dealt to the warps
- * in turn across stages so a warp without a row goes on to the next stage.
- * BUILD 0 skips the input build (a row measuring only the products). */
-template <int BT, int ST, int TB, int BUILD>
+ * scales, fill a stage; one warp computes two whole rows (lanes over their
+ * blocks, the activation codes read once for both, a warp sum each, no
+ * atomics), the stage's row pairs dealt to the warps in turn across
+ * stages so a warp without one goes on to the next stage.
+ * BUILD 0 skips the input build; COPY 0 copies no bytes (the consumers
+ * compute on whatever the stages hold): rows that time the parts. */
+template <int BT, int ST, int TB, int BUILD, int COPY>
 __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int phases, int *claim,
-                                                      unsigned long long *count, unsigned long long start,
-                                                      unsigned *sink) {
+                                                      unsigned long long *count, unsigned *sink) {
     static_assert(BT % 32 == 0 && TB % 16 == 0, "whole warps, whole 16-byte units");
     constexpr int W = BT / 32;
     extern __shared__ __align__(128) uint4 ring[]; /* ST x TB bytes */
@@ -290,9 +287,11 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
         for (int p = 0; p < phases; p++) {
             const chain_phase P = ph[p];
             const int nb = P.K / 32;
-            int c = atomicAdd(&claim[p], 1);
+            /* CG chunks per claim, the next claim in flight */
+            int base = atomicAdd(&claim[p], CG), k = 0, next = 0;
             for (;; it++) {
-                const int cn = c < P.chunks ? atomicAdd(&claim[p], 1) : 0;
+                if (k == 0) next = base < P.chunks ? atomicAdd(&claim[p], CG) : 0;
+                const int c = base + k;
                 const int s = (int)(it % ST);
                 if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
                 if (c >= P.chunks) {
@@ -305,10 +304,20 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
                 const size_t b0 = (size_t)c * P.rows * nb;
                 const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
                 uint4 *dst = ring + (size_t)s * (TB / 16);
-                mbar_expect(&rb.full[s], n * 18);
+                if (++k == CG) k = 0, base = next;
+                if (!COPY) {
+                    mbar_arrive(&rb.full[s]);
+                    continue;
+                }
+                mbar_expect(&rb.full[s], P.q2 ? 2 * n * 18 : n * 18);
                 bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
-                bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
-                c = cn;
+                if (P.q2) { /* stage: gate codes, up codes, gate scales, up scales */
+                    bulk_copy(dst + n, P.q2 + b0 * 16, n * 16, &rb.full[s]);
+                    bulk_copy(dst + 2 * n, P.d + b0, n * 2, &rb.full[s]);
+                    bulk_copy(dst + 2 * n + n / 8, P.d2 + b0, n * 2, &rb.full[s]);
+                } else {
+                    bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
+                }
             }
         }
         return;
@@ -327,19 +336,39 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
             const int c = tag[s];
             if (c >= 0) {
                 const int row0 = c * P.rows, nrows = min(P.rows, P.M - row0);
+                const int n = nrows * nb, pair = P.q2 != NULL;
                 const uint4 *qs = ring + (size_t)s * (TB / 16);
-                const __half *ds = (const __half *)(qs + nrows * nb);
-                for (int r = ((warp - dealt) % W + W) % W; r < nrows; r += W) {
-                    float a = 0;
+                const __half *ds = (const __half *)(qs + (pair ? 2 * n : n)); /* the up scales n on */
+                /* an item: two rows whose dots share the activation reads
+                 * (rows r, r + 1, or the gate and up rows of pair r) */
+                const int items = pair ? nrows : (nrows + 1) / 2;
+                for (int i = ((warp - dealt) % W + W) % W; i < items; i += W) {
+                    const int ra = pair ? i : 2 * i, oa = ra * nb, ob = pair ? n + oa : oa + nb;
+                    const bool two = pair || ra + 1 < nrows;
+                    float a = 0, u = 0;
+#pragma unroll 2
                     for (int b = lane; b < nb; b += 32) {
-                        const uint4 w = qs[r * nb + b];
-                        const int dot = mv_block_dot<1>(w, w, xlo[b], xhi[b], xs[b]); /* gem's q4_0 block dot */
-                        a += __half2float(ds[r * nb + b]) * xd[b] * (float)dot;
+                        const int4 x0 = xlo[b], x1 = xhi[b];
+                        const float dx = xd[b];
+                        const int sx = xs[b];
+                        const uint4 w = qs[oa + b];
+                        a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
+                        if (two) {
+                            const uint4 w2 = qs[ob + b];
+                            u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
+                        }
                     }
                     a = warp_sum(a);
-                    if (lane == 0) P.out[row0 + r] = a, chk += a;
+                    u = warp_sum(u);
+                    if (lane == 0) {
+                        if (pair) a = gelu_tanh_f(a) * u, P.out[row0 + ra] = a, chk += a;
+                        else {
+                            P.out[row0 + ra] = a, chk += a;
+                            if (two) P.out[row0 + ra + 1] = u, chk += u;
+                        }
+                    }
                 }
-                dealt = (dealt + nrows) % W;
+                dealt = (dealt + items) % W;
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&rb.empty[s]);
@@ -348,7 +377,7 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
                 break;
             }
         }
-        if (p + 1 < phases) consumers_grid_sync(BT, count, start + (unsigned long long)(p + 1) * gridDim.x);
+        if (p + 1 < phases) consumers_grid_sync(BT, count);
     }
     if (chk == 1234.5f) sink[0] = 1;
 }
@@ -372,9 +401,11 @@ int main(int argc, char **argv) {
     /* the 31B's sliding-layer products: q/k/v (8192 + 4096 + 4096 rows of
      * 5376), o (5376 of 8192), gate/up (2 x 21504 of 5376), down (5376 of
      * 21504); each matrix its codes then its scales, 16-byte aligned */
-    const int shape[4][3] = {{16384, 5376, IN_NORM}, {5376, 8192, IN_HEAD}, {43008, 5376, IN_NORM}, {5376, 21504, IN_GEGLU}};
+    /* gate/up: 21504 pairs of rows (gate, up: two matrices) */
+    const int shape[4][4] = {{16384, 5376, IN_NORM, 0}, {5376, 8192, IN_HEAD, 0}, {21504, 5376, IN_NORM, 1},
+                             {5376, 21504, IN_HEAD, 0}};
     size_t layer_bytes = 0;
-    for (const auto &s : shape) layer_bytes += (size_t)s[0] * (s[1] / 32) * 18;
+    for (const auto &s : shape) layer_bytes += (size_t)s[0] * (s[1] / 32) * 18 * (s[3] ? 2 : 1);
     const size_t wbytes = layer_bytes * layers;
     uint8_t *w;
     PK(cudaMalloc(&w, wbytes));
@@ -395,13 +426,17 @@ int main(int argc, char **argv) {
     size_t at = 0;
     for (int l = 0; l < layers; l++)
         for (int k = 0; k < 4; k++) {
-            chain_phase P;
-            const size_t blocks = (size_t)shape[k][0] * (shape[k][1] / 32);
+            chain_phase P = {};
+            const size_t blocks = (size_t)shape[k][0] * (shape[k][1] / 32), mats = shape[k][3] ? 2 : 1;
             P.q = w + at;
             P.d = (const __half *)(w + at + blocks * 16);
+            if (mats == 2) {
+                P.q2 = w + at + blocks * 18;
+                P.d2 = (const __half *)(w + at + blocks * 18 + blocks * 16);
+            }
             off16.push_back(at / 16);
-            n16.push_back(blocks * 18 / 16);
-            at += blocks * 18;
+            n16.push_back(mats * blocks * 18 / 16);
+            at += mats * blocks * 18;
             P.M = shape[k][0];
             P.K = shape[k][1];
             P.in_kind = shape[k][2];
@@ -413,7 +448,7 @@ int main(int argc, char **argv) {
     chain_phase *dph;
     size_t *doff, *dn, *dall;
     const size_t all16[2] = {0, wbytes / 16};
-    unsigned long long *count, next = 0;
+    unsigned long long *count;
     unsigned *sink;
     PK(cudaMalloc(&dph, sizeof(chain_phase) * phases));
     PK(cudaMemcpy(dph, ph.data(), sizeof(chain_phase) * phases, cudaMemcpyHostToDevice));
@@ -441,12 +476,11 @@ int main(int argc, char **argv) {
         PK(cudaFuncSetAttribute(k_ring<BT, ST, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB));        \
         const float t1 = median_ms(reps, st, [&] {                                                                 \
             coop_launch(k_ring<BT, ST, TB>, (unsigned)sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)dall,      \
-                        (const size_t *)dall + 1, 1, count, next, sink);                                           \
+                        (const size_t *)dall + 1, 1, count, sink);                                                 \
         });                                                                                                        \
         const float tp = median_ms(reps, st, [&] {                                                                 \
             coop_launch(k_ring<BT, ST, TB>, (unsigned)sms, BT + 32, ST * TB, st, (const uint4 *)w, (const size_t *)doff,      \
-                        (const size_t *)dn, phases, count, next, sink);                                            \
-            next += (unsigned long long)(phases - 1) * (unsigned)sms;                                              \
+                        (const size_t *)dn, phases, count, sink);                                                  \
         });                                                                                                        \
         printf("ring    %4d consumers, %2d x %2d KB stages         single %8.3f ms %7.1f GB/s, phases %8.3f ms "     \
                "%7.1f GB/s (%3.0f%% of stream), %5.2f us per boundary\n",                                           \
@@ -463,34 +497,35 @@ int main(int argc, char **argv) {
     /* a chunk: the most whole rows whose codes and scales fit a stage */
     auto set_rows = [&](int tb) {
         for (auto &P : ph) {
-            P.rows = tb / (P.K / 32 * 18);
+            P.rows = tb / (P.K / 32 * 18 * (P.q2 ? 2 : 1));
             P.chunks = (P.M + P.rows - 1) / P.rows;
         }
         PK(cudaMemcpy(dph, ph.data(), sizeof(chain_phase) * phases, cudaMemcpyHostToDevice));
     };
-#define CHAIN_ROW(BT, ST, TB, BUILD)                                                                               \
+#define CHAIN_ROW(BT, ST, TB, BUILD, COPY)                                                                               \
     {                                                                                                              \
         set_rows(TB);                                                                                              \
-        PK(cudaFuncSetAttribute(k_chain<BT, ST, TB, BUILD>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
+        PK(cudaFuncSetAttribute(k_chain<BT, ST, TB, BUILD, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
         cudaFuncAttributes fa;                                                                                     \
-        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, TB, BUILD>));                                                \
+        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, TB, BUILD, COPY>));                                                \
         const float tc = median_ms(reps, st, [&] {                                                                 \
             PK(cudaMemsetAsync(claim, 0, sizeof(int) * phases, st));                                               \
-            coop_launch(k_chain<BT, ST, TB, BUILD>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,                 \
-                        (const chain_phase *)dph, phases, claim, count, next, sink);                               \
-            next += (unsigned long long)(phases - 1) * (unsigned)sms;                                              \
+            coop_launch(k_chain<BT, ST, TB, BUILD, COPY>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,                 \
+                        (const chain_phase *)dph, phases, claim, count, sink);                                     \
         });                                                                                                        \
         printf("chain   %4d consumers, %2d x %2d KB stages%s (%3d regs, %3zu KB static) %8.3f ms %7.1f GB/s (%3.0f%% " \
                "of stream), %6.2f us per layer\n",                                                                 \
-               BT, ST, TB / 1024, BUILD ? "          " : ", no build", fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
+               BT, ST, TB / 1024, BUILD ? (COPY ? "                   " : ", no copy          ") : (COPY ? ", no build         " : ", no build, no copy"), fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
                gb / (tc * 1e-3), 100 * ts / tc, tc * 1e3 / layers);                                                \
     }
-    CHAIN_ROW(512, 4, 24576, 1)
-    CHAIN_ROW(512, 6, 24576, 1)
-    CHAIN_ROW(512, 8, 24576, 1)
-    CHAIN_ROW(512, 12, 16384, 1)
-    CHAIN_ROW(256, 6, 24576, 1)
-    CHAIN_ROW(512, 6, 24576, 0)
+    CHAIN_ROW(512, 8, 24576, 1, 1)
+    CHAIN_ROW(512, 12, 16384, 1, 1)
+    CHAIN_ROW(768, 8, 24576, 1, 1)
+    CHAIN_ROW(768, 12, 16384, 1, 1)
+    CHAIN_ROW(512, 8, 24576, 0, 1)
+    CHAIN_ROW(512, 8, 24576, 1, 0)
+    CHAIN_ROW(768, 8, 24576, 1, 0)
+    CHAIN_ROW(512, 8, 24576, 0, 0)
 #undef CHAIN_ROW
     PK(cudaFree(w));
     PK(cudaFree(h));
