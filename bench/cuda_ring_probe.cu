@@ -203,7 +203,6 @@ struct chain_phase {
 
 #define CH_K_MAX 21504
 #define CH_NB_MAX (CH_K_MAX / 32)
-#define CG 2 /* chunks per claim */
 
 /* The phase's input codes, built by every block from the outputs before
  * it (L2 reads): every load issued before any use (J float4 per thread),
@@ -269,7 +268,7 @@ __device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int
  * stages so a warp without one goes on to the next stage.
  * BUILD 0 skips the input build; COPY 0 copies no bytes (the consumers
  * compute on whatever the stages hold): rows that time the parts. */
-template <int BT, int ST, int TB, int BUILD, int COPY>
+template <int BT, int ST, int TB, int BUILD, int COPY, int CG>
 __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int phases, int *claim,
                                                       unsigned long long *count, unsigned *sink) {
     static_assert(BT % 32 == 0 && TB % 16 == 0, "whole warps, whole 16-byte units");
@@ -502,30 +501,32 @@ int main(int argc, char **argv) {
         }
         PK(cudaMemcpy(dph, ph.data(), sizeof(chain_phase) * phases, cudaMemcpyHostToDevice));
     };
-#define CHAIN_ROW(BT, ST, TB, BUILD, COPY)                                                                               \
+#define CHAIN_ROW(BT, ST, TB, BUILD, COPY, CG)                                                                               \
     {                                                                                                              \
         set_rows(TB);                                                                                              \
-        PK(cudaFuncSetAttribute(k_chain<BT, ST, TB, BUILD, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
+        PK(cudaFuncSetAttribute(k_chain<BT, ST, TB, BUILD, COPY, CG>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
         cudaFuncAttributes fa;                                                                                     \
-        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, TB, BUILD, COPY>));                                                \
+        PK(cudaFuncGetAttributes(&fa, k_chain<BT, ST, TB, BUILD, COPY, CG>));                                                \
         const float tc = median_ms(reps, st, [&] {                                                                 \
             PK(cudaMemsetAsync(claim, 0, sizeof(int) * phases, st));                                               \
-            coop_launch(k_chain<BT, ST, TB, BUILD, COPY>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,                 \
+            coop_launch(k_chain<BT, ST, TB, BUILD, COPY, CG>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,                 \
                         (const chain_phase *)dph, phases, claim, count, sink);                                     \
         });                                                                                                        \
-        printf("chain   %4d consumers, %2d x %2d KB stages%s (%3d regs, %3zu KB static) %8.3f ms %7.1f GB/s (%3.0f%% " \
+        printf("chain   %4d consumers, %2d x %2d KB stages, %d per claim%s (%3d regs, %3zu KB static) %8.3f ms %7.1f GB/s (%3.0f%% " \
                "of stream), %6.2f us per layer\n",                                                                 \
-               BT, ST, TB / 1024, BUILD ? (COPY ? "                   " : ", no copy          ") : (COPY ? ", no build         " : ", no build, no copy"), fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
+               BT, ST, TB / 1024, CG, BUILD ? (COPY ? "                   " : ", no copy          ") : (COPY ? ", no build         " : ", no build, no copy"), fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
                gb / (tc * 1e-3), 100 * ts / tc, tc * 1e3 / layers);                                                \
     }
-    CHAIN_ROW(512, 8, 24576, 1, 1)
-    CHAIN_ROW(512, 12, 16384, 1, 1)
-    CHAIN_ROW(768, 8, 24576, 1, 1)
-    CHAIN_ROW(768, 12, 16384, 1, 1)
-    CHAIN_ROW(512, 8, 24576, 0, 1)
-    CHAIN_ROW(512, 8, 24576, 1, 0)
-    CHAIN_ROW(768, 8, 24576, 1, 0)
-    CHAIN_ROW(512, 8, 24576, 0, 0)
+    CHAIN_ROW(512, 8, 24576, 1, 1, 2)
+    CHAIN_ROW(512, 8, 24576, 1, 1, 4)
+    CHAIN_ROW(512, 8, 24576, 1, 1, 8)
+    CHAIN_ROW(512, 12, 16384, 1, 1, 4)
+    CHAIN_ROW(512, 8, 24576, 0, 1, 4)
+    CHAIN_ROW(512, 8, 24576, 1, 0, 2)
+    CHAIN_ROW(512, 8, 24576, 1, 0, 4)
+    CHAIN_ROW(512, 8, 24576, 1, 0, 8)
+    CHAIN_ROW(512, 8, 24576, 0, 0, 2)
+    CHAIN_ROW(512, 8, 24576, 0, 0, 8)
 #undef CHAIN_ROW
     PK(cudaFree(w));
     PK(cudaFree(h));

@@ -100,7 +100,7 @@ static void hardware_of(const char *backend, char *out, size_t cap) {
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
-    double peak = 0; /* GB/s; 0: the backend's known figure (H200 HBM3e for cuda) or none */
+    double peak = 0; /* GB/s; 0: the GPU's figure (cuda_probe_peak_gbs) or none */
     int kv_f16 = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -184,8 +184,12 @@ int cli_bench(int argc, char **argv) {
         return 1;
     }
     /* a CPU's memory bandwidth is not known here: without --peak-gbs no
-     * fraction is printed rather than one against a made-up peak */
-    if (peak == 0 && !strcmp(gem_engine_backend(e), "cuda")) peak = 4800;
+     * fraction is printed rather than one against a made-up peak; a GPU
+     * says what it is (an H100's fraction against the H200's 4800 was
+     * wrong by 43%) */
+#ifdef GEM_CUDA
+    if (peak == 0 && !strcmp(gem_engine_backend(e), "cuda")) peak = cuda_probe_peak_gbs(0);
+#endif
     char peak_txt[48] = "peak unknown (--peak-gbs)", peak_js[24] = "null";
     if (peak > 0) {
         snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);

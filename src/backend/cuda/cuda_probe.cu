@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <string.h>
 
 extern "C" int cuda_probe_count(char *why, size_t cap) {
     int n = 0;
@@ -13,6 +14,20 @@ extern "C" int cuda_probe_count(char *why, size_t cap) {
         return -1;
     }
     return n;
+}
+
+extern "C" double cuda_probe_peak_gbs(int i) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) return 0;
+    /* the datasheets' round figures, which the clock arithmetic misses by
+     * a few percent (an H200's 3201 MHz x 6144 bits gives 4917) */
+    if (strstr(p.name, "H200")) return 4800;
+    if (strstr(p.name, "H100") && strstr(p.name, "HBM3")) return 3350;
+    int mem_clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, i) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, i) != cudaSuccess)
+        return 0;
+    return mem_clock_khz * 1e3 * 2 * (bus_bits / 8) / 1e9;
 }
 
 extern "C" int cuda_probe_describe(int i, char *out, size_t cap) {
