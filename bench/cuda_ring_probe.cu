@@ -67,10 +67,13 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity
     unsigned done = 0, n = 0;
     unsigned long long t0 = 0;
     for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        /* the hint lets the hardware hold the thread up to 1 ms until the
+         * phase completes instead of returning at once: warps spinning on
+         * stages not yet filled took issue slots from the ones computing */
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
                      : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity)
+                     : "r"(smem_u32(b)), "r"(parity), "r"(1000000u)
                      : "memory");
         if (done) return;
         if (++n % 1024 == 0) {
@@ -381,6 +384,138 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
     if (chk == 1234.5f) sink[0] = 1;
 }
 
+/* The same chain with the stages dealt to groups of GW consumer warps (the
+ * stage's index mod the group count): k_chain's every warp waited for and
+ * stepped through every stage, most of them to find no row there, and that
+ * bookkeeping was a third of its instructions (ncu source counters). Here a
+ * stage's GW warps all work on it: each takes a segment of every row's
+ * blocks, their partial sums meet in shared memory at the group's named
+ * barrier (double buffered, so one barrier per stage), and a warp per row
+ * pair finishes. The producer ends a phase with one end mark per group. */
+#define GRP_ROWS 16 /* dot rows per stage at most (rows, or twice the pairs) */
+template <int BT, int ST, int TB, int GW, int COPY>
+__global__ void __launch_bounds__(BT + 32, 1) k_group(const chain_phase *ph, int phases, int *claim,
+                                                      unsigned long long *count, unsigned *sink) {
+    constexpr int W = BT / 32, G = W / GW, CG = 2;
+    static_assert(BT % 32 == 0 && TB % 16 == 0 && W % GW == 0 && ST % G == 0 && GW >= 2 && G <= 14,
+                  "whole warps and groups, stages a multiple of the groups, named barriers 2..15");
+    extern __shared__ __align__(128) uint4 ring[]; /* ST x TB bytes */
+    __shared__ __align__(8) ring_bars<ST> rb;
+    __shared__ int4 xlo[CH_NB_MAX], xhi[CH_NB_MAX];
+    __shared__ float xd[CH_NB_MAX], red[32], part[2][G][GRP_ROWS][GW];
+    __shared__ int xs[CH_NB_MAX], tag[ST];
+    ring_init<ST>(rb, GW);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x >= BT) { /* the producer warp */
+        if (lane != 0) return;
+        unsigned it = 0;
+        for (int p = 0; p < phases; p++) {
+            const chain_phase P = ph[p];
+            const int nb = P.K / 32;
+            int base = atomicAdd(&claim[p], CG), k = 0, next = 0;
+            for (;; it++) {
+                if (k == 0) next = base < P.chunks ? atomicAdd(&claim[p], CG) : 0;
+                const int c = base + k;
+                if (c >= P.chunks) { /* an end mark for every group */
+                    for (int e = 0; e < G; e++, it++) {
+                        const int s = (int)(it % ST);
+                        if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
+                        tag[s] = -1;
+                        mbar_arrive(&rb.full[s]);
+                    }
+                    break;
+                }
+                const int s = (int)(it % ST);
+                if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
+                tag[s] = c;
+                const size_t b0 = (size_t)c * P.rows * nb;
+                const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
+                uint4 *dst = ring + (size_t)s * (TB / 16);
+                if (++k == CG) k = 0, base = next;
+                if (!COPY) {
+                    mbar_arrive(&rb.full[s]);
+                    continue;
+                }
+                mbar_expect(&rb.full[s], P.q2 ? 2 * n * 18 : n * 18);
+                bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
+                if (P.q2) {
+                    bulk_copy(dst + n, P.q2 + b0 * 16, n * 16, &rb.full[s]);
+                    bulk_copy(dst + 2 * n, P.d + b0, n * 2, &rb.full[s]);
+                    bulk_copy(dst + 2 * n + n / 8, P.d2 + b0, n * 2, &rb.full[s]);
+                } else {
+                    bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
+                }
+            }
+        }
+        return;
+    }
+    const int g = warp / GW, wi = warp % GW;
+    unsigned it = (unsigned)g; /* this group's stages: it = g mod G */
+    int buf = 0;
+    float chk = 0;
+    for (int p = 0; p < phases; p++) {
+        const chain_phase P = ph[p];
+        const int nb = P.K / 32, b0 = wi * nb / GW, b1 = (wi + 1) * nb / GW; /* this warp's segment */
+        chain_build<BT>(P, xlo, xhi, xd, xs, red);
+        asm volatile("bar.sync 1, %0;" ::"r"(BT) : "memory");
+        for (;; it += G) {
+            const int s = (int)(it % ST);
+            mbar_wait(&rb.full[s], (it / ST) & 1);
+            const int c = tag[s];
+            if (c < 0) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&rb.empty[s]);
+                it += G;
+                break;
+            }
+            const int row0 = c * P.rows, nrows = min(P.rows, P.M - row0);
+            const int n = nrows * nb, pair = P.q2 != NULL;
+            const uint4 *qs = ring + (size_t)s * (TB / 16);
+            const __half *ds = (const __half *)(qs + (pair ? 2 * n : n));
+            const int items = pair ? nrows : (nrows + 1) / 2;
+            for (int i = 0; i < items; i++) {
+                const int ra = pair ? i : 2 * i, oa = ra * nb, ob = pair ? n + oa : oa + nb;
+                const bool two = pair || ra + 1 < nrows;
+                float a = 0, u = 0;
+#pragma unroll 2
+                for (int b = b0 + lane; b < b1; b += 32) {
+                    const int4 x0 = xlo[b], x1 = xhi[b];
+                    const float dx = xd[b];
+                    const int sx = xs[b];
+                    const uint4 w = qs[oa + b];
+                    a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
+                    if (two) {
+                        const uint4 w2 = qs[ob + b];
+                        u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
+                    }
+                }
+                a = warp_sum(a);
+                u = warp_sum(u);
+                if (lane == 0) part[buf][g][2 * i][wi] = a, part[buf][g][2 * i + 1][wi] = u;
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&rb.empty[s]); /* the stage's bytes are read */
+            asm volatile("bar.sync %0, %1;" ::"r"(2 + g), "r"(GW * 32) : "memory");
+            for (int i = wi; i < items; i += GW) { /* the partial sums of the group's warps */
+                if (lane == 0) {
+                    float a = 0, u = 0;
+                    for (int v = 0; v < GW; v++) a += part[buf][g][2 * i][v], u += part[buf][g][2 * i + 1][v];
+                    const int ra = pair ? i : 2 * i;
+                    if (pair) a = gelu_tanh_f(a) * u, P.out[row0 + ra] = a, chk += a;
+                    else {
+                        P.out[row0 + ra] = a, chk += a;
+                        if (ra + 1 < nrows) P.out[row0 + ra + 1] = u, chk += u;
+                    }
+                }
+            }
+            buf ^= 1;
+        }
+        if (p + 1 < phases) consumers_grid_sync(BT, count);
+    }
+    if (chk == 1234.5f) sink[0] = 1;
+}
+
+
 int main(int argc, char **argv) {
     const int layers = argc > 1 ? atoi(argv[1]) : 60, reps = argc > 2 ? atoi(argv[2]) : 10;
     if (layers < 1 || layers > 60 || reps < 1) {
@@ -518,16 +653,33 @@ int main(int argc, char **argv) {
                gb / (tc * 1e-3), 100 * ts / tc, tc * 1e3 / layers);                                                \
     }
     CHAIN_ROW(512, 8, 24576, 1, 1, 2)
-    CHAIN_ROW(512, 8, 24576, 1, 1, 4)
-    CHAIN_ROW(512, 8, 24576, 1, 1, 8)
-    CHAIN_ROW(512, 12, 16384, 1, 1, 4)
-    CHAIN_ROW(512, 8, 24576, 0, 1, 4)
     CHAIN_ROW(512, 8, 24576, 1, 0, 2)
-    CHAIN_ROW(512, 8, 24576, 1, 0, 4)
-    CHAIN_ROW(512, 8, 24576, 1, 0, 8)
     CHAIN_ROW(512, 8, 24576, 0, 0, 2)
-    CHAIN_ROW(512, 8, 24576, 0, 0, 8)
 #undef CHAIN_ROW
+#define GROUP_ROW(BT, ST, TB, GW, COPY)                                                                            \
+    {                                                                                                              \
+        set_rows(TB);                                                                                              \
+        PK(cudaFuncSetAttribute(k_group<BT, ST, TB, GW, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST * TB)); \
+        cudaFuncAttributes fa;                                                                                     \
+        PK(cudaFuncGetAttributes(&fa, k_group<BT, ST, TB, GW, COPY>));                                             \
+        const float tc = median_ms(reps, st, [&] {                                                                 \
+            PK(cudaMemsetAsync(claim, 0, sizeof(int) * phases, st));                                               \
+            coop_launch(k_group<BT, ST, TB, GW, COPY>, (unsigned)sms, BT + 32, (size_t)(ST * TB), st,              \
+                        (const chain_phase *)dph, phases, claim, count, sink);                                     \
+        });                                                                                                        \
+        printf("group   %4d consumers, %2d x %2d KB stages, groups of %2d warps%s (%3d regs, %3zu KB static) %8.3f ms " \
+               "%7.1f GB/s (%3.0f%% of stream), %6.2f us per layer\n",                                              \
+               BT, ST, TB / 1024, GW, COPY ? "         " : ", no copy", fa.numRegs, fa.sharedSizeBytes / 1024, tc,  \
+               gb / (tc * 1e-3), 100 * ts / tc, tc * 1e3 / layers);                                                \
+    }
+    GROUP_ROW(512, 8, 24576, 2, 1)
+    GROUP_ROW(512, 16, 12288, 2, 1)
+    GROUP_ROW(512, 16, 12288, 4, 1)
+    GROUP_ROW(256, 16, 12288, 2, 1)
+    GROUP_ROW(512, 8, 24576, 2, 0)
+    GROUP_ROW(512, 16, 12288, 2, 0)
+    GROUP_ROW(256, 16, 12288, 2, 0)
+#undef GROUP_ROW
     PK(cudaFree(w));
     PK(cudaFree(h));
     for (int k = 0; k < 4; k++) PK(cudaFree(out[k]));
