@@ -36,7 +36,10 @@
  *           (q/k/v and gate/up: an RMS norm of the 5376 values; o: the
  *           first 8192 q/k/v outputs, standing in for attention; down: the
  *           21504 gated values), so no small kernel and no extra barrier is
- *           left; "no build" skips that to show what it costs.
+ *           left; "no build" skips that to show what it costs, "no copy"
+ *           copies nothing (the consumers' own bound);
+ *   group   the chain with each stage dealt to a group of warps that split
+ *           its rows, instead of every warp stepping through every stage.
  *
  *   build/cuda_ring_probe [LAYERS] [REPS]
  *

@@ -1327,6 +1327,255 @@ static void test_quantized_handoff(void) {
 
 /* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
  * read when a backend is created), the variable unset again. */
+/* layer_rest on one persistent launch (GEM_CUDA_REST=1, cuda_rest.cu) on
+ * backend gt against the op-by-op calls on the default backend: h, and a
+ * and the next layer's q/k/v when the next norm is given, after two steps
+ * in a row (the second launch finds the claim counters the first left
+ * zero); a's 8-bit codes, left for the next products, equal those a
+ * product makes of a copy of a (exact).
+ * Tolerance: 2e-3 of the output's rms. The two paths add in other orders
+ * (rows split over warps; the block sums of the norms), so a value at a
+ * rounding boundary of its 8-bit code may take the other code: one code
+ * step is 1/127 of its block's largest value, which moves a product output
+ * by ~1e-4 of its size for rows of thousands of values and h and a by as
+ * little; a wrong or missing row moves them by their own size. The bound
+ * grows as 1/sqrt(H) below H 2048 (one flip weighs more in a shorter sum).
+ * Widths: the tiny and 1b profiles', the 12B's (full o) and the 31B's
+ * (sliding and full o), with and without the layer scale and the next
+ * norm; the next layer's q/k/v of K, K / 2 - 1 (odd: a chunk's last row
+ * alone) and K / 2 rows, two of them for a full layer. */
+static double rms_of(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s / (double)n);
+}
+
+static void test_layer_rest(backend *gt) {
+    CHECKF(gt->layer_rest != NULL, "GEM_CUDA_REST=1: the backend offers no layer_rest");
+    if (!gt->layer_rest) return;
+    /* full: the next layer is a full one (q and k only) */
+    const struct {
+        int H, F, K;
+        int next, scale, full;
+    } cases[] = {{256, 512, 256, 1, 1, 0},      {256, 512, 512, 0, 1, 0},      {1536, 6144, 2048, 1, 0, 1},
+                 {3840, 15360, 8192, 1, 1, 1},  {5376, 21504, 8192, 1, 1, 0}, {5376, 21504, 16384, 0, 1, 0},
+                 {5376, 21504, 8192, 1, 0, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int H = cases[ci].H, F = cases[ci].F, K = cases[ci].K;
+        const double tol = 2e-3 * fmax(1.0, sqrt(2048.0 / H));
+        const uint32_t ty = QT_Q4_0;
+        tensor Wo = make_tensor(ty, K, H), Wg = make_tensor(ty, H, F), Wu = make_tensor(ty, H, F),
+               Wd = make_tensor(ty, F, H);
+        tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
+                         make_tensor(QT_F32, H, 1)};
+        tensor sc = make_tensor(QT_F32, 1, 1), Wx = make_tensor(ty, H, 64);
+        const int nq = cases[ci].next ? (cases[ci].full ? 2 : 3) : 0, qm[3] = {K, K / 2 - 1, K / 2};
+        tensor Wq[3];
+        for (int i = 0; i < nq; i++) Wq[i] = make_tensor(ty, H, qm[i]);
+        backend *bs[2] = {gpu, gt};
+        be_weight *w[2][10], *wq[2][3];
+        be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2], *qo[2][3];
+        float *h0 = rand_vec((size_t)H, 1.0f);
+        gem_err err;
+        for (int si = 0; si < 2; si++) {
+            backend *b = bs[si];
+            const tensor *ts[10] = {&Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &sc, &Wx};
+            for (int i = 0; i < 10; i++) w[si][i] = b->weight(b, &ts[i]->t, &err);
+            h[si] = put(b, h0, (size_t)H);
+            a[si] = put(b, NULL, (size_t)H);
+            att[si] = put(b, NULL, (size_t)K);
+            o[si] = put(b, NULL, (size_t)H);
+            act[si] = put(b, NULL, (size_t)F);
+            dn[si] = put(b, NULL, (size_t)H);
+            for (int i = 0; i < nq; i++) wq[si][i] = b->weight(b, &Wq[i].t, &err), qo[si][i] = put(b, NULL, (size_t)qm[i]);
+        }
+        be_buf *copy = put(gt, NULL, (size_t)H), *p1 = put(gt, NULL, 64), *p2 = put(gt, NULL, 64);
+        int ok = 1;
+        for (int step = 0; step < 2 && ok; step++) {
+            float *x = rand_vec((size_t)K, 1.0f);
+            const be_weight *next = cases[ci].next ? w[0][7] : NULL, *scale = cases[ci].scale ? w[0][8] : NULL;
+            /* the op-by-op calls (the model's fallback) */
+            gpu->upload(gpu, att[0], 0, x, (size_t)K);
+            gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
+            gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
+            gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
+            gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
+            if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
+            else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
+            if (nq) gpu->matmul_multi(gpu, nq, (const be_weight *const *)wq[0], a[0], 1, qo[0]);
+            /* the one op */
+            gt->upload(gt, att[1], 0, x, (size_t)K);
+            be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
+                               cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
+                               h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, nq, {NULL, NULL, NULL},
+                               {NULL, NULL, NULL}};
+            for (int i = 0; i < nq; i++) r.next_w[i] = wq[1][i], r.next_out[i] = qo[1][i];
+            const int took = gt->layer_rest(gt, &r);
+            CHECKF(took == 0, "layer_rest declined H=%d F=%d K=%d", H, F, K);
+            if (took) ok = 0;
+            if (ok && cases[ci].next) {
+                /* a's codes, left for the next products: a product through
+                 * them (nothing launched or uploaded since) equals one that
+                 * quantizes a copy of a itself */
+                gt->matmul(gt, w[1][9], a[1], 1, p1);
+                gt->copy(gt, a[1], 0, copy, 0, (size_t)H);
+                gt->matmul(gt, w[1][9], copy, 1, p2);
+                float *c1 = get(gt, p1, 64), *c2 = get(gt, p2, 64);
+                CHECKF(close_enough("layer_rest codes", c1, c2, 64, 0, 0), "a's codes H=%d step %d", H, step);
+                free(c1), free(c2);
+            }
+            for (int out = 0; out < 2 + nq && ok; out++) {
+                if (out == 1 && !cases[ci].next) continue;
+                be_buf *br = out == 0 ? h[0] : out == 1 ? a[0] : qo[0][out - 2],
+                       *bg = out == 0 ? h[1] : out == 1 ? a[1] : qo[1][out - 2];
+                const int len = out < 2 ? H : qm[out - 2];
+                float *ref = get(gpu, br, (size_t)len), *got = get(gt, bg, (size_t)len);
+                const double scale_of = rms_of(ref, (size_t)len);
+                double worst = 0;
+                for (int i = 0; i < len; i++) {
+                    const double e = fabs((double)got[i] - ref[i]);
+                    worst = isnan(got[i]) ? INFINITY : fmax(worst, e);
+                }
+                char label[160];
+                static const char *names[5] = {"h", "a", "next q", "next k", "next v"};
+                snprintf(label, sizeof label, "layer_rest %s H=%d F=%d K=%d%s step %d", names[out], H, F, K,
+                         cases[ci].scale ? " scaled" : "", step);
+                fprintf(stderr, "%s: largest difference %.3g of rms %.3g\n", label, worst, scale_of);
+                CHECKF(worst <= tol * scale_of, "%s: %.3g > %.2g x %.3g", label, worst, tol, scale_of);
+                if (!(worst <= tol * scale_of)) ok = 0;
+                free(ref), free(got);
+            }
+            free(x);
+        }
+        CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
+        gt->buf_free(gt, copy), gt->buf_free(gt, p1), gt->buf_free(gt, p2);
+        for (int si = 0; si < 2; si++) {
+            backend *b = bs[si];
+            for (int i = 0; i < 10; i++) b->weight_free(b, w[si][i]);
+            be_buf *bufs[] = {h[si], a[si], att[si], o[si], act[si], dn[si]};
+            for (int i = 0; i < 6; i++) b->buf_free(b, bufs[i]);
+            for (int i = 0; i < nq; i++) b->weight_free(b, wq[si][i]), b->buf_free(b, qo[si][i]);
+        }
+        for (int i = 0; i < nq; i++) free_tensor(&Wq[i]);
+        free(h0);
+        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc), free_tensor(&Wx);
+        for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
+    }
+}
+
+/* What layer_rest does not take it declines with nothing done (h as it
+ * was): widths that are not a multiple of 256, q8_0 weights (all, or o
+ * alone), a buffer passed twice (a is att), two tokens, the next layer's
+ * k in q8_0 or of 128 columns, v into 100 floats or into h, q/k/v without
+ * the next norm. */
+static void test_layer_rest_declines(backend *gt) {
+    if (!gt->layer_rest) return;
+    static const char *why[10] = {"H 160",       "o in q8_0, the rest q4_0", "a is att", "two tokens",
+                                  "all in q8_0", "k in q8_0",                "k of 128 columns",
+                                  "v into 100 floats", "v into h",           "q/k/v without the next norm"};
+    for (int c = 0; c < 10; c++) {
+        const int H = c == 0 ? 160 : 256, F = 512, K = 256;
+        const uint32_t all = c == 4 ? QT_Q8_0 : QT_Q4_0;
+        tensor Wo = make_tensor(c == 1 || c == 4 ? QT_Q8_0 : QT_Q4_0, K, H), Wg = make_tensor(all, H, F),
+               Wu = make_tensor(all, H, F), Wd = make_tensor(all, F, H), nw = make_tensor(QT_F32, H, 1);
+        tensor Wq = make_tensor(QT_Q4_0, H, K), Wk = make_tensor(c == 5 ? QT_Q8_0 : QT_Q4_0, c == 6 ? 128 : H, 128),
+               Wv = make_tensor(QT_Q4_0, H, 128);
+        gem_err err;
+        be_weight *wo = gt->weight(gt, &Wo.t, &err), *wg = gt->weight(gt, &Wg.t, &err),
+                  *wu = gt->weight(gt, &Wu.t, &err), *wd = gt->weight(gt, &Wd.t, &err), *nwg = gt->weight(gt, &nw.t, &err);
+        be_weight *wq = gt->weight(gt, &Wq.t, &err), *wk = gt->weight(gt, &Wk.t, &err), *wv = gt->weight(gt, &Wv.t, &err);
+        float *h0 = rand_vec((size_t)2 * H, 1.0f), *x = rand_vec((size_t)2 * K, 1.0f);
+        be_buf *h = put(gt, h0, (size_t)2 * H), *att = put(gt, x, (size_t)2 * K), *a = put(gt, NULL, (size_t)2 * H),
+               *o = put(gt, NULL, (size_t)2 * H), *act = put(gt, NULL, (size_t)2 * F), *dn = put(gt, NULL, (size_t)2 * H);
+        be_buf *qb = put(gt, NULL, (size_t)K), *kb = put(gt, NULL, 128), *vb = put(gt, NULL, c == 7 ? 100 : 128);
+        be_layer_rest r = {att, wo, nwg, nwg, wg, wu, wd, nwg, NULL, nwg, h, c == 2 ? att : a, o, act, dn,
+                           c == 3 ? 2 : 1, H, 1e-6f, 0, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
+        if (c >= 5) {
+            r.next_count = 3;
+            r.next_w[0] = wq, r.next_w[1] = wk, r.next_w[2] = wv;
+            r.next_out[0] = qb, r.next_out[1] = kb, r.next_out[2] = c == 8 ? h : vb;
+        }
+        if (c == 9) r.next_norm = NULL;
+        const int took = gt->layer_rest(gt, &r);
+        float *h1 = get(gt, h, (size_t)2 * H);
+        CHECKF(took == 1, "layer_rest took %s", why[c]);
+        CHECKF(close_enough("layer_rest decline", h1, h0, (size_t)2 * H, 0, 0), "layer_rest declining %s changed h",
+               why[c]);
+        free(h0), free(x), free(h1);
+        be_buf *bufs[] = {h, att, a, o, act, dn, qb, kb, vb};
+        for (int i = 0; i < 9; i++) gt->buf_free(gt, bufs[i]);
+        be_weight *ws[] = {wo, wg, wu, wd, nwg, wq, wk, wv};
+        for (int i = 0; i < 8; i++) gt->weight_free(gt, ws[i]);
+        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw);
+        free_tensor(&Wq), free_tensor(&Wk), free_tensor(&Wv);
+    }
+    gem_err err;
+    CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
+}
+
+/* layer_rest recorded in a graph and replayed equals the same number of
+ * direct calls bit for bit: a row's sum is made in one order whichever
+ * block claims it, and every block builds the same inputs, so the results
+ * do not depend on the run; the counters the kernel leaves zero serve each
+ * replay. The 31B's sliding shapes with the next layer's q/k/v. */
+typedef struct {
+    backend *b;
+    be_layer_rest r;
+} rest_rec;
+
+static void rest_body(void *p) {
+    rest_rec *c = p;
+    CHECKF(c->b->layer_rest(c->b, &c->r) == 0, "layer_rest declined inside a capture");
+}
+
+static void test_layer_rest_graph(backend *gt) {
+    if (!gt->layer_rest) return;
+    const int H = 5376, F = 21504, K = 8192, qm[3] = {8192, 4096, 4096};
+    tensor Wo = make_tensor(QT_Q4_0, K, H), Wg = make_tensor(QT_Q4_0, H, F), Wu = make_tensor(QT_Q4_0, H, F),
+           Wd = make_tensor(QT_Q4_0, F, H), nw = make_tensor(QT_F32, H, 1), sc = make_tensor(QT_F32, 1, 1);
+    tensor Wq[3] = {make_tensor(QT_Q4_0, H, qm[0]), make_tensor(QT_Q4_0, H, qm[1]), make_tensor(QT_Q4_0, H, qm[2])};
+    gem_err err;
+    be_weight *wo = gt->weight(gt, &Wo.t, &err), *wg = gt->weight(gt, &Wg.t, &err), *wu = gt->weight(gt, &Wu.t, &err),
+              *wd = gt->weight(gt, &Wd.t, &err), *nwg = gt->weight(gt, &nw.t, &err), *scg = gt->weight(gt, &sc.t, &err);
+    be_weight *wq[3];
+    for (int i = 0; i < 3; i++) wq[i] = gt->weight(gt, &Wq[i].t, &err);
+    float *h0 = rand_vec((size_t)H, 1.0f), *x = rand_vec((size_t)K, 1.0f);
+    float *res[2][5];
+    for (int path = 0; path < 2; path++) {
+        be_buf *h = put(gt, h0, (size_t)H), *att = put(gt, x, (size_t)K), *a = put(gt, NULL, (size_t)H),
+               *o = put(gt, NULL, (size_t)H), *act = put(gt, NULL, (size_t)F), *dn = put(gt, NULL, (size_t)H), *q[3];
+        for (int i = 0; i < 3; i++) q[i] = put(gt, NULL, (size_t)qm[i]);
+        rest_rec rec = {gt, {att, wo, nwg, nwg, wg, wu, wd, nwg, scg, nwg, h, a, o, act, dn, 1, H, 1e-6f, 3,
+                             {wq[0], wq[1], wq[2]}, {q[0], q[1], q[2]}}};
+        if (path == 0) {
+            for (int i = 0; i < 4; i++) rest_body(&rec);
+        } else {
+            be_graph *g = gt->capture(gt, rest_body, &rec, &err); /* runs once */
+            CHECKF(g != NULL, "capture: %s", err.msg);
+            for (int i = 0; i < 3 && g; i++) CHECKF(gt->replay(gt, g) == 0, "replay %d", i);
+            if (g) gt->graph_free(gt, g);
+        }
+        be_buf *outs[5] = {h, a, q[0], q[1], q[2]};
+        const int lens[5] = {H, H, qm[0], qm[1], qm[2]};
+        for (int i = 0; i < 5; i++) res[path][i] = get(gt, outs[i], (size_t)lens[i]);
+        be_buf *bufs[] = {h, att, a, o, act, dn, q[0], q[1], q[2]};
+        for (int i = 0; i < 9; i++) gt->buf_free(gt, bufs[i]);
+    }
+    static const char *names[5] = {"h", "a", "q", "k", "v"};
+    const int lens[5] = {H, H, qm[0], qm[1], qm[2]};
+    for (int i = 0; i < 5; i++) {
+        CHECKF(close_enough("layer_rest graph", res[1][i], res[0][i], (size_t)lens[i], 0, 0),
+               "layer_rest: 3 replays after a capture vs 4 direct calls, %s", names[i]);
+        free(res[0][i]), free(res[1][i]);
+    }
+    CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
+    be_weight *ws[] = {wo, wg, wu, wd, nwg, scg, wq[0], wq[1], wq[2]};
+    for (int i = 0; i < 9; i++) gt->weight_free(gt, ws[i]);
+    free(h0), free(x);
+    free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw), free_tensor(&sc);
+    for (int i = 0; i < 3; i++) free_tensor(&Wq[i]);
+}
+
 static backend *variant(const char *var, const char *value, const backend_opts *o) {
     gem_err err;
     setenv(var, value, 1);
@@ -1356,8 +1605,28 @@ static void progress(const char *group) {
     last = now;
 }
 
-int main(void) {
+/* layer_rest: offered with GEM_CUDA_REST=1 only, checked on that variant */
+static void test_layer_rest_all(const backend_opts *g) {
+    CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_REST unset)");
+    backend *grest = variant("GEM_CUDA_REST", "1", g);
+    if (grest) {
+        test_layer_rest(grest);
+        test_layer_rest_declines(grest);
+        test_layer_rest_graph(grest);
+    }
+    variant_done(grest);
+    progress("layer_rest");
+}
+
+/* cuda_ops [layer_rest]: every check, or (a device call short of time)
+ * the layer_rest checks alone */
+int main(int argc, char **argv) {
     gem_err err;
+    const int only_rest = argc > 1 && !strcmp(argv[1], "layer_rest");
+    if (argc > 2 || (argc == 2 && !only_rest)) {
+        fprintf(stderr, "usage: cuda_ops [layer_rest]\n");
+        return 2;
+    }
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
     /* the backends under test are the defaults, whatever the caller's
      * environment says; variants below set their variable explicitly */
@@ -1369,6 +1638,7 @@ int main(void) {
     unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
     unsetenv("GEM_CUDA_ATTN_FUSE");
+    unsetenv("GEM_CUDA_REST");
     unsetenv("GEM_CUDA_MV_LD");
     unsetenv("GEM_CUDA_FULL_SPLITS");
     unsetenv("GEM_CUDA_ATTN_BAR1");
@@ -1377,7 +1647,7 @@ int main(void) {
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    if (gpu) {
+    if (gpu && !only_rest) {
         gpu_split = variant("GEM_CUDA_ATTN_DEC", "0", &g);
         gpu_split_f16 = variant("GEM_CUDA_ATTN_DEC", "0", &gh);
         gpu_reg = variant("GEM_CUDA_ATTN_DEC", "1", &g);
@@ -1392,6 +1662,10 @@ int main(void) {
         return 1;
     }
     progress(NULL); /* the clock starts */
+    if (only_rest) {
+        test_layer_rest_all(&g);
+        goto done;
+    }
     test_embed();
     test_norms(gpu);
     test_norm_handoff(gpu);
@@ -1456,6 +1730,8 @@ int main(void) {
     test_topk();
     test_graph();
     progress("handoff, argmax, topk, graph");
+    test_layer_rest_all(&g);
+done:
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
     backend *variants[] = {gpu_f16,        gpu_split,   gpu_split_f16, gpu_reg,

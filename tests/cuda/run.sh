@@ -6,7 +6,8 @@
 # sliding windows and more), the tiny and 1b models in f32 and q4_0 with
 # f16 caches, and synthetic gemma4-12b in f16 (with 256-thread one-token
 # norms and with the defaults: cuda_model.c, criterion 2) and q4_0 (its
-# first 12 layers)
+# first 12 layers; also with GEM_CUDA_REST=1, as are the tiny and 1b
+# q4_0 models: the rest of each layer on one persistent launch)
 # (GEM_CUDA_SKIP_12B=1 skips those: 24 and 7 GB on disk; GEM_CUDA_ONLY_12B=1
 # runs them alone; GEM_CUDA_SKIP_OPS=1 skips cuda_ops), then the trained
 # demo model on both prefill paths against the reference's recorded outputs
@@ -76,6 +77,11 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
         [ "$1 $2" = "1b q4_0" ] && [ -z "${5:-}" ] &&
             run_model "cuda_model $1 $2 (GEM_CUDA_ATTN_DEC=1)" env GEM_CUDA_MMA=0 GEM_CUDA_ATTN_DEC=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
+        # the rest of each layer on one persistent launch (layer_rest), in
+        # every replayed decode step
+        [ "$2" = q4_0 ] &&
+            run_model "cuda_model $1 $2${5:+ $5} (GEM_CUDA_REST=1)" env GEM_CUDA_MMA=0 GEM_CUDA_REST=1 \
+                build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" ${5:-} ${6:-} ${7:-}
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
 fi
@@ -87,7 +93,8 @@ if [ -z "$GEM_CUDA_SKIP_12B" ]; then
     # (f16: once with the 256-thread one-token norms, whose summation
     # order is the tiled rows', at criterion 2's 1e-4; once with the
     # defaults, where it is held to criterion 1's 1e-2: cuda_model.c)
-    for spec in "f16 7 strict 48 - GEM_CUDA_NORM_WIDE=0" "f16 7 strict 48 tbt=1e-2" "q4_0 4 int8 128 layers=12"; do
+    for spec in "f16 7 strict 48 - GEM_CUDA_NORM_WIDE=0" "f16 7 strict 48 tbt=1e-2" "q4_0 4 int8 128 layers=12" \
+                "q4_0 4 int8 128 layers=12 GEM_CUDA_REST=1"; do
         set -- $spec
         [ -f "$tmp/m-$1-$2.gguf" ] || { rm -f "$tmp"/m-*.gguf
             ./gem synth --profile gemma4-12b --type "$1" --seed "$2" -o "$tmp/m-$1-$2.gguf" >/dev/null; }

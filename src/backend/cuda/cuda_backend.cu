@@ -1022,7 +1022,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v, &c->amax_i,
-                    &c->up, &c->topk_part, &c->xh, &c->xhinv};
+                    &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->rest_s};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
@@ -1043,7 +1043,7 @@ static void cu_destroy(backend *b) {
  * names only. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_MV_STAGGER,
-    CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_N
+    CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_REST, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -1054,6 +1054,7 @@ static const struct cu_setting {
     {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
+    {"GEM_CUDA_REST", 0, 1, 0},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B",
                                             "GEM_CUDA_SKIP_OPS"};
@@ -1169,6 +1170,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     }
     c->attn_dec = (int)set[CS_ATTN_DEC];
     c->pdl = (int)set[CS_PDL];
+    /* layer_rest on one persistent launch (cuda_rest.cu): opt-in until the
+     * H200 shows it faster than the op-by-op calls */
+    c->rest = (int)set[CS_REST];
+    if (c->rest) b->layer_rest = cu_layer_rest;
     const char *trace = getenv("GEM_CUDA_TRACE");
     if (trace && *trace) {
 #ifdef GEM_CUDA_TRACE

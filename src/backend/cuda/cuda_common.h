@@ -125,6 +125,11 @@ typedef struct {
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
+    /* layer_rest on one persistent launch (cuda_rest.cu; GEM_CUDA_REST=1):
+     * on; 1 set up, -1 not runnable here, 0 not yet asked; its scratch
+     * (h' and the launch counters) */
+    int rest, rest_ready;
+    scratch rest_s;
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
@@ -518,6 +523,7 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1,
 
 void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
 void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
+extern "C" int cu_layer_rest(backend *b, const be_layer_rest *r);
 void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
 void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
