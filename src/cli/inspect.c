@@ -11,6 +11,7 @@
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
 #include "quant/quant.h"
+#include "tok/tok.h"
 
 #define H200_HBM_BYTES_PER_S 4.8e12
 
@@ -121,6 +122,15 @@ int cli_inspect(int argc, char **argv) {
         gguf_close(f);
         return 1;
     }
+    /* the vocabulary too: a file `gem run` refuses is not "OK" here */
+    tok *tk = tok_load(f, &err);
+    if (!tk) {
+        printf("verdict:       REJECTED: tokenizer: %s\n", err.msg);
+        fprintf(stderr, "gem inspect: error: tokenizer: %s\n", err.msg);
+        gemma4_free(m);
+        gguf_close(f);
+        return 1;
+    }
     const gemma4_profile *p = m->profile;
     uint32_t n_full = 0;
     for (uint32_t il = 0; il < p->n_layer; il++) n_full += m->layers[il].is_full;
@@ -135,6 +145,8 @@ int cli_inspect(int argc, char **argv) {
     printf("context:       %" PRId64 " tokens (trained)\n", ctx);
     printf("parameters:    %" PRIu64 " (%.3f B)\n", gemma4_param_count(p), gemma4_param_count(p) / 1e9);
     printf("embedding:     %s\n", quant_type_name(m->token_embd->type));
+    printf("tokenizer:     %u tokens, bos %d, eos %d\n", tok_n_vocab(tk), tok_bos(tk), tok_eos(tk));
+    tok_free(tk);
     uint64_t db = gemma4_decode_bytes(m);
     printf("decode bytes:  %" PRIu64 " per token (%.3f GiB); weight-read roofline on an H200 (4.8 TB/s): %.1f tok/s\n",
            db, db / 1073741824.0, H200_HBM_BYTES_PER_S / (double)db);

@@ -20,7 +20,7 @@
 
 typedef struct {
     int status;        /* 400, 401, 404, ... */
-    char type[32];     /* invalid_request_error, authentication_error, not_found_error, ... */
+    char type[32];     /* invalid_request_error, not_found_error, server_error, ... */
     char param[64];    /* the offending request field, "" when none */
     char code[48];     /* a machine-readable code, "" when none */
     char message[512];

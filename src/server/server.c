@@ -583,7 +583,9 @@ static int key_exempt(const http_req *r) {
 /* The 401 of a request without a valid key; nonzero when sending failed. */
 static int respond_no_key(server *s, int fd, int keep, int head_only) {
     api_error e;
-    api_fail(&e, 401, "authentication_error", NULL, "invalid_api_key",
+    /* OpenAI's body for a bad key: type invalid_request_error, code
+     * invalid_api_key (clients branch on the code) */
+    api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
              "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
     return respond_error_h(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n", head_only);
 }

@@ -56,6 +56,13 @@ expect 0 "tensor types:  f32 44" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
 expect 0 "key gemma4.attention.sliding_window              32" -- $GEM inspect --keys "$tmp/tiny-q4_0.gguf"
 expect 0 "tensor blk.5.attn_q.weight" -- $GEM inspect --tensors "$tmp/tiny-q4_0.gguf"
 expect 0 "context:       4096" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+expect 0 "tokenizer:     262144 tokens, bos 2, eos 1" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+# a vocabulary `gem run` refuses is no "OK" for inspect either: byte token
+# <0x41> renamed <0xZ1> (same length, so the file stays well formed)
+python3 -c "import sys; d = open(sys.argv[1], 'rb').read(); i = d.index(b'<0x41>')
+open(sys.argv[2], 'wb').write(d[:i] + b'<0xZ1>' + d[i + 6:])" "$tmp/tiny-q4_0.gguf" "$tmp/badtok.gguf"
+expect 1 "REJECTED: tokenizer: $tmp/badtok.gguf: token 303 is a byte token (type 6) but its text is not <0xHH>" -- \
+    $GEM inspect "$tmp/badtok.gguf"
 # same options, same bytes
 $GEM synth --profile gemma4-tiny --type q4_0 --seed 3 -t 1 -o "$tmp/again.gguf" 2>/dev/null
 cmp -s "$tmp/again.gguf" "$tmp/tiny-q4_0.gguf" && ok || bad "synth is not deterministic"

@@ -335,7 +335,7 @@ for route in /v1/models /props; do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "$A$route")" = 401 ] && ok || bad "$route without a key"
 done
 r=$(curl -s -w ' %{http_code}' "$A/v1/chat/completions" -H 'Authorization: Bearer wrong' -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":1}')
-case "$r" in *'"type":"authentication_error"'*'"code":"invalid_api_key"'*' 401') ok ;; *) bad "wrong key: $r" ;; esac
+case "$r" in *'"type":"invalid_request_error"'*'"code":"invalid_api_key"'*' 401') ok ;; *) bad "wrong key: $r" ;; esac
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret' -d '{"prompt":"x","max_tokens":1}')" = 200 ] && ok || bad "right key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret2' -d '{"prompt":"x","max_tokens":1}')" = 401 ] && ok || bad "key with a suffix"
 # without the key a request is refused on its head: no 100 Continue, its body never read
