@@ -195,6 +195,8 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
                 qkv_done = nl != NULL;
                 continue;
             }
+            r.next_count = 0; /* the rest without the next q/k/v, where only those were refused */
+            if (nl && !b->layer_rest(b, &r)) continue;
         }
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);

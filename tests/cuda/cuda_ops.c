@@ -1347,9 +1347,13 @@ static void test_quantized_handoff(void) {
  * little; a wrong or missing row moves them by their own size. The bound
  * grows as 1/sqrt(H) below H 2048 (one flip weighs more in a shorter sum).
  * Widths: the tiny and 1b profiles', the 12B's (full o) and the 31B's
- * (sliding and full o), with and without the layer scale and the next
- * norm; the next layer's q/k/v of K, K / 2 - 1 (odd: a chunk's last row
- * alone) and K / 2 rows, two of them for a full layer. */
+ * (sliding and full o), the widest residual (H 8192) and o input (K
+ * 21504) taken, with and without the layer scale and the next norm; the
+ * next layer's q/k/v of K, K / 2 - 1 (odd: a chunk's last row alone) and
+ * K / 2 rows, two of them for a full layer, or q alone. att is scaled by a
+ * kernel right before the op on both paths, so the op's grid dependency
+ * wait (programmatic dependent launch) is all that orders its reads of
+ * att after that kernel's writes. */
 static double rms_of(const float *v, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
@@ -1362,10 +1366,10 @@ static void test_layer_rest(backend *gt) {
     /* full: the next layer is a full one (q and k only) */
     const struct {
         int H, F, K;
-        int next, scale, full;
-    } cases[] = {{256, 512, 256, 1, 1, 0},      {256, 512, 512, 0, 1, 0},      {1536, 6144, 2048, 1, 0, 1},
-                 {3840, 15360, 8192, 1, 1, 1},  {5376, 21504, 8192, 1, 1, 0}, {5376, 21504, 16384, 0, 1, 0},
-                 {5376, 21504, 8192, 1, 0, 0}};
+        int next, scale, nq; /* nq: the next layer's products (2: a full layer's q and k) */
+    } cases[] = {{256, 512, 256, 1, 1, 3},       {256, 512, 512, 0, 1, 0},      {1536, 6144, 2048, 1, 0, 2},
+                 {3840, 15360, 8192, 1, 1, 2},   {5376, 21504, 8192, 1, 1, 3}, {5376, 21504, 16384, 0, 1, 0},
+                 {5376, 21504, 8192, 1, 0, 3},   {8192, 8192, 16384, 1, 1, 1}, {5376, 21504, 21504, 1, 0, 3}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int H = cases[ci].H, F = cases[ci].F, K = cases[ci].K;
         const double tol = 2e-3 * fmax(1.0, sqrt(2048.0 / H));
@@ -1375,7 +1379,7 @@ static void test_layer_rest(backend *gt) {
         tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
                          make_tensor(QT_F32, H, 1)};
         tensor sc = make_tensor(QT_F32, 1, 1), Wx = make_tensor(ty, H, 64);
-        const int nq = cases[ci].next ? (cases[ci].full ? 2 : 3) : 0, qm[3] = {K, K / 2 - 1, K / 2};
+        const int nq = cases[ci].nq, qm[3] = {K, K / 2 - 1, K / 2};
         tensor Wq[3];
         for (int i = 0; i < nq; i++) Wq[i] = make_tensor(ty, H, qm[i]);
         backend *bs[2] = {gpu, gt};
@@ -1402,6 +1406,7 @@ static void test_layer_rest(backend *gt) {
             const be_weight *next = cases[ci].next ? w[0][7] : NULL, *scale = cases[ci].scale ? w[0][8] : NULL;
             /* the op-by-op calls (the model's fallback) */
             gpu->upload(gpu, att[0], 0, x, (size_t)K);
+            gpu->scale(gpu, att[0], (size_t)K, w[0][8]);
             gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
             gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
             gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
@@ -1410,6 +1415,7 @@ static void test_layer_rest(backend *gt) {
             else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
             /* the one op */
             gt->upload(gt, att[1], 0, x, (size_t)K);
+            gt->scale(gt, att[1], (size_t)K, w[1][8]); /* a kernel the op must wait for */
             be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
                                cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
                                h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, nq, {NULL, NULL, NULL},
@@ -1478,26 +1484,33 @@ static void test_layer_rest(backend *gt) {
 }
 
 /* What layer_rest does not take it declines with nothing done (h as it
- * was): widths that are not a multiple of 256, q8_0 weights (all, or o
- * alone), a buffer passed twice (a is att), two tokens, the next layer's
- * k in q8_0 or of 128 columns, v into 100 floats or into h, q/k/v without
- * the next norm. */
-static void test_layer_rest_declines(backend *gt) {
+ * was): widths that are not a multiple of 256 (H, the o input, the FFN),
+ * wider than it holds (H 8448, F 21760), q8_0 weights (all, or o alone), a
+ * buffer passed twice (a is att), two tokens, the next layer's k in q8_0
+ * or of 128 columns, v into 100 floats or into h, q/k/v without the next
+ * norm; and on a backend with the reference's fp16 GELU table (gf16), any
+ * layer. */
+static void test_layer_rest_declines(backend *gt, backend *gf16) {
     if (!gt->layer_rest) return;
-    static const char *why[10] = {"H 160",       "o in q8_0, the rest q4_0", "a is att", "two tokens",
+    static const char *why[15] = {"H 160",       "o in q8_0, the rest q4_0", "a is att", "two tokens",
                                   "all in q8_0", "k in q8_0",                "k of 128 columns",
-                                  "v into 100 floats", "v into h",           "q/k/v without the next norm"};
-    for (int c = 0; c < 10; c++) {
-        const int H = c == 0 ? 160 : 256, F = 512, K = 256;
+                                  "v into 100 floats", "v into h",           "q/k/v without the next norm",
+                                  "K 288",       "F 800",                    "H 8448",  "F 21760",
+                                  "the fp16 GELU table"};
+    for (int c = 0; c < 15; c++) {
+        const int H = c == 0 ? 160 : c == 12 ? 8448 : 256, F = c == 11 ? 800 : c == 13 ? 21760 : 512,
+                  K = c == 10 ? 288 : 256;
+        if (c == 14 && !gf16) continue;
+        backend *bt = c == 14 ? gf16 : gt;
         const uint32_t all = c == 4 ? QT_Q8_0 : QT_Q4_0;
         tensor Wo = make_tensor(c == 1 || c == 4 ? QT_Q8_0 : QT_Q4_0, K, H), Wg = make_tensor(all, H, F),
                Wu = make_tensor(all, H, F), Wd = make_tensor(all, F, H), nw = make_tensor(QT_F32, H, 1);
         tensor Wq = make_tensor(QT_Q4_0, H, K), Wk = make_tensor(c == 5 ? QT_Q8_0 : QT_Q4_0, c == 6 ? 128 : H, 128),
                Wv = make_tensor(QT_Q4_0, H, 128);
         gem_err err;
-        be_weight *wo = gt->weight(gt, &Wo.t, &err), *wg = gt->weight(gt, &Wg.t, &err),
-                  *wu = gt->weight(gt, &Wu.t, &err), *wd = gt->weight(gt, &Wd.t, &err), *nwg = gt->weight(gt, &nw.t, &err);
-        be_weight *wq = gt->weight(gt, &Wq.t, &err), *wk = gt->weight(gt, &Wk.t, &err), *wv = gt->weight(gt, &Wv.t, &err);
+        be_weight *wo = bt->weight(gt, &Wo.t, &err), *wg = bt->weight(gt, &Wg.t, &err),
+                  *wu = bt->weight(gt, &Wu.t, &err), *wd = bt->weight(gt, &Wd.t, &err), *nwg = bt->weight(gt, &nw.t, &err);
+        be_weight *wq = bt->weight(gt, &Wq.t, &err), *wk = bt->weight(gt, &Wk.t, &err), *wv = bt->weight(gt, &Wv.t, &err);
         float *h0 = rand_vec((size_t)2 * H, 1.0f), *x = rand_vec((size_t)2 * K, 1.0f);
         be_buf *h = put(gt, h0, (size_t)2 * H), *att = put(gt, x, (size_t)2 * K), *a = put(gt, NULL, (size_t)2 * H),
                *o = put(gt, NULL, (size_t)2 * H), *act = put(gt, NULL, (size_t)2 * F), *dn = put(gt, NULL, (size_t)2 * H);
@@ -1510,21 +1523,22 @@ static void test_layer_rest_declines(backend *gt) {
             r.next_out[0] = qb, r.next_out[1] = kb, r.next_out[2] = c == 8 ? h : vb;
         }
         if (c == 9) r.next_norm = NULL;
-        const int took = gt->layer_rest(gt, &r);
+        const int took = bt->layer_rest(gt, &r);
         float *h1 = get(gt, h, (size_t)2 * H);
         CHECKF(took == 1, "layer_rest took %s", why[c]);
         CHECKF(close_enough("layer_rest decline", h1, h0, (size_t)2 * H, 0, 0), "layer_rest declining %s changed h",
                why[c]);
         free(h0), free(x), free(h1);
         be_buf *bufs[] = {h, att, a, o, act, dn, qb, kb, vb};
-        for (int i = 0; i < 9; i++) gt->buf_free(gt, bufs[i]);
+        for (int i = 0; i < 9; i++) bt->buf_free(gt, bufs[i]);
         be_weight *ws[] = {wo, wg, wu, wd, nwg, wq, wk, wv};
-        for (int i = 0; i < 8; i++) gt->weight_free(gt, ws[i]);
+        for (int i = 0; i < 8; i++) bt->weight_free(gt, ws[i]);
         free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw);
         free_tensor(&Wq), free_tensor(&Wk), free_tensor(&Wv);
     }
     gem_err err;
     CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
+    CHECKF(!gf16 || gf16->status(gf16, &err) == 0, "%s", err.msg);
 }
 
 /* layer_rest recorded in a graph and replayed equals the same number of
@@ -1625,7 +1639,11 @@ static void test_layer_rest_all(const backend_opts *g) {
     backend *grest = variant("GEM_CUDA_REST", "1", g);
     if (grest) {
         test_layer_rest(grest);
-        test_layer_rest_declines(grest);
+        backend_opts gf = *g;
+        gf.gelu_fp16 = 1;
+        backend *gf16 = variant("GEM_CUDA_REST", "1", &gf);
+        test_layer_rest_declines(grest, gf16);
+        variant_done(gf16);
         test_layer_rest_graph(grest);
     }
     variant_done(grest);

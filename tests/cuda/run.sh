@@ -34,6 +34,21 @@ mkdir -p "$log"
 . tests/tally.sh
 # the model checks' measurements go to the terminal too
 run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
+# launch_seen MODEL NAME VAR=VALUE...: a short greedy run with those
+# settings launched an op of that name (the profile's op names), so the
+# checks of an opt-in kernel did not pass by a silent decline
+# (model/want, not name: tally.sh's run() keeps the check's name in $name)
+launch_seen() {
+    model=$1 want=$2; shift 2
+    out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$model" --backend cuda --prompt-ids 2,3,4,5 -n 4 --temp 0 2>&1)
+    if echo "$out" | grep -qF "$want"; then
+        echo "launch_seen: 1 passed, 0 failed"
+    else
+        echo "$out"
+        echo "launch_seen: 0 passed, 1 failed"
+    fi
+}
+
 if [ -n "${GEM_CUDA_ONLY_12B:-}" ] && [ -n "${GEM_CUDA_SKIP_12B:-}" ]; then
     echo "tests/cuda/run.sh: GEM_CUDA_ONLY_12B and GEM_CUDA_SKIP_12B together leave nothing to run" >&2
     exit 2
@@ -79,9 +94,12 @@ if [ -z "$GEM_CUDA_ONLY_12B" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
         # the rest of each layer on one persistent launch (layer_rest), in
         # every replayed decode step
-        [ "$2" = q4_0 ] &&
+        if [ "$2" = q4_0 ]; then
             run_model "cuda_model $1 $2${5:+ $5} (GEM_CUDA_REST=1)" env GEM_CUDA_MMA=0 GEM_CUDA_REST=1 \
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" ${5:-} ${6:-} ${7:-}
+            [ -z "${5:-}" ] && run "layer_rest taken ($1 $2)" launch_seen "$tmp/m.gguf" "layer rest (persistent)" \
+                GEM_CUDA_REST=1
+        fi
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
 fi

@@ -39,7 +39,14 @@
  * - The grid barrier's counter only grows; an arrival's ticket names its
  *   barrier, so no argument changes between launches (graph replay).
  * - Every block must be resident at once (grid barriers): one block per
- *   multiprocessor (its shared memory allows no second), n_sm blocks.
+ *   multiprocessor (its shared memory allows no second), n_sm blocks, on
+ *   a GPU this process's one stream has to itself (another stream or MPS
+ *   client holding multiprocessors for long would reach the 10 s trap).
+ * - Its producers read the claim counters before the grid dependency
+ *   wait. The launch that zeroed them last is never the kernel right
+ *   before (in a step, attention kernels come between two; back to back,
+ *   the earlier one never triggers, so the later starts after it has
+ *   completed and its memory is visible).
  * - Launched with programmatic dependent launch: the producers stream
  *   weights (which no kernel writes) and claim before the grid dependency
  *   wait; the consumers wait before reading anything. The kernel never
@@ -390,6 +397,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
     if (threadIdx.x == 0) {
         __threadfence();
         if (atomicAdd(job.done, 1u) == gridDim.x - 1) {
+            __threadfence(); /* the other blocks' last claims before the reset */
             for (int p = 0; p < RS_PHASES; p++) job.claim[p] = 0;
             *job.done = 0;
             __threadfence();
