@@ -59,48 +59,8 @@
 #define PROBE_NAME "cuda_ring_probe"
 #include "cuda_probe_util.h"
 
-/* ---- mbarriers and bulk copies (PTX, sm_90) ---- */
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
-}
-/* A wait past 2 s traps: a wrong phase would otherwise hang the device
- * call (the timing loop's checks report the error). */
-__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
-    unsigned done = 0, n = 0;
-    unsigned long long t0 = 0;
-    for (;;) {
-        /* the hint lets the hardware hold the thread up to 1 ms until the
-         * phase completes instead of returning at once: warps spinning on
-         * stages not yet filled took issue slots from the ones computing */
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity), "r"(1000000u)
-                     : "memory");
-        if (done) return;
-        if (++n % 1024 == 0) {
-            unsigned long long t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (!t0) t0 = t;
-            else if (t - t0 > 2000000000ull) __trap();
-        }
-    }
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-/* the producer's one arrival, announcing the bytes its copies complete */
-__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-/* bytes and both addresses multiples of 16 */
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
+/* mbarriers, bulk copies and the consumers' grid barrier: cuda_common.h
+ * (gem's layer_rest kernel uses the same). */
 
 /* The ring's stages and barriers, set up by thread 0 before the block's
  * first barrier. */
@@ -114,33 +74,6 @@ template <int ST> __device__ __forceinline__ void ring_init(ring_bars<ST> &rb, i
     }
     __syncthreads();
 }
-/* The consumers' grid barrier: a named block barrier for the BT consumer
- * threads (the producer warp never joins), then one arrival per block on a
- * 64-bit counter that only grows, thread 0 polling it with acquire loads.
- * The arrival's ticket says which barrier this is (every block arrives at
- * one before any leaves it), so no launch argument changes from run to
- * run and a graph could replay the kernel. */
-__device__ __forceinline__ void consumers_grid_sync(int bt, unsigned long long *count) {
-    asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long ticket = atomicAdd(count, 1ull);
-        const unsigned long long target = (ticket / gridDim.x + 1) * gridDim.x;
-        unsigned long long v, t0 = 0, t;
-        for (unsigned n = 1;; n++) {
-            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-            if (v >= target) break;
-            __nanosleep(20);
-            if (n % 1024 == 0) { /* as mbar_wait: 2 s trap */
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                if (!t0) t0 = t;
-                else if (t - t0 > 2000000000ull) __trap();
-            }
-        }
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
-}
-
 /* ---- stream: one launch of many short blocks (16 KB each) ---- */
 __global__ void __launch_bounds__(128) k_stream(const uint4 *p, size_t n16, unsigned *sink) {
     unsigned acc = 0;

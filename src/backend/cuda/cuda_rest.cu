@@ -52,8 +52,8 @@
  *   wait; the consumers wait before reading anything. The kernel never
  *   lets a dependent start early (it never triggers), so the next kernel
  *   cannot take a multiprocessor one of its blocks still needs.
- * - A wait that lasts 10 s traps (a device error status() reports)
- *   instead of hanging the process.
+ * - A wait that lasts 10 s traps (persist_deadline: a device error
+ *   status() reports) instead of hanging the process.
  * Numerics: the input codes are k_quantize_act's (scale max|x|/127, round
  * to nearest even), the norms k_rmsnorm4's formulas; only the f32
  * summation order differs from the op-by-op calls. */
@@ -103,58 +103,6 @@ typedef struct {
     unsigned *done; /* blocks finished, zero between launches */
     unsigned long long *bar;
 } rs_job;
-
-__device__ __forceinline__ unsigned rs_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-/* A wait past 10 s traps (see the invariants). */
-__device__ __forceinline__ void rs_deadline(unsigned &n, unsigned long long &t0) {
-    if (++n % 1024) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (!t0) t0 = t;
-    else if (t - t0 > 10000000000ull) __trap();
-}
-__device__ __forceinline__ void rs_wait(unsigned long long *bar, unsigned parity) {
-    unsigned n = 0, done = 0;
-    unsigned long long t0 = 0;
-    for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(rs_smem(bar)), "r"(parity)
-                     : "memory");
-        if (done) return;
-        rs_deadline(n, t0);
-    }
-}
-__device__ __forceinline__ void rs_arrive(unsigned long long *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(rs_smem(bar)) : "memory");
-}
-/* bytes and both addresses multiples of 16 */
-__device__ __forceinline__ void rs_copy(void *dst, const void *src, unsigned bytes, unsigned long long *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     rs_smem(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(rs_smem(bar))
-                 : "memory");
-}
-
-/* The consumers' grid barrier (the producer warp never joins). */
-__device__ __forceinline__ void rs_grid_sync(unsigned long long *count) {
-    asm volatile("bar.sync 1, %0;" ::"r"(RS_BT) : "memory");
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long ticket = atomicAdd(count, 1ull);
-        const unsigned long long target = (ticket / gridDim.x + 1) * gridDim.x;
-        unsigned long long v, t0 = 0;
-        for (unsigned n = 1;; n++) {
-            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-            if (v >= target) break;
-            __nanosleep(32);
-            rs_deadline(n, t0);
-        }
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(RS_BT) : "memory");
-}
 
 /* Sum over the consumer threads (red: RS_W floats, its own per use). */
 __device__ __forceinline__ float rs_sum(float v, float *red) {
@@ -273,10 +221,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
     __shared__ int xs[RS_NBMAX], tag[RS_ST];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < RS_ST; i++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(rs_smem(&full[i])), "r"(1) : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(rs_smem(&empty[i])), "r"(RS_GW) : "memory");
-        }
+        for (int i = 0; i < RS_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], RS_GW);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -294,13 +239,13 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
                 if (c >= P.chunks) { /* an end mark for every group */
                     for (int e = 0; e < RS_G; e++, it++) {
                         const int se = (int)(it % RS_ST);
-                        if (it >= RS_ST) rs_wait(&empty[se], (it / RS_ST - 1) & 1);
+                        if (it >= RS_ST) mbar_wait(&empty[se], (it / RS_ST - 1) & 1);
                         tag[se] = -1;
-                        rs_arrive(&full[se]); /* release: the tag is seen */
+                        mbar_arrive(&full[se]); /* release: the tag is seen */
                     }
                     break;
                 }
-                if (it >= RS_ST) rs_wait(&empty[s], (it / RS_ST - 1) & 1);
+                if (it >= RS_ST) mbar_wait(&empty[s], (it / RS_ST - 1) & 1);
                 tag[s] = c;
                 int row0;
                 const int m = rs_mat_of(P, c, row0);
@@ -309,16 +254,14 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
                 const unsigned n = (unsigned)(min(P.rows, A.M - row0) * nb);
                 uint4 *dst = ring + (size_t)s * (RS_TB / 16);
                 const unsigned bytes = P.pair ? 2 * n * 18 : n * 18;
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(rs_smem(&full[s])),
-                             "r"(bytes)
-                             : "memory");
-                rs_copy(dst, A.q + b0 * 16, n * 16, &full[s]);
+                mbar_expect(&full[s], bytes);
+                bulk_copy(dst, A.q + b0 * 16, n * 16, &full[s]);
                 if (P.pair) { /* stage: gate codes, up codes, gate scales, up scales */
-                    rs_copy(dst + n, P.m[1].q + b0 * 16, n * 16, &full[s]);
-                    rs_copy(dst + 2 * n, A.d + b0, n * 2, &full[s]);
-                    rs_copy(dst + 2 * n + n / 8, P.m[1].d + b0, n * 2, &full[s]);
+                    bulk_copy(dst + n, P.m[1].q + b0 * 16, n * 16, &full[s]);
+                    bulk_copy(dst + 2 * n, A.d + b0, n * 2, &full[s]);
+                    bulk_copy(dst + 2 * n + n / 8, P.m[1].d + b0, n * 2, &full[s]);
                 } else {
-                    rs_copy(dst + n, A.d + b0, n * 2, &full[s]);
+                    bulk_copy(dst + n, A.d + b0, n * 2, &full[s]);
                 }
                 if (++k == RS_CG) k = 0, base = next;
             }
@@ -336,11 +279,11 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
         asm volatile("bar.sync 1, %0;" ::"r"(RS_BT) : "memory");
         for (;; it += RS_G) {
             const int s = (int)(it % RS_ST);
-            rs_wait(&full[s], (it / RS_ST) & 1);
+            mbar_wait(&full[s], (it / RS_ST) & 1);
             const int c = tag[s];
             if (c < 0) {
                 __syncwarp();
-                if (lane == 0) rs_arrive(&empty[s]);
+                if (lane == 0) mbar_arrive(&empty[s]);
                 it += RS_G;
                 break;
             }
@@ -373,7 +316,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
                 if (lane == 0) part[buf][g][2 * i][wi] = a, part[buf][g][2 * i + 1][wi] = u;
             }
             __syncwarp();
-            if (lane == 0) rs_arrive(&empty[s]); /* the stage's bytes are read */
+            if (lane == 0) mbar_arrive(&empty[s]); /* the stage's bytes are read */
             asm volatile("bar.sync %0, %1;" ::"r"(2 + g), "r"(RS_GW * 32) : "memory");
             for (int i = wi; i < items; i += RS_GW) { /* the group's parts, in warp order */
                 if (lane) continue;
@@ -389,7 +332,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
             }
             buf ^= 1; /* the group's next stage writes the other parts while these are read */
         }
-        if (p + 1 < RS_PHASES) rs_grid_sync(job.bar);
+        if (p + 1 < RS_PHASES) consumers_grid_sync(RS_BT, job.bar);
     }
     /* the last block done zeroes the claim counters: every producer has
      * claimed for the last time before its block's consumers got here */
