@@ -1633,20 +1633,27 @@ static void progress(const char *group) {
     last = now;
 }
 
-/* layer_rest: offered with GEM_CUDA_REST=1 only, checked on that variant */
+/* layer_rest: offered with GEM_CUDA_REST=1..3 only (the ring's shapes),
+ * checked on each; the declines on the first */
 static void test_layer_rest_all(const backend_opts *g) {
     CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_REST unset)");
-    backend *grest = variant("GEM_CUDA_REST", "1", g);
-    if (grest) {
-        test_layer_rest(grest);
-        backend_opts gf = *g;
-        gf.gelu_fp16 = 1;
-        backend *gf16 = variant("GEM_CUDA_REST", "1", &gf);
-        test_layer_rest_declines(grest, gf16);
-        variant_done(gf16);
-        test_layer_rest_graph(grest);
+    static const char *const shapes[] = {"1", "2", "3"};
+    for (int v = 0; v < 3; v++) {
+        backend *grest = variant("GEM_CUDA_REST", shapes[v], g);
+        if (grest) {
+            fprintf(stderr, "layer_rest: GEM_CUDA_REST=%s\n", shapes[v]);
+            test_layer_rest(grest);
+            if (v == 0) {
+                backend_opts gf = *g;
+                gf.gelu_fp16 = 1;
+                backend *gf16 = variant("GEM_CUDA_REST", "1", &gf);
+                test_layer_rest_declines(grest, gf16);
+                variant_done(gf16);
+            }
+            test_layer_rest_graph(grest);
+        }
+        variant_done(grest);
     }
-    variant_done(grest);
     progress("layer_rest");
 }
 

@@ -1054,7 +1054,7 @@ static const struct cu_setting {
     {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
     {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
-    {"GEM_CUDA_REST", 0, 1, 0},
+    {"GEM_CUDA_REST", 0, 3, 0},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B",
                                             "GEM_CUDA_SKIP_OPS"};
@@ -1170,8 +1170,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     }
     c->attn_dec = (int)set[CS_ATTN_DEC];
     c->pdl = (int)set[CS_PDL];
-    /* layer_rest on one persistent launch (cuda_rest.cu): opt-in until the
-     * H200 shows it faster than the op-by-op calls */
+    /* layer_rest on one persistent launch (cuda_rest.cu), 1-3 its ring's
+     * shapes: opt-in until the H200 shows it faster than the op-by-op calls */
     c->rest = (int)set[CS_REST];
     if (c->rest) b->layer_rest = cu_layer_rest;
     const char *trace = getenv("GEM_CUDA_TRACE");

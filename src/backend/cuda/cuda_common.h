@@ -125,9 +125,9 @@ typedef struct {
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
-    /* layer_rest on one persistent launch (cuda_rest.cu; GEM_CUDA_REST=1):
-     * on; 1 set up, -1 not runnable here, 0 not yet asked; its scratch
-     * (h' and the launch counters) */
+    /* layer_rest on one persistent launch (cuda_rest.cu; GEM_CUDA_REST=1..3,
+     * the ring's shape; 0 off); 1 set up, -1 not runnable here, 0 not yet
+     * asked; its scratch (h' and the launch counters) */
     int rest, rest_ready;
     scratch rest_s;
     act_cache xh_of; /* the buffer whose f16 activations xh holds */

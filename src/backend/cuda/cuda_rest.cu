@@ -61,9 +61,6 @@
 
 #define RS_BT 512                /* consumer threads */
 #define RS_W (RS_BT / 32)        /* consumer warps */
-#define RS_GW 2                  /* warps per group */
-#define RS_G (RS_W / RS_GW)      /* groups */
-#define RS_ST 16                 /* ring stages */
 #define RS_TB 12288              /* bytes per stage: a 21504-value q4_0 row (12096) fits */
 #define RS_KMAX 21504            /* widest product input (o's, down's) */
 #define RS_NBMAX (RS_KMAX / 32)  /* 32-value blocks of it */
@@ -71,8 +68,6 @@
 #define RS_ROWS 8                /* dot rows per stage at most (rows, or twice the pairs) */
 #define RS_CG 2                  /* chunks per claim */
 #define RS_PHASES 4
-static_assert(RS_ST % RS_G == 0, "every group owns whole stages");
-static_assert(RS_G + 2 <= 16, "named barriers 2 .. RS_G + 1");
 
 enum { RS_PLAIN, RS_RESID };
 
@@ -213,7 +208,13 @@ __device__ __forceinline__ int rs_mat_of(const rs_phase &P, int c, int &row0) {
     return m;
 }
 
+/* RS_ST stages, groups of RS_GW warps (the ring's shapes GEM_CUDA_REST
+ * picks: cu_layer_rest) */
+template <int RS_ST, int RS_GW>
 __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_constant__ rs_job job) {
+    constexpr int RS_G = RS_W / RS_GW; /* groups */
+    static_assert(RS_W % RS_GW == 0 && RS_ST % RS_G == 0, "whole groups, every group owning whole stages");
+    static_assert(RS_G + 2 <= 16, "named barriers 2 .. RS_G + 1");
     extern __shared__ __align__(128) uint4 ring[]; /* RS_ST x RS_TB bytes */
     __shared__ __align__(8) unsigned long long full[RS_ST], empty[RS_ST];
     __shared__ int4 xlo[RS_NBMAX], xhi[RS_NBMAX];
@@ -401,11 +402,20 @@ extern "C" int cu_layer_rest(backend *b, const be_layer_rest *r) {
     for (int x = 0; x < 9; x++)
         for (int y = x + 1; y < 9; y++)
             if (bufs[x] && bufs[x] == bufs[y]) return 1;
-    const size_t smem = (size_t)RS_ST * RS_TB;
+    /* the ring's shape (GEM_CUDA_REST): 1, the default, 16 stages dealt to
+     * groups of 2 warps (the ring probe's best, 192 KB); 2, 12 stages to
+     * groups of 4 (144 KB); 3, 8 stages to groups of 4 (96 KB). The
+     * smaller rings leave a multiprocessor room for attention blocks, so
+     * the early launch can start streaming before the attention ends. */
+    static void (*const kerns[3])(rs_job) = {k_layer_rest<16, 2>, k_layer_rest<12, 4>, k_layer_rest<8, 4>};
+    static const int stages[3] = {16, 12, 8};
+    const int v = c->rest - 1;
+    void (*const kern)(rs_job) = kerns[v];
+    const size_t smem = (size_t)stages[v] * RS_TB;
     if (!c->rest_ready) { /* the shared-memory attribute and one resident block per multiprocessor */
         int per_sm = 0;
-        if (cudaFuncSetAttribute(k_layer_rest, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_layer_rest, RS_BT + 32, smem) != cudaSuccess ||
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, RS_BT + 32, smem) != cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError(); /* not a failure of the stream: the op-by-op calls instead */
             c->rest_ready = -1;
@@ -462,7 +472,7 @@ extern "C" int cu_layer_rest(backend *b, const be_layer_rest *r) {
         P->xq = (int8_t *)c->xq.p, P->xd = (float *)c->xd.p, P->xs = (int *)c->xs.p;
     }
     rs_phase_mats(P, nq, r->next_w, qo);
-    launch(c, k_layer_rest, (unsigned)c->n_sm, RS_BT + 32, smem, j);
+    launch(c, kern, (unsigned)c->n_sm, RS_BT + 32, smem, j);
     LAUNCHED(c, "layer rest (persistent)");
     if (r->next_norm) quantized_cache_set(c, r->a->d, 1, H); /* a's codes, for a product after the op */
     return 0;
