@@ -215,6 +215,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
     constexpr int RS_G = RS_W / RS_GW; /* groups */
     static_assert(RS_W % RS_GW == 0 && RS_ST % RS_G == 0, "whole groups, every group owning whole stages");
     static_assert(RS_G + 2 <= 16, "named barriers 2 .. RS_G + 1");
+    CU_TRACE(CT_LAYER_REST); /* thread 0, a consumer, records the block */
     extern __shared__ __align__(128) uint4 ring[]; /* RS_ST x RS_TB bytes */
     __shared__ __align__(8) unsigned long long full[RS_ST], empty[RS_ST];
     __shared__ int4 xlo[RS_NBMAX], xhi[RS_NBMAX];
@@ -270,6 +271,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
         return;
     }
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* att, h: the kernels before have completed */
+    CU_TRACE_RELEASED();
     const int g = warp / RS_GW, wi = warp % RS_GW;
     unsigned it = (unsigned)g; /* this group's stages */
     int buf = 0;
