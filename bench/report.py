@@ -23,6 +23,16 @@ def stamp(f):
 
 
 lines = []
+
+
+def gbs_cell(gbs, peak):
+    """Achieved GB/s and its share of the peak the run recorded (gem bench
+    takes it from the card: 4800 on an H200, 3350 on an H100 SXM)."""
+    if not gbs:
+        return "-"
+    return f"{gbs:.0f} ({100 * gbs / peak:.1f}% of {peak:.0f})" if peak else f"{gbs:.0f}"
+
+
 # CUDA: the newest same-call record (gem bench and llama-bench on the same
 # files in one device call) stands for the GPU when it is newer than the
 # A/B harness's and the per-model files, which then are left out
@@ -33,7 +43,7 @@ if samecall:
               f"files {d.get('run', 'in one device call')}, batch 1, greedy, f16 KV caches, medians (`{samecall}`, commit "
               f"{d['commit'].split()[0]}; commands: `{d['commands']}`):", "",
               "| model | prefill 2048 tok/s | llama.cpp | ratio | decode depth 0 tok/s | llama.cpp | ratio | "
-              "GB/s (of 4800) | depth 8192 | llama.cpp | depth 32768 | llama.cpp | GPU memory |",
+              "GB/s (of the card's peak) | depth 8192 | llama.cpp | depth 32768 | llama.cpp | GPU memory |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in d["models"].items():
         g, r = m["gem"], m["llama_bench"]
@@ -45,7 +55,7 @@ if samecall:
         d0 = dc.get(0, {})
         lines.append(f"| {name.split(',')[0]} | {cell(pf.get(2048))} | {cell(rp)} | {ratio(pf.get(2048), rp)} | "
                      f"{cell(d0.get('tok_s'))} | {cell(rd[0])} | {ratio(d0.get('tok_s'), rd[0])} | "
-                     f"{d0.get('weight_gbs', 0):.0f} ({100 * d0.get('roofline_fraction', 0):.1f}%) | "
+                     f"{gbs_cell(d0.get('weight_gbs'), g.get('peak_gbs'))} | "
                      f"{cell(dc.get(8192, {}).get('tok_s'))} | {cell(rd[8192])} | "
                      f"{cell(dc.get(32768, {}).get('tok_s'))} | {cell(rd[32768])} | "
                      f"{g['peak_device_bytes'] / 2**30:.1f} GiB |")
@@ -119,13 +129,14 @@ if conv:
 cuda = [f for f in (newest(f"bench/results/cuda-{m}-*.json") for m in ("31b-q4_0", "31b-q8_0", "12b-q4_0"))
         if f and not skip_cuda(f)]
 if cuda:
-    lines.append("CUDA, one H200, synthetic models (Q8_0 embedding), `gem bench`, medians; llama.cpp columns: the "
+    lines.append("CUDA, synthetic models (Q8_0 embedding), `gem bench`, medians; llama.cpp columns: the "
                  "pinned reference's llama-bench on the same file in the same call where the file records it "
                  "(`reference`), else -:")
     lines.append("")
     lines.append("| model | prefill 512 tok/s | prefill 2048 tok/s | llama.cpp prefill 2048 | decode depth 0 tok/s | "
-                 "llama.cpp decode | GB/s (of 4800) | decode depth 8192 tok/s | GPU memory | file, commit |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+                 "llama.cpp decode | GB/s (of the card's peak) | decode depth 8192 tok/s | GPU memory | hardware | "
+                 "file, commit |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for f in cuda:
         d = json.load(open(f))
         pf = {p["tokens"]: p["tok_s"] for p in d["prefill"]}
@@ -138,8 +149,9 @@ if cuda:
         lines.append(f"| {f.split('cuda-')[1].rsplit('-2026', 1)[0]} | {fmt(pf.get(512), '%.0f')} | "
                      f"{fmt(pf.get(2048), '%.0f')} | {fmt(ref.get('prefill_2048_tok_s'), '%.0f')} | "
                      f"{d0.get('tok_s', 0):.1f} | {fmt(ref.get('decode_tok_s'), '%.1f')} | "
-                     f"{d0.get('weight_gbs', 0):.0f} ({100 * d0.get('weight_gbs', 0) / d['peak_gbs']:.1f}%) | "
-                     f"{'%.1f' % d8['tok_s'] if d8 else '-'} | {mem} | `{f}`, {d.get('commit', '-')} |")
+                     f"{gbs_cell(d0.get('weight_gbs'), d.get('peak_gbs'))} | "
+                     f"{'%.1f' % d8['tok_s'] if d8 else '-'} | {mem} | {d.get('hardware', '-')} | "
+                     f"`{f}`, {d.get('commit', '-')} |")
     lines.append("")
 for f in sorted(glob.glob("bench/results/*synth*.json")):
     d = json.load(open(f))

@@ -94,9 +94,10 @@ struct backend {
     void (*add_rmsnorm_norm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, const be_weight *s,
                              const be_weight *w_next, int rows, int width, float eps, be_buf *out);
     /* Optional (NULL: the op-by-op calls): be_layer_rest in one op. Returns
-     * 0 when enqueued, 1 when the backend does not take these arguments
-     * (nothing enqueued: the caller makes the calls). Results agree with
-     * the calls' within the rounding of other summation orders. */
+     * 0 when taken (enqueued, or failed with the error left for status()),
+     * 1 when the backend does not take these arguments (nothing enqueued:
+     * the caller makes the calls). Results agree with the calls' within
+     * the rounding of other summation orders. */
     int (*layer_rest)(backend *b, const be_layer_rest *r);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
     /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):

@@ -41,7 +41,8 @@ run_model() { run "$@"; grep '^cuda_model: ' "$lf" | grep -v passed; }
 launch_seen() {
     model=$1 want=$2; shift 2
     out=$(env GEM_CUDA_PROFILE=1 "$@" ./gem run -m "$model" --backend cuda --prompt-ids 2,3,4,5 -n 4 --temp 0 2>&1)
-    if echo "$out" | grep -qF "$want"; then
+    st=$?
+    if [ "$st" = 0 ] && echo "$out" | grep -qF "$want"; then
         echo "launch_seen: 1 passed, 0 failed"
     else
         echo "$out"
@@ -119,6 +120,8 @@ if [ -z "$GEM_CUDA_SKIP_12B" ]; then
         arg=${5:-}; [ "$arg" = - ] && arg=
         run_model "cuda_model 12b $1${arg:+ $arg}${6:+ $6}" env GEM_CUDA_MMA=0 ${6:-} build/tests/cuda/cuda_model \
             "$tmp/m-$1-$2.gguf" 40 "$4" "$3" $arg
+        [ "${6:-}" = GEM_CUDA_REST=1 ] &&
+            run "layer_rest taken (12b $1)" launch_seen "$tmp/m-$1-$2.gguf" "layer rest (persistent)" GEM_CUDA_REST=1
     done
     rm -f "$tmp"/m-*.gguf
 fi

@@ -275,9 +275,9 @@ static void test_error_json(void) {
     CHECK(!strcmp(sb_cstr(&o), "{\"error\":{\"message\":\"too \\\"long\\\"\",\"type\":\"invalid_request_error\","
                                "\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}"));
     o.len = 0;
-    api_fail(&e, 401, "authentication_error", NULL, NULL, "no");
+    api_fail(&e, 401, "invalid_request_error", NULL, NULL, "no");
     api_error_json(&e, &o);
-    CHECK(!strcmp(sb_cstr(&o), "{\"error\":{\"message\":\"no\",\"type\":\"authentication_error\",\"param\":null,\"code\":null}}"));
+    CHECK(!strcmp(sb_cstr(&o), "{\"error\":{\"message\":\"no\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}"));
     sb_free(&o);
 }
 

@@ -21,7 +21,7 @@ extern "C" double cuda_probe_peak_gbs(int i) {
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) return 0;
     /* the datasheets' round figures, which the clock arithmetic misses by
      * a few percent (an H200's 3201 MHz x 6144 bits gives 4917) */
-    if (strstr(p.name, "H200")) return 4800;
+    if (strstr(p.name, "H200") && !strstr(p.name, "GH200")) return 4800; /* a GH200's HBM differs */
     if (strstr(p.name, "H100") && strstr(p.name, "HBM3")) return 3350;
     int mem_clock_khz = 0, bus_bits = 0;
     if (cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, i) != cudaSuccess ||

@@ -1,7 +1,8 @@
 /* layer_rest (backend.h) on one persistent launch: the rest of a one-token
  * layer after its attention (o, gate/up, down) and the next layer's q/k/v,
- * q4_0 weights only, GEM_CUDA_REST=1 (off by default until it is measured
- * faster on the H200: bench/results/cuda-ring-probe-2026-12-05.json).
+ * q4_0 weights only, GEM_CUDA_REST=1..3 (the ring's shape; off by default
+ * until it is measured faster on the H200: 2.2% slower on an H100,
+ * bench/results/cuda-rest-h100-2026-12-05.json).
  *
  * Why: the kernel-per-op step spends ~30 us of each 31B layer's ~100 on the
  * ramps and tails of its products and the small kernels between them
