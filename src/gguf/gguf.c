@@ -15,13 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "quant/quant.h"
+#include "util/hash.h"
 #include "util/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -106,37 +105,16 @@ static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
 
 /* ---- name index ---- */
 
-/* FNV-1a from a random start, then a full 64-bit mix: unseeded, the low
- * bits that pick a slot depend only on the low bits of the state, and a
- * file of 262144 names built to share one slot took 216 s to parse (linear
- * probing). With the seed unknown such names cannot be built offline. */
-static uint64_t name_hash(const char *s, uint64_t seed) {
-    uint64_t h = 1469598103934665603ull ^ seed;
-    while (*s) { h ^= (unsigned char)*s++; h *= 1099511628211ull; }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-}
-
-static uint64_t index_seed(const void *ix) {
-    uint64_t s = 0;
-    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
-        /* no entropy yet (early boot): time and address, still not known to the file's author */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        s = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)ix;
-    }
-    return s;
-}
+/* Seeded (util/hash.h): unseeded, a file of 262144 names built to share
+ * one slot took 216 s to parse (linear probing). */
+static uint64_t name_hash(const char *s, uint64_t seed) { return hash_bytes_seeded(s, strlen(s), seed); }
 
 static int index_init(name_index *ix, uint64_t n) {
     uint64_t cap = 16;
     while (cap < n * 2) cap <<= 1;
     ix->slots = calloc(cap, sizeof *ix->slots);
     ix->cap = cap;
-    ix->seed = index_seed(ix);
+    ix->seed = hash_seed(ix);
     return ix->slots ? 0 : -1;
 }
 

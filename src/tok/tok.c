@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/hash.h"
+
 #define EMPTY_SLOT 0xffffffffu
 
 typedef struct {
@@ -34,6 +36,7 @@ struct tok {
     uint8_t *attr;
     uint32_t *text_index;  /* id per slot, EMPTY_SLOT when empty */
     uint64_t text_mask;
+    uint64_t seed; /* of both tables' hashes, drawn at load */
     merge_slot *merges;
     uint64_t merge_mask;
     uint64_t n_merges, n_unresolved;
@@ -50,22 +53,13 @@ struct tok {
 
 /* ---- hashing ---- */
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t hash_pair(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    return k ^ (k >> 33);
-}
+/* Seeded per vocabulary (util/hash.h): texts and merge pairs come from
+ * the file, and a fixed hash lets its author pick keys that share slots. */
+static uint64_t hash_bytes(const tok *t, const char *p, size_t n) { return hash_bytes_seeded(p, n, t->seed); }
+static uint64_t hash_pair(const tok *t, uint64_t k) { return hash_mix64(k ^ t->seed); }
 
 int32_t tok_find(const tok *t, const char *s, size_t n) {
-    uint64_t h = hash_bytes(s, n) & t->text_mask;
+    uint64_t h = hash_bytes(t, s, n) & t->text_mask;
     for (;;) {
         uint32_t id = t->text_index[h];
         if (id == EMPTY_SLOT) return -1;
@@ -76,7 +70,7 @@ int32_t tok_find(const tok *t, const char *s, size_t n) {
 
 static const merge_slot *merge_find(const tok *t, int32_t l, int32_t r) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-    uint64_t h = hash_pair(key) & t->merge_mask;
+    uint64_t h = hash_pair(t, key) & t->merge_mask;
     for (;;) {
         const merge_slot *s = &t->merges[h];
         if (s->rank < 0) return NULL;
@@ -268,7 +262,7 @@ static int build_merges(tok *t, const gguf_file *f, gem_err *err) {
         memcpy(buf + ln, sp + 1, rn);
         int32_t merged = tok_find(t, buf, ln + rn);
         uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-        uint64_t h = hash_pair(key) & t->merge_mask;
+        uint64_t h = hash_pair(t, key) & t->merge_mask;
         while (t->merges[h].rank >= 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
         if (t->merges[h].rank >= 0) continue; /* first rank wins, as in the reference */
         t->merges[h] = (merge_slot){key, (int32_t)i, merged};
@@ -301,6 +295,7 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         gem_err_set(err, "out of memory");
         return NULL;
     }
+    t->seed = hash_seed(t);
     t->n_vocab = (uint32_t)gguf_kv_arr_len(f, (uint64_t)ki);
     t->text = malloc(t->n_vocab * sizeof *t->text);
     t->attr = malloc(t->n_vocab);
@@ -314,7 +309,7 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         gguf_kv_arr_str(f, (uint64_t)ki, i, &t->text[i]);
         /* later duplicates win, as in the reference's text -> id map */
-        uint64_t h = hash_bytes(t->text[i].ptr, t->text[i].len) & t->text_mask;
+        uint64_t h = hash_bytes(t, t->text[i].ptr, t->text[i].len) & t->text_mask;
         for (;;) {
             uint32_t id = t->text_index[h];
             if (id == EMPTY_SLOT) { t->text_index[h] = i; break; }
