@@ -177,20 +177,59 @@ __device__ __forceinline__ void chain_build(const chain_phase &P, int4 *xlo, int
     for (int k = 0; k < J; k++) {
         if (k * BT >= n4) break; /* the same for every thread: no shuffle left half done */
         const int j = threadIdx.x + k * BT, b = j >> 3, q = j & 7; /* n4 is a multiple of 8: whole groups */
-        const float4 x = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
-        float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float dx = amax / 127.0f, inv = dx > 0 ? 1.0f / dx : 0.0f;
-        const int c0 = __float2int_rn(x.x * inv), c1 = __float2int_rn(x.y * inv), c2 = __float2int_rn(x.z * inv),
-                  c3 = __float2int_rn(x.w * inv);
-        int sum = c0 + c1 + c2 + c3;
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const codes8 c = block8_codes(make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale));
         if (j < n4) {
-            const int packed = (c0 & 0xff) | (c1 & 0xff) << 8 | (c2 & 0xff) << 16 | (int)((unsigned)c3 << 24);
-            ((int *)(q < 4 ? xlo : xhi))[b * 4 + (q & 3)] = packed;
-            if (q == 0) xd[b] = dx, xs[b] = sum;
+            ((int *)(q < 4 ? xlo : xhi))[b * 4 + (q & 3)] = c.packed;
+            if (q == 0) xd[b] = c.d, xs[b] = c.sum;
+        }
+    }
+}
+
+/* The producer (lane 0 of the warp past the consumers) of k_chain and
+ * k_group: every phase's chunks, claimed CG at a time with the next claim
+ * in flight, into the ring's stages in order (COPY 0: no bytes, the
+ * stages' old contents); a phase ends with `marks` end marks (tag -1), one
+ * per consumer group. */
+template <int ST, int TB, int CG, int COPY>
+__device__ void chain_produce(const chain_phase *ph, int phases, int *claim, ring_bars<ST> &rb, int *tag,
+                              uint4 *ring, int marks) {
+    unsigned it = 0;
+    for (int p = 0; p < phases; p++) {
+        const chain_phase P = ph[p];
+        const int nb = P.K / 32;
+        int base = atomicAdd(&claim[p], CG), k = 0, next = 0;
+        for (;; it++) {
+            if (k == 0) next = base < P.chunks ? atomicAdd(&claim[p], CG) : 0;
+            const int c = base + k;
+            if (c >= P.chunks) {
+                for (int e = 0; e < marks; e++, it++) {
+                    const int s = (int)(it % ST);
+                    if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
+                    tag[s] = -1;
+                    mbar_arrive(&rb.full[s]); /* release: the tag is seen */
+                }
+                break;
+            }
+            const int s = (int)(it % ST);
+            if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
+            tag[s] = c;
+            const size_t b0 = (size_t)c * P.rows * nb;
+            const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
+            uint4 *dst = ring + (size_t)s * (TB / 16);
+            if (++k == CG) k = 0, base = next;
+            if (!COPY) {
+                mbar_arrive(&rb.full[s]);
+                continue;
+            }
+            mbar_expect(&rb.full[s], P.q2 ? 2 * n * 18 : n * 18);
+            bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
+            if (P.q2) { /* stage: gate codes, up codes, gate scales, up scales */
+                bulk_copy(dst + n, P.q2 + b0 * 16, n * 16, &rb.full[s]);
+                bulk_copy(dst + 2 * n, P.d + b0, n * 2, &rb.full[s]);
+                bulk_copy(dst + 2 * n + n / 8, P.d2 + b0, n * 2, &rb.full[s]);
+            } else {
+                bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
+            }
         }
     }
 }
@@ -220,44 +259,7 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
     ring_init<ST>(rb, W);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x >= BT) { /* the producer warp: every phase, never a grid barrier */
-        if (lane != 0) return;
-        unsigned it = 0;
-        for (int p = 0; p < phases; p++) {
-            const chain_phase P = ph[p];
-            const int nb = P.K / 32;
-            /* CG chunks per claim, the next claim in flight */
-            int base = atomicAdd(&claim[p], CG), k = 0, next = 0;
-            for (;; it++) {
-                if (k == 0) next = base < P.chunks ? atomicAdd(&claim[p], CG) : 0;
-                const int c = base + k;
-                const int s = (int)(it % ST);
-                if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
-                if (c >= P.chunks) {
-                    tag[s] = -1;
-                    mbar_arrive(&rb.full[s]); /* release: the tag is seen */
-                    it++;
-                    break;
-                }
-                tag[s] = c;
-                const size_t b0 = (size_t)c * P.rows * nb;
-                const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
-                uint4 *dst = ring + (size_t)s * (TB / 16);
-                if (++k == CG) k = 0, base = next;
-                if (!COPY) {
-                    mbar_arrive(&rb.full[s]);
-                    continue;
-                }
-                mbar_expect(&rb.full[s], P.q2 ? 2 * n * 18 : n * 18);
-                bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
-                if (P.q2) { /* stage: gate codes, up codes, gate scales, up scales */
-                    bulk_copy(dst + n, P.q2 + b0 * 16, n * 16, &rb.full[s]);
-                    bulk_copy(dst + 2 * n, P.d + b0, n * 2, &rb.full[s]);
-                    bulk_copy(dst + 2 * n + n / 8, P.d2 + b0, n * 2, &rb.full[s]);
-                } else {
-                    bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
-                }
-            }
-        }
+        if (lane == 0) chain_produce<ST, TB, CG, COPY>(ph, phases, claim, rb, tag, ring, 1);
         return;
     }
     unsigned it = 0;
@@ -284,18 +286,7 @@ __global__ void __launch_bounds__(BT + 32, 1) k_chain(const chain_phase *ph, int
                     const int ra = pair ? i : 2 * i, oa = ra * nb, ob = pair ? n + oa : oa + nb;
                     const bool two = pair || ra + 1 < nrows;
                     float a = 0, u = 0;
-#pragma unroll 2
-                    for (int b = lane; b < nb; b += 32) {
-                        const int4 x0 = xlo[b], x1 = xhi[b];
-                        const float dx = xd[b];
-                        const int sx = xs[b];
-                        const uint4 w = qs[oa + b];
-                        a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
-                        if (two) {
-                            const uint4 w2 = qs[ob + b];
-                            u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
-                        }
-                    }
+                    q4_pair_dot(qs, ds, oa, ob, two, 0, nb, xlo, xhi, xd, xs, a, u);
                     a = warp_sum(a);
                     u = warp_sum(u);
                     if (lane == 0) {
@@ -342,47 +333,8 @@ __global__ void __launch_bounds__(BT + 32, 1) k_group(const chain_phase *ph, int
     __shared__ int xs[CH_NB_MAX], tag[ST];
     ring_init<ST>(rb, GW);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (threadIdx.x >= BT) { /* the producer warp */
-        if (lane != 0) return;
-        unsigned it = 0;
-        for (int p = 0; p < phases; p++) {
-            const chain_phase P = ph[p];
-            const int nb = P.K / 32;
-            int base = atomicAdd(&claim[p], CG), k = 0, next = 0;
-            for (;; it++) {
-                if (k == 0) next = base < P.chunks ? atomicAdd(&claim[p], CG) : 0;
-                const int c = base + k;
-                if (c >= P.chunks) { /* an end mark for every group */
-                    for (int e = 0; e < G; e++, it++) {
-                        const int s = (int)(it % ST);
-                        if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
-                        tag[s] = -1;
-                        mbar_arrive(&rb.full[s]);
-                    }
-                    break;
-                }
-                const int s = (int)(it % ST);
-                if (it >= ST) mbar_wait(&rb.empty[s], (it / ST - 1) & 1);
-                tag[s] = c;
-                const size_t b0 = (size_t)c * P.rows * nb;
-                const unsigned n = (unsigned)(min(P.rows, P.M - c * P.rows) * nb);
-                uint4 *dst = ring + (size_t)s * (TB / 16);
-                if (++k == CG) k = 0, base = next;
-                if (!COPY) {
-                    mbar_arrive(&rb.full[s]);
-                    continue;
-                }
-                mbar_expect(&rb.full[s], P.q2 ? 2 * n * 18 : n * 18);
-                bulk_copy(dst, P.q + b0 * 16, n * 16, &rb.full[s]);
-                if (P.q2) {
-                    bulk_copy(dst + n, P.q2 + b0 * 16, n * 16, &rb.full[s]);
-                    bulk_copy(dst + 2 * n, P.d + b0, n * 2, &rb.full[s]);
-                    bulk_copy(dst + 2 * n + n / 8, P.d2 + b0, n * 2, &rb.full[s]);
-                } else {
-                    bulk_copy(dst + n, P.d + b0, n * 2, &rb.full[s]);
-                }
-            }
-        }
+    if (threadIdx.x >= BT) { /* the producer warp: an end mark per group */
+        if (lane == 0) chain_produce<ST, TB, CG, COPY>(ph, phases, claim, rb, tag, ring, G);
         return;
     }
     const int g = warp / GW, wi = warp % GW;
@@ -413,18 +365,7 @@ __global__ void __launch_bounds__(BT + 32, 1) k_group(const chain_phase *ph, int
                 const int ra = pair ? i : 2 * i, oa = ra * nb, ob = pair ? n + oa : oa + nb;
                 const bool two = pair || ra + 1 < nrows;
                 float a = 0, u = 0;
-#pragma unroll 2
-                for (int b = b0 + lane; b < b1; b += 32) {
-                    const int4 x0 = xlo[b], x1 = xhi[b];
-                    const float dx = xd[b];
-                    const int sx = xs[b];
-                    const uint4 w = qs[oa + b];
-                    a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
-                    if (two) {
-                        const uint4 w2 = qs[ob + b];
-                        u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
-                    }
-                }
+                q4_pair_dot(qs, ds, oa, ob, two, b0, b1, xlo, xhi, xd, xs, a, u);
                 a = warp_sum(a);
                 u = warp_sum(u);
                 if (lane == 0) part[buf][g][2 * i][wi] = a, part[buf][g][2 * i + 1][wi] = u;

@@ -288,24 +288,15 @@ static void cu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, 
 }
 
 /* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
- * lanes (lane & 7 = 0 holds the first four): the arithmetic of
- * k_quantize_act, so a product reading them sees identical codes. */
+ * lanes (lane & 7 = 0 holds the first four; block8_codes) into the
+ * quantized-activation arrays. */
 __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q, float *d, int *s, bool valid) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
-              c3 = __float2int_rn(v.w * id);
+    const codes8 c = block8_codes(v);
     const int lane8 = threadIdx.x & 7;
-    if (valid)
-        ((char4 *)q)[blk * 8 + lane8] = make_char4((signed char)c0, (signed char)c1, (signed char)c2, (signed char)c3);
-    int sum = c0 + c1 + c2 + c3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (valid) ((int *)q)[blk * 8 + lane8] = c.packed;
     if (valid && lane8 == 0) {
-        d[blk] = amax / 127.0f;
-        s[blk] = sum;
+        d[blk] = c.d;
+        s[blk] = c.sum;
     }
 }
 

@@ -531,6 +531,59 @@ __device__ __forceinline__ void consumers_grid_sync(int bt, unsigned long long *
     asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
 }
 
+/* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
+ * lanes (all eight take part in the shuffles): k_quantize_act's
+ * arithmetic (scale max|x|/127, codes round(x 127/max|x|) to nearest even),
+ * so a product reading them sees identical codes. packed: this lane's four
+ * codes as the bytes of one int (memory order); d and sum are the block's,
+ * the same in the group's lanes. quantize_block8 (the norms) and the
+ * persistent kernel's input builds write them out. */
+struct codes8 {
+    int packed;
+    float d;
+    int sum;
+};
+__device__ __forceinline__ codes8 block8_codes(float4 v) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
+              c3 = __float2int_rn(v.w * id);
+    int sum = c0 + c1 + c2 + c3;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    codes8 r;
+    r.packed = (c0 & 0xff) | (c1 & 0xff) << 8 | (c2 & 0xff) << 16 | (int)((unsigned)c3 << 24);
+    r.d = amax / 127.0f;
+    r.sum = sum;
+    return r;
+}
+
+/* One lane's share of two q4_0 rows' dot products against activation codes
+ * in two shared planes (values 0-15 and 16-31 of each block): blocks b0 +
+ * lane, + 32, ... below b1 of the rows whose code blocks start at qs + oa
+ * and qs + ob (scales at ds + oa, ds + ob; the second row only when two).
+ * The activation codes are read once for both rows. Lane sums, added into
+ * a and u: the caller reduces them over the warp. */
+__device__ __forceinline__ void q4_pair_dot(const uint4 *qs, const __half *ds, int oa, int ob, bool two, int b0,
+                                            int b1, const int4 *xlo, const int4 *xhi, const float *xd, const int *xs,
+                                            float &a, float &u) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll 2
+    for (int b = b0 + lane; b < b1; b += 32) {
+        const int4 x0 = xlo[b], x1 = xhi[b];
+        const float dx = xd[b];
+        const int sx = xs[b];
+        const uint4 w = qs[oa + b];
+        a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
+        if (two) {
+            const uint4 w2 = qs[ob + b];
+            u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
+        }
+    }
+}
+
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
  * fused and unfused gating round identically). */
 __device__ __forceinline__ float gelu_tanh_f(float x) {

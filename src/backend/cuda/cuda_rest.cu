@@ -118,23 +118,14 @@ __device__ __forceinline__ float rs_sum(float v, float *red) {
  * lanes take part (widths are multiples of 32). */
 __device__ __forceinline__ void rs_codes(float4 v, int j, bool in, int4 *xlo, int4 *xhi, float *xd, int *xs,
                                          int8_t *gq, float *gd, int *gs) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    const int c0 = __float2int_rn(v.x * id), c1 = __float2int_rn(v.y * id), c2 = __float2int_rn(v.z * id),
-              c3 = __float2int_rn(v.w * id);
-    int sum = c0 + c1 + c2 + c3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const codes8 c = block8_codes(v);
     if (!in) return;
     const int b = j >> 3, q = j & 7;
-    const int packed = (c0 & 0xff) | (c1 & 0xff) << 8 | (c2 & 0xff) << 16 | (int)((unsigned)c3 << 24);
-    ((int *)(q < 4 ? xlo : xhi))[b * 4 + (q & 3)] = packed;
-    if (q == 0) xd[b] = amax / 127.0f, xs[b] = sum;
+    ((int *)(q < 4 ? xlo : xhi))[b * 4 + (q & 3)] = c.packed;
+    if (q == 0) xd[b] = c.d, xs[b] = c.sum;
     if (gq) {
-        ((int *)gq)[j] = packed;
-        if (q == 0) gd[b] = amax / 127.0f, gs[b] = sum;
+        ((int *)gq)[j] = c.packed;
+        if (q == 0) gd[b] = c.d, gs[b] = c.sum;
     }
 }
 
@@ -303,18 +294,7 @@ __global__ void __launch_bounds__(RS_BT + 32, 1) k_layer_rest(const __grid_const
                 const int ra = P.pair ? i : 2 * i, oa = ra * nb, ob = P.pair ? n + oa : oa + nb;
                 const bool two = P.pair || ra + 1 < nrows;
                 float a = 0, u = 0;
-#pragma unroll 2
-                for (int b = b0 + lane; b < b1; b += 32) {
-                    const int4 x0 = xlo[b], x1 = xhi[b];
-                    const float dx = xd[b];
-                    const int sx = xs[b];
-                    const uint4 w = qs[oa + b];
-                    a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
-                    if (two) {
-                        const uint4 w2 = qs[ob + b];
-                        u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
-                    }
-                }
+                q4_pair_dot(qs, ds, oa, ob, two, b0, b1, xlo, xhi, xd, xs, a, u);
                 a = warp_sum(a);
                 u = warp_sum(u);
                 if (lane == 0) part[buf][g][2 * i][wi] = a, part[buf][g][2 * i + 1][wi] = u;
