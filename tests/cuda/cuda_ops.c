@@ -1325,26 +1325,25 @@ static void test_quantized_handoff(void) {
     }
 }
 
-/* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
- * read when a backend is created), the variable unset again. */
 /* layer_rest on one persistent launch (GEM_CUDA_REST=1, cuda_rest.cu) on
- * backend gt against the op-by-op calls on the default backend: h, and a
- * and the next layer's q/k/v when the next norm is given, after two steps
- * in a row (the second launch finds the claim counters the first left
- * zero); a's 8-bit codes, left for the next products, equal those a
- * product makes of a copy of a (exact). The next q/k/v are held against
- * the default backend's products of this backend's own a (a cascade of
- * code flips through two norms and three products may move a by ~5e-4 of
- * its rms, and every one of a's values near a rounding boundary then
- * takes the other code: the q/k/v of a 31B layer moved by 4e-3 of their
- * rms on an H100 against the op-by-op chain's; against the same a only
- * the summation order differs).
+ * backend gt against the op-by-op calls on the default backend, stage by
+ * stage: o, act, down, h, and a and the next layer's q/k/v when the next
+ * norm is given (cuda_rest.cu leaves o_out, act and down_out holding its
+ * stages' outputs, which the seam calls scratch). Each reference stage
+ * runs from the op's own output of the stage before (rest_agrees), so a
+ * code flip is checked where it happens instead of cascading: run as one
+ * chain, one flip of att's codes moved a by ~5e-4 of its rms, every one
+ * of a's values near a rounding boundary then took the other code, and the
+ * 31B's next q moved by 4e-3 of its rms and h by 1.4% over two steps (an
+ * H100, 2026-12-05). Two steps in a row: the second launch finds the claim
+ * counters the first left zero. a's 8-bit codes, left for the next
+ * products, equal those a product makes of a copy of a (exact).
  * Tolerance: 2e-3 of the output's rms. The two paths add in other orders
  * (rows split over warps; the block sums of the norms), so a value at a
  * rounding boundary of its 8-bit code may take the other code: one code
  * step is 1/127 of its block's largest value, which moves a product output
- * by ~1e-4 of its size for rows of thousands of values and h and a by as
- * little; a wrong or missing row moves them by their own size. The bound
+ * by ~1e-4 of its size for rows of thousands of values; a wrong or missing
+ * row moves its output by its own size. The bound
  * grows as 1/sqrt(H) below H 2048 (one flip weighs more in a shorter sum).
  * Widths: the tiny and 1b profiles', the 12B's (full o) and the 31B's
  * (sliding and full o), the widest residual (H 8192) and o input (K
@@ -1353,14 +1352,28 @@ static void test_quantized_handoff(void) {
  * K / 2 rows, two of them for a full layer, or q alone. att is scaled by a
  * kernel right before the op on both paths, so the op's grid dependency
  * wait (programmatic dependent launch) is all that orders its reads of
- * att after that kernel's writes. The second step starts both paths from
- * the reference's h: carried over, step 0's flips shift every value of a
- * by a fraction of a code step, and the many flips that follow moved h by
- * 1.4% of its rms on an H100 (the 31B scaled case, 2026-12-05). */
+ * att after that kernel's writes. */
 static double rms_of(const float *v, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
     return sqrt(s / (double)n);
+}
+
+/* gt's buffer `got` against the default backend's `ref` (n floats) at tol
+ * of ref's rms; then the reference goes on from gt's values, so each stage
+ * is checked on its own inputs (a stage's flips do not cascade). */
+static int rest_agrees(backend *ref_be, be_buf *ref, backend *gt, be_buf *got_buf, int n, double tol,
+                       const char *what, const char *label) {
+    float *want = get(ref_be, ref, (size_t)n), *got = get(gt, got_buf, (size_t)n);
+    const double scale_of = rms_of(want, (size_t)n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) worst = isnan(got[i]) ? INFINITY : fmax(worst, fabs((double)got[i] - want[i]));
+    fprintf(stderr, "layer_rest %s %s: largest difference %.3g of rms %.3g\n", what, label, worst, scale_of);
+    const int ok = worst <= tol * scale_of;
+    CHECKF(ok, "layer_rest %s %s: %.3g > %.2g x %.3g", what, label, worst, tol, scale_of);
+    ref_be->upload(ref_be, ref, 0, got, (size_t)n);
+    free(want), free(got);
+    return ok;
 }
 
 static void test_layer_rest(backend *gt) {
@@ -1407,20 +1420,6 @@ static void test_layer_rest(backend *gt) {
         for (int step = 0; step < 2 && ok; step++) {
             float *x = rand_vec((size_t)K, 1.0f);
             const be_weight *next = cases[ci].next ? w[0][7] : NULL, *scale = cases[ci].scale ? w[0][8] : NULL;
-            if (step) { /* both paths start the step from the reference's h */
-                float *hr = get(gpu, h[0], (size_t)H);
-                gt->upload(gt, h[1], 0, hr, (size_t)H);
-                free(hr);
-            }
-            /* the op-by-op calls (the model's fallback) */
-            gpu->upload(gpu, att[0], 0, x, (size_t)K);
-            gpu->scale(gpu, att[0], (size_t)K, w[0][8]);
-            gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
-            gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
-            gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
-            gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
-            if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
-            else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
             /* the one op */
             gt->upload(gt, att[1], 0, x, (size_t)K);
             gt->scale(gt, att[1], (size_t)K, w[1][8]); /* a kernel the op must wait for */
@@ -1443,36 +1442,29 @@ static void test_layer_rest(backend *gt) {
                 CHECKF(close_enough("layer_rest codes", c1, c2, 64, 0, 0), "a's codes H=%d step %d", H, step);
                 free(c1), free(c2);
             }
-            float *aref = ok && next ? get(gpu, a[0], (size_t)H) : NULL;
-            if (ok && nq) { /* the reference q/k/v: products of gt's a */
-                float *ag = get(gt, a[1], (size_t)H);
-                gpu->upload(gpu, a[0], 0, ag, (size_t)H);
+            /* the op-by-op calls (the model's fallback), each stage from
+             * the op's own output of the stage before */
+            char label[160];
+            snprintf(label, sizeof label, "H=%d F=%d K=%d%s step %d", H, F, K, cases[ci].scale ? " scaled" : "", step);
+            gpu->upload(gpu, att[0], 0, x, (size_t)K);
+            gpu->scale(gpu, att[0], (size_t)K, w[0][8]);
+            gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
+            ok = ok && rest_agrees(gpu, o[0], gt, o[1], H, tol, "o", label);
+            gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
+            gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
+            ok = ok && rest_agrees(gpu, act[0], gt, act[1], F, tol, "act", label);
+            gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
+            ok = ok && rest_agrees(gpu, dn[0], gt, dn[1], H, tol, "down", label);
+            if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
+            else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
+            ok = ok && rest_agrees(gpu, h[0], gt, h[1], H, tol, "h", label);
+            if (next) ok = ok && rest_agrees(gpu, a[0], gt, a[1], H, tol, "a", label);
+            if (ok && nq) {
                 gpu->matmul_multi(gpu, nq, (const be_weight *const *)wq[0], a[0], 1, qo[0]);
-                free(ag);
+                static const char *names[3] = {"next q", "next k", "next v"};
+                for (int i = 0; i < nq && ok; i++)
+                    ok = rest_agrees(gpu, qo[0][i], gt, qo[1][i], qm[i], tol, names[i], label);
             }
-            for (int out = 0; out < 2 + nq && ok; out++) {
-                if (out == 1 && !cases[ci].next) continue;
-                be_buf *br = out == 0 ? h[0] : out == 1 ? a[0] : qo[0][out - 2],
-                       *bg = out == 0 ? h[1] : out == 1 ? a[1] : qo[1][out - 2];
-                const int len = out < 2 ? H : qm[out - 2];
-                float *ref = out == 1 ? aref : get(gpu, br, (size_t)len), *got = get(gt, bg, (size_t)len);
-                const double scale_of = rms_of(ref, (size_t)len);
-                double worst = 0;
-                for (int i = 0; i < len; i++) {
-                    const double e = fabs((double)got[i] - ref[i]);
-                    worst = isnan(got[i]) ? INFINITY : fmax(worst, e);
-                }
-                char label[160];
-                static const char *names[5] = {"h", "a", "next q", "next k", "next v"};
-                snprintf(label, sizeof label, "layer_rest %s H=%d F=%d K=%d%s step %d", names[out], H, F, K,
-                         cases[ci].scale ? " scaled" : "", step);
-                fprintf(stderr, "%s: largest difference %.3g of rms %.3g\n", label, worst, scale_of);
-                CHECKF(worst <= tol * scale_of, "%s: %.3g > %.2g x %.3g", label, worst, tol, scale_of);
-                if (!(worst <= tol * scale_of)) ok = 0;
-                if (out != 1) free(ref);
-                free(got);
-            }
-            free(aref);
             free(x);
         }
         CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
@@ -1612,6 +1604,8 @@ static void test_layer_rest_graph(backend *gt) {
     for (int i = 0; i < 3; i++) free_tensor(&Wq[i]);
 }
 
+/* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
+ * read when a backend is created), the variable unset again. */
 static backend *variant(const char *var, const char *value, const backend_opts *o) {
     gem_err err;
     setenv(var, value, 1);
