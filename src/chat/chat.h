@@ -29,8 +29,14 @@ typedef struct {
     const char *bos_token;     /* "<bos>" */
 } chat_render_opts;
 
-/* Appends the rendered prompt text. Errors name the offending message or
- * tool (a missing role, a tool call without a name, ...). */
+/* What chat_render's error is about: the conversation (messages, including
+ * their tool calls) or the tools' declarations (the server names the
+ * request's part from it). */
+enum { CHAT_RENDER_BAD_MESSAGES = -1, CHAT_RENDER_BAD_TOOLS = -2 };
+
+/* Appends the rendered prompt text. 0, or one of the two codes above with
+ * an error naming the offending message or tool (a missing role, a tool
+ * call without a name, ...). */
 int chat_render(const chat_render_opts *o, strbuf *out, gem_err *err);
 
 typedef enum { CHAT_EV_CONTENT, CHAT_EV_REASONING, CHAT_EV_TOOL_CALL } chat_ev_kind;

@@ -468,7 +468,10 @@ static int render_tool_calls(strbuf *o, const json *calls, size_t mi, gem_err *e
 int chat_render(const chat_render_opts *opt, strbuf *o, gem_err *err) {
     const json *messages = opt->messages, *tools = opt->tools;
     if (!is_arr(messages)) return gem_err_set(err, "'messages' must be an array");
-    if (tools && tools->type != JSON_NULL && !is_arr(tools)) return gem_err_set(err, "'tools' must be an array");
+    if (tools && tools->type != JSON_NULL && !is_arr(tools)) {
+        gem_err_set(err, "'tools' must be an array");
+        return CHAT_RENDER_BAD_TOOLS;
+    }
     for (size_t i = 0; i < messages->len; i++) {
         const json *m = messages->items[i];
         if (!is_map(m)) return gem_err_set(err, "messages[%zu] is not an object", i);
@@ -508,7 +511,7 @@ int chat_render(const chat_render_opts *opt, strbuf *o, gem_err *err) {
                 int rc = format_function_declaration(&decl, tools->items[t], t, err);
                 if (!rc) put_trimmed(o, decl.p ? decl.p : "", decl.len);
                 sb_free(&decl);
-                if (rc) return -1;
+                if (rc) return CHAT_RENDER_BAD_TOOLS;
                 sb_puts(o, "<tool|>");
             }
             prev_type = "tool";

@@ -454,10 +454,9 @@ void api_request_free(api_request *r) {
 int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e) {
     gem_err err = {{0}};
     chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
-    /* the renderer also reads the tools' declarations: name the part its message is about */
-    if (chat_render(&ro, prompt, &err))
-        return api_fail(e, 400, INVALID, !strncmp(err.msg, "tool", 4) || !strncmp(err.msg, "'tools'", 7) ? "tools" : "messages",
-                        NULL, "%s", err.msg);
+    /* the renderer also reads the tools' declarations: name the part its error is about */
+    const int rc = chat_render(&ro, prompt, &err);
+    if (rc) return api_fail(e, 400, INVALID, rc == CHAT_RENDER_BAD_TOOLS ? "tools" : "messages", NULL, "%s", err.msg);
     if (r->tool_choice == API_TOOLS_REQUIRED) sb_puts(forced, "<|tool_call>call:");
     else if (r->tool_choice == API_TOOLS_NAMED) sb_printf(forced, "<|tool_call>call:%s{", r->tool_name);
     if (prompt->failed || forced->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");

@@ -70,30 +70,39 @@ static void test_goldens(void) {
     printf("rendered %d conversations\n", count);
 }
 
-static void expect_render_error(const char *conv, const char *want) {
+/* want_rc: which part the error is about (CHAT_RENDER_BAD_MESSAGES or
+ * CHAT_RENDER_BAD_TOOLS: the server's 'param' comes from it) */
+static void expect_render_error(int want_rc, const char *conv, const char *want) {
     strbuf out = {0};
     gem_err err = {{0}};
     int rc = render_conv(conv, strlen(conv), &out, &err);
-    CHECKF(rc == -1, "accepted: %s", conv);
+    CHECKF(rc == want_rc, "%s: returned %d, not %d", conv, rc, want_rc);
     CHECK_ERR(err.msg, want);
     sb_free(&out);
 }
 
 static void test_render_errors(void) {
-    expect_render_error("{\"messages\": 3}", "'messages' must be an array");
-    expect_render_error("{\"messages\": []}", "no messages");
-    expect_render_error("{\"messages\": [7]}", "messages[0] is not an object");
-    expect_render_error("{\"messages\": [{\"content\": \"x\"}]}", "messages[0] has no 'role' string");
-    expect_render_error("{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "unknown role 'wizard'");
-    expect_render_error("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages[0].content must be a string");
-    expect_render_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"function\": {}}]}",
+    const int M = CHAT_RENDER_BAD_MESSAGES, T = CHAT_RENDER_BAD_TOOLS;
+    expect_render_error(M, "{\"messages\": 3}", "'messages' must be an array");
+    expect_render_error(M, "{\"messages\": []}", "no messages");
+    expect_render_error(M, "{\"messages\": [7]}", "messages[0] is not an object");
+    expect_render_error(M, "{\"messages\": [{\"content\": \"x\"}]}", "messages[0] has no 'role' string");
+    expect_render_error(M, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "unknown role 'wizard'");
+    expect_render_error(M, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+                        "messages[0].content must be a string");
+    expect_render_error(T, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"function\": {}}]}",
                         "tools[0].function has no 'name'");
-    expect_render_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"function\": {\"name\": \"f\", "
-                        "\"parameters\": {\"type\": \"object\", \"properties\": {\"p\": {\"description\": \"no type\"}}}}}]}",
+    expect_render_error(T,
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"function\": "
+                        "{\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
+                        "{\"p\": {\"description\": \"no type\"}}}}}]}",
                         "tool parameter 'p' has no 'type'");
-    expect_render_error("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}",
+    expect_render_error(M, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}",
                         "messages[0].tool_calls[0] has no function name");
-    expect_render_error("{\"messages\": [{\"role\": \"tool\", \"content\": {\"a\": 1}}]}", "messages[0].content must be a string");
+    expect_render_error(M, "{\"messages\": [{\"role\": \"tool\", \"content\": {\"a\": 1}}]}",
+                        "messages[0].content must be a string");
+    expect_render_error(T, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": 3}",
+                        "'tools' must be an array");
 }
 
 /* Renders the conversation in b into out (checked to succeed); returns the
