@@ -1,8 +1,9 @@
 /* layer_rest (backend.h) on one persistent launch: the rest of a one-token
  * layer after its attention (o, gate/up, down) and the next layer's q/k/v,
  * q4_0 weights only, GEM_CUDA_REST=1..3 (the ring's shape; off by default
- * until it is measured faster on the H200: 2.2% slower on an H100,
- * bench/results/cuda-rest-h100-2026-12-05.json).
+ * until it is measured faster on the H200: on an H100 every shape is
+ * slower, 1.8-2.6% for =1 and 9.5-13% for =2 and =3 at depths 0-32768,
+ * bench/results/cuda-rest-h100-2026-12-05b.json).
  *
  * Why: the kernel-per-op step spends ~30 us of each 31B layer's ~100 on the
  * ramps and tails of its products and the small kernels between them
