@@ -7,7 +7,7 @@
 
 #include "cli/cli.h"
 #include "server/server.h"
-#include "util/strbuf.h"
+#include "util/file.h"
 
 static int usage(void) {
     fprintf(stderr,
@@ -17,21 +17,6 @@ static int usage(void) {
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--test-hooks]\n");
     return 2;
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    strbuf b = {0};
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_put(&b, buf, n);
-    fclose(f);
-    if (b.failed || !b.len) {
-        sb_free(&b);
-        return NULL;
-    }
-    return b.p;
 }
 
 int cli_serve(int argc, char **argv) {
@@ -80,8 +65,10 @@ int cli_serve(int argc, char **argv) {
         }
     }
     if (!o.model_path) o.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
-    char *tpl = slurp(cli_data_path("templates/google-gemma-4-31B-it.jinja", tbuf, sizeof tbuf));
-    o.chat_template = tpl;
+    /* the text /props reports; NULL when the file is missing or empty */
+    size_t tlen = 0;
+    char *tpl = file_read(cli_data_path("templates/google-gemma-4-31B-it.jinja", tbuf, sizeof tbuf), 0, &tlen, NULL);
+    o.chat_template = tlen ? tpl : NULL;
     int rc = server_run(&o);
     free(tpl);
     return rc;

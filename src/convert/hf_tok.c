@@ -7,51 +7,18 @@
  * tokenizer transformers would load. */
 #include "convert/hf_tok.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/file.h"
 
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_BYTE = 6 };
 
 char *hf_read_file(const char *dir, const char *name, int optional, size_t *len, gem_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return NULL;
-        gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            size_t c = cap ? cap * 2 : 1 << 20;
-            char *b = realloc(buf, c);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                gem_err_set(err, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = b;
-            cap = c;
-        }
-        size_t k = fread(buf + n, 1, 65536, f);
-        n += k;
-        if (k < 65536) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        gem_err_set(err, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
+    return file_read(path, optional, len, err);
 }
 
 static json *read_json(const char *dir, const char *name, int optional, gem_err *err) {

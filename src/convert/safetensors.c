@@ -9,14 +9,10 @@
  * above any file we can map. */
 #include "convert/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "util/file.h"
 #include "util/json.h"
 
 #define MAX_EXACT 9007199254740992.0 /* 2^53 */
@@ -25,7 +21,7 @@ struct st_file {
     char *path;
     const uint8_t *base;
     uint64_t size;
-    int mapped;
+    file_map map; /* st_open's mapping of base; zero for st_open_mem */
     st_tensor *tensors;
     size_t n;
 };
@@ -238,42 +234,11 @@ st_file *st_open_mem(const void *data, size_t size, const char *name, gem_err *e
 }
 
 st_file *st_open(const char *path, gem_err *err) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not wait for a writer (then refused below) */
-    if (fd < 0) {
-        gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-        gem_err_set(err, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
-    }
-    st_file *f = file_new(path);
-    if (!f) {
-        close(fd);
-        gem_err_set(err, "out of memory");
-        return NULL;
-    }
-    f->size = (uint64_t)sb.st_size;
-    if (f->size) {
-        void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            gem_err_set(err, "%s: cannot map: %s", path, strerror(errno));
-            close(fd);
-            st_close(f);
-            return NULL;
-        }
-        f->base = m;
-        f->mapped = 1;
-    } else {
-        f->base = (const uint8_t *)"";
-    }
-    close(fd);
-    if (parse(f, err)) {
-        st_close(f);
-        return NULL;
-    }
+    file_map m;
+    if (file_map_open(path, &m, err)) return NULL;
+    st_file *f = st_open_mem(m.data, m.size, path, err);
+    if (f) f->map = m; /* unmapped by st_close */
+    else file_map_close(&m);
     return f;
 }
 
@@ -281,7 +246,7 @@ void st_close(st_file *f) {
     if (!f) return;
     for (size_t i = 0; i < f->n; i++) free((char *)f->tensors[i].name);
     free(f->tensors);
-    if (f->mapped) munmap((void *)f->base, (size_t)f->size);
+    file_map_close(&f->map);
     free(f->path);
     free(f);
 }

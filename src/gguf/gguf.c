@@ -9,17 +9,13 @@
  * numeric values are memcpy'd straight out of the file. */
 #include "gguf/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "quant/quant.h"
+#include "util/file.h"
 #include "util/hash.h"
 #include "util/utf8.h"
 
@@ -51,7 +47,7 @@ struct gguf_file {
     char *path;
     const uint8_t *base;
     uint64_t size;
-    int mapped;
+    file_map map; /* gguf_open's mapping of base; zero for gguf_open_mem */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -542,43 +538,15 @@ gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, gem_er
 }
 
 gguf_file *gguf_open(const char *path, gem_err *err) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
-     * refused as not a regular file); no effect on regular files */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) {
-        gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        gem_err_set(err, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
-    }
-    if (st.st_size == 0) {
+    file_map m;
+    if (file_map_open(path, &m, err)) return NULL;
+    if (!m.size) {
         gem_err_set(err, "%s: empty file", path);
-        close(fd);
         return NULL;
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (m == MAP_FAILED) {
-        gem_err_set(err, "%s: mmap failed: %s", path, strerror(errno));
-        return NULL;
-    }
-    gguf_file *f = file_new(path);
-    if (!f) {
-        munmap(m, (size_t)st.st_size);
-        gem_err_set(err, "out of memory");
-        return NULL;
-    }
-    f->base = m;
-    f->size = (uint64_t)st.st_size;
-    f->mapped = 1;
-    if (parse(f, err)) {
-        gguf_close(f);
-        return NULL;
-    }
+    gguf_file *f = gguf_open_mem(m.data, m.size, path, err);
+    if (f) f->map = m; /* unmapped by gguf_close */
+    else file_map_close(&m);
     return f;
 }
 
@@ -597,7 +565,7 @@ void gguf_close(gguf_file *f) {
     }
     free(f->kv_index.slots);
     free(f->tensor_index.slots);
-    if (f->mapped) munmap((void *)f->base, (size_t)f->size);
+    file_map_close(&f->map);
     free(f->path);
     free(f);
 }

@@ -1,0 +1,102 @@
+/* Input files opened read-only, regular files only (see file.h). */
+#include "util/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FILE_MISSING (-2)
+
+/* A descriptor for path, checked to be a regular file of *size bytes; -1
+ * with err set, or FILE_MISSING (err untouched) for a missing file when
+ * missing_ok. */
+static int open_regular(const char *path, int missing_ok, size_t *size, gem_err *err) {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
+     * refused below); no effect on a regular file's reads */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (missing_ok && errno == ENOENT) return FILE_MISSING;
+        gem_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        gem_err_set(err, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX / 2) {
+        gem_err_set(err, "%s: too large (%lld bytes)", path, (long long)st.st_size);
+        close(fd);
+        return -1;
+    }
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+int file_map_open(const char *path, file_map *m, gem_err *err) {
+    memset(m, 0, sizeof *m);
+    size_t size;
+    int fd = open_regular(path, 0, &size, err);
+    if (fd < 0) return -1;
+    if (!size) {
+        close(fd);
+        m->data = (const uint8_t *)"";
+        return 0;
+    }
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int saved = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (p == MAP_FAILED) return gem_err_set(err, "%s: cannot map: %s", path, strerror(saved));
+    m->data = p;
+    m->size = size;
+    m->mapped = 1;
+    return 0;
+}
+
+void file_map_close(file_map *m) {
+    if (m->mapped) munmap((void *)m->data, m->size);
+    memset(m, 0, sizeof *m);
+}
+
+char *file_read(const char *path, int missing_ok, size_t *len, gem_err *err) {
+    size_t size;
+    int fd = open_regular(path, missing_ok, &size, err);
+    if (fd < 0) return NULL;
+    /* the size is a first guess only: a file may grow while it is read, and
+     * some (under /proc) say 0; the slack lets EOF show without a regrow */
+    size_t cap = size + 4096, n = 0;
+    char *buf = malloc(cap);
+    const char *fail = buf ? NULL : "out of memory";
+    while (!fail) {
+        if (n + 1 == cap) {
+            char *b = cap > SIZE_MAX / 4 ? NULL : realloc(buf, cap * 2);
+            if (!b) {
+                fail = "out of memory";
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) fail = strerror(errno);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    if (fail) {
+        gem_err_set(err, "%s: cannot read: %s", path, fail);
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    close(fd);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}

@@ -1,0 +1,100 @@
+/* util/file: regular files map and read whole; a missing file, a directory
+ * and a FIFO are refused with the path named, a FIFO at once (the readers
+ * once waited on one for a writer forever; an alarm turns a hang into a
+ * failure); missing_ok leaves the error untouched. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "util/file.h"
+
+static const char *const FIFO = "build/test-file.fifo";
+static const char *const TMP = "build/test-file.tmp";
+
+static void write_file(const char *path, const char *s, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(s, 1, n, f) == n);
+    fclose(f);
+}
+
+static void test_map(void) {
+    gem_err err = {{0}};
+    file_map m;
+    write_file(TMP, "abc\0def", 7);
+    CHECKF(file_map_open(TMP, &m, &err) == 0, "%s", err.msg);
+    CHECK(m.size == 7 && m.mapped && !memcmp(m.data, "abc\0def", 7));
+    file_map_close(&m);
+    CHECK(m.data == NULL && m.size == 0 && !m.mapped);
+    file_map_close(&m); /* twice is fine */
+
+    write_file(TMP, "", 0);
+    CHECKF(file_map_open(TMP, &m, &err) == 0, "%s", err.msg);
+    CHECK(m.size == 0 && !m.mapped && m.data && !m.data[0]);
+    file_map_close(&m);
+    remove(TMP);
+
+    CHECK(file_map_open("tests/data/none.bin", &m, &err) == -1);
+    CHECK_ERR(err.msg, "tests/data/none.bin: cannot open: ");
+    CHECK(m.data == NULL && m.size == 0);
+    CHECK(file_map_open("tests", &m, &err) == -1);
+    CHECK_ERR(err.msg, "tests: not a regular file");
+}
+
+static void test_read(void) {
+    gem_err err = {{0}};
+    size_t n = 99;
+    write_file(TMP, "hello\nworld", 11);
+    char *s = file_read(TMP, 0, &n, &err);
+    CHECKF(s && n == 11 && !strcmp(s, "hello\nworld"), "%s", err.msg);
+    free(s);
+    /* larger than the first buffer's slack, so it grows */
+    static char big[100000];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (char)('a' + i % 26);
+    write_file(TMP, big, sizeof big);
+    s = file_read(TMP, 1, &n, &err);
+    CHECK(s && n == sizeof big && !memcmp(s, big, n) && s[n] == 0);
+    free(s);
+    write_file(TMP, "", 0);
+    s = file_read(TMP, 0, NULL, &err);
+    CHECK(s && !s[0]);
+    free(s);
+    remove(TMP);
+    /* a size of 0 that is not the length: reads to the end anyway */
+    s = file_read("/proc/self/status", 0, &n, &err);
+    CHECKF(s && n > 0 && strstr(s, "Name:"), "%s", err.msg);
+    free(s);
+
+    strcpy(err.msg, "untouched");
+    CHECK(file_read("tests/data/none.txt", 1, &n, &err) == NULL);
+    CHECK(!strcmp(err.msg, "untouched"));
+    CHECK(file_read("tests/data/none.txt", 0, &n, &err) == NULL);
+    CHECK_ERR(err.msg, "tests/data/none.txt: cannot open: ");
+    CHECK(file_read("tests", 1, &n, &err) == NULL);
+    CHECK_ERR(err.msg, "tests: not a regular file");
+    CHECK(file_read("tests/data/none.txt", 0, NULL, NULL) == NULL); /* err may be NULL */
+}
+
+static void test_fifo(void) {
+    remove(FIFO);
+    CHECK(mkfifo(FIFO, 0600) == 0);
+    gem_err err = {{0}};
+    file_map m;
+    alarm(10);
+    int rc = file_map_open(FIFO, &m, &err);
+    char *s = file_read(FIFO, 0, NULL, &err);
+    alarm(0);
+    CHECK(rc == -1 && s == NULL);
+    CHECK_ERR(err.msg, "build/test-file.fifo: not a regular file");
+    remove(FIFO);
+}
+
+int main(void) {
+    test_map();
+    test_read();
+    test_fifo();
+    return test_report("util/file");
+}
