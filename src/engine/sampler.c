@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/rng.h"
+
 typedef struct {
     float logit;
     int32_t id;
@@ -30,7 +32,7 @@ sampler *sampler_new(const gem_sampling *p, int n_vocab) {
     if (!s) return NULL;
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->state = p->seed ^ 0x9e3779b97f4a7c15ull;
+    s->state = p->seed ^ RNG_GAMMA;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
@@ -50,11 +52,7 @@ void sampler_free(sampler *s) {
 }
 
 static double uniform(sampler *s) {
-    uint64_t x = (s->state += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return (double)(x >> 11) / 9007199254740992.0;
+    return (double)(rng_splitmix64(&s->state) >> 11) / 9007199254740992.0;
 }
 
 static int cand_desc(const void *a, const void *b) {

@@ -60,6 +60,7 @@
 #include "server/api.h"
 #include "server/http.h"
 #include "server/reply.h"
+#include "util/rng.h"
 
 #define MAX_HEAD (16 * 1024)
 #define TILE 64
@@ -320,13 +321,6 @@ static void save_checkpoint(server *s, const job *j, size_t at) {
     s->ck_n = at;
 }
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* An error after the SSE head went out: one error event, then [DONE]. */
 static void stream_error(gen *g, const char *msg) {
     api_error e;
@@ -349,7 +343,7 @@ static void run_job(server *s, job *j) {
     }
     uint64_t serial = atomic_fetch_add(&s->counter, 1);
     char id[64];
-    snprintf(id, sizeof id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)mix64(s->id_base + serial));
+    snprintf(id, sizeof id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)rng_mix64(s->id_base + serial));
     reply_opts ro = {rq->kind, stream, rq->include_usage, rq->return_tokens, id,
                      rq->model ? rq->model : s->alias, s->o.version, (long long)time(NULL)};
     gen g = {0};
@@ -361,7 +355,7 @@ static void run_job(server *s, job *j) {
     g.st.n = rq->n_stop;
     if (chat) g.cp = chat_parser_new(on_chat_event, &g);
     gem_sampling sp = rq->sampling;
-    if (!rq->seed_given) sp.seed = mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
+    if (!rq->seed_given) sp.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
     sampler *sm = sampler_new(&sp, (int)s->n_vocab);
     tok_ids forced = {0};
     int forced_ok = !rq->forced_output || !tok_encode(s->tk, rq->forced_output, rq->forced_output_len, 0, 1, &forced);
@@ -1115,7 +1109,7 @@ int server_run(const server_opts *o) {
     const char *base = strrchr(o->model_path, '/');
     snprintf(s->alias, sizeof s->alias, "%s", o->alias ? o->alias : base ? base + 1 : o->model_path);
     s->started = (long long)time(NULL);
-    s->id_base = mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
+    s->id_base = rng_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     struct sigaction sa;
