@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "tok/tok.h"
+#include "util/clock.h"
 
 static char *read_all(FILE *f, size_t *n) {
     size_t cap = 1 << 16, len = 0;
@@ -72,11 +72,9 @@ int cli_tokenize(int argc, char **argv) {
         size_t count = 0;
         for (int r = 0; r < bench && !rc; r++) {
             tok_ids ids = {0};
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
+            double t0 = gem_now_s();
             rc = tok_encode(t, in, n, 0, special, &ids) ? 1 : 0;
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+            double s = gem_now_s() - t0;
             if (s < best) best = s;
             count = ids.n;
             tok_ids_free(&ids);
