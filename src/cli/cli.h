@@ -32,8 +32,24 @@ int cli_parse_kv_type(const char *s);
  * Writes into buf and returns it. */
 const char *cli_data_path(const char *rel, char *buf, unsigned long cap);
 
-/* A 40-column progress bar on stderr ("gem CMD: [####....]  45.0%"),
- * redrawn when the permille changes; *last holds the state (start at -1). */
-void cli_progress_bar(const char *cmd, uint64_t done, uint64_t total, int *last);
+/* The progress of a long file command: a 40-column bar on stderr
+ * ("gem CMD: [####....]  45.0%") when stderr is a terminal, redrawn when
+ * the permille changes, and the command's wall time. */
+typedef void (*cli_progress_fn)(uint64_t done, uint64_t total, void *ctx);
+typedef struct {
+    const char *cmd;
+    int last; /* permille drawn last; -1 before the first */
+    double t0;
+} cli_progress;
+
+/* Starts the clock and sets *fn, *ctx to the callback the command's
+ * options take (NULL when stderr is not a terminal). */
+void cli_progress_start(cli_progress *p, const char *cmd, cli_progress_fn *fn, void **ctx);
+
+/* Seconds since cli_progress_start. */
+double cli_progress_seconds(const cli_progress *p);
+
+/* Ends a half-drawn bar, prints "gem CMD: error: MSG"; returns 1. */
+int cli_progress_fail(const cli_progress *p, const char *msg);
 
 #endif

@@ -2,8 +2,6 @@
  * convert/hf.h). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "convert/hf.h"
@@ -15,8 +13,6 @@ static int fail(const char *msg, const char *arg) {
     fprintf(stderr, "gem convert: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
     return 2;
 }
-
-static void progress(uint64_t done, uint64_t total, void *ctx) { cli_progress_bar("convert", done, total, ctx); }
 
 int cli_convert(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *type = NULL, *name = NULL;
@@ -56,22 +52,12 @@ int cli_convert(int argc, char **argv) {
         o.type = quant_type_from_name(type);
         if (o.type != QT_F32 && o.type != QT_F16 && o.type != QT_BF16) return fail("--type must be f32, bf16 or f16", type);
     }
-    int last = -1;
-    if (isatty(2)) {
-        o.progress = progress;
-        o.progress_ctx = &last;
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cli_progress pg;
+    cli_progress_start(&pg, "convert", &o.progress, &o.progress_ctx);
     gem_err err = {{0}};
     gem_convert_stats st = {0};
-    if (gem_convert(&o, &st, &err)) {
-        if (last >= 0 && last < 1000) fprintf(stderr, "\n");
-        fprintf(stderr, "gem convert: error: %s\n", err.msg);
-        return 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (gem_convert(&o, &st, &err)) return cli_progress_fail(&pg, err.msg);
+    double s = cli_progress_seconds(&pg);
     fprintf(stderr, "gem convert: wrote %s (%s, %s matrices, %u tensors from %u shard%s): %.1f -> %.1f MiB in %.2f s (%.0f MB/s read)\n",
             out, st.profile, quant_type_name(st.type), st.n_tensors, st.n_shards, st.n_shards == 1 ? "" : "s",
             st.in_bytes / 1048576.0, st.out_bytes / 1048576.0, s, s > 0 ? st.in_bytes / s / 1e6 : 0.0);

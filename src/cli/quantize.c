@@ -1,11 +1,7 @@
 /* gem quantize: a Gemma 4 GGUF in f32/f16/bf16 to q8_0, q4_0, q4_k or q6_k,
  * byte-identical to the pinned llama-quantize (see convert/quantize.h). */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "convert/quantize.h"
@@ -19,20 +15,6 @@ static int fail(const char *msg, const char *arg) {
     fprintf(stderr, "gem quantize: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
     return 2;
 }
-
-void cli_progress_bar(const char *cmd, uint64_t done, uint64_t total, int *last) {
-    int permille = total ? (int)(done * 1000 / total) : 1000;
-    if (permille == *last) return;
-    *last = permille;
-    char bar[41];
-    int fill = permille * 40 / 1000;
-    for (int i = 0; i < 40; i++) bar[i] = i < fill ? '#' : '.';
-    bar[40] = 0;
-    fprintf(stderr, "\rgem %s: [%s] %5.1f%%", cmd, bar, permille / 10.0);
-    if (permille == 1000) fprintf(stderr, "\n");
-}
-
-static void progress(uint64_t done, uint64_t total, void *ctx) { cli_progress_bar("quantize", done, total, ctx); }
 
 int cli_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *type = NULL, *embd = NULL;
@@ -72,22 +54,12 @@ int cli_quantize(int argc, char **argv) {
         o.embd_type = quant_type_from_name(embd);
         if (o.embd_type < 0) return fail("unknown embedding type", embd);
     }
-    int last = -1;
-    if (isatty(2)) {
-        o.progress = progress;
-        o.progress_ctx = &last;
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cli_progress pg;
+    cli_progress_start(&pg, "quantize", &o.progress, &o.progress_ctx);
     gem_err err = {{0}};
     gem_quantize_stats st = {0};
-    if (gem_quantize(&o, &st, &err)) {
-        if (last >= 0 && last < 1000) fprintf(stderr, "\n");
-        fprintf(stderr, "gem quantize: error: %s\n", err.msg);
-        return 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (gem_quantize(&o, &st, &err)) return cli_progress_fail(&pg, err.msg);
+    double s = cli_progress_seconds(&pg);
     fprintf(stderr, "gem quantize: wrote %s (%s, file type %u): %u of %u tensors quantized, %.1f -> %.1f MiB in %.2f s (%.0f MB/s read)\n",
             out, type, st.ftype, st.n_quantized, st.n_tensors, st.in_bytes / 1048576.0, st.out_bytes / 1048576.0, s,
             s > 0 ? st.in_bytes / s / 1e6 : 0.0);

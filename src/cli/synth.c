@@ -3,8 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "model/gemma4_synth.h"
@@ -13,16 +11,6 @@
 static int fail(const char *msg, const char *arg) {
     fprintf(stderr, "gem synth: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
     return 2;
-}
-
-static void progress(uint64_t done, uint64_t total, void *ctx) {
-    int *last = ctx;
-    int pct = total ? (int)(done * 100 / total) : 100;
-    if (pct != *last) {
-        *last = pct;
-        fprintf(stderr, "\rgem synth: %3d%%", pct);
-        if (pct == 100) fprintf(stderr, "\n");
-    }
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -79,20 +67,11 @@ int cli_synth(int argc, char **argv) {
     o.out_path = out;
     char vbuf[4096];
     o.vocab_path = vocab ? vocab : cli_data_path("vocab/gemma-4.gguf", vbuf, sizeof vbuf);
-    int last = -1;
-    if (isatty(2)) {
-        o.progress = progress;
-        o.progress_ctx = &last;
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cli_progress pg;
+    cli_progress_start(&pg, "synth", &o.progress, &o.progress_ctx);
     gem_err err = {{0}};
-    if (gemma4_synth(&o, &err)) {
-        fprintf(stderr, "gem synth: error: %s\n", err.msg);
-        return 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (gemma4_synth(&o, &err)) return cli_progress_fail(&pg, err.msg);
+    double s = cli_progress_seconds(&pg);
     fprintf(stderr, "gem synth: wrote %s (%s, %s matrices, %s embedding, seed %llu) in %.1f s\n", out,
             o.profile->name, quant_type_name(o.type), quant_type_name(o.embd_type), (unsigned long long)seed, s);
     return 0;

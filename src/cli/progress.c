@@ -1,0 +1,40 @@
+/* Progress and wall time of the long file commands (gem convert, quantize,
+ * synth): one bar, one clock, one way to end a half-drawn line before an
+ * error (see cli.h). */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util/clock.h"
+
+#define BAR 40
+
+static void draw(uint64_t done, uint64_t total, void *ctx) {
+    cli_progress *p = ctx;
+    int permille = total ? (int)(done * 1000 / total) : 1000;
+    if (permille == p->last) return;
+    p->last = permille;
+    char bar[BAR + 1];
+    int fill = permille * BAR / 1000;
+    for (int i = 0; i < BAR; i++) bar[i] = i < fill ? '#' : '.';
+    bar[BAR] = 0;
+    fprintf(stderr, "\rgem %s: [%s] %5.1f%%", p->cmd, bar, permille / 10.0);
+    if (permille == 1000) fprintf(stderr, "\n");
+}
+
+void cli_progress_start(cli_progress *p, const char *cmd, cli_progress_fn *fn, void **ctx) {
+    p->cmd = cmd;
+    p->last = -1;
+    /* a bar redrawn in place only makes sense on a terminal */
+    *fn = isatty(2) ? draw : NULL;
+    *ctx = *fn ? p : NULL;
+    p->t0 = gem_now_s();
+}
+
+double cli_progress_seconds(const cli_progress *p) { return gem_now_s() - p->t0; }
+
+int cli_progress_fail(const cli_progress *p, const char *msg) {
+    if (p->last >= 0 && p->last < 1000) fprintf(stderr, "\n");
+    fprintf(stderr, "gem %s: error: %s\n", p->cmd, msg);
+    return 1;
+}
