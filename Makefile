@@ -39,18 +39,6 @@ endif
 ifeq ($(CUDA),1)
   CU_TRACE_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj-cuda-trace/%.o)
   TRACE_BIN := $(BUILD)/gem-trace
-  # build/cuda_barrier_probe: what a boundary between two one-token products
-  # costs (launch chain vs grid barrier; bench/cuda_barrier_probe.cu); make
-  # test builds it when CUDA is on, so it compiles
-  PROBE_BIN := $(BUILD)/cuda_barrier_probe
-  # build/cuda_ring_probe: a persistent kernel streaming the products
-  # through a ring of bulk copies (bench/cuda_ring_probe.cu); make test
-  # builds it when CUDA is on, so it compiles
-  RING_BIN := $(BUILD)/cuda_ring_probe
-  # build/cuda_cublas_probe: gem's prefill products against cuBLAS on the
-  # same shapes (bench/cuda_cublas_probe.cu); built by make test where the
-  # toolkit has cuBLAS, so it compiles. gem itself never links cuBLAS.
-  CUBLAS_BIN := $(if $(wildcard $(CUDA_HOME)/lib64/libcublas.so),$(BUILD)/cuda_cublas_probe)
 endif
 
 .PRECIOUS: %.o $(BUILD)/tok-golden/%
@@ -58,7 +46,7 @@ endif
 # prerequisite lists expand when make reads them).
 DEFAULT_MODEL := data/models/default.gguf
 
-.PHONY: all flags test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
+.PHONY: all flags lib-objs test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
 all: gem $(DEFAULT_MODEL)
 
 # the compiler flags of this build, for benchmark records (bench/ab)
@@ -66,6 +54,12 @@ flags:
 	@echo "CFLAGS=$(CFLAGS_BASE) $(CFLAGS)"
 	@echo "NVFLAGS=$(NVFLAGS) $(NVEXTRA)"
 	@echo "CUDA=$(CUDA)"
+
+# gem's library objects (everything but the CLI), built, and their paths
+# listed in build/lib-objs: for programs outside make test that link gem's
+# code (the CUDA experiments, experiments/cuda/Makefile)
+lib-objs: $(LIB_OBJ) $(CU_OBJ)
+	@echo $(abspath $(LIB_OBJ) $(CU_OBJ)) > $(BUILD)/lib-objs
 
 gem: $(LIB_OBJ) $(CLI_OBJ) $(CU_OBJ) $(BUILD)/cuda-$(CUDA).stamp
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
@@ -81,21 +75,6 @@ $(OBJ_DIR)/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 $(BUILD)/obj-cuda-trace/%.o: %.cu $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVEXTRA) -DGEM_CUDA_TRACE -c -o $@ $<
-
-$(BUILD)/cuda_barrier_probe: bench/cuda_barrier_probe.cu
-	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_barrier_probe needs nvcc (CUDA=1)"; exit 1; fi
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
-
-$(BUILD)/cuda_ring_probe: bench/cuda_ring_probe.cu src/backend/cuda/cuda_common.h
-	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_ring_probe needs nvcc (CUDA=1)"; exit 1; fi
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $<
-
-$(BUILD)/cuda_cublas_probe: bench/cuda_cublas_probe.cu $(LIB_OBJ) $(CU_OBJ)
-	@if [ "$(CUDA)" != 1 ]; then echo "build/cuda_cublas_probe needs nvcc (CUDA=1)"; exit 1; fi
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) $(NVEXTRA) -o $@ $< $(LIB_OBJ) $(CU_OBJ) -lcublas -lpthread -lm
 
 $(BUILD)/gem-trace: $(LIB_OBJ) $(CLI_OBJ) $(CU_TRACE_OBJ)
 	@if [ "$(CUDA)" != 1 ]; then echo "build/gem-trace needs nvcc (CUDA=1)"; exit 1; fi
@@ -141,7 +120,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN) $(PROBE_BIN) $(RING_BIN) $(CUBLAS_BIN)
+test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN)

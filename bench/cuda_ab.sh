@@ -8,7 +8,7 @@
 # Run build/tests/cuda/cuda_ops first: a variant is measured once it is
 # correct.
 #   bench/cuda_ab.sh [-m model.gguf] [-d DEPTHS] SETTING [SETTING ...]
-#   e.g. bench/cuda_ab.sh GEM_CUDA_MV_LD=1 "GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_ATTN_BAR1=1"
+#   e.g. bench/cuda_ab.sh GEM_CUDA_MV_STAGGER=0 "GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0"
 # Output: one line per bench run (gem bench's decode lines).
 set -u
 cd "$(dirname "$0")/.." || exit 2

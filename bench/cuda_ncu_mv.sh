@@ -15,8 +15,8 @@
 # none). Synthetic gemma4-31b Q4_0 with a Q8_0 embedding unless a model is
 # given.
 #   bench/cuda_ncu_mv.sh [-k REGEX] [-p PROMPT] [-c COUNT] [VAR=VALUE[,VAR=VALUE...] ...] [-- model.gguf]
-#   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_LD=1 GEM_CUDA_MV_LD=1,GEM_CUDA_MV_STAGGER=0
-#        bench/cuda_ncu_mv.sh -k k_attn_tc -p 32768 -c 60 GEM_CUDA_FULL_SPLITS=64
+#   e.g. bench/cuda_ncu_mv.sh GEM_CUDA_MV_STAGGER=0 GEM_CUDA_MV_SPLIT=0,GEM_CUDA_MV_STAGGER=0
+#        bench/cuda_ncu_mv.sh -k k_attn_tc -p 32768 -c 60 GEM_CUDA_ATTN_DEC=2
 # Output: per set, a CSV header and rows of the profiled kernels: ID, kernel
 # name and the metrics.
 set -u

@@ -10,12 +10,8 @@
 # one-token products' staggered first wave (default) against
 # GEM_CUDA_MV_STAGGER=0, and the one-token norms on 256 threads
 # (GEM_CUDA_NORM_WIDE=0), the q/k/v norm+rope as its own launch before the
-# attention (GEM_CUDA_ATTN_FUSE=0), and that launch without its early reads
-# (GEM_CUDA_QKV_EARLY=0, which matters only when it is its own launch), and
-# the one-token products' weights loaded evict-first (GEM_CUDA_MV_LD=1),
-# the full layers' caches in 64 or 128 one-token splits instead of 256
-# (GEM_CUDA_FULL_SPLITS), and k_attn_tc with one block barrier per 16-key
-# tile instead of two (GEM_CUDA_ATTN_BAR1=1).
+# attention (GEM_CUDA_ATTN_FUSE=0), unsplit one-token rows
+# (GEM_CUDA_MV_SPLIT=0) and plain launches (GEM_CUDA_PDL=0).
 # Run build/tests/cuda/cuda_ops first: a variant is
 # measured only once it is correct. Output: one line per run (gem bench's
 # own lines).
@@ -26,7 +22,7 @@ M=${1:-${TMPDIR:-/tmp}/gem-variants-31b.gguf}
 [ -f "$M" ] || ./gem synth --profile gemma4-31b --type q4_0 --embd-type q8_0 --seed 1 -o "$M" >/dev/null || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv,noheader 2>/dev/null
 prefill() { ./gem bench -m "$M" --backend cuda --prompt 2048 --gen 1 --depth 0 --reps 2 2>&1 | grep 'prefill '; }
-for v in 3 2 2 3; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
+for v in 1 2 2 1; do echo "GEM_CUDA_MMH=$v: $(GEM_CUDA_MMH=$v prefill)"; done
 # decode KV_TYPE [VAR=VALUE ...]
 decode() {
     kv=$1
@@ -36,9 +32,7 @@ decode() {
 }
 for v in 2 1 0 1 2; do echo "--kv-type f32 GEM_CUDA_ATTN_DEC=$v: $(decode f32 GEM_CUDA_ATTN_DEC=$v)"; done
 for v in 3 2 1 0 1 2 3; do echo "--kv-type f16 GEM_CUDA_ATTN_DEC=$v: $(decode f16 GEM_CUDA_ATTN_DEC=$v)"; done
-for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0 "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" \
-    "GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_QKV_EARLY=0" GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_MV_STAGGER=0 "X=1" \
-    GEM_CUDA_MV_LD=1 GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_FULL_SPLITS=128 GEM_CUDA_FULL_SPLITS=128 \
-    GEM_CUDA_FULL_SPLITS=64 GEM_CUDA_MV_LD=1 "X=1" GEM_CUDA_ATTN_BAR1=1 GEM_CUDA_ATTN_BAR1=1 "X=1"; do
+for v in "X=1" GEM_CUDA_MV_STAGGER=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_MV_SPLIT=0 GEM_CUDA_PDL=0 \
+    GEM_CUDA_PDL=0 GEM_CUDA_MV_SPLIT=0 GEM_CUDA_ATTN_FUSE=0 GEM_CUDA_NORM_WIDE=0 GEM_CUDA_MV_STAGGER=0 "X=1"; do
     echo "--kv-type f16 $v: $(decode f16 $v)"
 done

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/device.h" /* the device queries: backend_devices, backend_describe, backend_peak_gbs */
 #include "gguf/gguf.h"
 #include "util/err.h"
 
@@ -38,30 +39,6 @@ typedef struct be_weight be_weight;
 typedef struct be_kv be_kv;
 typedef struct backend backend;
 typedef struct be_graph be_graph;
-
-/* The rest of a one-token layer after its attention (the optional
- * layer_rest op):
- *   o_out = o att; h += rmsnorm(o_out) post_attn_norm; f = rmsnorm(h) ffn_norm;
- *   act = gelu_tanh(gate f) (up f); down_out = down act;
- *   h = (h + rmsnorm(down_out) post_ffw_norm) (out_scale ? out_scale[0] : 1);
- *   a = rmsnorm(h) next_norm when next_norm (the next layer's first norm);
- *   next_out[i] = next_w[i] a for i < next_count (the next layer's q, k, v).
- * Widths: h, a, o_out, down_out `width` (H); act the gate's rows (F); att
- * the o weight's columns. o_out, act and down_out are scratch: unspecified
- * after the op. next_count > 0 needs next_norm. Every buffer is distinct
- * (no two alias). */
-typedef struct {
-    const be_buf *att;
-    const be_weight *o, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;
-    const be_weight *out_scale; /* NULL: none */
-    const be_weight *next_norm; /* NULL: the last layer (a is not written) */
-    be_buf *h, *a, *o_out, *act, *down_out;
-    int n, width;
-    float eps;
-    int next_count; /* 0..3 */
-    const be_weight *next_w[3];
-    be_buf *next_out[3];
-} be_layer_rest;
 
 #define BE_TOPK_MAX 128
 
@@ -93,12 +70,6 @@ struct backend {
      * the two calls'. */
     void (*add_rmsnorm_norm)(backend *b, be_buf *h, const be_buf *x, const be_weight *w, const be_weight *s,
                              const be_weight *w_next, int rows, int width, float eps, be_buf *out);
-    /* Optional (NULL: the op-by-op calls): be_layer_rest in one op. Returns
-     * 0 when taken (enqueued, or failed with the error left for status()),
-     * 1 when the backend does not take these arguments (nothing enqueued:
-     * the caller makes the calls). Results agree with the calls' within
-     * the rounding of other summation orders. */
-    int (*layer_rest)(backend *b, const be_layer_rest *r);
     void (*matmul)(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
     /* out[i] = W[i] x for `count` (<= 3) weights sharing one input (q, k, v):
      * one pass of the activations, and one launch on a GPU. */

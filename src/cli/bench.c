@@ -25,9 +25,7 @@
 #include "model/gemma4.h"
 #include "util/json.h"
 #include "util/strbuf.h"
-#ifdef GEM_CUDA
-#include "backend/cuda/cuda_probe.h"
-#endif
+#include "backend/device.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -79,9 +77,7 @@ static stats summarize(double *v, int n) {
 /* What the numbers were measured on, for the JSON record: the GPU (name,
  * clocks) for cuda, else the CPU's model name and online cores. */
 static void hardware_of(const char *backend, char *out, size_t cap) {
-#ifdef GEM_CUDA
-    if (!strcmp(backend, "cuda") && cuda_probe_describe(0, out, cap) == 0) return;
-#endif
+    if (backend_describe(backend, 0, out, cap) == 0) return;
     (void)backend;
     char line[256], name[200] = "unknown CPU";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -100,7 +96,7 @@ static void hardware_of(const char *backend, char *out, size_t cap) {
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
-    double peak = 0; /* GB/s; 0: the GPU's figure (cuda_probe_peak_gbs) or none */
+    double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
     int kv_f16 = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -187,9 +183,7 @@ int cli_bench(int argc, char **argv) {
      * fraction is printed rather than one against a made-up peak; a GPU
      * says what it is (an H100's fraction against the H200's 4800 was
      * wrong by 43%) */
-#ifdef GEM_CUDA
-    if (peak == 0 && !strcmp(gem_engine_backend(e), "cuda")) peak = cuda_probe_peak_gbs(0);
-#endif
+    if (peak == 0) peak = backend_peak_gbs(gem_engine_backend(e), 0);
     char peak_txt[48] = "peak unknown (--peak-gbs)", peak_js[24] = "null";
     if (peak > 0) {
         snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);

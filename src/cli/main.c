@@ -6,10 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/device.h"
 #include "cli/cli.h"
-#ifdef GEM_CUDA
-#include "backend/cuda/cuda_probe.h"
-#endif
 
 #define GEM_VERSION "0.1.0"
 
@@ -85,23 +83,24 @@ const char *cli_data_path(const char *rel, char *buf, unsigned long cap) {
     return buf;
 }
 
+/* Each backend as the seam sees it (backend_devices): the CPU and what it
+ * is, then the GPUs, one line each. */
 static int cmd_devices(void) {
-    printf("cpu: available (%ld online cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
-#ifdef GEM_CUDA
     char buf[512];
-    int n = cuda_probe_count(buf, sizeof buf);
+    backend_describe("cpu", 0, buf, sizeof buf);
+    printf("cpu: available (%s)\n", buf);
+    gem_err err;
+    int built = 0;
+    const int n = backend_devices("cuda", &built, &err);
     if (n < 0) {
-        printf("cuda: compiled in; %s\n", buf);
+        printf("cuda: %s%s\n", built ? "compiled in; " : "", err.msg);
         return 0;
     }
     printf("cuda: compiled in; %d device%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
-        cuda_probe_describe(i, buf, sizeof buf);
+        backend_describe("cuda", i, buf, sizeof buf);
         printf("  %s\n", buf);
     }
-#else
-    printf("cuda: not compiled in (build with nvcc on the PATH or CUDA=1)\n");
-#endif
     return 0;
 }
 

@@ -172,32 +172,13 @@ static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
     const int H = (int)p->n_embd;
     b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
     b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
-    int qkv_done = 0; /* the layer's q/k/v products came with the layer before's rest */
     for (uint32_t il = 0; il < s->n_run; il++) {
         const gemma4_layer *g = &s->m->layers[il];
         layer_w *l = &s->L[il];
         const be_weight *W[3] = {l->q, l->k, l->v};
         be_buf *O[3] = {s->q, s->k, s->v};
-        if (!qkv_done) b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
-        qkv_done = 0;
+        b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
         attend(s, g, l, n, pos0);
-        if (b->layer_rest) { /* the rest of the layer, and the next layer's q/k/v, in one op where taken */
-            const layer_w *nl = il + 1 < s->n_run ? &s->L[il + 1] : NULL;
-            be_layer_rest r = {s->att, l->o, l->post_attn_norm, l->ffn_norm, l->gate, l->up, l->down,
-                               l->post_ffw_norm, l->out_scale, nl ? nl->attn_norm : NULL, s->h, s->a, s->o, s->act,
-                               s->down, n, H, EPS, 0, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
-            if (nl) {
-                r.next_count = s->m->layers[il + 1].is_full ? 2 : 3;
-                r.next_w[0] = nl->q, r.next_w[1] = nl->k, r.next_w[2] = nl->v;
-                r.next_out[0] = s->q, r.next_out[1] = s->k, r.next_out[2] = s->v;
-            }
-            if (!b->layer_rest(b, &r)) {
-                qkv_done = nl != NULL;
-                continue;
-            }
-            r.next_count = 0; /* the rest without the next q/k/v, where only those were refused */
-            if (nl && !b->layer_rest(b, &r)) continue;
-        }
         b->matmul(b, l->o, s->att, n, s->o);
         add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);

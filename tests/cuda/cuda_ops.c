@@ -37,8 +37,6 @@ static backend *gpu_f16;  /* caches in f16 (--kv-type f16) */
  * k_attn_dec (GEM_CUDA_ATTN_DEC=1), f32 and f16 caches, and the staged
  * k_attn_dec with f16 caches (GEM_CUDA_ATTN_DEC=2). */
 static backend *gpu_split, *gpu_split_f16, *gpu_reg, *gpu_reg_f16, *gpu_staged_f16;
-static backend *gpu_f16_s64; /* GEM_CUDA_FULL_SPLITS=64: linear caches in 64 one-token splits */
-static backend *gpu_f16_bar1; /* GEM_CUDA_ATTN_BAR1=1: k_attn_tc with one block barrier per tile */
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
  * f32 attention); otherwise prefill tiles use the tensor cores. */
@@ -284,16 +282,18 @@ static void test_elementwise(void) {
     free_tensor(&s);
 }
 
-/* gr: the default backend (q/k/v of heads 256 and 512 on
- * k_qkv_norm_rope_e) or GEM_CUDA_QKV_EARLY=0 (k_qkv_norm_rope) */
+/* gr: the backend under test. The q/k/v launch runs k_qkv_norm_rope_e
+ * for heads of 256 and 512 and k_qkv_norm_rope for the others (head 128
+ * here). */
 static void test_rope(backend *gr) {
     const int pos0s[] = {0, 37, 131000};
     /* mode 0: sliding (head 256, no factors); 1: full (head 512, theta
      * 1e6, rope_freqs' factors); 2: head 512 and theta 1e6 without factors
-     * (every pair rotates: the early kernel's angles for j >= 64 too) */
-    for (int mode = 0; mode < 3; mode++)
+     * (every pair rotates: the early kernel's angles for j >= 64 too); 3:
+     * head 128, theta 1e4 (the generic kernel) */
+    for (int mode = 0; mode < 4; mode++)
         for (int p = 0; p < 3; p++) {
-            const int full = mode > 0, n = 5, heads = 6, d = full ? 512 : 256;
+            const int full = mode == 1 || mode == 2, n = 5, heads = 6, d = mode == 3 ? 128 : full ? 512 : 256;
             const float theta = full ? 1e6f : 1e4f;
             const size_t len = (size_t)n * heads * d;
             tensor ff = make_tensor(QT_F32, d / 2, 1);
@@ -593,57 +593,6 @@ static void test_matmul_split(backend *gu) {
             gu->buf_free(gu, xg), gs->buf_free(gs, xs), gu->buf_free(gu, og), gs->buf_free(gs, os);
             gu->weight_free(gu, wg), gs->weight_free(gs, ws);
             free_tensor(&W);
-        }
-}
-
-/* A one-token product variant (gx, named what_var) equals the default
- * kernels bit for bit (the same sums in the same order). GEM_CUDA_MV_LD=1
- * loads the weights evict-first. Single products (unsplit,
- * and rows split over 2 and 4 warps: K 8192, 21504), the q/k/v triple and
- * the gate/up pair (two 301-row matrices: k_mv_q's pair mode), q8_0 and
- * q4_0; 333, 301 and 300 rows leave warps without a row in the last block;
- * K 1152 ends inside a lane's first round; q8_0 at K 5376 takes two
- * rounds. For MV_LD the results cannot show which kernel ran: that the
- * variable selects the variant rests on mv_run's reading of it. */
-static void test_matmul_variant(backend *gx, const char *what_var) {
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {1152, 3840, 5376, 8192, 21504};
-    for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-            const int64_t K = Ks[ki];
-            tensor A = make_tensor(types[t], K, 333), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
-            tensor G = make_tensor(types[t], K, 301), U = make_tensor(types[t], K, 301);
-            gem_err err;
-            float *x = rand_vec((size_t)K, 1.0f);
-            backend *bs[2] = {gpu, gx};
-            float *res[2][5];
-            for (int v = 0; v < 2; v++) {
-                backend *b = bs[v];
-                be_weight *W[3] = {b->weight(b, &A.t, &err), b->weight(b, &B.t, &err), b->weight(b, &C.t, &err)};
-                be_weight *wg = b->weight(b, &G.t, &err), *wu = b->weight(b, &U.t, &err);
-                be_buf *xb = put(b, x, (size_t)K);
-                be_buf *o1 = put(b, NULL, 333), *o3[3] = {put(b, NULL, 333), put(b, NULL, 64), put(b, NULL, 300)};
-                be_buf *pr = put(b, NULL, 301);
-                b->matmul(b, W[0], xb, 1, o1);
-                b->matmul_multi(b, 3, (const be_weight *const *)W, xb, 1, o3);
-                b->matmul_geglu(b, wg, wu, xb, 1, pr);
-                res[v][0] = get(b, o1, 333);
-                res[v][1] = get(b, o3[0], 333), res[v][2] = get(b, o3[1], 64), res[v][3] = get(b, o3[2], 300);
-                res[v][4] = get(b, pr, 301);
-                b->buf_free(b, xb), b->buf_free(b, o1), b->buf_free(b, pr);
-                b->weight_free(b, wg), b->weight_free(b, wu);
-                for (int i = 0; i < 3; i++) b->buf_free(b, o3[i]), b->weight_free(b, W[i]);
-            }
-            const size_t lens[5] = {333, 333, 64, 300, 301};
-            const char *what[5] = {"variant matmul", "variant multi q", "variant multi k", "variant multi v",
-                                   "variant geglu"};
-            int same = 1;
-            for (int i = 0; i < 5; i++) same &= close_enough(what[i], res[1][i], res[0][i], lens[i], 0, 0);
-            CHECKF(same, "%s against the default, %s K=%lld", what_var, quant_type_name(types[t]), (long long)K);
-            for (int v = 0; v < 2; v++)
-                for (int i = 0; i < 5; i++) free(res[v][i]);
-            free(x);
-            free_tensor(&A), free_tensor(&B), free_tensor(&C), free_tensor(&G), free_tensor(&U);
         }
 }
 
@@ -964,36 +913,29 @@ static void test_attention_case(int n_head, int kvh, int d, int window, int cap,
  * of the last split, in a reused stage; each step's key dominates head
  * 0): the register k_attn_dec, its staged form and k_attn_split on equal
  * caches (filled by the same prefill kernels) agree within f32 summation
- * order (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound, also
- * with the cache in 64 splits (GEM_CUDA_FULL_SPLITS=64: 257 keys, 17 tiles
- * per block; its outputs must differ from the default's somewhere, or the
- * switch was not read); k_attn_tc with one block barrier per tile
- * (GEM_CUDA_ATTN_BAR1=1) equal to the default bit for bit. A last step of
- * 3 tokens runs k_attn_split on every backend (85 splits, 64 with the
- * switch). The CPU reference is too slow at this depth; the kernels met it
- * above. */
+ * order (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound. A
+ * last step of 3 tokens runs k_attn_split on every backend (85 splits).
+ * The CPU reference is too slow at this depth; the kernels met it above. */
 static void test_attention_deep(void) {
     const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1, 3};
     /* the register, staged, split and (f16 caches) tensor-core kernels; the
      * defaults are gpu (f32: staged) and gpu_f16 (tensor cores) */
-    backend *sets[2][6] = {{gpu_reg, gpu, gpu_split, NULL, NULL, NULL},
-                           {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16, gpu_f16_s64, gpu_f16_bar1}};
-    const char *names[6] = {"register", "staged", "split", "tensor cores", "tensor cores, 64 splits",
-                            "tensor cores, one barrier per tile"};
+    backend *sets[2][4] = {{gpu_reg, gpu, gpu_split, NULL}, {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16}};
+    const char *names[4] = {"register", "staged", "split", "tensor cores"};
     for (int f = 0; f < 2; f++) {
         backend **bs = sets[f];
         if (!bs[0] || !bs[1] || !bs[2]) continue;
         int nb = 3;
-        while (nb < 6 && bs[nb]) nb++; /* the backends present, in order */
+        while (nb < 4 && bs[nb]) nb++; /* the backends present, in order */
         gem_err err;
-        be_kv *kv[6];
+        be_kv *kv[4];
         for (int b = 0; b < nb; b++) kv[b] = bs[b]->kv_new(bs[b], kvh, d, cap, 0, &err);
-        int pos = 0, ok = 1, s64_differs = 0;
+        int pos = 0, ok = 1;
         for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
             const int n = tiles[t];
             const size_t nq = (size_t)n * nh * d, nk = (size_t)n * kvh * d;
             const float qk = 3.0f / sqrtf(sqrtf((float)d));
-            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[6];
+            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[4];
             int32_t *ids = calloc((size_t)n, sizeof *ids);
             if (n == 1) /* the step's own key dominates head 0 (score ~136): a lost or doubled row shows */
                 for (int e = 0; e < d; e++) k[e] = 2.0f * q[e];
@@ -1005,17 +947,9 @@ static void test_attention_deep(void) {
                 o[b] = get(g, og, nq);
                 g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
             }
-            if (nb >= 5 && n <= 8) s64_differs |= memcmp(o[4], o[3], nq * sizeof(float)) != 0;
-            if (nb == 6 && n <= 8) { /* the same arithmetic as the default */
-                const int same = !memcmp(o[5], o[3], nq * sizeof(float));
-                CHECKF(same, "deep attention, %s vs tensor cores at %d: not equal", names[5], pos);
-                ok &= same;
-            }
             if (n <= 8)
                 for (int b = 1; b < nb && ok; b++) {
-                    /* f16 q and probabilities on the tensor cores: the f16 bound
-                     * (64 splits: other running maxima, so other f16
-                     * probabilities, within the same bound) */
+                    /* f16 q and probabilities on the tensor cores: the f16 bound */
                     const double tol = b >= 3 ? 3e-3 : 1e-5;
                     ok = close_enough("deep one-token", o[b], o[0], nq, tol, 2 * tol);
                     CHECKF(ok, "deep one-token attention, %s vs register%s at %d", names[b], f ? " (f16 KV)" : "", pos);
@@ -1025,7 +959,6 @@ static void test_attention_deep(void) {
             pos += n;
             if (!ok) break;
         }
-        if (nb >= 5) CHECKF(s64_differs, "GEM_CUDA_FULL_SPLITS=64 gave the default's bits at every step: not read");
         for (int b = 0; b < nb; b++) bs[b]->kv_free(bs[b], kv[b]);
     }
 }
@@ -1111,8 +1044,7 @@ static int qkv_pair_call(backend *const *bs, const qkv_case *c, int n, int pos) 
  * four tiles (the fourth reuses the first stage) in turn. Prompts fill the
  * caches first (prefill tiles of at most 3250: the same kernels on both).
  * The fused backend's one-token calls leave q as it came: the fused
- * kernel, not the two launches, ran. Also run with gp the one-barrier
- * loop of k_attn_tc (GEM_CUDA_ATTN_BAR1=1): the same bits. */
+ * kernel, not the two launches, ran. */
 static void test_attention_qkv(backend *gf, backend *gp, const char *what) {
     const struct {
         int nh, kvh, d, window, cap, kasv, prompt, steps;
@@ -1325,288 +1257,6 @@ static void test_quantized_handoff(void) {
     }
 }
 
-/* layer_rest on one persistent launch (GEM_CUDA_REST=1, cuda_rest.cu) on
- * backend gt against the op-by-op calls on the default backend, stage by
- * stage: o, act, down, h, and a and the next layer's q/k/v when the next
- * norm is given (cuda_rest.cu leaves o_out, act and down_out holding its
- * stages' outputs, which the seam calls scratch). Each reference stage
- * runs from the op's own output of the stage before (rest_agrees), so a
- * code flip is checked where it happens instead of cascading: run as one
- * chain, one flip of att's codes moved a by ~5e-4 of its rms, every one
- * of a's values near a rounding boundary then took the other code, and the
- * 31B's next q moved by 4e-3 of its rms and h by 1.4% over two steps (an
- * H100, 2026-12-05). Two steps in a row: the second launch finds the claim
- * counters the first left zero. a's 8-bit codes, left for the next
- * products, equal those a product makes of a copy of a (exact).
- * Tolerance: 2e-3 of the output's rms. The two paths add in other orders
- * (rows split over warps; the block sums of the norms), so a value at a
- * rounding boundary of its 8-bit code may take the other code: one code
- * step is 1/127 of its block's largest value, which moves a product output
- * by ~1e-4 of its size for rows of thousands of values; a wrong or missing
- * row moves its output by its own size. The bound
- * grows as 1/sqrt(H) below H 2048 (one flip weighs more in a shorter sum).
- * Stage by stage only act's input (f, from the reference's own norm of the
- * op's o) can take other codes; the worst of the 360 comparisons was
- * 6.1e-6 of the rms (act, the 31B's widths; an H100, 2026-12-05).
- * Widths: the tiny and 1b profiles', the 12B's (full o) and the 31B's
- * (sliding and full o), the widest residual (H 8192) and o input (K
- * 21504) taken, with and without the layer scale and the next norm; the
- * next layer's q/k/v of K, K / 2 - 1 (odd: a chunk's last row alone) and
- * K / 2 rows, two of them for a full layer, or q alone. att is scaled by a
- * kernel right before the op on both paths, so the op's grid dependency
- * wait (programmatic dependent launch) is all that orders its reads of
- * att after that kernel's writes. */
-static double rms_of(const float *v, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
-    return sqrt(s / (double)n);
-}
-
-/* gt's buffer `got` against the default backend's `ref` (n floats) at tol
- * of ref's rms; then the reference goes on from gt's values, so each stage
- * is checked on its own inputs (a stage's flips do not cascade). */
-static int rest_agrees(backend *ref_be, be_buf *ref, backend *gt, be_buf *got_buf, int n, double tol,
-                       const char *what, const char *label) {
-    float *want = get(ref_be, ref, (size_t)n), *got = get(gt, got_buf, (size_t)n);
-    const double scale_of = rms_of(want, (size_t)n);
-    double worst = 0;
-    for (int i = 0; i < n; i++) worst = isnan(got[i]) ? INFINITY : fmax(worst, fabs((double)got[i] - want[i]));
-    fprintf(stderr, "layer_rest %s %s: largest difference %.3g of rms %.3g\n", what, label, worst, scale_of);
-    const int ok = worst <= tol * scale_of;
-    CHECKF(ok, "layer_rest %s %s: %.3g > %.2g x %.3g", what, label, worst, tol, scale_of);
-    ref_be->upload(ref_be, ref, 0, got, (size_t)n);
-    free(want), free(got);
-    return ok;
-}
-
-static void test_layer_rest(backend *gt) {
-    CHECKF(gt->layer_rest != NULL, "GEM_CUDA_REST=1: the backend offers no layer_rest");
-    if (!gt->layer_rest) return;
-    /* full: the next layer is a full one (q and k only) */
-    const struct {
-        int H, F, K;
-        int next, scale, nq; /* nq: the next layer's products (2: a full layer's q and k) */
-    } cases[] = {{256, 512, 256, 1, 1, 3},       {256, 512, 512, 0, 1, 0},      {1536, 6144, 2048, 1, 0, 2},
-                 {3840, 15360, 8192, 1, 1, 2},   {5376, 21504, 8192, 1, 1, 3}, {5376, 21504, 16384, 0, 1, 0},
-                 {5376, 21504, 8192, 1, 0, 3},   {8192, 8192, 16384, 1, 1, 1}, {5376, 21504, 21504, 1, 0, 3}};
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const int H = cases[ci].H, F = cases[ci].F, K = cases[ci].K;
-        const double tol = 2e-3 * fmax(1.0, sqrt(2048.0 / H));
-        const uint32_t ty = QT_Q4_0;
-        tensor Wo = make_tensor(ty, K, H), Wg = make_tensor(ty, H, F), Wu = make_tensor(ty, H, F),
-               Wd = make_tensor(ty, F, H);
-        tensor nrm[4] = {make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1), make_tensor(QT_F32, H, 1),
-                         make_tensor(QT_F32, H, 1)};
-        tensor sc = make_tensor(QT_F32, 1, 1), Wx = make_tensor(ty, H, 64);
-        const int nq = cases[ci].nq, qm[3] = {K, K / 2 - 1, K / 2};
-        tensor Wq[3];
-        for (int i = 0; i < nq; i++) Wq[i] = make_tensor(ty, H, qm[i]);
-        backend *bs[2] = {gpu, gt};
-        be_weight *w[2][10], *wq[2][3];
-        be_buf *h[2], *a[2], *att[2], *o[2], *act[2], *dn[2], *qo[2][3];
-        float *h0 = rand_vec((size_t)H, 1.0f);
-        gem_err err;
-        for (int si = 0; si < 2; si++) {
-            backend *b = bs[si];
-            const tensor *ts[10] = {&Wo, &Wg, &Wu, &Wd, &nrm[0], &nrm[1], &nrm[2], &nrm[3], &sc, &Wx};
-            for (int i = 0; i < 10; i++) w[si][i] = b->weight(b, &ts[i]->t, &err);
-            h[si] = put(b, h0, (size_t)H);
-            a[si] = put(b, NULL, (size_t)H);
-            att[si] = put(b, NULL, (size_t)K);
-            o[si] = put(b, NULL, (size_t)H);
-            act[si] = put(b, NULL, (size_t)F);
-            dn[si] = put(b, NULL, (size_t)H);
-            for (int i = 0; i < nq; i++) wq[si][i] = b->weight(b, &Wq[i].t, &err), qo[si][i] = put(b, NULL, (size_t)qm[i]);
-        }
-        be_buf *copy = put(gt, NULL, (size_t)H), *p1 = put(gt, NULL, 64), *p2 = put(gt, NULL, 64);
-        int ok = 1;
-        for (int step = 0; step < 2 && ok; step++) {
-            float *x = rand_vec((size_t)K, 1.0f);
-            const be_weight *next = cases[ci].next ? w[0][7] : NULL, *scale = cases[ci].scale ? w[0][8] : NULL;
-            /* the one op */
-            gt->upload(gt, att[1], 0, x, (size_t)K);
-            gt->scale(gt, att[1], (size_t)K, w[1][8]); /* a kernel the op must wait for */
-            be_layer_rest r = {att[1], w[1][0], w[1][4], w[1][5], w[1][1], w[1][2], w[1][3], w[1][6],
-                               cases[ci].scale ? w[1][8] : NULL, cases[ci].next ? w[1][7] : NULL,
-                               h[1], a[1], o[1], act[1], dn[1], 1, H, 1e-6f, nq, {NULL, NULL, NULL},
-                               {NULL, NULL, NULL}};
-            for (int i = 0; i < nq; i++) r.next_w[i] = wq[1][i], r.next_out[i] = qo[1][i];
-            const int took = gt->layer_rest(gt, &r);
-            CHECKF(took == 0, "layer_rest declined H=%d F=%d K=%d", H, F, K);
-            if (took) ok = 0;
-            if (ok && cases[ci].next) {
-                /* a's codes, left for the next products: a product through
-                 * them (nothing launched or uploaded since) equals one that
-                 * quantizes a copy of a itself */
-                gt->matmul(gt, w[1][9], a[1], 1, p1);
-                gt->copy(gt, a[1], 0, copy, 0, (size_t)H);
-                gt->matmul(gt, w[1][9], copy, 1, p2);
-                float *c1 = get(gt, p1, 64), *c2 = get(gt, p2, 64);
-                CHECKF(close_enough("layer_rest codes", c1, c2, 64, 0, 0), "a's codes H=%d step %d", H, step);
-                free(c1), free(c2);
-            }
-            /* the op-by-op calls (the model's fallback), each stage from
-             * the op's own output of the stage before */
-            char label[160];
-            snprintf(label, sizeof label, "H=%d F=%d K=%d%s step %d", H, F, K, cases[ci].scale ? " scaled" : "", step);
-            gpu->upload(gpu, att[0], 0, x, (size_t)K);
-            gpu->scale(gpu, att[0], (size_t)K, w[0][8]);
-            gpu->matmul(gpu, w[0][0], att[0], 1, o[0]);
-            ok = ok && rest_agrees(gpu, o[0], gt, o[1], H, tol, "o", label);
-            gpu->add_rmsnorm_norm(gpu, h[0], o[0], w[0][4], NULL, w[0][5], 1, H, 1e-6f, a[0]);
-            gpu->matmul_geglu(gpu, w[0][1], w[0][2], a[0], 1, act[0]);
-            ok = ok && rest_agrees(gpu, act[0], gt, act[1], F, tol, "act", label);
-            gpu->matmul(gpu, w[0][3], act[0], 1, dn[0]);
-            ok = ok && rest_agrees(gpu, dn[0], gt, dn[1], H, tol, "down", label);
-            if (next) gpu->add_rmsnorm_norm(gpu, h[0], dn[0], w[0][6], scale, next, 1, H, 1e-6f, a[0]);
-            else gpu->add_rmsnorm(gpu, h[0], dn[0], w[0][6], 1, H, 1e-6f, scale);
-            ok = ok && rest_agrees(gpu, h[0], gt, h[1], H, tol, "h", label);
-            if (next) ok = ok && rest_agrees(gpu, a[0], gt, a[1], H, tol, "a", label);
-            if (ok && nq) {
-                gpu->matmul_multi(gpu, nq, (const be_weight *const *)wq[0], a[0], 1, qo[0]);
-                static const char *names[3] = {"next q", "next k", "next v"};
-                for (int i = 0; i < nq && ok; i++)
-                    ok = rest_agrees(gpu, qo[0][i], gt, qo[1][i], qm[i], tol, names[i], label);
-            }
-            free(x);
-        }
-        CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
-        gt->buf_free(gt, copy), gt->buf_free(gt, p1), gt->buf_free(gt, p2);
-        for (int si = 0; si < 2; si++) {
-            backend *b = bs[si];
-            for (int i = 0; i < 10; i++) b->weight_free(b, w[si][i]);
-            be_buf *bufs[] = {h[si], a[si], att[si], o[si], act[si], dn[si]};
-            for (int i = 0; i < 6; i++) b->buf_free(b, bufs[i]);
-            for (int i = 0; i < nq; i++) b->weight_free(b, wq[si][i]), b->buf_free(b, qo[si][i]);
-        }
-        for (int i = 0; i < nq; i++) free_tensor(&Wq[i]);
-        free(h0);
-        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&sc), free_tensor(&Wx);
-        for (int i = 0; i < 4; i++) free_tensor(&nrm[i]);
-    }
-}
-
-/* What layer_rest does not take it declines with nothing done (h as it
- * was): widths that are not a multiple of 256 (H, the o input, the FFN),
- * wider than it holds (H 8448, F 21760), q8_0 weights (all, or o alone), a
- * buffer passed twice (a is att), two tokens, the next layer's k in q8_0
- * or of 128 columns, v into 100 floats or into h, q/k/v without the next
- * norm; and on a backend with the reference's fp16 GELU table (gf16), any
- * layer. */
-static void test_layer_rest_declines(backend *gt, backend *gf16) {
-    if (!gt->layer_rest) return;
-    static const char *why[15] = {"H 160",       "o in q8_0, the rest q4_0", "a is att", "two tokens",
-                                  "all in q8_0", "k in q8_0",                "k of 128 columns",
-                                  "v into 100 floats", "v into h",           "q/k/v without the next norm",
-                                  "K 288",       "F 800",                    "H 8448",  "F 21760",
-                                  "the fp16 GELU table"};
-    for (int c = 0; c < 15; c++) {
-        const int H = c == 0 ? 160 : c == 12 ? 8448 : 256, F = c == 11 ? 800 : c == 13 ? 21760 : 512,
-                  K = c == 10 ? 288 : 256;
-        if (c == 14 && !gf16) continue;
-        backend *bt = c == 14 ? gf16 : gt;
-        const uint32_t all = c == 4 ? QT_Q8_0 : QT_Q4_0;
-        tensor Wo = make_tensor(c == 1 || c == 4 ? QT_Q8_0 : QT_Q4_0, K, H), Wg = make_tensor(all, H, F),
-               Wu = make_tensor(all, H, F), Wd = make_tensor(all, F, H), nw = make_tensor(QT_F32, H, 1);
-        tensor Wq = make_tensor(QT_Q4_0, H, K), Wk = make_tensor(c == 5 ? QT_Q8_0 : QT_Q4_0, c == 6 ? 128 : H, 128),
-               Wv = make_tensor(QT_Q4_0, H, 128);
-        gem_err err;
-        be_weight *wo = bt->weight(bt, &Wo.t, &err), *wg = bt->weight(bt, &Wg.t, &err),
-                  *wu = bt->weight(bt, &Wu.t, &err), *wd = bt->weight(bt, &Wd.t, &err), *nwg = bt->weight(bt, &nw.t, &err);
-        be_weight *wq = bt->weight(bt, &Wq.t, &err), *wk = bt->weight(bt, &Wk.t, &err), *wv = bt->weight(bt, &Wv.t, &err);
-        float *h0 = rand_vec((size_t)2 * H, 1.0f), *x = rand_vec((size_t)2 * K, 1.0f);
-        be_buf *h = put(bt, h0, (size_t)2 * H), *att = put(bt, x, (size_t)2 * K), *a = put(bt, NULL, (size_t)2 * H),
-               *o = put(bt, NULL, (size_t)2 * H), *act = put(bt, NULL, (size_t)2 * F), *dn = put(bt, NULL, (size_t)2 * H);
-        be_buf *qb = put(bt, NULL, (size_t)K), *kb = put(bt, NULL, 128), *vb = put(bt, NULL, c == 7 ? 100 : 128);
-        be_layer_rest r = {att, wo, nwg, nwg, wg, wu, wd, nwg, NULL, nwg, h, c == 2 ? att : a, o, act, dn,
-                           c == 3 ? 2 : 1, H, 1e-6f, 0, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
-        if (c >= 5) {
-            r.next_count = 3;
-            r.next_w[0] = wq, r.next_w[1] = wk, r.next_w[2] = wv;
-            r.next_out[0] = qb, r.next_out[1] = kb, r.next_out[2] = c == 8 ? h : vb;
-        }
-        if (c == 9) r.next_norm = NULL;
-        const int took = bt->layer_rest(bt, &r);
-        float *h1 = get(bt, h, (size_t)2 * H);
-        CHECKF(took == 1, "layer_rest took %s", why[c]);
-        CHECKF(close_enough("layer_rest decline", h1, h0, (size_t)2 * H, 0, 0), "layer_rest declining %s changed h",
-               why[c]);
-        free(h0), free(x), free(h1);
-        be_buf *bufs[] = {h, att, a, o, act, dn, qb, kb, vb};
-        for (int i = 0; i < 9; i++) bt->buf_free(bt, bufs[i]);
-        be_weight *ws[] = {wo, wg, wu, wd, nwg, wq, wk, wv};
-        for (int i = 0; i < 8; i++) bt->weight_free(bt, ws[i]);
-        free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw);
-        free_tensor(&Wq), free_tensor(&Wk), free_tensor(&Wv);
-    }
-    gem_err err;
-    CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
-    CHECKF(!gf16 || gf16->status(gf16, &err) == 0, "%s", err.msg);
-}
-
-/* layer_rest recorded in a graph and replayed equals the same number of
- * direct calls bit for bit: a row's sum is made in one order whichever
- * block claims it, and every block builds the same inputs, so the results
- * do not depend on the run; the counters the kernel leaves zero serve each
- * replay. The 31B's sliding shapes with the next layer's q/k/v. */
-typedef struct {
-    backend *b;
-    be_layer_rest r;
-} rest_rec;
-
-static void rest_body(void *p) {
-    rest_rec *c = p;
-    CHECKF(c->b->layer_rest(c->b, &c->r) == 0, "layer_rest declined inside a capture");
-}
-
-static void test_layer_rest_graph(backend *gt) {
-    if (!gt->layer_rest) return;
-    const int H = 5376, F = 21504, K = 8192, qm[3] = {8192, 4096, 4096};
-    tensor Wo = make_tensor(QT_Q4_0, K, H), Wg = make_tensor(QT_Q4_0, H, F), Wu = make_tensor(QT_Q4_0, H, F),
-           Wd = make_tensor(QT_Q4_0, F, H), nw = make_tensor(QT_F32, H, 1), sc = make_tensor(QT_F32, 1, 1);
-    tensor Wq[3] = {make_tensor(QT_Q4_0, H, qm[0]), make_tensor(QT_Q4_0, H, qm[1]), make_tensor(QT_Q4_0, H, qm[2])};
-    gem_err err;
-    be_weight *wo = gt->weight(gt, &Wo.t, &err), *wg = gt->weight(gt, &Wg.t, &err), *wu = gt->weight(gt, &Wu.t, &err),
-              *wd = gt->weight(gt, &Wd.t, &err), *nwg = gt->weight(gt, &nw.t, &err), *scg = gt->weight(gt, &sc.t, &err);
-    be_weight *wq[3];
-    for (int i = 0; i < 3; i++) wq[i] = gt->weight(gt, &Wq[i].t, &err);
-    float *h0 = rand_vec((size_t)H, 1.0f), *x = rand_vec((size_t)K, 1.0f);
-    float *res[2][5];
-    for (int path = 0; path < 2; path++) {
-        be_buf *h = put(gt, h0, (size_t)H), *att = put(gt, x, (size_t)K), *a = put(gt, NULL, (size_t)H),
-               *o = put(gt, NULL, (size_t)H), *act = put(gt, NULL, (size_t)F), *dn = put(gt, NULL, (size_t)H), *q[3];
-        for (int i = 0; i < 3; i++) q[i] = put(gt, NULL, (size_t)qm[i]);
-        rest_rec rec = {gt, {att, wo, nwg, nwg, wg, wu, wd, nwg, scg, nwg, h, a, o, act, dn, 1, H, 1e-6f, 3,
-                             {wq[0], wq[1], wq[2]}, {q[0], q[1], q[2]}}};
-        if (path == 0) {
-            for (int i = 0; i < 4; i++) rest_body(&rec);
-        } else {
-            be_graph *g = gt->capture(gt, rest_body, &rec, &err); /* runs once */
-            CHECKF(g != NULL, "capture: %s", err.msg);
-            for (int i = 0; i < 3 && g; i++) CHECKF(gt->replay(gt, g) == 0, "replay %d", i);
-            if (g) gt->graph_free(gt, g);
-        }
-        be_buf *outs[5] = {h, a, q[0], q[1], q[2]};
-        const int lens[5] = {H, H, qm[0], qm[1], qm[2]};
-        for (int i = 0; i < 5; i++) res[path][i] = get(gt, outs[i], (size_t)lens[i]);
-        be_buf *bufs[] = {h, att, a, o, act, dn, q[0], q[1], q[2]};
-        for (int i = 0; i < 9; i++) gt->buf_free(gt, bufs[i]);
-    }
-    static const char *names[5] = {"h", "a", "q", "k", "v"};
-    const int lens[5] = {H, H, qm[0], qm[1], qm[2]};
-    for (int i = 0; i < 5; i++) {
-        CHECKF(close_enough("layer_rest graph", res[1][i], res[0][i], (size_t)lens[i], 0, 0),
-               "layer_rest: 3 replays after a capture vs 4 direct calls, %s", names[i]);
-        free(res[0][i]), free(res[1][i]);
-    }
-    CHECKF(gt->status(gt, &err) == 0, "%s", err.msg);
-    be_weight *ws[] = {wo, wg, wu, wd, nwg, scg, wq[0], wq[1], wq[2]};
-    for (int i = 0; i < 9; i++) gt->weight_free(gt, ws[i]);
-    free(h0), free(x);
-    free_tensor(&Wo), free_tensor(&Wg), free_tensor(&Wu), free_tensor(&Wd), free_tensor(&nw), free_tensor(&sc);
-    for (int i = 0; i < 3; i++) free_tensor(&Wq[i]);
-}
-
 /* A CUDA backend created with VAR=VALUE set (the GEM_CUDA_* variables are
  * read when a backend is created), the variable unset again. */
 static backend *variant(const char *var, const char *value, const backend_opts *o) {
@@ -1638,39 +1288,9 @@ static void progress(const char *group) {
     last = now;
 }
 
-/* layer_rest: offered with GEM_CUDA_REST=1..3 only (the ring's shapes),
- * checked on each; the declines on the first */
-static void test_layer_rest_all(const backend_opts *g) {
-    CHECKF(gpu->layer_rest == NULL, "the default backend offers layer_rest (GEM_CUDA_REST unset)");
-    static const char *const shapes[] = {"1", "2", "3"};
-    for (int v = 0; v < 3; v++) {
-        backend *grest = variant("GEM_CUDA_REST", shapes[v], g);
-        if (grest) {
-            fprintf(stderr, "layer_rest: GEM_CUDA_REST=%s\n", shapes[v]);
-            test_layer_rest(grest);
-            if (v == 0) {
-                backend_opts gf = *g;
-                gf.gelu_fp16 = 1;
-                backend *gf16 = variant("GEM_CUDA_REST", "1", &gf);
-                test_layer_rest_declines(grest, gf16);
-                variant_done(gf16);
-            }
-            test_layer_rest_graph(grest);
-        }
-        variant_done(grest);
-    }
-    progress("layer_rest");
-}
-
-/* cuda_ops [layer_rest]: every check, or (a device call short of time)
- * the layer_rest checks alone */
-int main(int argc, char **argv) {
+/* cuda_ops: every check */
+int main(void) {
     gem_err err;
-    const int only_rest = argc > 1 && !strcmp(argv[1], "layer_rest");
-    if (argc > 2 || (argc == 2 && !only_rest)) {
-        fprintf(stderr, "usage: cuda_ops [layer_rest]\n");
-        return 2;
-    }
     backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0};
     /* the backends under test are the defaults, whatever the caller's
      * environment says; variants below set their variable explicitly */
@@ -1679,26 +1299,19 @@ int main(int argc, char **argv) {
     unsetenv("GEM_CUDA_ATTN_DEC");
     unsetenv("GEM_CUDA_MV_STAGGER");
     unsetenv("GEM_CUDA_NORM_WIDE");
-    unsetenv("GEM_CUDA_QKV_EARLY");
     unsetenv("GEM_CUDA_MV_LEVELS");
     unsetenv("GEM_CUDA_ATTN_FUSE");
-    unsetenv("GEM_CUDA_REST");
-    unsetenv("GEM_CUDA_MV_LD");
-    unsetenv("GEM_CUDA_FULL_SPLITS");
-    unsetenv("GEM_CUDA_ATTN_BAR1");
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
     backend_opts gh = {0, 0, 0, 1};
     gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
-    if (gpu && !only_rest) {
+    if (gpu) {
         gpu_split = variant("GEM_CUDA_ATTN_DEC", "0", &g);
         gpu_split_f16 = variant("GEM_CUDA_ATTN_DEC", "0", &gh);
         gpu_reg = variant("GEM_CUDA_ATTN_DEC", "1", &g);
         gpu_reg_f16 = variant("GEM_CUDA_ATTN_DEC", "1", &gh);
         gpu_staged_f16 = variant("GEM_CUDA_ATTN_DEC", "2", &gh);
-        gpu_f16_s64 = variant("GEM_CUDA_FULL_SPLITS", "64", &gh);
-        gpu_f16_bar1 = variant("GEM_CUDA_ATTN_BAR1", "1", &gh);
     }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -1706,10 +1319,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     progress(NULL); /* the clock starts */
-    if (only_rest) {
-        test_layer_rest_all(&g);
-        goto done;
-    }
     test_embed();
     test_norms(gpu);
     test_norm_handoff(gpu);
@@ -1721,9 +1330,6 @@ int main(int argc, char **argv) {
     variant_done(gnw);
     test_elementwise();
     test_rope(gpu);
-    backend *gqe = variant("GEM_CUDA_QKV_EARLY", "0", &g);
-    if (gqe) test_rope(gqe);
-    variant_done(gqe);
     progress("embed, norms, elementwise, rope");
     test_matmul();
     test_matmul_ranges(gpu);
@@ -1738,9 +1344,6 @@ int main(int argc, char **argv) {
     backend *gl = variant("GEM_CUDA_MV_STAGGER", "20000", &g);
     unsetenv("GEM_CUDA_MV_LEVELS");
     if (g0 && gl) test_matmul_stagger(g0, gl);
-    backend *gcs = variant("GEM_CUDA_MV_LD", "1", &g);
-    if (gcs) test_matmul_variant(gcs, "GEM_CUDA_MV_LD=1");
-    variant_done(gcs);
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();
@@ -1764,8 +1367,6 @@ int main(int argc, char **argv) {
         backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", &gh);
         if (gnf) test_attention_qkv(gpu_f16, gnf, "two launches (GEM_CUDA_ATTN_FUSE=0)");
         variant_done(gnf);
-        /* one barrier per tile: the fused kernel's other loop, the same bits */
-        if (gpu_f16_bar1) test_attention_qkv(gpu_f16, gpu_f16_bar1, "GEM_CUDA_ATTN_BAR1=1");
     }
     progress("deep one-token attention, attention_qkv");
     test_wide_handoff(gpu, 0);
@@ -1774,13 +1375,10 @@ int main(int argc, char **argv) {
     test_topk();
     test_graph();
     progress("handoff, argmax, topk, graph");
-    test_layer_rest_all(&g);
-done:
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);
     gpu->destroy(gpu);
-    backend *variants[] = {gpu_f16,        gpu_split,   gpu_split_f16, gpu_reg,
-                           gpu_reg_f16,    gpu_staged_f16, gpu_f16_s64, gpu_f16_bar1};
-    for (int i = 0; i < 8; i++) variant_done(variants[i]);
+    backend *variants[] = {gpu_f16, gpu_split, gpu_split_f16, gpu_reg, gpu_reg_f16, gpu_staged_f16};
+    for (int i = 0; i < 6; i++) variant_done(variants[i]);
     cpu_ref->destroy(cpu_ref);
     cpu_fast->destroy(cpu_fast);
     printf("cuda_ops: %d passed, %d failed\n", test_passed, test_failed);

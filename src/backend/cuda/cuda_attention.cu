@@ -360,8 +360,8 @@ __device__ __forceinline__ void st_half4(__half *p, float4 x) {
 
 /* FA_LB float4 loads per array a thread issues before it converts and
  * stores them: one at a time (the compiler's schedule), each 64-key tile
- * was 16 (head 256) or 32 (head 512) dependent L2 round trips per thread;
- * batched, 31B Q4_0 prefill 2048 went 3618 -> 3841 tok/s (same call). */
+ * was 16 (head 256) or 32 (head 512) dependent L2 round trips per thread
+ * (bench/results/cuda-variants-2026-12-03b.json). */
 #define FA_LB 4
 template <int D, typename KT>
 __global__ void __launch_bounds__(FA_THREADS, 1)
@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
  * warp 0 adding the 8 sums in order. k_attn_combine gives a head's whole
  * row to one block of 128 threads, each walking all splits for its
  * elements: at depth, 256 splits x 512 elements of a full layer are 128
- * rounds of dependent loads in only 32 blocks (31B Q4_0 decode at depth
- * 8192: 89.4 -> 96.6 tok/s, same call). The same split weights and
+ * rounds of dependent loads in only 32 blocks
+ * (bench/results/cuda-variants-2026-12-03b.json). The same split weights and
  * the same quantization; L and the outputs are summed in another (fixed)
  * order, so the last bit of an output, and rarely a code, can differ from
  * k_attn_combine's. */
@@ -558,10 +558,8 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
 }
 
 /* ---- one-token decode attention, warp per query head and key subset
- * (register form GEM_CUDA_ATTN_DEC=1: 31B Q4_0 decode 122.3 -> 133.7
- * tok/s at depth 0, 96.6 -> 111.1 at 8192 over k_attn_split with f32
- * entries, bench/results/cuda-variants-2026-12-03c.json; the staged form
- * is the default for f32 caches) ----
+ * (the register form, GEM_CUDA_ATTN_DEC=1, replaced k_attn_split for
+ * one-token steps; the staged form is the default for f32 caches) ----
  * k_attn_split gives a block's 256 threads one key at a time: per 64-key
  * chunk a dependent chain of key loads, warp reductions, a block-wide
  * softmax and value loads, with barriers between. Here each warp owns one
@@ -576,14 +574,11 @@ __global__ void __launch_bounds__(CB_GROUPS * 32)
  * (n = 1, QB = 1), so k_attn_combine_wide combines either.
  * STAGED (the default for f32 caches; GEM_CUDA_ATTN_DEC=2 for f16 ones
  * too): a deep split is a long chain of rounds per warp, each waiting on
- * HBM for a few rows (31B depth 32768, f16 entries: 128 keys per split,
- * 76 tok/s). There the block's threads copy tiles of AD_TILE_BYTES of
- * cached keys and values into shared memory with cp.async, AD_STAGES
- * tiles in flight, and the warps run the same rounds on rows read from
- * shared memory (f16 entries: 74.6 -> 109.5 tok/s at 32768, f32 entries
- * 150.2 / 123.5 / 102.0 at 0 / 8192 / 32768,
- * bench/results/cuda-decode-staged-2026-12-03.json and
- * cuda-attn-dec-2026-12-03d.json). */
+ * HBM for a few rows (31B depth 32768: 128 keys per split). There the
+ * block's threads copy tiles of AD_TILE_BYTES of cached keys and values
+ * into shared memory with cp.async, AD_STAGES tiles in flight, and the
+ * warps run the same rounds on rows read from shared memory
+ * (bench/results/cuda-decode-staged-2026-12-03.json). */
 #define AD_WARPS 8
 #define AD_STAGES 3
 #define AD_TILE_BYTES 32768 /* keys and values of one stage */
@@ -834,15 +829,13 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
 }
 
 /* ---- one-token decode attention on the tensor cores, f16 caches (the
- * default for them: 31B Q4_0 decode 152.3 / 135.5 / 127.3 tok/s at depth
- * 0 / 8192 / 32768 against the staged k_attn_dec's 150.0 / 128.4 / 109.5,
+ * default for them, faster than the staged k_attn_dec at every depth:
  * bench/results/cuda-attn-dec-2026-12-03d.json; f32 caches take the
  * staged k_attn_dec) ----
  * k_attn_dec spends ~80 instructions per key and query head (f16 to f32
  * conversions, dot products, a warp sum, value sums); with 8 query heads
  * per KV head (31B full layers) each cached element is converted and
- * multiplied 8 times, and deep splits are bound by that, not by HBM
- * (31B f16 KV at depth 32768: full layers at ~1.4 TB/s). Here the query
+ * multiplied 8 times, and deep splits are bound by that, not by HBM. Here the query
  * heads of a KV head are the n = 8 columns of mma.sync m16n8k16 (f16
  * operands, f32 sums, as k_attn_fa): per tile of 16 keys S^T = K Q^T (keys
  * x heads, K rows from shared memory through ldmatrix, Q^T fragments in
@@ -873,9 +866,9 @@ static_assert(TC_STAGES >= 2, "k_attn_tc's norms use the last stage, which no ti
 /* k_attn_tc with the q/k/v norms and rope of the step folded in (the
  * backend's attention_qkv): the raw projections come in, and each block
  * normalises what it reads itself, so the q/k/v norm+rope launch before the
- * attention goes away (its launch, wait and round trip through memory were
- * ~2% of a 31B decode step: bench/results/cuda-boundary-bounds-2026-12-04.json).
- * The arithmetic is k_qkv_norm_rope_e's, bit for bit (see tc_norm_row). */
+ * attention goes away, with its launch, wait and round trip through
+ * memory (bench/results/cuda-attn-qkv-2026-12-04.json). The arithmetic is
+ * k_qkv_norm_rope_e's, bit for bit (see tc_norm_row). */
 struct tc_nr {
     const float *qw, *kw, *ff; /* q and k norm weights; rope frequency factors or NULL */
     float eps, theta_scale;
@@ -993,7 +986,7 @@ __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __h
  * each warp normalises rows (the block's query heads into the last stage,
  * and in the blocks that need this step's key and value, those rows into
  * their own space after the stages). */
-template <int D, bool NR, bool B1 = false>
+template <int D, bool NR>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
@@ -1073,19 +1066,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4); /* ldmatrix: K as A */
     const int vrow = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);  /* ldmatrix.trans: V^T as A */
     for (int t = 0; t < nt; t++) {
-        /* B1 (GEM_CUDA_ATTN_BAR1=1): one block barrier per tile instead of
-         * two. The copies of tile t + TC_STAGES - 1 go out after the
-         * barrier that also ends every warp's reads of tile t - 1, whose
-         * stage they overwrite, so the barrier at the end of the loop goes;
-         * the same tiles are in flight during the tile's work. Whether the
-         * second barrier per 16-key tile is what the one-token attention at
-         * depth pays for (keys rebuilt from values halved its cache reads
-         * and made it slower: bench/results/cuda-attn-vonly-2026-12-04.json).
-         * The same arithmetic: results equal bit for bit. */
-        if (!B1) tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
-        cp_async_wait<B1 ? TC_STAGES - 2 : TC_STAGES - 1>(); /* this thread's copies of tile t */
-        __syncthreads();                                      /* everyone's, and the plain stores */
-        if (B1) tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
+        tc_stage<D>(st, ck, cv, kr, vr, t + TC_STAGES - 1, nt, s0, s1, pos0, kvh, h, cap, ring, true);
+        cp_async_wait<TC_STAGES - 1>(); /* this thread's copies of tile t */
+        __syncthreads();                /* everyone's, and the plain stores */
         const __half *tk = st + (size_t)(t % TC_STAGES) * G::STAGE, *tv = tk + 16 * G::LD;
         float sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0}; /* two chains of k-steps */
 #pragma unroll
@@ -1137,7 +1120,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             ldsm_x4_t(a0, a1, a2, a3, tv + vrow * G::LD + warp * (D / 4) + 16 * mt + vcol);
             mma_f16(o[mt], a0, a1, a2, a3, pb0, pb1);
         }
-        if (!B1) __syncthreads(); /* stage t is free for tile t + TC_STAGES */
+        __syncthreads(); /* stage t is free for tile t + TC_STAGES */
     }
     cp_async_wait<0>();
 #pragma unroll
@@ -1187,8 +1170,6 @@ template <int D> static cudaError_t attn_allow() {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false>, at, tc_geom<D>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true>, at, tc_geom<D>::SMEM_NR);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false, true>, at, tc_geom<D>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true, true>, at, tc_geom<D>::SMEM_NR);
     return e;
 }
 
@@ -1336,22 +1317,16 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     if (tc) {
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
         const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
-#define TC_LAUNCH_NR(DIM, NR, B1)                                                                                      \
-    launch(c, k_attn_tc<DIM, NR, B1>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
+#define TC_LAUNCH_NR(DIM, NR)                                                                                          \
+    launch(c, k_attn_tc<DIM, NR>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
            k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity,         \
            kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v,          \
            nr ? *nr : none)
-#define TC_LAUNCH(DIM)                                   \
-    if (c->attn_bar1) {                                  \
-        if (nr)                                          \
-            TC_LAUNCH_NR(DIM, true, true);               \
-        else                                             \
-            TC_LAUNCH_NR(DIM, false, true);              \
-    } else if (nr) {                                     \
-        TC_LAUNCH_NR(DIM, true, false);                  \
-    } else {                                             \
-        TC_LAUNCH_NR(DIM, false, false);                 \
-    }
+#define TC_LAUNCH(DIM)             \
+    if (nr)                        \
+        TC_LAUNCH_NR(DIM, true);   \
+    else                           \
+        TC_LAUNCH_NR(DIM, false)
         HEAD_DIM_SWITCH(d, TC_LAUNCH);
 #undef TC_LAUNCH
 #undef TC_LAUNCH_NR
@@ -1439,14 +1414,9 @@ be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_e
     kv->capacity = capacity;
     kv->ring = ring;
     /* a one-token step is latency-bound: many short splits (32 keys each,
-     * up to 256) keep every multiprocessor busy. A linear cache's splits
-     * can be capped (GEM_CUDA_FULL_SPLITS, a measurement switch): at depth
-     * 32768 the full layers' 4 KV heads x 256 splits are ~4 waves of
-     * k_attn_tc blocks of 128 keys each and 256 partials per head to
-     * combine; 64 splits are one wave of 512-key blocks. */
+     * up to 256) keep every multiprocessor busy */
     kv->nsplit = capacity / 32;
     if (kv->nsplit > 256) kv->nsplit = 256;
-    if (!ring && kv->nsplit > c->full_splits) kv->nsplit = c->full_splits;
     if (kv->nsplit < 1) kv->nsplit = 1;
     return kv;
 }

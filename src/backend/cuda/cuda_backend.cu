@@ -315,8 +315,8 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
  * EARLY (one-token steps): the weights and the scale, which no kernel
  * writes, are read before pdl_wait, and the residual with the input, so a
  * step's norm is one round of loads and two block sums instead of four
- * dependent rounds (31B Q4_0 decode 133.7 -> 144.4 tok/s with k_attn_dec,
- * bench/results/cuda-variants-2026-12-03c.json). Prefill rows keep the
+ * dependent rounds (bench/results/cuda-variants-2026-12-03c.json).
+ * Prefill rows keep the
  * weights out of registers (k_rmsnorm4<8> needs 160 registers with them,
  * 106 without, nvcc 13 --resource-usage: one block of 256 threads per
  * multiprocessor instead of two). The residual is read
@@ -458,9 +458,9 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
              * row is six float4 per thread, and a thread's work after the
              * loads (scaling, the residual add, the 8-lane code shuffles of
              * each float4, twice) is a dependent chain that two warps per
-             * scheduler cannot hide: the block ran ~4.3 us of a decode
-             * step's trace, 122 times a step (31B Q4_0 decode 159.4 ->
-             * 161.8 tok/s, bench/results/cuda-decode-small-2026-12-04.json).
+             * scheduler cannot hide: the block was one of the longest of
+             * a decode step's trace, 122 times a step
+             * (bench/results/cuda-decode-small-2026-12-04.json).
              * Same arithmetic per element; the block sums add more warp
              * partials (last-bit differences). Rows of two float4 per
              * thread or fewer (gemma4-1b, 1152) keep 256 threads: nothing
@@ -649,9 +649,9 @@ __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float
  * n kvh v rows (no weight, no rope). K as V (v_from_k): no v blocks; each k
  * block writes its raw row normalised without weight to v before the
  * rope, in place of a copy of the raw projection to v (a copy node, which
- * also cut the launch overlap before this kernel: full layers' q/k/v
- * kernel ran ~6 us of a 31B decode step's trace against ~1.7 us on
- * sliding layers). */
+ * also cut the launch overlap before this kernel: the full layers' q/k/v
+ * kernel ran several times as long as the sliding layers' in a decode
+ * step's trace). */
 __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int v_from_k, int n,
                                 int nh, int kvh, int d, float eps, const int *step, float theta_scale, const float *ff) {
     CU_TRACE(CT_QKV_NORM_ROPE);
@@ -684,8 +684,8 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
  * so the rotation needs no shared row. Each block's wait then covers
  * one round of loads and one block sum instead of a load of the weights
  * after the sum and 127 (255) dependent multiplications for the last
- * angles: the block ran ~4.7 us of a 31B decode step's trace, once per
- * layer. The arithmetic of head_norm_rope, element for element and in
+ * angles, which made it one of the longest blocks of a decode step's
+ * trace. The arithmetic of head_norm_rope, element for element and in
  * the same order (sum of squares, then (x r) w, then the rotation; K as V
  * as in k_qkv_norm_rope). */
 template <int D>
@@ -754,7 +754,7 @@ void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     (void)pos0; /* read from the step buffer */
     const float theta_scale = rope_theta_scale(base, d);
     const int blocks = n * (n_head + (v_from_k ? 1 : 2) * n_kv_head);
-    if (c->qkv_early && (d == 256 || d == 512)) {
+    if (d == 256 || d == 512) {
 #define QKV_E(D)                                                                                                       \
     launch(c, k_qkv_norm_rope_e<D>, blocks, 128, 0, q->d, qw ? (const float *)qw->q : NULL, k->d,                      \
            kw ? (const float *)kw->q : NULL, v->d, v_from_k, n, n_head, n_kv_head, eps, c->step, theta_scale,             \
@@ -1012,8 +1012,8 @@ static void cu_destroy(backend *b) {
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
-    scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v, &c->amax_i,
-                    &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->rest_s};
+    scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
@@ -1026,29 +1026,26 @@ static void cu_destroy(backend *b) {
     free(c);
 }
 
-/* The kernel-choice variables (README), read when a backend starts: each
- * an integer in a range, unset or empty for its default. A value out of
- * range, or a GEM_CUDA_ name that is none of these, fails the backend's
- * creation: a misspelt switch would otherwise measure the defaults.
- * GEM_CUDA_TRACE (a path) and tests/cuda/run.sh's three variables are
- * names only. */
+/* The backend's switches (docs/cuda.md: each one's role), read when a
+ * backend starts: each an integer in a range, unset or empty for its
+ * default. A value out of range, or a GEM_CUDA_ name that is none of
+ * these, fails the backend's creation: a misspelt switch would otherwise
+ * measure the defaults. GEM_CUDA_TRACE (a path) is a name only; the test
+ * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
-    CS_MMA, CS_MMH, CS_MV_SPLIT, CS_MV_LD, CS_NORM_WIDE, CS_QKV_EARLY, CS_ATTN_FUSE, CS_ATTN_BAR1, CS_MV_STAGGER,
-    CS_MV_LEVELS, CS_FULL_SPLITS, CS_ATTN_DEC, CS_PDL, CS_PROFILE, CS_REST, CS_N
+    CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
+    CS_PROFILE, CS_N
 };
 static const struct cu_setting {
     const char *name;
     long lo, hi, dflt;
 } cu_settings[CS_N] = {
-    {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},         {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
-    {"GEM_CUDA_MV_LD", 0, 1, 0},        {"GEM_CUDA_NORM_WIDE", 0, 1, 1},   {"GEM_CUDA_QKV_EARLY", 0, 1, 1},
-    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_ATTN_BAR1", 0, 1, 0},   {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
-    {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_FULL_SPLITS", 1, 256, 256},
-    {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},         {"GEM_CUDA_PROFILE", 0, 1, 0},
-    {"GEM_CUDA_REST", 0, 3, 0},
+    {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},          {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
+    {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
+    {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
+    {"GEM_CUDA_PROFILE", 0, 1, 0},
 };
-static const char *const cu_names_only[] = {"GEM_CUDA_TRACE", "GEM_CUDA_SKIP_12B", "GEM_CUDA_ONLY_12B",
-                                            "GEM_CUDA_SKIP_OPS"};
+static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
 /* v[CS_*]: every setting's value; -1 with err set when one is invalid. */
 static int cu_read_settings(long v[CS_N], gem_err *err) {
@@ -1143,16 +1140,12 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = (int)set[CS_MMA];
     c->mmh_wgmma = set[CS_MMH] != 2;
     c->mv_split = (int)set[CS_MV_SPLIT];
-    c->mv_var = set[CS_MV_LD] ? MV_CS : 0;
     c->norm_wide = (int)set[CS_NORM_WIDE];
-    c->qkv_early = (int)set[CS_QKV_EARLY];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
-    c->attn_bar1 = (int)set[CS_ATTN_BAR1];
     /* the first wave of a one-token product starts over 8 steps of 500 ns
      * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
     c->mv_stagger = (int)set[CS_MV_STAGGER];
     c->mv_levels = (int)set[CS_MV_LEVELS];
-    c->full_splits = (int)set[CS_FULL_SPLITS];
     {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -1161,10 +1154,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     }
     c->attn_dec = (int)set[CS_ATTN_DEC];
     c->pdl = (int)set[CS_PDL];
-    /* layer_rest on one persistent launch (cuda_rest.cu), 1-3 its ring's
-     * shapes: opt-in until the H200 shows it faster than the op-by-op calls */
-    c->rest = (int)set[CS_REST];
-    if (c->rest) b->layer_rest = cu_layer_rest;
     const char *trace = getenv("GEM_CUDA_TRACE");
     if (trace && *trace) {
 #ifdef GEM_CUDA_TRACE

@@ -102,9 +102,6 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
-/* the one-token q8_0/q4_0 product variant (cuda_ctx.mv_var, see mv_ldw) */
-#define MV_CS 1 /* weights loaded evict-first */
-
 typedef struct {
     backend base;
     cudaStream_t st;
@@ -125,11 +122,6 @@ typedef struct {
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
-    /* layer_rest on one persistent launch (cuda_rest.cu; GEM_CUDA_REST=1..3,
-     * the ring's shape; 0 off); 1 set up, -1 not runnable here, 0 not yet
-     * asked; its scratch (h' and the launch counters) */
-    int rest, rest_ready;
-    scratch rest_s;
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
@@ -146,18 +138,13 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    /* one-token q8_0/q4_0 product variant: 0 or MV_CS (GEM_CUDA_MV_LD=1; see mv_ldw) */
-    int mv_var;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
-    int qkv_early;    /* k_qkv_norm_rope_e: weights and rope angles before the wait (GEM_CUDA_QKV_EARLY=0: off) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
-    int full_splits;  /* one-token splits of a linear (full-layer) cache at most (GEM_CUDA_FULL_SPLITS; 256) */
-    int attn_bar1;    /* k_attn_tc with one block barrier per tile (GEM_CUDA_ATTN_BAR1=1; see its loop) */
     int n_sm;         /* multiprocessors of the device */
     /* k_mv_q's staggered first wave (mv_stagger_start): ns per level
      * (GEM_CUDA_MV_STAGGER, 0: off) and levels (GEM_CUDA_MV_LEVELS); its
      * blocks resident at once (occupancy, on first use) */
-    int mv_stagger, mv_levels, mv_wave[2][2]; /* mv_wave: blocks of one wave, [q4_0][variant] (mv_run) */
+    int mv_stagger, mv_levels, mv_wave[2]; /* mv_wave: blocks of one wave, [q4_0] (mv_run) */
     /* one-token attention: 3 (default) k_attn_tc on the tensor cores for
      * f16 caches, the staged k_attn_dec for f32 ones; 2 the staged
      * k_attn_dec for both (GEM_CUDA_ATTN_DEC=2); 1 k_attn_dec reading
@@ -243,19 +230,20 @@ static inline int grow(cuda_backend *c, scratch *s, size_t bytes) {
  * decode step from it (where each kernel starts, waits and ends, how the
  * blocks of a product come and go). It shows what a per-kernel profiler
  * cannot: kernels overlapping inside a replayed graph. Thread 0 of a block
- * records (its exit stands for the block's); the records cost ~5% of
- * decode speed. In other builds CU_TRACE and CU_TRACE_RELEASED are empty.
- * Kinds: one per annotated kernel, named in the file's header. */
+ * records (its exit stands for the block's); the records slow decode a
+ * little, so time a trace build only against itself. In other builds
+ * CU_TRACE and CU_TRACE_RELEASED are empty. Kinds: one per annotated
+ * kernel, named in the file's header. */
 enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_LAYER_REST, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,layer_rest"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -429,11 +417,10 @@ static inline void quantized_cache_set(cuda_backend *c, const float *p, int n, i
     act_cache_set(c, &c->xq_of, p, n, K);
 }
 
-/* The integer sum of one 32-value block (the one-token products, and
- * bench/cuda_ring_probe.cu, which measures their arithmetic in a persistent
- * kernel): weight codes (q4_0: 16 bytes of
- * nibbles in w0, stored +8, so the activations' code sum sx times 8 comes
- * off; q8_0: 32 bytes in w0, w1) against the activation codes x0, x1. */
+/* The integer sum of one 32-value block (the one-token products):
+ * weight codes (q4_0: 16 bytes of nibbles in w0, stored +8, so the
+ * activations' code sum sx times 8 comes off; q8_0: 32 bytes in w0, w1)
+ * against the activation codes x0, x1. */
 template <int Q4>
 __device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1, int sx) {
     int sum = 0;
@@ -461,83 +448,13 @@ __device__ __forceinline__ int mv_block_dot(uint4 w0, uint4 w1, int4 x0, int4 x1
     return sum;
 }
 
-/* ------------------------------------------------------------------ */
-/* persistent kernels: mbarriers, bulk copies, the consumers' grid      */
-/* barrier (cuda_rest.cu; bench/cuda_ring_probe.cu measures the same)   */
-
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-/* A wait that lasts 10 s traps (a device error the backend's status()
- * reports) instead of hanging the process: called every spin, it reads
- * the clock every 1024th. */
-__device__ __forceinline__ void persist_deadline(unsigned &n, unsigned long long &t0) {
-    if (++n % 1024) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (!t0) t0 = t;
-    else if (t - t0 > 10000000000ull) __trap();
-}
-__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
-    unsigned n = 0, done = 0;
-    unsigned long long t0 = 0;
-    for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity)
-                     : "memory");
-        if (done) return;
-        persist_deadline(n, t0);
-    }
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-/* the producer's one arrival, announcing the bytes its copies complete */
-__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-/* global to shared by the copy engine, completion counted on b; bytes and
- * both addresses multiples of 16 */
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
-/* The grid barrier of a persistent kernel's first bt threads (named block
- * barrier 1; a producer warp past them never joins), then one arrival per
- * block on a 64-bit counter that only grows, thread 0 polling it with
- * acquire loads. The arrival's ticket names the barrier (every block
- * arrives at one before any leaves it), so no launch argument changes
- * between runs and a graph replays the kernel. */
-__device__ __forceinline__ void consumers_grid_sync(int bt, unsigned long long *count) {
-    asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long ticket = atomicAdd(count, 1ull);
-        const unsigned long long target = (ticket / gridDim.x + 1) * gridDim.x;
-        unsigned long long v, t0 = 0;
-        for (unsigned n = 0;;) {
-            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-            if (v >= target) break;
-            __nanosleep(32);
-            persist_deadline(n, t0);
-        }
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(bt) : "memory");
-}
-
 /* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
  * lanes (all eight take part in the shuffles): k_quantize_act's
  * arithmetic (scale max|x|/127, codes round(x 127/max|x|) to nearest even),
  * so a product reading them sees identical codes. packed: this lane's four
  * codes as the bytes of one int (memory order); d and sum are the block's,
- * the same in the group's lanes. quantize_block8 (the norms) and the
- * persistent kernel's input builds write them out. */
+ * the same in the group's lanes. quantize_block8 (the norms) writes them
+ * out. */
 struct codes8 {
     int packed;
     float d;
@@ -558,30 +475,6 @@ __device__ __forceinline__ codes8 block8_codes(float4 v) {
     r.d = amax / 127.0f;
     r.sum = sum;
     return r;
-}
-
-/* One lane's share of two q4_0 rows' dot products against activation codes
- * in two shared planes (values 0-15 and 16-31 of each block): blocks b0 +
- * lane, + 32, ... below b1 of the rows whose code blocks start at qs + oa
- * and qs + ob (scales at ds + oa, ds + ob; the second row only when two).
- * The activation codes are read once for both rows. Lane sums, added into
- * a and u: the caller reduces them over the warp. */
-__device__ __forceinline__ void q4_pair_dot(const uint4 *qs, const __half *ds, int oa, int ob, bool two, int b0,
-                                            int b1, const int4 *xlo, const int4 *xhi, const float *xd, const int *xs,
-                                            float &a, float &u) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll 2
-    for (int b = b0 + lane; b < b1; b += 32) {
-        const int4 x0 = xlo[b], x1 = xhi[b];
-        const float dx = xd[b];
-        const int sx = xs[b];
-        const uint4 w = qs[oa + b];
-        a += __half2float(ds[oa + b]) * dx * (float)mv_block_dot<1>(w, w, x0, x1, sx);
-        if (two) {
-            const uint4 w2 = qs[ob + b];
-            u += __half2float(ds[ob + b]) * dx * (float)mv_block_dot<1>(w2, w2, x0, x1, sx);
-        }
-    }
 }
 
 /* The one GELU of this file (the fused matmul epilogue uses it too, so
@@ -646,7 +539,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1,
 
 void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
 void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
-extern "C" int cu_layer_rest(backend *b, const be_layer_rest *r);
 void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
 void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
 cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */

@@ -61,7 +61,7 @@ static_assert(MV_WARPS % 4 == 0, "the row split shares a row among 2 or 4 warps 
 #define MV_UNROLL 4
 #endif
 #ifndef MV_UNROLL_Q4
-#define MV_UNROLL_Q4 8 /* q4_0 blocks are half the bytes: twice as many in flight (+3% decode, 31B) */
+#define MV_UNROLL_Q4 8 /* q4_0 blocks are half the bytes: twice as many in flight */
 #endif
 
 typedef struct {
@@ -93,7 +93,7 @@ struct mv_rows {
 
 /* Fields are picked with selects, never by indexing job.m with a run-time
  * index: that would copy the parameter struct to local memory (a stack
- * frame, measured 8% slower decode). */
+ * frame, measurably slower decode). */
 template <int SP = 1>
 __device__ __forceinline__ bool mv_rows_of(const mv_job &job, mv_rows &r) {
     int bid = blockIdx.x, mi = 0;
@@ -148,36 +148,18 @@ __device__ __forceinline__ void mv_store(const mv_job &job, const mv_rows &r, fl
 }
 
 /* SP > 1 (one-token steps of rows of 8192 values or more; GEM_CUDA_MV_SPLIT=0
- * turns it off): SP
- * consecutive warps share a warp's rows, part P taking blocks 32P + L,
- * 32P + L + 32 SP, ...; a compile-time stride keeps the loads' immediate
- * offsets (a run-time one cost the unsplit kernel 7.5%), and SP = 1 is the
- * plain kernel (same PTX). The parts meet in shared memory and part 0 adds
- * them in a fixed order. It lets the 5376-row o and down products (1.27
- * waves of 4 blocks per SM unsplit) fill the machine: 31B Q4_0 decode 120.4
- * vs 111.0 tok/s. */
+ * turns it off): SP consecutive warps share a warp's rows, part P taking
+ * blocks 32P + L, 32P + L + 32 SP, ...; a compile-time stride keeps the
+ * loads' immediate offsets (a run-time one slowed the unsplit kernel), and
+ * SP = 1 is the plain kernel (same PTX). The parts meet in shared memory
+ * and part 0 adds them in a fixed order. It lets the 5376-row o and down
+ * products (1.27 waves of 4 blocks per SM unsplit) fill the machine
+ * (bench/results/cuda-variants-2026-12-03.json). */
 
-/* One-token variant V (GEM_CUDA_MV_LD=1 sets MV_CS; 0 is the default):
- * the weights loaded ld.global.cs (evict first, as bench/cuda_barrier_probe
- * streams) instead of ld.global.nc through L1, so the streamed weights do
- * not evict the activation lines every block of the product rereads from
- * L1. 31B Q4_0 decode +1.1% at depth 0 but -0.4% at 8192 (same call, two
- * A/B/B/A runs), so opt-in.
- * Measured and dropped on 2026-12-04 (bench/results/cuda-mv-variants-2026-12-04.json):
- * weights without L1 allocation (-1.2%), a round through each lane's own
- * shared-memory slots by cp.async (6 blocks per multiprocessor instead of
- * 4: -19%), blocks of 2 warps (-0.2%), the round's activations prefetched
- * into L1 before the weights (prefetch.global.L1 is CCTL.E.PF1: -46%), the
- * first wave's first round prefetched into L2 before the grid dependency
- * wait (cp.async.bulk.prefetch.L2: -0.7%; -5% without the staggered
- * start). */
-template <int V> __device__ __forceinline__ uint4 mv_ldw(const uint8_t *p) {
-    if constexpr (V & MV_CS) return __ldcs((const uint4 *)p);
-    else return __ldg((const uint4 *)p);
-}
-
-/* One round of a lane's weight blocks (U per row, SP-strided) into w0/w1. */
-template <int Q4, int U, int SP, int V = 0>
+/* One round of a lane's weight blocks (U per row, SP-strided) into w0/w1,
+ * read through L1 (ld.global.nc). Other load flavours and staging were
+ * measured and dropped (docs/cuda.md, removed experiments). */
+template <int Q4, int U, int SP>
 __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint4 (&w0)[U][MV_ROWS],
                                           uint4 (&w1)[U][MV_ROWS], float (&dw)[U][MV_ROWS]) {
 #pragma unroll
@@ -188,8 +170,8 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
             if (b < nb) {
                 const size_t blk = (size_t)r.row[k] * nb + b;
                 const uint8_t *q = (const uint8_t *)r.q[k];
-                w0[u][k] = mv_ldw<V>(q + blk * (Q4 ? 16 : 32));
-                if (!Q4) w1[u][k] = mv_ldw<V>(q + blk * 32 + 16);
+                w0[u][k] = __ldg((const uint4 *)(q + blk * (Q4 ? 16 : 32)));
+                if (!Q4) w1[u][k] = __ldg((const uint4 *)(q + blk * 32 + 16));
                 dw[u][k] = __half2float(r.d[k][blk]);
             }
         }
@@ -199,18 +181,16 @@ __device__ __forceinline__ void mv_load_q(const mv_rows &r, int nb, int b0, uint
 /* The staggered start of a product longer than one wave (GEM_CUDA_MV_STAGGER,
  * default 500 ns in 8 levels). The blocks of the first wave are resident
  * before the grid dependency resolves (programmatic dependent launch); at
- * once they all issue their loads, ~13 MB for the 31B gate/up pair, and
- * every one of them completes together ~5.3 us later, about 2.4 TB/s,
- * though the same kernel streams at ~4.7 TB/s once its blocks start at
- * different times. Then the next wave starts together too: the waves stay
- * in step for several rounds, each with a gap in the memory traffic. A
- * per-block trace of a decode step (globaltimer at entry, release and
- * exit) showed it; starting the first wave over 3.5 us instead (block i
- * waits (i % 8) * 500 ns) lets the first blocks finish after 3.4 us and
- * the waves fall out of step at once: 31B Q4_0 decode 150.0 -> 156.8
- * tok/s at depth 0, 134.5 -> 138.1 at 8192, 126.6 -> 130.2 at 32768; 12B
- * 291.0 -> 296.1 (bench/results/cuda-mv-stagger-2026-12-03.json). A grid
- * of one wave or less starts at once (its last block would only wait). */
+ * once they all issue their loads (~13 MB for the 31B gate/up pair), and
+ * every one of them completes together, at about half the rate the same
+ * kernel streams once its blocks start at different times. Then the next
+ * wave starts together too: the waves stay in step for several rounds,
+ * each with a gap in the memory traffic. A per-block trace of a decode
+ * step (globaltimer at entry, release and exit) showed it; starting the
+ * first wave over a few microseconds instead (block i waits (i % 8) * 500
+ * ns) lets the first blocks finish sooner and the waves fall out of step
+ * at once (bench/results/cuda-mv-stagger-2026-12-03.json). A grid of one
+ * wave or less starts at once (its last block would only wait). */
 __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
     if (!job.stagger || (int)blockIdx.x >= job.wave) return;
     const unsigned long long wait = (unsigned long long)(blockIdx.x % (unsigned)job.levels) * (unsigned)job.stagger;
@@ -222,9 +202,9 @@ __device__ __forceinline__ void mv_stagger_start(const mv_job &job) {
 
 /* Weights are read after pdl_wait like everything else: issuing the first
  * round before it (the blocks of a product then wait on SMs while the
- * latency-bound kernel before them runs) cost 31B Q4_0 decode 122 -> 101
- * tok/s (bench/results/cuda-variants-2026-12-03c.json). */
-template <int Q4, int NT, int SP, int V = 0>
+ * latency-bound kernel before them runs) made decode much slower
+ * (bench/results/cuda-variants-2026-12-03c.json). */
+template <int Q4, int NT, int SP>
 __global__ void MV_BOUNDS
     k_mv_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K) {
     CU_TRACE(CT_MV_Q);
@@ -233,7 +213,6 @@ __global__ void MV_BOUNDS
     mv_stagger_start(job);
     mv_rows r;
     static_assert(MV_WARPS % SP == 0, "a row's SP warps are in one block");
-    static_assert(V == 0 || NT == 1, "the variants serve one token");
     const bool valid = mv_rows_of<SP>(job, r);
     if (SP == 1 && !valid) return;
     constexpr int U = Q4 ? MV_UNROLL_Q4 : MV_UNROLL;
@@ -247,7 +226,7 @@ __global__ void MV_BOUNDS
     float dw[U][MV_ROWS];
     const int first = 32 * part + lane;
     for (int b0 = first; b0 < nb; b0 += 32 * SP * U) {
-        mv_load_q<Q4, U, SP, V>(r, nb, b0, w0, w1, dw);
+        mv_load_q<Q4, U, SP>(r, nb, b0, w0, w1, dw);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int b = b0 + 32 * SP * u;
@@ -690,14 +669,13 @@ __global__ void k_act_f16(const float *x, int K, __half *xh, float *xinv, int or
     act_f16_row(r, K, m, xh + (size_t)blockIdx.x * K, xinv + blockIdx.x, order);
 }
 
-/* Prefill tiles (the default since its measurement: 31B Q4_0 prefill 2048
- * ~1% faster, bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x
- * up of a token row into out (k_geglu's arithmetic) and, in the same
- * launch, its f16 activations for the down product (k_act_f16's): the row
- * is read back from L2 right after it is written instead of from HBM by a
- * second kernel (31B: ~210 + ~200 us per layer of a 2048-token tile for
- * the two kernels). The max reduction's
- * barrier orders this block's writes of out before it reads them. */
+/* Prefill tiles (the default since its measurement,
+ * bench/results/cuda-variants-2026-12-03c.json): gelu(gate) x up of a
+ * token row into out (k_geglu's arithmetic) and, in the same launch, its
+ * f16 activations for the down product (k_act_f16's): the row is read back
+ * from L2 right after it is written instead of from HBM by a second
+ * kernel. The max reduction's barrier orders this block's writes of out
+ * before it reads them. */
 __global__ void k_geglu_f16(const float *g, const float *u, int K, float *out, __half *xh, float *xinv, int order) {
     CU_TRACE(CT_GEGLU_F16);
     pdl_wait();
@@ -769,9 +747,9 @@ __device__ __forceinline__ void mmh_expand_row(unsigned (&f)[2][4], int h, const
     }
 }
 
-/* ST pipeline stages, 2 blocks per SM (the register budget): 3614 vs 3228
- * tok/s prefill of 31B Q4_0 at 2048 for 3 stages and 1 block (two blocks
- * hide each other's staging). */
+/* ST pipeline stages, 2 blocks per SM (the register budget): faster than 3
+ * stages and 1 block, two blocks hiding each other's staging
+ * (bench/results/cuda-variants-2026-12-03.json). */
 #define MMH_ST 2
 template <int Q4>
 __global__ void __launch_bounds__(MMH_THREADS, 2)
@@ -863,19 +841,12 @@ static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
 static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
 static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
-/* one-token variants: [q4][variant][warps per row 1, 2, 4]; [.][0] is the defaults */
-static_assert(MV_CS == 1, "mv_q_var and mv_wave take the variant as an index");
-#define MV_VAR_SP(Q4, V) {k_mv_q<Q4, 1, 1, V>, k_mv_q<Q4, 1, 2, V>, k_mv_q<Q4, 1, 4, V>}
-static const mv_q_fn mv_q_var[2][2][3] = {{MV_VAR_SP(0, 0), MV_VAR_SP(0, MV_CS)}, {MV_VAR_SP(1, 0), MV_VAR_SP(1, MV_CS)}};
-#undef MV_VAR_SP
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 
-/* ---- prefill products on warpgroup MMA (the default; GEM_CUDA_MMH=2
- * selects k_mm_h): 31B Q4_0 prefill 2048 4718 vs 3618 tok/s (same call),
- * the products at 380-450 TFLOPS (ncu, 2048-token tiles:
- * bench/results/cuda-prefill-ncu-2026-12-03.json) ----
+/* ---- prefill products on warpgroup MMA (the default, faster than k_mm_h,
+ * which GEM_CUDA_MMH=2 selects: bench/results/cuda-variants-2026-12-03c.json) ----
  * k_mm_w: k_mm_h's operands on wgmma.mma_async m64n128k16 (Hopper's
  * asynchronous warpgroup MMA): the weights expanded to f16 in registers as
  * the A operand (each warp's A slice is exactly an m16n8k16 A fragment, so
@@ -1093,8 +1064,6 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     /* warps per row of a split one-token product (k_mv_q) */
     const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
                                                                                        : 1;
-    /* the one-token variant (MV_CS): a lone kernel per product */
-    const int var = n == 1 && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? c->mv_var : 0;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
@@ -1155,21 +1124,20 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         {
         /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
         const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
-        if (var) tab = &mv_q_var[fmt == DW_Q4_0][var][sp == 4 ? 2 : sp == 2 ? 1 : 0];
-        /* blocks of one wave, per format and variant, from the one-token
-         * kernel of unsplit rows */
+        /* blocks of one wave, per format, from the one-token kernel of
+         * unsplit rows */
         const int q4 = fmt == DW_Q4_0;
-        if (!c->mv_wave[q4][var]) {
+        if (!c->mv_wave[q4]) {
             int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mv_q_var[q4][var][0], MV_WARPS * 32, 0) !=
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, q4 ? mv_q4[0] : mv_q8[0], MV_WARPS * 32, 0) !=
                     cudaSuccess ||
                 per_sm < 1) {
                 (void)cudaGetLastError(); /* a guess, not a failure: launches check the last error */
                 per_sm = 4;
             }
-            c->mv_wave[q4][var] = per_sm * c->n_sm;
+            c->mv_wave[q4] = per_sm * c->n_sm;
         }
-        job.wave = c->mv_wave[q4][var];
+        job.wave = c->mv_wave[q4];
         job.stagger = (int)grid > job.wave ? c->mv_stagger : 0;
         job.levels = c->mv_levels;
         for (int t0 = 0; t0 < n; t0 += MV_MAXT) {

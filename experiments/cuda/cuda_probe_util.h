@@ -1,10 +1,10 @@
-/* Host helpers of the CUDA speed probes in bench/ (cuda_barrier_probe.cu,
+/* Host helpers of the CUDA speed probes in experiments/cuda/ (cuda_barrier_probe.cu,
  * cuda_ring_probe.cu): an error check that names the failing call and
  * exits, the median time of repeated runs on a stream, and a cooperative
  * launch. Probes only:
  * gem itself reports errors through its backend (cuda_common.h). */
-#ifndef GEM_BENCH_CUDA_PROBE_UTIL_H
-#define GEM_BENCH_CUDA_PROBE_UTIL_H
+#ifndef GEM_EXPERIMENTS_CUDA_CUDA_PROBE_UTIL_H
+#define GEM_EXPERIMENTS_CUDA_CUDA_PROBE_UTIL_H
 
 #include <cuda_runtime.h>
 #include <stdio.h>

@@ -41,7 +41,7 @@
  *   group   the chain with each stage dealt to a group of warps that split
  *           its rows, instead of every warp stepping through every stage.
  *
- *   build/cuda_ring_probe [LAYERS] [REPS]
+ *   build/experiments/cuda_ring_probe [LAYERS] [REPS]   (make -C experiments/cuda ring)
  *
  * Output: median ms of REPS runs after a warm-up, GB/s of the bytes read,
  * and for chain the time per layer, to set against gem's ~92 us. The
@@ -54,13 +54,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/cuda/cuda_common.h"
+#include "cuda_persist.h" /* mbarriers, bulk copies, the consumers' grid barrier */
 
 #define PROBE_NAME "cuda_ring_probe"
 #include "cuda_probe_util.h"
-
-/* mbarriers, bulk copies and the consumers' grid barrier: cuda_common.h
- * (gem's layer_rest kernel uses the same). */
 
 /* The ring's stages and barriers, set up by thread 0 before the block's
  * first barrier. */

@@ -1,12 +1,12 @@
-/* CUDA device discovery (see cuda_probe.h). Errors from the runtime are
+/* CUDA device discovery (see cuda_device.h). Errors from the runtime are
  * reported with cudaGetErrorString; nothing here aborts. */
-#include "backend/cuda/cuda_probe.h"
+#include "backend/cuda/cuda_device.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
 
-extern "C" int cuda_probe_count(char *why, size_t cap) {
+extern "C" int cuda_device_count(char *why, size_t cap) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -16,7 +16,7 @@ extern "C" int cuda_probe_count(char *why, size_t cap) {
     return n;
 }
 
-extern "C" double cuda_probe_peak_gbs(int i) {
+extern "C" double cuda_device_peak_gbs(int i) {
     cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) return 0;
     /* the datasheets' round figures, which the clock arithmetic misses by
@@ -30,7 +30,7 @@ extern "C" double cuda_probe_peak_gbs(int i) {
     return mem_clock_khz * 1e3 * 2 * (bus_bits / 8) / 1e9;
 }
 
-extern "C" int cuda_probe_describe(int i, char *out, size_t cap) {
+extern "C" int cuda_device_describe(int i, char *out, size_t cap) {
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, i);
     if (e != cudaSuccess) {

@@ -45,7 +45,7 @@
  * registers whatever the round size): the shapes now load through
  * volatile asm and print their registers.
  *
- *   build/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]
+ *   build/experiments/cuda_barrier_probe [PHASE_MB,...] [LAYERS] [REPS]   (make -C experiments/cuda barrier)
  *
  * Defaults: the 31B Q4_0 sliding layer's products (q/k/v 49.5 MB, o 24.8,
  * gate/up 130, down 65) times 60 layers, 10 runs. The checksum sink keeps

@@ -23,7 +23,7 @@
  * rms of the product (both have f16 operands and f32 sums: a layout or
  * shape error shows as order one).
  *
- *   build/cuda_cublas_probe [TOKENS] [REPS]     (defaults 2048, 10) */
+ *   build/experiments/cuda_cublas_probe [TOKENS] [REPS]     (defaults 2048, 10; make -C experiments/cuda cublas) */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -107,7 +107,7 @@ struct shape {
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 2048, reps = argc > 2 ? atoi(argv[2]) : 10;
     if (n < 16 || n > 8192 || reps < 1 || reps > 1000) {
-        fprintf(stderr, "usage: build/cuda_cublas_probe [TOKENS 16-8192] [REPS 1-1000]\n");
+        fprintf(stderr, "usage: build/experiments/cuda_cublas_probe [TOKENS 16-8192] [REPS 1-1000]\n");
         return 2;
     }
     gem_err err;
