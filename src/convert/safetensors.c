@@ -18,10 +18,7 @@
 #define MAX_EXACT 9007199254740992.0 /* 2^53 */
 
 struct st_file {
-    char *path;
-    const uint8_t *base;
-    uint64_t size;
-    file_map map; /* st_open's mapping of base; zero for st_open_mem */
+    file_view src; /* the bytes and the name messages give them */
     st_tensor *tensors;
     size_t n;
 };
@@ -40,7 +37,7 @@ static const struct {
 const char *st_dtype_name(st_dtype t) { return (unsigned)t < ST_DTYPE_COUNT ? dtypes[t].name : "?"; }
 uint32_t st_dtype_size(st_dtype t) { return (unsigned)t < ST_DTYPE_COUNT ? dtypes[t].size : 0; }
 
-const char *st_path(const st_file *f) { return f->path; }
+const char *st_path(const st_file *f) { return f->src.path; }
 size_t st_count(const st_file *f) { return f->n; }
 const st_tensor *st_at(const st_file *f, size_t i) { return i < f->n ? &f->tensors[i] : NULL; }
 
@@ -65,7 +62,7 @@ static int exact_u64(const json *v, uint64_t *out) {
 /* One tensor entry; `data_size` bounds the offsets. */
 static int parse_entry(st_file *f, const char *name, size_t name_len, const json *e, uint64_t data_size,
                        st_tensor *t, gem_err *err) {
-    const char *p = f->path;
+    const char *p = f->src.path;
     if (name_len == 0) return gem_err_set(err, "%s: safetensors header: empty tensor name", p);
     if (memchr(name, 0, name_len)) return gem_err_set(err, "%s: safetensors header: tensor name contains a NUL byte", p);
     if (e->type != JSON_OBJECT)
@@ -129,20 +126,20 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 static int parse(st_file *f, gem_err *err) {
-    const char *p = f->path;
-    if (f->size < 8) return gem_err_set(err, "%s: not a safetensors file (%llu bytes, no header length)", p,
-                                        (unsigned long long)f->size);
+    const char *p = f->src.path;
+    if (f->src.size < 8) return gem_err_set(err, "%s: not a safetensors file (%llu bytes, no header length)", p,
+                                        (unsigned long long)f->src.size);
     uint64_t hlen;
-    memcpy(&hlen, f->base, 8);
-    if (hlen > f->size - 8)
+    memcpy(&hlen, f->src.data, 8);
+    if (hlen > f->src.size - 8)
         return gem_err_set(err, "%s: safetensors header of %llu bytes runs past the end of the file (%llu bytes)", p,
-                           (unsigned long long)hlen, (unsigned long long)f->size);
+                           (unsigned long long)hlen, (unsigned long long)f->src.size);
     if (hlen > ST_MAX_HEADER)
         return gem_err_set(err, "%s: safetensors header of %llu bytes is larger than the %u-byte limit", p,
                            (unsigned long long)hlen, ST_MAX_HEADER);
-    const uint64_t data_start = 8 + hlen, data_size = f->size - data_start;
+    const uint64_t data_start = 8 + hlen, data_size = f->src.size - data_start;
     gem_err jerr = {{0}};
-    json *h = json_parse((const char *)f->base + 8, (size_t)hlen, &jerr);
+    json *h = json_parse((const char *)f->src.data + 8, (size_t)hlen, &jerr);
     if (!h) return gem_err_set(err, "%s: safetensors header is not valid JSON: %s", p, jerr.msg);
     int rc = -1;
     if (h->type != JSON_OBJECT) {
@@ -200,7 +197,7 @@ static int parse(st_file *f, gem_err *err) {
     }
     for (size_t i = 0; i < f->n; i++) {
         f->tensors[i].offset += data_start;
-        f->tensors[i].data = f->base + f->tensors[i].offset;
+        f->tensors[i].data = f->src.data + f->tensors[i].offset;
     }
     qsort(f->tensors, f->n, sizeof *f->tensors, cmp_name);
     rc = 0;
@@ -209,44 +206,29 @@ done:
     return rc;
 }
 
-static st_file *file_new(const char *name) {
+/* The reader over src, which it takes over (closed on failure). */
+static st_file *open_src(file_view *src, gem_err *err) {
     st_file *f = calloc(1, sizeof *f);
-    if (f && !(f->path = strdup(name ? name : "<memory>"))) {
-        free(f);
-        f = NULL;
-    }
-    return f;
+    if (file_view_move(src, f ? &f->src : NULL, err)) return NULL;
+    if (!parse(f, err)) return f;
+    st_close(f);
+    return NULL;
 }
 
 st_file *st_open_mem(const void *data, size_t size, const char *name, gem_err *err) {
-    st_file *f = file_new(name);
-    if (!f) {
-        gem_err_set(err, "out of memory");
-        return NULL;
-    }
-    f->base = data;
-    f->size = size;
-    if (parse(f, err)) {
-        st_close(f);
-        return NULL;
-    }
-    return f;
+    file_view v;
+    return file_view_mem(data, size, name, &v, err) ? NULL : open_src(&v, err);
 }
 
 st_file *st_open(const char *path, gem_err *err) {
-    file_map m;
-    if (file_map_open(path, &m, err)) return NULL;
-    st_file *f = st_open_mem(m.data, m.size, path, err);
-    if (f) f->map = m; /* unmapped by st_close */
-    else file_map_close(&m);
-    return f;
+    file_view v;
+    return file_view_map(path, &v, err) ? NULL : open_src(&v, err);
 }
 
 void st_close(st_file *f) {
     if (!f) return;
     for (size_t i = 0; i < f->n; i++) free((char *)f->tensors[i].name);
     free(f->tensors);
-    file_map_close(&f->map);
-    free(f->path);
+    file_view_close(&f->src);
     free(f);
 }

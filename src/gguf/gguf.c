@@ -44,10 +44,7 @@ typedef struct {
 } name_index;
 
 struct gguf_file {
-    char *path;
-    const uint8_t *base;
-    uint64_t size;
-    file_map map; /* gguf_open's mapping of base; zero for gguf_open_mem */
+    file_view src; /* the bytes and the name messages give them */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -269,7 +266,7 @@ static int parse_value(gguf_file *f, cursor *c, gguf_kv *kv) {
     kv->val = c->base + c->pos;
     if (et == GGUF_T_STRING) {
         kv->str_offs = malloc((len ? len : 1) * sizeof *kv->str_offs);
-        if (!kv->str_offs) return gem_err_set(c->err, "%s: out of memory", f->path);
+        if (!kv->str_offs) return gem_err_set(c->err, "%s: out of memory", f->src.path);
         for (uint64_t i = 0; i < len; i++) {
             gguf_str s;
             kv->str_offs[i] = c->pos;
@@ -303,7 +300,7 @@ static int parse_kvs(gguf_file *f, cursor *c) {
     }
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
     if (!f->kv || index_init(&f->kv_index, f->n_kv))
-        return gem_err_set(c->err, "%s: out of memory", f->path);
+        return gem_err_set(c->err, "%s: out of memory", f->src.path);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
         gguf_str key;
@@ -332,14 +329,14 @@ static int parse_alignment(gguf_file *f, gem_err *err) {
     const gguf_kv *kv = &f->kv[i];
     if (kv->type != GGUF_T_UINT32)
         return gem_err_set(err, "%s: offset %llu: key 'general.alignment' has type %s, expected uint32",
-                           f->path, (unsigned long long)kv->off, gguf_vtype_name(kv->type));
+                           f->src.path, (unsigned long long)kv->off, gguf_vtype_name(kv->type));
     uint32_t a;
     memcpy(&a, kv->val, 4);
     /* at least 8 (the format's rule: a multiple of 8), so f32 and f16
      * tensors are aligned for their element loads */
     if (a < 8 || (a & (a - 1)))
         return gem_err_set(err, "%s: offset %llu: key 'general.alignment' = %u is not a power of two of at least 8",
-                           f->path, (unsigned long long)kv->off, a);
+                           f->src.path, (unsigned long long)kv->off, a);
     f->alignment = a;
     return 0;
 }
@@ -354,7 +351,7 @@ static int parse_tensor_infos(gguf_file *f, cursor *c) {
     }
     f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
     if (!f->tensors || index_init(&f->tensor_index, f->n_tensors))
-        return gem_err_set(c->err, "%s: out of memory", f->path);
+        return gem_err_set(c->err, "%s: out of memory", f->src.path);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t at = c->pos;
@@ -438,24 +435,24 @@ static void sort_by_offset(uint64_t *idx, uint64_t *tmp, uint64_t n, const gguf_
 
 static int check_tensor_data(gguf_file *f, gem_err *err) {
     if (f->n_tensors == 0) return 0;
-    if (f->data_offset > f->size)
+    if (f->data_offset > f->src.size)
         return gem_err_set(err, "%s: truncated file: tensor data section starts at %llu, past the end (%llu bytes)",
-                           f->path, (unsigned long long)f->data_offset, (unsigned long long)f->size);
-    uint64_t avail = f->size - f->data_offset;
+                           f->src.path, (unsigned long long)f->data_offset, (unsigned long long)f->src.size);
+    uint64_t avail = f->src.size - f->data_offset;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         if (t->offset > avail || t->n_bytes > avail - t->offset)
             return gem_err_set(err, "%s: tensor '%s': data [%llu, +%llu) runs past the end of the file (data section holds %llu bytes)",
-                               f->path, t->name, (unsigned long long)t->offset,
+                               f->src.path, t->name, (unsigned long long)t->offset,
                                (unsigned long long)t->n_bytes, (unsigned long long)avail);
-        t->data = f->base + f->data_offset + t->offset;
+        t->data = f->src.data + f->data_offset + t->offset;
     }
     uint64_t *idx = malloc(f->n_tensors * sizeof *idx);
     uint64_t *tmp = malloc(f->n_tensors * sizeof *tmp);
     if (!idx || !tmp) {
         free(idx);
         free(tmp);
-        return gem_err_set(err, "%s: out of memory", f->path);
+        return gem_err_set(err, "%s: out of memory", f->src.path);
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) idx[i] = i;
     sort_by_offset(idx, tmp, f->n_tensors, f->tensors);
@@ -463,7 +460,7 @@ static int check_tensor_data(gguf_file *f, gem_err *err) {
     for (uint64_t i = 1; i < f->n_tensors; i++) {
         const gguf_tensor *a = &f->tensors[idx[i - 1]], *b = &f->tensors[idx[i]];
         if (a->offset + a->n_bytes > b->offset) {
-            rc = gem_err_set(err, "%s: tensor '%s' [%llu, +%llu) overlaps tensor '%s' at %llu", f->path,
+            rc = gem_err_set(err, "%s: tensor '%s' [%llu, +%llu) overlaps tensor '%s' at %llu", f->src.path,
                              b->name, (unsigned long long)b->offset, (unsigned long long)b->n_bytes,
                              a->name, (unsigned long long)a->offset);
             break;
@@ -475,12 +472,12 @@ static int check_tensor_data(gguf_file *f, gem_err *err) {
 }
 
 static int parse(gguf_file *f, gem_err *err) {
-    cursor c = {f->base, f->size, 0, f->path, err};
-    if (f->size == 0) return gem_err_set(err, "%s: empty file", f->path);
-    if (f->size < 4 || memcmp(f->base, GGUF_MAGIC, 4)) {
-        if (f->size >= 4 && !memcmp(f->base, "FUGG", 4))
-            return gem_err_set(err, "%s: offset 0: big-endian GGUF is not supported", f->path);
-        return gem_err_set(err, "%s: offset 0: bad magic (not a GGUF file)", f->path);
+    cursor c = {f->src.data, f->src.size, 0, f->src.path, err};
+    if (f->src.size == 0) return gem_err_set(err, "%s: empty file", f->src.path);
+    if (f->src.size < 4 || memcmp(f->src.data, GGUF_MAGIC, 4)) {
+        if (f->src.size >= 4 && !memcmp(f->src.data, "FUGG", 4))
+            return gem_err_set(err, "%s: offset 0: big-endian GGUF is not supported", f->src.path);
+        return gem_err_set(err, "%s: offset 0: bad magic (not a GGUF file)", f->src.path);
     }
     c.pos = 4;
     if (cur_u32(&c, &f->version, "version")) return -1;
@@ -511,43 +508,23 @@ static int parse(gguf_file *f, gem_err *err) {
     return check_tensor_data(f, err);
 }
 
-static gguf_file *file_new(const char *name) {
+/* The reader over src, which it takes over (closed on failure). */
+static gguf_file *open_src(file_view *src, gem_err *err) {
     gguf_file *f = calloc(1, sizeof *f);
-    if (!f) return NULL;
-    f->path = strdup(name ? name : "<memory>");
-    if (!f->path) {
-        free(f);
-        return NULL;
-    }
-    return f;
+    if (file_view_move(src, f ? &f->src : NULL, err)) return NULL;
+    if (!parse(f, err)) return f;
+    gguf_close(f);
+    return NULL;
 }
 
 gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, gem_err *err) {
-    gguf_file *f = file_new(name);
-    if (!f) {
-        gem_err_set(err, "out of memory");
-        return NULL;
-    }
-    f->base = data;
-    f->size = size;
-    if (parse(f, err)) {
-        gguf_close(f);
-        return NULL;
-    }
-    return f;
+    file_view v;
+    return file_view_mem(data, size, name, &v, err) ? NULL : open_src(&v, err);
 }
 
 gguf_file *gguf_open(const char *path, gem_err *err) {
-    file_map m;
-    if (file_map_open(path, &m, err)) return NULL;
-    if (!m.size) {
-        gem_err_set(err, "%s: empty file", path);
-        return NULL;
-    }
-    gguf_file *f = gguf_open_mem(m.data, m.size, path, err);
-    if (f) f->map = m; /* unmapped by gguf_close */
-    else file_map_close(&m);
-    return f;
+    file_view v;
+    return file_view_map(path, &v, err) ? NULL : open_src(&v, err);
 }
 
 void gguf_close(gguf_file *f) {
@@ -565,16 +542,15 @@ void gguf_close(gguf_file *f) {
     }
     free(f->kv_index.slots);
     free(f->tensor_index.slots);
-    file_map_close(&f->map);
-    free(f->path);
+    file_view_close(&f->src);
     free(f);
 }
 
 /* ---- accessors ---- */
 
-const char *gguf_path(const gguf_file *f) { return f->path; }
+const char *gguf_path(const gguf_file *f) { return f->src.path; }
 uint32_t gguf_version(const gguf_file *f) { return f->version; }
-uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
+uint64_t gguf_file_size(const gguf_file *f) { return f->src.size; }
 uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
 uint64_t gguf_kv_count(const gguf_file *f) { return f->n_kv; }
@@ -584,7 +560,7 @@ uint64_t gguf_kv_offset(const gguf_file *f, uint64_t i) { return i < f->n_kv ? f
 const void *gguf_kv_raw(const gguf_file *f, uint64_t i, uint64_t *len) {
     if (i >= f->n_kv) return NULL;
     *len = f->kv[i].end - f->kv[i].off;
-    return f->base + f->kv[i].off;
+    return f->src.data + f->kv[i].off;
 }
 
 int64_t gguf_find_key(const gguf_file *f, const char *key) {
@@ -662,14 +638,14 @@ int gguf_kv_bool(const gguf_file *f, uint64_t i, int *out) {
 
 static void str_at(const gguf_file *f, uint64_t off, gguf_str *out) {
     uint64_t len;
-    memcpy(&len, f->base + off, 8);
-    out->ptr = (const char *)f->base + off + 8;
+    memcpy(&len, f->src.data + off, 8);
+    out->ptr = (const char *)f->src.data + off + 8;
     out->len = len;
 }
 
 int gguf_kv_str(const gguf_file *f, uint64_t i, gguf_str *out) {
     if (i >= f->n_kv || f->kv[i].type != GGUF_T_STRING) return -1;
-    str_at(f, (uint64_t)(f->kv[i].val - f->base), out);
+    str_at(f, (uint64_t)(f->kv[i].val - f->src.data), out);
     return 0;
 }
 

@@ -39,29 +39,48 @@ static int open_regular(const char *path, int missing_ok, size_t *size, gem_err 
     return fd;
 }
 
-int file_map_open(const char *path, file_map *m, gem_err *err) {
-    memset(m, 0, sizeof *m);
+int file_view_map(const char *path, file_view *v, gem_err *err) {
+    memset(v, 0, sizeof *v);
     size_t size;
     int fd = open_regular(path, 0, &size, err);
     if (fd < 0) return -1;
-    if (!size) {
-        close(fd);
-        m->data = (const uint8_t *)"";
-        return 0;
-    }
-    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : (void *)"";
     int saved = errno;
     close(fd); /* the mapping keeps the file alive */
     if (p == MAP_FAILED) return gem_err_set(err, "%s: cannot map: %s", path, strerror(saved));
-    m->data = p;
-    m->size = size;
-    m->mapped = 1;
+    v->mapped = size > 0;
+    v->data = p;
+    v->size = size;
+    if (!(v->path = strdup(path))) {
+        file_view_close(v);
+        return gem_err_set(err, "%s: out of memory", path);
+    }
     return 0;
 }
 
-void file_map_close(file_map *m) {
-    if (m->mapped) munmap((void *)m->data, m->size);
-    memset(m, 0, sizeof *m);
+int file_view_mem(const void *data, size_t size, const char *name, file_view *v, gem_err *err) {
+    memset(v, 0, sizeof *v);
+    if (!(v->path = strdup(name ? name : "<memory>"))) return gem_err_set(err, "out of memory");
+    v->data = data;
+    v->size = size;
+    return 0;
+}
+
+int file_view_move(file_view *src, file_view *dst, gem_err *err) {
+    if (!dst) {
+        gem_err_set(err, "%s: out of memory", src->path);
+        file_view_close(src);
+        return -1;
+    }
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+    return 0;
+}
+
+void file_view_close(file_view *v) {
+    if (v->mapped) munmap((void *)v->data, v->size);
+    free(v->path);
+    memset(v, 0, sizeof *v);
 }
 
 char *file_read(const char *path, int missing_ok, size_t *len, gem_err *err) {

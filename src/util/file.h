@@ -13,18 +13,29 @@
 
 #include "util/err.h"
 
-/* A whole regular file, mapped read-only and private. */
+/* An input's bytes, read-only, and the name messages give them: a mapped
+ * regular file, or a caller's memory. */
 typedef struct {
+    char *path;          /* owned copy of the path or name */
     const uint8_t *data; /* the bytes; "" (not mapped) for an empty file */
     size_t size;
     int mapped;
-} file_map;
+} file_view;
 
-/* Maps the file at path. 0, or -1 with err set and *m zeroed. */
-int file_map_open(const char *path, file_map *m, gem_err *err);
+/* Maps the file at path. 0, or -1 with err set and *v zeroed. */
+int file_view_map(const char *path, file_view *v, gem_err *err);
 
-/* Unmaps (a zeroed or empty map is fine) and zeroes *m. */
-void file_map_close(file_map *m);
+/* Views size bytes at data (not copied: they must outlive the view) under
+ * name ("<memory>" when NULL). 0, or -1 (out of memory) with *v zeroed. */
+int file_view_mem(const void *data, size_t size, const char *name, file_view *v, gem_err *err);
+
+/* Hands *src to its new owner's *dst (src is left zeroed). dst NULL means
+ * the owner could not be allocated: src is closed, and -1 returned with
+ * "PATH: out of memory". */
+int file_view_move(file_view *src, file_view *dst, gem_err *err);
+
+/* Unmaps and frees what the view owns (a zeroed view is fine); zeroes *v. */
+void file_view_close(file_view *v);
 
 /* Reads the file at path into a malloc'd buffer with a NUL after its
  * *len bytes (len may be NULL). NULL with err set on failure; with

@@ -1,7 +1,9 @@
-/* util/file: regular files map and read whole; a missing file, a directory
- * and a FIFO are refused with the path named, a FIFO at once (the readers
- * once waited on one for a writer forever; an alarm turns a hang into a
- * failure); missing_ok leaves the error untouched. */
+/* util/file: regular files map and read whole; memory views own their
+ * name; a move hands a view over, or releases it when the owner could not
+ * be allocated; a missing file, a directory and a FIFO are refused with
+ * the path named, a FIFO at once (the readers once waited on one for a
+ * writer forever; an alarm turns a hang into a failure); missing_ok leaves
+ * the error untouched. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,25 +25,43 @@ static void write_file(const char *path, const char *s, size_t n) {
 
 static void test_map(void) {
     gem_err err = {{0}};
-    file_map m;
+    file_view m;
     write_file(TMP, "abc\0def", 7);
-    CHECKF(file_map_open(TMP, &m, &err) == 0, "%s", err.msg);
-    CHECK(m.size == 7 && m.mapped && !memcmp(m.data, "abc\0def", 7));
-    file_map_close(&m);
-    CHECK(m.data == NULL && m.size == 0 && !m.mapped);
-    file_map_close(&m); /* twice is fine */
+    CHECKF(file_view_map(TMP, &m, &err) == 0, "%s", err.msg);
+    CHECK(m.size == 7 && m.mapped && !memcmp(m.data, "abc\0def", 7) && !strcmp(m.path, TMP));
+    file_view_close(&m);
+    CHECK(m.data == NULL && m.size == 0 && !m.mapped && m.path == NULL);
+    file_view_close(&m); /* twice is fine */
 
     write_file(TMP, "", 0);
-    CHECKF(file_map_open(TMP, &m, &err) == 0, "%s", err.msg);
+    CHECKF(file_view_map(TMP, &m, &err) == 0, "%s", err.msg);
     CHECK(m.size == 0 && !m.mapped && m.data && !m.data[0]);
-    file_map_close(&m);
+    file_view_close(&m);
     remove(TMP);
 
-    CHECK(file_map_open("tests/data/none.bin", &m, &err) == -1);
+    CHECK(file_view_map("tests/data/none.bin", &m, &err) == -1);
     CHECK_ERR(err.msg, "tests/data/none.bin: cannot open: ");
     CHECK(m.data == NULL && m.size == 0);
-    CHECK(file_map_open("tests", &m, &err) == -1);
+    CHECK(file_view_map("tests", &m, &err) == -1);
     CHECK_ERR(err.msg, "tests: not a regular file");
+}
+
+static void test_mem_and_move(void) {
+    gem_err err = {{0}};
+    static const char bytes[] = "xyz";
+    file_view a, b;
+    CHECK(file_view_mem(bytes, 3, "name", &a, &err) == 0);
+    CHECK(a.data == (const uint8_t *)bytes && a.size == 3 && !a.mapped && !strcmp(a.path, "name"));
+    CHECK(file_view_move(&a, &b, &err) == 0);
+    CHECK(a.path == NULL && a.data == NULL && b.data == (const uint8_t *)bytes && !strcmp(b.path, "name"));
+    file_view_close(&a);
+    file_view_close(&b);
+    CHECK(file_view_mem(bytes, 3, NULL, &a, &err) == 0);
+    CHECK(!strcmp(a.path, "<memory>"));
+    /* an owner that could not be allocated: the view is released */
+    CHECK(file_view_move(&a, NULL, &err) == -1);
+    CHECK_ERR(err.msg, "<memory>: out of memory");
+    CHECK(a.path == NULL && a.data == NULL);
 }
 
 static void test_read(void) {
@@ -82,9 +102,9 @@ static void test_fifo(void) {
     remove(FIFO);
     CHECK(mkfifo(FIFO, 0600) == 0);
     gem_err err = {{0}};
-    file_map m;
+    file_view m;
     alarm(10);
-    int rc = file_map_open(FIFO, &m, &err);
+    int rc = file_view_map(FIFO, &m, &err);
     char *s = file_read(FIFO, 0, NULL, &err);
     alarm(0);
     CHECK(rc == -1 && s == NULL);
@@ -94,6 +114,7 @@ static void test_fifo(void) {
 
 int main(void) {
     test_map();
+    test_mem_and_move();
     test_read();
     test_fifo();
     return test_report("util/file");
