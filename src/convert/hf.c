@@ -546,7 +546,7 @@ static float load_elem(st_dtype t, const uint8_t *p) {
     float f;
     switch (t) {
     case ST_F32: memcpy(&f, p, 4); return f;
-    case ST_F16: memcpy(&h, p, 2); return quant_f16_to_f32(h);
+    case ST_F16: return quant_get_f16(p);
     default: memcpy(&h, p, 2); return quant_bf16_to_f32(h);
     }
 }

@@ -59,8 +59,6 @@ typedef struct {
     uint64_t row_bytes;
 } gen_tensor;
 
-static void put_f16(uint8_t *p, float v) { uint16_t h = quant_f32_to_f16(v); memcpy(p, &h, 2); }
-
 /* Target standard deviation of matrix entries: rows of norm ~1 keep
  * activations of order one through every projection. */
 static float entry_std(const gemma4_tensor_spec *s) { return 1.0f / sqrtf((float)s->ne[0]); }
@@ -102,7 +100,7 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
         }
         break;
     case QT_F16:
-        for (uint64_t i = 0; i < n; i++) put_f16(out + 2 * i, a * row_sym(&r));
+        for (uint64_t i = 0; i < n; i++) quant_put_f16(out + 2 * i, a * row_sym(&r));
         break;
     case QT_BF16:
         for (uint64_t i = 0; i < n; i++) {
@@ -113,7 +111,7 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
     case QT_Q8_0: /* codes uniform in [-127, 127]: std 73.3 */
         for (uint64_t b = 0; b < n / 32; b++) {
             uint8_t *blk = out + 34 * b;
-            put_f16(blk, std / 73.3f * (1.0f + 0.25f * row_sym(&r)));
+            quant_put_f16(blk, std / 73.3f * (1.0f + 0.25f * row_sym(&r)));
             for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)(int8_t)((int)(row_next(&r) % 255) - 127);
         }
         break;
@@ -122,7 +120,7 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
             uint8_t *blk = out + 18 * b;
             uint64_t bits = row_next(&r);
             float d = std / 4.61f * (1.0f + 0.25f * row_sym(&r));
-            put_f16(blk, (bits & 1) ? -d : d);
+            quant_put_f16(blk, (bits & 1) ? -d : d);
             uint64_t q0 = row_next(&r), q1 = row_next(&r);
             memcpy(blk + 2, &q0, 8);
             memcpy(blk + 10, &q1, 8);
@@ -136,7 +134,7 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
                 memcpy(blk + j, &q, 8);
             }
             for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(int8_t)((int)(row_next(&r) % 128) - 64);
-            put_f16(blk + 208, std / (18.5f * 37.0f) * (1.0f + 0.25f * row_sym(&r)));
+            quant_put_f16(blk + 208, std / (18.5f * 37.0f) * (1.0f + 0.25f * row_sym(&r)));
         }
         break;
     default:

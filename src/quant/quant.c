@@ -81,6 +81,18 @@ int quant_row_bytes(uint32_t type, int64_t n, uint64_t *bytes) {
 
 /* ---- scalar conversions ---- */
 
+static float f32_from_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
 float quant_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
@@ -98,14 +110,11 @@ float quant_f16_to_f32(uint16_t h) {
         do { man <<= 1; e++; } while (!(man & 0x400));
         bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return f32_from_bits(bits);
 }
 
 uint16_t quant_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t exp = (x >> 23) & 0xff;
     uint32_t man = x & 0x7fffff;
@@ -128,30 +137,29 @@ uint16_t quant_f32_to_f16(float f) {
     return (uint16_t)(sign | half);
 }
 
-float quant_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float quant_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 uint16_t quant_f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 64);
     return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
 }
 
-static float rd_f16(const uint8_t *p) {
+float quant_get_f16(const void *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return quant_f16_to_f32(h);
 }
 
+void quant_put_f16(void *p, float v) {
+    uint16_t h = quant_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
 /* ---- block dequantizers: one block of the type to float ---- */
 
 static void dq_q4_0(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
+    const float d = quant_get_f16(b);
     const uint8_t *qs = b + 2;
     for (int j = 0; j < 16; j++) {
         const int x0 = (qs[j] & 0x0f) - 8;
@@ -162,8 +170,8 @@ static void dq_q4_0(const uint8_t *b, float *y) {
 }
 
 static void dq_q4_1(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
-    const float m = rd_f16(b + 2);
+    const float d = quant_get_f16(b);
+    const float m = quant_get_f16(b + 2);
     const uint8_t *qs = b + 4;
     for (int j = 0; j < 16; j++) {
         const int x0 = qs[j] & 0x0f;
@@ -174,7 +182,7 @@ static void dq_q4_1(const uint8_t *b, float *y) {
 }
 
 static void dq_q5_0(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
+    const float d = quant_get_f16(b);
     uint32_t qh;
     memcpy(&qh, b + 2, 4);
     const uint8_t *qs = b + 6;
@@ -189,8 +197,8 @@ static void dq_q5_0(const uint8_t *b, float *y) {
 }
 
 static void dq_q5_1(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
-    const float m = rd_f16(b + 2);
+    const float d = quant_get_f16(b);
+    const float m = quant_get_f16(b + 2);
     uint32_t qh;
     memcpy(&qh, b + 4, 4);
     const uint8_t *qs = b + 8;
@@ -205,7 +213,7 @@ static void dq_q5_1(const uint8_t *b, float *y) {
 }
 
 static void dq_q8_0(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
+    const float d = quant_get_f16(b);
     const int8_t *qs = (const int8_t *)(b + 2);
     for (int j = 0; j < 32; j++) y[j] = qs[j] * d;
 }
@@ -221,34 +229,39 @@ static void k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
     }
 }
 
+/* Scale and min of sub-blocks 2c (low nibbles) and 2c+1 (high nibbles). */
+static void k4_pair(int c, const uint8_t *scales, float d, float dmin, float *d1, float *m1, float *d2, float *m2) {
+    uint8_t sc, m;
+    k4_scale_min(2 * c, scales, &sc, &m);
+    *d1 = d * sc;
+    *m1 = dmin * m;
+    k4_scale_min(2 * c + 1, scales, &sc, &m);
+    *d2 = d * sc;
+    *m2 = dmin * m;
+}
+
 static void dq_q4_k(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
-    const float dmin = rd_f16(b + 2);
+    const float d = quant_get_f16(b);
+    const float dmin = quant_get_f16(b + 2);
     const uint8_t *scales = b + 4;
     const uint8_t *qs = b + 16;
     for (int c = 0; c < 4; c++) {
-        uint8_t sc, m;
-        k4_scale_min(2 * c, scales, &sc, &m);
-        const float d1 = d * sc, m1 = dmin * m;
-        k4_scale_min(2 * c + 1, scales, &sc, &m);
-        const float d2 = d * sc, m2 = dmin * m;
+        float d1, m1, d2, m2;
+        k4_pair(c, scales, d, dmin, &d1, &m1, &d2, &m2);
         for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * (qs[32 * c + l] & 0x0f) - m1;
         for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * (qs[32 * c + l] >> 4) - m2;
     }
 }
 
 static void dq_q5_k(const uint8_t *b, float *y) {
-    const float d = rd_f16(b);
-    const float dmin = rd_f16(b + 2);
+    const float d = quant_get_f16(b);
+    const float dmin = quant_get_f16(b + 2);
     const uint8_t *scales = b + 4;
     const uint8_t *qh = b + 16;
     const uint8_t *qs = b + 48;
     for (int c = 0; c < 4; c++) {
-        uint8_t sc, m;
-        k4_scale_min(2 * c, scales, &sc, &m);
-        const float d1 = d * sc, m1 = dmin * m;
-        k4_scale_min(2 * c + 1, scales, &sc, &m);
-        const float d2 = d * sc, m2 = dmin * m;
+        float d1, m1, d2, m2;
+        k4_pair(c, scales, d, dmin, &d1, &m1, &d2, &m2);
         const uint8_t lo_bit = (uint8_t)(1u << (2 * c)), hi_bit = (uint8_t)(1u << (2 * c + 1));
         for (int l = 0; l < 32; l++)
             y[64 * c + l] = d1 * ((qs[32 * c + l] & 0x0f) + (qh[l] & lo_bit ? 16 : 0)) - m1;
@@ -258,7 +271,7 @@ static void dq_q5_k(const uint8_t *b, float *y) {
 }
 
 static void dq_q6_k(const uint8_t *b, float *y) {
-    const float d = rd_f16(b + 208);
+    const float d = quant_get_f16(b + 208);
     for (int n = 0; n < 2; n++) {
         const uint8_t *ql = b + 64 * n;
         const uint8_t *qh = b + 128 + 32 * n;
@@ -287,7 +300,7 @@ int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
         memcpy(dst, p, (size_t)n * 4);
         return 0;
     case QT_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = rd_f16(p + 2 * i);
+        for (int64_t i = 0; i < n; i++) dst[i] = quant_get_f16(p + 2 * i);
         return 0;
     case QT_BF16:
         for (int64_t i = 0; i < n; i++) {

@@ -47,4 +47,9 @@ uint16_t quant_f32_to_f16(float f); /* round to nearest even, like the hardware 
 float quant_bf16_to_f32(uint16_t h);
 uint16_t quant_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
 
+/* The f16 stored at p (any alignment, little-endian) as a float; v stored
+ * at p as f16 (quant_f32_to_f16's rounding). Block scales and f16 rows. */
+float quant_get_f16(const void *p);
+void quant_put_f16(void *p, float v);
+
 #endif

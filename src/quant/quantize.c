@@ -34,17 +34,6 @@ static inline int8_t trunc_to_i8(float v) {
     return (int8_t)(uint8_t)((uint32_t)i & 0xff);
 }
 
-static inline void put_f16(uint8_t *p, float v) {
-    uint16_t h = quant_f32_to_f16(v);
-    memcpy(p, &h, 2);
-}
-
-static inline float get_f16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return quant_f16_to_f32(h);
-}
-
 /* ---- q8_0: d = amax / 127, codes roundf(x / d) ---- */
 
 static void q8_0_block(const float *x, uint8_t *y) {
@@ -55,7 +44,7 @@ static void q8_0_block(const float *x, uint8_t *y) {
     }
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
-    put_f16(y, d);
+    quant_put_f16(y, d);
     for (int j = 0; j < 32; j++) y[2 + j] = (uint8_t)trunc_to_i8(roundf(x[j] * id));
 }
 
@@ -71,7 +60,7 @@ static void q4_0_block(const float *x, uint8_t *y) {
     }
     const float d = max / -8;
     const float id = d ? 1.0f / d : 0.0f;
-    put_f16(y, d);
+    quant_put_f16(y, d);
     for (int j = 0; j < 16; j++) {
         const int8_t c0 = trunc_to_i8(x[j] * id + 8.5f);
         const int8_t c1 = trunc_to_i8(x[16 + j] * id + 8.5f);
@@ -194,10 +183,10 @@ static void q4_k_block(const float *x, uint8_t *y) {
             sc[j - 0] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    put_f16(y, max_scale / 63.f);
-    put_f16(y + 2, max_min / 63.f);
+    quant_put_f16(y, max_scale / 63.f);
+    quant_put_f16(y + 2, max_min / 63.f);
     /* codes are chosen against the fp16-rounded scales actually stored */
-    const float dd = get_f16(y), dmin = get_f16(y + 2);
+    const float dd = quant_get_f16(y), dmin = quant_get_f16(y + 2);
     for (int j = 0; j < QK_K / 32; ++j) {
         uint8_t s, m;
         k4_get_scale_min(j, sc, &s, &m);
@@ -283,17 +272,17 @@ static void q6_k_block(const float *x, uint8_t *y) {
     }
     if (max_abs_scale < GROUP_MAX_EPS) {
         memset(y, 0, 210);
-        put_f16(y + 208, 0.f);
+        quant_put_f16(y + 208, 0.f);
         return;
     }
     int8_t *sc = (int8_t *)(y + 192);
     float iscale = -128.f / max_scale;
-    put_f16(y + 208, 1 / iscale);
+    quant_put_f16(y + 208, 1 / iscale);
     for (int ib = 0; ib < QK_K / 16; ++ib) {
         int v = nearest_int(iscale * scales[ib]);
         sc[ib] = (int8_t)(uint8_t)(unsigned)(v < 127 ? v : 127);
     }
-    const float dd = get_f16(y + 208);
+    const float dd = quant_get_f16(y + 208);
     for (int j = 0; j < QK_K / 16; ++j) {
         float d = dd * sc[j];
         if (!d) continue;
@@ -340,7 +329,7 @@ int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         memcpy(out, src, (size_t)n * 4);
         return 0;
     case QT_F16:
-        for (int64_t i = 0; i < n; i++) put_f16(out + 2 * i, src[i]);
+        for (int64_t i = 0; i < n; i++) quant_put_f16(out + 2 * i, src[i]);
         return 0;
     case QT_BF16:
         for (int64_t i = 0; i < n; i++) {

@@ -106,6 +106,13 @@ static void test_half_exhaustive(void) {
     CHECK(quant_f16_to_f32(0x03ff) == 6.0975552e-5f);
     CHECK(quant_f32_to_bf16(1.0f) == 0x3f80);
     CHECK(isnan(quant_bf16_to_f32(quant_f32_to_bf16(NAN))));
+    /* stored little-endian at any alignment */
+    uint8_t buf[5] = {0xee, 0xee, 0xee, 0xee, 0xee};
+    quant_put_f16(buf + 1, -2.0f);
+    CHECK(buf[0] == 0xee && buf[1] == 0x00 && buf[2] == 0xc0 && buf[3] == 0xee);
+    CHECK(quant_get_f16(buf + 1) == -2.0f);
+    quant_put_f16(buf + 2, 1.0f + 3.0f / 2048);
+    CHECK(buf[2] == 0x02 && buf[3] == 0x3c && quant_get_f16(buf + 2) == 1.0f + 2.0f / 1024);
 }
 
 static void test_table(void) {
