@@ -32,6 +32,10 @@ int cli_parse_kv_type(const char *s);
  * Writes into buf and returns it. */
 const char *cli_data_path(const char *rel, char *buf, unsigned long cap);
 
+/* "gem CMD: error: MSG: ARG" (": ARG" only when arg is not NULL) on
+ * stderr; returns 2, the exit status of a usage error. */
+int cli_fail(const char *cmd, const char *msg, const char *arg);
+
 /* The progress of a long file command: a 40-column bar on stderr
  * ("gem CMD: [####....]  45.0%") when stderr is a terminal, redrawn when
  * the permille changes, and the command's wall time. */

@@ -9,10 +9,7 @@
 
 #define USAGE "usage: gem convert HF_DIR -o FILE.gguf [--type f32|bf16|f16] [--name NAME] [-t THREADS]"
 
-static int fail(const char *msg, const char *arg) {
-    fprintf(stderr, "gem convert: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    return 2;
-}
+static int fail(const char *msg, const char *arg) { return cli_fail("convert", msg, arg); }
 
 int cli_convert(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *type = NULL, *name = NULL;

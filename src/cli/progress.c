@@ -1,6 +1,6 @@
-/* Progress and wall time of the long file commands (gem convert, quantize,
- * synth): one bar, one clock, one way to end a half-drawn line before an
- * error (see cli.h). */
+/* What the long file commands (gem convert, quantize, synth) say on
+ * stderr: usage errors, one progress bar, the wall time from one clock,
+ * and an error that first ends a half-drawn bar (see cli.h). */
 #include <stdio.h>
 #include <unistd.h>
 
@@ -32,6 +32,11 @@ void cli_progress_start(cli_progress *p, const char *cmd, cli_progress_fn *fn, v
 }
 
 double cli_progress_seconds(const cli_progress *p) { return gem_now_s() - p->t0; }
+
+int cli_fail(const char *cmd, const char *msg, const char *arg) {
+    fprintf(stderr, "gem %s: error: %s%s%s\n", cmd, msg, arg ? ": " : "", arg ? arg : "");
+    return 2;
+}
 
 int cli_progress_fail(const cli_progress *p, const char *msg) {
     if (p->last >= 0 && p->last < 1000) fprintf(stderr, "\n");

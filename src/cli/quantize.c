@@ -11,10 +11,7 @@
 
 #define USAGE "usage: gem quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k|q6_k [--embd-type TYPE] [-t THREADS]"
 
-static int fail(const char *msg, const char *arg) {
-    fprintf(stderr, "gem quantize: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    return 2;
-}
+static int fail(const char *msg, const char *arg) { return cli_fail("quantize", msg, arg); }
 
 int cli_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *type = NULL, *embd = NULL;

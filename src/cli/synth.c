@@ -8,10 +8,7 @@
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
 
-static int fail(const char *msg, const char *arg) {
-    fprintf(stderr, "gem synth: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    return 2;
-}
+static int fail(const char *msg, const char *arg) { return cli_fail("synth", msg, arg); }
 
 static int parse_u64(const char *s, uint64_t *out) {
     char *end;
