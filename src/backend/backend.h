@@ -115,6 +115,12 @@ struct backend {
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
     void (*kv_load)(backend *b, be_kv *kv, int n_pos, const void *src);
+    /* The same bytes as kv_save/kv_load, to or from a backend buffer at byte
+     * offset off (a multiple of 4; dst from alloc, big enough), enqueued
+     * in order like any op: a session checkpoint without a host round trip
+     * (on a GPU, a device-to-device copy). */
+    void (*kv_stash)(backend *b, const be_kv *kv, int n_pos, be_buf *dst, size_t off);
+    void (*kv_unstash)(backend *b, be_kv *kv, int n_pos, const be_buf *src, size_t off);
 
     /* out[r] = index of the largest value of row r of x (rows x width), the
      * lowest index among equals, stored as a float (exact below 2^24). Lets

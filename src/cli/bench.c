@@ -1,14 +1,16 @@
-/* gem bench: prefill and decode speed of one model on one backend.
+/* gem bench: prefill and decode speed of one model on one backend, through
+ * the engine's generation loop (gem_session_sync, gem_session_generate):
+ * the path gem run, chat and serve take.
  *
  * Token ids are fixed pseudo-random ids (the same for every run and every
  * engine), greedy, EOS ignored. Each measurement is repeated (after one
  * warm-up run) and the median and spread are reported. Prefill of P tokens
- * is timed from the first token in to the logits of the last out (that is
- * also the time to first token for a prompt of P); decode at depth D first
- * evaluates D tokens untimed (once), then times `gen` single-token greedy
- * steps per run, each run continuing where the one before stopped (so the
- * runs see depths D .. D + (reps + 1) gen: filling a deep context once per
- * run would cost more than the measurement).
+ * is the time to first token of a P-token prompt on an empty session (the
+ * prompt in, the first token chosen). Decode at depth D prefills D tokens
+ * once, then generates (reps + 1) runs of `gen` steps whose tokens are
+ * forced to the fixed ids; a run's time is read off the steps' timestamps
+ * (the runs see depths D .. D + (reps + 1) gen: filling a deep context
+ * once per run would cost more than the measurement).
  * Achieved bandwidth counts the weight bytes one decode step reads (the
  * tied embedding once as the head) plus the KV cache bytes at that depth. */
 #include <math.h>
@@ -26,11 +28,15 @@
 #include "util/json.h"
 #include "util/strbuf.h"
 #include "backend/device.h"
+#include "util/clock.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
+/* When each decode step's token was chosen (gem_gen_callbacks.on_token). */
+typedef struct {
+    double *t;
+} bench_clock;
+
+static void on_step_token(void *ctx, const gem_gen_token *tk) {
+    ((bench_clock *)ctx)->t[tk->index] = gem_now_s();
 }
 
 static int usage(void) {
@@ -153,7 +159,7 @@ int cli_bench(int argc, char **argv) {
     eo.threads = threads;
     eo.n_ctx = need;
     eo.tile = tile;
-    double t0 = now_s();
+    double t0 = gem_now_s();
     gem_engine *e = gem_engine_open(&eo, &err);
     gem_session *s = e ? gem_session_new(e, &err) : NULL;
     if (!s) {
@@ -168,7 +174,7 @@ int cli_bench(int argc, char **argv) {
         gem_engine_close(e);
         return 1;
     }
-    const double t_load = now_s() - t0;
+    const double t_load = gem_now_s() - t0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)need);
     uint64_t r = 0x9E3779B97F4A7C15ull;
     ids[0] = 2;
@@ -224,14 +230,15 @@ int cli_bench(int argc, char **argv) {
         sb_free(&q);
     }
     int rc = 0;
+    gem_gen_params gp = gem_gen_params_default(); /* greedy: the argmax on the backend */
+    gem_gen_result res;
     for (int pi = 0; pi < n_prompts && !rc; pi++) {
         const int P = prompts[pi];
+        gp.max_tokens = 1;
         for (int k = 0; k <= reps && !rc; k++) {
             gem_session_reset(s);
-            int32_t next;
-            double t = now_s();
-            if (gem_session_eval_greedy(s, ids, P, &next, &err)) rc = 1;
-            if (k > 0) samples[k - 1] = now_s() - t; /* run 0 is the warm-up */
+            if (gem_session_sync(s, ids, (size_t)P, &err) < 0 || gem_session_generate(s, &gp, NULL, &res, &err)) rc = 1;
+            if (k > 0) samples[k - 1] = res.first_s; /* run 0 is the warm-up */
         }
         if (rc) break;
         stats st = summarize(samples, reps);
@@ -242,20 +249,28 @@ int cli_bench(int argc, char **argv) {
                     pi ? "," : "", P, P / st.median, P / st.p95, st.median, st.min, st.max);
     }
     if (js) fprintf(js, "],\n \"decode\": [");
+    /* decode: the runs' tokens are forced (fixed ids: the same work on every
+     * engine) and each run's time is read off the steps' timestamps */
+    const long steps = (long)(reps + 1) * gen + 1;
+    int32_t *forced = malloc(sizeof(int32_t) * (size_t)steps);
+    bench_clock bc = {malloc(sizeof(double) * (size_t)steps)};
+    if (!forced || !bc.t) rc = 1;
+    gp.max_tokens = steps;
+    gp.n_force = steps;
+    gp.force = forced;
+    gp.ignore_eos = 1;
+    const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL};
     for (int di = 0; di < n_depths && !rc; di++) {
         const int D = depths[di];
+        for (long k = 0; k < steps; k++) forced[k] = ids[(D + k) % need];
         gem_session_reset(s);
-        int32_t next;
-        if (gem_session_eval_greedy(s, ids, D > 0 ? D : 1, &next, &err)) { rc = 1; break; }
-        for (int k = 0; k <= reps && !rc; k++) {
-            double t = now_s();
-            for (int g = 0; g < gen && !rc; g++) {
-                int32_t id = ids[(D + k * gen + g) % need]; /* fixed ids: the same work on every engine */
-                if (gem_session_eval_greedy(s, &id, 1, &next, &err)) rc = 1;
-            }
-            if (k > 0) samples[k - 1] = (now_s() - t) / gen;
+        if (gem_session_sync(s, ids, (size_t)(D > 0 ? D : 1), &err) < 0 ||
+            gem_session_generate(s, &gp, &cb, &res, &err) || res.n_generated != steps) {
+            rc = 1;
+            break;
         }
-        if (rc) break;
+        for (int k = 0; k <= reps; k++)
+            if (k > 0) samples[k - 1] = (bc.t[(k + 1) * gen] - bc.t[k * gen]) / gen; /* run 0 is the warm-up */
         stats st = summarize(samples, reps);
         const double tps = 1.0 / st.median, gbs = wbytes / st.median / 1e9;
         char frac[40] = "", frac_js[24] = "null";
@@ -283,6 +298,8 @@ int cli_bench(int argc, char **argv) {
         fclose(js);
     }
     if (rc) fprintf(stderr, "gem bench: error: %s\n", err.msg);
+    free(forced);
+    free(bc.t);
     free(samples);
     free(ids);
     gem_session_free(s);

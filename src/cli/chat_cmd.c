@@ -1,18 +1,20 @@
 /* gem chat: an interactive terminal chat. Each turn renders the whole
- * conversation in the Gemma 4 format; when the new prompt extends what the
- * session already holds, only the new tokens are evaluated, otherwise the
- * session restarts. Ctrl-C cancels the answer being generated; Ctrl-C at the
- * prompt (or twice in a row) quits. Commands: /reset, /quit. */
+ * conversation in the Gemma 4 format and hands it to the engine, whose
+ * prefix policy keeps what the session already holds (the turns before the
+ * last generation prompt: gem_session_sync). A line on stderr after each
+ * answer says how many prompt tokens were reused. Ctrl-C cancels the
+ * answer being generated; Ctrl-C at the prompt (or twice in a row) quits.
+ * Commands: /reset, /quit. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat/chat.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
 
 /* The only global mutable state in gem: a signal handler can reach nothing
  * else. Set by SIGINT, read and cleared by the chat loop. */
@@ -40,7 +42,17 @@ static void on_event(const chat_event *ev, void *ctx) {
     }
 }
 
-static void emit_parser(const char *p, size_t n, void *ctx) { chat_parser_feed(ctx, p, n); }
+/* The engine's callbacks: text through the chat parser (which ends the
+ * answer at the turn's end), Ctrl-C as cancellation. */
+static int on_text(void *ctx, const char *p, size_t n) {
+    chat_parser_feed(ctx, p, n);
+    return chat_parser_ended(ctx);
+}
+
+static int on_poll(void *ctx) {
+    (void)ctx;
+    return interrupted != 0;
+}
 
 int cli_chat(int argc, char **argv) {
     gem_engine_opts eo = {0};
@@ -82,7 +94,7 @@ int cli_chat(int argc, char **argv) {
         return 1;
     }
     const tok *tk = gem_engine_tok(e);
-    sampler *smp = sampler_new(&sp, (int)tok_n_vocab(tk));
+    const int tty = isatty(2); /* the stats line is dimmed on a terminal */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: a read at the prompt returns */
@@ -97,6 +109,7 @@ int cli_chat(int argc, char **argv) {
     fprintf(stderr, "gem chat: %s on %s. /reset clears the history, Ctrl-C stops an answer, Ctrl-C at the prompt quits.\n",
             gem_engine_profile(e), gem_engine_backend(e));
     char line[8192];
+    int turn = 0;
     for (;;) {
         printf("> ");
         fflush(stdout);
@@ -125,51 +138,38 @@ int cli_chat(int argc, char **argv) {
             break;
         }
         sb_free(&text);
-        size_t have;
-        const int32_t *held = gem_session_tokens(s, &have);
-        size_t from = 0;
-        if (have <= ids.n && !memcmp(held, ids.v, have * sizeof(int32_t))) from = have;
-        else gem_session_reset(s);
-        if (from == ids.n || gem_session_eval(s, ids.v + from, (int)(ids.n - from), &err)) {
-            fprintf(stderr, "gem chat: error: %s\n", from == ids.n ? "empty prompt" : err.msg);
-            tok_ids_free(&ids);
-            json_free(json_at(msgs, msgs->len - 1));
-            msgs->len--;
-            gem_session_reset(s);
-            continue;
-        }
-        tok_ids_free(&ids);
         answer ans = {{0}};
         chat_parser *cp = chat_parser_new(on_event, &ans);
-        tok_stream ts = {{0}, 0};
-        int n = 0;
-        for (; n < max_tokens && !interrupted; n++) {
-            int32_t id = gem_session_sample(s, smp, &err);
-            if (id < 0) {
-                fprintf(stderr, "\ngem chat: %s\n", err.msg);
-                break;
-            }
-            if (tok_is_eog(tk, id)) break;
-            size_t plen;
-            const char *piece = tok_piece(tk, id, 0, &plen);
-            tok_stream_feed(&ts, piece, plen, emit_parser, cp);
-            if (gem_session_eval(s, &id, 1, &err)) {
-                fprintf(stderr, "\ngem chat: %s\n", err.msg);
-                break;
-            }
+        gem_gen_params gp = gem_gen_params_default();
+        gp.sampling = sp;
+        gp.max_tokens = max_tokens;
+        gem_gen_callbacks cb = {cp, NULL, on_text, on_poll};
+        gem_gen_result res;
+        const int bad = !cp || gem_session_sync(s, ids.v, ids.n, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err);
+        tok_ids_free(&ids);
+        if (bad) {
+            fprintf(stderr, "\ngem chat: error: %s\n", cp ? err.msg : "out of memory");
+            chat_parser_free(cp);
+            sb_free(&ans.content);
+            json_free(json_at(msgs, msgs->len - 1));
+            msgs->len--;
+            continue;
         }
-        tok_stream_flush(&ts, emit_parser, cp);
         chat_parser_finish(cp);
         chat_parser_free(cp);
-        if (interrupted) {
-            printf(" [stopped]\n");
-            gem_session_reset(s); /* the partial answer is not kept */
+        const int stopped = res.finish == GEM_FINISH_CANCELLED;
+        printf(stopped ? " [stopped]\n" : "\n");
+        fflush(stdout);
+        fprintf(stderr, "%s[turn %d: prompt %ld tokens, %ld reused, %.0f ms | %ld tokens, %.1f tok/s]%s\n",
+                tty ? "\x1b[2m" : "", ++turn, res.n_prompt, res.n_cached, res.prompt_s * 1e3, res.n_generated,
+                res.n_generated > 1 ? (res.n_generated - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9) : 0.0,
+                tty ? "\x1b[0m" : "");
+        if (stopped) { /* the partial answer is not kept in the history */
             json_free(json_at(msgs, msgs->len - 1));
             msgs->len--;
             sb_free(&ans.content);
             continue;
         }
-        printf("\n");
         json *a = json_new(JSON_OBJECT);
         json_set(a, "role", json_new_str("assistant", 9));
         json_set(a, "content", json_new_str(sb_cstr(&ans.content), ans.content.len));
@@ -178,7 +178,6 @@ int cli_chat(int argc, char **argv) {
     }
     printf("\n");
     json_free(msgs);
-    sampler_free(smp);
     gem_session_free(s);
     gem_engine_close(e);
     return 0;

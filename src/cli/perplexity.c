@@ -36,14 +36,9 @@
 #include "model/gemma4.h"
 #include "util/json.h"
 #include "util/strbuf.h"
+#include "util/clock.h"
 
 #define PPL_TILE 64 /* default tokens per evaluation piece, also the engine's prompt tile */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static int usage(void) {
     fprintf(stderr,
@@ -173,7 +168,7 @@ int cli_perplexity(int argc, char **argv) {
 
     eo.n_ctx = n_ctx;
     eo.tile = tile;
-    double t0 = now_s();
+    double t0 = gem_now_s();
     gem_engine *e = gem_engine_open(&eo, &err);
     if (!e) {
         fprintf(stderr, "gem perplexity: error: %s\n", err.msg);
@@ -205,7 +200,7 @@ int cli_perplexity(int argc, char **argv) {
         fprintf(stderr, "gem perplexity: error: out of memory while tokenizing %s\n", text_path);
         goto done;
     }
-    const double t_load = now_s() - t0;
+    const double t_load = gem_now_s() - t0;
     if (ids.n < 2 * (size_t)n_ctx) {
         fprintf(stderr,
                 "gem perplexity: error: %s tokenizes to only %zu tokens; a context of %d needs at least %d "
@@ -236,10 +231,10 @@ int cli_perplexity(int argc, char **argv) {
 
     double nll = 0.0, nll2 = 0.0;
     long count = 0;
-    const double t_start = now_s();
+    const double t_start = gem_now_s();
     for (int i = 0; i < n_chunk; i++) {
         const size_t start = (size_t)i * (size_t)n_ctx;
-        const double tc = now_s();
+        const double tc = gem_now_s();
         gem_session_reset(s);
         memcpy(cids, ids.v + start, (size_t)n_ctx * sizeof *cids);
         if (tok_add_bos(tk)) cids[0] = tok_bos(tk);
@@ -264,14 +259,14 @@ int cli_perplexity(int argc, char **argv) {
         }
         running[i] = exp(nll / count);
         if (i == 0) {
-            const double t = now_s() - tc;
+            const double t = gem_now_s() - tc;
             fprintf(stderr, "gem perplexity: %.2f seconds per pass - ETA %.2f minutes\n", t, t * n_chunk / 60.0);
         }
         printf("[%d]%.4f,", i + 1, running[i]);
         fflush(stdout);
     }
     printf("\n");
-    const double seconds = now_s() - t_start;
+    const double seconds = gem_now_s() - t_start;
 
     /* the reference's final estimate, step for step */
     nll2 /= count;

@@ -12,19 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <time.h>
 
 #include "chat/chat.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "util/clock.h"
 
 static void emit_stdout(const char *p, size_t n, void *ctx) {
     (void)ctx;
@@ -37,6 +31,35 @@ static void chat_event_out(const chat_event *ev, void *ctx) {
     if (ev->kind == CHAT_EV_CONTENT) emit_stdout(ev->text, ev->len, NULL);
     else if (ev->kind == CHAT_EV_REASONING) fwrite(ev->text, 1, ev->len, stderr);
     else printf("\n[tool call] %s %s\n", ev->name, ev->arguments);
+}
+
+/* What the generation callbacks write to. */
+typedef struct {
+    const tok *tk;
+    chat_parser *cp; /* --chat: the answer goes through the chat parser */
+    int32_t *out;    /* the generated ids (--ids) */
+    int n_out;
+    int n_top;       /* --top-logprobs K */
+    int32_t *top;
+    double *top_lp;
+} run_io;
+
+static void print_logprobs(int step, size_t pos, int32_t id, int forced, const float *logits, int n_vocab, int k,
+                           int32_t *top, double *lp);
+
+static void on_token(void *ctx, const gem_gen_token *t) {
+    run_io *io = ctx;
+    if (io->n_top)
+        print_logprobs((int)t->index, t->pos, t->id, t->forced, t->logits, (int)tok_n_vocab(io->tk), io->n_top, io->top,
+                       io->top_lp);
+    if (!t->end) io->out[io->n_out++] = t->id;
+}
+
+static int on_text(void *ctx, const char *p, size_t n) {
+    run_io *io = ctx;
+    if (io->cp) chat_parser_feed(io->cp, p, n);
+    else emit_stdout(p, n, NULL);
+    return 0;
 }
 
 static int usage(void) {
@@ -164,7 +187,7 @@ int cli_run(int argc, char **argv) {
         }
     }
     if (!prompt && !prompt_ids) return usage();
-    double t0 = now_s();
+    double t0 = gem_now_s();
     gem_err err = {{0}};
     gem_engine *e = gem_engine_open(&eo, &err);
     if (!e) {
@@ -172,14 +195,12 @@ int cli_run(int argc, char **argv) {
         return 1;
     }
     const tok *tk = gem_engine_tok(e);
-    double t_load = now_s() - t0;
+    double t_load = gem_now_s() - t0;
     int32_t *ids = NULL;
     int n_ids = 0, rc = 1;
     tok_ids enc = {0};
     gem_session *s = NULL;
-    sampler *smp = NULL;
-    int32_t *out = NULL;
-    chat_parser *cp = NULL;
+    run_io io = {0};
     int32_t *forced = NULL, *top = NULL;
     double *top_lp = NULL;
     int n_forced = 0;
@@ -234,76 +255,49 @@ int cli_run(int argc, char **argv) {
                 n_ids, (int)n_predict, gem_engine_n_ctx(e));
         goto done;
     }
-    smp = sampler_new(&sp, (int)tok_n_vocab(tk));
-    out = malloc(((size_t)n_predict + 1) * sizeof *out);
-    if (chat) cp = chat_parser_new(chat_event_out, NULL);
-    if (!smp || !out || (chat && !cp)) goto done;
-    /* greedy without penalties: the argmax is taken on the backend and only
-     * the chosen id comes back (a GPU then skips reading the vocabulary);
-     * --top-logprobs needs the logits themselves */
-    const int greedy = sampler_is_greedy(smp) && !n_top;
-    int32_t next = 0;
-    double t1 = now_s();
-    if (greedy ? gem_session_eval_greedy(s, ids, n_ids, &next, &err) : gem_session_eval(s, ids, n_ids, &err)) {
-        fprintf(stderr, "gem run: error: %s\n", err.msg);
+    io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp};
+    io.out = malloc(((size_t)n_predict + 1) * sizeof *io.out);
+    if (chat) io.cp = chat_parser_new(chat_event_out, NULL);
+    if (!io.out || (chat && !io.cp)) goto done;
+    gem_gen_params gp = gem_gen_params_default();
+    gp.sampling = sp;
+    gp.max_tokens = (long)n_predict;
+    gp.ignore_eos = ignore_eos;
+    gp.force = forced;
+    gp.n_force = n_forced;
+    gp.want_logits = n_top > 0;
+    /* --ids and --top-logprobs print ids or JSON lines, not the text */
+    gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
+    gem_gen_result res;
+    if (gem_session_sync(s, ids, (size_t)n_ids, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err)) {
+        fprintf(stderr, "\ngem run: error: %s\n", err.msg);
         goto done;
     }
-    double t_prompt = now_s() - t1, t_first = 0;
-    int n_out = 0;
-    tok_stream ts = {{0}, 0};
-    double t2 = now_s();
-    for (; n_out < (int)n_predict; n_out++) {
-        size_t nh;
-        gem_session_tokens(s, &nh);
-        const int is_forced = n_out < n_forced;
-        int32_t id = is_forced ? forced[n_out] : greedy ? next : gem_session_sample(s, smp, &err);
-        if (id < 0) {
-            fprintf(stderr, "\ngem run: error: %s\n", err.msg);
-            goto done;
-        }
-        if (n_out == 0) t_first = now_s() - t1;
-        if (n_top) print_logprobs(n_out, nh, id, is_forced, gem_session_logits(s), (int)tok_n_vocab(tk), n_top, top, top_lp);
-        if (!ignore_eos && tok_is_eog(tk, id)) break;
-        out[n_out] = id;
-        if (!print_ids && !n_top) {
-            size_t len;
-            const char *piece = tok_piece(tk, id, 0, &len);
-            if (chat) chat_parser_feed(cp, piece, len);
-            else tok_stream_feed(&ts, piece, len, emit_stdout, NULL);
-        }
-        if (n_out + 1 < (int)n_predict &&
-            (greedy ? gem_session_eval_greedy(s, &id, 1, &next, &err) : gem_session_eval(s, &id, 1, &err))) {
-            fprintf(stderr, "\ngem run: error: %s\n", err.msg);
-            goto done;
-        }
-    }
-    double t_decode = now_s() - t2;
     if (n_top) {
         /* the JSON lines were the output */
     } else if (print_ids) {
-        for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
+        for (int i = 0; i < io.n_out; i++) printf(i ? " %d" : "%d", io.out[i]);
         printf("\n");
     } else if (chat) {
-        chat_parser_finish(cp);
+        chat_parser_finish(io.cp);
         printf("\n");
     } else {
-        tok_stream_flush(&ts, emit_stdout, NULL);
         printf("\n");
     }
     fflush(stdout); /* the text's last line before the timings when both go to one terminal */
     fprintf(stderr,
             "gem run: %s on %s | load %.2f s | prompt %d tokens, %.2f tok/s | first token %.3f s | "
-            "decode %d tokens, %.2f tok/s\n",
-            gem_engine_profile(e), gem_engine_backend(e), t_load, n_ids, n_ids / (t_prompt > 0 ? t_prompt : 1e-9),
-            t_first, n_out, n_out > 1 ? (n_out - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
+            "decode %ld tokens, %.2f tok/s\n",
+            gem_engine_profile(e), gem_engine_backend(e), t_load, n_ids, n_ids / (res.prompt_s > 0 ? res.prompt_s : 1e-9),
+            res.first_s, res.n_generated,
+            res.n_generated > 1 ? (res.n_generated - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9) : 0.0);
     rc = 0;
 done:
     free(forced);
     free(top);
     free(top_lp);
-    chat_parser_free(cp);
-    free(out);
-    sampler_free(smp);
+    chat_parser_free(io.cp);
+    free(io.out);
     gem_session_free(s);
     free(ids);
     tok_ids_free(&enc);

@@ -4,40 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "engine/sampler.h"
-#include "gguf/gguf.h"
-#include "model/gemma4.h"
-#include "model/gemma4_run.h"
-
-struct gem_engine {
-    gguf_file *file;
-    gemma4_model *model;
-    tok *tok;
-    backend *be;
-    int n_ctx, tile;
-    int layers; /* gem_engine_opts.layers */
-    int busy; /* a session exists: one sequence at a time per backend */
-};
-
-struct gem_session {
-    gem_engine *e;
-    gemma4_state *st;
-    int32_t *tokens;
-    size_t n_tokens, cap;
-    float *logits;
-    int logits_valid; /* logits holds the last token's logits */
-    int logits_dev;   /* the backend holds them (read lazily: sampling with
-                       * top-k reads only k of them, see gem_session_sample) */
-};
-
-struct gem_checkpoint {
-    void *state;
-    int32_t *tokens;
-    size_t n_tokens;
-    float *logits;
-    int logits_valid;
-};
+#include "engine/engine_impl.h"
 
 gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     gem_engine *e = calloc(1, sizeof *e);
@@ -57,6 +24,7 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
     e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
     e->layers = o->layers;
+    e->turn_id = tok_find(e->tok, "<|turn>", 7);
     return e;
 fail:
     gem_engine_close(e);
@@ -101,14 +69,16 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
 
 void gem_session_free(gem_session *s) {
     if (!s) return;
+    gem_checkpoint_free(s->ck);
     if (s->st) s->e->busy = 0;
     gemma4_state_free(s->st);
     free(s->tokens);
+    free(s->prompt);
     free(s->logits);
     free(s);
 }
 
-static int remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     if (s->n_tokens + (size_t)n > s->cap) {
         size_t c = s->cap ? s->cap : 256;
         while (c < s->n_tokens + (size_t)n) c *= 2;
@@ -126,21 +96,28 @@ int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, NULL, 0, err)) return -1;
     s->logits_dev = 1;
-    return remember(s, ids, n, err);
+    return session_remember(s, ids, n, err);
 }
 
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
-    return remember(s, ids, n, err);
+    s->logits_dev = 1;
+    return session_remember(s, ids, n, err);
+}
+
+int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    s->logits_valid = s->logits_dev = 0;
+    if (gemma4_prefill(s->st, ids, n, err)) return -1;
+    return session_remember(s, ids, n, err);
 }
 
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
     memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
-    s->logits_valid = 1;
-    return remember(s, ids, n, err);
+    s->logits_valid = s->logits_dev = 1;
+    return session_remember(s, ids, n, err);
 }
 
 /* Reads the backend's logits on first use. The session is logically
@@ -150,8 +127,8 @@ const float *gem_session_logits(const gem_session *cs) {
     gem_session *s = (gem_session *)cs;
     if (!s->logits_valid && s->logits_dev) {
         gem_err err;
-        s->logits_dev = 0;
         if (gemma4_logits(s->st, s->logits, &err) == 0) s->logits_valid = 1;
+        else s->logits_dev = 0;
     }
     return s->logits_valid ? s->logits : NULL;
 }
@@ -179,47 +156,60 @@ const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
     return s->tokens;
 }
 
-void gem_session_reset(gem_session *s) {
+void session_clear(gem_session *s) {
     gemma4_reset(s->st);
     s->n_tokens = 0;
     s->logits_valid = s->logits_dev = 0;
+    s->synced = 0;
 }
 
-gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err) {
-    gem_checkpoint *c = calloc(1, sizeof *c);
-    if (c) {
-        c->state = malloc(gemma4_checkpoint_size(s->st));
-        c->tokens = malloc((s->n_tokens ? s->n_tokens : 1) * sizeof(int32_t));
-        c->logits = malloc(GEMMA4_N_VOCAB * sizeof(float));
+void gem_session_reset(gem_session *s) {
+    session_clear(s);
+    gem_checkpoint_free(s->ck);
+    s->ck = NULL;
+}
+
+int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err) {
+    if (c->cap < s->n_tokens || !c->tokens) {
+        size_t cap = s->n_tokens > 16 ? s->n_tokens : 16;
+        int32_t *t = realloc(c->tokens, cap * sizeof *t);
+        if (!t) return gem_err_set(err, "out of memory for a checkpoint");
+        c->tokens = t;
+        c->cap = cap;
     }
-    if (!c || !c->state || !c->tokens || !c->logits) {
-        gem_checkpoint_free(c);
+    c->n_tokens = 0;
+    if (gemma4_snap_save(s->st, &c->snap, err)) return -1;
+    memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
+    c->n_tokens = s->n_tokens;
+    c->next_ok = s->logits_dev;
+    return 0;
+}
+
+gem_checkpoint *gem_session_save(gem_session *s, gem_err *err) {
+    gem_checkpoint *c = calloc(1, sizeof *c);
+    if (!c) {
         gem_err_set(err, "out of memory for a checkpoint");
         return NULL;
     }
-    gem_session_logits(s); /* a checkpoint keeps host logits */
-    gemma4_checkpoint(s->st, c->state);
-    memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
-    c->n_tokens = s->n_tokens;
-    memcpy(c->logits, s->logits, GEMMA4_N_VOCAB * sizeof(float));
-    c->logits_valid = s->logits_valid;
+    if (checkpoint_fill(s, c, err)) {
+        gem_checkpoint_free(c);
+        return NULL;
+    }
     return c;
 }
 
 void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
-    gemma4_restore(s->st, c->state);
+    gemma4_snap_load(s->st, c->snap);
     gem_err err;
     s->n_tokens = 0;
-    remember(s, c->tokens, (int)c->n_tokens, &err);
-    memcpy(s->logits, c->logits, GEMMA4_N_VOCAB * sizeof(float));
-    s->logits_valid = c->logits_valid;
-    s->logits_dev = 0;
+    session_remember(s, c->tokens, (int)c->n_tokens, &err);
+    s->logits_valid = 0;
+    s->logits_dev = c->next_ok;
 }
 
 void gem_checkpoint_free(gem_checkpoint *c) {
     if (!c) return;
-    free(c->state);
+    gemma4_snap_free(c->snap);
     free(c->tokens);
-    free(c->logits);
     free(c);
 }

@@ -3,13 +3,20 @@
  * A gem_engine is one loaded model: the mmapped file, its validated Gemma 4
  * binding, tokenizer and backend. A gem_session is one sequence on it: KV
  * state, the token history and the logits of the last evaluated token.
- * Sessions of one engine must not run concurrently (one backend stream). */
+ * Sessions of one engine must not run concurrently (one backend stream).
+ *
+ * Generation has one owner: gem_session_sync (which prefix of a prompt the
+ * session can keep) and gem_session_generate (prefill, then decode with
+ * detokenization, stop strings and limits). gem run, chat, serve and bench
+ * are I/O around these two calls; the lower-level eval calls serve scoring
+ * (perplexity) and tests. */
 #ifndef GEM_ENGINE_ENGINE_H
 #define GEM_ENGINE_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sampler.h"
 #include "tok/tok.h"
 #include "util/err.h"
 
@@ -19,7 +26,7 @@ typedef struct {
     int cpu_ref;         /* the scalar reference path */
     int threads;         /* 0: all cores */
     int n_ctx;           /* 0: 4096, capped at the model's trained context */
-    int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 512) */
+    int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 2048) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
     int kv_f16;          /* --kv-type f16 (backend_opts.kv_f16) */
     /* Testing: run only the first `layers` layers, then the output norm and
@@ -48,8 +55,8 @@ int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err);
 /* As eval, and copies the logits of every token (n x vocab) into out. */
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err);
 /* As eval, but only the greedy choice (argmax of the last logits, lowest id
- * on ties) comes back, computed on the backend; gem_session_logits is NULL
- * until the next eval. */
+ * on ties) comes back, computed on the backend (the logits stay there and
+ * gem_session_logits reads them on demand). */
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
 /* Logits of the last evaluated token, or NULL after eval_greedy. */
 const float *gem_session_logits(const gem_session *s);
@@ -57,15 +64,104 @@ const float *gem_session_logits(const gem_session *s);
  * the session's history; -1 with err set on failure. Sampling with top-k
  * (sampler_topk) takes the k largest on the backend and reads back only
  * those: the same token as sampler_sample on the whole vocabulary. */
-struct sampler;
-int32_t gem_session_sample(gem_session *s, struct sampler *smp, gem_err *err);
+int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err);
 const int32_t *gem_session_tokens(const gem_session *s, size_t *n);
+/* Empties the session, and forgets the checkpoint gem_session_sync keeps. */
 void gem_session_reset(gem_session *s);
 
-/* Exact snapshots of a session (tokens, positions, caches, logits). */
+/* Exact snapshots of a session (tokens, positions, caches, logits), kept in
+ * the backend's memory (on a GPU a device copy, enqueued in order: saving
+ * costs no host round trip). A checkpoint belongs to its session's engine. */
 typedef struct gem_checkpoint gem_checkpoint;
-gem_checkpoint *gem_session_save(const gem_session *s, gem_err *err);
+gem_checkpoint *gem_session_save(gem_session *s, gem_err *err);
 void gem_session_restore(gem_session *s, const gem_checkpoint *c);
 void gem_checkpoint_free(gem_checkpoint *c);
+
+/* ---- generation ---- */
+
+/* Makes ids[0..n) the prompt of the next gem_session_generate and brings
+ * the session to the longest prefix of it that it can keep exactly: the
+ * live state when the tokens it holds begin the prompt; else the
+ * checkpoint the last generate kept (its prompt up to its last turn start
+ * <|turn>, or the whole prompt when it has none: the next turn of a chat
+ * repeats everything before its last generation prompt, while the
+ * generated answer is re-rendered differently) when that begins it;
+ * whichever is longer; else an empty state. Returns how many prompt tokens
+ * are kept, or -1 with err set (an empty prompt, one that does not fit the
+ * context, or an id outside the vocabulary). Evaluates nothing. */
+long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err);
+
+typedef enum {
+    GEM_FINISH_LENGTH,    /* max_tokens generated, or the context is full */
+    GEM_FINISH_STOP,      /* an end-of-generation token, a stop string, or a callback asked */
+    GEM_FINISH_CANCELLED, /* poll asked */
+    GEM_FINISH_ERROR,     /* err says what failed; the session is emptied */
+} gem_finish;
+
+typedef struct {
+    gem_sampling sampling;   /* greedy without penalties: argmax on the backend;
+                              * top-k sampling: the k largest on the backend */
+    long max_tokens;         /* < 0: until the context is full */
+    int ignore_eos;          /* end-of-generation tokens are ordinary tokens */
+    const char *const *stop; /* n_stop stop strings (lengths in stop_len) */
+    const size_t *stop_len;
+    int n_stop;
+    const int32_t *force;    /* the first n_force tokens are these, not drawn */
+    long n_force;
+    int want_logits;         /* on_token sees each step's logits (the whole
+                              * vocabulary comes back from the backend) */
+} gem_gen_params;
+
+/* params with sampling gem_sampling_default() (greedy) and no limit */
+gem_gen_params gem_gen_params_default(void);
+
+typedef struct {
+    int32_t id;
+    long index;          /* 0 for the first generated token */
+    size_t pos;          /* tokens evaluated before it, prompt included */
+    int forced;          /* taken from params.force */
+    int end;             /* an end-of-generation token: generation stops
+                          * after this call; not part of the answer's text */
+    const float *logits; /* the distribution it came from (want_logits) */
+} gem_gen_token;
+
+/* Every callback is optional (NULL). ctx is passed to each. */
+typedef struct {
+    void *ctx;
+    /* Each chosen token, end tokens included, before its text goes to
+     * on_text. */
+    void (*on_token)(void *ctx, const gem_gen_token *t);
+    /* The answer's text as it becomes final: whole UTF-8 characters, text
+     * that may begin a stop string held back until ruled out, nothing from
+     * a stop string on. Nonzero stops (GEM_FINISH_STOP: e.g. the chat
+     * parser saw the turn end). */
+    int (*on_text)(void *ctx, const char *p, size_t n);
+    /* Called before each prompt tile and after each generated token (its
+     * text delivered): the place for I/O such as sending a stream's chunk.
+     * Nonzero cancels (GEM_FINISH_CANCELLED); the session keeps what it
+     * evaluated, a valid state for the next sync. */
+    int (*poll)(void *ctx);
+} gem_gen_callbacks;
+
+typedef struct {
+    gem_finish finish;
+    long n_prompt;       /* the synced prompt's tokens */
+    long n_cached;       /* of which gem_session_sync kept */
+    long n_generated;    /* tokens of the answer (an end token not counted) */
+    double prompt_s;     /* generate's start to the prompt evaluated */
+    double first_s;      /* generate's start to the first token chosen */
+    double decode_s;     /* the first token chosen to the last */
+} gem_gen_result;
+
+/* Evaluates the synced prompt's remaining tokens in the backend's tiles
+ * (poll between tiles; tiles are never shrunk for it), then generates up
+ * to max_tokens: each token forced, or chosen as the sampling parameters
+ * say; detokenized incrementally; stopped by an end-of-generation token,
+ * a stop string, a callback, the length limit or the context's end. The
+ * last token is not evaluated (nothing would read its logits). Keeps the
+ * turn checkpoint gem_session_sync describes. 0, or -1 with err set
+ * (result.finish GEM_FINISH_ERROR). Needs a gem_session_sync first. */
+int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_callbacks *cb, gem_gen_result *r,
+                         gem_err *err);
 
 #endif

@@ -227,9 +227,10 @@ static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
 }
 
 /* Every eval leaves the last token's logits (and their argmax) on the
- * backend; logits / best additionally read them back. */
-static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *best,
-                      gem_err *err) {
+ * backend; logits / best additionally read them back. Without head (a
+ * prompt's tiles before its last) no logits are computed at all. */
+static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, int head, float *logits, int all_logits,
+                      int32_t *best, gem_err *err) {
     backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
@@ -241,7 +242,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
         int t = n - done < s->max_tile ? n - done : s->max_tile;
         const int last = done + t == n;
         if (b->set_step) b->set_step(b, ids + done, t, s->n_past);
-        if (t == 1 && last && !all_logits && b->capture) {
+        if (t == 1 && last && head && !all_logits && b->capture) {
             if (decode_replay(s, ids + done, err)) return -1;
         } else {
             forward_tile(s, ids + done, t, s->n_past);
@@ -250,7 +251,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
                     head_dev(s, r);
                     if (logits) b->download(b, s->logits, 0, logits + (size_t)(done + r) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB);
                 }
-            } else if (last) {
+            } else if (last && head) {
                 head_dev(s, t - 1);
             }
         }
@@ -268,11 +269,15 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, float *logits,
 }
 
 int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
-    return eval_tiles(s, ids, n, logits, all_logits, NULL, err);
+    return eval_tiles(s, ids, n, 1, logits, all_logits, NULL, err);
 }
 
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
-    return eval_tiles(s, ids, n, NULL, 0, next, err);
+    return eval_tiles(s, ids, n, 1, NULL, 0, next, err);
+}
+
+int gemma4_prefill(gemma4_state *s, const int32_t *ids, int n, gem_err *err) {
+    return eval_tiles(s, ids, n, 0, NULL, 0, NULL, err);
 }
 
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err) {
@@ -291,28 +296,64 @@ int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err)
     return 0;
 }
 
-size_t gemma4_checkpoint_size(const gemma4_state *s) {
-    size_t n = sizeof(int);
-    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+/* A snapshot is one backend buffer: the last token's logits, then each
+ * layer's cache bytes for positions [0, n_past) (kv_stash's layout). It
+ * only grows: a session's next checkpoint reuses it. */
+struct gemma4_snap {
+    backend *b;
+    be_buf *buf;
+    size_t cap; /* bytes */
+    int n_past;
+};
+
+static size_t snap_bytes(const gemma4_state *s) {
+    size_t n = GEMMA4_N_VOCAB * sizeof(float);
+    for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
     return n;
 }
 
-void gemma4_checkpoint(const gemma4_state *s, void *dst) {
-    char *p = dst;
-    memcpy(p, &s->n_past, sizeof(int));
-    p += sizeof(int);
-    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
-        s->b->kv_save(s->b, s->L[il].kv, s->n_past, p);
-        p += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
+    backend *b = s->b;
+    gemma4_snap *p = *snap;
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p))) return gem_err_set(err, "out of memory for a checkpoint");
+        p->b = b;
+        *snap = p;
+    }
+    const size_t need = snap_bytes(s);
+    if (need > p->cap) {
+        if (p->buf) b->buf_free(b, p->buf);
+        p->cap = 0;
+        /* room for some growth: the next turn's checkpoint is longer */
+        const size_t want = need + need / 4;
+        if (!(p->buf = b->alloc(b, (want + 3) / 4, err))) return gem_err_wrap(err, "checkpoint of %zu bytes", want);
+        p->cap = want;
+    }
+    b->copy(b, s->logits, 0, p->buf, 0, GEMMA4_N_VOCAB);
+    size_t off = GEMMA4_N_VOCAB * sizeof(float);
+    for (uint32_t il = 0; il < s->n_run; il++) {
+        b->kv_stash(b, s->L[il].kv, s->n_past, p->buf, off);
+        off += b->kv_bytes(b, s->L[il].kv, s->n_past);
+    }
+    p->n_past = s->n_past;
+    return b->status(b, err);
+}
+
+void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
+    backend *b = s->b;
+    s->n_past = p->n_past;
+    b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
+    size_t off = GEMMA4_N_VOCAB * sizeof(float);
+    for (uint32_t il = 0; il < s->n_run; il++) {
+        b->kv_unstash(b, s->L[il].kv, s->n_past, p->buf, off);
+        off += b->kv_bytes(b, s->L[il].kv, s->n_past);
     }
 }
 
-void gemma4_restore(gemma4_state *s, const void *src) {
-    const char *p = src;
-    memcpy(&s->n_past, p, sizeof(int));
-    p += sizeof(int);
-    for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
-        s->b->kv_load(s->b, s->L[il].kv, s->n_past, p);
-        p += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
-    }
+int gemma4_snap_n_past(const gemma4_snap *p) { return p->n_past; }
+
+void gemma4_snap_free(gemma4_snap *p) {
+    if (!p) return;
+    if (p->buf) p->b->buf_free(p->b, p->buf);
+    free(p);
 }

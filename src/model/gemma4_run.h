@@ -39,20 +39,32 @@ int gemma4_eval(gemma4_state *s, const int32_t *ids, int n, float *logits, int a
  * decode step is one replay of a recorded graph. */
 int gemma4_eval_greedy(gemma4_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
 
+/* As gemma4_eval without the head: the tokens enter the caches and no
+ * logits are computed (a prompt's tiles before its last); the backend's
+ * logits are undefined until the next eval. */
+int gemma4_prefill(gemma4_state *s, const int32_t *ids, int n, gem_err *err);
+
 /* The last evaluated token's logits on the backend (any eval leaves them):
  * all of them, or only their k largest (value descending, lowest id first
- * among equals; k <= BE_TOPK_MAX). Valid until the next eval, reset or
- * restore. */
+ * among equals; k <= BE_TOPK_MAX). Valid until the next eval or reset (a
+ * snapshot load brings back the snapshot's). */
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err);
 int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err);
 
 /* Forgets everything after position n (n <= n_past). Only n == 0 or a
- * checkpoint restore is exact for sliding layers; see gemma4_restore. */
+ * snapshot load is exact for sliding layers; see gemma4_snap_load. */
 void gemma4_reset(gemma4_state *s);
 
-/* Exact snapshot of positions and caches. */
-size_t gemma4_checkpoint_size(const gemma4_state *s);
-void gemma4_checkpoint(const gemma4_state *s, void *dst);
-void gemma4_restore(gemma4_state *s, const void *src);
+/* Exact snapshots of positions, caches and the last token's logits, kept
+ * in the backend's memory: saving and loading are copies enqueued like any
+ * op (no host round trip). gemma4_snap_save fills *snap, allocating it
+ * when NULL and growing it when too small; -1 with err when the backend
+ * has no room (the snapshot is then unusable: free it). A snapshot belongs
+ * to one state's backend. */
+typedef struct gemma4_snap gemma4_snap;
+int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err);
+void gemma4_snap_load(gemma4_state *s, const gemma4_snap *snap);
+int gemma4_snap_n_past(const gemma4_snap *snap);
+void gemma4_snap_free(gemma4_snap *snap);
 
 #endif

@@ -155,6 +155,7 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
     if (parse_stop(root, r, e)) return -1;
     r->cache_prompt = 1;
     if (get_bool(root, "cache_prompt", &r->cache_prompt, e) < 0) return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
     if ((v = field(root, "gem_forced_output"))) {
         if (!o || !o->allow_forced_output)
             return api_fail(e, 400, INVALID, "gem_forced_output", NULL,

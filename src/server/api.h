@@ -71,6 +71,7 @@ typedef struct {
     size_t stop_len[API_MAX_STOP];
     int n_stop;
     int cache_prompt;        /* reuse the cached prefix (default 1) */
+    int ignore_eos;          /* end tokens are ordinary tokens (llama.cpp's field; benchmarks) */
     const char *forced_output; /* test hook: the text to "generate" instead of sampling */
     size_t forced_output_len;
 } api_request;

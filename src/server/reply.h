@@ -1,7 +1,6 @@
 /* Response assembly for `gem serve`: generated text, reasoning and tool
  * calls to OpenAI's chat.completion / text_completion bodies, or to their
- * SSE chunk streams; and the stop-string filter that decides which
- * generated text is final.
+ * SSE chunk streams.
  *
  * Pure (no sockets, no engine), so the shapes are unit-tested with
  * synthetic events. When streaming, every event becomes one SSE event in
@@ -56,23 +55,6 @@ void reply_finish(reply *r, const char *finish, const reply_usage *u);
  * The caller sends them and sets len to 0. */
 strbuf *reply_out(reply *r);
 
-/* Stop strings over the generated text: text that could still be the start
- * of a stop string is held back; a match ends the text just before it. */
-typedef void (*stop_emit_fn)(const char *p, size_t n, void *ctx);
-
-typedef struct {
-    const char *const *stop;
-    const size_t *len;
-    int n;
-    strbuf hold;
-    int hit;
-} stopper;
-
-/* Returns 1 once a stop string has been found (later text is dropped). */
-int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *ctx);
-/* End of generation: releases what was held. */
-void stopper_flush(stopper *s, stop_emit_fn emit, void *ctx);
-void stopper_free(stopper *s);
 
 /* Appends s as UTF-8 with every byte that is not part of a valid character
  * replaced by U+FFFD. */

@@ -16,23 +16,19 @@
  * soon as it is final. The connection thread sleeps until its job is done,
  * then reads the connection's next request.
  *
- * Cancellation. Between prompt tiles and after every generated token the
- * worker polls the client's socket: a hang-up, a reset or an orderly close
- * (recv peek of 0 bytes) cancels the job, as does a failed send (sends use
- * MSG_NOSIGNAL and SIGPIPE is ignored, so a broken pipe is only an error
- * code). A send blocked on a client that stopped reading gives up after
- * send_timeout. Cancelling only stops the job; the session keeps whatever
- * it evaluated, which is a valid state for prefix reuse.
+ * Generation is the engine's (gem_session_sync, gem_session_generate):
+ * the worker maps a job to its parameters and callbacks. The session keeps
+ * the tokens of the last request and its turn checkpoint, so a chat's next
+ * turn continues where the engine's prefix policy allows (engine.h).
  *
- * Prefix reuse. The session holds the tokens of the last request (prompt
- * and generated); a checkpoint holds the state at the start of the last
- * turn of the last prompt (the last <|turn> token, or the prompt's end
- * when there is none): the next turn of a chat repeats everything before
- * it, while the generation prompt after it and the generated text are
- * re-rendered differently (the empty thought channel, stripped reasoning).
- * A new prompt continues whichever of the two is the longer prefix of it;
- * otherwise the session starts over. Both paths are exact: the live state
- * only grows, and a checkpoint restores the sliding-window caches as well. */
+ * Cancellation. Between prompt tiles (the backend's own: never cut smaller
+ * to poll more often) and after every generated token the worker polls the
+ * client's socket: a hang-up, a reset or an orderly close (recv peek of 0
+ * bytes) cancels the job, as does a failed send (sends use MSG_NOSIGNAL and
+ * SIGPIPE is ignored, so a broken pipe is only an error code). A send
+ * blocked on a client that stopped reading gives up after send_timeout.
+ * Cancelling only stops the job; the session keeps whatever it evaluated,
+ * which is a valid state for prefix reuse. */
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -61,9 +57,9 @@
 #include "server/http.h"
 #include "server/reply.h"
 #include "util/rng.h"
+#include "util/clock.h"
 
 #define MAX_HEAD (16 * 1024)
-#define TILE 64
 
 typedef struct server server;
 
@@ -106,10 +102,6 @@ struct server {
     const tok *tk;
     int n_ctx;
     uint32_t n_vocab;
-    int32_t turn_id;
-    gem_checkpoint *ck;
-    int32_t *ck_ids;
-    size_t ck_n;
 };
 
 static volatile sig_atomic_t got_signal;
@@ -117,12 +109,6 @@ static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) {
     (void)sig;
     got_signal = 1;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec / 1e9;
 }
 
 static void logf_(const char *fmt, ...) GEM_PRINTF(1, 2);
@@ -214,10 +200,9 @@ typedef struct {
     server *s;
     job *j;
     reply *rp;
-    stopper st;
     chat_parser *cp;
-    tok_stream ts;
-    int gone;
+    int stream, gone;
+    long polls, n_tokens; /* calls of gen_poll and gen_token so far */
     double last_send;
     strbuf frame;
 } gen;
@@ -227,18 +212,6 @@ static void on_chat_event(const chat_event *ev, void *ctx) {
     if (ev->kind == CHAT_EV_CONTENT) reply_text(g->rp, ev->text, ev->len);
     else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(g->rp, ev->text, ev->len);
     else reply_tool_call(g->rp, ev->name, ev->arguments);
-}
-
-static void after_stop(const char *p, size_t n, void *ctx) {
-    gen *g = ctx;
-    if (!n) return;
-    if (g->cp) chat_parser_feed(g->cp, p, n);
-    else reply_text(g->rp, p, n);
-}
-
-static void after_detok(const char *p, size_t n, void *ctx) {
-    gen *g = ctx;
-    stopper_feed(&g->st, p, n, after_stop, g);
 }
 
 /* One piece of a streamed body: a chunk, or the bytes as they are for an
@@ -259,7 +232,7 @@ static void flush_stream(gen *g) {
     stream_frame(g->j, &g->frame, o->p, o->len);
     o->len = 0;
     if (g->frame.failed || send_all(g->j->fd, g->frame.p, g->frame.len)) g->gone = 1;
-    g->last_send = now_s();
+    g->last_send = gem_now_s();
 }
 
 static void send_sse_comment(gen *g, const char *text) {
@@ -268,57 +241,38 @@ static void send_sse_comment(gen *g, const char *text) {
     flush_stream(g);
 }
 
-static int common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
-    return na <= nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+/* The engine's generation callbacks (engine.h gem_gen_callbacks). */
+static void gen_token(void *ctx, const gem_gen_token *t) {
+    gen *g = ctx;
+    g->n_tokens++;
+    if (!t->end) reply_token(g->rp, t->id);
 }
 
-/* Brings the session to a prefix of the prompt; returns how many prompt
- * tokens it already holds. */
-static size_t reuse_prefix(server *s, const job *j) {
-    if (!j->req.cache_prompt) {
-        gem_session_reset(s->sess);
+/* The answer's final text: through the chat parser (which ends the answer
+ * at the turn's end or after its tool calls), or as the completion's text. */
+static int gen_text(void *ctx, const char *p, size_t n) {
+    gen *g = ctx;
+    if (!g->cp) {
+        reply_text(g->rp, p, n);
         return 0;
     }
-    size_t have;
-    const int32_t *held = gem_session_tokens(s->sess, &have);
-    int live = have && common_prefix(held, have, j->ids, j->n_ids);
-    int ck = s->ck && s->ck_n && common_prefix(s->ck_ids, s->ck_n, j->ids, j->n_ids);
-    if (live && (!ck || have >= s->ck_n)) return have;
-    if (ck) {
-        gem_session_restore(s->sess, s->ck);
-        return s->ck_n;
-    }
-    gem_session_reset(s->sess);
-    return 0;
+    chat_parser_feed(g->cp, p, n);
+    return chat_parser_ended(g->cp);
 }
 
-/* Where the checkpoint of this prompt goes: its last <|turn> token. */
-static size_t checkpoint_at(const server *s, const job *j) {
-    for (size_t i = j->n_ids; i-- > 0;)
-        if (j->ids[i] == s->turn_id) return i;
-    return j->n_ids;
-}
-
-static void save_checkpoint(server *s, const job *j, size_t at) {
-    if (s->ck && s->ck_n == at && !memcmp(s->ck_ids, j->ids, at * sizeof *j->ids)) return;
-    gem_checkpoint_free(s->ck);
-    free(s->ck_ids);
-    s->ck = NULL;
-    s->ck_ids = NULL;
-    s->ck_n = 0;
-    if (!at) return;
-    gem_err err;
-    s->ck = gem_session_save(s->sess, &err);
-    s->ck_ids = malloc(at * sizeof *s->ck_ids);
-    if (!s->ck || !s->ck_ids) {
-        gem_checkpoint_free(s->ck);
-        free(s->ck_ids);
-        s->ck = NULL;
-        s->ck_ids = NULL;
-        return;
+/* Before each prompt tile and after every token: a stream sends what is
+ * ready, and between prompt tiles a comment when nothing was sent for a
+ * heartbeat interval (so proxies keep a long prefill open); a client that
+ * left, or the server stopping, cancels the job. */
+static int gen_poll(void *ctx) {
+    gen *g = ctx;
+    const int between_tiles = g->polls++ > 0 && !g->n_tokens;
+    if (g->stream) {
+        if (reply_out(g->rp)->len) flush_stream(g);
+        else if (between_tiles && gem_now_s() - g->last_send >= g->s->o.heartbeat) send_sse_comment(g, "prefill");
     }
-    memcpy(s->ck_ids, j->ids, at * sizeof *s->ck_ids);
-    s->ck_n = at;
+    if (!g->gone && (client_gone(g->j->fd) || atomic_load(&g->s->stop))) g->gone = 1;
+    return g->gone;
 }
 
 /* An error after the SSE head went out: one error event, then [DONE]. */
@@ -349,21 +303,28 @@ static void run_job(server *s, job *j) {
     gen g = {0};
     g.s = s;
     g.j = j;
+    g.stream = stream;
     g.rp = reply_new(&ro);
-    g.st.stop = rq->stop;
-    g.st.len = rq->stop_len;
-    g.st.n = rq->n_stop;
     if (chat) g.cp = chat_parser_new(on_chat_event, &g);
-    gem_sampling sp = rq->sampling;
-    if (!rq->seed_given) sp.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
-    sampler *sm = sampler_new(&sp, (int)s->n_vocab);
+    gem_gen_params gp = gem_gen_params_default();
+    gp.sampling = rq->sampling;
+    if (!rq->seed_given) gp.sampling.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
+    gp.max_tokens = rq->max_tokens;
+    gp.ignore_eos = rq->ignore_eos;
+    gp.stop = rq->stop;
+    gp.stop_len = rq->stop_len;
+    gp.n_stop = rq->n_stop;
+    /* the test hook's text, then an end token, instead of drawn tokens */
     tok_ids forced = {0};
-    int forced_ok = !rq->forced_output || !tok_encode(s->tk, rq->forced_output, rq->forced_output_len, 0, 1, &forced);
+    int forced_ok = !rq->forced_output || (!tok_encode(s->tk, rq->forced_output, rq->forced_output_len, 0, 1, &forced) &&
+                                           !tok_ids_push(&forced, tok_eos(s->tk)));
+    gp.force = forced.v;
+    gp.n_force = (long)forced.n;
     gem_err err = {{0}};
     const char *finish = "length", *fail = NULL;
     reply_usage u = {0};
     u.prompt_tokens = (int)j->n_ids;
-    if (!g.rp || !sm || (chat && !g.cp) || !forced_ok) {
+    if (!g.rp || (chat && !g.cp) || !forced_ok) {
         fail = "out of memory";
         goto respond;
     }
@@ -377,69 +338,22 @@ static void run_job(server *s, job *j) {
         reply_start(g.rp);
         flush_stream(&g);
     }
-    /* prompt: reuse, then the new tokens tile by tile */
-    double t0 = now_s();
-    g.last_send = t0;
-    size_t from = reuse_prefix(s, j), ck_at = checkpoint_at(s, j);
-    u.cached_tokens = (int)from;
-    for (size_t i = from;;) {
-        /* the checkpoint is taken when the session stands exactly at ck_at */
-        if (rq->cache_prompt && i == ck_at && i > 0) save_checkpoint(s, j, ck_at);
-        if (i >= j->n_ids || g.gone) break;
-        if (client_gone(j->fd) || atomic_load(&s->stop)) {
-            g.gone = 1;
-            break;
-        }
-        size_t end = i + TILE < j->n_ids ? i + TILE : j->n_ids;
-        if (rq->cache_prompt && i < ck_at && end > ck_at) end = ck_at;
-        if (gem_session_eval(s->sess, j->ids + i, (int)(end - i), &err)) {
-            fail = err.msg;
-            break;
-        }
-        i = end;
-        if (stream && now_s() - g.last_send >= s->o.heartbeat && i < j->n_ids) send_sse_comment(&g, "prefill");
+    g.last_send = gem_now_s();
+    if (!rq->cache_prompt) gem_session_reset(s->sess);
+    if (gem_session_sync(s->sess, j->ids, j->n_ids, &err) < 0) {
+        fail = err.msg;
+        goto respond;
     }
-    u.prompt_ms = (now_s() - t0) * 1e3;
-    if (fail || g.gone) goto respond;
     if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
-    long room = (long)s->n_ctx - (long)j->n_ids;
-    long max = rq->max_tokens < 0 || rq->max_tokens > room ? room : rq->max_tokens;
-    double t1 = now_s();
-    for (long k = 0; k < max; k++) {
-        int32_t tid;
-        if (rq->forced_output) {
-            tid = (size_t)k < forced.n ? forced.v[k] : tok_eos(s->tk);
-        } else if ((tid = gem_session_sample(s->sess, sm, &err)) < 0) {
-            fail = err.msg;
-            break;
-        }
-        if (tok_is_eog(s->tk, tid)) {
-            finish = "stop";
-            break;
-        }
-        u.completion_tokens++;
-        reply_token(g.rp, tid);
-        size_t plen;
-        const char *piece = tok_piece(s->tk, tid, 0, &plen);
-        tok_stream_feed(&g.ts, piece, plen, after_detok, &g);
-        if (stream) flush_stream(&g);
-        if (g.st.hit || (g.cp && chat_parser_ended(g.cp))) {
-            finish = "stop";
-            break;
-        }
-        if (g.gone || client_gone(j->fd) || atomic_load(&s->stop)) {
-            g.gone = 1;
-            break;
-        }
-        if (k + 1 == max) break;
-        if (gem_session_eval(s->sess, &tid, 1, &err)) {
-            fail = err.msg;
-            break;
-        }
-    }
-    u.predicted_ms = (now_s() - t1) * 1e3;
-    tok_stream_flush(&g.ts, after_detok, &g);
-    stopper_flush(&g.st, after_stop, &g);
+    gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
+    gem_gen_result res;
+    if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
+    else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
+    else if (res.finish == GEM_FINISH_STOP) finish = "stop";
+    u.cached_tokens = (int)res.n_cached;
+    u.prompt_ms = res.prompt_s * 1e3;
+    u.completion_tokens = (int)res.n_generated;
+    u.predicted_ms = res.decode_s * 1e3;
     if (g.cp) chat_parser_finish(g.cp);
 respond:
     if (g.gone) {
@@ -481,9 +395,7 @@ respond:
               u.cached_tokens, u.prompt_ms, u.completion_tokens, u.predicted_ms, finish);
     }
     tok_ids_free(&forced);
-    sampler_free(sm);
     chat_parser_free(g.cp);
-    stopper_free(&g.st);
     reply_free(g.rp);
     sb_free(&g.frame);
 }
@@ -504,7 +416,7 @@ static void *worker_main(void *arg) {
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
     gem_err err = {{0}};
-    double t0 = now_s();
+    double t0 = gem_now_s();
     s->e = gem_engine_open(&eo, &err);
     if (s->e) s->sess = gem_session_new(s->e, &err);
     if (!s->sess) {
@@ -515,9 +427,8 @@ static void *worker_main(void *arg) {
     s->tk = gem_engine_tok(s->e);
     s->n_ctx = gem_engine_n_ctx(s->e);
     s->n_vocab = tok_n_vocab(s->tk);
-    s->turn_id = tok_find(s->tk, "<|turn>", 7);
     logf_("%s on %s loaded in %.2f s; context %d tokens", gem_engine_profile(s->e), gem_engine_backend(s->e),
-          now_s() - t0, s->n_ctx);
+          gem_now_s() - t0, s->n_ctx);
     atomic_store(&s->ready, 1);
     for (;;) {
         pthread_mutex_lock(&s->mu);
@@ -708,7 +619,7 @@ static void unqueue(server *s, job *j) {
  * partial write gives the connection up. */
 static void wait_job(conn *c, job *j) {
     server *s = c->s;
-    double last = now_s();
+    double last = gem_now_s();
     while (!j->done) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -720,7 +631,7 @@ static void wait_job(conn *c, job *j) {
         pthread_cond_timedwait(&j->cond, &s->mu, &ts);
         if (j->done || j->started) continue;
         int gone = client_gone(c->fd);
-        if (!gone && j->req.stream && now_s() - last >= s->o.heartbeat) {
+        if (!gone && j->req.stream && gem_now_s() - last >= s->o.heartbeat) {
             strbuf out = {0}, x = {0};
             if (!j->head_sent) {
                 extra_headers(s, &x);
@@ -734,7 +645,7 @@ static void wait_job(conn *c, job *j) {
             else if (!(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) gone = 1;
             sb_free(&out);
             sb_free(&x);
-            last = now_s();
+            last = gem_now_s();
         }
         if (gone) {
             unqueue(s, j);
@@ -924,9 +835,9 @@ send:
  * instead of failing with a broken pipe. Nothing is buffered. */
 static void discard_input(int fd, size_t n, double seconds) {
     char buf[16384];
-    const double end = now_s() + seconds;
+    const double end = gem_now_s() + seconds;
     while (n > 0) {
-        const double left = end - now_s();
+        const double left = end - gem_now_s();
         struct pollfd p = {fd, POLLIN, 0};
         if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
         ssize_t k = recv(fd, buf, n < sizeof buf ? n : sizeof buf, MSG_DONTWAIT);
@@ -942,10 +853,10 @@ static void discard_input(int fd, size_t n, double seconds) {
 static void linger_close(int fd) {
     shutdown(fd, SHUT_WR);
     char buf[4096];
-    double end = now_s() + 1.0;
+    double end = gem_now_s() + 1.0;
     size_t drained = 0;
     while (drained < (1 << 20)) {
-        double left = end - now_s();
+        double left = end - gem_now_s();
         struct pollfd p = {fd, POLLIN, 0};
         if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
         ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
@@ -964,7 +875,7 @@ static void *conn_main(void *arg) {
     for (;;) {
         http_req r;
         int st, sent_continue = 0;
-        double start = now_s(), first = in.len ? start : 0;
+        double start = gem_now_s(), first = in.len ? start : 0;
         http_dechunk dc = {0};
         size_t fed = 0; /* chunked body bytes consumed after the head */
         body.len = 0;
@@ -1006,7 +917,7 @@ static void *conn_main(void *arg) {
                 if (send_all(c->fd, cont, sizeof cont - 1)) goto out;
                 sent_continue = 1;
             }
-            double t = now_s();
+            double t = gem_now_s();
             double deadline = first ? first + s->o.read_timeout : start + s->o.idle_timeout;
             if (t >= deadline || atomic_load(&s->stop)) {
                 if (first && !atomic_load(&s->stop)) {
@@ -1026,7 +937,7 @@ static void *conn_main(void *arg) {
             ssize_t k = recv(c->fd, buf, sizeof buf, 0);
             if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
             if (k <= 0) goto out;
-            if (!first) first = now_s();
+            if (!first) first = gem_now_s();
             sb_put(&in, buf, (size_t)k);
             if (in.failed) goto out;
         }
@@ -1183,8 +1094,6 @@ done:
      * reach is freed only when none remain, or the process exits. */
     for (int i = 0; i < 50 && atomic_load(&s->n_conns) > 0; i++) usleep(20000);
     if (atomic_load(&s->n_conns) == 0) {
-        gem_checkpoint_free(s->ck);
-        free(s->ck_ids);
         gem_session_free(s->sess);
         gem_engine_close(s->e);
         free(s);

@@ -161,5 +161,16 @@ out=$(printf 'Hello\n/reset\nAgain\n/quit\n' | $GEM chat -m "$M" -n 4 --temp 0 2
   pid=$!; sleep 2; kill -INT $pid; wait $pid; echo "exit $?" >> "$tmp/chat.txt" ) 2>/dev/null
 grep -q '\[stopped\]' "$tmp/chat.txt" && grep -q 'exit 0' "$tmp/chat.txt" && ok || bad "Ctrl-C did not stop the answer cleanly"
 
+# chat reuses its history: each turn's prompt repeats the last one up to its
+# generation prompt (which, like the answer, is rendered differently once
+# it is history), and the engine keeps exactly that much; so turn 3 reuses
+# turn 2's prompt less the generation prompt's tokens (P1 - R2 of them)
+D=data/models/default.gguf
+printf 'Hello there\nWhat is your name?\nTell me a story\n' | $GEM chat -m "$D" -n 12 --temp 0 >"$tmp/turns.txt" 2>&1
+turn() { sed -n "s/.*\[turn $1: prompt \([0-9]*\) tokens, \([0-9]*\) reused.*/\1 \2/p" "$tmp/turns.txt"; }
+set -- $(turn 1) $(turn 2) $(turn 3)
+if [ $# = 6 ] && [ "$2" = 0 ] && [ "$4" -gt 0 ] && [ "$6" = $(($3 - ($1 - $4))) ] && [ "$6" -gt "$4" ]; then ok
+else bad "chat turns did not reuse their history as expected (P1 R1 P2 R2 P3 R3: $*): $(cat "$tmp/turns.txt")"; fi
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

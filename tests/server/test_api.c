@@ -38,7 +38,7 @@ static void test_chat_valid(void) {
                        "\"frequency_penalty\":-0.5,\"seed\":-3,\"max_tokens\":7,\"max_completion_tokens\":9,"
                        "\"stop\":[\"a\",\"bc\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
                        "\"user\":\"ignored\",\"n\":1,\"logprobs\":false,\"response_format\":{\"type\":\"text\"},"
-                       "\"chat_template_kwargs\":{\"enable_thinking\":true},\"cache_prompt\":false}";
+                       "\"chat_template_kwargs\":{\"enable_thinking\":true},\"cache_prompt\":false,\"ignore_eos\":true}";
     CHECK(parse(API_CHAT, body, &r, &e) == 0);
     CHECK(!strcmp(r.model, "m"));
     CHECK(r.messages && r.messages->len == 2);
@@ -47,7 +47,7 @@ static void test_chat_valid(void) {
     CHECK(r.seed_given && r.sampling.seed == (uint64_t)(int64_t)-3);
     CHECK(r.max_tokens == 9); /* max_completion_tokens wins */
     CHECK(r.n_stop == 2 && r.stop_len[1] == 2 && !memcmp(r.stop[1], "bc", 2));
-    CHECK(r.stream && r.include_usage && !r.cache_prompt);
+    CHECK(r.stream && r.include_usage && !r.cache_prompt && r.ignore_eos);
     CHECK(r.enable_thinking == 1 && !r.tools && r.tool_choice == API_TOOLS_AUTO);
     strbuf p = {0}, f = {0};
     CHECK(api_render(&r, &p, &f, &e) == 0);
@@ -60,7 +60,7 @@ static void test_chat_valid(void) {
     /* defaults: gem's sampling, no limit, prompt reuse on */
     CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":\"END\"}", &r, &e) == 0);
     CHECK(r.sampling.temp == 0.8f && r.sampling.top_k == 64 && r.sampling.top_p == 0.95f && !r.seed_given);
-    CHECK(r.max_tokens == -1 && r.cache_prompt == 1 && !r.stream && r.n_stop == 1 && r.enable_thinking == -1);
+    CHECK(r.max_tokens == -1 && r.cache_prompt == 1 && !r.ignore_eos && !r.stream && r.n_stop == 1 && r.enable_thinking == -1);
     api_request_free(&r);
 
     /* reasoning_effort turns thinking off or on */
@@ -443,49 +443,6 @@ static void test_reply_completion(void) {
     reply_free(r);
 }
 
-typedef struct {
-    strbuf out;
-} sink;
-
-static void to_sink(const char *p, size_t n, void *ctx) { sb_put(&((sink *)ctx)->out, p, n); }
-
-static void test_stopper(void) {
-    const char *stops[] = {"STOP", "<end>"};
-    size_t lens[] = {4, 5};
-    stopper s = {stops, lens, 2, {0}, 0};
-    sink k = {{0}};
-    CHECK(stopper_feed(&s, "hello S", 7, to_sink, &k) == 0);
-    CHECK(!strcmp(sb_cstr(&k.out), "hello ")); /* "S" held */
-    CHECK(stopper_feed(&s, "T", 1, to_sink, &k) == 0 && k.out.len == 6);
-    CHECK(stopper_feed(&s, "x <e", 4, to_sink, &k) == 0);
-    CHECK(!strcmp(sb_cstr(&k.out), "hello STx ")); /* "STx" is no stop string: released */
-    CHECK(stopper_feed(&s, "nd> tail", 8, to_sink, &k) == 1);
-    CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
-    CHECK(stopper_feed(&s, "more", 4, to_sink, &k) == 1);
-    stopper_flush(&s, to_sink, &k);
-    CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
-    stopper_free(&s);
-    /* held text is released at the end */
-    stopper t = {stops, lens, 2, {0}, 0};
-    k.out.len = 0;
-    stopper_feed(&t, "abc<en", 6, to_sink, &k);
-    CHECK(!strcmp(sb_cstr(&k.out), "abc"));
-    stopper_flush(&t, to_sink, &k);
-    CHECK(!strcmp(sb_cstr(&k.out), "abc<en"));
-    stopper_free(&t);
-    /* the earliest of two matches wins */
-    stopper w = {stops, lens, 2, {0}, 0};
-    k.out.len = 0;
-    CHECK(stopper_feed(&w, "a<end>bSTOP", 11, to_sink, &k) == 1 && !strcmp(sb_cstr(&k.out), "a"));
-    stopper_free(&w);
-    /* no stop strings: everything passes at once */
-    stopper none = {NULL, NULL, 0, {0}, 0};
-    k.out.len = 0;
-    CHECK(stopper_feed(&none, "ST", 2, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ST"));
-    stopper_free(&none);
-    sb_free(&k.out);
-}
-
 static void test_sanitize(void) {
     strbuf o = {0};
     utf8_sanitize("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x8e\x89z", 11, &o);
@@ -507,7 +464,6 @@ int main(void) {
     test_reply_chat();
     test_reply_chat_stream();
     test_reply_completion();
-    test_stopper();
     test_sanitize();
     return test_report("test_api");
 }

@@ -139,6 +139,11 @@ r=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":20,"gem_forced_ou
 [ "$(echo "$r" | jget choices.0.text)" = "alpha beta " ] && [ "$(echo "$r" | jget choices.0.finish_reason)" = stop ] && ok || bad "stop string: $r"
 r=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":2,"gem_forced_output":"alpha beta gamma delta"}')
 [ "$(echo "$r" | jget choices.0.finish_reason)" = length ] && [ "$(echo "$r" | jget usage.completion_tokens)" = 2 ] && ok || bad "max_tokens: $r"
+# ignore_eos: the forced text's end token is an ordinary token and drawn
+# tokens follow it up to max_tokens (forced: 4 tokens, then the end token)
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"x","max_tokens":9,"ignore_eos":true,"gem_forced_output":"alpha beta gamma delta"}')
+[ "$(echo "$r" | jget choices.0.finish_reason)" = length ] && [ "$(echo "$r" | jget usage.completion_tokens)" = 9 ] &&
+    echo "$r" | jget choices.0.text | grep -q "^alpha beta gamma delta" && ok || bad "ignore_eos: $r"
 
 # ---- SSE framing, byte for byte ----
 curl -sN -D "$tmp/sh" "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"gem_forced_output":"<|channel>thought\nhm<channel|>Hello there"}' >"$tmp/sse"

@@ -447,6 +447,14 @@ static void cpu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src) {
     memcpy(kv->v, (const char *)src + half, half);
 }
 
+static void cpu_kv_stash(backend *b, const be_kv *kv, int n_pos, be_buf *dst, size_t off) {
+    cpu_kv_save(b, kv, n_pos, (char *)dst->p + off);
+}
+
+static void cpu_kv_unstash(backend *b, be_kv *kv, int n_pos, const be_buf *src, size_t off) {
+    cpu_kv_load(b, kv, n_pos, (const char *)src->p + off);
+}
+
 static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
     (void)b;
     for (int r = 0; r < rows; r++) {
@@ -571,6 +579,8 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_bytes = cpu_kv_bytes;
     b->kv_save = cpu_kv_save;
     b->kv_load = cpu_kv_load;
+    b->kv_stash = cpu_kv_stash;
+    b->kv_unstash = cpu_kv_unstash;
     b->argmax = cpu_argmax;
     b->topk = cpu_topk;
     b->status = cpu_status;

@@ -185,6 +185,11 @@ static be_buf *cu_alloc(backend *b, size_t n, gem_err *err) {
     cudaError_t e = cudaMalloc(&x->d, (n ? n : 1) * sizeof(float));
     if (e == cudaSuccess) e = cudaMemsetAsync(x->d, 0, (n ? n : 1) * sizeof(float), c->st);
     if (e != cudaSuccess) {
+        /* a refused allocation is an answer, not a fault: clear it, or the
+         * next launch's error check would report it (a checkpoint without
+         * room is skipped and generation goes on) */
+        (void)cudaGetLastError();
+        if (x->d) cudaFree(x->d);
         gem_err_set(err, "cannot allocate %zu floats on the GPU: %s", n, cudaGetErrorString(e));
         free(x);
         return NULL;
@@ -218,6 +223,25 @@ static void cu_copy(backend *b, const be_buf *src, size_t so, be_buf *dst, size_
     cuda_backend *c = cu_of(b);
     c->epoch++;
     CK(c, cudaMemcpyAsync(dst->d + d, src->d + so, n * sizeof(float), cudaMemcpyDeviceToDevice, c->st));
+}
+
+/* Checkpoints on the device (backend.h kv_stash): the bytes kv_save
+ * would download, copied on the stream, so a checkpoint costs a device
+ * copy and no wait. */
+static void cu_kv_stash(backend *b, const be_kv *kv, int n_pos, be_buf *dst, size_t off) {
+    cuda_backend *c = cu_of(b);
+    const size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    char *d = (char *)dst->d + off;
+    CK(c, cudaMemcpyAsync(d, kv->k, half, cudaMemcpyDeviceToDevice, c->st));
+    CK(c, cudaMemcpyAsync(d + half, kv->v, half, cudaMemcpyDeviceToDevice, c->st));
+}
+
+static void cu_kv_unstash(backend *b, be_kv *kv, int n_pos, const be_buf *src, size_t off) {
+    cuda_backend *c = cu_of(b);
+    const size_t half = cu_kv_bytes(b, kv, n_pos) / 2;
+    const char *s = (const char *)src->d + off;
+    CK(c, cudaMemcpyAsync(kv->k, s, half, cudaMemcpyDeviceToDevice, c->st));
+    CK(c, cudaMemcpyAsync(kv->v, s + half, half, cudaMemcpyDeviceToDevice, c->st));
 }
 
 static void cu_sync(backend *b) {
@@ -1132,6 +1156,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_bytes = cu_kv_bytes;
     b->kv_save = cu_kv_save;
     b->kv_load = cu_kv_load;
+    b->kv_stash = cu_kv_stash;
+    b->kv_unstash = cu_kv_unstash;
     b->argmax = cu_argmax;
     b->topk = cu_topk;
     b->set_step = cu_set_step;

@@ -1,0 +1,56 @@
+/* Inside the engine: the handles' layouts and the helpers engine.c (the
+ * handles, eval, checkpoints) and generate.c (sync and generate) share.
+ * Nothing outside src/engine includes this. */
+#ifndef GEM_ENGINE_ENGINE_IMPL_H
+#define GEM_ENGINE_ENGINE_IMPL_H
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/gemma4.h"
+#include "model/gemma4_run.h"
+
+struct gem_engine {
+    gguf_file *file;
+    gemma4_model *model;
+    tok *tok;
+    backend *be;
+    int n_ctx, tile;
+    int layers; /* gem_engine_opts.layers */
+    int busy; /* a session exists: one sequence at a time per backend */
+    int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
+};
+
+struct gem_checkpoint {
+    gemma4_snap *snap;
+    int32_t *tokens;
+    size_t n_tokens, cap;
+    int next_ok; /* the snapshot holds the logits after its last token */
+};
+
+struct gem_session {
+    gem_engine *e;
+    gemma4_state *st;
+    int32_t *tokens;
+    size_t n_tokens, cap;
+    float *logits;
+    int logits_valid; /* logits holds the last token's logits */
+    int logits_dev;   /* the backend holds them (read lazily: sampling with
+                       * top-k reads only k of them, see gem_session_sample) */
+    /* gem_session_sync / gem_session_generate (generate.c) */
+    gem_checkpoint *ck; /* the turn checkpoint of the last generate */
+    int32_t *prompt;    /* the synced prompt */
+    size_t n_prompt, prompt_cap, n_kept;
+    int synced;
+};
+
+/* Appends ids to the session's history. */
+int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err);
+/* Evaluates ids without computing logits (a prompt's tiles before its last). */
+int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err);
+/* Empties the live state; the checkpoint stays. */
+void session_clear(gem_session *s);
+/* Saves the session's state into c (its buffers reused). */
+int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err);
+
+#endif

@@ -1,0 +1,214 @@
+/* The one generation loop (engine.h: gem_session_sync, gem_session_generate).
+ *
+ * Prefix policy. A session holds the tokens it evaluated and, apart from
+ * them, one checkpoint: the exact state at the last turn start (<|turn>) of
+ * the last generated prompt, or at that prompt's end when it has none. The
+ * live state only grows (a sliding layer's ring cannot be rewound), so a new
+ * prompt continues it only when it begins with everything the session
+ * holds; a chat's next turn usually does not (the answer is re-rendered
+ * without its thought channel), but it repeats everything before its last
+ * generation prompt, which is where the checkpoint stands.
+ *
+ * Ordering. Prompt tiles are the backend's (poll runs between them, never
+ * by cutting them smaller); a tile ends at the checkpoint's position so the
+ * state stands exactly there once. Only the prompt's last tile, and one
+ * ending at the checkpoint (whose logits it keeps), compute the head. A
+ * checkpoint at the prompt's end is taken after the first token has gone
+ * to the callbacks: it is a copy enqueued on the backend, and the first
+ * token never waits for it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "engine/stop.h"
+#include "util/clock.h"
+
+gem_gen_params gem_gen_params_default(void) {
+    gem_gen_params p;
+    memset(&p, 0, sizeof p);
+    p.sampling = gem_sampling_default();
+    p.max_tokens = -1;
+    return p;
+}
+
+static int is_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    return na <= nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+}
+
+long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err) {
+    s->synced = 0;
+    if (n == 0) return gem_err_set(err, "empty prompt");
+    if (n > (size_t)s->e->n_ctx)
+        return gem_err_set(err, "the prompt (%zu tokens) exceeds the context of %d", n, s->e->n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
+            return gem_err_set(err, "token id %d at prompt position %zu is out of the vocabulary", ids[i], i);
+    if (n > s->prompt_cap) {
+        int32_t *p = realloc(s->prompt, n * sizeof *p);
+        if (!p) return gem_err_set(err, "out of memory");
+        s->prompt = p;
+        s->prompt_cap = n;
+    }
+    memcpy(s->prompt, ids, n * sizeof *ids);
+    s->n_prompt = n;
+    /* a state that holds the whole prompt must hold the logits after it */
+    const size_t have = s->n_tokens;
+    const gem_checkpoint *c = s->ck;
+    const int live = have && is_prefix(s->tokens, have, ids, n) && (have < n || s->logits_dev || s->logits_valid);
+    const int ck = c && c->n_tokens && is_prefix(c->tokens, c->n_tokens, ids, n) && (c->n_tokens < n || c->next_ok);
+    if (live && (!ck || have >= c->n_tokens)) {
+        s->n_kept = have;
+    } else if (ck) {
+        gem_session_restore(s, c);
+        s->n_kept = c->n_tokens;
+    } else {
+        session_clear(s);
+        s->n_kept = 0;
+    }
+    s->synced = 1;
+    return (long)s->n_kept;
+}
+
+/* Keeps the session's state as the turn checkpoint, unless the checkpoint
+ * already holds these tokens. Without room for it, generation goes on
+ * without one (reuse is an optimisation, not a result). */
+static void keep_checkpoint(gem_session *s) {
+    gem_checkpoint *c = s->ck;
+    if (c && c->n_tokens == s->n_tokens && is_prefix(c->tokens, c->n_tokens, s->tokens, s->n_tokens)) return;
+    gem_err err;
+    if (!c && !(c = s->ck = calloc(1, sizeof *c))) return;
+    if (checkpoint_fill(s, c, &err)) {
+        gem_checkpoint_free(c);
+        s->ck = NULL;
+    }
+}
+
+/* Text between the detokenizer, the stop strings and on_text. */
+typedef struct {
+    const gem_gen_callbacks *cb;
+    stopper st;
+    int stop; /* on_text asked to stop */
+} text_sink;
+
+static void to_caller(const char *p, size_t n, void *ctx) {
+    text_sink *t = ctx;
+    if (n && t->cb->on_text && t->cb->on_text(t->cb->ctx, p, n)) t->stop = 1;
+}
+
+static void to_stopper(const char *p, size_t n, void *ctx) {
+    text_sink *t = ctx;
+    stopper_feed(&t->st, p, n, to_caller, t);
+}
+
+int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_callbacks *cbp, gem_gen_result *r,
+                         gem_err *err) {
+    static const gem_gen_callbacks none;
+    const gem_gen_callbacks *cb = cbp ? cbp : &none;
+    gem_engine *e = s->e;
+    memset(r, 0, sizeof *r);
+    r->finish = GEM_FINISH_ERROR;
+    if (!s->synced) return gem_err_set(err, "nothing to generate from: gem_session_sync sets the prompt");
+    s->synced = 0;
+    for (long i = 0; i < p->n_force; i++)
+        if (p->force[i] < 0 || (uint32_t)p->force[i] >= GEMMA4_N_VOCAB)
+            return gem_err_set(err, "forced token id %d is out of the vocabulary", p->force[i]);
+    const int32_t *prompt = s->prompt;
+    const size_t n = s->n_prompt;
+    r->n_prompt = (long)n;
+    r->n_cached = (long)s->n_kept;
+    sampler *smp = sampler_new(&p->sampling, GEMMA4_N_VOCAB);
+    if (!smp) return gem_err_set(err, "out of memory");
+    /* greedy without penalties: the argmax is taken on the backend and only
+     * the chosen id comes back (a GPU then skips reading the vocabulary) */
+    const int greedy = sampler_is_greedy(smp) && !p->want_logits;
+    const double t0 = gem_now_s();
+    double t_first = t0;
+    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, {0}, 0}, 0};
+    tok_stream ts = {{0}, 0};
+    const int detok = cb->on_text || p->n_stop > 0;
+    int rc = -1;
+
+    size_t ck_at = n; /* the last turn start, or the end */
+    if (e->turn_id >= 0)
+        for (size_t i = n; i-- > 1;)
+            if (prompt[i] == e->turn_id) {
+                ck_at = i;
+                break;
+            }
+    int32_t next = -1; /* the backend's argmax after the last eval, when greedy */
+    for (size_t pos = s->n_tokens; pos < n;) {
+        if (pos == ck_at) keep_checkpoint(s);
+        if (cb->poll && cb->poll(cb->ctx)) {
+            r->finish = GEM_FINISH_CANCELLED;
+            rc = 0;
+            goto out;
+        }
+        size_t end = pos + (size_t)e->tile < n ? pos + (size_t)e->tile : n;
+        if (pos < ck_at && ck_at < end) end = ck_at;
+        const int cnt = (int)(end - pos);
+        int bad;
+        if (end == n && greedy) bad = gem_session_eval_greedy(s, prompt + pos, cnt, &next, err);
+        else if (end == n || end == ck_at) bad = gem_session_eval(s, prompt + pos, cnt, err);
+        else bad = session_prefill(s, prompt + pos, cnt, err);
+        if (bad) goto fail;
+        pos = end;
+    }
+    r->prompt_s = gem_now_s() - t0;
+
+    const long room = (long)e->n_ctx - (long)n;
+    const long max = p->max_tokens < 0 || p->max_tokens > room ? room : p->max_tokens;
+    r->finish = GEM_FINISH_LENGTH;
+    for (long k = 0; k < max; k++) {
+        const int forced = k < p->n_force;
+        int32_t id;
+        if (forced) id = p->force[k];
+        else if (greedy && next >= 0) id = next;
+        else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
+        if (k == 0) {
+            t_first = gem_now_s();
+            r->first_s = t_first - t0;
+        }
+        gem_gen_token t = {id, k, s->n_tokens, forced, !p->ignore_eos && tok_is_eog(e->tok, id), NULL};
+        if (p->want_logits && !(t.logits = gem_session_logits(s))) {
+            gem_err_set(err, "the backend's logits could not be read");
+            goto fail;
+        }
+        if (cb->on_token) cb->on_token(cb->ctx, &t);
+        if (k == 0 && ck_at == n) keep_checkpoint(s);
+        if (t.end) {
+            r->finish = GEM_FINISH_STOP;
+            break;
+        }
+        r->n_generated++;
+        if (detok) {
+            size_t len;
+            const char *piece = tok_piece(e->tok, id, 0, &len);
+            tok_stream_feed(&ts, piece, len, to_stopper, &text);
+            if (text.st.hit || text.stop) {
+                r->finish = GEM_FINISH_STOP;
+                break;
+            }
+        }
+        if (cb->poll && cb->poll(cb->ctx)) {
+            r->finish = GEM_FINISH_CANCELLED;
+            break;
+        }
+        if (k + 1 == max) break;
+        if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
+    }
+    if (detok && !text.st.hit && !text.stop) {
+        tok_stream_flush(&ts, to_stopper, &text);
+        stopper_flush(&text.st, to_caller, &text);
+    }
+    r->decode_s = r->n_generated > 0 ? gem_now_s() - t_first : 0;
+    rc = 0;
+    goto out;
+fail:
+    r->finish = GEM_FINISH_ERROR;
+    session_clear(s); /* what a failed evaluation left is not known */
+out:
+    if (r->prompt_s == 0 && rc == 0) r->prompt_s = gem_now_s() - t0;
+    stopper_free(&text.st);
+    sampler_free(smp);
+    return rc;
+}
