@@ -158,22 +158,27 @@ for f in sorted(glob.glob("bench/results/*synth*.json")):
     lines.append(f"`gem synth` 31B Q4_0 on the H200 machine: {d['file_bytes'] / 1e9:.1f} GB in {d['wall_seconds']} s "
                  f"(`{f}`); weight-read roofline {d['weight_read_roofline_tok_s_at_4p8_TBps']} tok/s at 4.8 TB/s.")
     lines.append("")
-srv = newest("bench/results/serve-prefix-*.json")
-if srv:
-    d = json.load(open(srv))
-    lines.append(f"`gem serve` time to first token on a {d['turns']}-turn chat ({d['model']}, {d['cpu']}, {d['nproc']} cores; "
-                 f"`{srv}`, commit {d['commit'][:10]}): median over turns 2-{d['turns']} "
-                 f"{d['median_ttft_reuse_ms_turns_2_on']:.0f} ms with prefix reuse, "
-                 f"{d['median_ttft_fresh_ms_turns_2_on']:.0f} ms without ({d['speedup']:.2f}x); answers identical"
-                 + (f"; load average {d['load_avg_1m']['before']}-{d['load_avg_1m']['after']} during the run, so absolute "
-                    "times are noisy" if "load_avg_1m" in d else "") + ".")
-    lines.append("")
-    lines.append("| turn | prompt tokens | reused | TTFT with reuse | TTFT without |")
-    lines.append("|---|---|---|---|---|")
-    for r in d["rows"]:
-        lines.append(f"| {r['turn']} | {r['prompt_tokens']} | {r['cached_tokens']} | {r['ttft_reuse_ms']:.0f} ms | "
-                     f"{r['ttft_fresh_ms']:.0f} ms |")
-    lines.append("")
+# served speed (bench/serve_speed.sh): the newest file per backend
+rows = []
+for backend in ("cuda", "cpu"):
+    f = newest(f"bench/results/serve-speed-{backend}-*.json")
+    if not f:
+        continue
+    d = json.load(open(f))
+    b, g, r, l = d["gem_bench"], d["gem_serve"], d["ratios"], d.get("llama_server")
+    lm = lambda k, fmt: fmt % l[k] if l and l.get(k) else "-"
+    rows.append(f"| {os.path.basename(d['model'])} | {d['hardware'].split(',')[0]} | {b['prompt_tokens']} | "
+                f"{b['ttft_s']:.3f} | {g['ttft_s']:.3f} | {r['ttft_served_over_bench']:.3f} | {lm('ttft_s', '%.3f')} | "
+                f"{b['decode_tok_s']:.1f} | {g['decode_tok_s']:.1f} | {r['decode_served_over_bench']:.3f} | "
+                f"{lm('decode_tok_s', '%.1f')} | `{f}`, {d['commit']} |")
+if rows:
+    lines += ["Served speed: `gem serve` through streamed `/v1/completions` (one client, token prompts, greedy, "
+              "no prompt cache, time to first token and decode rate as the client sees them) against `gem bench` "
+              "on the same file, and the pinned reference's llama-server measured the same way in the same run "
+              "(`bench/serve_speed.sh`; medians):", "",
+              "| model | hardware | prompt | bench TTFT s | served TTFT s | served / bench | llama-server TTFT s | "
+              "bench decode tok/s | served decode tok/s | served / bench | llama-server decode tok/s | file, commit |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows + [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
