@@ -27,6 +27,7 @@
 #include "gguf/gguf_write.h"
 #include "model/gemma4.h"
 #include "quant/quant.h"
+#include "util/file.h"
 #include "util/json.h"
 
 #define CHUNK_ELEMS (4u << 20)
@@ -697,16 +698,7 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         if (gguf_w_tensor(w, e->gguf, e->type, e->n_dims, ne, err)) goto done;
         total += e->ne[0] * (e->n_dims == 2 ? e->rows : 1) * st_dtype_size(e->t->dtype);
     }
-    struct stat so;
-    if (!stat(o->out_path, &so) && S_ISDIR(so.st_mode)) {
-        gem_err_set(err, "%s: is a folder", o->out_path);
-        goto done;
-    }
-    fp = fopen(o->out_path, "wb");
-    if (!fp) {
-        gem_err_set(err, "%s: cannot create: %s", o->out_path, strerror(errno));
-        goto done;
-    }
+    if (!(fp = file_create(o->out_path, err))) goto done;
     if (gguf_writer_begin(w, fp, err) || gguf_writer_data(w, fp, rope, sizeof rope, err)) goto done;
     uint64_t done_bytes = 0, out_bytes = sizeof rope;
     for (size_t i = 0; i < c.n; i++) {
@@ -714,12 +706,9 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         out_bytes += gguf_w_tensor_bytes(w, i + 1);
     }
     if (gguf_writer_finish(w, fp, err)) goto done;
-    if (fclose(fp)) {
-        fp = NULL;
-        gem_err_set(err, "%s: close failed", o->out_path);
-        goto remove_out;
-    }
+    int closed = file_close_output(fp, o->out_path, 0, err);
     fp = NULL;
+    if (closed) goto done;
     {
         gem_err e2 = {{0}};
         gguf_file *g = gguf_open(o->out_path, &e2);
@@ -727,7 +716,8 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         if (!g || gemma4_validate(g, &vp, &e2)) {
             gguf_close(g);
             gem_err_set(err, "the converted file does not meet the Gemma 4 contract: %s", e2.msg);
-            goto remove_out;
+            file_discard(o->out_path);
+            goto done;
         }
         gguf_close(g);
     }
@@ -740,14 +730,8 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         st->profile = p->name;
     }
     rc = 0;
-    goto done;
-remove_out:
-    if (!stat(o->out_path, &so) && S_ISREG(so.st_mode)) remove(o->out_path);
 done:
-    if (fp) {
-        fclose(fp);
-        if (rc && !stat(o->out_path, &so) && S_ISREG(so.st_mode)) remove(o->out_path);
-    }
+    rc = file_close_output(fp, o->out_path, rc, err);
     free(buf);
     gguf_writer_free(w);
     for (uint32_t i = 0; i < c.n_shards; i++) st_close(c.shards[i]);

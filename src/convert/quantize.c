@@ -12,7 +12,6 @@
 #include "convert/quantize.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include "model/gemma4.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
+#include "util/file.h"
 
 #define CHUNK_ELEMS (8u << 20) /* f32 values per chunk: 32 MiB of scratch */
 #define MAX_THREADS 64
@@ -443,11 +443,7 @@ int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *er
         gem_err_set(err, "%s: the output would overwrite the input", o->out_path);
         goto done;
     }
-    fp = fopen(o->out_path, "wb");
-    if (!fp) {
-        gem_err_set(err, "%s: cannot create: %s", o->out_path, strerror(errno));
-        goto done;
-    }
+    if (!(fp = file_create(o->out_path, err))) goto done;
     if (gguf_writer_begin(w, fp, err)) goto done;
     uint64_t done_bytes = 0;
     for (uint64_t i = 0; i < n; i++)
@@ -462,9 +458,7 @@ int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *er
     }
     rc = 0;
 done:
-    if (fp && fclose(fp) && rc == 0) rc = gem_err_set(err, "%s: close failed", o->out_path);
-    struct stat sb;
-    if (rc && fp && !stat(o->out_path, &sb) && S_ISREG(sb.st_mode)) remove(o->out_path);
+    rc = file_close_output(fp, o->out_path, rc, err);
     free(scratch);
     free(items);
     gguf_writer_free(w);

@@ -5,17 +5,16 @@
  * split irrelevant to the bytes. */
 #include "model/gemma4_synth.h"
 
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf_write.h"
 #include "quant/quant.h"
+#include "util/file.h"
 #include "util/rng.h"
 
 #define CHUNK_BYTES (64u << 20)
@@ -282,11 +281,7 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
         if (gguf_w_tensor(w, specs[i].name, t, specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
-    fp = fopen(o->out_path, "wb");
-    if (!fp) {
-        gem_err_set(err, "%s: cannot create: %s", o->out_path, strerror(errno));
-        goto done;
-    }
+    if (!(fp = file_create(o->out_path, err))) goto done;
     if (gguf_writer_begin(w, fp, err)) goto done;
     buf = malloc(CHUNK_BYTES);
     if (!buf) {
@@ -328,11 +323,7 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     if (gguf_writer_finish(w, fp, err)) goto done;
     rc = 0;
 done:
-    if (fp && fclose(fp) && rc == 0) rc = gem_err_set(err, "%s: close failed", o->out_path);
-    /* Remove a half-written output, but only a regular file we created
-     * (never a device such as /dev/null given as the output). */
-    struct stat st;
-    if (rc && fp && !stat(o->out_path, &st) && S_ISREG(st.st_mode)) remove(o->out_path);
+    rc = file_close_output(fp, o->out_path, rc, err);
     free(buf);
     free(specs);
     gguf_writer_free(w);

@@ -1,9 +1,11 @@
-/* Input files opened read-only, regular files only (see file.h). */
+/* Input files opened read-only, regular files only; outputs removed when
+ * their write fails (see file.h). */
 #include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -81,6 +83,24 @@ void file_view_close(file_view *v) {
     if (v->mapped) munmap((void *)v->data, v->size);
     free(v->path);
     memset(v, 0, sizeof *v);
+}
+
+FILE *file_create(const char *path, gem_err *err) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) gem_err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    return fp;
+}
+
+void file_discard(const char *path) {
+    struct stat st;
+    if (!stat(path, &st) && S_ISREG(st.st_mode)) remove(path);
+}
+
+int file_close_output(FILE *fp, const char *path, int rc, gem_err *err) {
+    if (!fp) return rc;
+    if (fclose(fp) && rc == 0) rc = gem_err_set(err, "%s: close failed", path);
+    if (rc) file_discard(path);
+    return rc;
 }
 
 char *file_read(const char *path, int missing_ok, size_t *len, gem_err *err) {

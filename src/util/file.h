@@ -1,15 +1,20 @@
-/* Opening input files (models, checkpoints, tokenizer and template files)
- * the one way every reader needs: read-only, close-on-exec, and refusing
- * anything but a regular file at once. A FIFO, a directory or a device
- * would otherwise block the open (a FIFO waits for a writer), fail in
- * mmap, or read without end; this check was once needed in two readers
- * and fixed twice. Errors name the path: "PATH: cannot open: REASON",
- * "PATH: not a regular file". */
+/* Opening files the one way every reader and writer needs.
+ *
+ * Inputs (models, checkpoints, tokenizer and template files): read-only,
+ * close-on-exec, and anything but a regular file refused at once. A FIFO,
+ * a directory or a device would otherwise block the open (a FIFO waits for
+ * a writer), fail in mmap, or read without end; this check was once needed
+ * in two readers and fixed twice. Errors name the path: "PATH: cannot
+ * open: REASON", "PATH: not a regular file".
+ *
+ * Outputs (gem convert, quantize, synth): created in place, and removed
+ * again when the write fails, so no half-written model is left behind. */
 #ifndef GEM_UTIL_FILE_H
 #define GEM_UTIL_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "util/err.h"
 
@@ -36,6 +41,20 @@ int file_view_move(file_view *src, file_view *dst, gem_err *err);
 
 /* Unmaps and frees what the view owns (a zeroed view is fine); zeroes *v. */
 void file_view_close(file_view *v);
+
+/* Creates (or truncates) the output file at path, for writing: NULL with
+ * "PATH: cannot create: REASON". */
+FILE *file_create(const char *path, gem_err *err);
+
+/* Closes an output from file_create (fp NULL: nothing was created) given
+ * the writer's status so far, 0 or -1, and returns the final status: a
+ * failed close fails the write ("PATH: close failed"), and a failed write
+ * leaves no half-written file (file_discard). */
+int file_close_output(FILE *fp, const char *path, int rc, gem_err *err);
+
+/* Removes path when it is a regular file: never a device such as
+ * /dev/null given as an output. */
+void file_discard(const char *path);
 
 /* Reads the file at path into a malloc'd buffer with a NUL after its
  * *len bytes (len may be NULL). NULL with err set on failure; with

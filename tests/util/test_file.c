@@ -3,7 +3,8 @@
  * be allocated; a missing file, a directory and a FIFO are refused with
  * the path named, a FIFO at once (the readers once waited on one for a
  * writer forever; an alarm turns a hang into a failure); missing_ok leaves
- * the error untouched. */
+ * the error untouched; an output stays when written, goes when its write
+ * or close failed, and a device is never removed. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,6 +99,32 @@ static void test_read(void) {
     CHECK(file_read("tests/data/none.txt", 0, NULL, NULL) == NULL); /* err may be NULL */
 }
 
+static void test_output(void) {
+    gem_err err = {{0}};
+    struct stat st;
+    FILE *fp = file_create(TMP, &err);
+    CHECKF(fp != NULL, "%s", err.msg);
+    if (fp) fputs("half", fp);
+    CHECK(file_close_output(fp, TMP, 0, &err) == 0);
+    CHECK(stat(TMP, &st) == 0 && st.st_size == 4); /* a good write stays */
+    fp = file_create(TMP, &err);
+    if (fp) fputs("half", fp);
+    CHECK(file_close_output(fp, TMP, -1, &err) == -1);
+    CHECK(stat(TMP, &st) != 0); /* a failed one is removed */
+    CHECK(file_close_output(NULL, TMP, -1, &err) == -1);
+    CHECK(file_create("tests", &err) == NULL);
+    CHECK_ERR(err.msg, "tests: cannot create: ");
+    /* a close that fails (the device is full) fails the write, and a
+     * device is never removed */
+    fp = file_create("/dev/full", &err);
+    if (fp) {
+        fputs("x", fp);
+        CHECK(file_close_output(fp, "/dev/full", 0, &err) == -1);
+        CHECK_ERR(err.msg, "/dev/full: close failed");
+        CHECK(stat("/dev/full", &st) == 0);
+    }
+}
+
 static void test_fifo(void) {
     remove(FIFO);
     CHECK(mkfifo(FIFO, 0600) == 0);
@@ -116,6 +143,7 @@ int main(void) {
     test_map();
     test_mem_and_move();
     test_read();
+    test_output();
     test_fifo();
     return test_report("util/file");
 }
