@@ -165,8 +165,10 @@ void session_clear(gem_session *s) {
 
 void gem_session_reset(gem_session *s) {
     session_clear(s);
-    gem_checkpoint_free(s->ck);
-    s->ck = NULL;
+    if (s->ck) { /* forgotten, its memory kept for the next one */
+        s->ck->n_tokens = 0;
+        s->ck->next_ok = 0;
+    }
 }
 
 int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err) {

@@ -13,9 +13,10 @@
  * by cutting them smaller); a tile ends at the checkpoint's position so the
  * state stands exactly there once. Only the prompt's last tile, and one
  * ending at the checkpoint (whose logits it keeps), compute the head. A
- * checkpoint at the prompt's end is taken after the first token has gone
- * to the callbacks: it is a copy enqueued on the backend, and the first
- * token never waits for it. */
+ * checkpoint at the prompt's end is taken once the first token has gone
+ * through the callbacks (poll sends a stream's chunk): the first token
+ * never waits for it, and on a GPU it is a copy enqueued before the next
+ * step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,6 +155,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         pos = end;
     }
     r->prompt_s = gem_now_s() - t0;
+    /* the checkpoint at the prompt's end waits for the first token */
+    int ck_end = ck_at == n;
 
     const long room = (long)e->n_ctx - (long)n;
     const long max = p->max_tokens < 0 || p->max_tokens > room ? room : p->max_tokens;
@@ -174,7 +177,6 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             goto fail;
         }
         if (cb->on_token) cb->on_token(cb->ctx, &t);
-        if (k == 0 && ck_at == n) keep_checkpoint(s);
         if (t.end) {
             r->finish = GEM_FINISH_STOP;
             break;
@@ -193,9 +195,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             r->finish = GEM_FINISH_CANCELLED;
             break;
         }
+        if (ck_end) { /* the first token has gone out (poll sent it) */
+            keep_checkpoint(s);
+            ck_end = 0;
+        }
         if (k + 1 == max) break;
         if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
     }
+    if (ck_end && s->n_tokens == n) keep_checkpoint(s); /* nothing was evaluated after the prompt */
     if (detok && !text.st.hit && !text.stop) {
         tok_stream_flush(&ts, to_stopper, &text);
         stopper_flush(&text.st, to_caller, &text);
