@@ -77,7 +77,7 @@ static int key_lower_cmp(const char *a, size_t la, const char *b, size_t lb) {
 }
 
 /* Merge sort of idx[0..n) by key_lower_cmp, stable (a request's object may
- * have 100000 keys: an insertion sort took a minute on reversed ones). */
+ * have 100000 keys, and an insertion sort is quadratic on reversed ones). */
 static void dict_msort(const json *m, size_t *idx, size_t *tmp, size_t n) {
     if (n < 2) return;
     const size_t h = n / 2;
@@ -569,8 +569,8 @@ int chat_render(const chat_render_opts *opt, strbuf *o, gem_err *err) {
             }
         } else if (json_truthy(calls)) {
             /* each call's id and name looked up once: json_get walks an
-             * object's keys, and a call with 400000 of them paired with
-             * 150000 tool messages took 53 s */
+             * object's keys, and a lookup per tool message would make a
+             * request with many keys and many messages quadratic */
             const json **cids = malloc((calls->len ? calls->len : 1) * sizeof *cids),
                        **cnames = malloc((calls->len ? calls->len : 1) * sizeof *cnames);
             if (!cids || !cnames) {

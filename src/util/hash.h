@@ -1,7 +1,8 @@
 /* Seeded hashing for the open-addressing tables whose keys come from input
  * files (GGUF metadata and tensor names, tokenizer vocabularies and merges):
  * with a fixed hash, a file's author can pick keys that all probe the same
- * slots and make loading quadratic (262144 such GGUF names took 216 s).
+ * slots and make loading quadratic (a few hundred thousand such GGUF names
+ * took minutes).
  * A table draws its seed when it is built; the seed never changes what a
  * lookup finds, only where entries sit. */
 #ifndef GEM_UTIL_HASH_H

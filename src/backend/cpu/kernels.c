@@ -290,8 +290,8 @@ size_t gemm8_scratch_bytes(int64_t nb) { return (size_t)nb * 8 * (32 + 4 + 4); }
  * stored codes (0..15, unsigned) times the signed activation codes, on top
  * of -8 x the activations' lane-group sums (act_q8.m8), which leaves the
  * exact integer block sums of the AVX2 kernel with a third of its
- * instructions per block (that kernel was compute bound: q4_0 weights
- * streamed at two thirds of the q8_0 head's bytes per second). */
+ * instructions per block (that kernel was compute bound: it streamed q4_0
+ * weights more slowly than the q8_0 head's, which are bigger). */
 VNNI static __m256 q4_block_vnni(const uint8_t *blk, const int8_t *q, const int32_t *m8, float dx, __m256 acc) {
     const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
     const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));

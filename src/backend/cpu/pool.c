@@ -4,8 +4,8 @@
  *
  * Decode posts hundreds of small jobs per token, so both sides spin for a
  * short while (POOL_SPIN polls, some tens of microseconds) before sleeping
- * on a condition variable: a futex round trip per job cost several percent
- * of decode time. Lost wake-ups are excluded by the usual store/load pairs,
+ * on a condition variable: a futex round trip per job showed in every
+ * decode step. Lost wake-ups are excluded by the usual store/load pairs,
  * all sequentially consistent: the caller publishes the generation and then
  * reads `sleepers`; a worker counts itself in `sleepers` under the mutex and
  * then re-reads the generation, so one of the two sees the other. The same
