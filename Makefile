@@ -82,9 +82,12 @@ $(BUILD)/gem-trace: $(LIB_OBJ) $(CLI_OBJ) $(CU_TRACE_OBJ)
 
 # ---- tests ----
 TEST_SRC  := $(wildcard tests/*/test_*.c)
-# GPU tests (make test-cuda, on a machine with an NVIDIA GPU)
+# GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one binary
+# per tests/cuda/cuda_*.c; cuda_ops also links its families' files
+# (tests/cuda/ops_*.c, the harness among them)
 CUDA_TEST_SRC := $(wildcard tests/cuda/cuda_*.c)
 CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+CUDA_OPS_SRC  := $(wildcard tests/cuda/ops_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 ASAN_DIR  := $(BUILD)/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -94,6 +97,10 @@ ASAN_TEST_BIN := $(TEST_SRC:tests/%.c=$(ASAN_DIR)/tests/%)
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJ) $(CU_OBJ) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB_OBJ) $(CU_OBJ) $(LDLIBS)
+
+$(BUILD)/tests/cuda/cuda_ops: tests/cuda/cuda_ops.c $(CUDA_OPS_SRC) tests/cuda/ops_harness.h $(LIB_OBJ) $(CU_OBJ) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_OPS_SRC) $(LIB_OBJ) $(CU_OBJ) $(LDLIBS)
 
 # The sanitizer and fuzzer builds leave the CUDA backend out (host code only).
 $(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)

@@ -10,7 +10,13 @@
 #include <string.h>
 #include <time.h>
 
+/* A test binary of several files defines TEST_COUNTERS_EXTERN before
+ * including this and defines the counters once (tests/cuda/ops_harness.c). */
+#ifdef TEST_COUNTERS_EXTERN
+extern int test_passed, test_failed;
+#else
 static int test_passed, test_failed;
+#endif
 
 #define CHECK(cond)                                                                  \
     do {                                                                             \

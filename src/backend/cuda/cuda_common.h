@@ -1,7 +1,7 @@
 /* Internals of the CUDA backend (see cuda_backend.h and backend/backend.h),
  * included only by the .cu files of src/backend/cuda: the backend's state,
- * launch and error helpers, warp reductions, the device helpers more than
- * one part uses, and the parts' entry points.
+ * launch and error helpers, warp reductions and the device helpers more
+ * than one op family uses (the families' entry points: cuda_ops.h).
  *
  * Invariants:
  * - One stream per backend; every op is enqueued on it in call order, so the
@@ -477,8 +477,8 @@ __device__ __forceinline__ codes8 block8_codes(float4 v) {
     return r;
 }
 
-/* The one GELU of this file (the fused matmul epilogue uses it too, so
- * fused and unfused gating round identically). */
+/* The backend's one GELU (k_geglu, the fused matmul epilogue and the
+ * prefill geglu use it, so fused and unfused gating round identically). */
 __device__ __forceinline__ float gelu_tanh_f(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -531,30 +531,5 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1,
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-
-/* ------------------------------------------------------------------ */
-/* the backend's parts (cuda_backend.cu: weights, buffers, norms,       */
-/* elementwise ops, argmax/top-k, graphs and the seam; cuda_matmul.cu:  */
-/* matrix products; cuda_attention.cu: attention and KV caches)         */
-
-void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
-void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
-void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);
-void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out);
-cudaError_t mmh_allow(void); /* shared-memory limits of the product kernels */
-void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
-                  int n_head, int n_kv_head, int d, int window, be_buf *out);
-void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
-                      int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
-                      const be_weight *ff);
-void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
-                      int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
-                      float theta, const be_weight *ff, int window, be_buf *out);
-be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
-void cu_kv_free(backend *b, be_kv *kv);
-size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
-void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst);
-void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src);
-cudaError_t attn_allow_all(void); /* shared-memory limits of the attention kernels */
 
 #endif

@@ -1,11 +1,19 @@
-/* CUDA matrix products (see cuda_common.h for the invariants): one-token
- * and small-batch matrix-vector kernels (dp4a on 8-bit activations, f32
- * FMA for float weights, rows of long products split over warps), and the
- * prefill kernels on the tensor cores (k_mm_h: f16 mma.sync with weights
- * expanded in registers, GEM_CUDA_MMH=2; k_mm_w: the same on warpgroup
- * MMA, the default;
- * k_mm_tiled/k_mm_q: 8-bit mma.sync). */
+/* CUDA matrix products (see cuda_ops.h; invariants in cuda_common.h):
+ * matmul, matmul_multi (q/k/v in one launch) and matmul_geglu (gate/up
+ * with the gating fused). Steps of up to 8 tokens, and every call with
+ * GEM_CUDA_MMA=0, run matrix-vector kernels: dp4a on 8-bit activation
+ * codes for q8_0/q4_0 (the CPU fast path's codes, so only the f32
+ * summation order differs from it), f32 FMA for float weights, one-token
+ * rows of 8192 values or more split over warps. Prefill tiles run on the
+ * tensor cores: k_mm_w (warpgroup MMA, the default) or k_mm_h (mma.sync,
+ * GEM_CUDA_MMH=2) on f16 activations and weights expanded to f16 in
+ * registers (power-of-two operand ranges: no f16 overflow), else, for K
+ * not a multiple of 128 or a scale that is inf/NaN, k_mm_tiled/k_mm_q
+ * (8-bit mma.sync, the dp4a block sums). A product reuses the codes (or
+ * f16 activations) of its input while nothing but products ran since
+ * (act_cache), whoever made them. */
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ops.h"
 
 /* ------------------------------------------------------------------ */
 /* matrix products                                                     */

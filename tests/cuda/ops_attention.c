@@ -1,0 +1,377 @@
+/* cuda_ops family attention (see ops_harness.h): attention and
+ * attention_qkv on every kernel (flash attention and the split kernel for
+ * tiles; k_attn_dec, k_attn_tc and k_attn_split for one-token steps, with
+ * f32 and f16 caches), a deep cache, the q/k/v norms folded into k_attn_tc
+ * against the two launches (GEM_CUDA_ATTN_FUSE=0), and the 8-bit codes
+ * the combines leave for the output projection. */
+#include "ops_harness.h"
+
+/* The combine (k_attn_combine_wide) writes the 8-bit codes of its output
+ * for the output projection: a one-token step at depth 100 and the product
+ * of its output equal the product of a copy (own codes). gb and window:
+ * f32 caches, full (gpu: the staged k_attn_dec's partials, 4 splits with
+ * keys), or f16 caches with a sliding window of 64 in a ring of 64
+ * (gpu_f16: k_attn_tc's, 2 splits with keys). */
+static void test_wide_handoff(backend *gb, int window) {
+    const int nh = 8, kvh = 2, d = 256, K = nh * d, depth = 100;
+    tensor W = make_tensor(QT_Q4_0, K, 128);
+    gem_err err;
+    be_weight *wg = gb->weight(gb, &W.t, &err);
+    be_kv *kv = gb->kv_new(gb, kvh, d, window ? window : 512, window > 0, &err);
+    int32_t ids[100] = {0};
+    for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
+        const int pos = n == depth ? 0 : depth;
+        float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
+        be_buf *qg = put(gb, q, (size_t)n * K), *kg = put(gb, k, (size_t)n * kvh * d), *vg = put(gb, v, (size_t)n * kvh * d);
+        be_buf *att = put(gb, NULL, (size_t)n * K), *copy = put(gb, NULL, (size_t)n * K);
+        be_buf *o1 = put(gb, NULL, (size_t)n * 128), *o2 = put(gb, NULL, (size_t)n * 128);
+        gb->set_step(gb, ids, n, pos);
+        gb->attention(gb, qg, kg, vg, kv, n, pos, nh, kvh, d, window, att);
+        if (n == 1) {
+            gb->matmul(gb, wg, att, n, o1);
+            gb->copy(gb, att, 0, copy, 0, (size_t)n * K);
+            gb->matmul(gb, wg, copy, n, o2);
+            float *r1 = get(gb, o1, (size_t)n * 128), *r2 = get(gb, o2, (size_t)n * 128);
+            CHECKF(close_enough("combine handoff", r1, r2, (size_t)n * 128, 0, 0),
+                   "combine -> matmul at depth %d, window %d", depth, window);
+            free(r1), free(r2);
+        }
+        free(q), free(k), free(v);
+        be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
+        for (int i = 0; i < 7; i++) gb->buf_free(gb, bufs[i]);
+    }
+    gb->kv_free(gb, kv);
+    gb->weight_free(gb, wg);
+    free_tensor(&W);
+}
+
+/* Runs the same sequence of attention calls (a prompt in tiles, then single
+ * tokens) on the reference and on each GPU backend under test (the default,
+ * f16 caches, the other one-token kernels), computing the reference once,
+ * and compares every output and the final caches. tol[i]: relative and
+ * absolute tolerance of backend i against the f32 reference (above 1e-5:
+ * its caches hold f16 entries). */
+#define ATT_MAX 7
+static void test_attention_case_on(backend *const *gk, const double *tol, int nb, int n_head, int kvh, int d,
+                                   int window, int cap, const int *tiles, int n_tiles) {
+    gem_err err;
+    be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err), *kg[ATT_MAX];
+    int ok[ATT_MAX];
+    for (int i = 0; i < nb; i++) {
+        kg[i] = gk[i]->kv_new(gk[i], kvh, d, cap, window > 0, &err);
+        CHECKF(kg[i] != NULL, "%s", err.msg);
+        ok[i] = kg[i] != NULL;
+    }
+    int pos = 0;
+    for (int t = 0; t < n_tiles; t++) {
+        const int n = tiles[t];
+        const size_t nq = (size_t)n * n_head * d, nk = (size_t)n * kvh * d;
+        /* scaled as the model's normed q/k (weights ~ d^-1/4): scores of a
+         * few units, so f32 rounding of the dot products stays at 1e-6 */
+        const float qk = 3.0f / sqrtf(sqrtf((float)d));
+        float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
+        int32_t *ids = calloc((size_t)n, sizeof *ids);
+        if (cpu_ref->set_step) cpu_ref->set_step(cpu_ref, ids, n, pos);
+        be_buf *qc = put(cpu_ref, q, nq), *kcb = put(cpu_ref, k, nk), *vc = put(cpu_ref, v, nk), *oc = put(cpu_ref, NULL, nq);
+        cpu_ref->attention(cpu_ref, qc, kcb, vc, kc, n, pos, n_head, kvh, d, window, oc);
+        float *b = get(cpu_ref, oc, nq);
+        for (int i = 0; i < nb; i++) {
+            if (!ok[i]) continue; /* one failure per backend and case is enough */
+            backend *g = gk[i];
+            g->set_step(g, ids, n, pos);
+            be_buf *qg = put(g, q, nq), *kgb = put(g, k, nk), *vg = put(g, v, nk), *og = put(g, NULL, nq);
+            g->attention(g, qg, kgb, vg, kg[i], n, pos, n_head, kvh, d, window, og);
+            float *a = get(g, og, nq);
+            /* tiles of 16 queries or more take the tensor-core kernel unless
+             * GEM_CUDA_MMA=0: f16 operands (q, k, v and the probabilities,
+             * relative 2^-12 each), the same bound as the f16 cache */
+            const double t_tol = n >= 16 && mma_on() && tol[i] < 3e-3 ? 3e-3 : tol[i];
+            ok[i] = close_enough("attention", a, b, nq, t_tol, 2 * t_tol);
+            CHECKF(ok[i], "attention (backend %d%s) heads %d/%d d %d window %d tile %d (n %d at %d)", i,
+                   tol[i] > 1e-5 ? ", f16 KV" : "", n_head, kvh, d, window, t, n, pos);
+            free(a);
+            g->buf_free(g, qg), g->buf_free(g, kgb), g->buf_free(g, vg), g->buf_free(g, og);
+        }
+        free(b), free(q), free(k), free(v), free(ids);
+        cpu_ref->buf_free(cpu_ref, qc), cpu_ref->buf_free(cpu_ref, kcb), cpu_ref->buf_free(cpu_ref, vc), cpu_ref->buf_free(cpu_ref, oc);
+        pos += n;
+    }
+    /* checkpoint blobs have one layout on every backend with f32 caches
+     * (f16 caches: half the bytes, their own round trip below) */
+    for (int i = 0; i < nb; i++) {
+        if (!kg[i]) continue;
+        backend *g = gk[i];
+        if (!ok[i]) { /* its cache missed the tiles after the failure */
+            g->kv_free(g, kg[i]);
+            continue;
+        }
+        const int f16 = tol[i] > 1e-5;
+        size_t bytes = cpu_ref->kv_bytes(cpu_ref, kc, pos);
+        CHECK(f16 ? 2 * g->kv_bytes(g, kg[i], pos) == bytes : bytes == g->kv_bytes(g, kg[i], pos));
+        if (f16) bytes /= 2;
+        char *bc = malloc(bytes), *bg = malloc(bytes);
+        if (f16) g->kv_save(g, kg[i], pos, bc);
+        else cpu_ref->kv_save(cpu_ref, kc, pos, bc);
+        g->kv_save(g, kg[i], pos, bg);
+        CHECKF(memcmp(bc, bg, bytes) == 0, "kv blobs differ (backend %d)", i);
+        memset(bg, 0, bytes);
+        g->kv_load(g, kg[i], pos, bc);
+        g->kv_save(g, kg[i], pos, bg);
+        CHECKF(memcmp(bc, bg, bytes) == 0, "kv load/save round trip (backend %d)", i);
+        free(bc), free(bg);
+        g->kv_free(g, kg[i]);
+    }
+    cpu_ref->kv_free(cpu_ref, kc);
+}
+
+/* Every GPU attention path on one case: the defaults, f32 caches (backend
+ * 0: the staged k_attn_dec for one-token steps) and f16 caches (1:
+ * k_attn_tc), then k_attn_split (2, 3) and the register k_attn_dec (4, 5),
+ * each with f32 and f16 caches, and the staged k_attn_dec with f16 caches
+ * (6). f16 entries: scores and values rounded to 11 bits (relative
+ * 2^-12 each), so outputs of order one move by a few 1e-4: 3e-3 bounds it;
+ * k_attn_tc also rounds q and the probabilities to f16, as the prefill
+ * flash attention does under the same bound. */
+static void test_attention_case(int n_head, int kvh, int d, int window, int cap, const int *tiles, int n_tiles) {
+    backend *all[ATT_MAX] = {gpu, gpu_f16, gpu_split, gpu_split_f16, gpu_reg, gpu_reg_f16, gpu_staged_f16};
+    backend *gk[ATT_MAX];
+    double tol[ATT_MAX];
+    int nb = 0;
+    for (int i = 0; i < ATT_MAX; i++)
+        if (all[i]) {
+            gk[nb] = all[i];
+            tol[nb++] = i % 2 || i == 6 ? 3e-3 : 1e-5;
+        }
+    test_attention_case_on(gk, tol, nb, n_head, kvh, d, window, cap, tiles, n_tiles);
+}
+
+/* One-token steps over a deep full-attention cache, where a split holds
+ * more than the 32 keys of the shallow cases (capacity 32768: 256 splits;
+ * 16432 keys: 65 per split, so 5 to 9 shared-memory tiles per block, every
+ * kernel's stage ring wrapping, and the steps' own keys at offsets 52-54
+ * of the last split, in a reused stage; each step's key dominates head
+ * 0): the register k_attn_dec, its staged form and k_attn_split on equal
+ * caches (filled by the same prefill kernels) agree within f32 summation
+ * order (1e-5), f32 and f16 entries; k_attn_tc within the f16 bound. A
+ * last step of 3 tokens runs k_attn_split on every backend (85 splits).
+ * The CPU reference is too slow at this depth; the kernels met it above. */
+static void test_attention_deep(void) {
+    const int nh = 8, kvh = 1, d = 512, cap = 32768, tiles[] = {5000, 5000, 5000, 1432, 1, 1, 1, 3};
+    /* the register, staged, split and (f16 caches) tensor-core kernels; the
+     * defaults are gpu (f32: staged) and gpu_f16 (tensor cores) */
+    backend *sets[2][4] = {{gpu_reg, gpu, gpu_split, NULL}, {gpu_reg_f16, gpu_staged_f16, gpu_split_f16, gpu_f16}};
+    const char *names[4] = {"register", "staged", "split", "tensor cores"};
+    for (int f = 0; f < 2; f++) {
+        backend **bs = sets[f];
+        if (!bs[0] || !bs[1] || !bs[2]) continue;
+        int nb = 3;
+        while (nb < 4 && bs[nb]) nb++; /* the backends present, in order */
+        gem_err err;
+        be_kv *kv[4];
+        for (int b = 0; b < nb; b++) kv[b] = bs[b]->kv_new(bs[b], kvh, d, cap, 0, &err);
+        int pos = 0, ok = 1;
+        for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+            const int n = tiles[t];
+            const size_t nq = (size_t)n * nh * d, nk = (size_t)n * kvh * d;
+            const float qk = 3.0f / sqrtf(sqrtf((float)d));
+            float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f), *o[4];
+            int32_t *ids = calloc((size_t)n, sizeof *ids);
+            if (n == 1) /* the step's own key dominates head 0 (score ~136): a lost or doubled row shows */
+                for (int e = 0; e < d; e++) k[e] = 2.0f * q[e];
+            for (int b = 0; b < nb; b++) {
+                backend *g = bs[b];
+                be_buf *qg = put(g, q, nq), *kg = put(g, k, nk), *vg = put(g, v, nk), *og = put(g, NULL, nq);
+                g->set_step(g, ids, n, pos);
+                g->attention(g, qg, kg, vg, kv[b], n, pos, nh, kvh, d, 0, og);
+                o[b] = get(g, og, nq);
+                g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
+            }
+            if (n <= 8)
+                for (int b = 1; b < nb && ok; b++) {
+                    /* f16 q and probabilities on the tensor cores: the f16 bound */
+                    const double tol = b >= 3 ? 3e-3 : 1e-5;
+                    ok = close_enough("deep one-token", o[b], o[0], nq, tol, 2 * tol);
+                    CHECKF(ok, "deep one-token attention, %s vs register%s at %d", names[b], f ? " (f16 KV)" : "", pos);
+                }
+            for (int b = 0; b < nb; b++) free(o[b]);
+            free(q), free(k), free(v), free(ids);
+            pos += n;
+            if (!ok) break;
+        }
+        for (int b = 0; b < nb; b++) bs[b]->kv_free(bs[b], kv[b]);
+    }
+}
+
+static void test_attention(void) {
+    const int prompt[] = {7, 1, 1, 33, 1, 64, 1, 1, 1, 2, 1, 1};
+    /* sliding: window 32, ring of 32, tiles wrap it several times */
+    test_attention_case(4, 2, 256, 32, 32, prompt, 12);
+    test_attention_case(8, 1, 512, 0, 4096, prompt, 12);  /* full, G = 8, head 512 */
+    test_attention_case(32, 16, 256, 64, 64, prompt, 12); /* 31B sliding shape, G = 2 */
+    test_attention_case(32, 4, 512, 0, 300, prompt, 12);  /* 31B full shape */
+    test_attention_case(16, 1, 512, 0, 300, prompt, 12);  /* 12B full shape: G = 16 in two groups */
+    const int long_prompt[] = {512, 512, 1, 1, 3};
+    test_attention_case(8, 1, 512, 0, 2048, long_prompt, 5);
+    /* 31B sliding shape over the window of 1024: tiles of many key blocks,
+     * rows whose windows start inside a block, a tile past the ring */
+    const int long_sliding[] = {700, 600, 1, 1100, 2};
+    test_attention_case(32, 16, 256, 1024, 1024, long_sliding, 5);
+    /* the 1b test profile's sliding shape (G = 2, window and ring of 128):
+     * one-token steps at positions 100-101, 128-129 (the first wrap),
+     * 256-258 (the second) and 323-324 */
+    const int ring128[] = {100, 1, 1, 26, 1, 1, 126, 1, 1, 1, 64, 1, 1};
+    test_attention_case(8, 4, 256, 128, 128, ring128, 13);
+    /* the other head sizes the kernels are built for */
+    test_attention_case(4, 2, 128, 32, 32, prompt, 12);
+    test_attention_case(4, 1, 384, 0, 300, prompt, 12);
+    test_attention_case(8, 2, 512, 32, 32, prompt, 12); /* a ring at head 512 */
+    /* one-token steps with fewer keys than a block's key subsets (steps at
+     * positions 0-2, then a split of one key at 32): k_attn_dec's warps
+     * with no key */
+    const int few_keys[] = {1, 1, 1, 29, 1, 1};
+    test_attention_case(32, 16, 256, 64, 64, few_keys, 6); /* G = 2: four key subsets */
+    test_attention_case(8, 2, 512, 0, 300, few_keys, 6);   /* G = 4: two */
+}
+
+/* One attention_qkv call of n tokens at pos on both backends (raw
+ * projections at scales other than 1, so the norms matter; v NaN under K
+ * as V: it must not be read); 1 when the outputs are equal bit for bit. */
+typedef struct {
+    int nh, kvh, d, window, kasv;
+    const char *what; /* what the second backend is, for the message */
+    float theta;
+    be_weight *qw[2], *kw[2], *ff[2];
+    be_kv *kv[2];
+} qkv_case;
+static int qkv_pair_call(backend *const *bs, const qkv_case *c, int n, int pos) {
+    const size_t nq = (size_t)n * c->nh * c->d, nk = (size_t)n * c->kvh * c->d;
+    float *q = rand_vec(nq, 3.0f), *k = rand_vec(nk, 0.5f), *v = rand_vec(nk, 2.0f), *o[2];
+    int32_t *ids = calloc((size_t)n, sizeof *ids);
+    for (int b = 0; b < 2; b++) {
+        backend *g = bs[b];
+        be_buf *qg = put(g, q, nq), *kg = put(g, k, nk), *vg = put(g, c->kasv ? NULL : v, nk), *og = put(g, NULL, nq);
+        g->set_step(g, ids, n, pos);
+        g->attention_qkv(g, qg, c->qw[b], kg, c->kw[b], vg, c->kasv, c->kv[b], n, pos, c->nh, c->kvh, c->d, 1e-6f,
+                         c->theta, c->ff[b], c->window, og);
+        o[b] = get(g, og, nq);
+        if (b == 0 && n == 1) {
+            /* the fused kernel ran: it leaves q as it came (the norm+rope
+             * launch rewrites it) */
+            float *qa = get(g, qg, nq);
+            CHECKF(close_enough("attention_qkv q", qa, q, nq, 0, 0), "attention_qkv: q rewritten, not fused (d %d at %d)",
+                   c->d, pos);
+            free(qa);
+        }
+        g->buf_free(g, qg), g->buf_free(g, kg), g->buf_free(g, vg), g->buf_free(g, og);
+    }
+    const int ok = close_enough("attention_qkv", o[0], o[1], nq, 0, 0);
+    CHECKF(ok, "attention_qkv, the default vs %s: heads %d/%d, d %d, window %d, %d tokens at %d", c->what, c->nh, c->kvh,
+           c->d, c->window, n, pos);
+    free(o[0]), free(o[1]), free(q), free(k), free(v), free(ids);
+    return ok;
+}
+
+/* attention_qkv: one-token steps on k_attn_tc with the q/k/v norms and
+ * rope folded in (gf: the f16-cache default) against the norm+rope launch
+ * and the attention (gp: GEM_CUDA_ATTN_FUSE=0): the same arithmetic, so
+ * the outputs and the caches are equal bit for bit. Distinct q and k
+ * weights. Shapes: the 31B sliding layer (ring of 64: the steps wrap it),
+ * the 31B full layer with K as V and rope_freqs' factors, the 12B full
+ * layer (16 query heads in two groups: only group 0 stores), heads of 128
+ * (one-token steps from position 0) and 384 (K as V), and a deep full
+ * layer whose splits hold 51 keys, so this step's key falls in each of
+ * four tiles (the fourth reuses the first stage) in turn. Prompts fill the
+ * caches first (prefill tiles of at most 3250: the same kernels on both).
+ * The fused backend's one-token calls leave q as it came: the fused
+ * kernel, not the two launches, ran. */
+static void test_attention_qkv(backend *gf, backend *gp, const char *what) {
+    const struct {
+        int nh, kvh, d, window, cap, kasv, prompt, steps;
+    } cases[] = {
+        {32, 16, 256, 64, 64, 0, 40, 70}, {32, 4, 512, 0, 300, 1, 20, 40}, {16, 1, 512, 0, 300, 1, 5, 20},
+        {4, 2, 128, 32, 32, 0, 0, 40},    {4, 1, 384, 0, 300, 1, 3, 20},  {8, 1, 512, 0, 16384, 1, 13000, 56},
+    };
+    backend *bs[2] = {gf, gp};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int full = cases[ci].window == 0;
+        qkv_case c;
+        memset(&c, 0, sizeof c);
+        c.nh = cases[ci].nh, c.kvh = cases[ci].kvh, c.d = cases[ci].d, c.window = cases[ci].window;
+        c.kasv = cases[ci].kasv, c.theta = full ? 1e6f : 1e4f, c.what = what;
+        const int d = c.d;
+        gem_err err;
+        tensor qn = make_tensor(QT_F32, d, 1), kn = make_tensor(QT_F32, d, 1), ff = make_tensor(QT_F32, d / 2, 1);
+        for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < d / 8 ? 1.0f : 1e30f; /* as rope_freqs */
+        for (int b = 0; b < 2; b++) {
+            c.qw[b] = bs[b]->weight(bs[b], &qn.t, &err), c.kw[b] = bs[b]->weight(bs[b], &kn.t, &err);
+            c.ff[b] = full && c.kasv ? bs[b]->weight(bs[b], &ff.t, &err) : NULL;
+            c.kv[b] = bs[b]->kv_new(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
+        }
+        int pos = 0, ok = 1;
+        for (int left = cases[ci].prompt; ok && left > 0;) {
+            const int n = left < 3250 ? left : 3250;
+            ok = qkv_pair_call(bs, &c, n, pos);
+            pos += n, left -= n;
+        }
+        for (int t = 0; ok && t < cases[ci].steps; t++) ok = qkv_pair_call(bs, &c, 1, pos++);
+        const int held = full || pos < cases[ci].cap ? pos : cases[ci].cap;
+        const size_t bytes = gf->kv_bytes(gf, c.kv[0], held);
+        unsigned char *c0 = malloc(bytes), *c1 = malloc(bytes);
+        gf->kv_save(gf, c.kv[0], held, c0);
+        gp->kv_save(gp, c.kv[1], held, c1);
+        CHECKF(ok && bytes == gp->kv_bytes(gp, c.kv[1], held) && !memcmp(c0, c1, bytes),
+               "attention_qkv: the caches after %d positions differ (heads %d/%d, d %d)", pos, c.nh, c.kvh, d);
+        free(c0), free(c1);
+        for (int b = 0; b < 2; b++) {
+            bs[b]->kv_free(bs[b], c.kv[b]);
+            bs[b]->weight_free(bs[b], c.qw[b]), bs[b]->weight_free(bs[b], c.kw[b]);
+            if (c.ff[b]) bs[b]->weight_free(bs[b], c.ff[b]);
+        }
+        free_tensor(&qn), free_tensor(&kn), free_tensor(&ff);
+    }
+}
+
+/* Attention leaves the 8-bit codes of its output for the output
+ * projection, as the norms do (test_norm_handoff). */
+static void test_quantized_handoff(void) {
+    /* attention -> output projection: 8 heads of 256 (one-token step and a
+     * tile), against the same product of a copy */
+    for (int n = 1; n <= 70; n += 69) {
+        const int nh = 8, kvh = 2, d = 256, K = nh * d;
+        tensor W = make_tensor(QT_Q4_0, K, 128);
+        gem_err err;
+        be_weight *wg = gpu->weight(gpu, &W.t, &err);
+        be_kv *kv = gpu->kv_new(gpu, kvh, d, 512, 0, &err);
+        float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
+        be_buf *qg = put(gpu, q, (size_t)n * K), *kg = put(gpu, k, (size_t)n * kvh * d), *vg = put(gpu, v, (size_t)n * kvh * d);
+        be_buf *att = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
+        be_buf *o1 = put(gpu, NULL, (size_t)n * 128), *o2 = put(gpu, NULL, (size_t)n * 128);
+        gpu->set_step(gpu, (const int32_t[70]){0}, n, 0);
+        gpu->attention(gpu, qg, kg, vg, kv, n, 0, nh, kvh, d, 0, att);
+        gpu->matmul(gpu, wg, att, n, o1);
+        gpu->copy(gpu, att, 0, copy, 0, (size_t)n * K);
+        gpu->matmul(gpu, wg, copy, n, o2);
+        float *r1 = get(gpu, o1, (size_t)n * 128), *r2 = get(gpu, o2, (size_t)n * 128);
+        CHECKF(close_enough("attention handoff", r1, r2, (size_t)n * 128, 0, 0), "attention -> matmul n=%d", n);
+        free(r1), free(r2), free(q), free(k), free(v);
+        be_buf *bufs[] = {qg, kg, vg, att, copy, o1, o2};
+        for (int i = 0; i < 7; i++) gpu->buf_free(gpu, bufs[i]);
+        gpu->kv_free(gpu, kv);
+        gpu->weight_free(gpu, wg);
+        free_tensor(&W);
+    }
+}
+
+void ops_attention(const backend_opts *g, const backend_opts *gh) {
+    (void)g;
+    test_quantized_handoff();
+    test_attention();
+    test_attention_deep();
+    if (gpu_f16) {
+        backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", gh);
+        if (gnf) test_attention_qkv(gpu_f16, gnf, "two launches (GEM_CUDA_ATTN_FUSE=0)");
+        variant_done(gnf);
+    }
+    test_wide_handoff(gpu, 0);
+    if (gpu_f16) test_wide_handoff(gpu_f16, 64);
+}
