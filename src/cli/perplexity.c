@@ -37,6 +37,7 @@
 #include "util/json.h"
 #include "util/strbuf.h"
 #include "util/clock.h"
+#include "util/file.h"
 
 #define PPL_TILE 64 /* default tokens per evaluation piece, also the engine's prompt tile */
 
@@ -55,46 +56,6 @@ static double row_nll(const float *logits, uint32_t n_vocab, int32_t target) {
     double sum_exp = 0.0;
     for (uint32_t i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_logit);
     return -((double)(logits[target] - max_logit) - log(sum_exp));
-}
-
-/* Reads a whole file; NULL with a message in err. */
-static char *read_text(const char *path, size_t *n, gem_err *err) {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        gem_err_set(err, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        gem_err_set(err, "%s is a directory, not a text file", path);
-        return NULL;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gem_err_set(err, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *p = malloc(cap);
-    while (p) {
-        if (len == cap) {
-            char *q = cap > ((size_t)1 << 40) ? NULL : realloc(p, cap * 2);
-            if (!q) break;
-            p = q;
-            cap *= 2;
-        }
-        size_t got = fread(p + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int bad = !p || ferror(f) || !feof(f);
-    fclose(f);
-    if (bad) {
-        free(p);
-        gem_err_set(err, "cannot read %s%s", path, p ? "" : ": out of memory");
-        return NULL;
-    }
-    *n = len;
-    return p;
 }
 
 static void json_str_field(strbuf *b, const char *key, const char *v) {
@@ -154,7 +115,7 @@ int cli_perplexity(int argc, char **argv) {
     /* the text first: a bad text file fails before the model is loaded */
     gem_err err = {{0}};
     size_t text_len = 0;
-    char *text = read_text(text_path, &text_len, &err);
+    char *text = file_read(text_path, 0, &text_len, &err);
     if (!text) {
         fprintf(stderr, "gem perplexity: error: %s\n", err.msg);
         return 1;

@@ -237,7 +237,7 @@ int main(void) {
     snprintf(args, sizeof args, "-m %s -f %s", model, empty);
     expect_error(1, args, "empty.txt is empty");
     snprintf(args, sizeof args, "-m %s -f %s", model, dir);
-    expect_error(1, args, "is a directory");
+    expect_error(1, args, "not a regular file");
     char shortp[300];
     snprintf(shortp, sizeof shortp, "%s/short.txt", dir);
     write_file(shortp, "Hello world\n");
