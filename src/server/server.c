@@ -52,7 +52,6 @@
 
 #include "chat/chat.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
 #include "server/api.h"
 #include "server/http.h"
 #include "server/reply.h"
