@@ -157,6 +157,20 @@ __device__ __forceinline__ void st_half4(__half *p, float4 x) {
     case 384: L(384); break;  \
     default: L(512); break;   \
     }
+/* L(D, KT) for those head sizes and the cache's entry type KT (__half
+ * when f16, else float) */
+#define KV_TYPE_CALL(f16, L, D) \
+    if (f16)                    \
+        L(D, __half);           \
+    else                        \
+        L(D, float)
+#define HEAD_DIM_KV_SWITCH(d, f16, L)                 \
+    switch (d) {                                      \
+    case 128: KV_TYPE_CALL(f16, L, 128); break;       \
+    case 256: KV_TYPE_CALL(f16, L, 256); break;       \
+    case 384: KV_TYPE_CALL(f16, L, 384); break;       \
+    default: KV_TYPE_CALL(f16, L, 512); break;        \
+    }
 
 /* cuda_attn_prefill.cu's launchers (attention_run, cuda_attn_decode.cu,
  * picks among them and the one-token kernels) */
@@ -167,6 +181,6 @@ void attn_split_launch(cuda_backend *c, const be_buf *q, const be_buf *k, const 
 void attn_combine_launch(cuda_backend *c, int n, int n_head, int d, int nsplit, int QB, int window, int quant,
                          be_buf *out);
 void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d);
-cudaError_t attn_prefill_allow(void); /* flash attention's shared-memory limits */
+cudaError_t attn_prefill_allow(int d); /* flash attention's shared-memory limits, head size d */
 
 #endif

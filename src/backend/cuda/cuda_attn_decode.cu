@@ -690,11 +690,15 @@ template <int D> static cudaError_t attn_decode_allow() {
 }
 
 cudaError_t attn_allow_all(void) {
-    cudaError_t e = attn_prefill_allow();
-    if (e == cudaSuccess) e = attn_decode_allow<128>();
-    if (e == cudaSuccess) e = attn_decode_allow<256>();
-    if (e == cudaSuccess) e = attn_decode_allow<384>();
-    if (e == cudaSuccess) e = attn_decode_allow<512>();
+    static const int dims[] = {128, 256, 384, 512};
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < 4 && e == cudaSuccess; i++) {
+        e = attn_prefill_allow(dims[i]);
+#define DEC_ALLOW(DIM) \
+    if (e == cudaSuccess) e = attn_decode_allow<DIM>()
+        HEAD_DIM_SWITCH(dims[i], DEC_ALLOW);
+#undef DEC_ALLOW
+    }
     return e;
 }
 
@@ -783,13 +787,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     launch(c, ad_kernel<DIM, KT>(staged), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, v->d, \
            (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
            (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
-#define DEC_LAUNCH(DIM)           \
-    if (kv->f16)                  \
-        DEC_LAUNCH_T(DIM, __half); \
-    else                          \
-        DEC_LAUNCH_T(DIM, float)
-        HEAD_DIM_SWITCH(d, DEC_LAUNCH);
-#undef DEC_LAUNCH
+        HEAD_DIM_KV_SWITCH(d, kv->f16, DEC_LAUNCH_T);
 #undef DEC_LAUNCH_T
     } else {
         attn_split_launch(c, q, k, v, kv, n, n_head, n_kv_head, d, window, nsplit, G, QB);

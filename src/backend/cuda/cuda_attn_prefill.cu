@@ -389,11 +389,11 @@ template <int D> static cudaError_t attn_fa_allow() {
     return e;
 }
 
-cudaError_t attn_prefill_allow(void) {
-    cudaError_t e = attn_fa_allow<128>();
-    if (e == cudaSuccess) e = attn_fa_allow<256>();
-    if (e == cudaSuccess) e = attn_fa_allow<384>();
-    if (e == cudaSuccess) e = attn_fa_allow<512>();
+cudaError_t attn_prefill_allow(int d) {
+    cudaError_t e = cudaSuccess;
+#define FA_ALLOW(DIM) e = attn_fa_allow<DIM>()
+    HEAD_DIM_SWITCH(d, FA_ALLOW);
+#undef FA_ALLOW
     return e;
 }
 
@@ -440,13 +440,7 @@ void attn_split_launch(cuda_backend *c, const be_buf *q, const be_buf *k, const 
     launch(c, k_attn_split<DIM, KT>, grid, AT_THREADS, shm, q->d, k->d, v->d, (const KT *)kv->k, (const KT *)kv->v, \
            c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, G, QB, (float *)c->part.p,     \
            (float *)c->pml.p, n == 1 ? (KT *)kv->k : (KT *)NULL, n == 1 ? (KT *)kv->v : (KT *)NULL)
-#define ATTN_LAUNCH(DIM)                 \
-    if (kv->f16)                         \
-        ATTN_LAUNCH_T(DIM, __half);      \
-    else                                 \
-        ATTN_LAUNCH_T(DIM, float)
-    HEAD_DIM_SWITCH(d, ATTN_LAUNCH);
-#undef ATTN_LAUNCH
+    HEAD_DIM_KV_SWITCH(d, kv->f16, ATTN_LAUNCH_T);
 #undef ATTN_LAUNCH_T
 }
 
@@ -459,15 +453,9 @@ int attn_fa_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf 
     const int br = d <= 256 ? fa_geom<256>::BR : fa_geom<512>::BR;
     const dim3 grid((unsigned)(((size_t)n * (n_head / n_kv_head) + br - 1) / br), n_kv_head);
 #define FA_LAUNCH_T(DIM, KT)                                                                                    \
-launch(c, k_attn_fa<DIM, KT>, grid, FA_THREADS, fa_geom<DIM>::SMEM, q->d, k->d, v->d, (const KT *)kv->k,     \
-       (const KT *)kv->v, c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, out->d)
-#define FA_LAUNCH(DIM)                   \
-if (kv->f16)                         \
-    FA_LAUNCH_T(DIM, __half);        \
-else                                 \
-    FA_LAUNCH_T(DIM, float)
-    HEAD_DIM_SWITCH(d, FA_LAUNCH);
-#undef FA_LAUNCH
+    launch(c, k_attn_fa<DIM, KT>, grid, FA_THREADS, fa_geom<DIM>::SMEM, q->d, k->d, v->d, (const KT *)kv->k,     \
+           (const KT *)kv->v, c->step, n, n_head, n_kv_head, kv->capacity, kv->ring, window, out->d)
+    HEAD_DIM_KV_SWITCH(d, kv->f16, FA_LAUNCH_T);
 #undef FA_LAUNCH_T
     LAUNCHED(c, d <= 256 ? "attention (tensor cores, d<=256)" : "attention (tensor cores, d>256)");
     kv_store_tile(c, k, v, kv, n, n_kv_head, d);
