@@ -61,7 +61,8 @@ async function one(seed) {
       }
     }
   }
-  const n = usage ? usage.completion_tokens : null;
+  // a server that reports no usage: its text chunks stand for the tokens
+  const n = usage ? usage.completion_tokens : chunks;
   return {
     ttft_s: (first - t0) / 1e3,
     decode_tok_s: n > 1 && done > first ? (n - 1) / ((done - first) / 1e3) : null,

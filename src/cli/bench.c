@@ -80,23 +80,10 @@ static stats summarize(double *v, int n) {
     return s;
 }
 
-/* What the numbers were measured on, for the JSON record: the GPU (name,
- * clocks) for cuda, else the CPU's model name and online cores. */
+/* What the numbers were measured on, for the JSON record: the backend's
+ * device (the GPU's name and clocks, or the CPU's model and cores). */
 static void hardware_of(const char *backend, char *out, size_t cap) {
-    if (backend_describe(backend, 0, out, cap) == 0) return;
-    (void)backend;
-    char line[256], name[200] = "unknown CPU";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        const char *c = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && c) {
-            snprintf(name, sizeof name, "%s", c + 2);
-            name[strcspn(name, "\n")] = 0;
-            break;
-        }
-    }
-    if (f) fclose(f);
-    snprintf(out, cap, "%s, %ld online cores", name, sysconf(_SC_NPROCESSORS_ONLN));
+    if (backend_describe(backend, 0, out, cap)) snprintf(out, cap, "unknown");
 }
 
 int cli_bench(int argc, char **argv) {

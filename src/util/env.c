@@ -35,7 +35,7 @@ int env_known(const char *prefix, const char *const *known, int n, gem_err *err)
         int found = 0;
         for (int i = 0; i < n && !found; i++) found = strlen(known[i]) == len && !strncmp(known[i], *e, len);
         if (!found)
-            return gem_err_set(err, "unknown setting %.*s in the environment (%s* names: see the README)",
+            return gem_err_set(err, "unknown setting %.*s in the environment (%s* names: see docs/cuda.md)",
                                (int)(len < 64 ? len : 64), *e, prefix);
     }
     return 0;

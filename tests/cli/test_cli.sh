@@ -148,6 +148,11 @@ case "$devs" in
     # the persistent layer kernel's settings are gone (measured and dropped)
     expect 1 "unknown setting GEM_CUDA_TAIL in the environment" -- \
         env GEM_CUDA_TAIL=2 $GEM run -m "$M" -p x --backend cuda
+    # so are the switches that never won (docs/cuda.md: removed experiments)
+    for v in GEM_CUDA_REST GEM_CUDA_MV_LD GEM_CUDA_ATTN_BAR1 GEM_CUDA_QKV_EARLY GEM_CUDA_FULL_SPLITS; do
+        expect 1 "unknown setting $v in the environment (GEM_CUDA_* names: see docs/cuda.md)" -- \
+            env $v=1 $GEM run -m "$M" -p x --backend cuda
+    done
     # the CPU backend reads none of them
     expect 0 "" -- env GEM_CUDA_ATTN_DEC=7 GEM_CUDA_MV_SPLT=1 $GEM run -m "$M" -p x -n 2 ;;
 esac
