@@ -1,15 +1,19 @@
 #!/bin/sh
 # Served speed against engine speed on one GGUF: gem bench's prefill of
-# PROMPT tokens and its decode at depth PROMPT, then gem serve and (when
-# LLAMA_SERVER names one) the pinned reference's llama-server, each measured
-# by the same client (bench/serve_speed.mjs: streamed /v1/completions, token
-# prompts, greedy, end tokens ignored, no prompt cache), one at a time on
-# the same machine. Writes OUT/serve-speed.json: the three measurements, the
-# served/bench ratios (time to first token and decode rate), the model's
-# sha256, the commit and the hardware.
+# PROMPT tokens and its decode at depth PROMPT, gem serve and (when
+# LLAMA_SERVER names one) the pinned reference's llama-server, the servers
+# measured by the same client (bench/serve_speed.mjs: streamed
+# /v1/completions, token prompts, greedy, end tokens ignored, no prompt
+# cache). Both servers stay up; ROUNDS rounds each run gem bench, then the
+# client against gem serve, then against llama-server, one at a time, so a
+# machine's slow spell falls on all three; medians over every round.
+# Writes OUT/serve-speed.json: the measurements, the served/bench ratios
+# (time to first token and decode rate), the model's sha256, the commit
+# and the hardware.
 #   bench/serve_speed.sh MODEL cpu|cuda [PROMPT [GEN [REPS]]]
-#   env: LLAMA_SERVER (path), OUT (default bench/results/raw), THREADS (CPU:
-#        the same -t for every engine; default all cores)
+#   env: LLAMA_SERVER (path), OUT (default bench/results/raw), ROUNDS
+#        (default 3), THREADS (CPU: the same -t for every engine; default
+#        all cores)
 # CUDA runs use f16 K/V caches for every engine (gem --kv-type f16,
 # llama-server's default) and llama-server -ngl 99 -fa on.
 set -eu
@@ -28,53 +32,52 @@ out=${OUT:-bench/results/raw}
 mkdir -p "$out"
 ctx=$((prompt + gen + 64))
 tmp=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 tflag=${threads:+-t $threads}
+rounds=${ROUNDS:-3}
+pids=
+trap 'for p in $pids; do kill $p 2>/dev/null; done; rm -rf "$tmp"' EXIT
 
-# gem bench: the same lengths through the engine alone
-./gem bench -m "$model" --backend "$backend" $kv $tflag --prompt "$prompt" --depth "$prompt" --gen "$gen" \
-    --reps "$reps" --json "$tmp/bench.json" >&2
-
-# wait_up URL LOG: until /health answers 200 (a load can take a minute)
+# wait_up URL PID LOG: until /health answers 200 (a load can take a minute)
 wait_up() {
     i=0
     while [ $i -lt 600 ]; do
         [ "$(curl -s -o /dev/null -w '%{http_code}' "$1/health" 2>/dev/null)" = 200 ] && return 0
-        kill -0 $pid 2>/dev/null || { cat "$2" >&2; return 1; }
+        kill -0 "$2" 2>/dev/null || { cat "$3" >&2; return 1; }
         sleep 0.5
         i=$((i + 1))
     done
-    cat "$2" >&2
+    cat "$3" >&2
     return 1
 }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-port=$(free_port)
-./gem serve -m "$model" --backend "$backend" $kv $tflag --ctx "$ctx" --port "$port" >"$tmp/gem.log" 2>&1 &
-pid=$!
-wait_up "http://127.0.0.1:$port" "$tmp/gem.log"
-node bench/serve_speed.mjs "http://127.0.0.1:$port" "$prompt" "$gen" "$reps" gem >"$tmp/serve-gem.json"
-kill $pid
-wait $pid 2>/dev/null || true
-pid=
-
+gport=$(free_port)
+./gem serve -m "$model" --backend "$backend" $kv $tflag --ctx "$ctx" --port "$gport" >"$tmp/gem.log" 2>&1 &
+gpid=$!
+pids="$gpid"
+wait_up "http://127.0.0.1:$gport" $gpid "$tmp/gem.log"
 if [ -n "${LLAMA_SERVER:-}" ]; then
-    port=$(free_port)
+    lport=$(free_port)
     case "$backend" in
     cuda) lflags="-ngl 99 -fa on" ;;
     cpu) lflags="-ngl 0 -t $threads" ;;
     esac
-    "$LLAMA_SERVER" -m "$model" -c "$ctx" --port "$port" -np 1 $lflags >"$tmp/llama.log" 2>&1 &
-    pid=$!
-    wait_up "http://127.0.0.1:$port" "$tmp/llama.log"
-    node bench/serve_speed.mjs "http://127.0.0.1:$port" "$prompt" "$gen" "$reps" llama-server >"$tmp/serve-llama.json"
-    kill $pid
-    wait $pid 2>/dev/null || true
-    pid=
+    "$LLAMA_SERVER" -m "$model" -c "$ctx" --port "$lport" -np 1 $lflags >"$tmp/llama.log" 2>&1 &
+    lpid=$!
+    pids="$pids $lpid"
+    wait_up "http://127.0.0.1:$lport" $lpid "$tmp/llama.log"
 else
     echo "serve_speed.sh: no LLAMA_SERVER: gem alone" >&2
 fi
+r=1
+while [ $r -le "$rounds" ]; do
+    ./gem bench -m "$model" --backend "$backend" $kv $tflag --prompt "$prompt" --depth "$prompt" --gen "$gen" \
+        --reps "$reps" --json "$tmp/bench-$r.json" >&2
+    node bench/serve_speed.mjs "http://127.0.0.1:$gport" "$prompt" "$gen" "$reps" gem >"$tmp/serve-gem-$r.json"
+    [ -n "${LLAMA_SERVER:-}" ] &&
+        node bench/serve_speed.mjs "http://127.0.0.1:$lport" "$prompt" "$gen" "$reps" llama-server >"$tmp/serve-llama-$r.json"
+    r=$((r + 1))
+done
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 sha=$(sha256sum "$model" | cut -d' ' -f1)
@@ -85,21 +88,39 @@ else
 fi
 node -e '
 const fs = require("fs");
-const [dir, model, sha, commit, hw, backend, kv] = process.argv.slice(1);
+const [dir, model, sha, commit, hw, backend, kv, rounds] = process.argv.slice(1);
 const rd = (f) => fs.existsSync(`${dir}/${f}`) ? JSON.parse(fs.readFileSync(`${dir}/${f}`, "utf8")) : null;
-const bench = rd("bench.json"), gem = rd("serve-gem.json"), llama = rd("serve-llama.json");
-const ttft = bench.prefill[0].ttft_s, dec = bench.decode[0].tok_s;
+const median = (v) => {
+  const s = v.filter((x) => x !== null && x !== undefined).sort((a, b) => a - b);
+  return s.length ? (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : null;
+};
+const R = [...Array(Number(rounds)).keys()].map((i) => i + 1);
+const benches = R.map((r) => rd(`bench-${r}.json`));
+const served = (name) => {
+  const per = R.map((r) => rd(`serve-${name}-${r}.json`)).filter((x) => x);
+  if (!per.length) return null;
+  const runs = per.flatMap((p) => p.runs);
+  return { server: per[0].server, prompt_tokens: per[0].prompt_tokens, max_tokens: per[0].max_tokens,
+           reps_per_round: per[0].reps, rounds: per.length, ttft_s: median(runs.map((x) => x.ttft_s)),
+           decode_tok_s: median(runs.map((x) => x.decode_tok_s)), runs };
+};
+const gem = served("gem"), llama = served("llama");
+const b0 = benches[0];
+const bench = {
+  prompt_tokens: b0.prefill[0].tokens, decode_depth: b0.decode[0].depth, gen: b0.decode[0].gen, reps_per_round: b0.reps,
+  ttft_s: median(benches.map((b) => b.prefill[0].ttft_s)), decode_tok_s: median(benches.map((b) => b.decode[0].tok_s)),
+  rounds: benches.map((b) => ({ ttft_s: b.prefill[0].ttft_s, prefill_tok_s: b.prefill[0].tok_s, decode_tok_s: b.decode[0].tok_s,
+                                decode_spread: b.decode[0].spread })),
+};
 const r = {
-  what: "served speed (streamed /v1/completions, client-side) against gem bench on the same file",
-  commit, model, model_sha256: sha, hardware: hw, backend, kv_type: kv || "f32",
-  date: new Date().toISOString(),
-  gem_bench: { prompt_tokens: bench.prefill[0].tokens, ttft_s: ttft, prefill_tok_s: bench.prefill[0].tok_s,
-               decode_depth: bench.decode[0].depth, decode_tok_s: dec },
-  gem_serve: gem,
-  ratios: { ttft_served_over_bench: gem.ttft_s / ttft, decode_served_over_bench: gem.decode_tok_s / dec },
+  what: "served speed (streamed /v1/completions, client-side) against gem bench on the same file; " +
+        "rounds of gem bench, gem serve, llama-server; medians over every round",
+  commit, model, model_sha256: sha, hardware: hw, backend, kv_type: kv || "f32", rounds: Number(rounds),
+  date: new Date().toISOString(), gem_bench: bench, gem_serve: gem,
+  ratios: { ttft_served_over_bench: gem.ttft_s / bench.ttft_s, decode_served_over_bench: gem.decode_tok_s / bench.decode_tok_s },
   llama_server: llama,
 };
 if (llama) r.ratios.gem_over_llama_server = { ttft: llama.ttft_s / gem.ttft_s, decode: gem.decode_tok_s / llama.decode_tok_s };
 console.log(JSON.stringify(r, null, 1));
-' "$tmp" "$model" "$sha" "$commit" "$hw" "$backend" "${kv#--kv-type }" >"$out/serve-speed.json"
+' "$tmp" "$model" "$sha" "$commit" "$hw" "$backend" "${kv#--kv-type }" "$rounds" >"$out/serve-speed.json"
 cat "$out/serve-speed.json"
