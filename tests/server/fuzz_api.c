@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chat/chat.h"
+#include "engine/stop.h"
 #include "server/api.h"
 #include "server/reply.h"
 #include "util/utf8.h"
