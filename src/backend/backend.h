@@ -155,6 +155,10 @@ struct backend {
      * the backend was created (weights, caches, scratch). Buffers only grow
      * during a run, so the value at the end of a run is its peak. */
     size_t (*mem_used)(backend *b);
+    /* Optional (NULL on host backends): bytes of device memory free now.
+     * Lets optional allocations (checkpoints) leave the backend's own
+     * lazily grown working memory room. */
+    size_t (*mem_free)(backend *b);
 };
 
 typedef struct {

@@ -118,13 +118,15 @@ int cli_bench(int argc, char **argv) {
     }
     if (!model) return usage();
 
+    /* a prompt of P needs room for its first token; decode at depth D
+     * prefills max(D, 1) tokens and generates (reps + 1) gen + 1 more */
     int need = 0;
-    for (int i = 0; i < n_prompts; i++) need = prompts[i] > need ? prompts[i] : need;
+    for (int i = 0; i < n_prompts; i++) need = prompts[i] + 1 > need ? prompts[i] + 1 : need;
     for (int i = 0; i < n_depths; i++) {
-        const int d = depths[i] + (reps + 1) * gen + 1;
+        const int d = (depths[i] > 0 ? depths[i] : 1) + (reps + 1) * gen + 1;
         need = d > need ? d : need;
     }
-    gem_err err;
+    gem_err err = {{0}};
     /* bytes one decode step reads, from the model's own tensor table */
     uint64_t wbytes = 0;
     {
@@ -225,6 +227,7 @@ int cli_bench(int argc, char **argv) {
         for (int k = 0; k <= reps && !rc; k++) {
             gem_session_reset(s);
             if (gem_session_sync(s, ids, (size_t)P, &err) < 0 || gem_session_generate(s, &gp, NULL, &res, &err)) rc = 1;
+            else if (res.n_generated != 1) rc = gem_err_set(&err, "a prompt of %d tokens gave no first token", P) != 0;
             if (k > 0) samples[k - 1] = res.first_s; /* run 0 is the warm-up */
         }
         if (rc) break;
@@ -252,7 +255,12 @@ int cli_bench(int argc, char **argv) {
         for (long k = 0; k < steps; k++) forced[k] = ids[(D + k) % need];
         gem_session_reset(s);
         if (gem_session_sync(s, ids, (size_t)(D > 0 ? D : 1), &err) < 0 ||
-            gem_session_generate(s, &gp, &cb, &res, &err) || res.n_generated != steps) {
+            gem_session_generate(s, &gp, &cb, &res, &err)) {
+            rc = 1;
+            break;
+        }
+        if (res.n_generated != steps) {
+            gem_err_set(&err, "decode at depth %d generated %ld of %ld steps", D, res.n_generated, steps);
             rc = 1;
             break;
         }

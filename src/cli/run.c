@@ -266,6 +266,7 @@ int cli_run(int argc, char **argv) {
     gp.force = forced;
     gp.n_force = n_forced;
     gp.want_logits = n_top > 0;
+    gp.no_checkpoint = 1; /* one generation: nothing reuses its state */
     /* --ids and --top-logprobs print ids or JSON lines, not the text */
     gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
     gem_gen_result res;

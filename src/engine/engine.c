@@ -93,6 +93,7 @@ int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 }
 
 int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, NULL, 0, err)) return -1;
     s->logits_dev = 1;
@@ -100,6 +101,7 @@ int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 }
 
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
     s->logits_dev = 1;
@@ -113,6 +115,7 @@ int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 }
 
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
+    s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
     memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
@@ -155,6 +158,8 @@ const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
     *n = s->n_tokens;
     return s->tokens;
 }
+
+void session_wait(gem_session *s) { s->e->be->sync(s->e->be); }
 
 void session_clear(gem_session *s) {
     gemma4_reset(s->st);
@@ -201,10 +206,14 @@ gem_checkpoint *gem_session_save(gem_session *s, gem_err *err) {
 }
 
 void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
-    gemma4_snap_load(s->st, c->snap);
     gem_err err;
+    s->synced = 0;
     s->n_tokens = 0;
-    session_remember(s, c->tokens, (int)c->n_tokens, &err);
+    if (session_remember(s, c->tokens, (int)c->n_tokens, &err)) { /* no memory for the history: start over */
+        session_clear(s);
+        return;
+    }
+    gemma4_snap_load(s->st, c->snap);
     s->logits_valid = 0;
     s->logits_dev = c->next_ok;
 }

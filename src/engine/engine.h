@@ -58,7 +58,8 @@ int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, 
  * on ties) comes back, computed on the backend (the logits stay there and
  * gem_session_logits reads them on demand). */
 int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
-/* Logits of the last evaluated token, or NULL after eval_greedy. */
+/* Logits of the last evaluated token (read from the backend on first use),
+ * or NULL when the last evaluation computed none. */
 const float *gem_session_logits(const gem_session *s);
 /* The next token drawn by smp from the last evaluated token's logits and
  * the session's history; -1 with err set on failure. Sampling with top-k
@@ -110,6 +111,8 @@ typedef struct {
     long n_force;
     int want_logits;         /* on_token sees each step's logits (the whole
                               * vocabulary comes back from the backend) */
+    int no_checkpoint;       /* keep no turn checkpoint (nothing will reuse
+                              * it: one-shot runs, requests without cache) */
 } gem_gen_params;
 
 /* params with sampling gem_sampling_default() (greedy) and no limit */
@@ -159,7 +162,9 @@ typedef struct {
  * say; detokenized incrementally; stopped by an end-of-generation token,
  * a stop string, a callback, the length limit or the context's end. The
  * last token is not evaluated (nothing would read its logits). Keeps the
- * turn checkpoint gem_session_sync describes. 0, or -1 with err set
+ * turn checkpoint gem_session_sync describes, unless no_checkpoint, and
+ * only where the backend has room for it beside a reserve for its own
+ * working memory (a checkpoint is an optimisation, never a failure). 0, or -1 with err set
  * (result.finish GEM_FINISH_ERROR). Needs a gem_session_sync first. */
 int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_callbacks *cb, gem_gen_result *r,
                          gem_err *err);

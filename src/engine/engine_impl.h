@@ -48,6 +48,8 @@ struct gem_session {
 int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err);
 /* Evaluates ids without computing logits (a prompt's tiles before its last). */
 int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err);
+/* Waits until the backend has done the work enqueued so far. */
+void session_wait(gem_session *s);
 /* Empties the live state; the checkpoint stays. */
 void session_clear(gem_session *s);
 /* Saves the session's state into c (its buffers reused). */

@@ -129,8 +129,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
 
-    size_t ck_at = n; /* the last turn start, or the end */
-    if (e->turn_id >= 0)
+    size_t ck_at = p->no_checkpoint ? (size_t)-1 : n; /* the last turn start, or the end */
+    if (e->turn_id >= 0 && !p->no_checkpoint)
         for (size_t i = n; i-- > 1;)
             if (prompt[i] == e->turn_id) {
                 ck_at = i;
@@ -154,6 +154,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         if (bad) goto fail;
         pos = end;
     }
+    session_wait(s); /* the prompt's work done, not only enqueued: its time is prompt_s */
     r->prompt_s = gem_now_s() - t0;
     /* the checkpoint at the prompt's end waits for the first token */
     int ck_end = ck_at == n;

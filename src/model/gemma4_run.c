@@ -15,6 +15,7 @@
 #include "model/gemma4_run.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,6 +307,9 @@ struct gemma4_snap {
     int n_past;
 };
 
+/* Device memory a snapshot leaves free (see gemma4_snap_save). */
+#define SNAP_RESERVE ((size_t)1 << 30)
+
 static size_t snap_bytes(const gemma4_state *s) {
     size_t n = GEMMA4_N_VOCAB * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
@@ -323,9 +327,18 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
     const size_t need = snap_bytes(s);
     if (need > p->cap) {
         if (p->buf) b->buf_free(b, p->buf);
+        p->buf = NULL;
         p->cap = 0;
-        /* room for some growth: the next turn's checkpoint is longer */
-        const size_t want = need + need / 4;
+        /* a device keeps SNAP_RESERVE free beside it: the backend's working
+         * memory grows lazily (a longer prompt tile than any before), and a
+         * checkpoint must never be what makes that fail; room for growth
+         * (the next turn's checkpoint is longer) only where it fits */
+        const size_t avail = b->mem_free ? b->mem_free(b) : SIZE_MAX;
+        const size_t reserve = b->mem_free ? SNAP_RESERVE : 0;
+        size_t want = need + need / 4;
+        if (avail < reserve || avail - reserve < want) want = need;
+        if (avail < reserve || avail - reserve < want)
+            return gem_err_set(err, "no room for a checkpoint of %zu bytes (%zu free)", want, avail);
         if (!(p->buf = b->alloc(b, (want + 3) / 4, err))) return gem_err_wrap(err, "checkpoint of %zu bytes", want);
         p->cap = want;
     }

@@ -310,6 +310,7 @@ static void run_job(server *s, job *j) {
     if (!rq->seed_given) gp.sampling.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
     gp.max_tokens = rq->max_tokens;
     gp.ignore_eos = rq->ignore_eos;
+    gp.no_checkpoint = !rq->cache_prompt;
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;

@@ -166,6 +166,13 @@ out=$(printf 'Hello\n/reset\nAgain\n/quit\n' | $GEM chat -m "$M" -n 4 --temp 0 2
   pid=$!; sleep 2; kill -INT $pid; wait $pid; echo "exit $?" >> "$tmp/chat.txt" ) 2>/dev/null
 grep -q '\[stopped\]' "$tmp/chat.txt" && grep -q 'exit 0' "$tmp/chat.txt" && ok || bad "Ctrl-C did not stop the answer cleanly"
 
+# gem bench sizes its context for every run: the shortest settings give a
+# finite prefill rate and every decode step (a run one token short used to
+# print "inf tok/s" or fail without a message)
+out=$($GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 2>&1)
+case "$out" in *inf*|*error*) bad "bench at the smallest settings: $out" ;;
+*"prefill      8 tokens:"*"decode at depth      0:"*) ok ;; *) bad "bench output: $out" ;; esac
+
 # chat reuses its history: each turn's prompt repeats the last one up to its
 # generation prompt (which, like the answer, is rendered differently once
 # it is history), and the engine keeps exactly that much; so turn 3 reuses

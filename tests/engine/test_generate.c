@@ -275,9 +275,26 @@ int main(void) {
     cb = callbacks(&w);
     CHECK(gem_session_sync(s, t3, 110, &err) == 0);
     CHECK(!gem_session_generate(s, &gp, &cb, &r, &err));
-    CHECK(!memcmp(cont, w.ids, 4 * sizeof(int32_t)));
-    CHECKF(!memcmp(ref, w.logits, V * sizeof(float)), "logits after a checkpoint restore differ from a fresh run");
+    /* the caches at 32-90 came from other tiles (32-45 and 45-61.. through
+     * two checkpoints, against 32-48..): exact on the CPU, a bound on a GPU */
+    if (exact) {
+        CHECK(!memcmp(cont, w.ids, 4 * sizeof(int32_t)));
+        CHECKF(!memcmp(ref, w.logits, V * sizeof(float)), "logits after a checkpoint restore differ from a fresh run");
+    } else {
+        const double d = max_diff(ref, w.logits);
+        CHECKF(d < 1e-3, "logits after a checkpoint restore differ from a fresh run by %g", d);
+        printf("%s: checkpoint restore against a fresh session: max |logit diff| %.3g\n", backend_name(), d);
+    }
     gp.want_logits = 0;
+
+    /* no_checkpoint: turn 2 finds nothing but the live state, which it
+     * does not continue */
+    gem_session_reset(s);
+    gp.no_checkpoint = 1;
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, t1, 60, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    CHECK(gem_session_sync(s, t2, 100, &err) == 0);
+    gp.no_checkpoint = 0;
 
     /* a prompt the session holds entirely (the last request generated one
      * token, which is not evaluated): the first token comes from the held

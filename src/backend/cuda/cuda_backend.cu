@@ -250,6 +250,12 @@ static size_t cu_mem_used(backend *b) {
     return c->mem_free0 - free_b;
 }
 
+static size_t cu_mem_free(backend *b) {
+    (void)b;
+    size_t free_b = 0, total_b = 0;
+    return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? free_b : 0;
+}
+
 static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
     cuda_backend *c = cu_of(b);
     if (n > c->step_cap) {
@@ -541,6 +547,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) c->mem_free0 = free_b;
     b->mem_used = cu_mem_used;
+    b->mem_free = cu_mem_free;
     b->capture = c->profile ? NULL : cu_capture;
     b->replay = cu_replay;
     b->graph_free = cu_graph_free;
