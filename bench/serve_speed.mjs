@@ -13,6 +13,8 @@
 // none; the server's own timings when it reports them. Medians over the
 // reps.
 //   node bench/serve_speed.mjs URL PROMPT_TOKENS GEN REPS NAME > out.json
+import http from "node:http";
+
 const [url, promptArg, genArg, repsArg, name] = process.argv.slice(2);
 if (!url || !promptArg) {
   console.error("usage: node bench/serve_speed.mjs URL PROMPT_TOKENS GEN REPS NAME");
@@ -31,46 +33,68 @@ function prompt(seed) {
   return ids;
 }
 
-async function one(seed) {
+// node:http and a string scan per chunk (no JSON parse until the usage
+// chunk): on a small machine the client shares the cores the server
+// computes on, and a heavier client slows the server it measures.
+function one(seed) {
   const body = JSON.stringify({
     prompt: prompt(seed), max_tokens: GEN, stream: true, temperature: 0, ignore_eos: true, cache_prompt: false,
     stream_options: { include_usage: true },
   });
-  const t0 = performance.now();
-  const res = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body });
-  if (!res.ok) throw new Error(`${name}: HTTP ${res.status}: ${await res.text()}`);
-  let buf = "", first = null, done = null, chunks = 0, usage = null, timings = null;
-  for await (const part of res.body) {
-    const now = performance.now();
-    buf += Buffer.from(part).toString("utf8");
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      for (const line of ev.split("\n")) {
-        if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-        const j = JSON.parse(line.slice(6));
-        if (j.usage) usage = j.usage;
-        if (j.timings) timings = j.timings;
-        const c = j.choices && j.choices[0];
-        if (c && c.text) {
-          chunks++;
-          if (first === null) first = now;
+  const u = new URL(`${url}/v1/completions`);
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    let buf = "", first = null, done = null, chunks = 0, usage = null, timings = null;
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent: false,
+                               headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) } },
+      (res) => {
+        if (res.statusCode !== 200) {
+          let e = "";
+          res.on("data", (d) => (e += d));
+          res.on("end", () => reject(new Error(`${name}: HTTP ${res.statusCode}: ${e}`)));
+          return;
         }
-        if (c && c.finish_reason && done === null) done = now;
-      }
-    }
-  }
-  // a server that reports no usage: its text chunks stand for the tokens
-  const n = usage ? usage.completion_tokens : chunks;
-  return {
-    ttft_s: (first - t0) / 1e3,
-    decode_tok_s: n > 1 && done > first ? (n - 1) / ((done - first) / 1e3) : null,
-    text_chunks: chunks,
-    completion_tokens: n,
-    server_prompt_ms: timings ? timings.prompt_ms : null,
-    server_predicted_ms: timings ? timings.predicted_ms : null,
-  };
+        res.setEncoding("utf8");
+        res.on("data", (part) => {
+          const now = performance.now();
+          buf += part;
+          let i;
+          while ((i = buf.indexOf("\n\n")) >= 0) {
+            const ev = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+            if (first === null || done === null) {
+              if (!/"text":""/.test(ev) && /"text":"/.test(ev)) {
+                chunks++;
+                if (first === null) first = now;
+              }
+              if (done === null && /"finish_reason":"/.test(ev)) done = now;
+            } else if (/"text":"/.test(ev) && !/"text":""/.test(ev)) {
+              chunks++;
+            }
+            if (ev.includes('"usage":{') || ev.includes('"timings":{')) {
+              const j = JSON.parse(ev.slice(6));
+              if (j.usage) usage = j.usage;
+              if (j.timings) timings = j.timings;
+            }
+          }
+        });
+        res.on("end", () => {
+          // a server that reports no usage: its text chunks stand for the tokens
+          const n = usage ? usage.completion_tokens : chunks;
+          resolve({
+            ttft_s: (first - t0) / 1e3,
+            decode_tok_s: n > 1 && done > first ? (n - 1) / ((done - first) / 1e3) : null,
+            text_chunks: chunks,
+            completion_tokens: n,
+            server_prompt_ms: timings ? timings.prompt_ms : null,
+            server_predicted_ms: timings ? timings.predicted_ms : null,
+          });
+        });
+      });
+    req.on("error", reject);
+    req.end(body);
+  });
 }
 
 const median = (v) => {
