@@ -2,7 +2,7 @@
 # Served speed against engine speed on one GGUF: gem bench's prefill of
 # PROMPT tokens and its decode at depth PROMPT, gem serve and (when
 # LLAMA_SERVER names one) the pinned reference's llama-server, the servers
-# measured by the same client (bench/serve_speed.mjs: streamed
+# measured by the same client (bench/serve_speed.py: streamed
 # /v1/completions, token prompts, greedy, end tokens ignored, no prompt
 # cache). Both servers stay up; ROUNDS rounds each run gem bench, then the
 # client against gem serve, then against llama-server, one at a time, so a
@@ -73,9 +73,9 @@ r=1
 while [ $r -le "$rounds" ]; do
     ./gem bench -m "$model" --backend "$backend" $kv $tflag --prompt "$prompt" --depth "$prompt" --gen "$gen" \
         --reps "$reps" --json "$tmp/bench-$r.json" >&2
-    node bench/serve_speed.mjs "http://127.0.0.1:$gport" "$prompt" "$gen" "$reps" gem >"$tmp/serve-gem-$r.json"
+    python3 bench/serve_speed.py client "http://127.0.0.1:$gport" "$prompt" "$gen" "$reps" gem >"$tmp/serve-gem-$r.json"
     [ -n "${LLAMA_SERVER:-}" ] &&
-        node bench/serve_speed.mjs "http://127.0.0.1:$lport" "$prompt" "$gen" "$reps" llama-server >"$tmp/serve-llama-$r.json"
+        python3 bench/serve_speed.py client "http://127.0.0.1:$lport" "$prompt" "$gen" "$reps" llama-server >"$tmp/serve-llama-$r.json"
     r=$((r + 1))
 done
 
@@ -86,41 +86,5 @@ if [ "$backend" = cuda ]; then
 else
     hw="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $threads threads"
 fi
-node -e '
-const fs = require("fs");
-const [dir, model, sha, commit, hw, backend, kv, rounds] = process.argv.slice(1);
-const rd = (f) => fs.existsSync(`${dir}/${f}`) ? JSON.parse(fs.readFileSync(`${dir}/${f}`, "utf8")) : null;
-const median = (v) => {
-  const s = v.filter((x) => x !== null && x !== undefined).sort((a, b) => a - b);
-  return s.length ? (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : null;
-};
-const R = [...Array(Number(rounds)).keys()].map((i) => i + 1);
-const benches = R.map((r) => rd(`bench-${r}.json`));
-const served = (name) => {
-  const per = R.map((r) => rd(`serve-${name}-${r}.json`)).filter((x) => x);
-  if (!per.length) return null;
-  const runs = per.flatMap((p) => p.runs);
-  return { server: per[0].server, prompt_tokens: per[0].prompt_tokens, max_tokens: per[0].max_tokens,
-           reps_per_round: per[0].reps, rounds: per.length, ttft_s: median(runs.map((x) => x.ttft_s)),
-           decode_tok_s: median(runs.map((x) => x.decode_tok_s)), runs };
-};
-const gem = served("gem"), llama = served("llama");
-const b0 = benches[0];
-const bench = {
-  prompt_tokens: b0.prefill[0].tokens, decode_depth: b0.decode[0].depth, gen: b0.decode[0].gen, reps_per_round: b0.reps,
-  ttft_s: median(benches.map((b) => b.prefill[0].ttft_s)), decode_tok_s: median(benches.map((b) => b.decode[0].tok_s)),
-  rounds: benches.map((b) => ({ ttft_s: b.prefill[0].ttft_s, prefill_tok_s: b.prefill[0].tok_s, decode_tok_s: b.decode[0].tok_s,
-                                decode_spread: b.decode[0].spread })),
-};
-const r = {
-  what: "served speed (streamed /v1/completions, client-side) against gem bench on the same file; " +
-        "rounds of gem bench, gem serve, llama-server; medians over every round",
-  commit, model, model_sha256: sha, hardware: hw, backend, kv_type: kv || "f32", rounds: Number(rounds),
-  date: new Date().toISOString(), gem_bench: bench, gem_serve: gem,
-  ratios: { ttft_served_over_bench: gem.ttft_s / bench.ttft_s, decode_served_over_bench: gem.decode_tok_s / bench.decode_tok_s },
-  llama_server: llama,
-};
-if (llama) r.ratios.gem_over_llama_server = { ttft: llama.ttft_s / gem.ttft_s, decode: gem.decode_tok_s / llama.decode_tok_s };
-console.log(JSON.stringify(r, null, 1));
-' "$tmp" "$model" "$sha" "$commit" "$hw" "$backend" "${kv#--kv-type }" "$rounds" >"$out/serve-speed.json"
+python3 bench/serve_speed.py summary "$tmp" "$model" "$sha" "$commit" "$hw" "$backend" "${kv#--kv-type }" "$rounds" >"$out/serve-speed.json"
 cat "$out/serve-speed.json"

@@ -137,9 +137,11 @@ static double max_diff(const float *a, const float *b) {
 }
 
 /* A reused run against a fresh one (ids[0..n) and the last logits ref of
- * one, w of the other): bit for bit where exact, else within 1e-3 (the
- * bound test_gemma4_run gives prefill against decode) with the difference
- * printed. */
+ * one, w of the other): bit for bit where exact; on a GPU within 4e-3,
+ * with the difference printed: prompt tiles of other lengths take other
+ * product kernels there (int8 dp4a for short tiles, f16 tensor cores for
+ * long ones), whose roundings moved these logits by up to 1.03e-3 on an
+ * H100 (make test-cuda). */
 static void same_run(const char *what, int exact, const int32_t *ids, const seen *w, int n, const float *ref) {
     if (exact) {
         CHECKF(!memcmp(ids, w->ids, (size_t)n * sizeof *ids), "%s: ids differ from a fresh session's", what);
@@ -147,7 +149,7 @@ static void same_run(const char *what, int exact, const int32_t *ids, const seen
         return;
     }
     const double d = max_diff(ref, w->logits);
-    CHECKF(d < 1e-3, "%s: logits differ from a fresh session's by %g", what, d);
+    CHECKF(d < 4e-3, "%s: logits differ from a fresh session's by %g", what, d);
     printf("%s: %s against a fresh session: max |logit diff| %.3g\n", backend_name(), what, d);
 }
 
@@ -242,8 +244,7 @@ int main(void) {
     memcpy(cont, w.ids, sizeof cont);
     /* the same from an empty session: bit-identical logits and ids on the
      * CPU (whose rows do not depend on the tiling); on a GPU the prompt's
-     * tiles differ (0-80, 80-90 against 73-89, 89-90): within 1e-3, the
-     * bound test_gemma4_run gives prefill against decode */
+     * tiles differ (0-80, 80-90 against 73-89, 89-90): see same_run */
     gem_session_reset(s);
     cb = callbacks(&w);
     CHECK(gem_session_sync(s, longer, 90, &err) == 0);
