@@ -42,8 +42,19 @@ typedef struct be_graph be_graph;
 
 #define BE_TOPK_MAX 128
 
+/* Rows a call may carry and still be row-exact (below). */
+#define BE_EXACT_ROWS 16
+
 struct backend {
     const char *name;     /* "cpu", "cpu-ref", "cuda" */
+    /* Row-exact small tiles: for a call of n <= BE_EXACT_ROWS tokens, every
+     * op gives each token's row bitwise what n calls of one token in order
+     * give (matmul rows, norms, rope, attention with the earlier rows'
+     * keys). Speculative verification relies on it: a verified token is
+     * then exactly the token plain decoding would have produced, never a
+     * near-tie flip. 0: the backend's multi-row kernels sum differently,
+     * and MTP is refused on it. */
+    int rows_exact;
     /* Tokens per prompt tile the engine uses unless told otherwise: a GPU
      * wants tiles large enough that each weight read from memory serves
      * hundreds of tokens; the CPU's caches want small ones. */
@@ -111,6 +122,15 @@ struct backend {
     void (*attention_qkv)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                           int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int head_dim, float eps,
                           float theta, const be_weight *freq_factors, int window, be_buf *out);
+    /* Optional (NULL: no MTP drafting on this backend): attention of n
+     * queries, all at position pos, over the cache's positions [pos -
+     * window + 1, pos) (window > 0) or [0, pos), storing nothing: an MTP
+     * drafter's Q-only attention over its target's cache (the reference
+     * masks a key when pos - pos_k >= window, and the drafted token's own
+     * position is not in the cache). Scale 1.0, GQA as in attention. With
+     * no visible key (pos 0) the output is zero. */
+    void (*attention_cached)(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
+                             int head_dim, int window, be_buf *out);
     /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);

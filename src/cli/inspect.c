@@ -122,9 +122,11 @@ int cli_inspect(int argc, char **argv) {
         gguf_close(f);
         return 1;
     }
-    /* the vocabulary too: a file `gem run` refuses is not "OK" here */
-    tok *tk = tok_load(f, &err);
-    if (!tk) {
+    /* the vocabulary too: a file `gem run` refuses is not "OK" here (a
+     * drafter may come without one: it reads ids, never text) */
+    const int no_vocab = gemma4_is_assistant(m->profile) && gguf_find_key(f, "tokenizer.ggml.model") < 0;
+    tok *tk = no_vocab ? NULL : tok_load(f, &err);
+    if (!tk && !no_vocab) {
         printf("verdict:       REJECTED: tokenizer: %s\n", err.msg);
         fprintf(stderr, "gem inspect: error: tokenizer: %s\n", err.msg);
         gemma4_free(m);
@@ -139,13 +141,31 @@ int cli_inspect(int argc, char **argv) {
            "head dim %u/%u, window %u, vocab %u\n",
            p->n_layer, p->n_layer - n_full, n_full, p->n_embd, p->n_ff, p->n_head, p->n_head_kv_swa,
            p->n_head_kv_full, GEMMA4_HEAD_DIM_SWA, GEMMA4_HEAD_DIM_FULL, p->window, GEMMA4_N_VOCAB);
-    int64_t ki = gguf_find_key(f, "gemma4.context_length");
+    if (gemma4_is_assistant(p)) {
+        /* the targets it can serve: same width, KV heads and window */
+        char targets[200] = "";
+        for (int i = 0; i < gemma4_profile_count(); i++) {
+            const gemma4_profile *t = gemma4_profile_at(i);
+            if (gemma4_is_assistant(t) || t->n_embd != p->n_embd_out || t->n_head_kv_swa != p->n_head_kv_swa ||
+                t->n_head_kv_full != p->n_head_kv_full || t->window != p->window)
+                continue;
+            strncat(targets, targets[0] ? ", " : "", sizeof targets - strlen(targets) - 1);
+            strncat(targets, t->name, sizeof targets - strlen(targets) - 1);
+        }
+        printf("drafter:       MTP assistant for targets of width %u (%s): Q-only attention over the target's "
+               "caches, own tied head (no soft-cap); pass it with --mtp\n",
+               p->n_embd_out, targets[0] ? targets : "none of gem's profiles");
+    }
+    char ctx_key[64];
+    snprintf(ctx_key, sizeof ctx_key, "%s.context_length", gemma4_arch(p));
+    int64_t ki = gguf_find_key(f, ctx_key);
     int64_t ctx = 0;
     if (ki >= 0) gguf_kv_int(f, (uint64_t)ki, &ctx);
     printf("context:       %" PRId64 " tokens (trained)\n", ctx);
     printf("parameters:    %" PRIu64 " (%.3f B)\n", gemma4_param_count(p), gemma4_param_count(p) / 1e9);
     printf("embedding:     %s\n", quant_type_name(m->token_embd->type));
-    printf("tokenizer:     %u tokens, bos %d, eos %d\n", tok_n_vocab(tk), tok_bos(tk), tok_eos(tk));
+    if (tk) printf("tokenizer:     %u tokens, bos %d, eos %d\n", tok_n_vocab(tk), tok_bos(tk), tok_eos(tk));
+    else printf("tokenizer:     none (a drafter reads the target's ids)\n");
     tok_free(tk);
     uint64_t db = gemma4_decode_bytes(m);
     printf("decode bytes:  %" PRIu64 " per token (%.3f GiB); weight-read roofline on an H200 (4.8 TB/s): %.1f tok/s\n",

@@ -640,7 +640,7 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         }
     }
     if (read_config(o->dir, cfg, &h, err)) goto done;
-    const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, h.window);
+    const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, 0, h.window);
     if (!p) {
         gem_err_set(err, "%s/config.json: %u layers of width %u match no supported Gemma 4 profile", o->dir, h.n_layer,
                     h.n_embd);

@@ -19,15 +19,26 @@
  * K-as-V, real vocabulary) at small widths, with a window that short prompts
  * wrap. */
 static const gemma4_profile profiles[] = {
-    {"gemma4-31b", "Gemma 4 31B dense", 60, 5376, 21504, 32, 16, 4, 1024, 262144},
-    {"gemma4-12b", "Gemma 4 12B dense", 48, 3840, 15360, 16, 8, 1, 1024, 262144},
-    {"gemma4-1b", "test profile, about 1B parameters", 18, 1536, 6144, 8, 4, 1, 128, 32768},
-    {"gemma4-tiny", "smallest test profile", 6, 256, 512, 4, 2, 1, 32, 4096},
+    {"gemma4-31b", "Gemma 4 31B dense", 60, 5376, 21504, 32, 16, 4, 1024, 262144, 0},
+    {"gemma4-12b", "Gemma 4 12B dense", 48, 3840, 15360, 16, 8, 1, 1024, 262144, 0},
+    {"gemma4-1b", "test profile, about 1B parameters", 18, 1536, 6144, 8, 4, 1, 128, 32768, 0},
+    {"gemma4-tiny", "smallest test profile", 6, 256, 512, 4, 2, 1, 32, 4096, 0},
     /* The trained demo model (models/README.md): the tiny widths with a
      * window and FFN large enough to learn from book-length text; its
      * size is dominated by the real 262144-token embedding. */
-    {"gemma4-demo", "trained demo model, the embedded default", 6, 256, 1024, 4, 2, 1, 256, 1024},
+    {"gemma4-demo", "trained demo model, the embedded default", 6, 256, 1024, 4, 2, 1, 256, 1024, 0},
+    /* MTP drafters: the published 31B and 12B assistants (shared spec §7),
+     * then one per test profile, each reading its target's caches (same
+     * KV heads and window), at widths that keep a draft step cheap beside
+     * its target's */
+    {"gemma4-31b-assistant", "Gemma 4 31B MTP drafter (assistant)", 4, 1024, 8192, 32, 16, 4, 1024, 262144, 5376},
+    {"gemma4-12b-assistant", "Gemma 4 12B MTP drafter (assistant)", 4, 1024, 8192, 16, 8, 1, 1024, 262144, 3840},
+    {"gemma4-1b-assistant", "test drafter for gemma4-1b", 4, 256, 1024, 8, 4, 1, 128, 32768, 1536},
+    {"gemma4-tiny-assistant", "test drafter for gemma4-tiny", 4, 128, 256, 4, 2, 1, 32, 4096, 256},
+    {"gemma4-demo-assistant", "drafter for the demo model", 4, 128, 512, 4, 2, 1, 256, 1024, 256},
 };
+
+const char *gemma4_arch(const gemma4_profile *p) { return gemma4_is_assistant(p) ? GEMMA4_ASSISTANT_ARCH : GEMMA4_ARCH; }
 
 int gemma4_profile_count(void) { return (int)(sizeof profiles / sizeof profiles[0]); }
 
@@ -41,11 +52,11 @@ const gemma4_profile *gemma4_profile_find(const char *name) {
     return NULL;
 }
 
-const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t window) {
+const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t n_embd_out, int64_t window) {
     const gemma4_profile *m = NULL;
     for (int i = 0; i < gemma4_profile_count(); i++) {
         const gemma4_profile *p = &profiles[i];
-        if (p->n_layer != n_layer || p->n_embd != n_embd) continue;
+        if (p->n_layer != n_layer || p->n_embd != n_embd || p->n_embd_out != n_embd_out) continue;
         if (p->window == window) return p;
         if (!m) m = p;
     }
@@ -94,9 +105,19 @@ static const layer_entry layer_entries[] = {
     {"attn_v", G4_ATTN_V, G4_KIND_MATRIX},
 };
 
+/* Assistants have no key projections: their attention reads the target's
+ * caches. */
+static int entry_in(const gemma4_profile *p, uint32_t il, gemma4_role role) {
+    if (role == G4_ATTN_V && gemma4_layer_is_full(p, il)) return 0;
+    if (gemma4_is_assistant(p) && (role == G4_ATTN_K || role == G4_ATTN_K_NORM || role == G4_ATTN_V)) return 0;
+    return 1;
+}
+
 size_t gemma4_manifest_count(const gemma4_profile *p) {
-    size_t n = 3;
-    for (uint32_t il = 0; il < p->n_layer; il++) n += gemma4_layer_is_full(p, il) ? 13 : 14;
+    size_t n = gemma4_is_assistant(p) ? 5 : 3;
+    for (uint32_t il = 0; il < p->n_layer; il++)
+        for (size_t e = 0; e < sizeof layer_entries / sizeof layer_entries[0]; e++)
+            n += (size_t)entry_in(p, il, layer_entries[e].role);
     return n;
 }
 
@@ -117,6 +138,8 @@ static void spec_shape(const gemma4_profile *p, int il, gemma4_role role, uint64
     case G4_FFN_GATE: case G4_FFN_UP: ne[0] = H; ne[1] = F; break;
     case G4_FFN_DOWN: ne[0] = F; ne[1] = H; break;
     case G4_LAYER_OUT_SCALE: ne[0] = 1; *n_dims = 1; break;
+    case G4_NEXTN_PRE: ne[0] = 2 * (uint64_t)p->n_embd_out; ne[1] = H; break;
+    case G4_NEXTN_POST: ne[0] = H; ne[1] = p->n_embd_out; break;
     default: ne[0] = H; *n_dims = 1; break; /* the four block norms */
     }
 }
@@ -155,13 +178,17 @@ size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t 
         uint32_t il = order[oi];
         for (size_t e = 0; e < sizeof layer_entries / sizeof layer_entries[0]; e++) {
             const layer_entry *le = &layer_entries[e];
-            if (le->role == G4_ATTN_V && gemma4_layer_is_full(p, il)) continue;
+            if (!entry_in(p, il, le->role)) continue;
             char name[48];
             snprintf(name, sizeof name, "blk.%u.%s.weight", il, le->suffix);
             spec_set(p, &out[k++], name, le->role, le->kind, (int)il);
         }
     }
     spec_set(p, &out[k++], "output_norm.weight", G4_OUTPUT_NORM, G4_KIND_VECTOR, -1);
+    if (gemma4_is_assistant(p)) { /* top-level HF names post_projection, pre_projection sort last */
+        spec_set(p, &out[k++], "nextn.post_projection.weight", G4_NEXTN_POST, G4_KIND_MATRIX, -1);
+        spec_set(p, &out[k++], "nextn.pre_projection.weight", G4_NEXTN_PRE, G4_KIND_MATRIX, -1);
+    }
     return k == n ? n : 0;
 }
 
@@ -205,7 +232,15 @@ uint64_t gemma4_param_count(const gemma4_profile *p) {
 typedef struct {
     const gguf_file *f;
     gem_err *err;
+    const char *arch;  /* the metadata prefix: "gemma4" or "gemma4-assistant" */
+    char key[160];     /* K()'s result: valid until the next K() */
 } vctx;
+
+/* The full name of an architecture key ("<arch>.<suffix>"). */
+static const char *K(vctx *v, const char *suffix) {
+    snprintf(v->key, sizeof v->key, "%s.%s", v->arch, suffix);
+    return v->key;
+}
 
 static int meta_fail(vctx *v, const char *key, const char *fmt, const char *detail) {
     int64_t i = gguf_find_key(v->f, key);
@@ -338,6 +373,8 @@ static const char *const known_keys[] = {
     "rope.freq_base_swa", "rope.dimension_count", "rope.dimension_count_swa",
     "final_logit_softcapping", "embedding_length_per_layer_input", "vocab_size",
 };
+/* ... and, under "gemma4-assistant.", these besides */
+static const char *const assistant_keys[] = {"embedding_length_out", "nextn_predict_layers"};
 
 static int check_tokenizer(vctx *v) {
     const char *key = "tokenizer.ggml.model";
@@ -370,71 +407,101 @@ static int identify(vctx *v, const gemma4_profile **out) {
     if (i < 0) return -1;
     gguf_str arch;
     if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return meta_fail(v, key, "%s", "must be a string");
-    if (!gguf_str_eq(arch, GEMMA4_ARCH)) {
+    if (gguf_str_eq(arch, GEMMA4_ARCH)) {
+        v->arch = GEMMA4_ARCH;
+    } else if (gguf_str_eq(arch, GEMMA4_ASSISTANT_ARCH)) {
+        v->arch = GEMMA4_ASSISTANT_ARCH;
+    } else {
         char d[200];
-        snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4)",
+        snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4, gemma4-assistant)",
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         return meta_fail(v, key, "%s", d);
     }
     int64_t x;
-    if (gguf_find_key(v->f, "gemma4.expert_count") >= 0)
-        return meta_fail(v, "gemma4.expert_count", "%s", "Gemma 4 MoE (26B-A4B) is not supported: gem runs the dense 31B and 12B");
-    i = gguf_find_key(v->f, "gemma4.embedding_length_per_layer_input");
+    if (gguf_find_key(v->f, K(v, "expert_count")) >= 0)
+        return meta_fail(v, v->key, "%s", "Gemma 4 MoE (26B-A4B) is not supported: gem runs the dense 31B and 12B");
+    i = gguf_find_key(v->f, K(v, "embedding_length_per_layer_input"));
     if (i >= 0 && !gguf_kv_int(v->f, (uint64_t)i, &x) && x != 0)
-        return meta_fail(v, "gemma4.embedding_length_per_layer_input", "%s",
+        return meta_fail(v, v->key, "%s",
                          "Gemma 4 E2B/E4B (per-layer embeddings) is not supported: gem runs the dense 31B and 12B");
-    int64_t n_layer, n_embd;
-    if (get_int(v, "gemma4.block_count", &n_layer) || get_int(v, "gemma4.embedding_length", &n_embd)) return -1;
+    int64_t n_layer, n_embd, n_out = 0;
+    if (get_int(v, K(v, "block_count"), &n_layer) || get_int(v, K(v, "embedding_length"), &n_embd)) return -1;
+    const int assistant = !strcmp(v->arch, GEMMA4_ASSISTANT_ARCH);
+    if (assistant) {
+        if (get_int(v, K(v, "embedding_length_out"), &n_out)) return -1;
+        if (n_out == n_embd || n_out < 1)
+            return meta_fail(v, v->key, "%s", "must carry the target's width (positive, and not the drafter's own)");
+    }
     int64_t window = -1;
-    i = gguf_find_key(v->f, "gemma4.attention.sliding_window");
+    i = gguf_find_key(v->f, K(v, "attention.sliding_window"));
     if (i < 0 || gguf_kv_int(v->f, (uint64_t)i, &window)) window = -1;
-    if ((*out = gemma4_profile_match(n_layer, n_embd, window))) return 0;
-    char names[256] = "";
+    if ((*out = gemma4_profile_match(n_layer, n_embd, n_out, window))) return 0;
+    char names[512] = "";
     for (int p = 0; p < gemma4_profile_count(); p++) {
-        strncat(names, p ? ", " : "", sizeof names - strlen(names) - 1);
+        if (gemma4_is_assistant(&profiles[p]) != assistant) continue;
+        strncat(names, names[0] ? ", " : "", sizeof names - strlen(names) - 1);
         strncat(names, profiles[p].name, sizeof names - strlen(names) - 1);
     }
+    if (assistant)
+        return gem_err_set(v->err,
+                           "%s: block_count %lld with embedding_length %lld and embedding_length_out %lld matches no "
+                           "supported Gemma 4 assistant profile (%s)",
+                           gguf_path(v->f), (long long)n_layer, (long long)n_embd, (long long)n_out, names);
     return gem_err_set(v->err,
                        "%s: block_count %lld with embedding_length %lld matches no supported Gemma 4 profile (%s)",
                        gguf_path(v->f), (long long)n_layer, (long long)n_embd, names);
 }
 
 static int check_metadata(vctx *v, const gemma4_profile *p) {
+    const int assistant = gemma4_is_assistant(p);
     int64_t ctx;
-    if (get_int(v, "gemma4.context_length", &ctx)) return -1;
-    if (ctx < 1) return meta_fail(v, "gemma4.context_length", "%s", "must be positive");
-    if (expect_per_layer(v, "gemma4.feed_forward_length", p, want_ff) ||
-        expect_per_layer(v, "gemma4.attention.head_count", p, want_head) ||
-        expect_per_layer(v, "gemma4.attention.head_count_kv", p, layer_kv_heads) ||
-        expect_int(v, "gemma4.attention.key_length", GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, "gemma4.attention.value_length", GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, "gemma4.attention.key_length_swa", GEMMA4_HEAD_DIM_SWA) ||
-        expect_int(v, "gemma4.attention.value_length_swa", GEMMA4_HEAD_DIM_SWA) ||
-        expect_int(v, "gemma4.attention.sliding_window", p->window) ||
-        expect_pattern(v, "gemma4.attention.sliding_window_pattern", p) ||
-        expect_float(v, "gemma4.attention.layer_norm_rms_epsilon", 1e-6, 1e-6) ||
-        expect_float(v, "gemma4.rope.freq_base", 1e6, 1e-6) ||
-        expect_float(v, "gemma4.rope.freq_base_swa", 1e4, 1e-6) ||
-        expect_int(v, "gemma4.rope.dimension_count", GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, "gemma4.rope.dimension_count_swa", GEMMA4_HEAD_DIM_SWA) ||
-        expect_float(v, "gemma4.final_logit_softcapping", 30.0, 1e-6))
+    if (get_int(v, K(v, "context_length"), &ctx)) return -1;
+    if (ctx < 1) return meta_fail(v, v->key, "%s", "must be positive");
+    if (expect_per_layer(v, K(v, "feed_forward_length"), p, want_ff) ||
+        expect_per_layer(v, K(v, "attention.head_count"), p, want_head) ||
+        expect_per_layer(v, K(v, "attention.head_count_kv"), p, layer_kv_heads) ||
+        expect_int(v, K(v, "attention.key_length"), GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, K(v, "attention.value_length"), GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, K(v, "attention.key_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
+        expect_int(v, K(v, "attention.value_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
+        expect_int(v, K(v, "attention.sliding_window"), p->window) ||
+        expect_pattern(v, K(v, "attention.sliding_window_pattern"), p) ||
+        expect_float(v, K(v, "attention.layer_norm_rms_epsilon"), 1e-6, 1e-6) ||
+        expect_float(v, K(v, "rope.freq_base"), 1e6, 1e-6) ||
+        expect_float(v, K(v, "rope.freq_base_swa"), 1e4, 1e-6) ||
+        expect_int(v, K(v, "rope.dimension_count"), GEMMA4_HEAD_DIM_FULL) ||
+        expect_int(v, K(v, "rope.dimension_count_swa"), GEMMA4_HEAD_DIM_SWA))
         return -1;
-    if (gguf_find_key(v->f, "gemma4.attention.shared_kv_layers") >= 0 &&
-        expect_int(v, "gemma4.attention.shared_kv_layers", 0))
+    /* A drafter's logits are never soft-capped (the reference's graph has
+     * no cap), so its file may carry the key or not; a target must have 30. */
+    if (!assistant && expect_float(v, K(v, "final_logit_softcapping"), 30.0, 1e-6)) return -1;
+    /* every assistant layer reads shared (the target's) caches */
+    if (gguf_find_key(v->f, K(v, "attention.shared_kv_layers")) >= 0 &&
+        expect_int(v, v->key, assistant ? p->n_layer : 0))
         return -1;
-    if (gguf_find_key(v->f, "gemma4.embedding_length_per_layer_input") >= 0 &&
-        expect_int(v, "gemma4.embedding_length_per_layer_input", 0))
+    if (assistant && expect_int(v, K(v, "nextn_predict_layers"), p->n_layer)) return -1;
+    if (gguf_find_key(v->f, K(v, "embedding_length_per_layer_input")) >= 0 &&
+        expect_int(v, v->key, 0))
         return -1;
-    if (gguf_find_key(v->f, "gemma4.vocab_size") >= 0 && expect_int(v, "gemma4.vocab_size", GEMMA4_N_VOCAB))
-        return -1;
+    if (gguf_find_key(v->f, K(v, "vocab_size")) >= 0 && expect_int(v, v->key, GEMMA4_N_VOCAB)) return -1;
+    const size_t plen = strlen(v->arch);
     for (uint64_t k = 0; k < gguf_kv_count(v->f); k++) {
         const char *key = gguf_kv_key(v->f, k);
-        if (strncmp(key, "gemma4.", 7)) continue;
+        if (strncmp(key, v->arch, plen) || key[plen] != '.') continue;
         int known = 0;
         for (size_t j = 0; j < sizeof known_keys / sizeof known_keys[0]; j++)
-            if (!strcmp(key + 7, known_keys[j])) known = 1;
-        if (!known) return meta_fail(v, key, "%s", "unknown key for the gemma4 contract");
+            if (!strcmp(key + plen + 1, known_keys[j])) known = 1;
+        for (size_t j = 0; assistant && j < sizeof assistant_keys / sizeof assistant_keys[0]; j++)
+            if (!strcmp(key + plen + 1, assistant_keys[j])) known = 1;
+        if (!known) {
+            char d[80];
+            snprintf(d, sizeof d, "unknown key for the %s contract", v->arch);
+            return meta_fail(v, key, "%s", d);
+        }
     }
+    /* a drafter file may carry the converter's copy of the tokenizer (it
+     * then must be the target's kind) or none: it reads no text */
+    if (assistant && gguf_find_key(v->f, "tokenizer.ggml.model") < 0) return 0;
     return check_tokenizer(v);
 }
 
@@ -471,6 +538,10 @@ static int check_tensors(vctx *v, const gemma4_profile *p, gemma4_tensor_spec *s
             if (found) continue;
             unsigned il;
             char suffix[64];
+            if (gemma4_is_assistant(p) && sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 &&
+                (!strcmp(suffix, "attn_k") || !strcmp(suffix, "attn_v") || !strcmp(suffix, "attn_k_norm")))
+                return gem_err_set(v->err, "%s: unexpected tensor '%s': a drafter's attention reads the target's caches "
+                                   "and has no key or value projections", path, t->name);
             if (sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 && !strcmp(suffix, "attn_v") &&
                 il < p->n_layer && gemma4_layer_is_full(p, il))
                 return gem_err_set(v->err, "%s: unexpected tensor '%s': full-attention layers use K as V and have no attn_v",
@@ -482,7 +553,7 @@ static int check_tensors(vctx *v, const gemma4_profile *p, gemma4_tensor_spec *s
 }
 
 int gemma4_validate(const gguf_file *f, const gemma4_profile **out, gem_err *err) {
-    vctx v = {f, err};
+    vctx v = {f, err, GEMMA4_ARCH, ""};
     const gemma4_profile *p;
     if (identify(&v, &p) || check_metadata(&v, p)) return -1;
     size_t n = gemma4_manifest_count(p);
@@ -538,6 +609,8 @@ gemma4_model *gemma4_bind(const gguf_file *f, gem_err *err) {
         case G4_FFN_DOWN: L->ffn_down = t; break;
         case G4_POST_FFW_NORM: L->post_ffw_norm = t; break;
         case G4_LAYER_OUT_SCALE: L->layer_output_scale = t; break;
+        case G4_NEXTN_PRE: m->nextn_pre = t; break;
+        case G4_NEXTN_POST: m->nextn_post = t; break;
         default: break;
         }
     }
@@ -562,4 +635,30 @@ uint64_t gemma4_decode_bytes(const gemma4_model *m) {
     /* token_embd is counted once above as the output head; add the gathered row */
     total += m->token_embd->n_bytes / m->token_embd->ne[1];
     return total;
+}
+
+int gemma4_pair_check(const gemma4_model *t, const gemma4_model *a, gem_err *err) {
+    const gemma4_profile *tp = t->profile, *ap = a->profile;
+    const char *tf = gguf_path(t->file), *af = gguf_path(a->file);
+    if (gemma4_is_assistant(tp)) return gem_err_set(err, "%s is an MTP drafter (%s), not a target model", tf, tp->name);
+    if (!gemma4_is_assistant(ap))
+        return gem_err_set(err, "%s is a target model (%s), not an MTP drafter (arch %s)", af, ap->name,
+                           GEMMA4_ASSISTANT_ARCH);
+    char what[200] = "";
+    if (ap->n_embd_out != tp->n_embd)
+        snprintf(what, sizeof what, "embedding_length_out %u of the drafter is not the target's embedding_length %u",
+                 ap->n_embd_out, tp->n_embd);
+    else if (ap->n_head_kv_swa != tp->n_head_kv_swa || ap->n_head_kv_full != tp->n_head_kv_full)
+        snprintf(what, sizeof what,
+                 "attention.head_count_kv %u/%u (sliding/full) of the drafter is not the target's %u/%u",
+                 ap->n_head_kv_swa, ap->n_head_kv_full, tp->n_head_kv_swa, tp->n_head_kv_full);
+    else if (ap->window != tp->window)
+        snprintf(what, sizeof what, "attention.sliding_window %u of the drafter is not the target's %u", ap->window,
+                 tp->window);
+    else if (a->token_embd->ne[1] != t->token_embd->ne[1])
+        snprintf(what, sizeof what, "the drafter's vocabulary of %llu tokens is not the target's %llu",
+                 (unsigned long long)a->token_embd->ne[1], (unsigned long long)t->token_embd->ne[1]);
+    if (what[0])
+        return gem_err_set(err, "MTP drafter %s (%s) does not fit target %s (%s): %s", af, ap->name, tf, tp->name, what);
+    return 0;
 }

@@ -10,7 +10,14 @@
  * 5 sliding : 1 full layers (layer il is full when il % 6 == 5, the last
  * layer is always full), sliding head 256 with theta 1e4, full head 512 with
  * proportional RoPE (theta 1e6, rope_freqs), K-as-V on full layers (no
- * attn_v), tied embedding, soft-cap 30, per-layer layer_output_scale. */
+ * attn_v), tied embedding, soft-cap 30, per-layer layer_output_scale.
+ *
+ * The MTP drafters ("assistant" files, arch gemma4-assistant, keys under
+ * that prefix) are profiles of the same contract: 4 layers [S,S,S,F] with
+ * Q-only attention (no attn_k/attn_k_norm/attn_v: they read the target's
+ * caches), their own tied embedding as the head (no soft-cap), and
+ * nextn.pre_projection [2D -> d] / nextn.post_projection [d -> D], D the
+ * target's width (embedding_length_out). */
 #ifndef GEM_MODEL_GEMMA4_H
 #define GEM_MODEL_GEMMA4_H
 
@@ -21,6 +28,7 @@
 #include "util/err.h"
 
 #define GEMMA4_ARCH "gemma4"
+#define GEMMA4_ASSISTANT_ARCH "gemma4-assistant"
 #define GEMMA4_N_VOCAB 262144u
 #define GEMMA4_HEAD_DIM_SWA 256u
 #define GEMMA4_HEAD_DIM_FULL 512u
@@ -37,16 +45,23 @@ typedef struct {
     uint32_t n_head_kv_full;
     uint32_t window;
     uint32_t n_ctx_train;    /* context_length written by synth */
+    uint32_t n_embd_out;     /* assistants: the target's width D (embedding_length_out); 0 for targets */
 } gemma4_profile;
+
+/* An MTP drafter profile (arch gemma4-assistant). */
+static inline int gemma4_is_assistant(const gemma4_profile *p) { return p->n_embd_out != 0; }
+/* "gemma4" or "gemma4-assistant": the architecture and the metadata prefix. */
+const char *gemma4_arch(const gemma4_profile *p);
 
 int gemma4_profile_count(void);
 const gemma4_profile *gemma4_profile_at(int i);
 const gemma4_profile *gemma4_profile_find(const char *name);
-/* The profile of a file or checkpoint by its shape: depth and width, and
- * among profiles sharing those (gemma4-tiny, gemma4-demo) the one with this
+/* The profile of a file or checkpoint by its shape: depth and width (and
+ * for assistants, n_embd_out > 0, the target width they serve), and among
+ * profiles sharing those (gemma4-tiny, gemma4-demo) the one with this
  * sliding window, else the first of that shape, so that the window check
  * afterwards names what is wrong. NULL when no profile has that shape. */
-const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t window);
+const gemma4_profile *gemma4_profile_match(int64_t n_layer, int64_t n_embd, int64_t n_embd_out, int64_t window);
 int gemma4_layer_is_full(const gemma4_profile *p, uint32_t il);
 
 /* Role of a tensor in the manifest. */
@@ -54,7 +69,7 @@ typedef enum {
     G4_TOKEN_EMBD, G4_OUTPUT_NORM, G4_ROPE_FREQS,
     G4_ATTN_NORM, G4_ATTN_Q, G4_ATTN_K, G4_ATTN_V, G4_ATTN_OUTPUT, G4_ATTN_Q_NORM,
     G4_ATTN_K_NORM, G4_POST_ATTN_NORM, G4_FFN_NORM, G4_FFN_GATE, G4_FFN_UP, G4_FFN_DOWN,
-    G4_POST_FFW_NORM, G4_LAYER_OUT_SCALE, G4_ROLE_COUNT
+    G4_POST_FFW_NORM, G4_LAYER_OUT_SCALE, G4_NEXTN_PRE, G4_NEXTN_POST, G4_ROLE_COUNT
 } gemma4_role;
 
 typedef enum { G4_KIND_EMBD, G4_KIND_MATRIX, G4_KIND_VECTOR } gemma4_kind;
@@ -78,14 +93,15 @@ size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t 
 /* Storage types the contract accepts for a tensor kind. */
 int gemma4_type_allowed(gemma4_kind kind, uint32_t type);
 
-/* Checks metadata and tensor table; on success *out is the profile. */
+/* Checks metadata and tensor table; on success *out is the profile (a
+ * target or an assistant: callers that need one kind check it). */
 int gemma4_validate(const gguf_file *f, const gemma4_profile **out, gem_err *err);
 
 typedef struct {
     int is_full;
     uint32_t head_dim;
     uint32_t n_head_kv;
-    const gguf_tensor *attn_norm, *attn_q, *attn_k, *attn_v /* NULL on full layers */,
+    const gguf_tensor *attn_norm, *attn_q, *attn_k /* NULL in assistants */, *attn_v /* NULL on full layers and in assistants */,
         *attn_output, *attn_q_norm, *attn_k_norm, *post_attention_norm, *ffn_norm, *ffn_gate,
         *ffn_up, *ffn_down, *post_ffw_norm, *layer_output_scale;
 } gemma4_layer;
@@ -94,8 +110,15 @@ typedef struct {
     const gemma4_profile *profile;
     const gguf_file *file;
     const gguf_tensor *token_embd, *output_norm, *rope_freqs;
+    const gguf_tensor *nextn_pre, *nextn_post; /* assistants only */
     gemma4_layer *layers; /* profile->n_layer entries */
 } gemma4_model;
+
+/* An assistant serves a target when its backbone width is the target's
+ * width, its heads and KV heads per layer kind and its window are the
+ * target's (its attention reads the target's caches), and the vocabulary
+ * sizes agree; -1 with a message naming both files and the field. */
+int gemma4_pair_check(const gemma4_model *target, const gemma4_model *assistant, gem_err *err);
 
 /* Validates then binds; the gguf_file must outlive the model. */
 gemma4_model *gemma4_bind(const gguf_file *f, gem_err *err);

@@ -37,6 +37,16 @@ struct gemma4_state {
     layer_w *L;
     be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best, *topk;
     be_graph *decode; /* one recorded decode step (backends with capture) */
+    /* the hidden state after the last evaluated token (gemma4_hidden) */
+    const be_buf *hid;
+    size_t hid_off;
+    int hid_valid;
+    /* speculative verification (gemma4_spec_init): every row's normed
+     * hidden state, logits and argmax; the last verify's first position
+     * and row count */
+    int spec_rows;
+    be_buf *vhid, *vlogits, *vbest;
+    int v_pos0, v_n;
 };
 
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
@@ -62,7 +72,7 @@ void gemma4_state_free(gemma4_state *s) {
     for (int i = 0; i < 3; i++)
         if (g[i]) b->weight_free(b, g[i]);
     be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->act, s->down, s->last, s->logits,
-                      s->best, s->topk};
+                      s->best, s->topk, s->vhid, s->vlogits, s->vbest};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
     free(s);
@@ -122,7 +132,10 @@ fail:
 
 int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
 int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
-void gemma4_reset(gemma4_state *s) { s->n_past = 0; }
+void gemma4_reset(gemma4_state *s) {
+    s->n_past = 0;
+    s->hid_valid = 0;
+}
 
 /* h += rmsnorm(x) w (times s), then a = rmsnorm(h) w_next: fused where
  * the backend offers it (results are equal). */
@@ -260,6 +273,9 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, int head, floa
         s->n_past += t;
         done += t;
     }
+    s->hid = s->last; /* the head's normed row (head_dev) */
+    s->hid_off = 0;
+    s->hid_valid = head;
     if (logits && !all_logits) b->download(b, s->logits, 0, logits, GEMMA4_N_VOCAB);
     if (best) {
         float f = 0;
@@ -305,13 +321,17 @@ struct gemma4_snap {
     be_buf *buf;
     size_t cap; /* bytes */
     int n_past;
+    int hid_valid;
 };
 
 /* Device memory a snapshot leaves free (see gemma4_snap_save). */
 #define SNAP_RESERVE ((size_t)1 << 30)
 
+/* logits, then the hidden state (an MTP drafter's next input), then the caches */
+static size_t snap_head_floats(const gemma4_state *s) { return GEMMA4_N_VOCAB + s->m->profile->n_embd; }
+
 static size_t snap_bytes(const gemma4_state *s) {
-    size_t n = GEMMA4_N_VOCAB * sizeof(float);
+    size_t n = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
     return n;
 }
@@ -343,7 +363,9 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
         p->cap = want;
     }
     b->copy(b, s->logits, 0, p->buf, 0, GEMMA4_N_VOCAB);
-    size_t off = GEMMA4_N_VOCAB * sizeof(float);
+    if (s->hid_valid) b->copy(b, s->hid, s->hid_off, p->buf, GEMMA4_N_VOCAB, s->m->profile->n_embd);
+    p->hid_valid = s->hid_valid;
+    size_t off = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) {
         b->kv_stash(b, s->L[il].kv, s->n_past, p->buf, off);
         off += b->kv_bytes(b, s->L[il].kv, s->n_past);
@@ -356,7 +378,11 @@ void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
     backend *b = s->b;
     s->n_past = p->n_past;
     b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
-    size_t off = GEMMA4_N_VOCAB * sizeof(float);
+    if (p->hid_valid) b->copy(b, p->buf, GEMMA4_N_VOCAB, s->last, 0, s->m->profile->n_embd);
+    s->hid = s->last;
+    s->hid_off = 0;
+    s->hid_valid = p->hid_valid;
+    size_t off = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) {
         b->kv_unstash(b, s->L[il].kv, s->n_past, p->buf, off);
         off += b->kv_bytes(b, s->L[il].kv, s->n_past);
@@ -370,3 +396,97 @@ void gemma4_snap_free(gemma4_snap *p) {
     if (p->buf) p->b->buf_free(p->b, p->buf);
     free(p);
 }
+
+/* ---- speculative verification ---- */
+
+int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err) {
+    backend *b = s->b;
+    const gemma4_profile *p = s->m->profile;
+    if (!b->rows_exact)
+        return gem_err_set(err, "backend '%s' has no row-exact small tiles: speculative verification would not "
+                           "reproduce plain decoding exactly", b->name);
+    if (rows < 1 || rows > BE_EXACT_ROWS || rows > s->max_tile)
+        return gem_err_set(err, "verification of %d rows (1..%d, at most the prompt tile %d)", rows, BE_EXACT_ROWS,
+                           s->max_tile);
+    if (s->n_past) return gem_err_set(err, "speculation must be set up before anything is evaluated");
+    if (s->spec_rows >= rows) return 0;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        const gemma4_layer *g = &s->m->layers[il];
+        if (g->is_full) continue;
+        be_kv *kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, (int)p->window + rows, 1, err);
+        if (!kv) return -1;
+        b->kv_free(b, s->L[il].kv);
+        s->L[il].kv = kv;
+    }
+    be_buf *bufs[] = {s->vhid, s->vlogits, s->vbest};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i]) b->buf_free(b, bufs[i]);
+    s->vhid = s->vlogits = s->vbest = NULL;
+    s->spec_rows = 0;
+    if (!(s->vhid = b->alloc(b, (size_t)rows * p->n_embd, err)) ||
+        !(s->vlogits = b->alloc(b, (size_t)rows * GEMMA4_N_VOCAB, err)) || !(s->vbest = b->alloc(b, (size_t)rows, err)))
+        return -1;
+    s->spec_rows = rows;
+    if (s->decode) { /* the recorded step read the old caches */
+        b->graph_free(b, s->decode);
+        s->decode = NULL;
+    }
+    return 0;
+}
+
+int gemma4_spec_rows(const gemma4_state *s) { return s->spec_rows; }
+
+int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err) {
+    backend *b = s->b;
+    const int H = (int)s->m->profile->n_embd;
+    if (n < 1 || n > s->spec_rows) return gem_err_set(err, "verification of %d rows (1..%d)", n, s->spec_rows);
+    if (n > s->n_ctx - s->n_past)
+        return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
+            return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    if (b->set_step) b->set_step(b, ids, n, s->n_past);
+    forward_tile(s, ids, n, s->n_past);
+    /* the head of every row, as head_dev computes one (row-exact ops) */
+    b->rmsnorm(b, s->h, s->out_norm, n, H, EPS, s->vhid);
+    b->matmul(b, s->embd, s->vhid, n, s->vlogits);
+    b->softcap(b, s->vlogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, s->vlogits, n, GEMMA4_N_VOCAB, s->vbest);
+    float f[BE_EXACT_ROWS];
+    b->download(b, s->vbest, 0, f, (size_t)n);
+    if (logits) b->download(b, s->vlogits, 0, logits, (size_t)n * GEMMA4_N_VOCAB);
+    if (b->status(b, err)) return -1;
+    for (int i = 0; i < n; i++) best[i] = (int32_t)f[i];
+    s->v_pos0 = s->n_past;
+    s->v_n = n;
+    s->n_past += n;
+    s->hid_valid = 0; /* until gemma4_spec_keep picks the row */
+    return 0;
+}
+
+void gemma4_spec_keep(gemma4_state *s, int keep) {
+    backend *b = s->b;
+    if (keep < 1) keep = 1;
+    if (keep > s->v_n) keep = s->v_n;
+    const size_t r = (size_t)keep - 1;
+    s->n_past = s->v_pos0 + keep;
+    b->copy(b, s->vlogits, r * GEMMA4_N_VOCAB, s->logits, 0, GEMMA4_N_VOCAB);
+    b->copy(b, s->vbest, r, s->best, 0, 1);
+    s->hid = s->vhid;
+    s->hid_off = r * s->m->profile->n_embd;
+    s->hid_valid = 1;
+}
+
+int gemma4_hidden(const gemma4_state *s, const be_buf **buf, size_t *off) {
+    if (!s->hid_valid) return -1;
+    *buf = s->hid;
+    *off = s->hid_off;
+    return 0;
+}
+
+backend *gemma4_state_backend(const gemma4_state *s) { return s->b; }
+const be_weight *gemma4_state_embd(const gemma4_state *s) { return s->embd; }
+be_kv *gemma4_state_kv(const gemma4_state *s, uint32_t layer) {
+    return layer < s->m->profile->n_layer ? s->L[layer].kv : NULL;
+}
+const gemma4_model *gemma4_state_model(const gemma4_state *s) { return s->m; }

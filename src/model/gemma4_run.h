@@ -55,7 +55,41 @@ int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err)
  * snapshot load is exact for sliding layers; see gemma4_snap_load. */
 void gemma4_reset(gemma4_state *s);
 
-/* Exact snapshots of positions, caches and the last token's logits, kept
+/* ---- speculative verification ----
+ *
+ * gemma4_spec_init readies the state for verifying up to `rows` tokens at
+ * a time (rows <= BE_EXACT_ROWS, at n_past 0): sliding rings get `rows`
+ * slots beyond the window, so that positions a rejected verification wrote
+ * can be dropped without losing a key a later query needs (a dropped
+ * position p overwrote the slot of p - capacity, which stays older than
+ * every later query's window). -1 when the backend is not row-exact. */
+int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err);
+int gemma4_spec_rows(const gemma4_state *s); /* 0 without gemma4_spec_init */
+
+/* Evaluates ids[0..n) (n <= the spec rows) as one tile whose every row is
+ * computed exactly as a one-token decode step (the backend is row-exact),
+ * with the head on every row: best[i] is the argmax after ids[i] (lowest
+ * id on ties); logits, when not NULL, receives all n rows (n x vocab).
+ * Then gemma4_spec_keep decides how many of the rows stay. */
+int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err);
+/* Keeps the first `keep` (1..n) rows of the last gemma4_verify: positions
+ * after them are dropped, and the last token's logits, argmax and hidden
+ * state become row keep-1's, exactly as if only those tokens had been
+ * evaluated one by one. */
+void gemma4_spec_keep(gemma4_state *s, int keep);
+
+/* The target's final hidden state after the last evaluated token (the
+ * output norm's result, before the head): an MTP drafter's input. -1 when
+ * the last evaluation computed no head (gemma4_prefill). */
+int gemma4_hidden(const gemma4_state *s, const be_buf **buf, size_t *off);
+/* What an MTP drafter reads of its target: the backend, the token
+ * embedding, and the caches of the last sliding and last full layer. */
+backend *gemma4_state_backend(const gemma4_state *s);
+const be_weight *gemma4_state_embd(const gemma4_state *s);
+be_kv *gemma4_state_kv(const gemma4_state *s, uint32_t layer);
+const gemma4_model *gemma4_state_model(const gemma4_state *s);
+
+/* Exact snapshots of positions, caches, the last token's logits and hidden state, kept
  * in the backend's memory: saving and loading are copies enqueued like any
  * op (no host round trip). gemma4_snap_save fills *snap, allocating it
  * when NULL and growing it when too small; -1 with err when the backend

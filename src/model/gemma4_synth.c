@@ -194,31 +194,45 @@ static int write_meta(gguf_writer *w, const gemma4_synth_opts *o, const gguf_fil
     }
     /* Key order and types follow the reference converter's output (as seen
      * in the vocabulary GGUF it wrote): general.*, the architecture keys in
-     * the order set_gguf_parameters adds them, then the tokenizer. */
-    if (gguf_w_str(w, "general.architecture", GEMMA4_ARCH, err) ||
+     * the order set_gguf_parameters adds them, then the tokenizer. A
+     * drafter has no soft-cap key (its config has none), every layer reads
+     * shared caches, and the assistant converter appends its two keys. */
+    const char *arch = gemma4_arch(p);
+    const int asst = gemma4_is_assistant(p);
+    char k[32][96];
+    static const char *const sfx[] = {
+        "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+        "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
+        "attention.key_length", "attention.value_length", "final_logit_softcapping", "attention.sliding_window",
+        "attention.shared_kv_layers", "embedding_length_per_layer_input", "attention.sliding_window_pattern",
+        "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count", "rope.dimension_count_swa",
+        "embedding_length_out", "nextn_predict_layers"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) snprintf(k[i], sizeof k[i], "%s.%s", arch, sfx[i]);
+    if (gguf_w_str(w, "general.architecture", arch, err) ||
         gguf_w_str(w, "general.type", "model", err) ||
         gguf_w_str(w, "general.name", name, err) ||
-        gguf_w_u32(w, "gemma4.block_count", p->n_layer, err) ||
-        gguf_w_u32(w, "gemma4.context_length", p->n_ctx_train, err) ||
-        gguf_w_u32(w, "gemma4.embedding_length", p->n_embd, err) ||
-        gguf_w_u32(w, "gemma4.feed_forward_length", p->n_ff, err) ||
-        gguf_w_u32(w, "gemma4.attention.head_count", p->n_head, err) ||
-        gguf_w_arr(w, "gemma4.attention.head_count_kv", GGUF_T_INT32, kv_heads, p->n_layer, err) ||
-        gguf_w_f32(w, "gemma4.rope.freq_base", 1e6f, err) ||
-        gguf_w_f32(w, "gemma4.rope.freq_base_swa", 1e4f, err) ||
-        gguf_w_f32(w, "gemma4.attention.layer_norm_rms_epsilon", 1e-6f, err) ||
-        gguf_w_u32(w, "gemma4.attention.key_length", GEMMA4_HEAD_DIM_FULL, err) ||
-        gguf_w_u32(w, "gemma4.attention.value_length", GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, k[0], p->n_layer, err) ||
+        gguf_w_u32(w, k[1], p->n_ctx_train, err) ||
+        gguf_w_u32(w, k[2], p->n_embd, err) ||
+        gguf_w_u32(w, k[3], p->n_ff, err) ||
+        gguf_w_u32(w, k[4], p->n_head, err) ||
+        gguf_w_arr(w, k[5], GGUF_T_INT32, kv_heads, p->n_layer, err) ||
+        gguf_w_f32(w, k[6], 1e6f, err) ||
+        gguf_w_f32(w, k[7], 1e4f, err) ||
+        gguf_w_f32(w, k[8], 1e-6f, err) ||
+        gguf_w_u32(w, k[9], GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, k[10], GEMMA4_HEAD_DIM_FULL, err) ||
         gguf_w_u32(w, "general.file_type", gemma4_file_type(o->type), err) ||
-        gguf_w_f32(w, "gemma4.final_logit_softcapping", 30.0f, err) ||
-        gguf_w_u32(w, "gemma4.attention.sliding_window", p->window, err) ||
-        gguf_w_u32(w, "gemma4.attention.shared_kv_layers", 0, err) ||
-        gguf_w_u32(w, "gemma4.embedding_length_per_layer_input", 0, err) ||
-        gguf_w_arr(w, "gemma4.attention.sliding_window_pattern", GGUF_T_BOOL, swa, p->n_layer, err) ||
-        gguf_w_u32(w, "gemma4.attention.key_length_swa", GEMMA4_HEAD_DIM_SWA, err) ||
-        gguf_w_u32(w, "gemma4.attention.value_length_swa", GEMMA4_HEAD_DIM_SWA, err) ||
-        gguf_w_u32(w, "gemma4.rope.dimension_count", GEMMA4_HEAD_DIM_FULL, err) ||
-        gguf_w_u32(w, "gemma4.rope.dimension_count_swa", GEMMA4_HEAD_DIM_SWA, err) ||
+        (!asst && gguf_w_f32(w, k[11], 30.0f, err)) ||
+        gguf_w_u32(w, k[12], p->window, err) ||
+        gguf_w_u32(w, k[13], asst ? p->n_layer : 0, err) ||
+        gguf_w_u32(w, k[14], 0, err) ||
+        gguf_w_arr(w, k[15], GGUF_T_BOOL, swa, p->n_layer, err) ||
+        gguf_w_u32(w, k[16], GEMMA4_HEAD_DIM_SWA, err) ||
+        gguf_w_u32(w, k[17], GEMMA4_HEAD_DIM_SWA, err) ||
+        gguf_w_u32(w, k[18], GEMMA4_HEAD_DIM_FULL, err) ||
+        gguf_w_u32(w, k[19], GEMMA4_HEAD_DIM_SWA, err) ||
+        (asst && (gguf_w_u32(w, k[20], p->n_embd_out, err) || gguf_w_u32(w, k[21], p->n_layer, err))) ||
         gguf_w_u32(w, "general.quantization_version", 2, err))
         return -1;
     int copied = 0;

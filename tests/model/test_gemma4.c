@@ -47,7 +47,19 @@ static void test_manifests(void) {
         }
         CHECK(dups == 0 && full_v == 0);
         CHECK(!strcmp(s[0].name, "rope_freqs.weight") && !strcmp(s[1].name, "token_embd.weight"));
-        CHECK(!strcmp(s[n - 1].name, "output_norm.weight"));
+        if (gemma4_is_assistant(p)) { /* the converter's HF names post_projection, pre_projection sort last */
+            CHECK(!strcmp(s[n - 3].name, "output_norm.weight"));
+            CHECK(!strcmp(s[n - 2].name, "nextn.post_projection.weight") && s[n - 2].ne[0] == p->n_embd &&
+                  s[n - 2].ne[1] == p->n_embd_out);
+            CHECK(!strcmp(s[n - 1].name, "nextn.pre_projection.weight") && s[n - 1].ne[0] == 2 * p->n_embd_out &&
+                  s[n - 1].ne[1] == p->n_embd);
+            int kv = 0;
+            for (size_t a = 0; a < n; a++)
+                kv += s[a].role == G4_ATTN_K || s[a].role == G4_ATTN_V || s[a].role == G4_ATTN_K_NORM;
+            CHECK(kv == 0); /* Q-only attention */
+        } else {
+            CHECK(!strcmp(s[n - 1].name, "output_norm.weight"));
+        }
         free(s);
     }
     /* 31B shapes from the published file */
@@ -63,6 +75,20 @@ static void test_manifests(void) {
         if (!strcmp(s[i].name, "rope_freqs.weight")) found += s[i].ne[0] == 256 && s[i].n_dims == 1;
     }
     CHECK(found == 6);
+    /* the published assistants: 49 tensors (the reference's 26B assistant
+     * file has 49), about 470M parameters for the 31B one (shared spec §7) */
+    const gemma4_profile *a31 = gemma4_profile_find("gemma4-31b-assistant");
+    const gemma4_profile *a12 = gemma4_profile_find("gemma4-12b-assistant");
+    CHECK(a31 && a12 && gemma4_is_assistant(a31) && !gemma4_is_assistant(p31));
+    if (a31 && a12) {
+        CHECK(gemma4_manifest_count(a31) == 49 && gemma4_manifest_count(a12) == 49);
+        uint64_t na = gemma4_param_count(a31);
+        CHECKF(na > 465000000ull && na < 475000000ull, "31b assistant params %llu", (unsigned long long)na);
+        CHECK(a31->n_embd_out == p31->n_embd && a12->n_embd_out == p12->n_embd);
+        CHECK(!strcmp(gemma4_arch(a31), "gemma4-assistant") && !strcmp(gemma4_arch(p31), "gemma4"));
+        CHECK(gemma4_layer_is_full(a31, 3) && !gemma4_layer_is_full(a31, 2));
+        CHECK(gemma4_profile_match(4, 1024, 5376, 1024) == a31 && gemma4_profile_match(4, 1024, 0, 1024) == NULL);
+    }
     /* converter order: layers sorted as strings */
     CHECK(!strcmp(s[2].name, "blk.0.attn_norm.weight"));
     CHECK(!strncmp(s[2 + 14 + 14].name, "blk.10.", 7));
@@ -337,11 +363,83 @@ static void test_variants(const char *path) {
     gguf_close(src);
 }
 
+static int synth_asst(const char *profile, const char *path) {
+    gemma4_synth_opts so = {0};
+    so.profile = gemma4_profile_find(profile);
+    so.type = QT_F32;
+    so.embd_type = QT_F32;
+    so.seed = 3;
+    so.vocab_path = "data/vocab/gemma-4.gguf";
+    so.out_path = path;
+    so.threads = 1;
+    gem_err err = {{0}};
+    int rc = so.profile ? gemma4_synth(&so, &err) : -1;
+    CHECKF(rc == 0, "%s: %s", profile, err.msg);
+    return rc;
+}
+
+/* Drafter files: synth writes them, the contract binds them, and pairing
+ * names what does not fit. */
+static void test_assistant(const char *dir) {
+    char ta[512], tt[512], td[512];
+    snprintf(ta, sizeof ta, "%s/asst.gguf", dir);
+    snprintf(tt, sizeof tt, "%s/tiny.gguf", dir);
+    snprintf(td, sizeof td, "%s/demo-asst.gguf", dir);
+    if (synth_asst("gemma4-tiny-assistant", ta) || synth_asst("gemma4-tiny", tt) ||
+        synth_asst("gemma4-demo-assistant", td))
+        return;
+    gem_err err = {{0}};
+    gguf_file *fa = gguf_open(ta, &err), *ft = gguf_open(tt, &err), *fd = gguf_open(td, &err);
+    CHECK(fa && ft && fd);
+    gemma4_model *a = fa ? gemma4_bind(fa, &err) : NULL;
+    CHECKF(a != NULL, "%s", err.msg);
+    gemma4_model *t = ft ? gemma4_bind(ft, &err) : NULL;
+    gemma4_model *d = fd ? gemma4_bind(fd, &err) : NULL;
+    CHECK(t && d);
+    if (a && t && d) {
+        CHECK(!strcmp(a->profile->name, "gemma4-tiny-assistant") && !strcmp(d->profile->name, "gemma4-demo-assistant"));
+        CHECK(a->nextn_pre && a->nextn_post && a->layers[0].attn_k == NULL && a->layers[3].attn_v == NULL);
+        CHECK(a->layers[3].is_full && a->layers[3].head_dim == 512 && a->layers[0].head_dim == 256);
+        CHECK(a->token_embd->ne[0] == 128 && a->nextn_pre->ne[0] == 512 && a->nextn_post->ne[1] == 256);
+        CHECK(t->nextn_pre == NULL);
+        err.msg[0] = 0;
+        CHECKF(gemma4_pair_check(t, a, &err) == 0, "%s", err.msg);
+        /* the demo drafter has the demo model's window, not tiny's 32 */
+        CHECK(gemma4_pair_check(t, d, &err) == -1);
+        CHECKF(strstr(err.msg, "attention.sliding_window 256 of the drafter is not the target's 32") &&
+                   strstr(err.msg, td) && strstr(err.msg, tt),
+               "%s", err.msg);
+        CHECK(gemma4_pair_check(t, t, &err) == -1);
+        CHECKF(strstr(err.msg, "is a target model (gemma4-tiny), not an MTP drafter"), "%s", err.msg);
+        CHECK(gemma4_pair_check(a, a, &err) == -1);
+        CHECKF(strstr(err.msg, "is an MTP drafter (gemma4-tiny-assistant), not a target model"), "%s", err.msg);
+    }
+    /* a target of another width (the tiny binding under the 1b profile:
+     * the check reads profiles, and a 1b file would cost gigabytes) */
+    if (a && t) {
+        gemma4_model wide = *t;
+        wide.profile = gemma4_profile_find("gemma4-1b");
+        CHECK(gemma4_pair_check(&wide, a, &err) == -1);
+        CHECKF(strstr(err.msg, "embedding_length_out 256 of the drafter is not the target's embedding_length 1536"),
+               "%s", err.msg);
+    }
+    gemma4_free(a);
+    gemma4_free(t);
+    gemma4_free(d);
+    gguf_close(fa);
+    gguf_close(ft);
+    gguf_close(fd);
+    remove(ta);
+    remove(tt);
+    remove(td);
+}
+
 int main(void) {
     char dir[] = "/tmp/gem-test-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_manifests();
     test_synth(dir);
+    test_assistant(dir);
     char a[512];
     snprintf(a, sizeof a, "%s/a.gguf", dir);
     test_variants(a);

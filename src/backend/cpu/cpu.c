@@ -371,6 +371,7 @@ typedef struct {
     const be_kv *kv;
     float *out;
     int n, pos0, n_head, n_kv_head, d, window;
+    int cached; /* attention_cached: every query at pos0, keys [.., pos0) from the cache only */
     /* the kernels' dot and axpy: the scalar ones (plain loops in order) on
      * the reference path; SIMD on the fast path, where a scalar dependency
      * chain made decode slow down as the context grew */
@@ -382,14 +383,20 @@ typedef struct {
 static void att_task(void *ctx, int t) {
     const att_job *j = ctx;
     const int i = t / j->n_head, h = t % j->n_head, g = h / (j->n_head / j->n_kv_head), d = j->d;
-    const int qp = j->pos0 + i;
+    const int qp = j->cached ? j->pos0 : j->pos0 + i;
     const int first = j->window > 0 && qp - j->window + 1 > 0 ? qp - j->window + 1 : 0;
-    const int count = qp - first + 1;
+    const int last = j->cached ? qp - 1 : qp; /* a drafted token's key is not in the cache */
+    const int count = last - first + 1;
     const float *q = j->q + ((size_t)i * j->n_head + h) * d;
+    float *o = j->out + ((size_t)i * j->n_head + h) * d;
+    if (count <= 0) {
+        for (int e = 0; e < d; e++) o[e] = 0;
+        return;
+    }
     float *s = malloc(sizeof(float) * (size_t)count);
     if (!s) return;
     float mx = -INFINITY;
-    for (int p = first; p <= qp; p++) {
+    for (int p = first; p <= last; p++) {
         const float *k = p < j->pos0 ? j->kv->k + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
                                      : j->k + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
         const float acc = j->dot(q, k, d);
@@ -401,9 +408,8 @@ static void att_task(void *ctx, int t) {
         s[c] = expf(s[c] - mx);
         sum += s[c];
     }
-    float *o = j->out + ((size_t)i * j->n_head + h) * d;
     for (int e = 0; e < d; e++) o[e] = 0;
-    for (int p = first; p <= qp; p++) {
+    for (int p = first; p <= last; p++) {
         const float *v = p < j->pos0 ? j->kv->v + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
                                      : j->v + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
         j->axpy(o, s[p - first] / sum, v, d);
@@ -414,7 +420,7 @@ static void att_task(void *ctx, int t) {
 static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                           int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window, c->k.dot, c->k.axpy};
+    att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window, 0, c->k.dot, c->k.axpy};
     if (c->reference) {
         for (int t = 0; t < n * n_head; t++) att_task(&j, t);
     } else {
@@ -426,6 +432,17 @@ static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be
         size_t slot = kv_slot(kv, pos0 + i);
         memcpy(kv->k + slot * row, k->p + (size_t)i * row, row * sizeof(float));
         memcpy(kv->v + slot * row, v->p + (size_t)i * row, row * sizeof(float));
+    }
+}
+
+static void cpu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head,
+                                 int n_kv_head, int d, int window, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    att_job j = {q->p, NULL, NULL, kv, out->p, n, pos, n_head, n_kv_head, d, window, 1, c->k.dot, c->k.axpy};
+    if (c->reference) {
+        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
+    } else {
+        pool_run(c->pool, att_task, &j, n * n_head);
     }
 }
 
@@ -576,6 +593,8 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_new = cpu_kv_new;
     b->kv_free = cpu_kv_free;
     b->attention = cpu_attention;
+    b->attention_cached = cpu_attention_cached;
+    b->rows_exact = 1; /* every op computes a row alone (threads split rows, never a row's sum) */
     b->kv_bytes = cpu_kv_bytes;
     b->kv_save = cpu_kv_save;
     b->kv_load = cpu_kv_load;
