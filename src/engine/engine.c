@@ -14,9 +14,26 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     }
     if (!(e->file = gguf_open(o->model_path, err))) goto fail;
     if (!(e->model = gemma4_bind(e->file, err))) goto fail;
+    if (gemma4_is_assistant(e->model->profile)) {
+        gem_err_set(err, "%s is an MTP drafter (%s), not a model to run: pass it with --mtp beside its target",
+                    o->model_path, e->model->profile->name);
+        goto fail;
+    }
+    if (o->mtp_path) {
+        if (!(e->mtp_file = gguf_open(o->mtp_path, err)) || !(e->mtp = gemma4_bind(e->mtp_file, err))) {
+            gem_err_wrap(err, "--mtp");
+            goto fail;
+        }
+        if (gemma4_pair_check(e->model, e->mtp, err)) goto fail;
+    }
     if (!(e->tok = tok_load(e->file, err))) goto fail;
     backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama, o->kv_f16};
     if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
+    if (e->mtp && (!e->be->rows_exact || !e->be->attention_cached)) {
+        gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
+                    e->be->name);
+        goto fail;
+    }
     int64_t trained = 0;
     int64_t k = gguf_find_key(e->file, "gemma4.context_length");
     if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
@@ -37,6 +54,8 @@ void gem_engine_close(gem_engine *e) {
     tok_free(e->tok);
     gemma4_free(e->model);
     gguf_close(e->file);
+    gemma4_free(e->mtp);
+    gguf_close(e->mtp_file);
     free(e);
 }
 
@@ -45,6 +64,7 @@ const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
 const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
 size_t gem_engine_mem_used(const gem_engine *e) { return e->be->mem_used ? e->be->mem_used(e->be) : 0; }
 int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
+const char *gem_engine_mtp(const gem_engine *e) { return e->mtp ? e->mtp->profile->name : NULL; }
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err) {
     if (e->busy) {
@@ -63,6 +83,10 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
         gem_session_free(s);
         return NULL;
     }
+    if (spec_session_init(s, err)) {
+        gem_session_free(s);
+        return NULL;
+    }
     e->busy = 1;
     return s;
 }
@@ -70,6 +94,7 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
 void gem_session_free(gem_session *s) {
     if (!s) return;
     gem_checkpoint_free(s->ck);
+    spec_session_free(s); /* the drafter reads the state: freed first */
     if (s->st) s->e->busy = 0;
     gemma4_state_free(s->st);
     free(s->tokens);

@@ -34,6 +34,9 @@ typedef struct {
      * random quantized models have not yet amplified rounding into chaos
      * (tests/cuda/cuda_model.c). */
     int layers;
+    /* An MTP drafter (a gemma4-assistant GGUF that fits the model, checked
+     * at open) for speculative decoding, or NULL. */
+    const char *mtp_path;
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;
@@ -47,6 +50,8 @@ const char *gem_engine_profile(const gem_engine *e);
 /* Device memory held by the engine's backend (0 on the CPU). */
 size_t gem_engine_mem_used(const gem_engine *e);
 int gem_engine_n_ctx(const gem_engine *e);
+/* The MTP drafter's profile name, or NULL without one. */
+const char *gem_engine_mtp(const gem_engine *e);
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err);
 void gem_session_free(gem_session *s);
@@ -113,9 +118,20 @@ typedef struct {
                               * vocabulary comes back from the backend) */
     int no_checkpoint;       /* keep no turn checkpoint (nothing will reuse
                               * it: one-shot runs, requests without cache) */
+    /* Speculative decoding, when the session has a drafter (the engine's
+     * MTP model, or a test drafter): up to draft_max tokens drafted per
+     * round (0: plain decoding), verified by the target in one row-exact
+     * tile; the answer is token for token plain decoding's. Rounds that
+     * would draft fewer than draft_min tokens decode plainly; the MTP
+     * drafter stops a round early when its top-1 probability falls below
+     * draft_p_min. Greedy decoding only for now (sampling decodes plainly). */
+    int draft_max, draft_min;
+    float draft_p_min;
 } gem_gen_params;
 
-/* params with sampling gem_sampling_default() (greedy) and no limit */
+/* params with sampling gem_sampling_default() (greedy), no limit, and
+ * draft_max GEM_DRAFT_MAX_DEFAULT */
+#define GEM_DRAFT_MAX_DEFAULT 8
 gem_gen_params gem_gen_params_default(void);
 
 typedef struct {
@@ -154,6 +170,9 @@ typedef struct {
     double prompt_s;     /* generate's start to the prompt evaluated */
     double first_s;      /* generate's start to the first token chosen */
     double decode_s;     /* the first token chosen to the last */
+    long n_rounds;       /* speculative rounds (target verifications) */
+    long n_drafted;      /* tokens drafted in them */
+    long n_accepted;     /* drafted tokens the target confirmed */
 } gem_gen_result;
 
 /* Evaluates the synced prompt's remaining tokens in the backend's tiles
@@ -168,5 +187,14 @@ typedef struct {
  * (result.finish GEM_FINISH_ERROR). Needs a gem_session_sync first. */
 int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_callbacks *cb, gem_gen_result *r,
                          gem_err *err);
+
+/* A test drafter for speculative decoding, in place of the engine's MTP
+ * model (tests and benchmarks): it proposes ids[q] for position q (an
+ * expected sequence, prompt included, e.g. a plain run's output), each
+ * proposal right with probability p_right (else a different token), from
+ * a stream seeded with seed. n == 0 removes it. Needs a session whose
+ * backend is row-exact; set before anything is evaluated. */
+int gem_session_set_replay(gem_session *s, const int32_t *ids, size_t n, double p_right, uint64_t seed,
+                           gem_err *err);
 
 #endif

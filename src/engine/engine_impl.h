@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
+#include "model/gemma4_draft.h"
 #include "model/gemma4_run.h"
 
 struct gem_engine {
@@ -19,6 +20,8 @@ struct gem_engine {
     int layers; /* gem_engine_opts.layers */
     int busy; /* a session exists: one sequence at a time per backend */
     int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
+    gguf_file *mtp_file; /* the MTP drafter (gem_engine_opts.mtp_path), or NULL */
+    gemma4_model *mtp;
 };
 
 struct gem_checkpoint {
@@ -42,6 +45,12 @@ struct gem_session {
     int32_t *prompt;    /* the synced prompt */
     size_t n_prompt, prompt_cap, n_kept;
     int synced;
+    /* speculative decoding (spec.c): the MTP drafter, or the test drafter */
+    gemma4_drafter *mtp;
+    int32_t *replay;
+    size_t n_replay;
+    double replay_p;
+    uint64_t replay_rng;
 };
 
 /* Appends ids to the session's history. */
@@ -54,5 +63,21 @@ void session_wait(gem_session *s);
 void session_clear(gem_session *s);
 /* Saves the session's state into c (its buffers reused). */
 int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err);
+
+/* ---- speculative decoding (spec.c) ---- */
+/* Rows the speculative tiles may carry: a round's drafts plus its root. */
+#define SPEC_ROWS BE_EXACT_ROWS
+/* Sets up the engine's MTP drafter for a new session (nothing when the
+ * engine has none). */
+int spec_session_init(gem_session *s, gem_err *err);
+void spec_session_free(gem_session *s);
+int spec_has_drafter(const gem_session *s);
+/* Up to m (< SPEC_ROWS) drafts after id, the next token at the session's
+ * position; returns how many (0..m), or -1 with err set. */
+int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err);
+/* Evaluates ids[0..n) as one verification tile: best[i] is the target's
+ * argmax after ids[i]; then spec_keep(keep) keeps the first keep rows. */
+int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, gem_err *err);
+void spec_keep(gem_session *s, int n, int keep);
 
 #endif

@@ -29,6 +29,7 @@ gem_gen_params gem_gen_params_default(void) {
     memset(&p, 0, sizeof p);
     p.sampling = gem_sampling_default();
     p.max_tokens = -1;
+    p.draft_max = GEM_DRAFT_MAX_DEFAULT;
     return p;
 }
 
@@ -161,46 +162,95 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
 
     const long room = (long)e->n_ctx - (long)n;
     const long max = p->max_tokens < 0 || p->max_tokens > room ? room : p->max_tokens;
+    /* speculation: greedy only (the verification compares argmaxes) */
+    const int spec = greedy && spec_has_drafter(s) && p->draft_max > 0;
+    int32_t drafts[SPEC_ROWS], rows[SPEC_ROWS], best[SPEC_ROWS];
+    int n_drafts = 0, di = 0; /* the current round's accepted drafts, di of them emitted */
     r->finish = GEM_FINISH_LENGTH;
     for (long k = 0; k < max; k++) {
         const int forced = k < p->n_force;
+        const int drafted = di < n_drafts; /* verified: already evaluated */
         int32_t id;
-        if (forced) id = p->force[k];
+        if (drafted) id = drafts[di++];
+        else if (forced) id = p->force[k];
         else if (greedy && next >= 0) id = next;
         else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
         if (k == 0) {
             t_first = gem_now_s();
             r->first_s = t_first - t0;
         }
-        gem_gen_token t = {id, k, s->n_tokens, forced, !p->ignore_eos && tok_is_eog(e->tok, id), NULL};
+        /* a drafted token sits before the newest evaluated one */
+        const size_t at = drafted ? s->n_tokens - 1 - (size_t)(n_drafts - di) : s->n_tokens;
+        gem_gen_token t = {id, k, at, forced, !p->ignore_eos && tok_is_eog(e->tok, id), NULL};
         if (p->want_logits && !(t.logits = gem_session_logits(s))) {
             gem_err_set(err, "the backend's logits could not be read");
             goto fail;
         }
         if (cb->on_token) cb->on_token(cb->ctx, &t);
+        int stop = 0;
         if (t.end) {
             r->finish = GEM_FINISH_STOP;
-            break;
-        }
-        r->n_generated++;
-        if (detok) {
-            size_t len;
-            const char *piece = tok_piece(e->tok, id, 0, &len);
-            tok_stream_feed(&ts, piece, len, to_stopper, &text);
-            if (text.st.hit || text.stop) {
-                r->finish = GEM_FINISH_STOP;
-                break;
+            stop = 1;
+        } else {
+            r->n_generated++;
+            if (detok) {
+                size_t len;
+                const char *piece = tok_piece(e->tok, id, 0, &len);
+                tok_stream_feed(&ts, piece, len, to_stopper, &text);
+                if (text.st.hit || text.stop) {
+                    r->finish = GEM_FINISH_STOP;
+                    stop = 1;
+                }
+            }
+            if (!stop && cb->poll && cb->poll(cb->ctx)) {
+                r->finish = GEM_FINISH_CANCELLED;
+                stop = 1;
             }
         }
-        if (cb->poll && cb->poll(cb->ctx)) {
-            r->finish = GEM_FINISH_CANCELLED;
-            break;
-        }
-        if (ck_end) { /* the first token has gone out (poll sent it) */
+        if (!stop && ck_end) { /* the first token has gone out (poll sent it) */
             keep_checkpoint(s);
             ck_end = 0;
         }
-        if (k + 1 == max) break;
+        if (stop || k + 1 == max) {
+            /* plain decoding never evaluates its last token: drop this
+             * draft and the ones verified after it */
+            if (drafted) spec_keep(s, n_drafts + 1, di);
+            break;
+        }
+        if (drafted && di < n_drafts) continue;
+        if (drafted) { /* the round's drafts are out: the target's own next token follows */
+            n_drafts = di = 0;
+            continue;
+        }
+        /* id is the newest token, not yet evaluated: a round drafts after it
+         * (as many as the answer may still take), verifies id and the drafts
+         * in one tile, and keeps id and the drafts the target agrees with;
+         * the target's token after them is next */
+        int m = 0;
+        const long left = max - k - 2; /* tokens after id beyond the target's own next one */
+        if (spec && k + 1 >= p->n_force) {
+            int want = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
+            if (want > left) want = (int)(left > 0 ? left : 0);
+            if (want > (long)e->n_ctx - (long)s->n_tokens - 1) want = (int)((long)e->n_ctx - (long)s->n_tokens - 1);
+            if (want >= (p->draft_min > 1 ? p->draft_min : 1) &&
+                (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0)
+                goto fail;
+        }
+        if (m > 0) {
+            rows[0] = id;
+            memcpy(rows + 1, drafts, (size_t)m * sizeof *drafts);
+            if (spec_verify(s, rows, m + 1, best, err)) goto fail;
+            int acc = 0;
+            while (acc < m && best[acc] == drafts[acc]) acc++;
+            spec_keep(s, m + 1, acc + 1);
+            r->n_rounds++;
+            r->n_drafted += m;
+            r->n_accepted += acc;
+            next = best[acc];
+            n_drafts = acc;
+            di = 0;
+            continue;
+        }
         if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
     }
     if (ck_end && s->n_tokens == n) keep_checkpoint(s); /* nothing was evaluated after the prompt */

@@ -1,0 +1,292 @@
+/* Speculative decoding in the engine's generation loop (generate.c, spec.c)
+ * on the tiny profile (window 32) with prompts longer than the window, so
+ * verification tiles wrap the sliding rings and rejected rows must not
+ * cost a key a later query reads:
+ *  - greedy ids identical to plain decoding for draft_max 1..8 with the
+ *    replay drafter right always (every draft accepted), never (none), and
+ *    60% of the time, and with a random MTP drafter (gemma4-tiny-assistant);
+ *  - the state afterwards is plain decoding's bit for bit (the last
+ *    logits, and a continued prompt's logits);
+ *  - max_tokens, stop strings and the context's end falling inside a
+ *    round end the answer where plain decoding ends it, with the same
+ *    session length;
+ *  - a drafter that does not fit, or a drafter given as the model, is
+ *    refused with a message naming the field or the file.
+ * GEM_TEST_BACKEND selects the backend (the CPU by default). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "model/gemma4.h"
+#include "model/gemma4_synth.h"
+#include "synth_tiny.h"
+#include "test.h"
+#include "util/strbuf.h"
+
+#define V GEMMA4_N_VOCAB
+#define NP 70   /* prompt tokens: over two sliding windows */
+#define NG 48   /* generated tokens */
+
+static const char *backend_name(void) {
+    const char *b = getenv("GEM_TEST_BACKEND");
+    return b && *b ? b : "cpu";
+}
+
+typedef struct {
+    int32_t ids[256];
+    int n;
+    strbuf text;
+} seen;
+
+static void on_token(void *ctx, const gem_gen_token *t) {
+    seen *w = ctx;
+    if (!t->end && w->n < 256) w->ids[w->n++] = t->id;
+}
+
+static int on_text(void *ctx, const char *p, size_t n) {
+    sb_put(&((seen *)ctx)->text, p, n);
+    return 0;
+}
+
+static gem_engine *open_engine(const char *model, const char *mtp, int n_ctx, gem_err *err) {
+    gem_engine_opts eo = {0};
+    eo.backend = backend_name();
+    eo.model_path = model;
+    eo.mtp_path = mtp;
+    eo.n_ctx = n_ctx;
+    return gem_engine_open(&eo, err);
+}
+
+/* One generation from a fresh sync of prompt[0..n): ids and text into w,
+ * the result into r. */
+static int run(gem_session *s, const int32_t *prompt, int n, const gem_gen_params *gp, seen *w, gem_gen_result *r) {
+    gem_err err = {{0}};
+    w->n = 0;
+    w->text.len = 0;
+    gem_gen_callbacks cb = {w, on_token, on_text, NULL};
+    CHECKF(gem_session_sync(s, prompt, (size_t)n, &err) >= 0, "%s", err.msg);
+    int rc = gem_session_generate(s, gp, &cb, r, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    return rc;
+}
+
+static int synth(const char *profile, uint64_t seed, const char *path) {
+    gemma4_synth_opts so = {0};
+    so.profile = gemma4_profile_find(profile);
+    so.type = QT_F32;
+    so.embd_type = QT_F32;
+    so.seed = seed;
+    so.vocab_path = "data/vocab/gemma-4.gguf";
+    so.out_path = path;
+    gem_err err = {{0}};
+    int rc = gemma4_synth(&so, &err);
+    CHECKF(rc == 0, "%s: %s", profile, err.msg);
+    return rc;
+}
+
+int main(void) {
+    char model[] = "/tmp/gem-spec-XXXXXX", asst[] = "/tmp/gem-spec-a-XXXXXX", other[] = "/tmp/gem-spec-d-XXXXXX";
+    if (test_tmp_file(model) || test_tmp_file(asst) || test_tmp_file(other)) return 1;
+    if (synth("gemma4-tiny", 42, model) || synth("gemma4-tiny-assistant", 43, asst) ||
+        synth("gemma4-demo-assistant", 44, other))
+        return test_report("test_spec");
+    gem_err err = {{0}};
+    gem_engine *e = open_engine(model, NULL, 512, &err);
+    CHECKF(e != NULL, "%s", err.msg);
+    gem_engine *em = open_engine(model, asst, 512, &err);
+    CHECKF(em != NULL, "%s", err.msg);
+    if (!e || !em) return test_report("test_spec");
+    CHECK(gem_engine_mtp(e) == NULL && !strcmp(gem_engine_mtp(em), "gemma4-tiny-assistant"));
+
+    int32_t prompt[NP + NG];
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 7919 + 13) % 200000) + 1000;
+    prompt[0] = tok_bos(gem_engine_tok(e));
+    gem_gen_params gp = gem_gen_params_default();
+    gp.max_tokens = NG;
+    gp.ignore_eos = 1;
+
+    /* plain greedy: the reference ids, text and final logits */
+    gem_session *s = gem_session_new(e, &err);
+    seen ref = {{0}, 0, {0}}, w = {{0}, 0, {0}};
+    gem_gen_result r;
+    run(s, prompt, NP, &gp, &ref, &r);
+    CHECK(ref.n == NG && r.n_rounds == 0);
+    float *ref_logits = malloc(V * sizeof(float)), *ref_cont = malloc(V * sizeof(float));
+    memcpy(ref_logits, gem_session_logits(s), V * sizeof(float));
+    size_t ref_len;
+    gem_session_tokens(s, &ref_len);
+    CHECK(ref_len == NP + NG - 1); /* the last token is never evaluated */
+    int distinct = 0;
+    for (int i = 0; i < ref.n; i++) {
+        int seen_before = 0;
+        for (int j = 0; j < i; j++) seen_before |= ref.ids[j] == ref.ids[i];
+        distinct += !seen_before;
+    }
+    /* random tiny models settle into loops; the answer still varies */
+    CHECKF(distinct >= 5, "the tiny model's greedy answer has only %d distinct tokens", distinct);
+    /* the continued prompt (prompt + answer) through the live state */
+    int32_t full[NP + NG];
+    memcpy(full, prompt, NP * sizeof *prompt);
+    memcpy(full + NP, ref.ids, NG * sizeof *prompt);
+    gem_gen_params one = gp;
+    one.max_tokens = 1;
+    run(s, full, NP + NG, &one, &w, &r);
+    CHECK(r.n_cached == NP + NG - 1);
+    memcpy(ref_cont, gem_session_logits(s), V * sizeof(float));
+    gem_session_free(s);
+
+    /* the replay drafter: always right, never, and 60% of the time */
+    const double probs[] = {1.0, 0.0, 0.6};
+    for (int pi = 0; pi < 3; pi++) {
+        static const int ks[] = {1, 2, 3, 5, 8};
+        for (int ki = 0; ki < 5; ki++) {
+            const int k = ks[ki];
+            s = gem_session_new(e, &err);
+            CHECKF(s && !gem_session_set_replay(s, full, NP + NG, probs[pi], (uint64_t)k, &err), "%s", err.msg);
+            gem_gen_params g = gp;
+            g.draft_max = k;
+            run(s, prompt, NP, &g, &w, &r);
+            CHECKF(w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG),
+                   "replay p=%.1f k=%d: ids differ from plain decoding", probs[pi], k);
+            CHECKF(r.n_rounds > 0 && r.n_drafted >= r.n_rounds, "p=%.1f k=%d: %ld rounds, %ld drafted", probs[pi], k,
+                   r.n_rounds, r.n_drafted);
+            if (pi == 0) CHECKF(r.n_accepted == r.n_drafted, "k=%d: %ld of %ld accepted", k, r.n_accepted, r.n_drafted);
+            if (pi == 1) CHECK(r.n_accepted == 0);
+            if (pi == 2) CHECK(r.n_accepted > 0 && r.n_accepted < r.n_drafted);
+            if (pi == 0) /* all accepted: a round emits k drafts and the target's token */
+                CHECKF(r.n_rounds <= (NG + k) / (k + 1) + 1, "k=%d: %ld rounds", k, r.n_rounds);
+            size_t len;
+            gem_session_tokens(s, &len);
+            CHECK(len == ref_len);
+            CHECKF(!memcmp(gem_session_logits(s), ref_logits, V * sizeof(float)),
+                   "replay p=%.1f k=%d: the last logits differ from plain decoding's", probs[pi], k);
+            if (k == 8) { /* the rolled-back state continues exactly */
+                run(s, full, NP + NG, &one, &w, &r);
+                CHECK(r.n_cached == NP + NG - 1);
+                CHECKF(!memcmp(gem_session_logits(s), ref_cont, V * sizeof(float)),
+                       "replay p=%.1f: the continued prompt's logits differ", probs[pi]);
+            }
+            gem_session_free(s);
+        }
+    }
+
+    /* limits inside a round: max_tokens and a stop string end the answer
+     * where plain decoding does, the session as long as plain decoding's */
+    s = gem_session_new(e, &err);
+    gem_session *sp = NULL;
+    CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 7, &err));
+    for (int max = 1; max <= 12; max++) {
+        gem_gen_params g = gp;
+        g.max_tokens = max;
+        g.no_checkpoint = 1;
+        gem_session_reset(s);
+        run(s, prompt, NP, &g, &w, &r);
+        size_t len;
+        gem_session_tokens(s, &len);
+        CHECKF(w.n == max && !memcmp(w.ids, ref.ids, sizeof(int32_t) * (size_t)max) && len == NP + (size_t)max - 1,
+               "max_tokens %d: %d tokens, session %zu", max, w.n, len);
+    }
+    /* a stop string taken from the answer's text, at several places */
+    gem_session_free(s);
+    sp = gem_session_new(e, &err);
+    seen plain = {{0}, 0, {0}};
+    for (int cut = 3; cut < 40; cut += 7) {
+        if (ref.text.len == 0) break;
+        const size_t at = (size_t)cut * ref.text.len / NG;
+        if (at + 2 > ref.text.len) break;
+        char stop[3] = {ref.text.p[at], ref.text.p[at + 1], 0};
+        const char *stops[] = {stop};
+        size_t lens[] = {2};
+        gem_gen_params g = gp;
+        g.stop = stops;
+        g.stop_len = lens;
+        g.n_stop = 1;
+        gem_session_reset(sp);
+        gem_gen_result rp;
+        run(sp, prompt, NP, &g, &plain, &rp);
+        size_t lp;
+        gem_session_tokens(sp, &lp);
+        gem_session_free(sp);
+        s = gem_session_new(e, &err);
+        CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 9, &err));
+        run(s, prompt, NP, &g, &w, &r);
+        size_t ls;
+        gem_session_tokens(s, &ls);
+        CHECKF(w.n == plain.n && !memcmp(w.ids, plain.ids, sizeof(int32_t) * (size_t)w.n) && r.finish == rp.finish &&
+                   ls == lp && w.text.len == plain.text.len && !memcmp(w.text.p, plain.text.p, w.text.len),
+               "stop '%s': %d tokens against %d, session %zu against %zu", stop, w.n, plain.n, ls, lp);
+        gem_session_free(s);
+        sp = gem_session_new(e, &err);
+    }
+    gem_session_free(sp);
+
+    /* the context's end inside a round */
+    gem_engine *ec = open_engine(model, NULL, NP + 21, &err); /* 21 < NG */
+    CHECKF(ec != NULL, "%s", err.msg);
+    if (ec) {
+        gem_gen_params g = gp;
+        g.max_tokens = -1;
+        s = gem_session_new(ec, &err);
+        run(s, prompt, NP, &g, &w, &r);
+        CHECK(w.n == 21 && !memcmp(w.ids, ref.ids, 21 * sizeof(int32_t)) && r.finish == GEM_FINISH_LENGTH);
+        gem_session_free(s);
+        s = gem_session_new(ec, &err);
+        CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 3, &err));
+        run(s, prompt, NP, &g, &w, &r);
+        CHECKF(w.n == 21 && !memcmp(w.ids, ref.ids, 21 * sizeof(int32_t)) && r.finish == GEM_FINISH_LENGTH &&
+                   r.n_rounds > 0,
+               "context end: %d tokens, %ld rounds", w.n, r.n_rounds);
+        gem_session_free(s);
+        gem_engine_close(ec);
+    }
+
+    /* a random MTP drafter: the answer is still plain decoding's */
+    for (int k = 1; k <= 8; k += 3) {
+        s = gem_session_new(em, &err);
+        CHECKF(s != NULL, "%s", err.msg);
+        if (!s) break;
+        gem_gen_params g = gp;
+        g.draft_max = k;
+        run(s, prompt, NP, &g, &w, &r);
+        CHECKF(w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG), "mtp k=%d: ids differ from plain decoding",
+               k);
+        CHECK(r.n_rounds > 0 && r.n_drafted > 0);
+        CHECKF(!memcmp(gem_session_logits(s), ref_logits, V * sizeof(float)), "mtp k=%d: last logits differ", k);
+        printf("test_spec: random drafter k=%d: %ld rounds, %ld drafted, %ld accepted\n", k, r.n_rounds, r.n_drafted,
+               r.n_accepted);
+        gem_session_free(s);
+    }
+    /* draft_max 0: no rounds even with a drafter */
+    s = gem_session_new(em, &err);
+    gem_gen_params g0 = gp;
+    g0.draft_max = 0;
+    run(s, prompt, NP, &g0, &w, &r);
+    CHECK(r.n_rounds == 0 && w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG));
+    gem_session_free(s);
+
+    /* refusals */
+    gem_engine *bad = open_engine(model, other, 512, &err);
+    CHECK(bad == NULL);
+    CHECKF(strstr(err.msg, "attention.sliding_window 256 of the drafter is not the target's 32") &&
+               strstr(err.msg, other),
+           "%s", err.msg);
+    bad = open_engine(asst, NULL, 512, &err);
+    CHECK(bad == NULL);
+    CHECKF(strstr(err.msg, "is an MTP drafter (gemma4-tiny-assistant), not a model to run"), "%s", err.msg);
+    bad = open_engine(model, model, 512, &err);
+    CHECK(bad == NULL);
+    CHECKF(strstr(err.msg, "is a target model (gemma4-tiny), not an MTP drafter"), "%s", err.msg);
+
+    free(ref_logits);
+    free(ref_cont);
+    sb_free(&ref.text);
+    sb_free(&w.text);
+    sb_free(&plain.text);
+    gem_engine_close(e);
+    gem_engine_close(em);
+    remove(model);
+    remove(asst);
+    remove(other);
+    return test_report("test_spec");
+}
