@@ -4,7 +4,10 @@
 #ifndef GEM_CLI_CLI_H
 #define GEM_CLI_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "engine/engine.h"
 
 int cli_inspect(int argc, char **argv);
 int cli_synth(int argc, char **argv);
@@ -26,6 +29,30 @@ int cli_parse_num(const char *s, double lo, double hi, double *out);
 
 /* "--kv-type" values: "f32" -> 0, "f16" -> 1; -1 for anything else. */
 int cli_parse_kv_type(const char *s);
+
+/* The speculative-decoding options run, chat, serve and bench share
+ * (docs/cli.md): --mtp FILE, --no-mtp, --draft-max N, --draft-min N,
+ * --draft-p-min P. */
+typedef struct {
+    const char *path; /* --mtp */
+    int off;          /* --no-mtp */
+    int draft_max, draft_min; /* -1: the engine's defaults */
+    double p_min;
+} cli_mtp;
+void cli_mtp_init(cli_mtp *m);
+/* 1 when a is one of the options (*used: how many arguments it took), 0
+ * when it is not, -1 for a bad or missing value (the message printed as
+ * "gem CMD: error: ..."). */
+int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *used);
+/* The drafter to load: --mtp's file; else, when autodetect (gem run and
+ * gem chat), "mtp-<model file name>" beside the model when there is one;
+ * NULL with --no-mtp or none found. */
+const char *cli_mtp_path(const cli_mtp *m, const char *model, int autodetect, char *buf, size_t cap);
+/* The draft options into generation parameters. */
+void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp);
+/* " | mtp: N rounds, D drafted, A accepted (P%), T tokens per target step"
+ * (empty without rounds), for the closing summary lines. */
+const char *cli_mtp_summary(const gem_gen_result *r, char *buf, size_t cap);
 
 /* Path of a data file shipped next to the executable (data/...), found via
  * GEM_DATA_DIR, then the executable's directory, then the working directory.

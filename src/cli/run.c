@@ -68,7 +68,8 @@ static int usage(void) {
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
-            "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n");
+            "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
+            "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P]\n");
     return 2;
 }
 
@@ -136,10 +137,18 @@ int cli_run(int argc, char **argv) {
     const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL;
     double n_predict = 128, top_logprobs = 0;
     int chat = 0, ignore_eos = 0, print_ids = 0;
-    char mbuf[4096];
+    char mbuf[4096], mtp_buf[4096];
+    cli_mtp mtp;
+    cli_mtp_init(&mtp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
+        int used, mr = cli_mtp_arg("run", &mtp, a, v, &used);
+        if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return usage(); eo.model_path = v; i++; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return usage(); prompt = v; i++; }
         else if (!strcmp(a, "--prompt-ids")) { if (!v) return usage(); prompt_ids = v; i++; }
@@ -187,6 +196,7 @@ int cli_run(int argc, char **argv) {
         }
     }
     if (!prompt && !prompt_ids) return usage();
+    eo.mtp_path = cli_mtp_path(&mtp, eo.model_path, 1, mtp_buf, sizeof mtp_buf);
     double t0 = gem_now_s();
     gem_err err = {{0}};
     gem_engine *e = gem_engine_open(&eo, &err);
@@ -267,6 +277,7 @@ int cli_run(int argc, char **argv) {
     gp.n_force = n_forced;
     gp.want_logits = n_top > 0;
     gp.no_checkpoint = 1; /* one generation: nothing reuses its state */
+    cli_mtp_params(&mtp, &gp);
     /* --ids and --top-logprobs print ids or JSON lines, not the text */
     gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
     gem_gen_result res;
@@ -286,12 +297,14 @@ int cli_run(int argc, char **argv) {
         printf("\n");
     }
     fflush(stdout); /* the text's last line before the timings when both go to one terminal */
+    char mtp_line[200];
     fprintf(stderr,
             "gem run: %s on %s | load %.2f s | prompt %d tokens, %.2f tok/s | first token %.3f s | "
-            "decode %ld tokens, %.2f tok/s\n",
+            "decode %ld tokens, %.2f tok/s%s\n",
             gem_engine_profile(e), gem_engine_backend(e), t_load, n_ids, n_ids / (res.prompt_s > 0 ? res.prompt_s : 1e-9),
             res.first_s, res.n_generated,
-            res.n_generated > 1 ? (res.n_generated - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9) : 0.0);
+            res.n_generated > 1 ? (res.n_generated - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9) : 0.0,
+            cli_mtp_summary(&res, mtp_line, sizeof mtp_line));
     rc = 0;
 done:
     free(forced);

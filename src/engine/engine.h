@@ -124,9 +124,13 @@ typedef struct {
      * tile; the answer is token for token plain decoding's. Rounds that
      * would draft fewer than draft_min tokens decode plainly; the MTP
      * drafter stops a round early when its top-1 probability falls below
-     * draft_p_min. Greedy decoding only for now (sampling decodes plainly). */
+     * draft_p_min. With sampling, each verified row's token is drawn as
+     * plain decoding draws it (the same seed gives the same answer) and a
+     * draft is accepted while it equals the draw. */
     int draft_max, draft_min;
     float draft_p_min;
+    int draft_fixed;         /* draft draft_max every round (benchmarks); by
+                              * default the count adapts to acceptance */
 } gem_gen_params;
 
 /* params with sampling gem_sampling_default() (greedy), no limit, and

@@ -76,8 +76,9 @@ int spec_has_drafter(const gem_session *s);
  * position; returns how many (0..m), or -1 with err set. */
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err);
 /* Evaluates ids[0..n) as one verification tile: best[i] is the target's
- * argmax after ids[i]; then spec_keep(keep) keeps the first keep rows. */
-int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, gem_err *err);
+ * argmax after ids[i], logits (when not NULL) every row's logits (n x
+ * vocabulary); then spec_keep(keep) keeps the first keep rows. */
+int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err);
 void spec_keep(gem_session *s, int n, int keep);
 
 #endif

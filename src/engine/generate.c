@@ -129,6 +129,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
+    float *row_logits = NULL; /* sampled speculative rounds: every row's logits */
 
     size_t ck_at = p->no_checkpoint ? (size_t)-1 : n; /* the last turn start, or the end */
     if (e->turn_id >= 0 && !p->no_checkpoint)
@@ -162,10 +163,20 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
 
     const long room = (long)e->n_ctx - (long)n;
     const long max = p->max_tokens < 0 || p->max_tokens > room ? room : p->max_tokens;
-    /* speculation: greedy only (the verification compares argmaxes) */
-    const int spec = greedy && spec_has_drafter(s) && p->draft_max > 0;
+    /* speculation: greedy rounds compare the target's argmaxes with the
+     * drafts; sampled ones draw each row's token with the sampler, as
+     * plain decoding would draw it, and accept while it equals the draft
+     * (one draw per emitted token: the same seed gives the same answer) */
+    const int spec = spec_has_drafter(s) && p->draft_max > 0 && !p->want_logits;
     int32_t drafts[SPEC_ROWS], rows[SPEC_ROWS], best[SPEC_ROWS];
     int n_drafts = 0, di = 0; /* the current round's accepted drafts, di of them emitted */
+    /* drafts per round: draft_max, adapted to acceptance unless fixed (up
+     * by 2 after a round the target accepted whole, down by 1 after one it
+     * cut short, never below draft_min or 1: the schedule transformers'
+     * assisted generation uses) */
+    const int k_hi = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
+    const int k_lo = p->draft_min > 1 ? p->draft_min : 1;
+    int k_cur = k_hi;
     r->finish = GEM_FINISH_LENGTH;
     for (long k = 0; k < max; k++) {
         const int forced = k < p->n_force;
@@ -173,7 +184,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         int32_t id;
         if (drafted) id = drafts[di++];
         else if (forced) id = p->force[k];
-        else if (greedy && next >= 0) id = next;
+        else if (next >= 0) {
+            id = next;
+            if (!greedy) next = -1; /* a sampled round's draw, used once */
+        }
         else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
         if (k == 0) {
             t_first = gem_now_s();
@@ -229,20 +243,36 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         int m = 0;
         const long left = max - k - 2; /* tokens after id beyond the target's own next one */
         if (spec && k + 1 >= p->n_force) {
-            int want = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
+            int want = k_cur;
             if (want > left) want = (int)(left > 0 ? left : 0);
             if (want > (long)e->n_ctx - (long)s->n_tokens - 1) want = (int)((long)e->n_ctx - (long)s->n_tokens - 1);
-            if (want >= (p->draft_min > 1 ? p->draft_min : 1) &&
+            if (want >= k_lo &&
                 (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0)
                 goto fail;
         }
         if (m > 0) {
             rows[0] = id;
             memcpy(rows + 1, drafts, (size_t)m * sizeof *drafts);
-            if (spec_verify(s, rows, m + 1, best, err)) goto fail;
+            if (!greedy && !row_logits &&
+                !(row_logits = malloc((size_t)SPEC_ROWS * GEMMA4_N_VOCAB * sizeof *row_logits))) {
+                gem_err_set(err, "out of memory");
+                goto fail;
+            }
+            if (spec_verify(s, rows, m + 1, best, greedy ? NULL : row_logits, err)) goto fail;
             int acc = 0;
-            while (acc < m && best[acc] == drafts[acc]) acc++;
+            if (greedy) {
+                while (acc < m && best[acc] == drafts[acc]) acc++;
+            } else {
+                size_t nh;
+                const int32_t *hist = gem_session_tokens(s, &nh);
+                const size_t base = nh - (size_t)(m + 1);
+                for (;; acc++) {
+                    best[acc] = sampler_sample(smp, row_logits + (size_t)acc * GEMMA4_N_VOCAB, hist, base + (size_t)acc + 1);
+                    if (acc == m || best[acc] != drafts[acc]) break;
+                }
+            }
             spec_keep(s, m + 1, acc + 1);
+            if (!p->draft_fixed) k_cur = acc == m ? (k_cur + 2 < k_hi ? k_cur + 2 : k_hi) : (k_cur - 1 > k_lo ? k_cur - 1 : k_lo);
             r->n_rounds++;
             r->n_drafted += m;
             r->n_accepted += acc;
@@ -268,5 +298,6 @@ out:
     if (r->prompt_s == 0 && rc == 0) r->prompt_s = gem_now_s() - t0;
     stopper_free(&text.st);
     sampler_free(smp);
+    free(row_logits);
     return rc;
 }

@@ -96,10 +96,10 @@ int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem
     return k;
 }
 
-int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, gem_err *err) {
+int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err) {
     s->synced = 0;
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_verify(s->st, ids, n, best, NULL, err)) return -1;
+    if (gemma4_verify(s->st, ids, n, best, logits, err)) return -1;
     return session_remember(s, ids, n, err);
 }
 

@@ -5,6 +5,8 @@
  *  - greedy ids identical to plain decoding for draft_max 1..8 with the
  *    replay drafter right always (every draft accepted), never (none), and
  *    60% of the time, and with a random MTP drafter (gemma4-tiny-assistant);
+ *  - sampled ids identical to plain sampling with the same seed (each
+ *    verified row draws its token as plain decoding would);
  *  - the state afterwards is plain decoding's bit for bit (the last
  *    logits, and a continued prompt's logits);
  *  - max_tokens, stop strings and the context's end falling inside a
@@ -146,6 +148,7 @@ int main(void) {
             CHECKF(s && !gem_session_set_replay(s, full, NP + NG, probs[pi], (uint64_t)k, &err), "%s", err.msg);
             gem_gen_params g = gp;
             g.draft_max = k;
+            g.draft_fixed = ki % 2; /* both schedules */
             run(s, prompt, NP, &g, &w, &r);
             CHECKF(w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG),
                    "replay p=%.1f k=%d: ids differ from plain decoding", probs[pi], k);
@@ -257,6 +260,39 @@ int main(void) {
                r.n_accepted);
         gem_session_free(s);
     }
+    /* sampling: each verified row's token is drawn as plain decoding draws
+     * it, so one seed gives one answer with drafts right always, sometimes
+     * (replay) or almost never (the random MTP drafter) */
+    {
+        gem_gen_params gs = gp;
+        gs.sampling.temp = 0.9f;
+        gs.sampling.top_k = 40;
+        gs.sampling.top_p = 0.95f;
+        gs.sampling.repeat_penalty = 1.1f;
+        gs.sampling.seed = 1234;
+        seen sref = {{0}, 0, {0}};
+        s = gem_session_new(e, &err);
+        run(s, prompt, NP, &gs, &sref, &r);
+        size_t slen;
+        gem_session_tokens(s, &slen);
+        gem_session_free(s);
+        int32_t sfull[NP + NG];
+        memcpy(sfull, prompt, NP * sizeof *prompt);
+        memcpy(sfull + NP, sref.ids, NG * sizeof *prompt);
+        for (int v = 0; v < 3; v++) {
+            s = gem_session_new(v == 2 ? em : e, &err);
+            if (v < 2) CHECK(!gem_session_set_replay(s, sfull, NP + NG, v == 0 ? 1.0 : 0.5, 5, &err));
+            run(s, prompt, NP, &gs, &w, &r);
+            size_t len;
+            gem_session_tokens(s, &len);
+            CHECKF(w.n == NG && !memcmp(w.ids, sref.ids, sizeof(int32_t) * NG) && len == slen && r.n_rounds > 0,
+                   "sampled, drafter %d: ids differ from plain sampling (%ld rounds)", v, r.n_rounds);
+            if (v == 0) CHECK(r.n_accepted == r.n_drafted);
+            gem_session_free(s);
+        }
+        sb_free(&sref.text);
+    }
+
     /* draft_max 0: no rounds even with a drafter */
     s = gem_session_new(em, &err);
     gem_gen_params g0 = gp;

@@ -1,0 +1,75 @@
+/* The speculative-decoding options of run, chat, serve and bench (cli.h):
+ * one parser, so the four commands spell and bound them alike. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+void cli_mtp_init(cli_mtp *m) {
+    memset(m, 0, sizeof *m);
+    m->draft_max = m->draft_min = -1;
+    m->p_min = -1;
+}
+
+int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *used) {
+    double x;
+    *used = 1;
+    if (!strcmp(a, "--no-mtp")) {
+        m->off = 1;
+        return 1;
+    }
+    if (strcmp(a, "--mtp") && strcmp(a, "--draft-max") && strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min"))
+        return 0;
+    *used = 2;
+    if (!v) {
+        fprintf(stderr, "gem %s: error: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    if (!strcmp(a, "--mtp")) {
+        m->path = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-p-min")) {
+        if (cli_parse_num(v, 0, 1, &x)) {
+            fprintf(stderr, "gem %s: error: --draft-p-min wants a probability in [0, 1], not '%s'\n", cmd, v);
+            return -1;
+        }
+        m->p_min = x;
+        return 1;
+    }
+    /* a round verifies the newest token and its drafts in one row-exact
+     * tile of at most BE_EXACT_ROWS (16) rows */
+    if (cli_parse_num(v, 0, 15, &x) || x != (int)x) {
+        fprintf(stderr, "gem %s: error: %s wants a whole number of tokens from 0 to 15, not '%s'\n", cmd, a, v);
+        return -1;
+    }
+    if (!strcmp(a, "--draft-max")) m->draft_max = (int)x;
+    else m->draft_min = (int)x;
+    return 1;
+}
+
+const char *cli_mtp_path(const cli_mtp *m, const char *model, int autodetect, char *buf, size_t cap) {
+    if (m->off) return NULL;
+    if (m->path) return m->path;
+    if (!autodetect || !model) return NULL;
+    const char *slash = strrchr(model, '/');
+    const size_t dir = slash ? (size_t)(slash - model) + 1 : 0;
+    if ((size_t)snprintf(buf, cap, "%.*smtp-%s", (int)dir, model, model + dir) >= cap) return NULL;
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {
+    if (m->draft_max >= 0) gp->draft_max = m->draft_max;
+    if (m->draft_min >= 0) gp->draft_min = m->draft_min;
+    if (m->p_min >= 0) gp->draft_p_min = (float)m->p_min;
+}
+
+const char *cli_mtp_summary(const gem_gen_result *r, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (r->n_rounds > 0)
+        snprintf(buf, cap, " | mtp: %ld rounds, %ld drafted, %ld accepted (%.1f%%), %.2f tokens per target step",
+                 r->n_rounds, r->n_drafted, r->n_accepted, r->n_drafted ? 100.0 * r->n_accepted / r->n_drafted : 0.0,
+                 (double)(r->n_accepted + r->n_rounds) / (double)r->n_rounds);
+    return buf;
+}
