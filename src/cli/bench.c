@@ -12,7 +12,15 @@
  * (the runs see depths D .. D + (reps + 1) gen: filling a deep context
  * once per run would cost more than the measurement).
  * Achieved bandwidth counts the weight bytes one decode step reads (the
- * tied embedding once as the head) plus the KV cache bytes at that depth. */
+ * tied embedding once as the head) plus the KV cache bytes at that depth.
+ *
+ * Speculative decoding (--spec A,A,.. and/or --mtp FILE): at each depth,
+ * greedy free-running generation of `gen` tokens after a prompt of D
+ * pseudo-random ids, plain, then with the replay test drafter right with
+ * each probability A (proposing the plain run's own tokens), then with the
+ * MTP drafter; every run's answer must be the plain one (else an error),
+ * so the speed-ups are of identical outputs. Runs after the first restore
+ * the prompt's checkpoint instead of prefilling again. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +50,24 @@ static void on_step_token(void *ctx, const gem_gen_token *tk) {
 static int usage(void) {
     fprintf(stderr,
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
-            "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n");
+            "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n"
+            "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
+            "                 [--draft-fixed]\n");
     return 2;
+}
+
+/* Context a speculative run may use beyond its answer: one round's drafts. */
+#define SPEC_SLACK 16
+
+/* The tokens one speculative-benchmark run generated. */
+typedef struct {
+    int32_t *ids;
+    long n, cap;
+} spec_out;
+
+static void on_spec_token(void *ctx, const gem_gen_token *tk) {
+    spec_out *o = ctx;
+    if (o->n < o->cap) o->ids[o->n++] = tk->id;
 }
 
 /* "512,2048" -> values; -1 on anything malformed */
@@ -86,15 +110,140 @@ static void hardware_of(const char *backend, char *out, size_t cap) {
     if (backend_describe(backend, 0, out, cap)) snprintf(out, cap, "unknown");
 }
 
+/* One speculative-benchmark run: the prompt ids[0..D) (its checkpoint
+ * restored after the first run), gen tokens; its decode tok/s. */
+static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_params *gp, spec_out *o,
+                    gem_gen_result *res, gem_err *err) {
+    o->n = 0;
+    const gem_gen_callbacks cb = {o, on_spec_token, NULL, NULL};
+    if (gem_session_sync(s, ids, (size_t)D, err) < 0 || gem_session_generate(s, gp, &cb, res, err)) return -1;
+    if (res->n_generated != gp->max_tokens)
+        return gem_err_set(err, "a speculative run at depth %d generated %ld of %ld tokens", D, res->n_generated,
+                           gp->max_tokens);
+    return 0;
+}
+
+/* The speculative section (see the file comment): per depth, plain, then
+ * the replay drafter at each probability, then the MTP drafter. */
+static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int need, const int *depths, int n_depths,
+                      int gen, int reps, const cli_mtp *mtp, int fixed, const double *spec_p, int n_spec, FILE *js,
+                      gem_err *err) {
+    gem_gen_params gp = gem_gen_params_default();
+    cli_mtp_params(mtp, &gp);
+    gp.draft_fixed = fixed;
+    gp.max_tokens = gen;
+    gp.ignore_eos = 1;
+    const int k = gp.draft_max;
+    spec_out plain = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen}, o = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
+    int32_t *full = malloc(sizeof(int32_t) * (size_t)need);
+    double *tps = malloc(sizeof(double) * (size_t)(reps + 1));
+    int rc = !plain.ids || !o.ids || !full || !tps ? gem_err_set(err, "out of memory") : 0;
+    gem_gen_result res;
+    for (int di = 0; di < n_depths && !rc; di++) {
+        const int D = depths[di] > 0 ? depths[di] : 1;
+        if (D + gen + SPEC_SLACK > need) {
+            rc = gem_err_set(err, "depth %d with %d tokens does not fit the context of %d", D, gen, need);
+            break;
+        }
+        /* runs: -1 plain, 0..n_spec-1 replay, n_spec the MTP drafter */
+        double plain_tps = 0;
+        for (int run = -1; run <= n_spec && !rc; run++) {
+            const int is_mtp = run == n_spec;
+            if (is_mtp && !gem_engine_mtp(e)) break;
+            gem_gen_params g = gp;
+            if (run == -1) g.draft_max = 0;
+            if (run >= 0 && !is_mtp) {
+                memcpy(full, ids, sizeof(int32_t) * (size_t)D);
+                memcpy(full + D, plain.ids, sizeof(int32_t) * (size_t)gen);
+                if (gem_session_set_replay(s, full, (size_t)(D + gen), spec_p[run], 0x5eed + (uint64_t)run, err)) {
+                    rc = 1;
+                    break;
+                }
+            } else if (gem_session_set_replay(s, NULL, 0, 0, 0, err)) {
+                rc = 1;
+                break;
+            }
+            long rounds = 0, drafted = 0, accepted = 0;
+            for (int r = 0; r <= reps && !rc; r++) {
+                if (spec_run(s, ids, D, &g, run == -1 ? &plain : &o, &res, err)) {
+                    rc = 1;
+                    break;
+                }
+                if (run >= 0 && memcmp(o.ids, plain.ids, sizeof(int32_t) * (size_t)gen)) {
+                    rc = gem_err_set(err, "speculative run %d at depth %d changed the answer", run, D);
+                    break;
+                }
+                tps[r] = (gen - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9);
+                if (r > 0) rounds += res.n_rounds, drafted += res.n_drafted, accepted += res.n_accepted;
+            }
+            if (rc) break;
+            stats st = summarize(tps + 1, reps); /* run 0 is the warm-up */
+            const double per_round = rounds ? (double)(accepted + rounds) / (double)rounds : 0;
+            char who[64];
+            if (run == -1) snprintf(who, sizeof who, "plain");
+            else if (is_mtp) snprintf(who, sizeof who, "mtp %s", gem_engine_mtp(e));
+            else snprintf(who, sizeof who, "replay a=%.2f", spec_p[run]);
+            if (run == -1) {
+                plain_tps = st.median;
+                printf("speculative at depth %6d (%d tokens, draft-max %d%s):\n", D, gen, k, fixed ? " fixed" : "");
+                printf("  %-28s %8.2f tok/s\n", who, st.median);
+            } else {
+                printf("  %-28s %8.2f tok/s (%.2fx), %ld rounds, %ld of %ld drafts accepted, %.2f tokens per round\n",
+                       who, st.median, st.median / plain_tps, rounds, accepted, drafted, per_round);
+            }
+            char p_js[16] = "null";
+            if (run >= 0 && !is_mtp) snprintf(p_js, sizeof p_js, "%.3f", spec_p[run]);
+            if (js)
+                fprintf(js, "%s\n  {\"depth\": %d, \"gen\": %d, \"draft_max\": %d, \"draft_fixed\": %s, \"drafter\": \"%s\", "
+                            "\"p_right\": %s, \"tok_s\": %.3f, \"speedup\": %.4f, \"rounds\": %ld, \"drafted\": %ld, "
+                            "\"accepted\": %ld, \"tokens_per_round\": %.3f}",
+                        di || run > -1 ? "," : "", D, gen, k, fixed ? "true" : "false",
+                        run == -1 ? "none" : is_mtp ? gem_engine_mtp(e) : "replay", p_js, st.median,
+                        st.median / plain_tps, rounds, drafted, accepted, per_round);
+        }
+    }
+    gem_session_set_replay(s, NULL, 0, 0, 0, err);
+    free(plain.ids);
+    free(o.ids);
+    free(full);
+    free(tps);
+    return rc;
+}
+
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
-    int kv_f16 = 0;
+    int kv_f16 = 0, draft_fixed = 0, n_spec = 0;
+    double spec_p[16];
+    cli_mtp mtp;
+    cli_mtp_init(&mtp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
+        int used, mr = cli_mtp_arg("bench", &mtp, a, v, &used);
+        if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
+        if (!strcmp(a, "--draft-fixed")) {
+            draft_fixed = 1;
+            continue;
+        }
         if (!v) return usage();
+        if (!strcmp(a, "--spec")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            n_spec = 0;
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                if (n_spec == 16 || cli_parse_num(t, 0, 1, &spec_p[n_spec])) goto bad;
+                n_spec++;
+            }
+            if (!n_spec) goto bad;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--kv-type")) { if ((kv_f16 = cli_parse_kv_type(v)) < 0) goto bad; }
@@ -123,7 +272,8 @@ int cli_bench(int argc, char **argv) {
     int need = 0;
     for (int i = 0; i < n_prompts; i++) need = prompts[i] + 1 > need ? prompts[i] + 1 : need;
     for (int i = 0; i < n_depths; i++) {
-        const int d = (depths[i] > 0 ? depths[i] : 1) + (reps + 1) * gen + 1;
+        int d = (depths[i] > 0 ? depths[i] : 1) + (reps + 1) * gen + 1;
+        if (d < (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK) d = (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK;
         need = d > need ? d : need;
     }
     gem_err err = {{0}};
@@ -148,6 +298,8 @@ int cli_bench(int argc, char **argv) {
     eo.threads = threads;
     eo.n_ctx = need;
     eo.tile = tile;
+    char mtp_buf[8];
+    eo.mtp_path = cli_mtp_path(&mtp, model, 0, mtp_buf, sizeof mtp_buf);
     double t0 = gem_now_s();
     gem_engine *e = gem_engine_open(&eo, &err);
     gem_session *s = e ? gem_session_new(e, &err) : NULL;
@@ -281,6 +433,9 @@ int cli_bench(int argc, char **argv) {
                         "\"weight_gbs\": %.1f, \"roofline_fraction\": %s}",
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
+    if (js) fprintf(js, "],\n \"speculative\": [");
+    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, draft_fixed,
+                                                               spec_p, n_spec, js, &err);
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);
     struct rusage ru;

@@ -62,11 +62,18 @@ int cli_chat(int argc, char **argv) {
     sp.top_p = 0.95f;
     const char *system = NULL;
     int think = -1, max_tokens = 1024;
-    char mbuf[4096];
+    char mbuf[4096], mtp_buf[4096];
+    cli_mtp mtp;
+    cli_mtp_init(&mtp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x = 0;
-        int bad = 0;
+        int bad = 0, used, mr = cli_mtp_arg("chat", &mtp, a, v, &used);
+        if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) eo.model_path = argv[++i];
         else if (!strcmp(a, "--system") && v) system = argv[++i];
         else if (!strcmp(a, "--think")) think = 1;
@@ -76,7 +83,8 @@ int cli_chat(int argc, char **argv) {
         else if (!strcmp(a, "--ctx")) { bad = cli_parse_num(v, 1, 1 << 24, &x); eo.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t")) { bad = cli_parse_num(v, 1, 1024, &x); eo.threads = (int)x; i++; }
         else {
-            fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n");
+            fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n"
+                            "                [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P]\n");
             return 2;
         }
         if (bad) {
@@ -85,6 +93,7 @@ int cli_chat(int argc, char **argv) {
         }
     }
     if (!eo.model_path) eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    eo.mtp_path = cli_mtp_path(&mtp, eo.model_path, 1, mtp_buf, sizeof mtp_buf);
     gem_err err = {{0}};
     gem_engine *e = gem_engine_open(&eo, &err);
     gem_session *s = e ? gem_session_new(e, &err) : NULL;
@@ -106,8 +115,9 @@ int cli_chat(int argc, char **argv) {
         json_set(m, "content", json_new_str(system, strlen(system)));
         json_push(msgs, m);
     }
-    fprintf(stderr, "gem chat: %s on %s. /reset clears the history, Ctrl-C stops an answer, Ctrl-C at the prompt quits.\n",
-            gem_engine_profile(e), gem_engine_backend(e));
+    fprintf(stderr, "gem chat: %s on %s%s%s. /reset clears the history, Ctrl-C stops an answer, Ctrl-C at the prompt quits.\n",
+            gem_engine_profile(e), gem_engine_backend(e), gem_engine_mtp(e) ? ", drafts by " : "",
+            gem_engine_mtp(e) ? gem_engine_mtp(e) : "");
     char line[8192];
     int turn = 0;
     for (;;) {
@@ -143,6 +153,7 @@ int cli_chat(int argc, char **argv) {
         gem_gen_params gp = gem_gen_params_default();
         gp.sampling = sp;
         gp.max_tokens = max_tokens;
+        cli_mtp_params(&mtp, &gp);
         gem_gen_callbacks cb = {cp, NULL, on_text, on_poll};
         gem_gen_result res;
         const int bad = !cp || gem_session_sync(s, ids.v, ids.n, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err);
@@ -160,10 +171,11 @@ int cli_chat(int argc, char **argv) {
         const int stopped = res.finish == GEM_FINISH_CANCELLED;
         printf(stopped ? " [stopped]\n" : "\n");
         fflush(stdout);
-        fprintf(stderr, "%s[turn %d: prompt %ld tokens, %ld reused, %.0f ms | %ld tokens, %.1f tok/s]%s\n",
+        char mtp_line[200];
+        fprintf(stderr, "%s[turn %d: prompt %ld tokens, %ld reused, %.0f ms | %ld tokens, %.1f tok/s%s]%s\n",
                 tty ? "\x1b[2m" : "", ++turn, res.n_prompt, res.n_cached, res.prompt_s * 1e3, res.n_generated,
                 res.n_generated > 1 ? (res.n_generated - 1) / (res.decode_s > 0 ? res.decode_s : 1e-9) : 0.0,
-                tty ? "\x1b[0m" : "");
+                cli_mtp_summary(&res, mtp_line, sizeof mtp_line), tty ? "\x1b[0m" : "");
         if (stopped) { /* the partial answer is not kept in the history */
             json_free(json_at(msgs, msgs->len - 1));
             msgs->len--;

@@ -15,7 +15,7 @@ static int usage(void) {
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY] [--cors ORIGIN] [--max-body BYTES] [--alias NAME] [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
-            "                 [--test-hooks]\n");
+            "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--test-hooks]\n");
     return 2;
 }
 
@@ -32,10 +32,17 @@ int cli_serve(int argc, char **argv) {
     o.heartbeat = 5;
     o.version = cli_version();
     char mbuf[4096], tbuf[4096];
+    cli_mtp mtp;
+    cli_mtp_init(&mtp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x = 0;
-        int bad = 0;
+        int bad = 0, used, mr = cli_mtp_arg("serve", &mtp, a, v, &used);
+        if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { bad = !v; o.model_path = v; i++; }
         else if (!strcmp(a, "--alias")) { bad = !v || !*v; o.alias = v; i++; }
         else if (!strcmp(a, "--host")) { bad = !v || !*v; o.host = v; i++; }
@@ -65,6 +72,12 @@ int cli_serve(int argc, char **argv) {
         }
     }
     if (!o.model_path) o.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
+    /* a server's drafter is named, never found beside the model */
+    char mtp_buf[8];
+    o.mtp_path = cli_mtp_path(&mtp, o.model_path, 0, mtp_buf, sizeof mtp_buf);
+    o.draft_max = mtp.draft_max;
+    o.draft_min = mtp.draft_min;
+    o.draft_p_min = mtp.p_min;
     /* the text /props reports; NULL when the file is missing or empty */
     size_t tlen = 0;
     char *tpl = file_read(cli_data_path("templates/google-gemma-4-31B-it.jinja", tbuf, sizeof tbuf), 0, &tlen, NULL);

@@ -197,7 +197,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
  * expected sequence, prompt included, e.g. a plain run's output), each
  * proposal right with probability p_right (else a different token), from
  * a stream seeded with seed. n == 0 removes it. Needs a session whose
- * backend is row-exact; set before anything is evaluated. */
+ * backend is row-exact. */
 int gem_session_set_replay(gem_session *s, const int32_t *ids, size_t n, double p_right, uint64_t seed,
                            gem_err *err);
 

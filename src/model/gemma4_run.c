@@ -110,7 +110,9 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
         UP(out_scale, layer_output_scale);
 #undef UP
         if (g->attn_v && !(l->v = up_w(s, g->attn_v, err))) goto fail;
-        int cap = g->is_full ? n_ctx : (int)p->window;
+        /* a row-exact backend can verify drafts: its rings keep
+         * BE_EXACT_ROWS slots beyond the window (gemma4_spec_init) */
+        int cap = g->is_full ? n_ctx : (int)p->window + (b->rows_exact ? BE_EXACT_ROWS : 0);
         if (!(l->kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, cap, !g->is_full, err))) goto fail;
     }
     size_t T = (size_t)max_tile, H = p->n_embd, F = p->n_ff, D = GEMMA4_HEAD_DIM_FULL;
@@ -408,16 +410,7 @@ int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err) {
     if (rows < 1 || rows > BE_EXACT_ROWS || rows > s->max_tile)
         return gem_err_set(err, "verification of %d rows (1..%d, at most the prompt tile %d)", rows, BE_EXACT_ROWS,
                            s->max_tile);
-    if (s->n_past) return gem_err_set(err, "speculation must be set up before anything is evaluated");
     if (s->spec_rows >= rows) return 0;
-    for (uint32_t il = 0; il < p->n_layer; il++) {
-        const gemma4_layer *g = &s->m->layers[il];
-        if (g->is_full) continue;
-        be_kv *kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, (int)p->window + rows, 1, err);
-        if (!kv) return -1;
-        b->kv_free(b, s->L[il].kv);
-        s->L[il].kv = kv;
-    }
     be_buf *bufs[] = {s->vhid, s->vlogits, s->vbest};
     for (int i = 0; i < 3; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
@@ -427,10 +420,6 @@ int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err) {
         !(s->vlogits = b->alloc(b, (size_t)rows * GEMMA4_N_VOCAB, err)) || !(s->vbest = b->alloc(b, (size_t)rows, err)))
         return -1;
     s->spec_rows = rows;
-    if (s->decode) { /* the recorded step read the old caches */
-        b->graph_free(b, s->decode);
-        s->decode = NULL;
-    }
     return 0;
 }
 

@@ -58,11 +58,12 @@ void gemma4_reset(gemma4_state *s);
 /* ---- speculative verification ----
  *
  * gemma4_spec_init readies the state for verifying up to `rows` tokens at
- * a time (rows <= BE_EXACT_ROWS, at n_past 0): sliding rings get `rows`
- * slots beyond the window, so that positions a rejected verification wrote
- * can be dropped without losing a key a later query needs (a dropped
- * position p overwrote the slot of p - capacity, which stays older than
- * every later query's window). -1 when the backend is not row-exact. */
+ * a time (rows <= BE_EXACT_ROWS; at any point). On a row-exact backend the
+ * sliding rings always keep BE_EXACT_ROWS slots beyond the window, so
+ * that positions a rejected verification wrote can be dropped without
+ * losing a key a later query needs (a dropped position p overwrote the
+ * slot of p - capacity, which stays older than every later query's
+ * window). -1 when the backend is not row-exact. */
 int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err);
 int gemma4_spec_rows(const gemma4_state *s); /* 0 without gemma4_spec_init */
 

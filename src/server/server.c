@@ -314,6 +314,9 @@ static void run_job(server *s, job *j) {
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;
+    if (s->o.draft_max >= 0) gp.draft_max = s->o.draft_max;
+    if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
+    if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
     /* the test hook's text, then an end token, instead of drawn tokens */
     tok_ids forced = {0};
     int forced_ok = !rq->forced_output || (!tok_encode(s->tk, rq->forced_output, rq->forced_output_len, 0, 1, &forced) &&
@@ -354,6 +357,9 @@ static void run_job(server *s, job *j) {
     u.prompt_ms = res.prompt_s * 1e3;
     u.completion_tokens = (int)res.n_generated;
     u.predicted_ms = res.decode_s * 1e3;
+    u.spec = gem_engine_mtp(s->e) != NULL;
+    u.draft_n = res.n_drafted;
+    u.draft_n_accepted = res.n_accepted;
     if (g.cp) chat_parser_finish(g.cp);
 respond:
     if (g.gone) {
@@ -415,6 +421,7 @@ static void *worker_main(void *arg) {
     eo.kv_f16 = s->o.kv_f16;
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
+    eo.mtp_path = s->o.mtp_path;
     gem_err err = {{0}};
     double t0 = gem_now_s();
     s->e = gem_engine_open(&eo, &err);
@@ -536,8 +543,16 @@ static void props_json(server *s, strbuf *b) {
             "\"supports_tools\":true,\"supports_typed_content\":true},"
             "\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\",\"build_info\":");
     json_quote(s->o.version, strlen(s->o.version), b);
-    sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false}", gem_engine_backend(s->e),
+    sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false,\"mtp\":", gem_engine_backend(s->e),
               gem_engine_profile(s->e));
+    /* the drafter: its file and profile, or null */
+    if (gem_engine_mtp(s->e)) {
+        sb_puts(b, "{\"draft_model\":");
+        json_quote(s->o.mtp_path, strlen(s->o.mtp_path), b);
+        sb_printf(b, ",\"profile\":\"%s\"}}", gem_engine_mtp(s->e));
+    } else {
+        sb_puts(b, "null}");
+    }
 }
 
 static int handle_tokenize(server *s, int fd, const http_req *r, int keep) {

@@ -25,6 +25,9 @@ typedef struct {
     int test_hooks;         /* accept the test-only request field gem_forced_output */
     const char *version;    /* build info */
     const char *chat_template; /* the template text /props reports, or NULL */
+    const char *mtp_path;   /* --mtp: the MTP drafter, or NULL */
+    int draft_max, draft_min; /* -1: the engine's defaults */
+    double draft_p_min;     /* < 0: the engine's default */
 } server_opts;
 
 /* Serves until SIGINT or SIGTERM. Returns the process exit status; errors

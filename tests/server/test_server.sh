@@ -365,6 +365,33 @@ grep -qi "^Access-Control-Allow-Origin: http://example.test" "$tmp/ch" && ok || 
 curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin: http://example.test' -H 'Access-Control-Request-Method: POST'
 grep -q "^HTTP/1.1 204" "$tmp/ch" && grep -qi "^Access-Control-Allow-Headers: Authorization, Content-Type" "$tmp/ch" && ok || bad "CORS preflight"
 
+# ---- speculative decoding (--mtp) ----
+# a random drafter: the answer is the plain server's; timings count the
+# drafts (llama-server's draft_n / draft_n_accepted); /props names it
+MA="$tmp/mtp.gguf"
+if $GEM synth --profile gemma4-tiny-assistant --type q8_0 --seed 2 -o "$MA" >/dev/null 2>&1; then
+    start mtp --mtp "$MA" --draft-max 4 || exit 1
+    S="http://127.0.0.1:$PORT"
+    body='{"prompt":"The quick brown fox","max_tokens":24,"temperature":0,"ignore_eos":true}'
+    curl -s "$S/v1/completions" -d "$body" >"$tmp/mtp_r"
+    curl -s "$U/v1/completions" -d "$body" >"$tmp/plain_r"
+    [ -n "$(jget choices.0.text <"$tmp/mtp_r")" ] && [ "$(jget choices.0.text <"$tmp/mtp_r")" = "$(jget choices.0.text <"$tmp/plain_r")" ] &&
+        ok || bad "mtp answer differs: $(head -c 300 "$tmp/mtp_r") vs $(head -c 300 "$tmp/plain_r")"
+    n=$(jget timings.draft_n <"$tmp/mtp_r")
+    [ "${n:-0}" -gt 0 ] 2>/dev/null && [ -n "$(jget timings.draft_n_accepted <"$tmp/mtp_r")" ] && ok || bad "mtp timings: $(head -c 400 "$tmp/mtp_r")"
+    [ "$(jget timings.draft_n <"$tmp/plain_r")" = undefined ] && ok || bad "draft_n without a drafter"
+    [ "$(curl -s "$S/props" | jget mtp.profile)" = gemma4-tiny-assistant ] && ok || bad "/props mtp"
+    [ "$(curl -s "$U/props" | jget mtp)" = null ] && ok || bad "/props mtp without a drafter"
+    kill $PID
+    # a drafter that does not fit, and bad draft options
+    $GEM serve -m "$M" --port 0 --mtp "$M" >"$tmp/o" 2>&1
+    [ $? = 1 ] && grep -q "is a target model (gemma4-tiny), not an MTP drafter" "$tmp/o" && ok || bad "mtp mismatch: $(head -c 300 "$tmp/o")"
+    $GEM serve -m "$M" --port 0 --draft-max 99 >"$tmp/o" 2>&1
+    [ $? = 2 ] && grep -q "draft-max wants a whole number of tokens from 0 to 15" "$tmp/o" && ok || bad "--draft-max 99"
+else
+    bad "synth assistant"
+fi
+
 # ---- startup errors ----
 $GEM serve -m "$tmp/missing.gguf" --port 0 >"$tmp/o" 2>&1
 rc=$?
