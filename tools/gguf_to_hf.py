@@ -38,6 +38,8 @@ LAYER = {"attn_norm": "input_layernorm.weight", "layer_output_scale": "layer_sca
 
 
 def hf_name(name, prefix):
+    if name.startswith("nextn."):  # the drafter's projections sit outside the text model
+        return name[len("nextn."):]
     if name == "token_embd.weight":
         return prefix + "embed_tokens.weight"
     if name == "output_norm.weight":
@@ -75,7 +77,9 @@ def main():
     g = GGUF(a.gguf)
     v = g.value
     os.makedirs(a.out, exist_ok=True)
-    multimodal = a.arch == "Gemma4ForConditionalGeneration"
+    arch = v("general.architecture")
+    assistant = arch == "gemma4-assistant"
+    multimodal = a.arch == "Gemma4ForConditionalGeneration" and not assistant
     prefix = "model.language_model." if multimodal else "model."
 
     tensors = []
@@ -110,34 +114,53 @@ def main():
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
-    L = v("gemma4.block_count")
-    swa = v("gemma4.attention.sliding_window_pattern")
-    kvh = v("gemma4.attention.head_count_kv")
+    def k(suffix):
+        return v(f"{arch}.{suffix}")
+
+    L = k("block_count")
+    swa = k("attention.sliding_window_pattern")
+    kvh = k("attention.head_count_kv")
     full = [i for i in range(L) if not swa[i]]
+    dtype = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[tensors[0][1]]
     text = {
         "model_type": "gemma4_text", "vocab_size": len(v("tokenizer.ggml.tokens")),
-        "hidden_size": v("gemma4.embedding_length"), "intermediate_size": v("gemma4.feed_forward_length"),
-        "num_hidden_layers": L, "num_attention_heads": v("gemma4.attention.head_count"),
+        "hidden_size": k("embedding_length"), "intermediate_size": k("feed_forward_length"),
+        "num_hidden_layers": L, "num_attention_heads": k("attention.head_count"),
         "num_key_value_heads": kvh[0] if isinstance(kvh, list) else kvh,
-        "head_dim": v("gemma4.attention.key_length_swa"), "global_head_dim": v("gemma4.attention.key_length"),
+        "head_dim": k("attention.key_length_swa"), "global_head_dim": k("attention.key_length"),
         "num_global_key_value_heads": kvh[full[0]] if isinstance(kvh, list) else kvh,
-        "sliding_window": v("gemma4.attention.sliding_window"),
+        "sliding_window": k("attention.sliding_window"),
         "layer_types": ["sliding_attention" if s else "full_attention" for s in swa],
-        "final_logit_softcapping": v("gemma4.final_logit_softcapping"), "hidden_size_per_layer_input": 0,
-        "attention_k_eq_v": True, "num_kv_shared_layers": 0, "enable_moe_block": False,
-        "use_double_wide_mlp": False, "tie_word_embeddings": True,
-        "rms_norm_eps": v("gemma4.attention.layer_norm_rms_epsilon"),
-        "max_position_embeddings": v("gemma4.context_length"), "hidden_activation": "gelu_pytorch_tanh",
+        # a drafter's logits are not soft-capped: its file has no such key
+        "final_logit_softcapping": k("final_logit_softcapping"), "hidden_size_per_layer_input": 0,
+        "attention_k_eq_v": True, "num_kv_shared_layers": k("attention.shared_kv_layers") or 0,
+        "enable_moe_block": False, "use_double_wide_mlp": False, "tie_word_embeddings": True,
+        "rms_norm_eps": k("attention.layer_norm_rms_epsilon"),
+        "max_position_embeddings": k("context_length"), "hidden_activation": "gelu_pytorch_tanh",
         "attention_bias": False,
         "rope_parameters": {
             "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                               "rope_theta": v("gemma4.rope.freq_base")},
-            "sliding_attention": {"rope_type": "default", "rope_theta": v("gemma4.rope.freq_base_swa")}},
+                               "rope_theta": k("rope.freq_base")},
+            "sliding_attention": {"rope_type": "default", "rope_theta": k("rope.freq_base_swa")}},
         "bos_token_id": v("tokenizer.ggml.bos_token_id"), "eos_token_id": v("tokenizer.ggml.eos_token_id"),
         "pad_token_id": v("tokenizer.ggml.padding_token_id"),
-        "dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[tensors[0][1]],
+        "dtype": dtype,
     }
-    if multimodal:
+    if assistant:
+        # Gemma4AssistantConfig: the text model nested (its validation wants
+        # no per-layer-input vocabulary), the target's width beside it; a
+        # dense head (no ordered embeddings, nothing to strip)
+        text["vocab_size_per_layer_input"] = 0
+        # the full layers' shape also as transformers 5 saves it (its
+        # to_dict() has per_layer_config and no global_* keys)
+        text["per_layer_config"] = {f"{i:02d}": {"head_dim": k("attention.key_length"),
+                                                 "num_key_value_heads": text["num_global_key_value_heads"]}
+                                    for i in full}
+        config = {"architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+                  "backbone_hidden_size": k("embedding_length_out"), "use_ordered_embeddings": False,
+                  "num_centroids": 2048, "centroid_intermediate_top_k": 32, "tie_word_embeddings": True,
+                  "dtype": dtype, "text_config": text}
+    elif multimodal:
         config = {"architectures": [a.arch], "model_type": "gemma4", "text_config": text,
                   "tie_word_embeddings": True}
     else:
@@ -165,7 +188,7 @@ def main():
     }
     with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False)
-    cfg = {"tokenizer_class": "GemmaTokenizer", "model_max_length": v("gemma4.context_length"),
+    cfg = {"tokenizer_class": "GemmaTokenizer", "model_max_length": k("context_length"),
            "bos_token": tokens[ids["bos"]], "eos_token": tokens[ids["eos"]], "unk_token": tokens[ids["unknown"]],
            "pad_token": tokens[ids["padding"]], "mask_token": tokens[ids["mask"]],
            "extra_special_tokens": [tokens[i] for i, t in enumerate(types) if t == 3 and i not in named],

@@ -73,6 +73,8 @@ static int obj_num(const json *o, const char *dir, const char *what, const char 
 }
 
 typedef struct {
+    int assistant;     /* Gemma4AssistantForCausalLM: an MTP drafter */
+    uint32_t n_embd_out; /* assistants: backbone_hidden_size, the target's width */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, head_dim_full, window, shared_kv, n_ctx;
     int have_kv_full;
     uint32_t n_head_kv_full;
@@ -87,10 +89,11 @@ static int read_config(const char *dir, const json *cfg, hparams *h, gem_err *er
     const json *a0 = arch && arch->type == JSON_ARRAY && arch->len ? arch->items[0] : NULL;
     if (!a0 || a0->type != JSON_STRING)
         return gem_err_set(err, "%s/config.json: no 'architectures' list naming the model class", dir);
-    if (strcmp(a0->str, "Gemma4ForCausalLM") && strcmp(a0->str, "Gemma4ForConditionalGeneration"))
+    h->assistant = !strcmp(a0->str, "Gemma4AssistantForCausalLM");
+    if (strcmp(a0->str, "Gemma4ForCausalLM") && strcmp(a0->str, "Gemma4ForConditionalGeneration") && !h->assistant)
         return gem_err_set(err,
-                           "%s/config.json: unsupported architecture '%.64s' (gem converts Gemma4ForCausalLM and "
-                           "Gemma4ForConditionalGeneration, dense variants)",
+                           "%s/config.json: unsupported architecture '%.64s' (gem converts Gemma4ForCausalLM, "
+                           "Gemma4ForConditionalGeneration, dense variants, and Gemma4AssistantForCausalLM)",
                            dir, a0->str);
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (size_t i = 0; i < 3; i++) {
@@ -120,19 +123,32 @@ static int read_config(const char *dir, const json *cfg, hparams *h, gem_err *er
         hp_uint(cfg, dir, "num_attention_heads", &h->n_head, err) ||
         hp_uint(cfg, dir, "num_key_value_heads", &h->n_head_kv, err) ||
         hp_uint(cfg, dir, "head_dim", &h->head_dim, err) ||
-        hp_uint(cfg, dir, "global_head_dim", &h->head_dim_full, err) ||
         hp_uint(cfg, dir, "sliding_window", &h->window, err) ||
         hp_uint(cfg, dir, "num_kv_shared_layers", &h->shared_kv, err) ||
         hp_uint(cfg, dir, "max_position_embeddings", &h->n_ctx, err) ||
-        hp_num(cfg, dir, "rms_norm_eps", &h->rms_eps, err) ||
+        hp_num(cfg, dir, "rms_norm_eps", &h->rms_eps, err))
+        return -1;
+    /* a drafter's logits are not soft-capped: its config may have none (the
+     * reference then writes no key) */
+    h->softcap = 0;
+    if ((!h->assistant || hp_set(cfg, "final_logit_softcapping")) &&
         hp_num(cfg, dir, "final_logit_softcapping", &h->softcap, err))
         return -1;
     if (h->n_layer == 0 || h->n_layer > 512) return gem_err_set(err, "%s/config.json: %u layers is implausible", dir, h->n_layer);
-    if (h->shared_kv)
+    if (h->assistant) {
+        /* every drafter layer reads the target's caches */
+        if (hp_uint(cfg, dir, "backbone_hidden_size", &h->n_embd_out, err)) return -1;
+        if (h->shared_kv != h->n_layer)
+            return gem_err_set(err, "%s/config.json: num_kv_shared_layers %u: a Gemma 4 assistant shares all %u layers",
+                               dir, h->shared_kv, h->n_layer);
+        const json *oe = json_get(cfg, "use_ordered_embeddings");
+        if (oe && oe->type == JSON_BOOL && oe->boolean)
+            return gem_err_set(err, "%s/config.json: use_ordered_embeddings (the E2B/E4B drafters' sparse head) is not "
+                               "supported: gem runs the dense-head drafters", dir);
+    } else if (h->shared_kv) {
         return gem_err_set(err, "%s/config.json: num_kv_shared_layers %u: KV-sharing Gemma 4 variants are not supported", dir,
                            h->shared_kv);
-    h->have_kv_full = hp_set(cfg, "num_global_key_value_heads");
-    if (h->have_kv_full && hp_uint(cfg, dir, "num_global_key_value_heads", &h->n_head_kv_full, err)) return -1;
+    }
     const json *lt = hp(cfg, "layer_types");
     if (!lt || lt->type != JSON_ARRAY || lt->len != h->n_layer)
         return gem_err_set(err, "%s/config.json: 'layer_types' must list one type per layer (%u)", dir, h->n_layer);
@@ -144,6 +160,31 @@ static int read_config(const char *dir, const json *cfg, hparams *h, gem_err *er
             return gem_err_set(err, "%s/config.json: layer_types[%u] is not sliding_attention or full_attention", dir, i);
         h->swa[i] = !strcmp(t->str, "sliding_attention");
     }
+    /* the full layers' head size and KV heads: global_head_dim and
+     * num_global_key_value_heads, or, as transformers 5 saves them, the
+     * first full layer's entry in per_layer_config (the reference reads both) */
+    int have_hd = hp_set(cfg, "global_head_dim");
+    if (have_hd && hp_uint(cfg, dir, "global_head_dim", &h->head_dim_full, err)) return -1;
+    h->have_kv_full = hp_set(cfg, "num_global_key_value_heads");
+    if (h->have_kv_full && hp_uint(cfg, dir, "num_global_key_value_heads", &h->n_head_kv_full, err)) return -1;
+    const json *plc = hp(cfg, "per_layer_config");
+    for (int pass = 0; pass < 2 && plc && plc->type == JSON_OBJECT; pass++) {
+        int *have = pass ? &h->have_kv_full : &have_hd;
+        uint32_t *dst = pass ? &h->n_head_kv_full : &h->head_dim_full;
+        const char *key = pass ? "num_key_value_heads" : "head_dim";
+        for (size_t i = 0; i < plc->len && !*have; i++) {
+            char *end;
+            const unsigned long il = strtoul(plc->keys[i], &end, 10);
+            const json *v = json_get(plc->items[i], key);
+            if (!isdigit((unsigned char)plc->keys[i][0]) || *end || il >= h->n_layer || h->swa[il] || !v) continue;
+            if (v->type != JSON_NUMBER || !v->is_int || v->num < 1 || v->num > UINT32_MAX)
+                return gem_err_set(err, "%s/config.json: per_layer_config['%s'].%s is not a positive integer", dir,
+                                   plc->keys[i], key);
+            *dst = (uint32_t)v->num;
+            *have = 1;
+        }
+    }
+    if (!have_hd) return gem_err_set(err, "%s/config.json: missing 'global_head_dim'", dir);
     const json *rp = hp(cfg, "rope_parameters");
     const json *full = rp ? json_get(rp, "full_attention") : NULL, *swa = rp ? json_get(rp, "sliding_attention") : NULL;
     if (!full || full->type != JSON_OBJECT)
@@ -193,8 +234,12 @@ static const struct {
     {"self_attn.v_proj.weight", "attn_v"},
 };
 
-/* HF name (language_model. already removed) to GGUF name; -1 if unknown. */
-static int map_name(const char *n, uint32_t n_layer, char *out, size_t cap) {
+/* HF name (language_model. already removed) to GGUF name; -1 if unknown.
+ * A drafter's top-level projections become the reference's nextn.* names. */
+static int map_name(const char *n, const hparams *h, char *out, size_t cap) {
+    const uint32_t n_layer = h->n_layer;
+    if (h->assistant && (!strcmp(n, "pre_projection.weight") || !strcmp(n, "post_projection.weight")))
+        return snprintf(out, cap, "nextn.%s", n) < 0 ? -1 : 0;
     if (!strcmp(n, "model.embed_tokens.weight")) return snprintf(out, cap, "token_embd.weight") < 0 ? -1 : 0;
     if (!strcmp(n, "model.norm.weight")) return snprintf(out, cap, "output_norm.weight") < 0 ? -1 : 0;
     if (strncmp(n, "model.layers.", 13)) return -1;
@@ -327,6 +372,8 @@ static int load_shards(const char *dir, const hparams *h, ckpt *c, gem_err *err)
             for (size_t k = 0; k < 3; k++)
                 skipped |= l >= strlen(skip[k]) && !strcmp(n0 + l - strlen(skip[k]), skip[k]);
             if (skipped) continue;
+            /* the reference drops the E2B/E4B drafters' centroid head (it uses the dense one) */
+            if (h->assistant && strstr(n0, "masked_embedding")) continue;
             if (c->n == c->cap) {
                 size_t cap = c->cap ? c->cap * 2 : 256;
                 entry *e = realloc(c->e, cap * sizeof *e);
@@ -349,8 +396,9 @@ static int load_shards(const char *dir, const hparams *h, ckpt *c, gem_err *err)
                                  st_path(f));
                 break;
             }
-            if (map_name(e->hf, h->n_layer, e->gguf, sizeof e->gguf)) {
-                rc = gem_err_set(err, "%s: tensor '%s' is not part of a dense Gemma 4 text model", st_path(f), n0);
+            if (map_name(e->hf, h, e->gguf, sizeof e->gguf)) {
+                rc = gem_err_set(err, "%s: tensor '%s' is not part of a dense Gemma 4 %s", st_path(f), n0,
+                                 h->assistant ? "assistant" : "text model");
                 break;
             }
             for (size_t k = 0; k < c->n; k++)
@@ -425,7 +473,10 @@ static int check_manifest(const char *dir, const gemma4_profile *p, ckpt *c, uin
         if (!found)
             rc = gem_err_set(err, "%s: tensor '%s' (%s) is not in the %s manifest%s", dir, c->e[k].t->name,
                              c->e[k].gguf, p->name,
-                             strstr(c->e[k].gguf, "attn_v") ? " (full-attention layers use K as V)" : "");
+                             gemma4_is_assistant(p) && (strstr(c->e[k].gguf, "attn_k") || strstr(c->e[k].gguf, "attn_v"))
+                                 ? " (a drafter's attention reads the target's caches: no key or value weights)"
+                             : strstr(c->e[k].gguf, "attn_v") ? " (full-attention layers use K as V)"
+                                                              : "");
     }
     free(specs);
     return rc;
@@ -501,31 +552,44 @@ static int write_meta(gguf_writer *w, const gem_convert_opts *o, const json *cfg
     if (!kv) return gem_err_set(err, "out of memory");
     for (uint32_t i = 0; i < h->n_layer; i++) kv[i] = (int32_t)(h->swa[i] ? h->n_head_kv : h->n_head_kv_full);
     /* first-insertion order of TextModel, Gemma3Model and Gemma4Model's
-     * set_gguf_parameters; keys set again later keep their first place */
-    int rc = gguf_w_str(w, "general.architecture", GEMMA4_ARCH, err) || gguf_w_str(w, "general.type", "model", err) ||
+     * set_gguf_parameters; keys set again later keep their first place. A
+     * drafter (Gemma4AssistantModel) writes the same under its own prefix
+     * and appends its two keys. */
+    const char *arch = h->assistant ? GEMMA4_ASSISTANT_ARCH : GEMMA4_ARCH;
+    char k[24][96];
+    static const char *const sfx[] = {
+        "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+        "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
+        "attention.key_length", "attention.value_length", "final_logit_softcapping", "attention.sliding_window",
+        "attention.shared_kv_layers", "embedding_length_per_layer_input", "attention.sliding_window_pattern",
+        "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count", "rope.dimension_count_swa",
+        "embedding_length_out", "nextn_predict_layers"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) snprintf(k[i], sizeof k[i], "%s.%s", arch, sfx[i]);
+    int rc = gguf_w_str(w, "general.architecture", arch, err) || gguf_w_str(w, "general.type", "model", err) ||
              gguf_w_str(w, "general.name", name, err) || gguf_w_str(w, "general.size_label", label, err) ||
-             gguf_w_u32(w, "gemma4.block_count", h->n_layer, err) ||
-             gguf_w_u32(w, "gemma4.context_length", h->n_ctx, err) ||
-             gguf_w_u32(w, "gemma4.embedding_length", h->n_embd, err) ||
-             gguf_w_u32(w, "gemma4.feed_forward_length", h->n_ff, err) ||
-             gguf_w_u32(w, "gemma4.attention.head_count", h->n_head, err) ||
-             (h->have_kv_full ? gguf_w_arr(w, "gemma4.attention.head_count_kv", GGUF_T_INT32, kv, h->n_layer, err)
-                              : gguf_w_u32(w, "gemma4.attention.head_count_kv", h->n_head_kv, err)) ||
-             (h->have_theta_full && gguf_w_f32(w, "gemma4.rope.freq_base", (float)h->theta_full, err)) ||
-             (h->have_theta_swa && gguf_w_f32(w, "gemma4.rope.freq_base_swa", (float)h->theta_swa, err)) ||
-             gguf_w_f32(w, "gemma4.attention.layer_norm_rms_epsilon", (float)h->rms_eps, err) ||
-             gguf_w_u32(w, "gemma4.attention.key_length", h->head_dim_full, err) ||
-             gguf_w_u32(w, "gemma4.attention.value_length", h->head_dim_full, err) ||
+             gguf_w_u32(w, k[0], h->n_layer, err) ||
+             gguf_w_u32(w, k[1], h->n_ctx, err) ||
+             gguf_w_u32(w, k[2], h->n_embd, err) ||
+             gguf_w_u32(w, k[3], h->n_ff, err) ||
+             gguf_w_u32(w, k[4], h->n_head, err) ||
+             (h->have_kv_full ? gguf_w_arr(w, k[5], GGUF_T_INT32, kv, h->n_layer, err)
+                              : gguf_w_u32(w, k[5], h->n_head_kv, err)) ||
+             (h->have_theta_full && gguf_w_f32(w, k[6], (float)h->theta_full, err)) ||
+             (h->have_theta_swa && gguf_w_f32(w, k[7], (float)h->theta_swa, err)) ||
+             gguf_w_f32(w, k[8], (float)h->rms_eps, err) ||
+             gguf_w_u32(w, k[9], h->head_dim_full, err) ||
+             gguf_w_u32(w, k[10], h->head_dim_full, err) ||
              gguf_w_u32(w, "general.file_type", ftype, err) ||
-             (h->softcap != 0 && gguf_w_f32(w, "gemma4.final_logit_softcapping", (float)h->softcap, err)) ||
-             gguf_w_u32(w, "gemma4.attention.sliding_window", h->window, err) ||
-             gguf_w_u32(w, "gemma4.attention.shared_kv_layers", h->shared_kv, err) ||
-             gguf_w_u32(w, "gemma4.embedding_length_per_layer_input", h->per_layer_input, err) ||
-             gguf_w_arr(w, "gemma4.attention.sliding_window_pattern", GGUF_T_BOOL, h->swa, h->n_layer, err) ||
-             gguf_w_u32(w, "gemma4.attention.key_length_swa", h->head_dim, err) ||
-             gguf_w_u32(w, "gemma4.attention.value_length_swa", h->head_dim, err) ||
-             gguf_w_u32(w, "gemma4.rope.dimension_count", h->head_dim_full, err) ||
-             gguf_w_u32(w, "gemma4.rope.dimension_count_swa", h->head_dim, err) ||
+             (h->softcap != 0 && gguf_w_f32(w, k[11], (float)h->softcap, err)) ||
+             gguf_w_u32(w, k[12], h->window, err) ||
+             gguf_w_u32(w, k[13], h->shared_kv, err) ||
+             gguf_w_u32(w, k[14], h->per_layer_input, err) ||
+             gguf_w_arr(w, k[15], GGUF_T_BOOL, h->swa, h->n_layer, err) ||
+             gguf_w_u32(w, k[16], h->head_dim, err) ||
+             gguf_w_u32(w, k[17], h->head_dim, err) ||
+             gguf_w_u32(w, k[18], h->head_dim_full, err) ||
+             gguf_w_u32(w, k[19], h->head_dim, err) ||
+             (h->assistant && (gguf_w_u32(w, k[20], h->n_embd_out, err) || gguf_w_u32(w, k[21], h->n_layer, err))) ||
              gguf_w_u32(w, "general.quantization_version", 2, err) ||
              hf_tok_add_keys(w, o->dir, cfg, vocab_rows, err);
     free(kv);
@@ -640,10 +704,14 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         }
     }
     if (read_config(o->dir, cfg, &h, err)) goto done;
-    const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, 0, h.window);
+    const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, h.assistant ? h.n_embd_out : 0, h.window);
     if (!p) {
-        gem_err_set(err, "%s/config.json: %u layers of width %u match no supported Gemma 4 profile", o->dir, h.n_layer,
-                    h.n_embd);
+        if (h.assistant)
+            gem_err_set(err, "%s/config.json: %u layers of width %u for a target of width %u match no supported Gemma 4 "
+                        "assistant profile", o->dir, h.n_layer, h.n_embd, h.n_embd_out);
+        else
+            gem_err_set(err, "%s/config.json: %u layers of width %u match no supported Gemma 4 profile", o->dir,
+                        h.n_layer, h.n_embd);
         goto done;
     }
     if (load_shards(o->dir, &h, &c, err)) goto done;

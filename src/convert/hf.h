@@ -12,6 +12,17 @@
  * other architecture, a MoE or per-layer-embedding variant, or a checkpoint
  * whose shapes match no profile is refused before anything is written.
  *
+ * An MTP drafter (Gemma4AssistantForCausalLM, class Gemma4AssistantModel in
+ * the reference) converts the same way under arch gemma4-assistant: the
+ * text model from text_config (every layer sharing the target's KV), its
+ * top-level pre_projection / post_projection as nextn.*, and
+ * embedding_length_out (backbone_hidden_size) and nextn_predict_layers
+ * appended to the keys. A drafter with the E2B/E4B ordered-embedding head
+ * (use_ordered_embeddings) is refused: the reference drops its
+ * masked_embedding.* tensors and runs the dense head instead, which is not
+ * what transformers computes; stray masked_embedding.* tensors are dropped
+ * as the reference drops them.
+ *
  * Known divergence: of the reference's authorship heuristics (general.*
  * keys guessed from README model cards, generation_config.json and dashed
  * folder names) gem writes general.name (the folder name in title case, or
