@@ -122,6 +122,8 @@ int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, f
     size_t h_off = 0;
     if (first && gemma4_hidden(d->target, &h, &h_off))
         return gem_err_set(err, "the target's hidden state is not available for drafting");
+    /* a GPU's kernels read the token and position from the step buffer */
+    if (b->set_step) b->set_step(b, &id, 1, pos);
     /* input: the target's embedding of id (its own input scale), then h */
     b->embed(b, gemma4_state_embd(d->target), &id, 1, sqrtf((float)D), d->xh);
     b->copy(b, h, h_off, d->xh, (size_t)D, (size_t)D);

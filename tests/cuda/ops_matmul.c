@@ -156,8 +156,9 @@ static void test_matmul(void) {
                     const int quant8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
                     /* prefill tiles with K a multiple of 128 run k_mm_h: f16
                      * activations and weights (relative 2^-11 each, so 2^-10
-                     * per product) instead of 8-bit activation codes */
-                    const int f16 = quant8 && n > 8 && mma_on() && (K / 32) % 4 == 0;
+                     * per product) instead of 8-bit activation codes; tiles
+                     * up to BE_EXACT_ROWS stay on the one-token kernels */
+                    const int f16 = quant8 && n > BE_EXACT_ROWS && mma_on() && (K / 32) % 4 == 0;
                     const int int8 = quant8 && !f16;
                     const double tol_ref = f16    ? (1.0 / 1024 + 1e-5) * mag * 1.0001
                                            : int8 ? bound + 1e-5 * mag
@@ -175,6 +176,21 @@ static void test_matmul(void) {
                     }
                 }
             CHECKF(ok, "matmul %s K=%lld n=%d", quant_type_name(types[t]), (long long)K, n);
+            /* rows_exact: a tile of up to BE_EXACT_ROWS tokens gives each
+             * token's row bit for bit as a one-token product of it */
+            if (n > 1 && n <= BE_EXACT_ROWS) {
+                int same = 1;
+                for (int i = 0; i < n && same; i++) {
+                    be_buf *x1 = put(gpu, x + (size_t)i * K, (size_t)K), *o1 = put(gpu, NULL, (size_t)M);
+                    gpu->matmul(gpu, wg, x1, 1, o1);
+                    float *a1 = get(gpu, o1, (size_t)M);
+                    same = !memcmp(a1, a + (size_t)i * M, sizeof(float) * (size_t)M);
+                    free(a1);
+                    gpu->buf_free(gpu, x1), gpu->buf_free(gpu, o1);
+                }
+                CHECKF(same, "matmul %s K=%lld n=%d: a row differs from its one-token product", quant_type_name(types[t]),
+                       (long long)K, n);
+            }
             free(a), free(r), free(f), free(x);
             cpu_ref->buf_free(cpu_ref, xr), cpu_fast->buf_free(cpu_fast, xf), gpu->buf_free(gpu, xg);
             cpu_ref->buf_free(cpu_ref, orf), cpu_fast->buf_free(cpu_fast, of), gpu->buf_free(gpu, og);
@@ -265,7 +281,7 @@ static void test_geglu_f16(void) {
 static void test_matmul_f16_on(backend *gb, const char *name) {
     const uint32_t types[] = {QT_Q8_0, QT_Q4_0};
     const int64_t Ks[] = {128, 1536, 4096};
-    const int ns[] = {9, 70, 300};
+    const int ns[] = {BE_EXACT_ROWS + 1, 70, 300}; /* fewer take the one-token kernels */
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < 3; ki++) {
             const int64_t K = Ks[ki], M = 333;

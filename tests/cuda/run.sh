@@ -52,6 +52,9 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # the engine's generation loop on the GPU: prefix reuse through device
     # checkpoints (kv_stash), greedy on the device, polls, stops, limits
     run "engine generate (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_generate
+    # speculative decoding: row-exact verification tiles (the answer and the
+    # last logits bit for bit plain decoding's), the MTP drafter on the GPU
+    run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
     run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
     run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
     # the other one-token attention kernels inside replayed graphs, where a

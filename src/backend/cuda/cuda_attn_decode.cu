@@ -749,7 +749,8 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return;
     /* the output is the input of the output projection: its 8-bit codes
      * are made here (as in cu_rmsnorm) */
-    const size_t nblk = (size_t)n * n_head * d / 32;
+    /* a row of a row-exact tile (att_row > 0) writes its codes at its row */
+    const size_t nblk = (size_t)(n + c->att_row) * n_head * d / 32, code0 = (size_t)c->att_row * n_head * d;
     const int quant = d % 32 == 0 &&
                       (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
                                          nblk * sizeof(int) <= c->xs.cap)) &&
@@ -798,19 +799,56 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     if (n <= 8 && d % 32 == 0)
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
-               quant ? (int8_t *)c->xq.p : NULL, quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL,
-               c->step, n, QB, window);
+               quant ? (int8_t *)c->xq.p + code0 : NULL, quant ? (float *)c->xd.p + code0 / 32 : NULL,
+               quant ? (int *)c->xs.p + code0 / 32 : NULL, c->step, n, QB, window);
     else
         attn_combine_launch(c, n, n_head, d, nsplit, QB, window, quant, out);
     LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
+    if (quant) quantized_cache_set(c, out->d, n, n_head * d);
+    c->att_quant_last = quant;
+}
+
+/* A tile of 1 < n <= BE_EXACT_ROWS tokens, row by row on the one-token
+ * path (each row's own step: position, and its key stored before the next
+ * row attends), so every row is the one-token step's bit for bit
+ * (rows_exact, backend.h). fn runs one row on sub-buffers. */
+typedef struct {
+    be_buf q, k, v, out;
+} att_rows;
+
+template <typename F>
+static void attention_rows(cuda_backend *c, be_buf *q, be_buf *k, be_buf *v, be_buf *out, int n, int n_head,
+                           int n_kv_head, int d, F fn) {
+    int *const step = c->step;
+    int quant = 1;
+    for (int i = 0; i < n; i++) {
+        att_rows r = {{q->d + (size_t)i * n_head * d, (size_t)n_head * d},
+                      {k->d + (size_t)i * n_kv_head * d, (size_t)n_kv_head * d},
+                      {v->d + (size_t)i * n_kv_head * d, (size_t)n_kv_head * d},
+                      {out->d + (size_t)i * n_head * d, (size_t)n_head * d}};
+        c->step = c->step_rows + 3 * i;
+        c->att_row = i;
+        fn(r);
+        quant &= c->att_quant_last;
+    }
+    c->step = step;
+    c->att_row = 0;
+    /* the output projection reads the codes every row left */
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
 }
 
 void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                   int n_head, int n_kv_head, int d, int window, be_buf *out) {
     (void)pos0; /* read from the step buffer */
-    attention_run(cu_of(b), q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL);
+    cuda_backend *c = cu_of(b);
+    if (n > 1 && n <= BE_EXACT_ROWS) {
+        attention_rows(c, (be_buf *)q, (be_buf *)k, (be_buf *)v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
+            attention_run(c, &r.q, &r.k, &r.v, kv, 1, n_head, n_kv_head, d, window, &r.out, NULL);
+        });
+        return;
+    }
+    attention_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL);
 }
 
 /* qkv_norm_rope, then attention: one-token steps on k_attn_tc (f16
@@ -821,6 +859,13 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
                       float theta, const be_weight *ff, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
+    if (n > 1 && n <= BE_EXACT_ROWS) {
+        attention_rows(c, q, k, v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
+            cu_attention_qkv(b, &r.q, qw, &r.k, kw, &r.v, v_from_k, kv, 1, pos0, n_head, n_kv_head, d, eps, theta, ff,
+                             window, &r.out);
+        });
+        return;
+    }
     if (c->attn_fuse && attn_tc_step(c, kv, n)) { /* (attention_run rejects unsupported head shapes itself) */
         const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
                           ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
@@ -829,4 +874,92 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     }
     cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
     cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
+}
+
+/* ---- attention_cached: an MTP drafter's queries over its target's cache ----
+ * One block per (query head, query row), all queries at position pos: keys
+ * [pos - window + 1, pos) (or [0, pos)) from the cache only, none stored.
+ * Keys are taken in chunks of AC_CHUNK: each chunk's scores go to shared
+ * memory, then every thread adds the chunk's weighted values for its own
+ * output dimensions, rescaling by the running maximum (the online softmax);
+ * every thread keeps the same running sum (same order). f32 throughout. A
+ * drafter step reads each visible key once per query head: cheap beside
+ * the target's step at the windows and depths drafters are used. */
+#define AC_CHUNK 256
+#define AC_THREADS 256
+
+template <typename KT>
+__global__ void __launch_bounds__(AC_THREADS) k_attn_cached(const float *__restrict__ q, const KT *__restrict__ ck,
+                                                            const KT *__restrict__ cv, int pos, int n_head,
+                                                            int n_kv_head, int d, int cap, int ring, int window,
+                                                            float *__restrict__ out) {
+    pdl_wait();
+    extern __shared__ float sm[];
+    float *qs = sm, *sc = sm + d;
+    __shared__ float red[32];
+    const int h = blockIdx.x, i = blockIdx.y, g = h / (n_head / n_kv_head);
+    const float *qr = q + ((size_t)i * n_head + h) * d;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) qs[e] = qr[e];
+    const int first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, last = pos - 1;
+    float acc[512 / AC_THREADS] = {0};
+    float m = -INFINITY, l = 0;
+    for (int c0 = first; c0 <= last; c0 += AC_CHUNK) {
+        const int cn = last - c0 + 1 < AC_CHUNK ? last - c0 + 1 : AC_CHUNK;
+        __syncthreads(); /* qs written; the previous chunk's scores read */
+        for (int t = threadIdx.x; t < cn; t += blockDim.x) {
+            const int p = c0 + t;
+            const KT *kr = ck + ((size_t)(ring ? p % cap : p) * n_kv_head + g) * d;
+            float s = 0;
+            for (int e = 0; e < d; e++) s += qs[e] * (float)kr[e];
+            sc[t] = s;
+        }
+        __syncthreads();
+        float cm = -INFINITY;
+        for (int t = threadIdx.x; t < cn; t += blockDim.x) cm = fmaxf(cm, sc[t]);
+        cm = warp_max(cm);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = cm;
+        __syncthreads();
+        cm = -INFINITY;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) cm = fmaxf(cm, red[w]);
+        const float mn = fmaxf(m, cm), r = expf(m - mn);
+        l *= r;
+#pragma unroll
+        for (int j = 0; j < 512 / AC_THREADS; j++) acc[j] *= r;
+        for (int t = 0; t < cn; t++) {
+            const float w = expf(sc[t] - mn);
+            l += w;
+            const int p = c0 + t;
+            const KT *vr = cv + ((size_t)(ring ? p % cap : p) * n_kv_head + g) * d;
+#pragma unroll
+            for (int j = 0; j < 512 / AC_THREADS; j++) {
+                const int e = threadIdx.x + j * AC_THREADS;
+                if (e < d) acc[j] += w * (float)vr[e];
+            }
+        }
+        m = mn;
+    }
+    float *o = out + ((size_t)i * n_head + h) * d;
+#pragma unroll
+    for (int j = 0; j < 512 / AC_THREADS; j++) {
+        const int e = threadIdx.x + j * AC_THREADS;
+        if (e < d) o[e] = l > 0 ? acc[j] / l : 0.0f;
+    }
+}
+
+void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
+                         int d, int window, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    if (d > 512 || n_kv_head < 1 || n_head % n_kv_head) {
+        cu_check(c, cudaErrorInvalidValue, "attention_cached: unsupported head shape");
+        return;
+    }
+    const dim3 grid((unsigned)n_head, (unsigned)n);
+    const size_t smem = sizeof(float) * (size_t)(d + AC_CHUNK);
+    if (kv->f16)
+        launch(c, k_attn_cached<__half>, grid, AC_THREADS, smem, q->d, (const __half *)kv->k, (const __half *)kv->v, pos,
+               n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+    else
+        launch(c, k_attn_cached<float>, grid, AC_THREADS, smem, q->d, (const float *)kv->k, (const float *)kv->v, pos,
+               n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+    LAUNCHED(c, "attention (cached keys only)");
 }

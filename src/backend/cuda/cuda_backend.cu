@@ -267,10 +267,11 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
         c->step = NULL;
         c->step_host = NULL;
         c->step_cap = 0;
-        if (CK(c, cudaMalloc(&c->step, sizeof(int) * (size_t)(cap + 2))) ||
-            CK(c, cudaMallocHost(&c->step_host, sizeof(int) * (size_t)(cap + 2))))
+        const size_t ints = (size_t)cap + 2 + 3 * BE_EXACT_ROWS;
+        if (CK(c, cudaMalloc(&c->step, sizeof(int) * ints)) || CK(c, cudaMallocHost(&c->step_host, sizeof(int) * ints)))
             return;
         c->step_cap = cap;
+        c->step_rows = c->step + cap + 2;
         c->generation++;
     }
     /* the previous step's copy must have left the staging area before it is
@@ -279,7 +280,13 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
     c->step_host[0] = pos0;
     c->step_host[1] = n;
     memcpy(c->step_host + 2, ids, sizeof(int) * (size_t)n);
-    CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * (size_t)(n + 2), cudaMemcpyHostToDevice, c->st));
+    size_t ints = (size_t)n + 2;
+    if (n > 1 && n <= BE_EXACT_ROWS) { /* the rows' own steps (step_rows) */
+        int *r = c->step_host + c->step_cap + 2;
+        for (int i = 0; i < n; i++) r[3 * i] = pos0 + i, r[3 * i + 1] = 1, r[3 * i + 2] = ids[i];
+        ints = (size_t)c->step_cap + 2 + 3 * (size_t)n;
+    }
+    CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * ints, cudaMemcpyHostToDevice, c->st));
     CK(c, cudaEventRecord(c->step_copied, c->st));
 }
 
@@ -484,6 +491,11 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->add_rmsnorm_norm = cu_add_rmsnorm_norm;
     b->qkv_norm_rope = cu_qkv_norm_rope;
     b->attention_qkv = cu_attention_qkv;
+    b->attention_cached = cu_attention_cached;
+    /* tiles of up to BE_EXACT_ROWS tokens run the one-token kernels' per-row
+     * arithmetic: the split matrix-vector products, the one-token norms,
+     * attention row by row (cuda_matmul.cu, cuda_norm.cu, cu_attention) */
+    b->rows_exact = 1;
     b->matmul = cu_matmul;
     b->matmul_geglu = cu_matmul_geglu;
     b->matmul_multi = cu_matmul_multi;

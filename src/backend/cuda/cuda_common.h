@@ -114,6 +114,12 @@ typedef struct {
     int *step;      /* device: pos0, n, ids[n] */
     int *step_host; /* pinned staging of the same */
     int step_cap;
+    /* device, after the step: for a tile of n <= BE_EXACT_ROWS tokens, row
+     * i's own one-token step {pos0 + i, 1, ids[i]}; attention runs such a
+     * tile row by row on the one-token kernels (rows_exact, backend.h) */
+    int *step_rows;
+    int att_row;        /* the row being attended: its output's 8-bit codes go there */
+    int att_quant_last; /* the last attention left its output's codes */
     scratch xq, xd, xs;     /* quantized activations: codes, scales, code sums */
     scratch part, pml;      /* attention partials */
     scratch amax_v, amax_i; /* argmax partials */

@@ -846,9 +846,13 @@ typedef void (*mv_f_fn)(mv_job, const float *, int);
                         k_mv_q<Q4, 5, 1>, k_mv_q<Q4, 6, 1>, k_mv_q<Q4, 7, 1>, k_mv_q<Q4, 8, 1>}
 static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE_Q(1);
 static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
-/* one-token products of long rows split over 2 or 4 warps (see k_mv_q) */
-static const mv_q_fn mv_q4_split[2] = {k_mv_q<1, 1, 2>, k_mv_q<1, 1, 4>};
-static const mv_q_fn mv_q8_split[2] = {k_mv_q<0, 1, 2>, k_mv_q<0, 1, 4>};
+/* products of long rows split over 2 or 4 warps (see k_mv_q): one-token
+ * steps, and every tile of up to BE_EXACT_ROWS tokens, whose rows must be
+ * the one-token step's bit for bit (backend.h, rows_exact) */
+#define NT_TABLE_QS(Q4, SP) {k_mv_q<Q4, 1, SP>, k_mv_q<Q4, 2, SP>, k_mv_q<Q4, 3, SP>, k_mv_q<Q4, 4, SP>, \
+                             k_mv_q<Q4, 5, SP>, k_mv_q<Q4, 6, SP>, k_mv_q<Q4, 7, SP>, k_mv_q<Q4, 8, SP>}
+static const mv_q_fn mv_q4_split[2][MV_MAXT] = {NT_TABLE_QS(1, 2), NT_TABLE_QS(1, 4)};
+static const mv_q_fn mv_q8_split[2][MV_MAXT] = {NT_TABLE_QS(0, 2), NT_TABLE_QS(0, 4)};
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
 static const mv_f_fn mv_f16[MV_MAXT] = NT_TABLE(k_mv_f, DW_F16);
 static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
@@ -1069,9 +1073,11 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     memset(&job, 0, sizeof job);
     job.count = pair ? 1 : count;
     job.pair = pair;
-    /* warps per row of a split one-token product (k_mv_q) */
-    const int sp = c->mv_split && n == 1 && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0) ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
-                                                                                       : 1;
+    /* warps per row of a split product (k_mv_q): one-token steps and the
+     * row-exact small tiles alike */
+    const int sp = c->mv_split && n <= BE_EXACT_ROWS && !pair && (fmt == DW_Q8_0 || fmt == DW_Q4_0)
+                       ? (K >= 16384 ? 4 : K >= 8192 ? 2 : 1)
+                       : 1;
     unsigned grid = 0;
     for (int i = 0; i < job.count; i++) {
         job.m[i].q = W[i]->q;
@@ -1085,7 +1091,9 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         job.m[1].d = W[1]->d;
         job.m[1].M = (int)W[1]->ne1;
     }
-    if ((fmt == DW_Q8_0 || fmt == DW_Q4_0) && n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+    /* tiles of up to BE_EXACT_ROWS tokens stay on the matrix-vector kernels
+     * (in launches of MV_MAXT): their rows are then the one-token step's */
+    if ((fmt == DW_Q8_0 || fmt == DW_Q4_0) && n > BE_EXACT_ROWS && !pair && c->mma && (K / 32) % MMT_KS == 0) {
         int f16 = 1;
         for (int i = 0; i < job.count; i++) f16 &= W[i]->hexp > 0;
         if (f16 && !mmh_run(c, job.count, W, x, n, outs)) return;
@@ -1101,7 +1109,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                                           (float *)c->xd.p, (int *)c->xs.p);
             LAUNCHED(c, "quantize activations");
         }
-        if (n > MV_MAXT && !pair && c->mma && (K / 32) % MMT_KS == 0) {
+        if (n > BE_EXACT_ROWS && !pair && c->mma && (K / 32) % MMT_KS == 0) {
             for (int i = 0; i < job.count; i++) {
                 const dim3 g((unsigned)((n + MMT_BN - 1) / MMT_BN), (unsigned)((job.m[i].M + MMT_BM - 1) / MMT_BM));
                 if (fmt == DW_Q4_0)
@@ -1116,7 +1124,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             }
             goto quantized_done;
         }
-        if (n > MV_MAXT && !pair && c->mma) {
+        if (n > BE_EXACT_ROWS && !pair && c->mma) {
             for (int i = 0; i < job.count; i++) {
                 const dim3 g((unsigned)((job.m[i].M + MM_ROWS - 1) / MM_ROWS), (unsigned)((n + MM_TOKS - 1) / MM_TOKS));
                 if (fmt == DW_Q4_0)
@@ -1130,8 +1138,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
             goto quantized_done;
         }
         {
-        /* n == 1 when split: tab[0] is the 2- or 4-warp kernel */
-        const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split) + (sp == 4) : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
+        const mv_q_fn *tab = sp > 1 ? (fmt == DW_Q4_0 ? mv_q4_split : mv_q8_split)[sp == 4] : fmt == DW_Q4_0 ? mv_q4 : mv_q8;
         /* blocks of one wave, per format, from the one-token kernel of
          * unsplit rows */
         const int q4 = fmt == DW_Q4_0;
@@ -1193,7 +1200,7 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
     cuda_backend *c = cu_of(b);
     const be_weight *W[2] = {Wg, Wu};
     const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0;
-    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > MV_MAXT)) {
+    if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > BE_EXACT_ROWS)) {
         /* the table GELU and mixed formats go the long way, through scratch */
         const size_t len = (size_t)n * (size_t)Wu->ne1;
         if (grow(c, &c->up, len * sizeof(float))) return;
@@ -1204,7 +1211,7 @@ void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const
         const int F = (int)Wu->ne1;
         /* prefill tiles: the down product's f16 activations made here (its
          * K, F, must suit the f16 kernels: (F / 32) % MMT_KS == 0) */
-        if (!c->gelu_fp16 && c->mma && quant && n > MV_MAXT && F % 4 == 0 && (F / 32) % MMT_KS == 0 &&
+        if (!c->gelu_fp16 && c->mma && quant && n > BE_EXACT_ROWS && F % 4 == 0 && (F / 32) % MMT_KS == 0 &&
             !grow(c, &c->xh, len * sizeof(__half)) && !grow(c, &c->xhinv, (size_t)n * sizeof(float))) {
             launch(c, k_geglu_f16, n, 256, 0, (const float *)out->d, (const float *)up.d, F, out->d, (__half *)c->xh.p,
                    (float *)c->xhinv.p, c->mmh_wgmma ? 1 : 0);

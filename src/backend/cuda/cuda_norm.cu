@@ -176,7 +176,9 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
     else if (nv <= 2) NORM_LAUNCH(2, E, 256); \
     else if (nv <= 4) NORM_LAUNCH(4, E, 256); \
     else NORM_LAUNCH(8, E, 256)
-        if (rows == 1 && c->norm_wide && n4 > 2 * 256) {
+        /* one-token rows, and the rows of tiles up to BE_EXACT_ROWS tokens
+         * (which must be one-token rows bit for bit: backend.h rows_exact) */
+        if (rows <= BE_EXACT_ROWS && c->norm_wide && n4 > 2 * 256) {
             /* A one-token row in one block of up to 1024 threads, one or
              * two float4 each (n4 <= 2048 here). With 256 threads a 31B
              * row is six float4 per thread, and a thread's work after the
@@ -196,7 +198,7 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
             threads = ((n4 + nv - 1) / nv + 31) / 32 * 32;
             if (nv == 1) NORM_LAUNCH(1, true, 1024);
             else NORM_LAUNCH(2, true, 1024);
-        } else if (rows == 1) {
+        } else if (rows <= BE_EXACT_ROWS) {
             NORM_LAUNCH_NV(true);
         } else {
             NORM_LAUNCH_NV(false);

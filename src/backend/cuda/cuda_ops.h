@@ -45,6 +45,8 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
                       float theta, const be_weight *ff, int window, be_buf *out);
 cudaError_t attn_allow_all(void); /* shared-memory limits of the attention kernels */
+void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
+                         int d, int window, be_buf *out);
 
 /* cuda_attn_prefill.cu: the KV caches */
 be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
