@@ -30,6 +30,7 @@ struct gemma4_drafter {
     be_weight *embd, *out_norm, *rope_freqs, *pre, *post;
     dlayer L[8];
     be_buf *xh, *z, *a, *q, *att, *o, *act, *down, *y, *logits, *best, *hnext;
+    be_graph *step; /* the recorded step body (backends that replay) */
 };
 
 static be_weight *up_w(backend *b, const gguf_tensor *t, gem_err *err) { return t ? b->weight(b, t, err) : NULL; }
@@ -47,6 +48,7 @@ void gemma4_drafter_free(gemma4_drafter *d) {
     be_weight *g[] = {d->embd, d->out_norm, d->rope_freqs, d->pre, d->post};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         if (g[i]) b->weight_free(b, g[i]);
+    if (d->step) b->graph_free(b, d->step);
     be_buf *bufs[] = {d->xh, d->z, d->a, d->q, d->att, d->o, d->act, d->down, d->y, d->logits, d->best, d->hnext};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
@@ -112,21 +114,22 @@ fail:
     return NULL;
 }
 
-int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *logits, gem_err *err) {
+typedef struct {
+    gemma4_drafter *d;
+    int32_t id;
+    int pos;
+} step_ctx;
+
+/* The step after its input h is in xh's second half: repeatable, and on a
+ * GPU recordable (the token and position come from the step buffer). */
+static void step_body(void *ctx) {
+    const step_ctx *sc = ctx;
+    gemma4_drafter *d = sc->d;
     backend *b = d->b;
     const gemma4_profile *p = d->m->profile;
-    const int H = (int)p->n_embd, D = (int)p->n_embd_out;
-    const int pos = gemma4_n_past(d->target);
-    if (id < 0 || (uint32_t)id >= GEMMA4_N_VOCAB) return gem_err_set(err, "token id %d is out of the vocabulary", id);
-    const be_buf *h = d->hnext;
-    size_t h_off = 0;
-    if (first && gemma4_hidden(d->target, &h, &h_off))
-        return gem_err_set(err, "the target's hidden state is not available for drafting");
-    /* a GPU's kernels read the token and position from the step buffer */
-    if (b->set_step) b->set_step(b, &id, 1, pos);
+    const int H = (int)p->n_embd, D = (int)p->n_embd_out, pos = sc->pos;
     /* input: the target's embedding of id (its own input scale), then h */
-    b->embed(b, gemma4_state_embd(d->target), &id, 1, sqrtf((float)D), d->xh);
-    b->copy(b, h, h_off, d->xh, (size_t)D, (size_t)D);
+    b->embed(b, gemma4_state_embd(d->target), &sc->id, 1, sqrtf((float)D), d->xh);
     b->matmul(b, d->pre, d->xh, 1, d->z);
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &d->m->layers[il];
@@ -149,6 +152,29 @@ int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, f
     b->matmul(b, d->embd, d->y, 1, d->logits);
     b->argmax(b, d->logits, 1, GEMMA4_N_VOCAB, d->best);
     b->matmul(b, d->post, d->y, 1, d->hnext);
+}
+
+int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *logits, gem_err *err) {
+    backend *b = d->b;
+    const int D = (int)d->m->profile->n_embd_out;
+    const int pos = gemma4_n_past(d->target);
+    if (id < 0 || (uint32_t)id >= GEMMA4_N_VOCAB) return gem_err_set(err, "token id %d is out of the vocabulary", id);
+    const be_buf *h = d->hnext;
+    size_t h_off = 0;
+    if (first && gemma4_hidden(d->target, &h, &h_off))
+        return gem_err_set(err, "the target's hidden state is not available for drafting");
+    /* a GPU's kernels read the token and position from the step buffer */
+    if (b->set_step) b->set_step(b, &id, 1, pos);
+    b->copy(b, h, h_off, d->xh, (size_t)D, (size_t)D);
+    step_ctx sc = {d, id, pos};
+    if (b->capture) {
+        if (!d->step || b->replay(b, d->step)) {
+            if (d->step) b->graph_free(b, d->step);
+            if (!(d->step = b->capture(b, step_body, &sc, err))) return -1;
+        }
+    } else {
+        step_body(&sc);
+    }
     float f = 0;
     b->download(b, d->best, 0, &f, 1);
     if (logits) b->download(b, d->logits, 0, logits, GEMMA4_N_VOCAB);

@@ -47,6 +47,7 @@ struct gemma4_state {
     int spec_rows;
     be_buf *vhid, *vlogits, *vbest;
     int v_pos0, v_n;
+    be_graph *vgraph[BE_EXACT_ROWS + 1]; /* a recorded verification per row count */
 };
 
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
@@ -57,6 +58,8 @@ void gemma4_state_free(gemma4_state *s) {
     if (!s) return;
     backend *b = s->b;
     if (s->decode) b->graph_free(b, s->decode);
+    for (int i = 0; i <= BE_EXACT_ROWS; i++)
+        if (s->vgraph[i]) b->graph_free(b, s->vgraph[i]);
     if (s->L) {
         for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
             layer_w *l = &s->L[il];
@@ -221,6 +224,7 @@ static void head_dev(gemma4_state *s, int r) {
 typedef struct {
     gemma4_state *s;
     const int32_t *ids;
+    int n; /* verify_body's rows */
 } decode_ctx;
 
 static void decode_body(void *ctx) {
@@ -237,7 +241,7 @@ static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
     backend *b = s->b;
     if (s->decode && b->replay(b, s->decode) == 0) return 0;
     if (s->decode) b->graph_free(b, s->decode);
-    decode_ctx d = {s, id};
+    decode_ctx d = {s, id, 1};
     s->decode = b->capture(b, decode_body, &d, err);
     return s->decode ? 0 : -1;
 }
@@ -425,9 +429,24 @@ int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err) {
 
 int gemma4_spec_rows(const gemma4_state *s) { return s->spec_rows; }
 
+/* A verification tile and the head of every row (row-exact ops), as one
+ * recordable body: like a decode step, it reads the tokens and positions
+ * from set_step on backends that replay, and rewrites the same cache
+ * slots with the same values when run again. */
+static void verify_body(void *ctx) {
+    decode_ctx *d = ctx;
+    gemma4_state *s = d->s;
+    backend *b = s->b;
+    const int H = (int)s->m->profile->n_embd, n = d->n;
+    forward_tile(s, d->ids, n, s->n_past);
+    b->rmsnorm(b, s->h, s->out_norm, n, H, EPS, s->vhid);
+    b->matmul(b, s->embd, s->vhid, n, s->vlogits);
+    b->softcap(b, s->vlogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, s->vlogits, n, GEMMA4_N_VOCAB, s->vbest);
+}
+
 int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err) {
     backend *b = s->b;
-    const int H = (int)s->m->profile->n_embd;
     if (n < 1 || n > s->spec_rows) return gem_err_set(err, "verification of %d rows (1..%d)", n, s->spec_rows);
     if (n > s->n_ctx - s->n_past)
         return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
@@ -435,12 +454,16 @@ int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, flo
         if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
             return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
     if (b->set_step) b->set_step(b, ids, n, s->n_past);
-    forward_tile(s, ids, n, s->n_past);
-    /* the head of every row, as head_dev computes one (row-exact ops) */
-    b->rmsnorm(b, s->h, s->out_norm, n, H, EPS, s->vhid);
-    b->matmul(b, s->embd, s->vhid, n, s->vlogits);
-    b->softcap(b, s->vlogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
-    b->argmax(b, s->vlogits, n, GEMMA4_N_VOCAB, s->vbest);
+    decode_ctx d = {s, ids, n};
+    if (b->capture) { /* replayed like a decode step: launches cost no host time */
+        be_graph **g = &s->vgraph[n];
+        if (!*g || b->replay(b, *g)) {
+            if (*g) b->graph_free(b, *g);
+            if (!(*g = b->capture(b, verify_body, &d, err))) return -1;
+        }
+    } else {
+        verify_body(&d);
+    }
     float f[BE_EXACT_ROWS];
     b->download(b, s->vbest, 0, f, (size_t)n);
     if (logits) b->download(b, s->vlogits, 0, logits, (size_t)n * GEMMA4_N_VOCAB);

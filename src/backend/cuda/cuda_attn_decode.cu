@@ -890,10 +890,11 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
 
 template <typename KT>
 __global__ void __launch_bounds__(AC_THREADS) k_attn_cached(const float *__restrict__ q, const KT *__restrict__ ck,
-                                                            const KT *__restrict__ cv, int pos, int n_head,
+                                                            const KT *__restrict__ cv, const int *step, int n_head,
                                                             int n_kv_head, int d, int cap, int ring, int window,
                                                             float *__restrict__ out) {
     pdl_wait();
+    const int pos = step[0]; /* the step buffer: a recorded draft step replays at any position */
     extern __shared__ float sm[];
     float *qs = sm, *sc = sm + d;
     __shared__ float red[32];
@@ -949,6 +950,7 @@ __global__ void __launch_bounds__(AC_THREADS) k_attn_cached(const float *__restr
 void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
                          int d, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
+    (void)pos; /* read from the step buffer */
     if (d > 512 || n_kv_head < 1 || n_head % n_kv_head) {
         cu_check(c, cudaErrorInvalidValue, "attention_cached: unsupported head shape");
         return;
@@ -956,10 +958,10 @@ void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, in
     const dim3 grid((unsigned)n_head, (unsigned)n);
     const size_t smem = sizeof(float) * (size_t)(d + AC_CHUNK);
     if (kv->f16)
-        launch(c, k_attn_cached<__half>, grid, AC_THREADS, smem, q->d, (const __half *)kv->k, (const __half *)kv->v, pos,
-               n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+        launch(c, k_attn_cached<__half>, grid, AC_THREADS, smem, q->d, (const __half *)kv->k, (const __half *)kv->v,
+               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
     else
-        launch(c, k_attn_cached<float>, grid, AC_THREADS, smem, q->d, (const float *)kv->k, (const float *)kv->v, pos,
-               n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+        launch(c, k_attn_cached<float>, grid, AC_THREADS, smem, q->d, (const float *)kv->k, (const float *)kv->v,
+               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
     LAUNCHED(c, "attention (cached keys only)");
 }

@@ -46,7 +46,9 @@ __global__ void k_quantize_act(const float *x, int64_t nblk, int8_t *q, float *d
 #else
 #define MV_BOUNDS __launch_bounds__(MV_WARPS * 32)
 #endif
-#define MV_MAXT 8 /* tokens per launch */
+/* tokens per launch: a verification tile of up to BE_EXACT_ROWS tokens
+ * reads the weights once */
+#define MV_MAXT 16
 static_assert(MV_WARPS % 4 == 0, "the row split shares a row among 2 or 4 warps of a block");
 
 /* Matrix-vector products (n <= MV_MAXT tokens per launch).
@@ -840,17 +842,22 @@ __global__ void __launch_bounds__(MMH_THREADS, 2)
 typedef void (*mv_q_fn)(mv_job, const int8_t *, const float *, const int *, int);
 typedef void (*mv_f_fn)(mv_job, const float *, int);
 
-#define NT_TABLE(K, ...) {K<__VA_ARGS__, 1>, K<__VA_ARGS__, 2>, K<__VA_ARGS__, 3>, K<__VA_ARGS__, 4>, \
-                          K<__VA_ARGS__, 5>, K<__VA_ARGS__, 6>, K<__VA_ARGS__, 7>, K<__VA_ARGS__, 8>}
-#define NT_TABLE_Q(Q4) {k_mv_q<Q4, 1, 1>, k_mv_q<Q4, 2, 1>, k_mv_q<Q4, 3, 1>, k_mv_q<Q4, 4, 1>, \
-                        k_mv_q<Q4, 5, 1>, k_mv_q<Q4, 6, 1>, k_mv_q<Q4, 7, 1>, k_mv_q<Q4, 8, 1>}
+#define NT_TABLE(K, ...)                                                                                   \
+    {K<__VA_ARGS__, 1>,  K<__VA_ARGS__, 2>,  K<__VA_ARGS__, 3>,  K<__VA_ARGS__, 4>,  K<__VA_ARGS__, 5>,       \
+     K<__VA_ARGS__, 6>,  K<__VA_ARGS__, 7>,  K<__VA_ARGS__, 8>,  K<__VA_ARGS__, 9>,  K<__VA_ARGS__, 10>,      \
+     K<__VA_ARGS__, 11>, K<__VA_ARGS__, 12>, K<__VA_ARGS__, 13>, K<__VA_ARGS__, 14>, K<__VA_ARGS__, 15>,      \
+     K<__VA_ARGS__, 16>}
+#define NT_TABLE_Q(Q4) NT_TABLE_QS(Q4, 1)
+#define NT_TABLE_QS(Q4, SP)                                                                                     \
+    {k_mv_q<Q4, 1, SP>,  k_mv_q<Q4, 2, SP>,  k_mv_q<Q4, 3, SP>,  k_mv_q<Q4, 4, SP>,  k_mv_q<Q4, 5, SP>,          \
+     k_mv_q<Q4, 6, SP>,  k_mv_q<Q4, 7, SP>,  k_mv_q<Q4, 8, SP>,  k_mv_q<Q4, 9, SP>,  k_mv_q<Q4, 10, SP>,         \
+     k_mv_q<Q4, 11, SP>, k_mv_q<Q4, 12, SP>, k_mv_q<Q4, 13, SP>, k_mv_q<Q4, 14, SP>, k_mv_q<Q4, 15, SP>,         \
+     k_mv_q<Q4, 16, SP>}
 static const mv_q_fn mv_q4[MV_MAXT] = NT_TABLE_Q(1);
 static const mv_q_fn mv_q8[MV_MAXT] = NT_TABLE_Q(0);
 /* products of long rows split over 2 or 4 warps (see k_mv_q): one-token
  * steps, and every tile of up to BE_EXACT_ROWS tokens, whose rows must be
  * the one-token step's bit for bit (backend.h, rows_exact) */
-#define NT_TABLE_QS(Q4, SP) {k_mv_q<Q4, 1, SP>, k_mv_q<Q4, 2, SP>, k_mv_q<Q4, 3, SP>, k_mv_q<Q4, 4, SP>, \
-                             k_mv_q<Q4, 5, SP>, k_mv_q<Q4, 6, SP>, k_mv_q<Q4, 7, SP>, k_mv_q<Q4, 8, SP>}
 static const mv_q_fn mv_q4_split[2][MV_MAXT] = {NT_TABLE_QS(1, 2), NT_TABLE_QS(1, 4)};
 static const mv_q_fn mv_q8_split[2][MV_MAXT] = {NT_TABLE_QS(0, 2), NT_TABLE_QS(0, 4)};
 static const mv_f_fn mv_f32[MV_MAXT] = NT_TABLE(k_mv_f, DW_F32);
