@@ -55,6 +55,8 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # speculative decoding: row-exact verification tiles (the answer and the
     # last logits bit for bit plain decoding's), the MTP drafter on the GPU
     run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
+    # the MTP drafter's forward pass against transformers' (f32 tiny pair)
+    run "MTP drafter vs transformers (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_hf_mtp
     run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
     run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
     # the other one-token attention kernels inside replayed graphs, where a

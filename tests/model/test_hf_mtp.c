@@ -117,10 +117,15 @@ static void check_golden(const char *path, uint64_t seed_t, uint64_t seed_a) {
     CHECKF(am != NULL, "%s", err.msg);
     CHECK(!am || am->profile->window == window);
     float *l = malloc(V * sizeof(float));
-    for (int ref = 0; am && ref <= 1; ref++) {
+    /* GEM_TEST_BACKEND=cuda (tests/cuda/run.sh): the GPU's drafter against
+     * the same golden; else the CPU's fast and reference paths */
+    const char *gpu = getenv("GEM_TEST_BACKEND");
+    if (gpu && (!*gpu || !strcmp(gpu, "cpu"))) gpu = NULL;
+    for (int ref = 0; am && ref <= (gpu ? 0 : 1); ref++) {
         backend_opts bo = {0};
         bo.reference = ref;
-        backend *b = backend_create("cpu", &bo, &err);
+        const char *name = gpu ? gpu : ref ? "cpu-ref" : "cpu";
+        backend *b = backend_create(gpu ? gpu : "cpu", &bo, &err);
         gemma4_state *st = b ? gemma4_state_new(tm, b, 128, 64, 0, &err) : NULL;
         gemma4_drafter *d = st ? gemma4_drafter_new(am, st, &err) : NULL;
         CHECKF(d != NULL, "%s", err.msg);
@@ -160,15 +165,15 @@ static void check_golden(const char *path, uint64_t seed_t, uint64_t seed_a) {
                 else close_calls++;
             }
             if (dd > TOL)
-                printf("  %s: variant %d p=%d step %d: max |diff| %.3g\n", ref ? "cpu-ref" : "cpu", x->variant, x->pos,
+                printf("  %s: variant %d p=%d step %d: max |diff| %.3g\n", name, x->variant, x->pos,
                        x->step, dd);
         }
         CHECKF(checked > 0 && worst <= TOL, "%s (%s): max |logit - transformers| = %g over %d records", path,
-               ref ? "cpu-ref" : "cpu", worst, checked);
-        CHECKF(argmax_bad == 0, "%s (%s): argmax differs in %d records", path, ref ? "cpu-ref" : "cpu", argmax_bad);
+               name, worst, checked);
+        CHECKF(argmax_bad == 0, "%s (%s): argmax differs in %d records", path, name, argmax_bad);
         printf("%s (%s): %d records, max |diff| %.3g, argmax identical except %d close calls; past the window "
                "of %u, transformers' own sliding mask (keys [p-W-1, p)) differs by up to %.3g\n",
-               path, ref ? "cpu-ref" : "cpu", checked, worst, close_calls, window, worst_v0_past);
+               path, name, checked, worst, close_calls, window, worst_v0_past);
         gemma4_drafter_free(d);
         gemma4_state_free(st);
         if (b) b->destroy(b);

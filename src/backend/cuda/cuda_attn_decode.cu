@@ -877,73 +877,90 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
 }
 
 /* ---- attention_cached: an MTP drafter's queries over its target's cache ----
- * One block per (query head, query row), all queries at position pos: keys
- * [pos - window + 1, pos) (or [0, pos)) from the cache only, none stored.
- * Keys are taken in chunks of AC_CHUNK: each chunk's scores go to shared
- * memory, then every thread adds the chunk's weighted values for its own
- * output dimensions, rescaling by the running maximum (the online softmax);
- * every thread keeps the same running sum (same order). f32 throughout. A
- * drafter step reads each visible key once per query head: cheap beside
- * the target's step at the windows and depths drafters are used. */
-#define AC_CHUNK 256
-#define AC_THREADS 256
+ * One block per (query head, query row), all queries at position pos (read
+ * from the step buffer): keys [pos - window + 1, pos) (or [0, pos)) from
+ * the cache only, none stored. Each of the AC_WARPS warps takes every
+ * AC_WARPS-th key, AC_ILP keys at a time (independent dot products whose
+ * shuffles overlap), and keeps its own online softmax: running maximum,
+ * sum and the weighted values of its lanes' dimensions (lane + 32 j); the
+ * block then merges the warps' states in a fixed order. f32 throughout. */
+#define AC_WARPS 8
+#define AC_ILP 4
 
 template <typename KT>
-__global__ void __launch_bounds__(AC_THREADS) k_attn_cached(const float *__restrict__ q, const KT *__restrict__ ck,
-                                                            const KT *__restrict__ cv, const int *step, int n_head,
-                                                            int n_kv_head, int d, int cap, int ring, int window,
-                                                            float *__restrict__ out) {
+__global__ void __launch_bounds__(AC_WARPS * 32) k_attn_cached(const float *__restrict__ q, const KT *__restrict__ ck,
+                                                               const KT *__restrict__ cv, const int *step, int n_head,
+                                                               int n_kv_head, int d, int cap, int ring, int window,
+                                                               float *__restrict__ out) {
     pdl_wait();
     const int pos = step[0]; /* the step buffer: a recorded draft step replays at any position */
-    extern __shared__ float sm[];
-    float *qs = sm, *sc = sm + d;
-    __shared__ float red[32];
+    extern __shared__ float sm[]; /* AC_WARPS x d weighted values, then AC_WARPS x (max, sum) */
     const int h = blockIdx.x, i = blockIdx.y, g = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, per = d / 32; /* d: a multiple of 32, at most 512 */
     const float *qr = q + ((size_t)i * n_head + h) * d;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) qs[e] = qr[e];
+    float qv[16], acc[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        qv[j] = j < per ? qr[lane + 32 * j] : 0.0f;
+        acc[j] = 0;
+    }
     const int first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, last = pos - 1;
-    float acc[512 / AC_THREADS] = {0};
     float m = -INFINITY, l = 0;
-    for (int c0 = first; c0 <= last; c0 += AC_CHUNK) {
-        const int cn = last - c0 + 1 < AC_CHUNK ? last - c0 + 1 : AC_CHUNK;
-        __syncthreads(); /* qs written; the previous chunk's scores read */
-        for (int t = threadIdx.x; t < cn; t += blockDim.x) {
-            const int p = c0 + t;
-            const KT *kr = ck + ((size_t)(ring ? p % cap : p) * n_kv_head + g) * d;
+    for (int p0 = first + w * AC_ILP; p0 <= last; p0 += AC_WARPS * AC_ILP) {
+        float sc[AC_ILP];
+        size_t row[AC_ILP];
+#pragma unroll
+        for (int u = 0; u < AC_ILP; u++) {
+            const int p = p0 + u;
+            row[u] = ((size_t)(ring ? p % cap : p) * n_kv_head + g) * d;
             float s = 0;
-            for (int e = 0; e < d; e++) s += qs[e] * (float)kr[e];
-            sc[t] = s;
+            if (p <= last) {
+                const KT *kr = ck + row[u];
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    if (j < per) s += qv[j] * (float)kr[lane + 32 * j];
+            }
+            sc[u] = s;
         }
-        __syncthreads();
-        float cm = -INFINITY;
-        for (int t = threadIdx.x; t < cn; t += blockDim.x) cm = fmaxf(cm, sc[t]);
-        cm = warp_max(cm);
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = cm;
-        __syncthreads();
-        cm = -INFINITY;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) cm = fmaxf(cm, red[w]);
-        const float mn = fmaxf(m, cm), r = expf(m - mn);
+#pragma unroll
+        for (int u = 0; u < AC_ILP; u++) sc[u] = warp_sum(sc[u]);
+        float mx = m;
+#pragma unroll
+        for (int u = 0; u < AC_ILP; u++)
+            if (p0 + u <= last) mx = fmaxf(mx, sc[u]);
+        const float r = expf(m - mx);
         l *= r;
 #pragma unroll
-        for (int j = 0; j < 512 / AC_THREADS; j++) acc[j] *= r;
-        for (int t = 0; t < cn; t++) {
-            const float w = expf(sc[t] - mn);
-            l += w;
-            const int p = c0 + t;
-            const KT *vr = cv + ((size_t)(ring ? p % cap : p) * n_kv_head + g) * d;
+        for (int j = 0; j < 16; j++) acc[j] *= r;
 #pragma unroll
-            for (int j = 0; j < 512 / AC_THREADS; j++) {
-                const int e = threadIdx.x + j * AC_THREADS;
-                if (e < d) acc[j] += w * (float)vr[e];
-            }
+        for (int u = 0; u < AC_ILP; u++) {
+            if (p0 + u > last) break;
+            const float e = expf(sc[u] - mx);
+            l += e;
+            const KT *vr = cv + row[u];
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                if (j < per) acc[j] += e * (float)vr[lane + 32 * j];
         }
-        m = mn;
+        m = mx;
     }
-    float *o = out + ((size_t)i * n_head + h) * d;
+    float *wv = sm + (size_t)w * d, *ml = sm + (size_t)AC_WARPS * d;
 #pragma unroll
-    for (int j = 0; j < 512 / AC_THREADS; j++) {
-        const int e = threadIdx.x + j * AC_THREADS;
-        if (e < d) o[e] = l > 0 ? acc[j] / l : 0.0f;
+    for (int j = 0; j < 16; j++)
+        if (j < per) wv[lane + 32 * j] = acc[j];
+    if (lane == 0) ml[2 * w] = m, ml[2 * w + 1] = l;
+    __syncthreads();
+    float M = -INFINITY;
+    for (int k = 0; k < AC_WARPS; k++) M = fmaxf(M, ml[2 * k]);
+    float L = 0;
+    for (int k = 0; k < AC_WARPS; k++)
+        if (ml[2 * k + 1] > 0) L += ml[2 * k + 1] * expf(ml[2 * k] - M);
+    float *o = out + ((size_t)i * n_head + h) * d;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        float v = 0;
+        for (int k = 0; k < AC_WARPS; k++)
+            if (ml[2 * k + 1] > 0) v += sm[(size_t)k * d + e] * expf(ml[2 * k] - M);
+        o[e] = L > 0 ? v / L : 0.0f;
     }
 }
 
@@ -951,17 +968,17 @@ void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, in
                          int d, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     (void)pos; /* read from the step buffer */
-    if (d > 512 || n_kv_head < 1 || n_head % n_kv_head) {
+    if (d > 512 || d % 32 || n_kv_head < 1 || n_head % n_kv_head) {
         cu_check(c, cudaErrorInvalidValue, "attention_cached: unsupported head shape");
         return;
     }
     const dim3 grid((unsigned)n_head, (unsigned)n);
-    const size_t smem = sizeof(float) * (size_t)(d + AC_CHUNK);
+    const size_t smem = sizeof(float) * (size_t)(AC_WARPS * d + 2 * AC_WARPS);
     if (kv->f16)
-        launch(c, k_attn_cached<__half>, grid, AC_THREADS, smem, q->d, (const __half *)kv->k, (const __half *)kv->v,
+        launch(c, k_attn_cached<__half>, grid, AC_WARPS * 32, smem, q->d, (const __half *)kv->k, (const __half *)kv->v,
                (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
     else
-        launch(c, k_attn_cached<float>, grid, AC_THREADS, smem, q->d, (const float *)kv->k, (const float *)kv->v,
+        launch(c, k_attn_cached<float>, grid, AC_WARPS * 32, smem, q->d, (const float *)kv->k, (const float *)kv->v,
                (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
     LAUNCHED(c, "attention (cached keys only)");
 }
