@@ -7,10 +7,11 @@
 make -s gem CUDA=0
 out=tests/data/quantize/sha256.txt
 : > "$out.new"
-grep -v '^#' tests/data/quantize/cases.txt | while read -r name stype seed qtype etype; do
+grep -v '^#' tests/data/quantize/cases.txt | while read -r name stype seed qtype etype profile; do
     [ -n "$name" ] || continue
-    in="$tmp/$stype-$seed.gguf"
-    [ -f "$in" ] || ./gem synth --profile gemma4-tiny --type "$stype" --seed "$seed" -o "$in" 2>/dev/null
+    profile=${profile:-gemma4-tiny}
+    in="$tmp/$profile-$stype-$seed.gguf"
+    [ -f "$in" ] || ./gem synth --profile "$profile" --type "$stype" --seed "$seed" -o "$in" 2>/dev/null
     set -- "$bin/llama-quantize"
     [ "$etype" = - ] || set -- "$@" --token-embedding-type "$etype"
     "$@" "$in" "$tmp/out.gguf" "$(echo "$qtype" | tr a-z A-Z)" 2 >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }

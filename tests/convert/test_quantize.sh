@@ -10,11 +10,13 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { pass=$((pass + 1)); }
 ko() { fail=$((fail + 1)); echo "test_quantize: FAIL $*" >&2; }
 
-while read -r name stype seed qtype etype; do
+while read -r name stype seed qtype etype profile; do
     case "$name" in ''|'#'*) continue ;; esac
     want=$(awk -v n="$name" '$1 == n { print $2 }' tests/data/quantize/sha256.txt)
+    profile=${profile:-gemma4-tiny}
     in="$tmp/$stype-$seed.gguf"
-    [ -f "$in" ] || $GEM synth --profile gemma4-tiny --type "$stype" --seed "$seed" -o "$in" 2>/dev/null
+    [ "$profile" = gemma4-tiny ] || in="$tmp/$profile-$stype-$seed.gguf"
+    [ -f "$in" ] || $GEM synth --profile "$profile" --type "$stype" --seed "$seed" -o "$in" 2>/dev/null
     set -- $GEM quantize "$in" "$tmp/out.gguf" --type "$qtype"
     [ "$etype" = - ] || set -- "$@" --embd-type "$etype"
     threads="2"
