@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "model/gemma4.h"
 #include "model/gemma4_synth.h"
+#include "quant/quant.h"
 #include "synth_tiny.h"
 #include "test.h"
 #include "util/strbuf.h"
@@ -300,6 +301,51 @@ int main(void) {
     run(s, prompt, NP, &g0, &w, &r);
     CHECK(r.n_rounds == 0 && w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG));
     gem_session_free(s);
+
+    /* quantized weights: the multi-row integer kernels (the CPU's
+     * AVX512-VNNI eight-row blocks, the GPU's multi-token products) must
+     * give each verified row the one-token step's logits bit for bit */
+    static const char *const qtypes[] = {"q8_0", "q4_0"};
+    for (int qi = 0; qi < 2; qi++) {
+        char qpath[] = "/tmp/gem-spec-q-XXXXXX";
+        if (test_tmp_file(qpath)) break;
+        gemma4_synth_opts so = {0};
+        so.profile = gemma4_profile_find("gemma4-tiny");
+        so.type = (uint32_t)quant_type_from_name(qtypes[qi]);
+        so.embd_type = QT_Q8_0;
+        so.seed = 77;
+        so.vocab_path = "data/vocab/gemma-4.gguf";
+        so.out_path = qpath;
+        CHECKF(!gemma4_synth(&so, &err), "%s", err.msg);
+        gem_engine *eq = open_engine(qpath, NULL, 512, &err);
+        CHECKF(eq != NULL, "%s", err.msg);
+        if (!eq) break;
+        seen qref = {{0}, 0, {0}};
+        s = gem_session_new(eq, &err);
+        run(s, prompt, NP, &gp, &qref, &r);
+        float *ql = malloc(V * sizeof(float));
+        memcpy(ql, gem_session_logits(s), V * sizeof(float));
+        gem_session_free(s);
+        int32_t qfull[NP + NG];
+        memcpy(qfull, prompt, NP * sizeof *prompt);
+        memcpy(qfull + NP, qref.ids, NG * sizeof *prompt);
+        for (int pi = 0; pi < 2; pi++) {
+            s = gem_session_new(eq, &err);
+            CHECK(!gem_session_set_replay(s, qfull, NP + NG, pi ? 0.6 : 1.0, 11, &err));
+            gem_gen_params g = gp;
+            g.draft_max = 8;
+            run(s, prompt, NP, &g, &w, &r);
+            CHECKF(w.n == NG && !memcmp(w.ids, qref.ids, sizeof(int32_t) * NG) &&
+                       !memcmp(gem_session_logits(s), ql, V * sizeof(float)),
+                   "%s, replay p=%.1f: the answer or the last logits differ from plain decoding's", qtypes[qi],
+                   pi ? 0.6 : 1.0);
+            gem_session_free(s);
+        }
+        free(ql);
+        sb_free(&qref.text);
+        gem_engine_close(eq);
+        remove(qpath);
+    }
 
     /* refusals */
     gem_engine *bad = open_engine(model, other, 512, &err);

@@ -235,8 +235,11 @@ static void mm_task(void *ctx, int t) {
     if (!j->fused && !j->q8 && !row) return;
     /* prompt tiles: eight rows at a time against every token (decode stays
      * on the one-row kernels: one use per weight does not pay for the
-     * interleaving); leftover rows below */
-    if (j->q8 && j->gemm && j->n > 1) {
+     * interleaving); leftover rows below. Tiles of up to BE_EXACT_ROWS
+     * tokens stay on the one-row kernels too: their rows must be the
+     * one-token step's bit for bit (rows_exact, backend.h), and the
+     * eight-row blocks sum in another order */
+    if (j->q8 && j->gemm && j->n > BE_EXACT_ROWS) {
         const int64_t nb = in / 32;
         void *scratch = malloc(gemm8_scratch_bytes(nb));
         for (; scratch && r0 + 8 <= r1; r0 += 8)
@@ -288,7 +291,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
         if (c->act_cap >= blocks) {
             for (int i = 0; i < n; i++)
                 c->k.quantize_act(x->p + (size_t)i * (size_t)W->ne0, W->ne0, &c->act, (int64_t)i * (W->ne0 / 32));
-            if (j.gemm && n > 1)
+            if (j.gemm && n > BE_EXACT_ROWS)
                 for (size_t i = 0; i < blocks * 32; i++) c->act.u[i] = (uint8_t)c->act.q[i] ^ 0x80;
             xq = c->act;
             j.xq = &xq;
