@@ -95,7 +95,7 @@ int cli_chat(int argc, char **argv) {
     if (!eo.model_path) eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
     eo.mtp_path = cli_mtp_path(&mtp, eo.model_path, 1, mtp_buf, sizeof mtp_buf);
     gem_err err = {{0}};
-    gem_engine *e = gem_engine_open(&eo, &err);
+    gem_engine *e = cli_engine_open("chat", &eo, &mtp, &err);
     gem_session *s = e ? gem_session_new(e, &err) : NULL;
     if (!s) {
         fprintf(stderr, "gem chat: error: %s\n", err.msg);

@@ -48,6 +48,11 @@ int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *
  * gem chat), "mtp-<model file name>" beside the model when there is one;
  * NULL with --no-mtp or none found. */
 const char *cli_mtp_path(const cli_mtp *m, const char *model, int autodetect, char *buf, size_t cap);
+/* gem_engine_open with eo; when the drafter was found beside the model
+ * (not named with --mtp) and the engine cannot take it, a warning on
+ * stderr and the model without it: a file the user did not ask for never
+ * stops the command. */
+gem_engine *cli_engine_open(const char *cmd, gem_engine_opts *eo, const cli_mtp *m, gem_err *err);
 /* The draft options into generation parameters. */
 void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp);
 /* " | mtp: N rounds, D drafted, A accepted (P%), T tokens per target step"

@@ -46,6 +46,11 @@ int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *
     }
     if (!strcmp(a, "--draft-max")) m->draft_max = (int)x;
     else m->draft_min = (int)x;
+    /* both given: they must agree (one alone is clamped by the engine) */
+    if (m->draft_max >= 0 && m->draft_min > m->draft_max) {
+        fprintf(stderr, "gem %s: error: --draft-min %d exceeds --draft-max %d\n", cmd, m->draft_min, m->draft_max);
+        return -1;
+    }
     return 1;
 }
 
@@ -57,6 +62,14 @@ const char *cli_mtp_path(const cli_mtp *m, const char *model, int autodetect, ch
     const size_t dir = slash ? (size_t)(slash - model) + 1 : 0;
     if ((size_t)snprintf(buf, cap, "%.*smtp-%s", (int)dir, model, model + dir) >= cap) return NULL;
     return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+gem_engine *cli_engine_open(const char *cmd, gem_engine_opts *eo, const cli_mtp *m, gem_err *err) {
+    gem_engine *e = gem_engine_open(eo, err);
+    if (e || !eo->mtp_path || m->path) return e;
+    fprintf(stderr, "gem %s: warning: not using %s found beside the model: %s\n", cmd, eo->mtp_path, err->msg);
+    eo->mtp_path = NULL;
+    return gem_engine_open(eo, err);
 }
 
 void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {

@@ -199,7 +199,7 @@ int cli_run(int argc, char **argv) {
     eo.mtp_path = cli_mtp_path(&mtp, eo.model_path, 1, mtp_buf, sizeof mtp_buf);
     double t0 = gem_now_s();
     gem_err err = {{0}};
-    gem_engine *e = gem_engine_open(&eo, &err);
+    gem_engine *e = cli_engine_open("run", &eo, &mtp, &err);
     if (!e) {
         fprintf(stderr, "gem run: error: %s\n", err.msg);
         return 1;

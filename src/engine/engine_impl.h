@@ -72,12 +72,15 @@ int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err);
 int spec_session_init(gem_session *s, gem_err *err);
 void spec_session_free(gem_session *s);
 int spec_has_drafter(const gem_session *s);
-/* Up to m (< SPEC_ROWS) drafts after id, the next token at the session's
- * position; returns how many (0..m), or -1 with err set. */
+/* Up to m drafts after id (fewer when the verification tile is smaller:
+ * gemma4_spec_rows - 1), the next token at the session's position; returns
+ * how many (0..m), or -1 with err set. */
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err);
 /* Evaluates ids[0..n) as one verification tile: best[i] is the target's
  * argmax after ids[i], logits (when not NULL) every row's logits (n x
- * vocabulary); then spec_keep(keep) keeps the first keep rows. */
+ * vocabulary). spec_keep(s, n, keep) then keeps the first keep rows of
+ * the n the session holds now from that tile (n: the tile's rows, or fewer
+ * after an earlier spec_keep of the same tile). */
 int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err);
 void spec_keep(gem_session *s, int n, int keep);
 

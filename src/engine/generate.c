@@ -175,7 +175,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
      * cut short, never below draft_min or 1: the schedule transformers'
      * assisted generation uses) */
     const int k_hi = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
-    const int k_lo = p->draft_min > 1 ? p->draft_min : 1;
+    const int k_lo = p->draft_min <= 1 ? 1 : p->draft_min < k_hi ? p->draft_min : k_hi;
     int k_cur = k_hi;
     r->finish = GEM_FINISH_LENGTH;
     for (long k = 0; k < max; k++) {
@@ -228,7 +228,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         if (stop || k + 1 == max) {
             /* plain decoding never evaluates its last token: drop this
              * draft and the ones verified after it */
-            if (drafted) spec_keep(s, n_drafts + 1, di);
+            if (drafted) {
+                spec_keep(s, n_drafts + 1, di);
+                r->n_accepted -= n_drafts - di; /* accepted, never sent */
+            }
             break;
         }
         if (drafted && di < n_drafts) continue;

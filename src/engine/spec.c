@@ -17,6 +17,9 @@
 
 int spec_session_init(gem_session *s, gem_err *err) {
     if (!s->e->mtp) return 0;
+    if (s->e->layers > 0 && (uint32_t)s->e->layers < s->e->model->profile->n_layer)
+        return gem_err_set(err, "--mtp: the drafter reads the target's last layers, which a run of %d of %u layers "
+                           "never fills", s->e->layers, s->e->model->profile->n_layer);
     if (gemma4_spec_init(s->st, SPEC_ROWS, err)) return -1;
     if (!(s->mtp = gemma4_drafter_new(s->e->mtp, s->st, err))) return -1;
     return 0;
@@ -72,7 +75,7 @@ static float top_prob(const float *l, size_t n) {
 
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err) {
     if (m <= 0) return 0;
-    if (m > SPEC_ROWS - 1) m = SPEC_ROWS - 1;
+    if (m > gemma4_spec_rows(s->st) - 1) m = gemma4_spec_rows(s->st) - 1;
     if (s->n_replay) return replay_draft(s, m, out);
     if (!s->mtp) return 0;
     float *logits = NULL;

@@ -411,10 +411,15 @@ int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err) {
     if (!b->rows_exact)
         return gem_err_set(err, "backend '%s' has no row-exact small tiles: speculative verification would not "
                            "reproduce plain decoding exactly", b->name);
-    if (rows < 1 || rows > BE_EXACT_ROWS || rows > s->max_tile)
-        return gem_err_set(err, "verification of %d rows (1..%d, at most the prompt tile %d)", rows, BE_EXACT_ROWS,
-                           s->max_tile);
+    if (rows > s->max_tile) rows = s->max_tile; /* a tile's buffers hold max_tile rows */
+    if (rows > BE_EXACT_ROWS) rows = BE_EXACT_ROWS;
+    if (rows < 2) return gem_err_set(err, "verification needs tiles of at least 2 rows (the prompt tile is %d)", s->max_tile);
     if (s->spec_rows >= rows) return 0;
+    for (int i = 0; i <= BE_EXACT_ROWS; i++) /* recorded with the buffers freed below */
+        if (s->vgraph[i]) {
+            b->graph_free(b, s->vgraph[i]);
+            s->vgraph[i] = NULL;
+        }
     be_buf *bufs[] = {s->vhid, s->vlogits, s->vbest};
     for (int i = 0; i < 3; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);

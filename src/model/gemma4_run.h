@@ -65,7 +65,9 @@ void gemma4_reset(gemma4_state *s);
  * slot of p - capacity, which stays older than every later query's
  * window). -1 when the backend is not row-exact. */
 int gemma4_spec_init(gemma4_state *s, int rows, gem_err *err);
-int gemma4_spec_rows(const gemma4_state *s); /* 0 without gemma4_spec_init */
+/* The rows a verification may carry: what gemma4_spec_init granted (at
+ * most the prompt tile), 0 without it. */
+int gemma4_spec_rows(const gemma4_state *s);
 
 /* Evaluates ids[0..n) (n <= the spec rows) as one tile whose every row is
  * computed exactly as a one-token decode step (the backend is row-exact),

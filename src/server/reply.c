@@ -203,8 +203,8 @@ static void put_usage(strbuf *o, const reply_usage *u) {
               u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens,
               u->cached_tokens, u->prompt_tokens - u->cached_tokens, u->prompt_ms, u->completion_tokens,
               u->predicted_ms);
-    /* llama-server's shape: inside timings, only when drafts were made */
-    if (u->spec) {
+    /* llama-server's shape: inside timings, whenever the server has a drafter */
+    if (u->spec && !o->failed && o->len && o->p[o->len - 1] == '}') {
         o->len--; /* reopen the timings object */
         sb_printf(o, ",\"draft_n\":%ld,\"draft_n_accepted\":%ld}", u->draft_n, u->draft_n_accepted);
     }

@@ -31,7 +31,7 @@ typedef struct {
     int cached_tokens;   /* prompt tokens reused from the previous request */
     double prompt_ms;    /* evaluating the new prompt tokens */
     double predicted_ms; /* first to last generated token */
-    int spec;            /* speculative decoding ran: draft_n / draft_n_accepted are reported */
+    int spec;            /* the server has a drafter: draft_n / draft_n_accepted are reported */
     long draft_n, draft_n_accepted;
 } reply_usage;
 

@@ -52,6 +52,19 @@ static int on_text(void *ctx, const char *p, size_t n) {
     return 0;
 }
 
+/* a generation cancelled by poll on its cancel_at-th call */
+typedef struct {
+    seen w;
+    int polls, cancel_at;
+} poll_ctx;
+
+static void on_token_p(void *ctx, const gem_gen_token *t) { on_token(&((poll_ctx *)ctx)->w, t); }
+
+static int on_poll_p(void *ctx) {
+    poll_ctx *p = ctx;
+    return ++p->polls == p->cancel_at;
+}
+
 static gem_engine *open_engine(const char *model, const char *mtp, int n_ctx, gem_err *err) {
     gem_engine_opts eo = {0};
     eo.backend = backend_name();
@@ -263,14 +276,16 @@ int main(void) {
     }
     /* sampling: each verified row's token is drawn as plain decoding draws
      * it, so one seed gives one answer with drafts right always, sometimes
-     * (replay) or almost never (the random MTP drafter) */
-    {
+     * (replay) or almost never (the random MTP drafter); with a repeat
+     * penalty (the whole vocabulary on the host) and without (plain decoding
+     * then takes the top-k shortcut on the backend) */
+    for (int cfg = 0; cfg < 2; cfg++) {
         gem_gen_params gs = gp;
         gs.sampling.temp = 0.9f;
         gs.sampling.top_k = 40;
         gs.sampling.top_p = 0.95f;
-        gs.sampling.repeat_penalty = 1.1f;
-        gs.sampling.seed = 1234;
+        gs.sampling.repeat_penalty = cfg ? 1.0f : 1.1f;
+        gs.sampling.seed = 1234 + (uint64_t)cfg;
         seen sref = {{0}, 0, {0}};
         s = gem_session_new(e, &err);
         run(s, prompt, NP, &gs, &sref, &r);
@@ -292,6 +307,40 @@ int main(void) {
             gem_session_free(s);
         }
         sb_free(&sref.text);
+    }
+
+    /* forced tokens, then rounds; draft_min; a cancel inside a round */
+    {
+        gem_gen_params g = gp;
+        g.force = ref.ids;
+        g.n_force = 5;
+        g.draft_min = 3;
+        s = gem_session_new(e, &err);
+        CHECK(!gem_session_set_replay(s, full, NP + NG, 0.7, 21, &err));
+        run(s, prompt, NP, &g, &w, &r);
+        CHECKF(w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG) && r.n_rounds > 0,
+               "forced tokens then rounds: ids differ (%ld rounds)", r.n_rounds);
+        gem_session_free(s);
+        for (int cancel_at = 3; cancel_at <= 20; cancel_at += 7) {
+            size_t lens[2];
+            int ns[2];
+            int32_t got[2][NG];
+            for (int v = 0; v < 2; v++) {
+                s = gem_session_new(e, &err);
+                if (v) CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 22, &err));
+                poll_ctx pc = {{{0}, 0, {0}}, 0, cancel_at};
+                gem_gen_callbacks cb = {&pc, on_token_p, NULL, on_poll_p};
+                CHECK(gem_session_sync(s, prompt, NP, &err) >= 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+                CHECK(r.finish == GEM_FINISH_CANCELLED);
+                gem_session_tokens(s, &lens[v]);
+                ns[v] = pc.w.n;
+                memcpy(got[v], pc.w.ids, sizeof got[v]);
+                gem_session_free(s);
+            }
+            CHECKF(ns[0] == ns[1] && lens[0] == lens[1] && !memcmp(got[0], got[1], sizeof(int32_t) * (size_t)ns[0]),
+                   "cancel at poll %d: %d tokens, session %zu plain; %d, %zu speculative", cancel_at, ns[0], lens[0],
+                   ns[1], lens[1]);
+        }
     }
 
     /* draft_max 0: no rounds even with a drafter */

@@ -732,6 +732,7 @@ static int attn_split_group(int n_head, int n_kv_head, int d) {
  * (nothing launched) is the backend's sticky error. */
 static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
                           int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
+    c->att_quant_last = 0; /* until this call writes its output's codes */
     if (attn_fa_run(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out)) return;
     const int nsplit = attn_splits(kv, n);
     const int G = attn_split_group(n_head, n_kv_head, d);
@@ -822,6 +823,12 @@ static void attention_rows(cuda_backend *c, be_buf *q, be_buf *k, be_buf *v, be_
                            int n_kv_head, int d, F fn) {
     int *const step = c->step;
     int quant = 1;
+    /* the codes of every row land in one scratch: grow it for all of them
+     * first (growing inside a row's call would drop the rows before it) */
+    const size_t nblk = (size_t)n * n_head * d / 32;
+    if (!c->capturing && d % 32 == 0 &&
+        (grow(c, &c->xq, nblk * 32) || grow(c, &c->xd, nblk * sizeof(float)) || grow(c, &c->xs, nblk * sizeof(int))))
+        return;
     for (int i = 0; i < n; i++) {
         att_rows r = {{q->d + (size_t)i * n_head * d, (size_t)n_head * d},
                       {k->d + (size_t)i * n_kv_head * d, (size_t)n_kv_head * d},

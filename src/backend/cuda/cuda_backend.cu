@@ -266,6 +266,7 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
         cudaFreeHost(c->step_host);
         c->step = NULL;
         c->step_host = NULL;
+        c->step_rows = NULL;
         c->step_cap = 0;
         const size_t ints = (size_t)cap + 2 + 3 * BE_EXACT_ROWS;
         if (CK(c, cudaMalloc(&c->step, sizeof(int) * ints)) || CK(c, cudaMallocHost(&c->step_host, sizeof(int) * ints)))
