@@ -15,7 +15,24 @@
 #include "quant/quant.h"
 #include "util/err.h"
 
-/* threads: 0 for every online CPU (the bytes do not depend on it) */
+/* Any profile the same way (f32 everywhere): drafters beside their
+ * targets. threads: 0 for every online CPU (the bytes do not depend on it). */
+static inline int test_synth_f32(const char *profile, const char *path, uint64_t seed, int threads, gem_err *err) {
+    gemma4_synth_opts so = {0};
+    so.profile = gemma4_profile_find(profile);
+    if (!so.profile) {
+        gem_err_set(err, "no profile %s", profile);
+        return -1;
+    }
+    so.type = QT_F32;
+    so.embd_type = QT_F32;
+    so.seed = seed;
+    so.vocab_path = "data/vocab/gemma-4.gguf";
+    so.out_path = path;
+    so.threads = threads;
+    return gemma4_synth(&so, err);
+}
+
 static inline int test_synth_tiny(const char *path, uint64_t seed, int threads, gem_err *err) {
     gemma4_synth_opts so = {0};
     so.profile = gemma4_profile_find("gemma4-tiny");

@@ -556,15 +556,8 @@ static int write_meta(gguf_writer *w, const gem_convert_opts *o, const json *cfg
      * drafter (Gemma4AssistantModel) writes the same under its own prefix
      * and appends its two keys. */
     const char *arch = h->assistant ? GEMMA4_ASSISTANT_ARCH : GEMMA4_ARCH;
-    char k[24][96];
-    static const char *const sfx[] = {
-        "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-        "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
-        "attention.key_length", "attention.value_length", "final_logit_softcapping", "attention.sliding_window",
-        "attention.shared_kv_layers", "embedding_length_per_layer_input", "attention.sliding_window_pattern",
-        "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count", "rope.dimension_count_swa",
-        "embedding_length_out", "nextn_predict_layers"};
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) snprintf(k[i], sizeof k[i], "%s.%s", arch, sfx[i]);
+    char k[G4K_COUNT][96];
+    for (int i = 0; i < G4K_COUNT; i++) gemma4_key(arch, i, k[i], sizeof k[i]);
     int rc = gguf_w_str(w, "general.architecture", arch, err) || gguf_w_str(w, "general.type", "model", err) ||
              gguf_w_str(w, "general.name", name, err) || gguf_w_str(w, "general.size_label", label, err) ||
              gguf_w_u32(w, k[0], h->n_layer, err) ||

@@ -40,6 +40,18 @@ static const gemma4_profile profiles[] = {
 
 const char *gemma4_arch(const gemma4_profile *p) { return gemma4_is_assistant(p) ? GEMMA4_ASSISTANT_ARCH : GEMMA4_ARCH; }
 
+const char *gemma4_key(const char *arch, int k, char *buf, size_t cap) {
+    static const char *const sfx[G4K_COUNT] = {
+        "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+        "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
+        "attention.key_length", "attention.value_length", "final_logit_softcapping", "attention.sliding_window",
+        "attention.shared_kv_layers", "embedding_length_per_layer_input", "attention.sliding_window_pattern",
+        "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count", "rope.dimension_count_swa",
+        "embedding_length_out", "nextn_predict_layers"};
+    snprintf(buf, cap, "%s.%s", arch, k >= 0 && k < G4K_COUNT ? sfx[k] : "?");
+    return buf;
+}
+
 int gemma4_profile_count(void) { return (int)(sizeof profiles / sizeof profiles[0]); }
 
 const gemma4_profile *gemma4_profile_at(int i) {

@@ -48,6 +48,19 @@ typedef struct {
     uint32_t n_embd_out;     /* assistants: the target's width D (embedding_length_out); 0 for targets */
 } gemma4_profile;
 
+/* The architecture keys synth and convert write, in the order the
+ * reference converter's set_gguf_parameters adds them (a drafter's two
+ * last): suffixes after "<arch>.". */
+enum {
+    G4K_BLOCK_COUNT, G4K_CONTEXT_LENGTH, G4K_EMBEDDING_LENGTH, G4K_FEED_FORWARD_LENGTH, G4K_HEAD_COUNT,
+    G4K_HEAD_COUNT_KV, G4K_ROPE_FREQ_BASE, G4K_ROPE_FREQ_BASE_SWA, G4K_RMS_EPS, G4K_KEY_LENGTH, G4K_VALUE_LENGTH,
+    G4K_SOFTCAP, G4K_SLIDING_WINDOW, G4K_SHARED_KV_LAYERS, G4K_PER_LAYER_INPUT, G4K_SLIDING_WINDOW_PATTERN,
+    G4K_KEY_LENGTH_SWA, G4K_VALUE_LENGTH_SWA, G4K_ROPE_DIM, G4K_ROPE_DIM_SWA, G4K_EMBEDDING_LENGTH_OUT,
+    G4K_NEXTN_PREDICT_LAYERS, G4K_COUNT
+};
+/* "<arch>.<suffix of key k>" into buf (cap bytes); returns buf. */
+const char *gemma4_key(const char *arch, int k, char *buf, size_t cap);
+
 /* An MTP drafter profile (arch gemma4-assistant). */
 static inline int gemma4_is_assistant(const gemma4_profile *p) { return p->n_embd_out != 0; }
 /* "gemma4" or "gemma4-assistant": the architecture and the metadata prefix. */

@@ -88,15 +88,8 @@ static int run(gem_session *s, const int32_t *prompt, int n, const gem_gen_param
 }
 
 static int synth(const char *profile, uint64_t seed, const char *path) {
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find(profile);
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = seed;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
     gem_err err = {{0}};
-    int rc = gemma4_synth(&so, &err);
+    int rc = test_synth_f32(profile, path, seed, 0, &err);
     CHECKF(rc == 0, "%s: %s", profile, err.msg);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "model/gemma4.h"
 #include "model/gemma4_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 static const char *vocab_path = "data/vocab/gemma-4.gguf";
@@ -364,16 +365,8 @@ static void test_variants(const char *path) {
 }
 
 static int synth_asst(const char *profile, const char *path) {
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find(profile);
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 3;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
-    so.threads = 1;
     gem_err err = {{0}};
-    int rc = so.profile ? gemma4_synth(&so, &err) : -1;
+    int rc = test_synth_f32(profile, path, 3, 1, &err);
     CHECKF(rc == 0, "%s: %s", profile, err.msg);
     return rc;
 }

@@ -50,14 +50,7 @@ typedef struct {
 } record;
 
 static int synth(const char *profile, uint64_t seed, const char *path, gem_err *err) {
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find(profile);
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = seed;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
-    return gemma4_synth(&so, err);
+    return test_synth_f32(profile, path, seed, 0, err);
 }
 
 static int best_of(const float *l) {
