@@ -3,12 +3,21 @@
 run on this machine: prompt processing and decode tok/s on synthetic
 gemma4-1b files (Q4_0 and Q8_0 matrices, Q8_0 embedding), same file, same
 thread count, greedy, EOS ignored; both measured in-process after a warm-up
-(`gem bench` and `llama-bench`: prompt from an empty context, decode from
-depth 0). Order A/B/B/A per repetition, medians reported with the paired
-ratio. Peak RSS of gem is measured with /usr/bin/time. Writes bench/results/cpu-DATE.json and prints a
-markdown table.
+(`gem bench` and `llama-bench`: each prompt length from an empty context,
+decode from depth 0). Order A/B/B/A per repetition (A/B/C/C/B/A with
+--gem-base), medians reported with the paired ratio per test. Peak RSS of
+gem is measured with /usr/bin/time. Writes bench/results/cpu-DATE.json (or
+--out) and prints a markdown table.
 
-usage: bench/cpu_bench.py [--reps 3] [--threads 2] [--prompt 64] [--gen 32]
+usage: bench/cpu_bench.py [--reps 3] [--threads 2] [--prompt 64[,N..]] [--gen 32]
+                          [--types q4_0,q8_0] [--gem-base PATH] [--gem-tile T] [--out FILE]
+  --prompt 8,64,512   several prompt lengths (prompt tiles; gem's engine
+                      evaluates a prompt in tiles of 64 tokens, llama-bench
+                      in one batch of up to 512)
+  --gem-tile T        gem's prompt tile (gem bench --tile), e.g. 512 for one
+                      512-row product per matrix like llama-bench's batch
+  --gem-base PATH     a second gem binary (an older build) measured in the
+                      same interleaving: before/after numbers from one run
 Needs the reference (bench/reference/build.sh cpu) and ./gem.
 """
 import argparse
@@ -26,17 +35,21 @@ os.chdir(root)
 ap = argparse.ArgumentParser()
 ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--threads", type=int, default=2)
-ap.add_argument("--prompt", type=int, default=64)
+ap.add_argument("--prompt", default="64")
 ap.add_argument("--gen", type=int, default=32)
 ap.add_argument("--types", default="q4_0,q8_0")
 ap.add_argument("--dir", default="build/bench")
+ap.add_argument("--gem-base", default=None)
+ap.add_argument("--gem-tile", type=int, default=0)
+ap.add_argument("--out", default=None)
 a = ap.parse_args()
+prompts = [int(p) for p in a.prompt.split(",")]
 bench_bin = ".ref/llama.cpp/build-cpu/bin/llama-bench"
 if not os.path.exists(bench_bin):
     sys.exit("reference missing: run bench/reference/build.sh cpu")
 subprocess.run(["make", "-s", "gem"], check=True)
 os.makedirs(a.dir, exist_ok=True)
-ids = " ".join(str(1000 + i) for i in range(a.prompt))
+tests = [f"pp{p}" for p in prompts] + [f"tg{a.gen}"]
 
 
 def sha256(path):
@@ -44,27 +57,30 @@ def sha256(path):
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def run_gem(model):
+def run_gem(model, binary="./gem"):
     # `gem bench` measures like llama-bench: in one process, after one
-    # warm-up run (mapped weights faulted in), prompt from an empty context,
-    # decode from depth 0 with greedy single-token steps
+    # warm-up run (mapped weights faulted in), each prompt from an empty
+    # context, decode from depth 0 with greedy single-token steps
     out = os.path.join(a.dir, "gem-bench.json")
-    cmd = ["/usr/bin/time", "-f", "RSS %M", "./gem", "bench", "-m", model, "--prompt", str(a.prompt), "--gen",
+    cmd = ["/usr/bin/time", "-f", "RSS %M", binary, "bench", "-m", model, "--prompt", a.prompt, "--gen",
            str(a.gen), "--depth", "0", "--reps", "1", "-t", str(a.threads), "--json", out]
+    if a.gem_tile:
+        cmd += ["--tile", str(a.gem_tile)]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
     r = json.load(open(out))
-    rss = int(re.search(r"RSS (\d+)", p.stderr).group(1))
-    return {"pp": r["prefill"][0]["tok_s"], "ttft": r["prefill"][0]["ttft_s"], "tg": r["decode"][0]["tok_s"],
-            "rss_kib": rss}
+    res = {f"pp{x['tokens']}": x["tok_s"] for x in r["prefill"]}
+    res[f"tg{a.gen}"] = r["decode"][0]["tok_s"]
+    res["ttft_s"] = {f"pp{x['tokens']}": x["ttft_s"] for x in r["prefill"]}
+    res["rss_kib"] = int(re.search(r"RSS (\d+)", p.stderr).group(1))
+    return res
 
 
 def run_ref(model):
-    cmd = [bench_bin, "-m", model, "-p", str(a.prompt), "-n", str(a.gen), "-t", str(a.threads), "-r", "1", "-o", "json"]
+    cmd = [bench_bin, "-m", model, "-p", a.prompt, "-n", str(a.gen), "-t", str(a.threads), "-r", "1", "-o", "json"]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    rows = json.loads(p.stdout)
     out = {}
-    for r in rows:
-        key = "pp" if r["n_prompt"] > 0 else "tg"
+    for r in json.loads(p.stdout):
+        key = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
         out[key] = r["avg_ts"]
     return out
 
@@ -77,40 +93,59 @@ for t in a.types.split(","):
                        capture_output=True)
     run_gem(model)  # warm-up: page cache and CPU clocks
     run_ref(model)
-    g, r = [], []
+    g, r, gb = [], [], []
     for _ in range(a.reps):
         g.append(run_gem(model))
+        if a.gem_base:
+            gb.append(run_gem(model, a.gem_base))
         r.append(run_ref(model))
         r.append(run_ref(model))
+        if a.gem_base:
+            gb.append(run_gem(model, a.gem_base))
         g.append(run_gem(model))
     med = lambda xs, k: statistics.median(x[k] for x in xs)
-    results[t] = {
+    res = {
         "model_sha256": sha256(model),
         "gem": g, "reference": r,
-        "gem_median": {"pp_tok_s": med(g, "pp"), "tg_tok_s": med(g, "tg"), "ttft_s": med(g, "ttft"),
-                       "peak_rss_mib": max(x["rss_kib"] for x in g) / 1024},
-        "reference_median": {"pp_tok_s": med(r, "pp"), "tg_tok_s": med(r, "tg")},
+        "gem_median": {k: med(g, k) for k in tests},
+        "gem_peak_rss_mib": max(x["rss_kib"] for x in g) / 1024,
+        "reference_median": {k: med(r, k) for k in tests},
     }
-    results[t]["ratio"] = {"pp": results[t]["gem_median"]["pp_tok_s"] / results[t]["reference_median"]["pp_tok_s"],
-                           "tg": results[t]["gem_median"]["tg_tok_s"] / results[t]["reference_median"]["tg_tok_s"]}
+    res["ratio"] = {k: res["gem_median"][k] / res["reference_median"][k] for k in tests}
+    if a.gem_base:
+        res["gem_base"] = gb
+        res["gem_base_median"] = {k: med(gb, k) for k in tests}
+        res["ratio_base"] = {k: res["gem_base_median"][k] / res["reference_median"][k] for k in tests}
+        res["gem_over_base"] = {k: res["gem_median"][k] / res["gem_base_median"][k] for k in tests}
+    results[t] = res
 
 commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 dirty = subprocess.run(["git", "diff", "--quiet"]).returncode != 0
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 doc = {
-    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, gemma4-1b synthetic, greedy; gem bench vs llama-bench",
+    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, gemma4-1b synthetic, greedy; "
+                 "gem bench vs llama-bench",
     "date": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty, "backend": "cpu",
     "threads": a.threads, "cpu": cpu, "nproc": os.cpu_count(),
     "compiler": subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
-    "reference": "llama.cpp v0.5.0 (node-llama-cpp@3.22.1), llama-bench, CPU build GGML_NATIVE",
-    "reps": a.reps, "order": "A/B/B/A per repetition after one warm-up each", "results": results,
+    "reference": "llama.cpp v0.5.0 (node-llama-cpp@3.22.1), llama-bench, CPU build " +
+                 ("GGML_NATIVE=OFF" if "GGML_NATIVE:BOOL=OFF" in open(".ref/llama.cpp/build-cpu/CMakeCache.txt").read()
+                  else "GGML_NATIVE"),
+    "gem_base": a.gem_base, "gem_tile": a.gem_tile or "engine default (64)",
+    "reps": a.reps, "order": ("A/B/C/C/B/A (gem, gem base, reference)" if a.gem_base else "A/B/B/A") +
+    " per repetition after one warm-up each", "results": results,
 }
-out = f"bench/results/cpu-{doc['date']}.json"
+out = a.out or f"bench/results/cpu-{doc['date']}.json"
 json.dump(doc, open(out, "w"), indent=1)
-print(f"| model | gem prompt tok/s | ref prompt tok/s | ratio | gem decode tok/s | ref decode tok/s | ratio | gem peak RSS |")
-print("|---|---|---|---|---|---|---|---|")
+head = "| model | test | gem tok/s | ref tok/s | ratio |" + (" gem base tok/s | base ratio |" if a.gem_base else "")
+print(head)
+print("|---" * (head.count("|") - 1) + "|")
 for t, v in results.items():
-    print(f"| gemma4-1b {t} | {v['gem_median']['pp_tok_s']:.1f} | {v['reference_median']['pp_tok_s']:.1f} | "
-          f"{v['ratio']['pp']:.2f}x | {v['gem_median']['tg_tok_s']:.1f} | {v['reference_median']['tg_tok_s']:.1f} | "
-          f"{v['ratio']['tg']:.2f}x | {v['gem_median']['peak_rss_mib']:.0f} MiB |")
+    for k in tests:
+        line = (f"| gemma4-1b {t} | {k} | {v['gem_median'][k]:.1f} | {v['reference_median'][k]:.1f} | "
+                f"{v['ratio'][k]:.2f}x |")
+        if a.gem_base:
+            line += f" {v['gem_base_median'][k]:.1f} | {v['ratio_base'][k]:.2f}x |"
+        print(line)
+    print(f"| gemma4-1b {t} | gem peak RSS | {v['gem_peak_rss_mib']:.0f} MiB | | |" + (" | |" if a.gem_base else ""))
 print(f"wrote {out}")

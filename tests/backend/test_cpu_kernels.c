@@ -1,7 +1,10 @@
 /* CPU dot kernels against the reference dequantize-then-dot: the f32-path
  * kernels (any instruction set) agree to rounding; the integer kernels on
  * 8-bit activations agree within the bound the activation rounding implies
- * (half a step per value: sum |w| * max|x| / 254 per block). */
+ * (half a step per value: sum |w| * max|x| / 254 per block). Then the tile
+ * contract, on every variant this CPU has: a product of n tokens gives each
+ * token's row bit for bit as n one-token products do, and the multi-row
+ * integer kernels compute kernels.h's canonical sum exactly. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,14 +40,96 @@ static void make_row(uint32_t type, uint8_t *row, int64_t n) {
     }
 }
 
+/* The tile contract of one variant and type: out[t][r] of a product of ntok
+ * tokens, computed the way cpu_matmul does (the multi-row kernel over row
+ * ranges, else one kernel call per row and token), for any ntok. */
+enum { TK = 2240, TNB = TK / 32, TROWS = 40, TTOK = 64 };
+
+static void tile_product(const cpu_kernels *k, uint32_t type, const uint8_t *rows, uint64_t rb, int64_t r0, int64_t r1,
+                         const float *x, const act_q8 *xq, int ntok, float *out) {
+    mm_q8_fn mm = type == QT_Q8_0 ? k->q8_0_mm : k->q4_0_mm;
+    dot_q8_fn q8 = type == QT_Q8_0 ? k->q8_0_q8 : k->q4_0_q8;
+    dot_fn fused = type == QT_Q8_0 ? k->q8_0 : k->q4_0;
+    if (mm) {
+        mm(rows + rb * (uint64_t)r0, rb, r1 - r0, xq, TNB, ntok, out + r0, TROWS);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < ntok; t++)
+            out[(size_t)t * TROWS + (size_t)r] =
+                q8 ? q8(rows + rb * (uint64_t)r, xq, (int64_t)t * TNB, TK) : fused(rows + rb * (uint64_t)r, x + (size_t)t * TK, TK);
+}
+
+/* kernels.h's canonical sum, in plain C: acc = fma(S_b, d_w d_x, acc) */
+static float canonical(uint32_t type, const uint8_t *row, const act_q8 *xq, int64_t block0) {
+    float acc = 0;
+    for (int64_t b = 0; b < TNB; b++) {
+        const uint8_t *blk = row + b * (type == QT_Q8_0 ? 34 : 18);
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) {
+            const int w = type == QT_Q8_0 ? (int8_t)blk[2 + i]
+                                          : (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+            s += w * xq->q[(block0 + b) * 32 + i];
+        }
+        acc = fmaf((float)s, quant_f16_to_f32(h) * xq->d[block0 + b], acc);
+    }
+    return acc;
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static void tile_contract(const cpu_kernels *k, uint32_t type) {
+    const uint64_t rb = (uint64_t)quant_type_size(type) * TNB;
+    uint8_t *rows = malloc(rb * TROWS);
+    float *x = malloc(sizeof(float) * TK * TTOK), *tile = malloc(sizeof(float) * TROWS * TTOK),
+          *one = malloc(sizeof(float) * TROWS);
+    act_q8 all = {malloc(sizeof(float) * TNB * TTOK), malloc((size_t)TK * TTOK), malloc(sizeof(int32_t) * TNB * TTOK)};
+    act_q8 alone = {malloc(sizeof(float) * TNB), malloc(TK), malloc(sizeof(int32_t) * TNB)};
+    for (int r = 0; r < TROWS; r++) make_row(type, rows + rb * (uint64_t)r, TK);
+    for (int64_t i = 0; i < (int64_t)TK * TTOK; i++) x[i] = frand() * (i % 53 == 0 ? 25.0f : 1.0f) * (i / TK % 5 + 1);
+    if (k->quantize_act)
+        for (int t = 0; t < TTOK; t++) k->quantize_act(x + (size_t)t * TK, TK, &all, (int64_t)t * TNB);
+    static const int ns[] = {2, 3, 8, 9, 16, 64};
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int ntok = ns[ni];
+        int same = 1, split = 1, canon = 1;
+        tile_product(k, type, rows, rb, 0, TROWS, x, &all, ntok, tile);
+        for (int t = 0; t < ntok; t++) {
+            const float *xt = x + (size_t)t * TK;
+            if (k->quantize_act) k->quantize_act(xt, TK, &alone, 0);
+            tile_product(k, type, rows, rb, 0, TROWS, xt, &alone, 1, one);
+            for (int r = 0; r < TROWS; r++) {
+                if (!same_bits(tile[(size_t)t * TROWS + r], one[r])) same = 0;
+                if ((k->q8_0_mm || k->q4_0_mm) && !same_bits(one[r], canonical(type, rows + rb * (uint64_t)r, &alone, 0)))
+                    canon = 0;
+            }
+        }
+        /* the rows split as threads split them: a row's bits do not depend on its neighbours */
+        float *parts = malloc(sizeof(float) * TROWS * TTOK);
+        tile_product(k, type, rows, rb, 0, 16, x, &all, ntok, parts);
+        tile_product(k, type, rows, rb, 16, 21, x, &all, ntok, parts);
+        tile_product(k, type, rows, rb, 21, TROWS, x, &all, ntok, parts);
+        for (int t = 0; t < ntok; t++)
+            for (int r = 0; r < TROWS; r++)
+                if (!same_bits(parts[(size_t)t * TROWS + r], tile[(size_t)t * TROWS + r])) split = 0;
+        free(parts);
+        CHECKF(same, "%s %s: %d tokens, rows differ from one-token products", k->name, quant_type_name(type), ntok);
+        CHECKF(split, "%s %s: %d tokens, rows differ when the rows are split", k->name, quant_type_name(type), ntok);
+        CHECKF(canon, "%s %s: one-token rows differ from the canonical sum", k->name, quant_type_name(type));
+    }
+    free(rows), free(x), free(tile), free(one);
+    free(all.d), free(all.q), free(all.s), free(alone.d), free(alone.q), free(alone.s);
+}
+
 int main(void) {
     const int64_t n = 1536;
     cpu_kernels ref = kernels_pick(1), fast = kernels_pick(0);
     printf("fast kernels: %s\n", fast.name);
     uint8_t *row = malloc((size_t)n * 4);
     float *x = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
-    /* m8 set: the q4_0 decode kernel takes its VNNI form where the CPU has it */
-    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n), NULL, malloc((size_t)n / 32 * 8 * sizeof(int32_t))};
+    act_q8 xq = {malloc((size_t)n / 32 * 4), malloc((size_t)n), malloc((size_t)n / 32 * sizeof(int32_t))};
     const uint32_t types[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0};
     for (int trial = 0; trial < 200; trial++) {
         for (int64_t i = 0; i < n; i++) x[i] = frand() * (trial % 7 == 0 ? 100.0f : 1.0f) * (i % 97 == 0 ? 20.0f : 1.0f);
@@ -63,26 +148,31 @@ int main(void) {
             CHECKF(fabs(fr(row, x, n) - exact) <= tol, "ref type %u", types[t]);
             CHECKF(fabs(ff(row, x, n) - exact) <= tol, "fast type %u: %g vs %g", types[t], ff(row, x, n), exact);
             dot_q8_fn fq = t == 2 ? fast.q8_0_q8 : t == 3 ? fast.q4_0_q8 : NULL;
+            mm_q8_fn fm = t == 2 ? fast.q8_0_mm : t == 3 ? fast.q4_0_mm : NULL;
             if (fq && fast.quantize_act) {
                 fast.quantize_act(x, n, &xq, 0);
                 double bound = 0;
+                int sums_ok = 1;
                 for (int64_t b = 0; b < n / 32; b++) {
                     double sw = 0, amax = 0;
+                    int32_t cs = 0;
                     for (int k = 0; k < 32; k++) {
                         sw += fabs(w[b * 32 + k]);
                         amax = fmax(amax, fabs(x[b * 32 + k]));
+                        cs += xq.q[b * 32 + k];
                     }
                     bound += sw * amax / 254.0 * 1.0001;
+                    if (xq.s[b] != cs) sums_ok = 0;
                 }
-                double got = fq(row, &xq, 0, n);
+                CHECKF(sums_ok, "quantize_act's block code sums");
+                const double got = fq(row, &xq, 0, n);
                 CHECKF(fabs(got - exact) <= bound + tol, "int8 type %u: %g vs %g (bound %g)", types[t], got, exact, bound);
-                /* without m8 (the AVX2 form): the same exact block sums, so
-                 * equal up to the f32 accumulation order */
-                int32_t *m8 = xq.m8;
-                xq.m8 = NULL;
-                const double got2 = fq(row, &xq, 0, n);
-                xq.m8 = m8;
-                CHECKF(fabs(got - got2) <= 1e-6 * mag + 1e-6, "int8 type %u: %g with m8, %g without", types[t], got, got2);
+                if (fm) { /* the multi-row form, one row: the same exact block sums, another f32 order */
+                    float got2 = NAN;
+                    fm(row, (uint64_t)quant_type_size(types[t]) * (uint64_t)(n / 32), 1, &xq, n / 32, 1, &got2, 1);
+                    CHECKF(fabs(got - got2) <= 1e-6 * mag + 1e-6, "int8 type %u: %g one-row, %g multi-row", types[t], got,
+                           got2);
+                }
             }
         }
     }
@@ -91,7 +181,7 @@ int main(void) {
     free(w);
     free(xq.d);
     free(xq.q);
-    free(xq.m8);
+    free(xq.s);
 
     /* tanh-based element ops: the SIMD variants against tanhf, over the
      * range the model feeds them (gate values, logits / 30) and the
@@ -123,50 +213,15 @@ int main(void) {
         free(g), free(u), free(o1), free(o2);
     }
 
-    /* eight-row blocks against the one-row integer kernels: the same exact
-     * integer block sums and per-block scales, only the f32 accumulation
-     * order differs (1e-6 of the sum of |terms|); 1..8 rows, 1..9 tokens */
-    if (fast.q8_0_gemm) {
-        const int64_t K = 1536, nb = K / 32;
-        const uint32_t gt[2] = {QT_Q8_0, QT_Q4_0};
-        for (int ti = 0; ti < 2; ti++) {
-            const uint64_t rb = (uint64_t)(nb * quant_type_size(gt[ti]));
-            uint8_t *rows = malloc(rb * 8);
-            float *xs = malloc(sizeof(float) * (size_t)(K * 9)), *deq = malloc(sizeof(float) * (size_t)K);
-            act_q8 q9 = {malloc(sizeof(float) * (size_t)(nb * 9)), malloc((size_t)(K * 9)), malloc((size_t)(K * 9)),
-                         malloc(sizeof(int32_t) * (size_t)(nb * 9 * 8))};
-            void *scratch = malloc(gemm8_scratch_bytes(nb));
-            for (int r = 0; r < 8; r++) make_row(gt[ti], rows + rb * (uint64_t)r, K);
-            for (int64_t i = 0; i < K * 9; i++) xs[i] = frand() * (i % 53 == 0 ? 25.0f : 1.0f);
-            for (int t = 0; t < 9; t++) fast.quantize_act(xs + t * K, K, &q9, t * nb);
-            for (int64_t i = 0; i < K * 9; i++) q9.u[i] = (uint8_t)q9.q[i] ^ 0x80;
-            gemm_q8_fn g = gt[ti] == QT_Q8_0 ? fast.q8_0_gemm : fast.q4_0_gemm;
-            dot_q8_fn d1 = gt[ti] == QT_Q8_0 ? fast.q8_0_q8 : fast.q4_0_q8;
-            for (int nrows = 1; nrows <= 8; nrows += 7)
-                for (int ntok = 1; ntok <= 9; ntok += 4) {
-                    float out[9 * 10];
-                    for (int i = 0; i < 90; i++) out[i] = NAN;
-                    g(rows, rb, nrows, &q9, nb, ntok, out, 10, scratch);
-                    int ok = 1;
-                    for (int t = 0; t < 9; t++)
-                        for (int r = 0; r < 10; r++) {
-                            const float got = out[t * 10 + r];
-                            if (t >= ntok || r >= nrows) { /* nothing written outside the block */
-                                if (!isnan(got)) ok = 0;
-                                continue;
-                            }
-                            quant_dequant_row(gt[ti], rows + rb * (uint64_t)r, deq, K);
-                            double mag = 0;
-                            for (int64_t i = 0; i < K; i++) mag += fabs((double)deq[i] * xs[t * K + i]);
-                            const float want = d1(rows + rb * (uint64_t)r, &q9, t * nb, K);
-                            if (!(fabs(got - want) <= 1e-6 * mag + 1e-6)) ok = 0;
-                        }
-                    CHECKF(ok, "gemm8 %s rows %d tokens %d", quant_type_name(gt[ti]), nrows, ntok);
-                }
-            free(rows), free(xs), free(deq), free(q9.d), free(q9.q), free(q9.u), free(q9.m8), free(scratch);
+    static const char *const variants[] = {"avx512vnni", "avx2", "scalar"};
+    for (int v = 0; v < 3; v++) {
+        cpu_kernels k;
+        if (!kernels_variant(variants[v], &k)) {
+            printf("no %s on this CPU: its tile contract is not tested here\n", variants[v]);
+            continue;
         }
-    } else {
-        printf("no AVX512-VNNI on this CPU: the eight-row kernels are not tested here\n");
+        tile_contract(&k, QT_Q4_0);
+        tile_contract(&k, QT_Q8_0);
     }
     return test_report("test_cpu_kernels");
 }

@@ -218,7 +218,7 @@ typedef struct {
     dot_fn fused; /* a kernel that reads the stored row directly, or NULL */
     dot_f32_fn dot;
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
-    gemm_q8_fn gemm; /* its 4-row register block, or NULL */
+    mm_q8_fn mm;   /* its multi-row form for every tile size, or NULL */
     const act_q8 *xq;
 } mm_job;
 
@@ -231,22 +231,13 @@ static void mm_task(void *ctx, int t) {
     int64_t r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
+    if (j->mm) { /* one token and a tile alike: the same bits per token (kernels.h) */
+        j->mm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xq, in / 32, j->n, j->out + r0,
+              (size_t)W->ne1);
+        return;
+    }
     float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
     if (!j->fused && !j->q8 && !row) return;
-    /* prompt tiles: eight rows at a time against every token (decode stays
-     * on the one-row kernels: one use per weight does not pay for the
-     * interleaving); leftover rows below. Tiles of up to BE_EXACT_ROWS
-     * tokens stay on the one-row kernels too: their rows must be the
-     * one-token step's bit for bit (rows_exact, backend.h), and the
-     * eight-row blocks sum in another order */
-    if (j->q8 && j->gemm && j->n > BE_EXACT_ROWS) {
-        const int64_t nb = in / 32;
-        void *scratch = malloc(gemm8_scratch_bytes(nb));
-        for (; scratch && r0 + 8 <= r1; r0 += 8)
-            j->gemm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, 8, j->xq, nb, j->n, j->out + r0,
-                    (size_t)W->ne1, scratch);
-        free(scratch);
-    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
         if (row) quant_dequant_row(W->type, src, row, in);
@@ -266,12 +257,14 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     cpu_backend *c = cpu_of(b);
     mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.gemm = c->k.q8_0_gemm; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.gemm = c->k.q4_0_gemm; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     default: break;
     }
+    /* the multi-row kernels gather the rows' scales with 32-bit offsets */
+    if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL;
     act_q8 xq = {0};
     if (j.q8) {
         /* quantize the activations once per call (scratch grows to the
@@ -280,29 +273,28 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
         if (blocks > c->act_cap) {
             free(c->act.d);
             free(c->act.q);
-            free(c->act.u);
-            free(c->act.m8);
+            free(c->act.s);
             c->act.d = malloc(blocks * sizeof(float));
             c->act.q = malloc(blocks * 32);
-            c->act.u = malloc(blocks * 32);
-            c->act.m8 = malloc(blocks * 8 * sizeof(int32_t));
-            c->act_cap = c->act.d && c->act.q && c->act.u && c->act.m8 ? blocks : 0;
+            c->act.s = malloc(blocks * sizeof(int32_t));
+            c->act_cap = c->act.d && c->act.q && c->act.s ? blocks : 0;
         }
         if (c->act_cap >= blocks) {
             for (int i = 0; i < n; i++)
                 c->k.quantize_act(x->p + (size_t)i * (size_t)W->ne0, W->ne0, &c->act, (int64_t)i * (W->ne0 / 32));
-            if (j.gemm && n > BE_EXACT_ROWS)
-                for (size_t i = 0; i < blocks * 32; i++) c->act.u[i] = (uint8_t)c->act.q[i] ^ 0x80;
             xq = c->act;
             j.xq = &xq;
         } else {
             j.q8 = NULL; /* no memory for the scratch: the f32 path still works */
+            j.mm = NULL;
         }
+    } else {
+        j.mm = NULL;
     }
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.gemm) j.rows_per_task = (j.rows_per_task + 7) / 8 * 8; /* whole eight-row blocks per task */
+    if (j.mm) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);
@@ -544,8 +536,7 @@ static void cpu_destroy(backend *b) {
     cpu_backend *c = cpu_of(b);
     free(c->act.d);
     free(c->act.q);
-    free(c->act.u);
-    free(c->act.m8);
+    free(c->act.s);
     free(c->up.p);
     pool_free(c->pool);
     free(c);

@@ -223,9 +223,12 @@ AVX2 static void quantize_act_avx2(const float *x, int64_t n, act_q8 *o, int64_t
         s8 = _mm256_permutevar8x32_epi32(s8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(o->q + (block0 + b) * 32), s8);
         o->d[block0 + b] = d;
-        if (o->m8) {
-            const __m256i g4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
-            _mm256_storeu_si256((__m256i *)(o->m8 + (block0 + b) * 8), _mm256_mullo_epi32(g4, _mm256_set1_epi32(-8)));
+        if (o->s) {
+            __m256i g = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            o->s[block0 + b] = _mm_cvtsi128_si32(h);
         }
     }
 }
@@ -271,160 +274,151 @@ AVX2 static __m256 q4_block(const uint8_t *blk, const int8_t *q, float dx, __m25
 Q8_ROW_DOT(q8_0_q8_avx2, q8_block, 34)
 Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
 
-/* ---- AVX512-VNNI eight-row blocks for prompt tiles ----
+/* ---- AVX512-VNNI: sixteen-row panels, one token or a tile ----
  *
- * Lanes are rows: eight rows' codes are interleaved once per call into
- * [block][4-byte group][row] (a 256-bit vector per group), so one vpdpbusd
- * multiplies a group of four activation codes, broadcast, with the same
- * group of eight rows. vpdpbusd takes unsigned x signed bytes: activations
- * go in as x + 128 (x XOR 0x80) and 128 * sum(w) is subtracted per block and
- * row, leaving the exact integer block sum sum(w x). Each block then adds
- * float(sum) * (d(w) d(x)) to the row's f32 accumulator, the one-row
- * kernels' per-block term. Weights stay in the mapping: the interleaved
- * copy lives in per-task scratch and serves every token of the tile. */
+ * Lanes are rows. A panel's blocks are rearranged, a chunk of blocks at a
+ * time, into [block][4-byte group][row] (a 512-bit vector per group), so one
+ * vpdpbusd multiplies a group of four activation codes, broadcast, with that
+ * group of sixteen rows. vpdpbusd takes unsigned x signed bytes: the weight
+ * codes go in unsigned with an offset (q4_0 its stored +8, q8_0 +128 by XOR
+ * 0x80) and the offset times the activations' block code sum starts the
+ * integer accumulator negative, leaving the exact block sum S. Every (row,
+ * token) then runs the canonical sequence of kernels.h; nothing in it depends
+ * on the other rows or tokens of the call, so a token of a tile gets the bits
+ * it gets alone. Weights stay in the mapping: the rearranged chunk lives on
+ * the stack and serves every token of the call. */
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define MM_ROWS 16
+#define MM_KC 32 /* blocks per rearranged chunk: 18 KiB, in L1 while the tokens pass */
 
-size_t gemm8_scratch_bytes(int64_t nb) { return (size_t)nb * 8 * (32 + 4 + 4); }
-
-/* One q4_0 row against quantized activations for decode: vpdpbusd takes the
- * stored codes (0..15, unsigned) times the signed activation codes, on top
- * of -8 x the activations' lane-group sums (act_q8.m8), which leaves the
- * exact integer block sums of the AVX2 kernel with a third of its
- * instructions per block (that kernel was compute bound: it streamed q4_0
- * weights more slowly than the q8_0 head's, which are bigger). */
-VNNI static __m256 q4_block_vnni(const uint8_t *blk, const int8_t *q, const int32_t *m8, float dx, __m256 acc) {
-    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
-    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
-    const __m256i p = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)m8), w, _mm256_loadu_si256((const __m256i *)q));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d16(blk) * dx), _mm256_cvtepi32_ps(p), acc);
+/* bytes [off, off + 16) of rows r, r + 4, r + 8, r + 12, one per 128-bit lane */
+VNNI static inline __m512i lanes4(const uint8_t *const *rows, int r, uint64_t off) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[r] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 4] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 8] + off)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 12] + off)), 3);
 }
 
-VNNI static float q4_0_q8_vnni(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n) {
-    if (!x->m8) return q4_0_q8_avx2(row, x, block0, n);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    const int8_t *q = x->q + block0 * 32;
-    const int32_t *m8 = x->m8 + block0 * 8;
-    const float *dx = x->d + block0;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        a0 = q4_block_vnni(row + b * 18, q + b * 32, m8 + b * 8, dx[b], a0);
-        a1 = q4_block_vnni(row + (b + 1) * 18, q + (b + 1) * 32, m8 + (b + 1) * 8, dx[b + 1], a1);
-    }
-    if (b < nb) a0 = q4_block_vnni(row + b * 18, q + b * 32, m8 + b * 8, dx[b], a0);
-    return hsum(_mm256_add_ps(a0, a1));
+/* bytes [off, off + 16) of the sixteen rows: o[k] = 4-byte group k of rows
+ * 0..15 (a 4 x 4 transpose of 32-bit groups inside each 128-bit lane) */
+VNNI static inline void groups16x4(const uint8_t *const *rows, uint64_t off, __m512i o[4]) {
+    const __m512i a = lanes4(rows, 0, off), b = lanes4(rows, 1, off), c = lanes4(rows, 2, off), d = lanes4(rows, 3, off);
+    const __m512i t0 = _mm512_unpacklo_epi32(a, b), t1 = _mm512_unpackhi_epi32(a, b);
+    const __m512i t2 = _mm512_unpacklo_epi32(c, d), t3 = _mm512_unpackhi_epi32(c, d);
+    o[0] = _mm512_unpacklo_epi64(t0, t2);
+    o[1] = _mm512_unpackhi_epi64(t0, t2);
+    o[2] = _mm512_unpacklo_epi64(t1, t3);
+    o[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* Interleaving: each row's block is unpacked to 32 signed codes (one
- * vector of eight 4-byte groups), the eight rows' vectors are transposed as
- * an 8 x 8 matrix of 32-bit groups, and the row sums for the +128
- * correction come from vpdpbusd against ones. */
-VNNI static void repack8(int q4, const uint8_t *row0, uint64_t row_bytes, int nrows, int64_t nb, int8_t *pw,
-                         int32_t *corr, float *sw) {
-    const int64_t bytes = q4 ? 18 : 34;
-    const uint8_t *rows[8];
-    for (int r = 0; r < 8; r++) rows[r] = row0 + row_bytes * (uint64_t)(r < nrows ? r : nrows - 1); /* pad: a real row */
-    const __m256i ones = _mm256_set1_epi8(1);
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i v[8];
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *blk = rows[r] + b * bytes;
-            if (q4) {
-                const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 2));
-                v[r] = _mm256_sub_epi8(
-                    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f)),
-                    _mm256_set1_epi8(8));
-            } else {
-                v[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+/* Blocks [b0, b0 + nkc) of a panel: pw[b][g] group g (values 4g..4g+3) of
+ * rows 0..15 as unsigned codes, pd[b] the rows' scales. roff: each row's
+ * offset from rows[0], for the gather of the scales. */
+VNNI static inline __attribute__((always_inline)) void mm_pack(const int q4, const uint8_t *const *rows, __m512i roff,
+                                                               int64_t b0, int nkc, __m512i *pw, __m512 *pd) {
+    const uint64_t bytes = q4 ? 18 : 34;
+    for (int b = 0; b < nkc; b++) {
+        const uint64_t off = (uint64_t)(b0 + b) * bytes;
+        __m512i o[4], *w = pw + b * 8;
+        groups16x4(rows, off + 2, o);
+        if (q4) { /* a byte's low nibble is value i, its high one value i + 16 */
+            const __m512i low = _mm512_set1_epi8(0x0f);
+            for (int k = 0; k < 4; k++) {
+                w[k] = _mm512_and_si512(o[k], low);
+                w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(o[k], 4), low);
             }
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            sw[b * 8 + r] = _cvtsh_ss(h);
+        } else {
+            const __m512i flip = _mm512_set1_epi8((char)0x80);
+            for (int k = 0; k < 4; k++) w[k] = _mm512_xor_si512(o[k], flip);
+            groups16x4(rows, off + 18, o);
+            for (int k = 0; k < 4; k++) w[k + 4] = _mm512_xor_si512(o[k], flip);
         }
-        /* 8 x 8 transpose of 32-bit groups: t[g] holds group g of rows 0..7 */
-        __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-        __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-        __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-        __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-        __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
-        __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
-        __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
-        __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
-        __m256i t[8];
-        t[0] = _mm256_permute2x128_si256(b0, b4, 0x20), t[4] = _mm256_permute2x128_si256(b0, b4, 0x31);
-        t[1] = _mm256_permute2x128_si256(b1, b5, 0x20), t[5] = _mm256_permute2x128_si256(b1, b5, 0x31);
-        t[2] = _mm256_permute2x128_si256(b2, b6, 0x20), t[6] = _mm256_permute2x128_si256(b2, b6, 0x31);
-        t[3] = _mm256_permute2x128_si256(b3, b7, 0x20), t[7] = _mm256_permute2x128_si256(b3, b7, 0x31);
-        __m256i sum = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            _mm256_storeu_si256((__m256i *)(pw + (b * 8 + g) * 32), t[g]);
-            sum = _mm256_dpbusd_epi32(sum, ones, t[g]);
-        }
-        _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_slli_epi32(sum, 7));
+        /* 4 bytes at each block start: the f16 scale and two code bytes */
+        const __m512i h = _mm512_i32gather_epi32(roff, rows[0] + off, 1);
+        pd[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
     }
 }
 
-/* Four tokens at a time with four independent vpdpbusd chains (one chain
- * would wait on its own latency at every step). */
-VNNI static void gemm8_compute(const int8_t *pw, const int32_t *corr, const float *sw, const act_q8 *x, int64_t nb,
-                               int ntok, int nrows, float *out, size_t out_stride) {
-    const __mmask8 mask = (__mmask8)((1u << nrows) - 1);
-    for (int t0 = 0; t0 < ntok; t0 += 4) {
-        const int nt = ntok - t0 < 4 ? ntok - t0 : 4;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        /* tokens past the end repeat the last one (results not stored) */
-        int64_t tb[4];
-        for (int tt = 0; tt < 4; tt++) tb[tt] = (int64_t)(t0 + (tt < nt ? tt : nt - 1)) * nb;
-        /* named accumulators and unrolled loops: -O2 keeps them in registers
-         * only this way (an ai[4] array went to the stack every step) */
-        const uint8_t *x0 = x->u + tb[0] * 32, *x1 = x->u + tb[1] * 32, *x2 = x->u + tb[2] * 32,
-                      *x3 = x->u + tb[3] * 32;
-        __m256 c0 = acc[0], c1 = acc[1], c2 = acc[2], c3 = acc[3];
-        for (int64_t b = 0; b < nb; b++) {
-            __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
-            const int8_t *wb = pw + b * 256;
+/* Tokens [t0, t0 + T) against a packed chunk (blocks b0..): the running sums
+ * start at zero on the first chunk and continue from out (stored f32, so
+ * exactly) on the next ones. off: the offset x 1 (q4_0 8, q8_0 128). */
+VNNI static inline __attribute__((always_inline)) void mm_tokens(const __m512i *pw, const __m512 *pd, int nkc,
+                                                                 const act_q8 *x, int64_t nb, int64_t b0, int64_t t0,
+                                                                 const int T, const int32_t off, int first, float *out,
+                                                                 size_t stride, __mmask16 mask) {
+    /* constant trip counts, unrolled: -O2 keeps acc[] in registers only so */
+    __m512 acc[8];
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + g * 32));
-                int32_t v0, v1, v2, v3;
-                memcpy(&v0, x0 + b * 32 + g * 4, 4);
-                memcpy(&v1, x1 + b * 32 + g * 4, 4);
-                memcpy(&v2, x2 + b * 32 + g * 4, 4);
-                memcpy(&v3, x3 + b * 32 + g * 4, 4);
-                i0 = _mm256_dpbusd_epi32(i0, _mm256_set1_epi32(v0), w);
-                i1 = _mm256_dpbusd_epi32(i1, _mm256_set1_epi32(v1), w);
-                i2 = _mm256_dpbusd_epi32(i2, _mm256_set1_epi32(v2), w);
-                i3 = _mm256_dpbusd_epi32(i3, _mm256_set1_epi32(v3), w);
-            }
-            const __m256i cr = _mm256_loadu_si256((const __m256i *)(corr + b * 8));
-            const __m256 s = _mm256_loadu_ps(sw + b * 8);
-            c0 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[0] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i0, cr)), c0);
-            c1 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[1] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i1, cr)), c1);
-            c2 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[2] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i2, cr)), c2);
-            c3 = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(x->d[tb[3] + b])), _mm256_cvtepi32_ps(_mm256_sub_epi32(i3, cr)), c3);
+    for (int t = 0; t < T; t++)
+        acc[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, out + (size_t)(t0 + t) * stride);
+    for (int b = 0; b < nkc; b++) {
+        const __m512i *w = pw + b * 8;
+        const uint8_t *q[8];
+        __m512i s[8];
+        /* tokens interleaved within each group: T independent chains */
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const int64_t xb = (t0 + t) * nb + b0 + b;
+            q[t] = (const uint8_t *)x->q + xb * 32;
+            s[t] = _mm512_set1_epi32(-off * x->s[xb]);
         }
-        acc[0] = c0, acc[1] = c1, acc[2] = c2, acc[3] = c3;
-        for (int tt = 0; tt < nt; tt++) _mm256_mask_storeu_ps(out + (size_t)(t0 + tt) * out_stride, mask, acc[tt]);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                int32_t v;
+                memcpy(&v, q[t] + 4 * g, 4);
+                s[t] = _mm512_dpbusd_epi32(s[t], w[g], _mm512_set1_epi32(v));
+            }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const int64_t xb = (t0 + t) * nb + b0 + b;
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(pd[b], _mm512_set1_ps(x->d[xb])), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * stride, mask, acc[t]);
+}
+
+VNNI static inline __attribute__((always_inline)) void mm_panels(const int q4, const uint8_t *w, uint64_t row_bytes,
+                                                                 int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                                                                 float *out, size_t stride) {
+    __m512i pw[MM_KC * 8];
+    __m512 pd[MM_KC];
+    const int32_t off = q4 ? 8 : 128;
+    for (int64_t r0 = 0; r0 < nrows; r0 += MM_ROWS) {
+        const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
+        const uint8_t *rows[MM_ROWS];
+        int32_t roff[MM_ROWS];
+        for (int r = 0; r < MM_ROWS; r++) { /* a short panel repeats its last row (results not stored) */
+            const int rr = r < nr ? r : nr - 1;
+            rows[r] = w + (uint64_t)(r0 + rr) * row_bytes;
+            roff[r] = (int32_t)((uint64_t)rr * row_bytes);
+        }
+        const __m512i vroff = _mm512_loadu_si512(roff);
+        const __mmask16 mask = (__mmask16)((1u << nr) - 1);
+        float *o = out + r0;
+        for (int64_t b0 = 0; b0 < nb; b0 += MM_KC) {
+            const int nkc = nb - b0 < MM_KC ? (int)(nb - b0) : MM_KC;
+            mm_pack(q4, rows, vroff, b0, nkc, pw, pd);
+            /* the same per-token code at every width: 8, then 4, 2, 1 */
+            int t = 0;
+            for (; t + 8 <= ntok; t += 8) mm_tokens(pw, pd, nkc, x, nb, b0, t, 8, off, b0 == 0, o, stride, mask);
+            if (ntok - t >= 4) mm_tokens(pw, pd, nkc, x, nb, b0, t, 4, off, b0 == 0, o, stride, mask), t += 4;
+            if (ntok - t >= 2) mm_tokens(pw, pd, nkc, x, nb, b0, t, 2, off, b0 == 0, o, stride, mask), t += 2;
+            if (ntok - t >= 1) mm_tokens(pw, pd, nkc, x, nb, b0, t, 1, off, b0 == 0, o, stride, mask);
+        }
     }
 }
 
-static void gemm8(int q4, const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
-                  float *out, size_t out_stride, void *scratch) {
-    int8_t *pw = scratch;
-    int32_t *corr = (int32_t *)(pw + nb * 256);
-    float *sw = (float *)(corr + nb * 8);
-    repack8(q4, row0, row_bytes, nrows, nb, pw, corr, sw);
-    gemm8_compute(pw, corr, sw, x, nb, ntok, nrows, out, out_stride);
+VNNI static void mm_q4_0_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                              float *out, size_t stride) {
+    mm_panels(1, w, row_bytes, nrows, x, nb, ntok, out, stride);
 }
 
-static void gemm8_q4_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
-                       float *out, size_t out_stride, void *scratch) {
-    gemm8(1, row0, row_bytes, nrows, x, nb, ntok, out, out_stride, scratch);
-}
-
-static void gemm8_q8_0(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
-                       float *out, size_t out_stride, void *scratch) {
-    gemm8(0, row0, row_bytes, nrows, x, nb, ntok, out, out_stride, scratch);
+VNNI static void mm_q8_0_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                              float *out, size_t stride) {
+    mm_panels(0, w, row_bytes, nrows, x, nb, ntok, out, stride);
 }
 
 static int have_vnni(void) {
@@ -442,11 +436,12 @@ static int have_avx2(void) {
 }
 #endif
 
-cpu_kernels kernels_pick(int force_scalar) {
+int kernels_variant(const char *name, cpu_kernels *out) {
     cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL,
                      axpy_scalar, geglu_scalar, softcap_scalar};
+    int ok = !strcmp(name, "scalar");
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (!force_scalar && have_avx2()) {
+    if (!ok && have_avx2()) {
         k.name = "avx2";
         k.q8_0 = q8_0_avx2;
         k.q4_0 = q4_0_avx2;
@@ -459,15 +454,21 @@ cpu_kernels kernels_pick(int force_scalar) {
         k.axpy = axpy_avx2;
         k.geglu = geglu_avx2;
         k.softcap = softcap_avx2;
-        if (have_vnni()) {
+        ok = !strcmp(name, "avx2");
+        if (!ok && have_vnni()) {
             k.name = "avx512vnni";
-            k.q8_0_gemm = gemm8_q8_0;
-            k.q4_0_gemm = gemm8_q4_0;
-            k.q4_0_q8 = q4_0_q8_vnni;
+            k.q8_0_mm = mm_q8_0_vnni;
+            k.q4_0_mm = mm_q4_0_vnni;
+            ok = !strcmp(name, "avx512vnni");
         }
     }
-#else
-    (void)force_scalar;
 #endif
+    if (ok) *out = k;
+    return ok;
+}
+
+cpu_kernels kernels_pick(int force_scalar) {
+    cpu_kernels k;
+    if (force_scalar || !(kernels_variant("avx512vnni", &k) || kernels_variant("avx2", &k))) kernels_variant("scalar", &k);
     return k;
 }

@@ -1,8 +1,11 @@
 /* Dot products of one stored weight row with f32 activations: the CPU fast
  * path's inner loop. kernels_pick() chooses, once, the best variant the CPU
- * supports (AVX2 + FMA + F16C, else portable C). The portable variants
- * equal the reference dequantize-then-dot; the SIMD ones differ only in
- * summation order (eight lanes, fused multiply-add). */
+ * supports (AVX512-VNNI, AVX2 + FMA + F16C, else portable C). The portable
+ * variants equal the reference dequantize-then-dot; the SIMD ones differ
+ * only in summation order (eight lanes, fused multiply-add). In every
+ * variant a token's output row does not depend on the other tokens of the
+ * call: a tile of n tokens gives, row for row, the bits of n one-token
+ * calls. */
 #ifndef GEM_BACKEND_CPU_KERNELS_H
 #define GEM_BACKEND_CPU_KERNELS_H
 
@@ -16,29 +19,34 @@ typedef float (*dot_f32_fn)(const float *a, const float *b, int64_t n);
  * for the integer dot products of q8_0 and q4_0 weights: the same scheme the
  * reference's CPU backend uses, with the same accuracy trade-off. */
 typedef struct {
-    float *d;     /* per block scale */
-    int8_t *q;    /* codes, 32 per block */
-    uint8_t *u;   /* the codes XOR 0x80 (unsigned), for the eight-row kernels */
-    int32_t *m8;  /* per block 8 lanes: -8 x the sums of codes 4g..4g+3 (the
-                   * q4_0 offset for vpdpbusd); quantize_act fills it when set */
+    float *d;    /* per block scale */
+    int8_t *q;   /* codes, 32 per block */
+    int32_t *s;  /* per block sum of the codes (the multi-row kernels' offset
+                  * correction); quantize_act fills it when set */
 } act_q8;
 
 typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, int64_t n);
 
-/* Rows [0, nrows) (nrows <= 8, row_bytes apart) of a q8_0/q4_0 matrix
- * against ntok tokens of quantized activations (token t's blocks start at
- * t * nb; x->u must hold the codes XOR 0x80), nb blocks per row:
- * out[t * out_stride + r]. scratch: gemm8_scratch_bytes(nb) bytes. */
-typedef void (*gemm_q8_fn)(const uint8_t *row0, uint64_t row_bytes, int nrows, const act_q8 *x, int64_t nb, int ntok,
-                           float *out, size_t out_stride, void *scratch);
-size_t gemm8_scratch_bytes(int64_t nb);
+/* Rows [0, nrows) (row_bytes apart) of a q8_0/q4_0 matrix against ntok
+ * tokens of quantized activations (token t's blocks start at t * nb; x->s
+ * set), nb blocks per row: out[t * out_stride + r]. Each output is the
+ * canonical sum of its row and token alone,
+ *     acc = 0; for b in 0..nb-1: acc = fma((float)S_b, d_w[b] * d_x[b], acc)
+ * (S_b the exact integer dot of block b, d_w * d_x rounded to f32, one
+ * rounding per fma), so a token's row is bitwise the same whatever ntok,
+ * nrows and the thread split are: a verification tile or a prompt tile
+ * reproduces one-token decode exactly. */
+typedef void (*mm_q8_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                         float *out, size_t out_stride);
 
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
     dot_f32_fn dot;
     dot_q8_fn q8_0_q8, q4_0_q8; /* NULL where only the f32 path exists */
-    gemm_q8_fn q8_0_gemm, q4_0_gemm; /* NULL without AVX512-VNNI */
+    /* every tile size, one token included, where set (AVX512-VNNI): the
+     * one-row kernels above are then not used for these types */
+    mm_q8_fn q8_0_mm, q4_0_mm;
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
     /* out = gelu_tanh(g) * u and x = cap tanh(x / cap): tanhf in the
@@ -54,5 +62,9 @@ float kernels_gelu_tanh(float x);
 
 /* The variants for this CPU; force_scalar picks the portable ones. */
 cpu_kernels kernels_pick(int force_scalar);
+
+/* The named variant ("avx512vnni", "avx2", "scalar") in *out, or 0 where
+ * this CPU lacks it: the tests run every variant the machine supports. */
+int kernels_variant(const char *name, cpu_kernels *out);
 
 #endif
