@@ -34,15 +34,7 @@ static inline int test_synth_f32(const char *profile, const char *path, uint64_t
 }
 
 static inline int test_synth_tiny(const char *path, uint64_t seed, int threads, gem_err *err) {
-    gemma4_synth_opts so = {0};
-    so.profile = gemma4_profile_find("gemma4-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = seed;
-    so.vocab_path = "data/vocab/gemma-4.gguf";
-    so.out_path = path;
-    so.threads = threads;
-    return gemma4_synth(&so, err);
+    return test_synth_f32("gemma4-tiny", path, seed, threads, err);
 }
 
 /* An empty file named from tmpl (its XXXXXX replaced), for a test's model;

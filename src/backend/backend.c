@@ -13,6 +13,17 @@
 #include "backend/cuda/cuda_device.h"
 #endif
 
+int backend_run_recorded(backend *b, be_graph **g, void (*fn)(void *ctx), void *ctx, gem_err *err) {
+    if (!b->capture) {
+        fn(ctx);
+        return 0;
+    }
+    if (*g && b->replay(b, *g) == 0) return 0;
+    if (*g) b->graph_free(b, *g);
+    *g = b->capture(b, fn, ctx, err);
+    return *g ? 0 : -1;
+}
+
 #define CUDA_NOT_BUILT "not in this build (built without nvcc; the CPU backend is 'cpu')"
 
 static int is_cpu(const char *name) { return !strcmp(name, "cpu") || !strcmp(name, "cpu-ref"); }

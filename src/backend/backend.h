@@ -200,4 +200,10 @@ typedef struct {
  * unavailable (never a silent fallback to another backend). */
 backend *backend_create(const char *name, const backend_opts *o, gem_err *err);
 
+/* Runs fn(ctx) as a recorded graph kept in *g: replayed when *g still
+ * matches the backend's buffers, else (re)captured, which runs fn too;
+ * a backend without capture just calls fn. fn must be repeatable (see
+ * capture). -1 with err when recording fails (*g is then NULL). */
+int backend_run_recorded(backend *b, be_graph **g, void (*fn)(void *ctx), void *ctx, gem_err *err);
+
 #endif

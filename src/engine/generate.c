@@ -234,9 +234,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             }
             break;
         }
-        if (drafted && di < n_drafts) continue;
-        if (drafted) { /* the round's drafts are out: the target's own next token follows */
-            n_drafts = di = 0;
+        if (drafted) { /* once the round's drafts are out, the target's own next token follows */
+            if (di == n_drafts) n_drafts = di = 0;
             continue;
         }
         /* id is the newest token, not yet evaluated: a round drafts after it

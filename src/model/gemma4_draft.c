@@ -167,14 +167,7 @@ int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, f
     if (b->set_step) b->set_step(b, &id, 1, pos);
     b->copy(b, h, h_off, d->xh, (size_t)D, (size_t)D);
     step_ctx sc = {d, id, pos};
-    if (b->capture) {
-        if (!d->step || b->replay(b, d->step)) {
-            if (d->step) b->graph_free(b, d->step);
-            if (!(d->step = b->capture(b, step_body, &sc, err))) return -1;
-        }
-    } else {
-        step_body(&sc);
-    }
+    if (backend_run_recorded(b, &d->step, step_body, &sc, err)) return -1;
     float f = 0;
     b->download(b, d->best, 0, &f, 1);
     if (logits) b->download(b, d->logits, 0, logits, GEMMA4_N_VOCAB);

@@ -238,12 +238,18 @@ static void decode_body(void *ctx) {
  * step too; a decode step is repeatable: it rewrites the same cache slot
  * with the same values). */
 static int decode_replay(gemma4_state *s, const int32_t *id, gem_err *err) {
-    backend *b = s->b;
-    if (s->decode && b->replay(b, s->decode) == 0) return 0;
-    if (s->decode) b->graph_free(b, s->decode);
     decode_ctx d = {s, id, 1};
-    s->decode = b->capture(b, decode_body, &d, err);
-    return s->decode ? 0 : -1;
+    return backend_run_recorded(s->b, &s->decode, decode_body, &d, err);
+}
+
+/* A tile's arguments: room in the context, ids in the vocabulary. */
+static int check_tile(const gemma4_state *s, const int32_t *ids, int n, gem_err *err) {
+    if (n > s->n_ctx - s->n_past)
+        return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
+            return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    return 0;
 }
 
 /* Every eval leaves the last token's logits (and their argmax) on the
@@ -253,11 +259,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, int head, floa
                       int32_t *best, gem_err *err) {
     backend *b = s->b;
     if (n <= 0) return gem_err_set(err, "nothing to evaluate");
-    if (n > s->n_ctx - s->n_past)
-        return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
-            return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    if (check_tile(s, ids, n, err)) return -1;
     for (int done = 0; done < n;) {
         int t = n - done < s->max_tile ? n - done : s->max_tile;
         const int last = done + t == n;
@@ -453,22 +455,11 @@ static void verify_body(void *ctx) {
 int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err) {
     backend *b = s->b;
     if (n < 1 || n > s->spec_rows) return gem_err_set(err, "verification of %d rows (1..%d)", n, s->spec_rows);
-    if (n > s->n_ctx - s->n_past)
-        return gem_err_set(err, "context full: %d tokens at position %d exceed the context of %d", n, s->n_past, s->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
-            return gem_err_set(err, "token id %d is out of the vocabulary", ids[i]);
+    if (check_tile(s, ids, n, err)) return -1;
     if (b->set_step) b->set_step(b, ids, n, s->n_past);
+    /* replayed like a decode step: launches cost no host time */
     decode_ctx d = {s, ids, n};
-    if (b->capture) { /* replayed like a decode step: launches cost no host time */
-        be_graph **g = &s->vgraph[n];
-        if (!*g || b->replay(b, *g)) {
-            if (*g) b->graph_free(b, *g);
-            if (!(*g = b->capture(b, verify_body, &d, err))) return -1;
-        }
-    } else {
-        verify_body(&d);
-    }
+    if (backend_run_recorded(b, &s->vgraph[n], verify_body, &d, err)) return -1;
     float f[BE_EXACT_ROWS];
     b->download(b, s->vbest, 0, f, (size_t)n);
     if (logits) b->download(b, s->vlogits, 0, logits, (size_t)n * GEMMA4_N_VOCAB);
