@@ -434,9 +434,11 @@ static void *worker_main(void *arg) {
     s->tk = gem_engine_tok(s->e);
     s->n_ctx = gem_engine_n_ctx(s->e);
     s->n_vocab = tok_n_vocab(s->tk);
+    /* ready before the line that says so: a client (the tests) that waits
+     * for it must not be answered "loading" */
+    atomic_store(&s->ready, 1);
     logf_("%s on %s loaded in %.2f s; context %d tokens", gem_engine_profile(s->e), gem_engine_backend(s->e),
           gem_now_s() - t0, s->n_ctx);
-    atomic_store(&s->ready, 1);
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->head && !atomic_load(&s->stop)) pthread_cond_wait(&s->work, &s->mu);
