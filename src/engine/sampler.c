@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/argmax.h"
 #include "util/rng.h"
 
 typedef struct {
@@ -93,6 +94,8 @@ int sampler_is_greedy(const sampler *s) { return s->p.temp <= 0 && !penalties_on
 
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, size_t n_hist) {
     const gem_sampling *p = &s->p;
+    /* greedy without penalties reads the logits as they are */
+    if (p->temp <= 0 && !penalties_on(p)) return gem_argmax(logits, s->n_vocab);
     float *l = s->work;
     memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
     /* penalties over the recent history */
@@ -110,12 +113,7 @@ int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, siz
             s->count[t] = 0; /* each distinct token once */
         }
     }
-    if (p->temp <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < s->n_vocab; i++)
-            if (l[i] > l[best]) best = i;
-        return best;
-    }
+    if (p->temp <= 0) return gem_argmax(l, s->n_vocab);
     size_t n = (size_t)s->n_vocab;
     for (size_t i = 0; i < n; i++) s->c[i] = (cand){l[i], (int32_t)i};
     if (p->top_k > 0 && (size_t)p->top_k < n) {

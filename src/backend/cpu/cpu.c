@@ -16,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
 #include "quant/quant.h"
+#include "util/argmax.h"
 
 struct be_buf {
     float *p;
@@ -469,13 +470,7 @@ static void cpu_kv_unstash(backend *b, be_kv *kv, int n_pos, const be_buf *src, 
 
 static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
     (void)b;
-    for (int r = 0; r < rows; r++) {
-        const float *v = x->p + (size_t)r * width;
-        int best = 0;
-        for (int i = 1; i < width; i++)
-            if (v[i] > v[best]) best = i;
-        out->p[r] = (float)best;
-    }
+    for (int r = 0; r < rows; r++) out->p[r] = (float)gem_argmax(x->p + (size_t)r * width, width);
 }
 
 /* Before in the sampler's order: larger value, then lower index. */

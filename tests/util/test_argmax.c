@@ -1,0 +1,45 @@
+/* util/argmax: the vector path equals the scalar definition (lowest index
+ * of the maximum, NaN never chosen unless first) on rows with ties, NaNs,
+ * signed zeros, infinities and every length around the vector widths. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "util/argmax.h"
+#include "util/rng.h"
+
+int main(void) {
+    enum { N = 300 };
+    float v[N];
+    /* fixed cases */
+    float a[] = {1, 3, 3, 2};
+    CHECK(gem_argmax(a, 4) == 1);
+    float b[] = {NAN, 5, 6};
+    CHECK(gem_argmax(b, 3) == 0);
+    float c[] = {-1, NAN, -0.0f, 0.0f, NAN};
+    CHECK(gem_argmax(c, 5) == 2);
+    float d[] = {-INFINITY, -INFINITY};
+    CHECK(gem_argmax(d, 2) == 0);
+    CHECK(gem_argmax(a, 1) == 0);
+    CHECK(gem_argmax(a, 0) == 0);
+    /* random rows: few distinct values (ties), NaNs, infinities, zeros */
+    uint64_t s = 7;
+    int bad = 0;
+    for (int t = 0; t < 20000; t++) {
+        const int n = 1 + (int)(rng_splitmix64(&s) % N);
+        const int kinds = 1 + (int)(rng_splitmix64(&s) % 6);
+        for (int i = 0; i < n; i++) {
+            const uint64_t r = rng_splitmix64(&s);
+            switch (r % (uint64_t)kinds) {
+            case 0: v[i] = (float)(int)((r >> 8) % 5) - 2.0f; break; /* ties */
+            case 1: v[i] = NAN; break;
+            case 2: v[i] = (r >> 9) & 1 ? 0.0f : -0.0f; break;
+            case 3: v[i] = (r >> 9) & 1 ? INFINITY : -INFINITY; break;
+            default: v[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 20 - 10);
+            }
+        }
+        if (gem_argmax(v, n) != gem_argmax_ref(v, n)) bad++;
+    }
+    CHECKF(bad == 0, "%d of 20000 random rows differ from the scalar definition", bad);
+    return test_report("util/argmax");
+}
