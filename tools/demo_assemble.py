@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Turns the trainer's export (tools/train_demo.py: demo.safetensors with
-only the embedding rows in use) into a Hugging Face checkpoint folder that
+"""Turns a trainer's export (tools/train_demo.py's demo.safetensors or
+tools/train_demo_mtp.py's mtp.safetensors: only the embedding rows in use) into a Hugging Face checkpoint folder that
 `gem convert` and the reference converter read: model.safetensors (bf16,
 the full 262144-row embedding with zero rows for unused tokens), plus
 config.json and the tokenizer files taken from TEMPLATE_DIR (a folder
-written by tools/gguf_to_hf.py for the gemma4-demo profile, which carries
-the real Gemma 4 tokenizer). Standard library only.
+written by tools/gguf_to_hf.py for the same profile, gemma4-demo or
+gemma4-demo-assistant; the model's carries the real Gemma 4 tokenizer). Standard library only.
 
   demo_assemble.py TRAINED.safetensors TEMPLATE_DIR OUT_DIR"""
 import json
@@ -14,7 +14,7 @@ import shutil
 import struct
 import sys
 
-VOCAB, H = 262144, 256
+VOCAB = 262144
 
 
 def read_safetensors(path):
@@ -49,7 +49,8 @@ def main():
     t = read_safetensors(src)
     dt, (n_used,), ids_b = t.pop("model.embed_tokens.ids")
     rdt, rshape, rows = t.pop("model.embed_tokens.rows")
-    if dt != "I32" or rdt != "BF16" or rshape != [n_used, H]:
+    H = rshape[1] if len(rshape) == 2 else -1  # the model's width
+    if dt != "I32" or rdt != "BF16" or len(rshape) != 2 or rshape[0] != n_used:
         raise SystemExit("%s: unexpected embedding export (%s %s, %s %s)" % (src, dt, n_used, rdt, rshape))
     ids = struct.unpack("<%di" % n_used, ids_b)
     emb = bytearray(VOCAB * H * 2)
@@ -66,6 +67,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     write_safetensors(os.path.join(out, "model.safetensors"), tensors)
     for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if not os.path.exists(os.path.join(tmpl, fn)):
+            continue  # a drafter's folder has no tokenizer
         shutil.copyfile(os.path.join(tmpl, fn), os.path.join(out, fn))
     cfg_path = os.path.join(out, "config.json")
     with open(cfg_path) as f:

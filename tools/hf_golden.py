@@ -83,11 +83,32 @@ def read_gguf(path):
     base = (pos + align - 1) // align * align
     tensors = {}
     for name, ne, ty, off in infos:
-        assert ty == 0, f"{name}: only f32 files are supported by this oracle"
         n = int(np.prod(ne))
-        arr = np.frombuffer(data, dtype=np.float32, count=n, offset=base + off)
-        tensors[name] = arr.reshape(list(reversed(ne)))  # torch order: [out, in]
+        tensors[name] = dequant(data, ty, n, base + off, name).reshape(list(reversed(ne)))  # torch: [out, in]
     return kv, tensors
+
+
+def dequant(data, ty, n, off, name):
+    """f32 values of a tensor of type ty (F32, F16, BF16, Q8_0, Q4_0: what
+    gem synth, convert and quantize write for these oracles)."""
+    if ty == 0:
+        return np.frombuffer(data, dtype=np.float32, count=n, offset=off)
+    if ty == 1:
+        return np.frombuffer(data, dtype="<f2", count=n, offset=off).astype(np.float32)
+    if ty == 30:
+        u = np.frombuffer(data, dtype="<u2", count=n, offset=off).astype(np.uint32) << 16
+        return u.view(np.float32)
+    if ty in (2, 8):  # Q4_0: f16 d + 16 nibble bytes; Q8_0: f16 d + 32 int8
+        bs = 18 if ty == 2 else 34
+        blk = np.frombuffer(data, dtype=np.uint8, count=n // 32 * bs, offset=off).reshape(-1, bs)
+        d = blk[:, :2].copy().view("<f2").astype(np.float32)
+        if ty == 2:
+            qs = blk[:, 2:]
+            q = np.concatenate([(qs & 15).astype(np.int8) - 8, (qs >> 4).astype(np.int8) - 8], axis=1)
+        else:
+            q = blk[:, 2:].view(np.int8)
+        return (q.astype(np.float32) * d).reshape(-1)
+    raise AssertionError(f"{name}: tensor type {ty} is not supported by this oracle")
 
 
 def main():
