@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "engine/spec_policy.h"
 #include "engine/stop.h"
 #include "util/clock.h"
 
@@ -170,13 +171,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int spec = spec_has_drafter(s) && p->draft_max > 0 && !p->want_logits;
     int32_t drafts[SPEC_ROWS], rows[SPEC_ROWS], best[SPEC_ROWS];
     int n_drafts = 0, di = 0; /* the current round's accepted drafts, di of them emitted */
-    /* drafts per round: draft_max, adapted to acceptance unless fixed (up
-     * by 2 after a round the target accepted whole, down by 1 after one it
-     * cut short, never below draft_min or 1: the schedule transformers'
-     * assisted generation uses) */
-    const int k_hi = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
-    const int k_lo = p->draft_min <= 1 ? 1 : p->draft_min < k_hi ? p->draft_min : k_hi;
-    int k_cur = k_hi;
+    /* drafts per round: spec_policy's choice (the count that measures
+     * fastest here, 0 where no round pays), draft_max when fixed */
+    spec_policy pol;
+    {
+        const int k_hi = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
+        spec_policy_init(&pol, p->draft_min < k_hi ? p->draft_min : k_hi, k_hi, p->draft_fixed);
+    }
+    double t_plain = -1; /* when the pending plain step began (its next id not yet drawn) */
     r->finish = GEM_FINISH_LENGTH;
     for (long k = 0; k < max; k++) {
         const int forced = k < p->n_force;
@@ -189,6 +191,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             if (!greedy) next = -1; /* a sampled round's draw, used once */
         }
         else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
+        if (t_plain >= 0 && !drafted) spec_policy_plain(&pol, gem_now_s() - t_plain);
+        t_plain = -1;
         if (k == 0) {
             t_first = gem_now_s();
             r->first_s = t_first - t0;
@@ -244,13 +248,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
          * the target's token after them is next */
         int m = 0;
         const long left = max - k - 2; /* tokens after id beyond the target's own next one */
+        double t_round = 0, t_verify = 0;
         if (spec && k + 1 >= p->n_force) {
-            int want = k_cur;
-            if (want > left) want = (int)(left > 0 ? left : 0);
-            if (want > (long)e->n_ctx - (long)s->n_tokens - 1) want = (int)((long)e->n_ctx - (long)s->n_tokens - 1);
-            if (want >= k_lo &&
-                (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0)
-                goto fail;
+            long space = left > 0 ? left : 0;
+            if (space > (long)e->n_ctx - (long)s->n_tokens - 1) space = (long)e->n_ctx - (long)s->n_tokens - 1;
+            const int want = spec_policy_choose(&pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
+            t_round = gem_now_s();
+            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0) goto fail;
+            t_verify = gem_now_s();
         }
         if (m > 0) {
             rows[0] = id;
@@ -274,7 +279,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                 }
             }
             spec_keep(s, m + 1, acc + 1);
-            if (!p->draft_fixed) k_cur = acc == m ? (k_cur + 2 < k_hi ? k_cur + 2 : k_hi) : (k_cur - 1 > k_lo ? k_cur - 1 : k_lo);
+            const double t_end = gem_now_s();
+            spec_policy_round(&pol, m, acc, t_verify - t_round, t_end - t_verify);
             r->n_rounds++;
             r->n_drafted += m;
             r->n_accepted += acc;
@@ -283,6 +289,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             di = 0;
             continue;
         }
+        if (spec) t_plain = gem_now_s();
         if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
     }
     if (ck_end && s->n_tokens == n) keep_checkpoint(s); /* nothing was evaluated after the prompt */
