@@ -45,9 +45,10 @@ endif
 # The embedded default model, unpacked by the rule below `run` (defined here:
 # prerequisite lists expand when make reads them).
 DEFAULT_MODEL := data/models/default.gguf
+DEFAULT_MTP := data/models/mtp-default.gguf
 
 .PHONY: all flags lib-objs test test-cuda test-unit test-asan test-corpus test-fuzz run clean corpus quant-golden
-all: gem $(DEFAULT_MODEL)
+all: gem $(DEFAULT_MODEL) $(DEFAULT_MTP)
 
 # the compiler flags of this build, for benchmark records (bench/ab)
 flags:
@@ -127,14 +128,14 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 
-test: gem $(DEFAULT_MODEL) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
+test: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
-test-cuda: gem $(DEFAULT_MODEL) $(CUDA_TEST_BIN) $(BUILD)/tests/engine/test_generate $(BUILD)/tests/engine/test_spec $(BUILD)/tests/model/test_hf_mtp
+test-cuda: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(CUDA_TEST_BIN) $(BUILD)/tests/engine/test_generate $(BUILD)/tests/engine/test_spec $(BUILD)/tests/model/test_hf_mtp
 	@if [ "$(CUDA)" != 1 ]; then echo "make test-cuda needs nvcc (CUDA=1)"; exit 1; fi
 	@tests/cuda/run.sh
 
-test-unit: gem $(DEFAULT_MODEL) $(TEST_BIN)
+test-unit: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(TEST_BIN)
 	@GEM_SKIP_ASAN=1 GEM_SKIP_FUZZ=1 tests/run.sh
 
 # Regenerates the malformed-GGUF corpus (committed under tests/data/malformed).
@@ -151,7 +152,12 @@ $(BUILD)/tests/gguf/make_malformed: tests/gguf/make_malformed.c tests/gguf/malfo
 $(DEFAULT_MODEL): models/gemma4-demo-q4_0.gguf.gz
 	@mkdir -p $(dir $@)
 	gzip -dc $< > $@.tmp && mv $@.tmp $@
-run: gem $(DEFAULT_MODEL)
+# ... and its MTP drafter, beside it under the name gem run and gem chat
+# look for (mtp-<model file>)
+$(DEFAULT_MTP): models/gemma4-demo-mtp-q4_0.gguf.gz
+	@mkdir -p $(dir $@)
+	gzip -dc $< > $@.tmp && mv $@.tmp $@
+run: gem $(DEFAULT_MODEL) $(DEFAULT_MTP)
 	./gem inspect $(DEFAULT_MODEL)
 	./gem run -p "In the beginning" -n 48 --temp 0
 

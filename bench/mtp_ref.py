@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MTP acceptance against the reference on one target + drafter pair: gem
 serve --mtp and llama-server --spec-type draft-mtp, same files, greedy, the
-same fixed draft count k (gem --draft-min k --draft-max k, llama.cpp
+same fixed draft count k (gem --draft-max k --draft-fixed, llama.cpp
 --spec-draft-n-max k), prompts cut from a held-out text. Standard library
 only.
 
@@ -104,7 +104,7 @@ def main():
     k = str(a.k)
     res = {
         "gem_plain": run_server(gem_cmd, url, "gem serve", env, lambda: ask_gem(False)),
-        "gem_mtp": run_server(gem_cmd + ["--mtp", a.mtp, "--draft-min", k, "--draft-max", k], url, "gem serve --mtp",
+        "gem_mtp": run_server(gem_cmd + ["--mtp", a.mtp, "--draft-max", k, "--draft-fixed"], url, "gem serve --mtp",
                               env, lambda: ask_gem(True)),
         "ref_plain": run_server(ref_cmd, url, "llama-server", env, ask_ref),
         "ref_mtp": run_server(ref_cmd + ["--spec-type", "draft-mtp", "-md", a.mtp, "--spec-draft-n-max", k,

@@ -214,7 +214,7 @@ int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
-    int kv_f16 = 0, draft_fixed = 0, n_spec = 0;
+    int kv_f16 = 0, n_spec = 0;
     double spec_p[16];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
@@ -225,10 +225,6 @@ int cli_bench(int argc, char **argv) {
         if (mr < 0) return 2;
         if (mr > 0) {
             i += used - 1;
-            continue;
-        }
-        if (!strcmp(a, "--draft-fixed")) {
-            draft_fixed = 1;
             continue;
         }
         if (!v) return usage();
@@ -434,7 +430,7 @@ int cli_bench(int argc, char **argv) {
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
     if (js) fprintf(js, "],\n \"speculative\": [");
-    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, draft_fixed,
+    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, mtp.fixed,
                                                                spec_p, n_spec, js, &err);
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);

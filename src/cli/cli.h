@@ -32,10 +32,11 @@ int cli_parse_kv_type(const char *s);
 
 /* The speculative-decoding options run, chat, serve and bench share
  * (docs/cli.md): --mtp FILE, --no-mtp, --draft-max N, --draft-min N,
- * --draft-p-min P. */
+ * --draft-p-min P, --draft-fixed. */
 typedef struct {
     const char *path; /* --mtp */
     int off;          /* --no-mtp */
+    int fixed;        /* --draft-fixed: draft-max every round (no cost policy) */
     int draft_max, draft_min; /* -1: the engine's defaults */
     double p_min;
 } cli_mtp;

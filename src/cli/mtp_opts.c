@@ -19,6 +19,10 @@ int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *
         m->off = 1;
         return 1;
     }
+    if (!strcmp(a, "--draft-fixed")) {
+        m->fixed = 1;
+        return 1;
+    }
     if (strcmp(a, "--mtp") && strcmp(a, "--draft-max") && strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min"))
         return 0;
     *used = 2;
@@ -76,6 +80,7 @@ void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {
     if (m->draft_max >= 0) gp->draft_max = m->draft_max;
     if (m->draft_min >= 0) gp->draft_min = m->draft_min;
     if (m->p_min >= 0) gp->draft_p_min = (float)m->p_min;
+    if (m->fixed) gp->draft_fixed = 1;
 }
 
 const char *cli_mtp_summary(const gem_gen_result *r, char *buf, size_t cap) {

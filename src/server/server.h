@@ -28,6 +28,7 @@ typedef struct {
     const char *mtp_path;   /* --mtp: the MTP drafter, or NULL */
     int draft_max, draft_min; /* -1: the engine's defaults */
     double draft_p_min;     /* < 0: the engine's default */
+    int draft_fixed;        /* draft draft_max every round */
 } server_opts;
 
 /* Serves until SIGINT or SIGTERM. Returns the process exit status; errors
