@@ -22,7 +22,7 @@ gen=$($GEM run -m "$M" --no-mtp -p "In the beginning" -n 299 --temp 0 --ignore-e
 prompt="2 $gen"
 [ "$(echo "$prompt" | wc -w)" = 300 ] && ok || bad "prompt has $(echo "$prompt" | wc -w) tokens"
 
-run() { $GEM run -m "$M" --prompt-ids "$prompt" --ignore-eos --ids "$@"; }
+run() { $GEM run ${GEM_BACKEND:+--backend $GEM_BACKEND} -m "$M" --prompt-ids "$prompt" --ignore-eos --ids "$@"; }
 for s in "--temp 0:150" "--temp 0.8 --seed 11:60"; do
     want=${s#*:} s=${s%:*}
     plain=$(run -n 40 $s --no-mtp 2>/dev/null)

@@ -890,15 +890,25 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
  * AC_WARPS-th key, AC_ILP keys at a time (independent dot products whose
  * shuffles overlap), and keeps its own online softmax: running maximum,
  * sum and the weighted values of its lanes' dimensions (lane + 32 j); the
- * block then merges the warps' states in a fixed order. f32 throughout. */
+ * block then merges the warps' states in a fixed order. f32 throughout.
+ *
+ * Deep caches split the keys (blockIdx.z: nsplit equal ranges, fixed by
+ * the cache's capacity so a recorded step replays at any position): each
+ * block leaves its unnormalised state in part/pml and k_attn_cached_merge
+ * combines the splits in order. Without it a 31B drafter's full layer at
+ * depth 32768 ran 32 blocks over all keys, a draft step then costing more
+ * than a target step (bench/results/cuda-spec-31b-2026-12-06.json). */
 #define AC_WARPS 8
 #define AC_ILP 4
+#define AC_SPLIT_KEYS 64 /* keys per split at full capacity */
+#define AC_MAX_SPLITS 64
 
 template <typename KT>
 __global__ void __launch_bounds__(AC_WARPS * 32) k_attn_cached(const float *__restrict__ q, const KT *__restrict__ ck,
                                                                const KT *__restrict__ cv, const int *step, int n_head,
                                                                int n_kv_head, int d, int cap, int ring, int window,
-                                                               float *__restrict__ out) {
+                                                               int nsplit, float *__restrict__ part,
+                                                               float *__restrict__ pml, float *__restrict__ out) {
     pdl_wait();
     const int pos = step[0]; /* the step buffer: a recorded draft step replays at any position */
     extern __shared__ float sm[]; /* AC_WARPS x d weighted values, then AC_WARPS x (max, sum) */
@@ -911,7 +921,9 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attn_cached(const float *__re
         qv[j] = j < per ? qr[lane + 32 * j] : 0.0f;
         acc[j] = 0;
     }
-    const int first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, last = pos - 1;
+    const int from = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int span = (pos - from + nsplit - 1) / nsplit, split = blockIdx.z;
+    const int first = from + split * span, last = min(pos - 1, first + span - 1);
     float m = -INFINITY, l = 0;
     for (int p0 = first + w * AC_ILP; p0 <= last; p0 += AC_WARPS * AC_ILP) {
         float sc[AC_ILP];
@@ -962,12 +974,35 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attn_cached(const float *__re
     float L = 0;
     for (int k = 0; k < AC_WARPS; k++)
         if (ml[2 * k + 1] > 0) L += ml[2 * k + 1] * expf(ml[2 * k] - M);
-    float *o = out + ((size_t)i * n_head + h) * d;
+    const size_t hr = (size_t)i * n_head + h;
+    float *o = nsplit > 1 ? part + (hr * nsplit + split) * d : out + hr * d;
     for (int e = threadIdx.x; e < d; e += blockDim.x) {
         float v = 0;
         for (int k = 0; k < AC_WARPS; k++)
             if (ml[2 * k + 1] > 0) v += sm[(size_t)k * d + e] * expf(ml[2 * k] - M);
-        o[e] = L > 0 ? v / L : 0.0f;
+        o[e] = nsplit > 1 ? v : L > 0 ? v / L : 0.0f;
+    }
+    if (nsplit > 1 && threadIdx.x == 0) pml[2 * (hr * nsplit + split)] = M, pml[2 * (hr * nsplit + split) + 1] = L;
+}
+
+/* The splits of k_attn_cached, in order: one block per (head, row). */
+__global__ void __launch_bounds__(128) k_attn_cached_merge(const float *__restrict__ part,
+                                                           const float *__restrict__ pml, int n_head, int d,
+                                                           int nsplit, float *__restrict__ out) {
+    pdl_wait();
+    const size_t hr = (size_t)blockIdx.y * n_head + blockIdx.x;
+    const float *ml = pml + 2 * hr * nsplit;
+    float M = -INFINITY;
+    for (int k = 0; k < nsplit; k++)
+        if (ml[2 * k + 1] > 0) M = fmaxf(M, ml[2 * k]);
+    float L = 0;
+    for (int k = 0; k < nsplit; k++)
+        if (ml[2 * k + 1] > 0) L += ml[2 * k + 1] * expf(ml[2 * k] - M);
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        float v = 0;
+        for (int k = 0; k < nsplit; k++)
+            if (ml[2 * k + 1] > 0) v += part[(hr * nsplit + k) * d + e] * expf(ml[2 * k] - M);
+        out[hr * d + e] = L > 0 ? v / L : 0.0f;
     }
 }
 
@@ -979,13 +1014,26 @@ void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, in
         cu_check(c, cudaErrorInvalidValue, "attention_cached: unsupported head shape");
         return;
     }
-    const dim3 grid((unsigned)n_head, (unsigned)n);
+    /* splits from the most keys a query can see here (never the position) */
+    const int span = window > 0 && window - 1 < kv->capacity ? window - 1 : kv->capacity;
+    int nsplit = (span + AC_SPLIT_KEYS - 1) / AC_SPLIT_KEYS;
+    nsplit = nsplit < 1 ? 1 : nsplit > AC_MAX_SPLITS ? AC_MAX_SPLITS : nsplit;
+    const size_t rows = (size_t)n_head * n * nsplit;
+    if (nsplit > 1 && (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))))
+        return;
+    float *part = nsplit > 1 ? (float *)c->part.p : NULL, *pml = nsplit > 1 ? (float *)c->pml.p : NULL;
+    const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)nsplit);
     const size_t smem = sizeof(float) * (size_t)(AC_WARPS * d + 2 * AC_WARPS);
     if (kv->f16)
         launch(c, k_attn_cached<__half>, grid, AC_WARPS * 32, smem, q->d, (const __half *)kv->k, (const __half *)kv->v,
-               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, part, pml, out->d);
     else
         launch(c, k_attn_cached<float>, grid, AC_WARPS * 32, smem, q->d, (const float *)kv->k, (const float *)kv->v,
-               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, out->d);
+               (const int *)c->step, n_head, n_kv_head, d, kv->capacity, kv->ring, window, nsplit, part, pml, out->d);
     LAUNCHED(c, "attention (cached keys only)");
+    if (nsplit > 1) {
+        launch(c, k_attn_cached_merge, dim3((unsigned)n_head, (unsigned)n), 128, 0, (const float *)part,
+               (const float *)pml, n_head, d, nsplit, out->d);
+        LAUNCHED(c, "attention (cached keys only): merge");
+    }
 }
