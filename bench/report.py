@@ -179,6 +179,35 @@ if rows:
               "| model | hardware | prompt | bench TTFT s | served TTFT s | served / bench | llama-server TTFT s | "
               "bench decode tok/s | served decode tok/s | served / bench | llama-server decode tok/s | file, commit |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows + [""]
+# speculative decoding (gem bench --spec/--mtp): the newest cuda-spec-* file
+# that holds a fixed-k run and a cost-policy run of the same model
+f = next((g for g in sorted(glob.glob("bench/results/cuda-spec-31b-*.json"), reverse=True)
+          if "spec_31b_fixed_k8" in json.load(open(g))), None)
+if f:
+    d = json.load(open(f))
+    runs = {"k = 8 fixed": d.get("spec_31b_fixed_k8", {}), "cost policy": d.get("spec_31b_policy", {})}
+    cells = {}
+    for mode, r in runs.items():
+        for x in r.get("speculative", []):
+            who = "plain" if x["drafter"] == "none" else (f"replay a = {x['p_right']:g}" if x["drafter"] == "replay"
+                                                           else "random 31B drafter (0% accepted)")
+            cells.setdefault(who, {})[(mode, x["depth"])] = x
+    depths = sorted({x["depth"] for r in runs.values() for x in r.get("speculative", [])})
+    cols = [(m, dp) for dp in depths for m in runs]
+    hw = runs["k = 8 fixed"].get("hardware", "").split(",")[0].replace("cuda:0 ", "")
+    lines += [f"Speculative decoding, {hw}: synthetic 31B Q4_0 (q8_0 embedding), f16 caches, 128 greedy tokens, "
+              "answers asserted identical to plain decoding; tok/s and speed-up over plain in the same run; "
+              "replay a: a test drafter right with probability a (`" + f + "`, `docs/spec.md`):", "",
+              "| drafter | " + " | ".join(f"depth {0 if dp <= 1 else dp}, {m}" for m, dp in cols) + " |",
+              "|---|" + "---|" * len(cols)]
+    for who, row in cells.items():
+        cs = []
+        for c in cols:
+            x = row.get(c)
+            cs.append("-" if not x else f"{x['tok_s']:.1f}" + ("" if who == "plain" else f" ({x['speedup']:.2f}x)"))
+        lines.append(f"| {who} | " + " | ".join(cs) + " |")
+    note = d.get("table_note")
+    lines += ["", note, ""] if note else [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
