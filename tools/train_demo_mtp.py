@@ -201,10 +201,10 @@ def evaluate(target, asst, emb_t, used, used_w, test, W, K, n_zero, dev, seq, im
         for k, (dl, idx, valid) in enumerate(outs):
             t = torch.gather(tl, 1, idx[..., None].expand(-1, -1, tl.shape[-1]))
             l = soft_ce(dl.float(), t, n_zero)
-            loss[k] += float(l[valid].sum())
+            v1 = valid & (torch.arange(seq, device=dev)[None] + K - 1 <= seq - 1)  # rows every step can score
+            loss[k] += float(l[v1].sum())
             a = (dl.argmax(-1) == t.argmax(-1)) & valid
             ok = a if ok is None else (ok & a)
-            v1 = valid & (torch.arange(seq, device=dev)[None] + K - 1 <= seq - 1)  # rows every step can score
             agree[k] += int(a[v1].sum())
             chain[k] += int(ok[v1].sum())
             rows[k] += int(v1.sum())
@@ -322,6 +322,8 @@ def main():
             if sec > a.max_seconds:
                 break
     train_seconds = time.time() - t0
+    if best_state is None:
+        raise SystemExit("no evaluation ran (--steps too small): nothing to export")
     asst.load_state_dict(best_state)
     # the shipped weights are bf16: score exactly those
     with torch.no_grad():

@@ -129,8 +129,7 @@ static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int nee
                       int gen, int reps, const cli_mtp *mtp, int fixed, const double *spec_p, int n_spec, FILE *js,
                       gem_err *err) {
     gem_gen_params gp = gem_gen_params_default();
-    cli_mtp_params(mtp, &gp);
-    gp.draft_fixed = fixed;
+    cli_mtp_params(mtp, &gp); /* --draft-fixed among them */
     gp.max_tokens = gen;
     gp.ignore_eos = 1;
     const int k = gp.draft_max;

@@ -85,7 +85,7 @@ int cli_chat(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n"
                             "                [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
-            "               [--draft-fixed]\n");
+                            "                [--draft-fixed]\n");
             return 2;
         }
         if (bad) {

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/spec_policy.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
 #include "model/gemma4_draft.h"
@@ -51,6 +52,10 @@ struct gem_session {
     size_t n_replay;
     double replay_p;
     uint64_t replay_rng;
+    /* the draft-count policy and what it measured, kept across generations
+     * (a server's requests, a chat's turns) while its settings stay */
+    spec_policy pol;
+    int pol_set;
 };
 
 /* Appends ids to the session's history. */

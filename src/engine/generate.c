@@ -173,11 +173,15 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     int n_drafts = 0, di = 0; /* the current round's accepted drafts, di of them emitted */
     /* drafts per round: spec_policy's choice (the count that measures
      * fastest here, 0 where no round pays), draft_max when fixed */
-    spec_policy pol;
     {
         const int k_hi = p->draft_max < SPEC_ROWS - 1 ? p->draft_max : SPEC_ROWS - 1;
-        spec_policy_init(&pol, p->draft_min < k_hi ? p->draft_min : k_hi, k_hi, p->draft_fixed);
+        const int k_lo = p->draft_min < k_hi ? p->draft_min : k_hi;
+        if (!s->pol_set || !spec_policy_same(&s->pol, k_lo, k_hi, p->draft_fixed)) {
+            spec_policy_init(&s->pol, k_lo, k_hi, p->draft_fixed);
+            s->pol_set = 1;
+        }
     }
+    spec_policy *const pol = &s->pol;
     double t_plain = -1; /* when the pending plain step began (its next id not yet drawn) */
     r->finish = GEM_FINISH_LENGTH;
     for (long k = 0; k < max; k++) {
@@ -191,7 +195,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             if (!greedy) next = -1; /* a sampled round's draw, used once */
         }
         else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
-        if (t_plain >= 0 && !drafted) spec_policy_plain(&pol, gem_now_s() - t_plain);
+        /* a plain step's time ends when its next token is known; a forced
+         * token waited for nothing (the step may still be queued): no sample */
+        if (t_plain >= 0 && !drafted && !forced) spec_policy_plain(pol, gem_now_s() - t_plain);
         t_plain = -1;
         if (k == 0) {
             t_first = gem_now_s();
@@ -252,7 +258,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         if (spec && k + 1 >= p->n_force) {
             long space = left > 0 ? left : 0;
             if (space > (long)e->n_ctx - (long)s->n_tokens - 1) space = (long)e->n_ctx - (long)s->n_tokens - 1;
-            const int want = spec_policy_choose(&pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
+            const int want = spec_policy_choose(pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
             t_round = gem_now_s();
             if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0) goto fail;
             t_verify = gem_now_s();
@@ -280,7 +286,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             }
             spec_keep(s, m + 1, acc + 1);
             const double t_end = gem_now_s();
-            spec_policy_round(&pol, m, acc, t_verify - t_round, t_end - t_verify);
+            spec_policy_round(pol, m, acc, t_verify - t_round, t_end - t_verify);
             r->n_rounds++;
             r->n_drafted += m;
             r->n_accepted += acc;

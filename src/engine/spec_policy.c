@@ -28,9 +28,16 @@ void spec_policy_init(spec_policy *p, int k_lo, int k_hi, int fixed) {
     p->k_lo = k_lo, p->k_hi = k_hi, p->fixed = fixed;
 }
 
+int spec_policy_same(const spec_policy *p, int k_lo, int k_hi, int fixed) {
+    if (k_hi > SPEC_POLICY_MAX) k_hi = SPEC_POLICY_MAX;
+    if (k_lo < 1) k_lo = 1;
+    return p->k_lo == k_lo && p->k_hi == k_hi && p->fixed == fixed;
+}
+
 void spec_policy_plain(spec_policy *p, double s) {
     time_add(&p->plain, s);
     p->idle++;
+    p->streak = 0;
 }
 
 void spec_policy_round(spec_policy *p, int m, int acc, double draft_s, double verify_s) {
@@ -42,6 +49,7 @@ void spec_policy_round(spec_policy *p, int m, int acc, double draft_s, double ve
         p->hits[i] = ACC_DECAY * p->hits[i] + (i < acc);
     }
     p->idle = 0;
+    p->streak++;
 }
 
 /* Seconds for a verification of n rows: measured, else a line through a
@@ -61,7 +69,10 @@ int spec_policy_choose(spec_policy *p, int k_max) {
     int hi = p->k_hi < k_max ? p->k_hi : k_max;
     if (hi < p->k_lo) return 0;
     if (p->fixed) return hi;
-    if (!known(&p->draft)) return hi < SPEC_POLICY_FIRST ? hi : SPEC_POLICY_FIRST; /* measuring a round */
+    if (!known(&p->draft)) { /* measuring a round: a short one, never below draft_min */
+        const int k = hi < SPEC_POLICY_FIRST ? hi : SPEC_POLICY_FIRST;
+        return k < p->k_lo ? p->k_lo : k;
+    }
     if (!known(&p->plain)) return 0;              /* measuring a plain step */
     double best_rate = 1.0 / p->plain.t, tokens = 1.0, chain = 1.0, prior = ACC_PRIOR;
     int best = 0;
@@ -76,5 +87,6 @@ int spec_policy_choose(spec_policy *p, int k_max) {
         if (rate > best_rate) best_rate = rate, best = k;
     }
     if (best == 0 && p->idle >= SPEC_POLICY_PROBE) best = p->k_lo; /* keep the rates current */
+    if (best > 0 && p->streak >= SPEC_POLICY_REPLAIN) best = 0;     /* and a plain step's time */
     return best;
 }

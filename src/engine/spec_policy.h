@@ -10,7 +10,9 @@
  * yields one token. k = 0 (a plain step) is chosen where no round pays,
  * as with a drafter much slower or much worse than the target can afford;
  * a probe round every SPEC_POLICY_PROBE plain steps keeps the acceptance
- * rates current. Answers never depend on the count (verification is
+ * rates current, and a plain step every SPEC_POLICY_REPLAIN rounds keeps a
+ * plain step's time current (it grows with depth, as verifications do).
+ * A session keeps its policy across generations while the settings stay. Answers never depend on the count (verification is
  * exact), only speed does.
  *
  * The first sample of each time is discarded: it carries one-time work
@@ -22,6 +24,7 @@
 
 #define SPEC_POLICY_MAX 16   /* drafts per round at most */
 #define SPEC_POLICY_PROBE 32 /* plain steps between probe rounds */
+#define SPEC_POLICY_REPLAIN 64 /* rounds between plain steps that re-measure one */
 
 typedef struct {
     double t;  /* seconds (EMA) */
@@ -34,9 +37,12 @@ typedef struct {
     /* draft position i+1: rounds that reached it, and accepted it (decayed) */
     double tried[SPEC_POLICY_MAX], hits[SPEC_POLICY_MAX];
     int idle;                    /* plain steps since the last round */
+    int streak;                  /* rounds since the last plain step */
 } spec_policy;
 
 void spec_policy_init(spec_policy *p, int k_lo, int k_hi, int fixed);
+/* p was made with these settings (what it measured still applies) */
+int spec_policy_same(const spec_policy *p, int k_lo, int k_hi, int fixed);
 /* drafts for the next round, at most k_max (the answer's room): 0 means a
  * plain step */
 int spec_policy_choose(spec_policy *p, int k_max);

@@ -362,11 +362,83 @@ static void test_quantized_handoff(void) {
     }
 }
 
+/* attention_cached (an MTP drafter's queries over its target's cache, keys
+ * before pos only, nothing stored): the GPU with f32 caches (1e-5) and f16
+ * caches (3e-3) against the CPU reference, on caches both filled by the same
+ * attention tiles. The GPU splits the keys into ranges fixed by the capacity
+ * (64 keys each at full capacity, up to 64 ranges): positions leave most
+ * ranges empty (pos 5), cut one midway (700 of 1024), fill all 64 (3000 of
+ * 4096, 47 keys each), and a sliding ring (window 64 in 80 slots, 200
+ * positions in: wrapped, keys [pos - 63, pos)); two query rows. */
+static void test_attention_cached(void) {
+    static const struct {
+        int n_head, kvh, d, window, cap, fill, tile;
+    } cs[] = {{8, 2, 256, 0, 1024, 5, 5}, {8, 2, 256, 0, 1024, 700, 100}, {4, 1, 512, 0, 4096, 3000, 500},
+              {8, 2, 256, 64, 80, 200, 16}};
+    backend *gs[2] = {gpu, gpu_f16};
+    const double tol[2] = {1e-5, 3e-3};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int nh = cs[c].n_head, kvh = cs[c].kvh, d = cs[c].d, w = cs[c].window, n = 2;
+        for (int gi = 0; gi < 2; gi++) {
+            backend *g = gs[gi];
+            if (!g || !g->attention_cached) continue;
+            gem_err err;
+            be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cs[c].cap, w > 0, &err);
+            be_kv *kg = kc ? g->kv_new(g, kvh, d, cs[c].cap, w > 0, &err) : NULL;
+            CHECKF(kc && kg, "attention_cached case %zu: %s", c, err.msg);
+            if (!kc || !kg) {
+                if (kc) cpu_ref->kv_free(cpu_ref, kc);
+                continue;
+            }
+            const float qk = 3.0f / sqrtf(sqrtf((float)d));
+            for (int pos = 0; pos < cs[c].fill; pos += cs[c].tile) {
+                const int t = cs[c].fill - pos < cs[c].tile ? cs[c].fill - pos : cs[c].tile;
+                const size_t nq = (size_t)t * nh * d, nk = (size_t)t * kvh * d;
+                float *q = rand_vec(nq, qk), *k = rand_vec(nk, qk), *v = rand_vec(nk, 1.0f);
+                int32_t *ids = calloc((size_t)t, sizeof *ids);
+                backend *both[2] = {cpu_ref, g};
+                be_kv *kvs[2] = {kc, kg};
+                for (int b = 0; b < 2; b++) {
+                    backend *x = both[b];
+                    if (x->set_step) x->set_step(x, ids, t, pos);
+                    be_buf *qb = put(x, q, nq), *kb = put(x, k, nk), *vb = put(x, v, nk), *ob = put(x, NULL, nq);
+                    x->attention(x, qb, kb, vb, kvs[b], t, pos, nh, kvh, d, w, ob);
+                    x->buf_free(x, qb), x->buf_free(x, kb), x->buf_free(x, vb), x->buf_free(x, ob);
+                }
+                free(q), free(k), free(v), free(ids);
+            }
+            const int pos = cs[c].fill;
+            const size_t nq = (size_t)n * nh * d;
+            float *q = rand_vec(nq, qk);
+            int32_t ids[2] = {0, 0};
+            float *out[2];
+            backend *both[2] = {cpu_ref, g};
+            be_kv *kvs[2] = {kc, kg};
+            for (int b = 0; b < 2; b++) {
+                backend *x = both[b];
+                if (x->set_step) x->set_step(x, ids, n, pos);
+                be_buf *qb = put(x, q, nq), *ob = put(x, NULL, nq);
+                x->attention_cached(x, qb, kvs[b], n, pos, nh, kvh, d, w, ob);
+                out[b] = get(x, ob, nq);
+                x->buf_free(x, qb), x->buf_free(x, ob);
+            }
+            CHECKF(close_enough("attention_cached", out[1], out[0], nq, tol[gi], 2 * tol[gi]),
+                   "attention_cached (%s caches) heads %d/%d d %d window %d capacity %d at %d", gi ? "f16" : "f32",
+                   nh, kvh, d, w, cs[c].cap, pos);
+            CHECKF(g->status(g, &err) == 0, "%s", err.msg);
+            free(out[0]), free(out[1]), free(q);
+            cpu_ref->kv_free(cpu_ref, kc);
+            g->kv_free(g, kg);
+        }
+    }
+}
+
 void ops_attention(const backend_opts *g, const backend_opts *gh) {
     (void)g;
     test_quantized_handoff();
     test_attention();
     test_attention_deep();
+    test_attention_cached();
     if (gpu_f16) {
         backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", gh);
         if (gnf) test_attention_qkv(gpu_f16, gnf, "two launches (GEM_CUDA_ATTN_FUSE=0)");

@@ -57,6 +57,10 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
     # the MTP drafter's forward pass against transformers' (f32 tiny pair)
     run "MTP drafter vs transformers (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_hf_mtp
+    # the trained demo pair (its drafter's split attention over deep caches
+    # shows in the acceptance counts) and the sampled distribution
+    run "demo pair speculative (cuda)" env GEM_BACKEND=cuda tests/engine/test_spec_demo.sh
+    run "sampled MTP distribution (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec_dist
     run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
     run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
     # the other one-token attention kernels inside replayed graphs, where a

@@ -62,8 +62,30 @@ int main(void) {
     spec_policy_init(&p, 1, 8, 0);
     int k = settle(&p, 0.02, 0.25, 2, 80);
     CHECKF(k >= 1 && k <= 3, "half-good drafter: k %d", k);
-    /* draft_min above what pays or fits: plain */
+    /* draft_min above what pays or fits: plain; the measuring rounds never
+     * draft fewer than draft_min */
     spec_policy_init(&p, 4, 8, 0);
     CHECK(spec_policy_choose(&p, 3) == 0);
+    CHECK(spec_policy_choose(&p, 16) == 4);
+    spec_policy_init(&p, 6, 8, 0);
+    CHECK(spec_policy_choose(&p, 16) == 6);
+    /* rounds that keep winning still take a plain step every
+     * SPEC_POLICY_REPLAIN of them, so a plain step's time stays current */
+    spec_policy_init(&p, 1, 8, 0);
+    settle(&p, 0.01, 0.05, 99, 40);
+    int plains = 0;
+    for (int i = 0; i < 3 * SPEC_POLICY_REPLAIN + 3; i++) {
+        const int kk = spec_policy_choose(&p, 16);
+        if (kk == 0) {
+            spec_policy_plain(&p, 1.0);
+            plains++;
+        } else {
+            spec_policy_round(&p, kk, kk, kk * 0.01, 1.0 + 0.05 * kk);
+        }
+    }
+    CHECKF(plains == 3, "%d plain steps in %d choices", plains, 3 * SPEC_POLICY_REPLAIN + 3);
+    /* a session keeps its policy while the settings stay */
+    CHECK(spec_policy_same(&p, 1, 8, 0) && spec_policy_same(&p, 0, 8, 0));
+    CHECK(!spec_policy_same(&p, 2, 8, 0) && !spec_policy_same(&p, 1, 7, 0) && !spec_policy_same(&p, 1, 8, 1));
     return test_report("engine/spec_policy");
 }
