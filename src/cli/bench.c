@@ -126,10 +126,11 @@ static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_par
 /* The speculative section (see the file comment): per depth, plain, then
  * the replay drafter at each probability, then the MTP drafter. */
 static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int need, const int *depths, int n_depths,
-                      int gen, int reps, const cli_mtp *mtp, int fixed, const double *spec_p, int n_spec, FILE *js,
+                      int gen, int reps, const cli_mtp *mtp, const double *spec_p, int n_spec, FILE *js,
                       gem_err *err) {
     gem_gen_params gp = gem_gen_params_default();
-    cli_mtp_params(mtp, &gp); /* --draft-fixed among them */
+    cli_mtp_params(mtp, &gp);
+    const int fixed = gp.draft_fixed;
     gp.max_tokens = gen;
     gp.ignore_eos = 1;
     const int k = gp.draft_max;
@@ -429,7 +430,7 @@ int cli_bench(int argc, char **argv) {
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
     if (js) fprintf(js, "],\n \"speculative\": [");
-    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, mtp.fixed,
+    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp,
                                                                spec_p, n_spec, js, &err);
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);

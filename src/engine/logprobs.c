@@ -3,10 +3,10 @@
 
 #include <math.h>
 
+#include "util/argmax.h"
+
 double gem_logsumexp(const float *logits, int n) {
-    float mx = logits[0];
-    for (int i = 1; i < n; i++)
-        if (logits[i] > mx) mx = logits[i];
+    const float mx = logits[gem_argmax(logits, n)];
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
     return mx + log(sum);

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "engine/logprobs.h"
+#include "util/argmax.h"
 #include "util/rng.h"
 
 int spec_session_init(gem_session *s, gem_err *err) {
@@ -64,14 +66,7 @@ static int replay_draft(gem_session *s, int m, int32_t *out) {
 }
 
 /* Probability of the largest logit under softmax. */
-static float top_prob(const float *l, size_t n) {
-    float mx = l[0];
-    for (size_t i = 1; i < n; i++)
-        if (l[i] > mx) mx = l[i];
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += exp((double)(l[i] - mx));
-    return (float)(1.0 / sum);
-}
+static float top_prob(const float *l, int n) { return (float)exp((double)l[gem_argmax(l, n)] - gem_logsumexp(l, n)); }
 
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err) {
     if (m <= 0) return 0;

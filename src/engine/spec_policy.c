@@ -2,11 +2,11 @@
 #include "engine/spec_policy.h"
 
 #define EMA 0.2            /* weight of a new sample */
-/* acceptance at a position: its decayed hits over its decayed tries, with
- * a prior of ACC_PRIOR_N tries at the position before's rate (ACC_PRIOR
- * for the first; a window of about 20
- * rounds: a drafter's acceptance moves with the text, and one round's
- * outcome is a coin toss that must not swing the choice) */
+/* acceptance at a position: its decayed hits over its decayed tries (a
+ * window of about 20 rounds: a drafter's acceptance moves with the text,
+ * and one round's outcome is a coin toss that must not swing the choice),
+ * with a prior of ACC_PRIOR_N tries at the position before's rate
+ * (ACC_PRIOR for the first) */
 #define ACC_DECAY 0.95
 #define ACC_PRIOR 0.75
 #define ACC_PRIOR_N 2.0
@@ -23,15 +23,15 @@ static int known(const spec_time *t) { return t->n >= 2; }
 
 void spec_policy_init(spec_policy *p, int k_lo, int k_hi, int fixed) {
     *p = (spec_policy){0};
-    if (k_hi > SPEC_POLICY_MAX) k_hi = SPEC_POLICY_MAX;
-    if (k_lo < 1) k_lo = 1;
-    p->k_lo = k_lo, p->k_hi = k_hi, p->fixed = fixed;
+    p->k_lo = k_lo < 1 ? 1 : k_lo;
+    p->k_hi = k_hi > SPEC_POLICY_MAX ? SPEC_POLICY_MAX : k_hi;
+    p->fixed = fixed;
 }
 
 int spec_policy_same(const spec_policy *p, int k_lo, int k_hi, int fixed) {
-    if (k_hi > SPEC_POLICY_MAX) k_hi = SPEC_POLICY_MAX;
-    if (k_lo < 1) k_lo = 1;
-    return p->k_lo == k_lo && p->k_hi == k_hi && p->fixed == fixed;
+    spec_policy q;
+    spec_policy_init(&q, k_lo, k_hi, fixed);
+    return p->k_lo == q.k_lo && p->k_hi == q.k_hi && p->fixed == q.fixed;
 }
 
 void spec_policy_plain(spec_policy *p, double s) {
