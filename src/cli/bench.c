@@ -20,7 +20,9 @@
  * each probability A (proposing the plain run's own tokens), then with the
  * MTP drafter; every run's answer must be the plain one (else an error),
  * so the speed-ups are of identical outputs. Runs after the first restore
- * the prompt's checkpoint instead of prefilling again. */
+ * the prompt's checkpoint instead of prefilling again. --verify-cost adds
+ * the cost of a verification of 2 .. draft-max + 1 rows in decode steps
+ * (bench_verify_cost). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +54,7 @@ static int usage(void) {
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
             "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n"
             "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
-            "                 [--draft-fixed]\n");
+            "                 [--draft-fixed] [--verify-cost]\n");
     return 2;
 }
 
@@ -123,11 +125,53 @@ static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_par
     return 0;
 }
 
+/* --verify-cost: the cost of a verification round of k + 1 rows, k = 1 ..
+ * draft-max, in plain decode steps: the replay drafter right every time
+ * (its proposals cost nothing) with k fixed, so every round is one
+ * verification of k + 1 rows that accepts all k; a round's time is the
+ * decode time over the rounds after the first token. Medians over reps. */
+static int bench_verify_cost(gem_session *s, const int32_t *ids, int D, const gem_gen_params *gp, int32_t *full,
+                             const spec_out *plain, double plain_tps, int reps, strbuf *js, gem_err *err) {
+    const int gen = (int)gp->max_tokens;
+    spec_out o = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
+    double *rt = malloc(sizeof(double) * (size_t)(reps + 1));
+    int rc = !o.ids || !rt ? gem_err_set(err, "out of memory") : 0;
+    memcpy(full, ids, sizeof(int32_t) * (size_t)D);
+    memcpy(full + D, plain->ids, sizeof(int32_t) * (size_t)gen);
+    if (!rc && gem_session_set_replay(s, full, (size_t)(D + gen), 1.0, 0x5eed, err)) rc = 1;
+    const double step_s = 1.0 / plain_tps;
+    for (int k = 1; k <= gp->draft_max && !rc; k++) {
+        gem_gen_params g = *gp;
+        g.draft_max = k;
+        g.draft_min = 1;
+        g.draft_fixed = 1;
+        gem_gen_result res;
+        for (int r = 0; r <= reps && !rc; r++) {
+            if (spec_run(s, ids, D, &g, &o, &res, err)) rc = 1;
+            else if (memcmp(o.ids, plain->ids, sizeof(int32_t) * (size_t)gen))
+                rc = gem_err_set(err, "a verification-cost run at depth %d changed the answer", D);
+            /* the first round chose the first token: decode_s holds the rest */
+            else rt[r] = res.decode_s / (double)(res.n_rounds > 1 ? res.n_rounds - 1 : 1);
+        }
+        if (rc) break;
+        const stats st = summarize(rt + 1, reps);
+        printf("  verify %2d rows               %8.3f ms per round = %.2f decode steps\n", k + 1, 1e3 * st.median,
+               st.median / step_s);
+        sb_printf(js, "%s\n  {\"depth\": %d, \"verify_rows\": %d, \"round_ms\": %.4f, \"decode_step_ms\": %.4f, "
+                      "\"round_in_steps\": %.4f}",
+                  js->len ? "," : "", D, k + 1, 1e3 * st.median, 1e3 * step_s, st.median / step_s);
+    }
+    gem_session_set_replay(s, NULL, 0, 0, 0, err);
+    free(o.ids);
+    free(rt);
+    return rc;
+}
+
 /* The speculative section (see the file comment): per depth, plain, then
  * the replay drafter at each probability, then the MTP drafter. */
 static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int need, const int *depths, int n_depths,
-                      int gen, int reps, const cli_mtp *mtp, const double *spec_p, int n_spec, FILE *js,
-                      gem_err *err) {
+                      int gen, int reps, const cli_mtp *mtp, const double *spec_p, int n_spec, int verify_cost,
+                      FILE *js, strbuf *vjs, gem_err *err) {
     gem_gen_params gp = gem_gen_params_default();
     cli_mtp_params(mtp, &gp);
     const int fixed = gp.draft_fixed;
@@ -201,6 +245,8 @@ static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int nee
                         run == -1 ? "none" : is_mtp ? gem_engine_mtp(e) : "replay", p_js, st.median,
                         st.median / plain_tps, rounds, drafted, accepted, per_round);
         }
+        if (!rc && verify_cost)
+            rc = bench_verify_cost(s, ids, D, &gp, full, &plain, plain_tps, reps, vjs, err);
     }
     gem_session_set_replay(s, NULL, 0, 0, 0, err);
     free(plain.ids);
@@ -214,7 +260,7 @@ int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
-    int kv_f16 = 0, n_spec = 0;
+    int kv_f16 = 0, n_spec = 0, verify_cost = 0;
     double spec_p[16];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
@@ -225,6 +271,10 @@ int cli_bench(int argc, char **argv) {
         if (mr < 0) return 2;
         if (mr > 0) {
             i += used - 1;
+            continue;
+        }
+        if (!strcmp(a, "--verify-cost")) {
+            verify_cost = 1;
             continue;
         }
         if (!v) return usage();
@@ -430,8 +480,11 @@ int cli_bench(int argc, char **argv) {
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
     if (js) fprintf(js, "],\n \"speculative\": [");
-    if (!rc && (n_spec || gem_engine_mtp(e))) rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp,
-                                                               spec_p, n_spec, js, &err);
+    strbuf vjs = {0};
+    if (!rc && (n_spec || gem_engine_mtp(e) || verify_cost))
+        rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, spec_p, n_spec, verify_cost, js, &vjs, &err);
+    if (js) fprintf(js, "],\n \"verify_cost\": [%s", sb_cstr(&vjs));
+    sb_free(&vjs);
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);
     struct rusage ru;

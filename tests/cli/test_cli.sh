@@ -121,6 +121,10 @@ for key in '"command": "gem bench -m ' '"env": "' '"hardware": "' '"date": "20' 
            '"peak_rss_bytes": '; do
     if grep -qF -- "$key" "$tmp/b.json"; then ok; else bad "gem bench --json lacks $key"; fi
 done
+# --verify-cost: a verification of 2 .. draft-max + 1 rows per depth, in decode steps
+expect 0 "verify  3 rows" -- $GEM bench -m "$M" --prompt 8 --gen 12 --depth 0 --reps 1 --draft-max 2 --verify-cost --json "$tmp/v.json"
+n=$(grep -o '"verify_rows": [0-9]*' "$tmp/v.json" | tr -d ' ' | tr '\n' ' ')
+[ "$n" = '"verify_rows":2 "verify_rows":3 ' ] && ok || bad "gem bench --verify-cost JSON rows: $n"
 # and the kernel choices in force (GEM_CUDA_* variables; this one is inert on the CPU)
 expect 0 "" -- env GEM_CUDA_ATTN_DEC=2 $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 --json "$tmp/b.json"
 if grep -qE '"env": "[^"]*GEM_CUDA_ATTN_DEC=2' "$tmp/b.json"; then ok; else bad "gem bench --json lacks the GEM_CUDA_ variables"; fi

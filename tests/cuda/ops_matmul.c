@@ -408,9 +408,75 @@ static void test_matmul_ranges(backend *gb) {
         }
 }
 
+/* Row-exact tiles (backend.h, rows_exact) on every kernel a tile of 2 ..
+ * BE_EXACT_ROWS tokens takes (k_vr_q on the tensor cores; the dp4a
+ * matrix-vector kernels with GEM_CUDA_MMA=0 or K / 32 not a multiple of 8):
+ * each token's row of matmul, matmul_multi (three matrices in one launch)
+ * and matmul_geglu equals, bit for bit, the one-token product of that
+ * token. K: unsplit rows whose last pipeline stage is half full (5376, the
+ * 31B's width), rows split over 2 and 4 warps (8192, 21504), a short row
+ * (1536: fewer blocks than lanes in some classes) and one the tensor-core
+ * tile does not take (1568); token counts on both sides of k_vr_q's
+ * smallest (5) and of 8 (one or two 8-token mma tiles); M not a multiple
+ * of the 32-row tile. */
+static void test_matmul_tiles_exact(void) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const int64_t Ks[] = {5376, 8192, 21504, 1536, 1568};
+    const int ns[] = {2, 4, 5, 8, 9, 16};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki], rows[3] = {333, 40, 333};
+            tensor A[3] = {make_tensor(types[t], K, rows[0]), make_tensor(types[t], K, rows[1]),
+                           make_tensor(types[t], K, rows[2])};
+            gem_err err;
+            be_weight *W[3];
+            for (int i = 0; i < 3; i++) W[i] = gpu->weight(gpu, &A[i].t, &err);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const int n = ns[ni];
+                float *x = rand_vec((size_t)n * K, 1.0f);
+                for (int64_t i = 0; i < n * K; i += 89) x[i] *= 20.0f;
+                be_buf *xg = put(gpu, x, (size_t)n * K);
+                be_buf *o[4], *o1[4];
+                for (int i = 0; i < 3; i++) o[i] = put(gpu, NULL, (size_t)n * rows[i]), o1[i] = put(gpu, NULL, (size_t)rows[i]);
+                o[3] = put(gpu, NULL, (size_t)n * rows[0]), o1[3] = put(gpu, NULL, (size_t)rows[0]);
+                gpu->matmul_multi(gpu, 3, (const be_weight *const *)W, xg, n, o);
+                gpu->matmul_geglu(gpu, W[0], W[2], xg, n, o[3]);
+                float *tile[4];
+                for (int i = 0; i < 4; i++) tile[i] = get(gpu, o[i], (size_t)n * rows[i == 3 ? 0 : i]);
+                int same = 1;
+                for (int tok = 0; tok < n && same; tok++) {
+                    be_buf *x1 = put(gpu, x + (size_t)tok * K, (size_t)K);
+                    for (int i = 0; i < 3; i++) gpu->matmul(gpu, W[i], x1, 1, o1[i]);
+                    gpu->matmul_geglu(gpu, W[0], W[2], x1, 1, o1[3]);
+                    for (int i = 0; i < 4 && same; i++) {
+                        const int64_t M = rows[i == 3 ? 0 : i];
+                        float *a1 = get(gpu, o1[i], (size_t)M);
+                        for (int64_t r = 0; r < M && same; r++)
+                            if (memcmp(&a1[r], &tile[i][(size_t)tok * M + r], sizeof(float))) {
+                                fprintf(stderr, "tile %s K=%lld n=%d %s row %lld token %d: %.9g, one-token %.9g\n",
+                                        quant_type_name(types[t]), (long long)K, n,
+                                        i == 3 ? "geglu" : i == 1 ? "multi[1]" : "multi", (long long)r, tok,
+                                        tile[i][(size_t)tok * M + r], a1[r]);
+                                same = 0;
+                            }
+                        free(a1);
+                    }
+                    gpu->buf_free(gpu, x1);
+                }
+                CHECKF(same, "row-exact tile %s K=%lld n=%d (%s)", quant_type_name(types[t]), (long long)K, n,
+                       mma_on() ? "defaults" : "GEM_CUDA_MMA=0");
+                for (int i = 0; i < 4; i++) free(tile[i]), gpu->buf_free(gpu, o[i]), gpu->buf_free(gpu, o1[i]);
+                gpu->buf_free(gpu, xg);
+                free(x);
+            }
+            for (int i = 0; i < 3; i++) gpu->weight_free(gpu, W[i]), free_tensor(&A[i]);
+        }
+}
+
 void ops_matmul(const backend_opts *g, const backend_opts *gh) {
     (void)gh;
     test_matmul();
+    test_matmul_tiles_exact();
     test_matmul_ranges(gpu);
     backend *gu = variant("GEM_CUDA_MV_SPLIT", "0", g);
     if (gu) {

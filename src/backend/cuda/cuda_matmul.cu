@@ -251,7 +251,8 @@ __global__ void MV_BOUNDS
                 for (int k = 0; k < MV_ROWS; k++) {
                     /* q4_0 loads no second half (w1 unset): pass w0 twice */
                     const int sum = mv_block_dot<Q4>(w0[u][k], Q4 ? w0[u][k] : w1[u][k], x0, x1, sx);
-                    acc[k][t] += dw[u][k] * dx * (float)sum;
+                    /* spelled out: k_vr_q repeats this step exactly */
+                    acc[k][t] = __fmaf_rn(__fmul_rn(dw[u][k], dx), (float)sum, acc[k][t]);
                 }
             }
         }
@@ -591,6 +592,302 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
                 const int row = m0 + wm * 64 + mt * 16 + g + (e >= 2 ? 8 : 0), tok = n0 + wn * 32 + nt * 8 + 2 * c + (e & 1);
                 if (row < M && tok < N) out[(size_t)tok * M + row] = acc[mt][nt][e];
             }
+}
+
+/* ---- row-exact small tiles on the tensor cores ----
+ * k_vr_q: 2 .. MV_MAXT tokens of q8_0/q4_0 products (MTP verification
+ * rounds; later batched decode) with each (row, token) equal, bit for bit,
+ * to k_mv_q's one-token product of that token. k_mv_q's arithmetic: lane L
+ * of part P sums the blocks b = 32P + L + 32 SP m in order of m, each as
+ * acc = fma(dw * dx, (float)block_sum, acc) from acc = 0; the 32 lanes meet
+ * in warp_sum's butterfly (partners 16, 8, 4, 2, 1), the parts in order
+ * (p0 + p1) + p2 ..., and a split row's sum then passes once more through
+ * warp_sum with zeros (v + 0). k_mv_q repeats the integer work per token,
+ * which bounds it at several tokens; here the block sums come from
+ * mma.sync m16n8k32 (s8 operands, exact like dp4a: one 32-value block is
+ * one k step, q4_0 codes made signed) and only the f32 steps run per
+ * (row, token), in k_mv_q's order: a CTA owns VR_ROWS rows, its VR_WARPS
+ * warps each own the lane classes L = w + VR_WARPS i (i < VR_CPW) of every
+ * part with one accumulator per class, so a class's chain is one register's
+ * chain; warp_sum's partners 16 .. VR_WARPS pair classes of one thread
+ * (vr_tree over i), partners below pair warps (vr_tree over w, through
+ * shared memory). A part's blocks stream through a cp.async pipeline of
+ * VR_ST stages of half a 32-block chunk (16 blocks: lanes 0-15 or 16-31),
+ * part by part, weights, codes and scales alike, so the weights are read
+ * once per tile and the loads of three stages are in flight per CTA. The
+ * activations go through L1 (every CTA reads all of them: from L2 alone
+ * they were a hot spot that halved the product's speed); tokens past nt
+ * are never loaded, their columns never stored.
+ * Pair mode (gate/up with the GELU gating): rows 0-7 of the tile are gate
+ * rows, 8-15 the same up rows.
+ * Needs nb = K / 32 a multiple of 8 (16-byte aligned scale rows) and, when
+ * SP > 1, every part some blocks (nb >= 32 SP); mv_run checks both. */
+#ifndef VR_MT
+#define VR_MT 2 /* m16 tiles per CTA, VR_WARPS warps each: they share the activation stages */
+#endif
+#define VR_ROWS (16 * VR_MT) /* weight rows per CTA */
+#define VR_WARPS 4           /* warps per m16 tile */
+#define VR_THREADS (VR_WARPS * 32 * VR_MT)
+#define VR_CPW (32 / VR_WARPS) /* lane classes per warp and part */
+#define VR_CH 16               /* blocks per pipeline stage */
+#ifndef VR_MIN_ROWS
+#define VR_MIN_ROWS 5 /* fewer tokens take k_mv_q (mv_run) */
+#endif
+#ifndef VR_ST
+#define VR_ST 4 /* pipeline stages (a tuning build may set it) */
+#endif
+#define VR_BS_STRIDE 20 /* floats per token of a stage's scales: conflict-free, 16-byte rows */
+
+template <int Q4, int NTT> struct vr_geom {
+    static constexpr int WB = Q4 ? 16 : 32;
+    static constexpr int NTOK = 8 * NTT;
+    static constexpr int A_STRIDE = VR_CH * WB + 16; /* conflict-free 32-bit fragment reads */
+    static constexpr int B_STRIDE = VR_CH * 32 + 16;
+    static constexpr int A_BYTES = VR_ROWS * A_STRIDE;
+    static constexpr int B_BYTES = NTOK * B_STRIDE;
+    static constexpr int AS_BYTES = VR_ROWS * VR_CH * 2;
+    static constexpr int BS_BYTES = NTOK * VR_BS_STRIDE * 4;
+    static constexpr int STAGE = A_BYTES + B_BYTES + AS_BYTES + BS_BYTES;
+    static constexpr int RED_BYTES = VR_WARPS * VR_ROWS * NTOK * 4; /* [m tile][warp][row][token] */
+    static constexpr int SMEM = STAGE * VR_ST + RED_BYTES;
+};
+
+/* warp_sum's pairing over N values indexed by the partners' lane bits:
+ * v[i] + v[i + o] for o = N/2 .. 1 (float addition commutes, so only the
+ * pairing matters); v[0] is the sum */
+template <int N> __device__ __forceinline__ float vr_tree(float (&v)[N]) {
+#pragma unroll
+    for (int o = N / 2; o >= 1; o >>= 1)
+#pragma unroll
+        for (int i = 0; i < o; i++) v[i] = v[i] + v[i + o];
+    return v[0];
+}
+
+/* Stage s of the stream: part-major, then global half-chunk index gh (16
+ * blocks from 16 gh; part P owns gh = 2P, 2P + 1 mod 2 SP) ascending.
+ * begin[P]: the part's first stage. */
+template <int SP> struct vr_stream {
+    int begin[SP + 1];
+    /* begin[i] by selects (a run-time index would put the array in local memory) */
+    __device__ __forceinline__ int first(int i) const {
+        int v = begin[0];
+#pragma unroll
+        for (int p = 1; p <= SP; p++) v = i == p ? begin[p] : v;
+        return v;
+    }
+    __device__ vr_stream(int nb) {
+        const int H = (nb + VR_CH - 1) / VR_CH;
+        begin[0] = 0;
+#pragma unroll
+        for (int P = 0; P < SP; P++) {
+            int cnt = 0;
+#pragma unroll
+            for (int r = 2 * P; r <= 2 * P + 1; r++) cnt += r < H ? (H - r + 2 * SP - 1) / (2 * SP) : 0;
+            begin[P + 1] = begin[P] + cnt;
+        }
+    }
+    /* the part of stage s, its half (k & 1) and first block */
+    __device__ __forceinline__ void at(int s, int &P, int &half, int &b0) const {
+        P = 0;
+#pragma unroll
+        for (int p = 1; p < SP; p++) P += s >= begin[p];
+        const int k = s - first(P);
+        half = k & 1;
+        b0 = VR_CH * (2 * P + half + 2 * SP * (k >> 1));
+    }
+};
+
+/* The weight rows of a CTA: tile row r is row row(r) of matrix q/d[(r & 8)
+ * != 0] (the same matrix twice but in pair mode, where rows 0-7 of each m16
+ * tile are gate rows and 8-15 the same up rows); computed, not tabled (a
+ * table indexed per thread would live in local memory). */
+struct vr_rows {
+    const uint8_t *q[2];
+    const __half *d[2];
+    int r0, M, pair;
+    __device__ __forceinline__ int row(int r) const { return min(r0 + (pair ? 8 * (r >> 4) + (r & 7) : r), M - 1); }
+};
+
+template <int Q4, int NTT>
+__device__ __forceinline__ void vr_load(uint8_t *st, const vr_rows &W, const int8_t *__restrict__ xq,
+                                        const float *__restrict__ xd, int nb, int K, int nt, int b0) {
+    typedef vr_geom<Q4, NTT> G;
+    uint8_t *A = st, *B = st + G::A_BYTES, *As = B + G::B_BYTES, *Bs = As + G::AS_BYTES;
+    const int tid = threadIdx.x;
+    constexpr int ACH = VR_CH * G::WB / 16, BCH = VR_CH * 32 / 16; /* 16-byte chunks per row / token */
+#pragma unroll
+    for (int i = tid; i < VR_ROWS * ACH; i += VR_THREADS) {
+        const int r = i / ACH, ch = i % ACH;
+        if (b0 + ch * 16 / G::WB < nb)
+            cp_async16(A + r * G::A_STRIDE + ch * 16, ((r & 8) ? W.q[1] : W.q[0]) + ((size_t)W.row(r) * nb + b0) * G::WB + ch * 16);
+    }
+#pragma unroll
+    for (int i = tid; i < G::NTOK * BCH; i += VR_THREADS) {
+        const int t = i / BCH, ch = i % BCH;
+        if (t < nt && b0 + ch / 2 < nb)
+            cp_async16_ca(B + t * G::B_STRIDE + ch * 16, xq + (size_t)t * K + (size_t)b0 * 32 + ch * 16);
+    }
+    const int i = tid;
+    if (i < VR_ROWS * 2) { /* weight scales: 8 blocks per chunk */
+        const int r = i >> 1, ch = i & 1;
+        if (b0 + 8 * ch < nb) cp_async16(As + r * VR_CH * 2 + ch * 16, ((r & 8) ? W.d[1] : W.d[0]) + (size_t)W.row(r) * nb + b0 + 8 * ch);
+    } else if (i < VR_ROWS * 2 + G::NTOK * 4) { /* activation scales: 4 blocks per chunk */
+        const int j = i - VR_ROWS * 2, t = j >> 2, ch = j & 3;
+        if (t < nt && b0 + 4 * ch < nb) cp_async16_ca(Bs + t * VR_BS_STRIDE * 4 + ch * 16, xd + (size_t)t * nb + b0 + 4 * ch);
+    }
+}
+
+/* One stage's blocks for this warp: local blocks w + VR_WARPS j (j < 4),
+ * classes HALF * 4 + j, into acc. */
+template <int Q4, int NTT, int HALF>
+__device__ __forceinline__ void vr_stage(const uint8_t *st, int b0, int nb, float (&acc)[VR_CPW][NTT][4]) {
+    typedef vr_geom<Q4, NTT> G;
+    static_assert(VR_CPW / 2 * VR_WARPS == VR_CH, "a stage is half of every warp's classes");
+    const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) % VR_WARPS, mt = threadIdx.x / (VR_WARPS * 32);
+    const int g = lane >> 2, c = lane & 3;
+    const uint8_t *A = st + 16 * mt * G::A_STRIDE, *B = st + G::A_BYTES;
+    const __half *As = (const __half *)(B + G::B_BYTES) + 16 * mt * VR_CH;
+    const float *Bs = (const float *)(st + G::A_BYTES + G::B_BYTES + G::AS_BYTES);
+#pragma unroll
+    for (int j = 0; j < VR_CPW / 2; j++) {
+        const int lb = w + VR_WARPS * j;
+        if (b0 + lb >= nb) break; /* the same for the whole warp */
+        const uint8_t *ar = A + g * G::A_STRIDE + lb * G::WB;
+        unsigned a0, a1, a2, a3;
+        if (Q4) {
+            const unsigned wa = *(const unsigned *)(ar + 4 * c), wb = *(const unsigned *)(ar + 8 * G::A_STRIDE + 4 * c);
+            a0 = q4_signed(wa & 0x0F0F0F0Fu), a2 = q4_signed((wa >> 4) & 0x0F0F0F0Fu);
+            a1 = q4_signed(wb & 0x0F0F0F0Fu), a3 = q4_signed((wb >> 4) & 0x0F0F0F0Fu);
+        } else {
+            a0 = *(const unsigned *)(ar + 4 * c), a2 = *(const unsigned *)(ar + 16 + 4 * c);
+            a1 = *(const unsigned *)(ar + 8 * G::A_STRIDE + 4 * c), a3 = *(const unsigned *)(ar + 8 * G::A_STRIDE + 16 + 4 * c);
+        }
+        const float dw[2] = {__half2float(As[g * VR_CH + lb]), __half2float(As[(g + 8) * VR_CH + lb])};
+#pragma unroll
+        for (int nt = 0; nt < NTT; nt++) {
+            const uint8_t *br = B + (nt * 8 + g) * G::B_STRIDE + lb * 32;
+            const unsigned x0 = *(const unsigned *)(br + 4 * c), x1 = *(const unsigned *)(br + 16 + 4 * c);
+            const float dx[2] = {Bs[(nt * 8 + 2 * c) * VR_BS_STRIDE + lb], Bs[(nt * 8 + 2 * c + 1) * VR_BS_STRIDE + lb]};
+            int r[4] = {0, 0, 0, 0};
+            mma_s8(r, a0, a1, a2, a3, x0, x1);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float f = __int_as_float(r[e] + 0x4B400000) - 12582912.0f; /* (float)r exactly: |r| < 2^22 */
+                float &a = acc[HALF * (VR_CPW / 2) + j][nt][e];
+                a = __fmaf_rn(__fmul_rn(dw[e >> 1], dx[e & 1]), f, a); /* k_mv_q's step */
+            }
+        }
+    }
+}
+
+template <int Q4, int NTT, int SP>
+__global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT) /* 16 warps per SM: at most 128 registers */
+    k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt) {
+    CU_TRACE(CT_VR_Q);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    typedef vr_geom<Q4, NTT> G;
+    constexpr int NTOK = G::NTOK;
+    extern __shared__ __align__(16) uint8_t vr_sh[];
+    float *red = (float *)(vr_sh + G::STAGE * VR_ST); /* [warp][row][token] */
+    /* this CTA's matrix and rows (selects, never job.m[runtime index]) */
+    int bid = blockIdx.x, mi = 0;
+    if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
+    if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
+    const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
+    float *out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
+    const uint8_t *mq = (const uint8_t *)(mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q);
+    const __half *md = mi == 0 ? job.m[0].d : mi == 1 ? job.m[1].d : job.m[2].d;
+    const int r0 = bid * (job.pair ? VR_ROWS / 2 : VR_ROWS);
+    vr_rows W;
+    W.q[0] = job.pair ? (const uint8_t *)job.m[0].q : mq, W.q[1] = job.pair ? (const uint8_t *)job.m[1].q : mq;
+    W.d[0] = job.pair ? job.m[0].d : md, W.d[1] = job.pair ? job.m[1].d : md;
+    W.r0 = r0, W.M = M, W.pair = job.pair;
+    const int nb = K / 32, tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int w = (tid >> 5) % VR_WARPS, mt = tid / (VR_WARPS * 32); /* class owner, m16 tile */
+    const vr_stream<SP> sm(nb);
+    const int nst = sm.begin[SP];
+    float acc[VR_CPW][NTT][4];
+#pragma unroll
+    for (int i = 0; i < VR_CPW; i++)
+#pragma unroll
+        for (int t = 0; t < NTT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][t][e] = 0;
+    /* this thread's outputs: m16 tile omt, its row orow and the row 8
+     * below, token otok */
+    const int omt = tid / (8 * NTOK), orow = tid % (8 * NTOK) / NTOK, otok = tid % NTOK;
+    const bool outs = tid < VR_MT * 8 * NTOK;
+    float tot[2] = {0, 0};
+#pragma unroll
+    for (int s = 0; s < VR_ST - 1; s++) {
+        if (s < nst) {
+            int P, h, b0;
+            sm.at(s, P, h, b0);
+            vr_load<Q4, NTT>(vr_sh + s * G::STAGE, W, xq, xd, nb, K, nt, b0);
+        }
+        cp_async_commit();
+    }
+    for (int s = 0; s < nst; s++) {
+        cp_async_wait<VR_ST - 2>();
+        __syncthreads(); /* stage s landed for all; stage s - 1 is read by nobody */
+        const int nx = s + VR_ST - 1;
+        if (nx < nst) {
+            int P, h, b0;
+            sm.at(nx, P, h, b0);
+            vr_load<Q4, NTT>(vr_sh + (nx % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
+        }
+        cp_async_commit();
+        int P, h, b0;
+        sm.at(s, P, h, b0);
+        const uint8_t *st = vr_sh + (s % VR_ST) * G::STAGE;
+        if (h == 0) vr_stage<Q4, NTT, 0>(st, b0, nb, acc);
+        else vr_stage<Q4, NTT, 1>(st, b0, nb, acc);
+        if (s + 1 == sm.first(P + 1)) { /* the part's last stage */
+#pragma unroll
+            for (int t = 0; t < NTT; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float v[VR_CPW];
+#pragma unroll
+                    for (int i = 0; i < VR_CPW; i++) v[i] = acc[i][t][e], acc[i][t][e] = 0;
+                    red[((mt * VR_WARPS + w) * 16 + g + 8 * (e >> 1)) * NTOK + t * 8 + 2 * c + (e & 1)] = vr_tree(v);
+                }
+            __syncthreads();
+            if (outs)
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    float v[VR_WARPS];
+#pragma unroll
+                    for (int q = 0; q < VR_WARPS; q++) v[q] = red[((omt * VR_WARPS + q) * 16 + orow + 8 * k) * NTOK + otok];
+                    const float part = vr_tree(v);
+                    tot[k] = P == 0 ? part : tot[k] + part;
+                }
+            /* red is written again only after the next part's first stage,
+             * behind the barrier at the top of the loop */
+        }
+    }
+    cp_async_wait<0>(); /* no copy may still target shared memory at exit */
+    if (!outs || otok >= nt) return;
+    if (SP > 1) tot[0] = tot[0] + 0.0f, tot[1] = tot[1] + 0.0f; /* k_mv_q's closing warp_sum with zeros */
+    if (job.pair) {
+        const int row = r0 + 8 * omt + orow;
+        if (row < M) out[(size_t)otok * M + row] = gelu_tanh_f(tot[0]) * tot[1];
+    } else {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int row = r0 + 16 * omt + orow + 8 * k;
+            if (row < M) out[(size_t)otok * M + row] = tot[k];
+        }
+    }
+}
+
+typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int);
+#define VR_TABLE(Q4) {{k_vr_q<Q4, 1, 1>, k_vr_q<Q4, 1, 2>, k_vr_q<Q4, 1, 4>}, {k_vr_q<Q4, 2, 1>, k_vr_q<Q4, 2, 2>, k_vr_q<Q4, 2, 4>}}
+static const vr_fn vr_q[2][2][3] = {VR_TABLE(0), VR_TABLE(1)}; /* [q4][ntt - 1][sp 1, 2, 4] */
+template <int Q4, int NTT> static size_t vr_smem_of() { return (size_t)vr_geom<Q4, NTT>::SMEM; }
+static size_t vr_smem(int q4, int ntt) {
+    return q4 ? (ntt == 1 ? vr_smem_of<1, 1>() : vr_smem_of<1, 2>()) : (ntt == 1 ? vr_smem_of<0, 1>() : vr_smem_of<0, 2>());
 }
 
 /* ---- prefill products on f16 tensor cores ----
@@ -1020,6 +1317,10 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
+    for (int q4 = 0; q4 < 2; q4++)
+        for (int t = 0; t < 2; t++)
+            for (int sp = 0; sp < 3 && e == cudaSuccess; sp++)
+                e = cudaFuncSetAttribute(vr_q[q4][t][sp], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vr_smem(q4, t + 1));
     return e;
 }
 
@@ -1142,6 +1443,25 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                                                     (const float *)c->xd.p, K, job.m[i].M, n, outs[i]->d);
                 LAUNCHED(c, "matmul (tensor cores)");
             }
+            goto quantized_done;
+        }
+        /* row-exact small tiles of VR_MIN_ROWS or more tokens on the tensor
+         * cores (k_vr_q; GEM_CUDA_MMA=0: the matrix-vector kernels). Both
+         * give every row the one-token product's bits, so the choice is
+         * speed alone: k_vr_q's time hardly grows with the tokens, k_mv_q's
+         * integer work does; they cross at about 4 tokens on the 31B
+         * (bench/results/cuda-vr-31b-2026-12-06.json). */
+        if (n >= VR_MIN_ROWS && n <= MV_MAXT && c->mma && (K / 32) % 8 == 0 && K / 32 >= 32 * sp) {
+            unsigned vgrid = 0;
+            for (int i = 0; i < job.count; i++) {
+                job.m[i].out = outs[i]->d;
+                job.m[i].blocks = (int)blocks_for((size_t)job.m[i].M, pair ? VR_ROWS / 2 : VR_ROWS);
+                vgrid += (unsigned)job.m[i].blocks;
+            }
+            const int ntt = n > 8 ? 2 : 1, q4 = fmt == DW_Q4_0;
+            launch(c, vr_q[q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt), job,
+                   (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n);
+            LAUNCHED(c, label);
             goto quantized_done;
         }
         {
