@@ -179,10 +179,13 @@ if rows:
               "| model | hardware | prompt | bench TTFT s | served TTFT s | served / bench | llama-server TTFT s | "
               "bench decode tok/s | served decode tok/s | served / bench | llama-server decode tok/s | file, commit |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows + [""]
-# speculative decoding (gem bench --spec/--mtp): the newest cuda-spec-* file
-# that holds a fixed-k run and a cost-policy run of the same model
-f = next((g for g in sorted(glob.glob("bench/results/cuda-spec-31b-*.json"), reverse=True)
-          if "spec_31b_fixed_k8" in json.load(open(g))), None)
+# speculative decoding (gem bench --spec/--mtp): of the cuda-*-31b-* files
+# that hold a fixed-k run and a cost-policy run of the same model, the one
+# whose fixed-k run is newest (its bench "date")
+spec_files = [(json.load(open(g)).get("spec_31b_fixed_k8", {}).get("date", ""), g)
+              for g in glob.glob("bench/results/cuda-*-31b-*.json")
+              if "spec_31b_fixed_k8" in json.load(open(g))]
+f = max(spec_files)[1] if spec_files else None
 if f:
     d = json.load(open(f))
     runs = {"k = 8 fixed": d.get("spec_31b_fixed_k8", {}), "cost policy": d.get("spec_31b_policy", {})}
