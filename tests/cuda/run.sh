@@ -57,6 +57,8 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
     # the MTP drafter's forward pass against transformers' (f32 tiny pair)
     run "MTP drafter vs transformers (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_hf_mtp
+    # the trained demo drafter's proposals against llama.cpp's
+    run "MTP proposals vs llama.cpp (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_mtp_ref
     # the trained demo pair (its drafter's split attention over deep caches
     # shows in the acceptance counts) and the sampled distribution
     run "demo pair speculative (cuda)" env GEM_BACKEND=cuda tests/engine/test_spec_demo.sh
