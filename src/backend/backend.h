@@ -146,6 +146,11 @@ struct backend {
      * lowest index among equals, stored as a float (exact below 2^24). Lets
      * greedy decoding read back one number instead of the vocabulary. */
     void (*argmax)(backend *b, const be_buf *x, int rows, int width, be_buf *out);
+    /* Optional (NULL: the caller reads the row back): argmax of one row of
+     * x (out[0], as argmax) and the softmax probability of that largest
+     * value, 1 / sum exp(x - max) (out[1], f32 accuracy): an MTP drafter's
+     * confidence without reading back the vocabulary. */
+    void (*argmax_prob)(backend *b, const be_buf *x, int width, be_buf *out);
     /* Optional: the k (1..BE_TOPK_MAX) largest values of x (one row of
      * width values) in the sampler's order (value descending, then index
      * ascending): out[0..k) the values, out[k..2k) their indices as floats.

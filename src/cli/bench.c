@@ -53,7 +53,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
             "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n"
-            "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
+            "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
             "                 [--draft-fixed] [--verify-cost]\n");
     return 2;
 }

@@ -84,7 +84,7 @@ int cli_chat(int argc, char **argv) {
         else if (!strcmp(a, "-t")) { bad = cli_parse_num(v, 1, 1024, &x); eo.threads = (int)x; i++; }
         else {
             fprintf(stderr, "usage: gem chat -m FILE [--system TEXT] [--think] [--temp T] [--seed S] [-n MAX] [--ctx N] [-t N]\n"
-                            "                [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
+                            "                [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
                             "                [--draft-fixed]\n");
             return 2;
         }

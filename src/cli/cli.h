@@ -32,13 +32,13 @@ int cli_parse_kv_type(const char *s);
 
 /* The speculative-decoding options run, chat, serve and bench share
  * (docs/cli.md): --mtp FILE, --no-mtp, --draft-max N, --draft-min N,
- * --draft-p-min P, --draft-fixed. */
+ * --draft-p-min P, --draft-p-prod P, --draft-fixed. */
 typedef struct {
     const char *path; /* --mtp */
     int off;          /* --no-mtp */
     int fixed;        /* --draft-fixed: draft-max every round (no cost policy) */
     int draft_max, draft_min; /* -1: the engine's defaults */
-    double p_min;
+    double p_min, p_prod; /* < 0: the engine's defaults */
 } cli_mtp;
 void cli_mtp_init(cli_mtp *m);
 /* 1 when a is one of the options (*used: how many arguments it took), 0

@@ -9,7 +9,7 @@
 void cli_mtp_init(cli_mtp *m) {
     memset(m, 0, sizeof *m);
     m->draft_max = m->draft_min = -1;
-    m->p_min = -1;
+    m->p_min = m->p_prod = -1;
 }
 
 int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *used) {
@@ -23,7 +23,8 @@ int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *
         m->fixed = 1;
         return 1;
     }
-    if (strcmp(a, "--mtp") && strcmp(a, "--draft-max") && strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min"))
+    if (strcmp(a, "--mtp") && strcmp(a, "--draft-max") && strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min") &&
+        strcmp(a, "--draft-p-prod"))
         return 0;
     *used = 2;
     if (!v) {
@@ -34,12 +35,12 @@ int cli_mtp_arg(const char *cmd, cli_mtp *m, const char *a, const char *v, int *
         m->path = v;
         return 1;
     }
-    if (!strcmp(a, "--draft-p-min")) {
+    if (!strcmp(a, "--draft-p-min") || !strcmp(a, "--draft-p-prod")) {
         if (cli_parse_num(v, 0, 1, &x)) {
-            fprintf(stderr, "gem %s: error: --draft-p-min wants a probability in [0, 1], not '%s'\n", cmd, v);
+            fprintf(stderr, "gem %s: error: %s wants a probability in [0, 1], not '%s'\n", cmd, a, v);
             return -1;
         }
-        m->p_min = x;
+        *(!strcmp(a, "--draft-p-min") ? &m->p_min : &m->p_prod) = x;
         return 1;
     }
     /* a round verifies the newest token and its drafts in one row-exact
@@ -80,6 +81,7 @@ void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {
     if (m->draft_max >= 0) gp->draft_max = m->draft_max;
     if (m->draft_min >= 0) gp->draft_min = m->draft_min;
     if (m->p_min >= 0) gp->draft_p_min = (float)m->p_min;
+    if (m->p_prod >= 0) gp->draft_p_prod = (float)m->p_prod;
     if (m->fixed) gp->draft_fixed = 1;
 }
 

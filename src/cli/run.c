@@ -69,7 +69,7 @@ static int usage(void) {
             "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
-            "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P]\n"
+            "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
             "               [--draft-fixed]\n");
     return 2;
 }

@@ -15,7 +15,7 @@ static int usage(void) {
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY] [--cors ORIGIN] [--max-body BYTES] [--alias NAME] [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
-            "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-fixed]\n"
+            "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
             "                 [--test-hooks]\n");
     return 2;
 }
@@ -79,6 +79,7 @@ int cli_serve(int argc, char **argv) {
     o.draft_max = mtp.draft_max;
     o.draft_min = mtp.draft_min;
     o.draft_p_min = mtp.p_min;
+    o.draft_p_prod = mtp.p_prod;
     o.draft_fixed = mtp.fixed;
     /* the text /props reports; NULL when the file is missing or empty */
     size_t tlen = 0;

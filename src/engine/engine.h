@@ -124,18 +124,23 @@ typedef struct {
      * tile; the answer is token for token plain decoding's. Rounds that
      * would draft fewer than draft_min tokens decode plainly; the MTP
      * drafter stops a round early when its top-1 probability falls below
-     * draft_p_min. With sampling, each verified row's token is drawn as
+     * draft_p_min, or the product of its top-1 probabilities in the round
+     * below draft_p_prod (the proposal that crossed is still verified).
+     * With sampling, each verified row's token is drawn as
      * plain decoding draws it (the same seed gives the same answer) and a
      * draft is accepted while it equals the draw. */
     int draft_max, draft_min;
-    float draft_p_min;
+    float draft_p_min, draft_p_prod;
     int draft_fixed;         /* draft draft_max every round (benchmarks); by
                               * default the count adapts to acceptance */
 } gem_gen_params;
 
-/* params with sampling gem_sampling_default() (greedy), no limit, and
- * draft_max GEM_DRAFT_MAX_DEFAULT */
+/* params with sampling gem_sampling_default() (greedy), no limit,
+ * draft_max GEM_DRAFT_MAX_DEFAULT and draft_p_prod GEM_DRAFT_P_PROD_DEFAULT
+ * (on the demo pair it cut a fifth of the drafts for 2.5% of the accepted
+ * ones: bench/results/mtp-pprod-cpu-2026-12-06.json) */
 #define GEM_DRAFT_MAX_DEFAULT 8
+#define GEM_DRAFT_P_PROD_DEFAULT 0.1f
 gem_gen_params gem_gen_params_default(void);
 
 typedef struct {

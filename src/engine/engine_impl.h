@@ -80,7 +80,7 @@ int spec_has_drafter(const gem_session *s);
 /* Up to m drafts after id (fewer when the verification tile is smaller:
  * gemma4_spec_rows - 1), the next token at the session's position; returns
  * how many (0..m), or -1 with err set. */
-int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err);
+int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int32_t *out, gem_err *err);
 /* Evaluates ids[0..n) as one verification tile: best[i] is the target's
  * argmax after ids[i], logits (when not NULL) every row's logits (n x
  * vocabulary). spec_keep(s, n, keep) then keeps the first keep rows of

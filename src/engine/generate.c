@@ -31,6 +31,7 @@ gem_gen_params gem_gen_params_default(void) {
     p.sampling = gem_sampling_default();
     p.max_tokens = -1;
     p.draft_max = GEM_DRAFT_MAX_DEFAULT;
+    p.draft_p_prod = GEM_DRAFT_P_PROD_DEFAULT;
     return p;
 }
 
@@ -260,7 +261,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             if (space > (long)e->n_ctx - (long)s->n_tokens - 1) space = (long)e->n_ctx - (long)s->n_tokens - 1;
             const int want = spec_policy_choose(pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
             t_round = gem_now_s();
-            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, drafts, err)) < 0) goto fail;
+            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, p->draft_p_prod, drafts, err)) < 0) goto fail;
             t_verify = gem_now_s();
         }
         if (m > 0) {

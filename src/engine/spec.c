@@ -8,13 +8,10 @@
  * token's logits and hidden state): the target's rows are row-exact
  * (backend.h) and its sliding rings keep SPEC_ROWS slots beyond the
  * window (gemma4_spec_init). */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_impl.h"
-#include "engine/logprobs.h"
-#include "util/argmax.h"
 #include "util/rng.h"
 
 int spec_session_init(gem_session *s, gem_err *err) {
@@ -65,32 +62,29 @@ static int replay_draft(gem_session *s, int m, int32_t *out) {
     return k;
 }
 
-/* Probability of the largest logit under softmax. */
-static float top_prob(const float *l, int n) { return (float)exp((double)l[gem_argmax(l, n)] - gem_logsumexp(l, n)); }
-
-int spec_draft(gem_session *s, int32_t id, int m, float p_min, int32_t *out, gem_err *err) {
+int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int32_t *out, gem_err *err) {
     if (m <= 0) return 0;
     if (m > gemma4_spec_rows(s->st) - 1) m = gemma4_spec_rows(s->st) - 1;
     if (s->n_replay) return replay_draft(s, m, out);
     if (!s->mtp) return 0;
-    float *logits = NULL;
-    if (p_min > 0 && !(logits = malloc(GEMMA4_N_VOCAB * sizeof *logits)))
-        return gem_err_set(err, "out of memory");
+    const int want_p = p_min > 0 || p_prod > 0;
+    double run = 1; /* the product of the proposals' probabilities so far */
     int k = 0;
     for (int32_t prev = id; k < m; k++) {
-        if (gemma4_draft_step(s->mtp, prev, k == 0, &out[k], logits, err)) {
-            free(logits);
-            return -1;
-        }
-        /* an unsure drafter's next proposals are rarely accepted: stop
-         * (the proposal itself is still verified) */
+        float p = 1;
+        if (gemma4_draft_step(s->mtp, prev, k == 0, &out[k], want_p ? &p : NULL, NULL, err)) return -1;
         prev = out[k];
-        if (logits && top_prob(logits, GEMMA4_N_VOCAB) < p_min) {
+        run *= p;
+        /* an unsure drafter's next proposals are rarely accepted: stop when
+         * this proposal's probability, or the running product (for a
+         * calibrated drafter the chance that every proposal so far is
+         * right), falls below its bound (the proposal itself is still
+         * verified) */
+        if (p < p_min || run < p_prod) {
             k++;
             break;
         }
     }
-    free(logits);
     return k;
 }
 

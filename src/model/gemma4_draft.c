@@ -16,6 +16,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "util/argmax.h"
+
 #define EPS 1e-6f
 
 typedef struct {
@@ -105,7 +107,7 @@ gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *targe
     if (!(d->xh = b->alloc(b, 2 * D, err)) || !(d->z = b->alloc(b, H, err)) || !(d->a = b->alloc(b, H, err)) ||
         !(d->q = b->alloc(b, QW, err)) || !(d->att = b->alloc(b, QW, err)) || !(d->o = b->alloc(b, H, err)) ||
         !(d->act = b->alloc(b, F, err)) || !(d->down = b->alloc(b, H, err)) || !(d->y = b->alloc(b, H, err)) ||
-        !(d->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) || !(d->best = b->alloc(b, 1, err)) ||
+        !(d->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) || !(d->best = b->alloc(b, 2, err)) ||
         !(d->hnext = b->alloc(b, D, err)))
         goto fail;
     return d;
@@ -118,6 +120,7 @@ typedef struct {
     gemma4_drafter *d;
     int32_t id;
     int pos;
+    int want_p; /* the proposal's probability is wanted (best[1]) */
 } step_ctx;
 
 /* The step after its input h is in xh's second half: repeatable, and on a
@@ -150,11 +153,17 @@ static void step_body(void *ctx) {
     }
     b->rmsnorm(b, d->z, d->out_norm, 1, H, EPS, d->y);
     b->matmul(b, d->embd, d->y, 1, d->logits);
-    b->argmax(b, d->logits, 1, GEMMA4_N_VOCAB, d->best);
+    /* a recording backend's step is one graph for every call: it always
+     * takes the probability (on a GPU a few exps per thread of the argmax
+     * it replaces); the CPU only when asked (a pass of exp over the
+     * vocabulary, a fifth of a demo draft step) */
+    if (b->argmax_prob && (sc->want_p || b->capture)) b->argmax_prob(b, d->logits, GEMMA4_N_VOCAB, d->best);
+    else b->argmax(b, d->logits, 1, GEMMA4_N_VOCAB, d->best);
     b->matmul(b, d->post, d->y, 1, d->hnext);
 }
 
-int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *logits, gem_err *err) {
+int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *p_top, float *logits,
+                      gem_err *err) {
     backend *b = d->b;
     const int D = (int)d->m->profile->n_embd_out;
     const int pos = gemma4_n_past(d->target);
@@ -166,13 +175,18 @@ int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, f
     /* a GPU's kernels read the token and position from the step buffer */
     if (b->set_step) b->set_step(b, &id, 1, pos);
     b->copy(b, h, h_off, d->xh, (size_t)D, (size_t)D);
-    step_ctx sc = {d, id, pos};
+    step_ctx sc = {d, id, pos, p_top != NULL};
     if (backend_run_recorded(b, &d->step, step_body, &sc, err)) return -1;
-    float f = 0;
-    b->download(b, d->best, 0, &f, 1);
-    if (logits) b->download(b, d->logits, 0, logits, GEMMA4_N_VOCAB);
+    float f[2] = {0, 0};
+    const int on_device = p_top && b->argmax_prob;
+    b->download(b, d->best, 0, f, on_device ? 2 : 1);
+    float *l = logits;
+    if (p_top && !on_device && !l && !(l = malloc(GEMMA4_N_VOCAB * sizeof *l))) return gem_err_set(err, "out of memory");
+    if (l) b->download(b, d->logits, 0, l, GEMMA4_N_VOCAB);
+    if (p_top) *p_top = on_device ? f[1] : gem_top1_prob(l, GEMMA4_N_VOCAB);
+    if (l != logits) free(l);
     if (b->status(b, err)) return -1;
-    *next = (int32_t)f;
+    *next = (int32_t)f[0];
     return 0;
 }
 

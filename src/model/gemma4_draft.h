@@ -32,9 +32,12 @@ void gemma4_drafter_free(gemma4_drafter *d);
 /* One draft step: the token after `id`, which sits at the target's n_past
  * (evaluated by the target or not). first: h is the target's hidden state
  * (the round's first step); else the previous step's h_next. *next gets
- * the argmax of the drafter's logits (lowest id on ties); logits, when not
- * NULL, all of them (vocabulary floats). */
-int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *logits, gem_err *err);
+ * the argmax of the drafter's logits (lowest id on ties); p_top, when not
+ * NULL, its softmax probability (the backend's argmax_prob, else from the
+ * logits read back); logits, when not NULL, all of them (vocabulary
+ * floats). */
+int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, float *p_top, float *logits,
+                      gem_err *err);
 
 /* Weight bytes one draft step reads (for the benchmarks' cost model). */
 uint64_t gemma4_draft_bytes(const gemma4_drafter *d);

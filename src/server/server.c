@@ -317,6 +317,7 @@ static void run_job(server *s, job *j) {
     if (s->o.draft_max >= 0) gp.draft_max = s->o.draft_max;
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
+    if (s->o.draft_p_prod >= 0) gp.draft_p_prod = (float)s->o.draft_p_prod;
     if (s->o.draft_fixed) gp.draft_fixed = 1;
     /* the test hook's text, then an end token, instead of drawn tokens */
     tok_ids forced = {0};

@@ -27,7 +27,7 @@ typedef struct {
     const char *chat_template; /* the template text /props reports, or NULL */
     const char *mtp_path;   /* --mtp: the MTP drafter, or NULL */
     int draft_max, draft_min; /* -1: the engine's defaults */
-    double draft_p_min;     /* < 0: the engine's default */
+    double draft_p_min, draft_p_prod; /* < 0: the engine's defaults */
     int draft_fixed;        /* draft draft_max every round */
 } server_opts;
 

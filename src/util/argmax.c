@@ -1,7 +1,9 @@
 /* gem_argmax (see argmax.h): an AVX2 maximum then a first-match scan where
  * the CPU has AVX2 (checked once per call: cheap beside 262144 values),
  * else the scalar loop. MAXPS(x, m) returns m when x is NaN, so NaNs drop
- * out of the maximum exactly as they never win the scalar comparison. */
+ * out of the maximum exactly as they never win the scalar comparison.
+ * gem_top1_prob: the same maximum, then the sum of exp(v - max) with a
+ * vector exp where the CPU has AVX2 and FMA. */
 #include "util/argmax.h"
 
 #include <math.h>
@@ -52,4 +54,78 @@ int32_t gem_argmax(const float *v, int32_t n) {
     if (__builtin_cpu_supports("avx2")) return argmax_avx2(v, n);
 #endif
     return gem_argmax_ref(v, n);
+}
+
+/* a NaN anywhere makes the sum NaN (the maximum skips NaNs; exp does not) */
+double gem_top1_prob_ref(const float *v, int32_t n) {
+    if (n <= 1) return 1.0;
+    const double m = v[gem_argmax_ref(v, n)];
+    double s = 0;
+    for (int32_t i = 0; i < n; i++) s += exp((double)v[i] - m);
+    return 1.0 / s;
+}
+
+#if defined(__x86_64__)
+/* exp(x) for x <= 0: x = k ln2 + r, |r| <= ln2 / 2 (ln2 in two parts, so r
+ * is exact enough), exp(r) by its Taylor polynomial to degree 7 (truncation
+ * below 2e-8 relative), times 2^k built in the exponent bits; x below -87
+ * (exp under 1.6e-38: nothing beside the maximum's 1) gives 0, a NaN stays
+ * NaN. */
+__attribute__((target("avx2,fma"))) static __m256 exp_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo); /* NaN x: maxps returns lo, restored below */
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, p);
+}
+
+__attribute__((target("avx2,fma"))) static float top1_prob_avx2(const float *v, int32_t n, float m) {
+    /* f32 lanes over chunks of 512 values (32 terms of at most 1 per lane
+     * and accumulator: rounding far below exp's error), chunks in double */
+    const __m256 mm = _mm256_set1_ps(m);
+    __m256d sd = _mm256_setzero_pd();
+    __m256 nan = _mm256_setzero_ps();
+    int32_t i = 0;
+    while (i + 16 <= n) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        const int32_t end = i + 512 < n ? i + 512 : n;
+        for (; i + 16 <= end; i += 16) {
+            const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(v + i), mm), x1 = _mm256_sub_ps(_mm256_loadu_ps(v + i + 8), mm);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+            a0 = _mm256_add_ps(a0, exp_neg(x0));
+            a1 = _mm256_add_ps(a1, exp_neg(x1));
+        }
+        const __m256 a = _mm256_add_ps(a0, a1);
+        sd = _mm256_add_pd(sd, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
+                                             _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, sd);
+    double s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    for (; i < n; i++) s += exp((double)v[i] - m);
+    if (_mm256_movemask_ps(nan)) return NAN;
+    return (float)(1.0 / s);
+}
+#endif
+
+float gem_top1_prob(const float *v, int32_t n) {
+    if (n <= 1) return 1.0f;
+    const float m = v[gem_argmax(v, n)];
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return top1_prob_avx2(v, n, m);
+#endif
+    return (float)gem_top1_prob_ref(v, n);
 }

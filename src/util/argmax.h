@@ -16,4 +16,13 @@ int32_t gem_argmax(const float *v, int32_t n);
 /* the scalar definition (tests compare the two) */
 int32_t gem_argmax_ref(const float *v, int32_t n);
 
+/* The softmax probability of the largest value, 1 / sum_i exp(v[i] - max)
+ * (an MTP drafter's confidence in its proposal). Defined by
+ * gem_top1_prob_ref, in double; the AVX2 path takes exp from a polynomial
+ * after the 2^k split (relative error below 1e-6 per term, terms summed in
+ * double), so the two agree within 1e-5 relative (test_argmax). NaN where
+ * v holds a NaN; 1 for n <= 1. */
+float gem_top1_prob(const float *v, int32_t n);
+double gem_top1_prob_ref(const float *v, int32_t n);
+
 #endif

@@ -121,6 +121,9 @@ for key in '"command": "gem bench -m ' '"env": "' '"hardware": "' '"date": "20' 
            '"peak_rss_bytes": '; do
     if grep -qF -- "$key" "$tmp/b.json"; then ok; else bad "gem bench --json lacks $key"; fi
 done
+# the drafter's stop bounds are probabilities
+expect 2 "--draft-p-prod wants a probability in [0, 1], not 'x'" -- $GEM run -m "$M" -p x --draft-p-prod x
+expect 2 "--draft-p-min wants a probability in [0, 1], not '-0.5'" -- $GEM run -m "$M" -p x --draft-p-min -0.5
 # --verify-cost: a verification of 2 .. draft-max + 1 rows per depth, in decode steps
 expect 0 "verify  3 rows" -- $GEM bench -m "$M" --prompt 8 --gen 12 --depth 0 --reps 1 --draft-max 2 --verify-cost --json "$tmp/v.json"
 n=$(grep -o '"verify_rows": [0-9]*' "$tmp/v.json" | tr -d ' ' | tr '\n' ' ')

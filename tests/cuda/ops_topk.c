@@ -1,6 +1,8 @@
 /* cuda_ops family topk (see ops_harness.h): argmax and top-k against the
- * CPU, ties and -inf included. */
+ * CPU, ties and -inf included; argmax_prob against the CPU's double
+ * definition. */
 #include "ops_harness.h"
+#include "util/argmax.h"
 
 static void test_argmax(void) {
     const int width = 262144;
@@ -48,8 +50,34 @@ static void test_topk(void) {
         }
 }
 
+/* argmax_prob (the MTP drafter's confidence): the argmax's index and the
+ * softmax probability of its value within 1e-5 relative of
+ * gem_top1_prob_ref (f32 expf per value, partial sums in f32 per block:
+ * well inside it), on rows from flat (p about 4e-6) to peaked, with a tie
+ * and a -inf, at the vocabulary's width and at one short of a block. */
+static void test_argmax_prob(void) {
+    const int widths[] = {262144, 255};
+    const float spreads[] = {0.01f, 5.0f, 40.0f};
+    for (int wi = 0; wi < 2; wi++)
+        for (int si = 0; si < 3; si++) {
+            const int width = widths[wi];
+            float *x = rand_vec((size_t)width, spreads[si]);
+            x[width / 3] = spreads[si] + 1, x[width / 2] = spreads[si] + 1, x[width - 1] = -INFINITY;
+            be_buf *xg = put(gpu, x, (size_t)width), *og = put(gpu, NULL, 2);
+            gpu->argmax_prob(gpu, xg, width, og);
+            float *a = get(gpu, og, 2);
+            const double ref = gem_top1_prob_ref(x, width);
+            CHECKF(a[0] == (float)(width / 3) && fabs(a[1] - ref) <= 1e-5 * ref,
+                   "argmax_prob width %d spread %g: %g %.9g, expected %d %.9g", width, spreads[si], a[0], a[1],
+                   width / 3, ref);
+            free(a), free(x);
+            gpu->buf_free(gpu, xg), gpu->buf_free(gpu, og);
+        }
+}
+
 void ops_topk(const backend_opts *g, const backend_opts *gh) {
     (void)g, (void)gh;
     test_argmax();
+    test_argmax_prob();
     test_topk();
 }

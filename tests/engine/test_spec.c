@@ -269,6 +269,30 @@ int main(void) {
                r.n_accepted);
         gem_session_free(s);
     }
+    /* the stop rules, k = 8 fixed: off, every round drafts 8 (up to the
+     * answer's end); a bound of 1 on the running product (the random
+     * drafter is never certain) or on each proposal's probability stops
+     * every round after its first proposal, which is still verified; the
+     * answer is plain decoding's in each case */
+    for (int rule = 0; rule < 3; rule++) {
+        s = gem_session_new(em, &err);
+        CHECKF(s != NULL, "%s", err.msg);
+        if (!s) break;
+        gem_gen_params g = gp;
+        g.draft_max = 8;
+        g.draft_fixed = 1;
+        g.draft_p_prod = rule == 1 ? 1.0f : 0.0f;
+        g.draft_p_min = rule == 2 ? 1.0f : 0.0f;
+        run(s, prompt, NP, &g, &w, &r);
+        CHECKF(w.n == NG && !memcmp(w.ids, ref.ids, sizeof(int32_t) * NG), "stop rule %d: ids differ from plain", rule);
+        if (rule == 0)
+            CHECKF(r.n_drafted > 6 * r.n_rounds, "no stop rule: %ld drafted in %ld rounds", r.n_drafted, r.n_rounds);
+        else
+            CHECKF(r.n_rounds > 0 && r.n_drafted == r.n_rounds, "stop rule %d: %ld drafted in %ld rounds", rule,
+                   r.n_drafted, r.n_rounds);
+        gem_session_free(s);
+    }
+    CHECK(gem_gen_params_default().draft_p_prod == GEM_DRAFT_P_PROD_DEFAULT && GEM_DRAFT_P_PROD_DEFAULT > 0);
     /* sampling: each verified row's token is drawn as plain decoding draws
      * it, so one seed gives one answer with drafts right always, sometimes
      * (replay) or almost never (the random MTP drafter); with a repeat

@@ -144,7 +144,7 @@ static void check_golden(const char *path, uint64_t seed_t, uint64_t seed_a) {
                 CHECKF(i > 0 && r[i - 1].step == 1 && r[i - 1].pos == x->pos && r[i - 1].variant == x->variant,
                        "%s: record %u: step 2 without its step 1", path, i);
             int32_t next;
-            CHECKF(!gemma4_draft_step(d, x->token, x->step == 1, &next, l, &err), "%s", err.msg);
+            CHECKF(!gemma4_draft_step(d, x->token, x->step == 1, &next, NULL, l, &err), "%s", err.msg);
             const double dd = diff_of(l, x, sub, n_sub, n_top);
             const int same_input = x->variant == 1 || (uint32_t)x->pos < window;
             if (!same_input) {

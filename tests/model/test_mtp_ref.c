@@ -140,7 +140,7 @@ int main(void) {
                     break;
                 }
                 int32_t next;
-                if (gemma4_draft_step(d, prev, si == 0, &next, l, &err)) {
+                if (gemma4_draft_step(d, prev, si == 0, &next, NULL, l, &err)) {
                     CHECKF(0, "draft step: %s", err.msg);
                     break;
                 }

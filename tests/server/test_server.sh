@@ -388,6 +388,8 @@ if $GEM synth --profile gemma4-tiny-assistant --type q8_0 --seed 2 -o "$MA" >/de
     [ $? = 1 ] && grep -q "is a target model (gemma4-tiny), not an MTP drafter" "$tmp/o" && ok || bad "mtp mismatch: $(head -c 300 "$tmp/o")"
     $GEM serve -m "$M" --port 0 --draft-max 99 >"$tmp/o" 2>&1
     [ $? = 2 ] && grep -q "draft-max wants a whole number of tokens from 0 to 15" "$tmp/o" && ok || bad "--draft-max 99"
+    $GEM serve -m "$M" --port 0 --draft-p-prod 1.5 >"$tmp/o" 2>&1
+    [ $? = 2 ] && grep -q -- "--draft-p-prod wants a probability in \[0, 1\], not '1.5'" "$tmp/o" && ok || bad "--draft-p-prod 1.5: $(cat "$tmp/o")"
 else
     bad "synth assistant"
 fi

@@ -468,6 +468,12 @@ static void cpu_kv_unstash(backend *b, be_kv *kv, int n_pos, const be_buf *src, 
     cpu_kv_load(b, kv, n_pos, (const char *)src->p + off);
 }
 
+static void cpu_argmax_prob(backend *b, const be_buf *x, int width, be_buf *out) {
+    (void)b;
+    out->p[0] = (float)gem_argmax(x->p, width);
+    out->p[1] = gem_top1_prob(x->p, width);
+}
+
 static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
     (void)b;
     for (int r = 0; r < rows; r++) out->p[r] = (float)gem_argmax(x->p + (size_t)r * width, width);
@@ -590,6 +596,7 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_stash = cpu_kv_stash;
     b->kv_unstash = cpu_kv_unstash;
     b->argmax = cpu_argmax;
+    b->argmax_prob = cpu_argmax_prob;
     b->topk = cpu_topk;
     b->status = cpu_status;
     return b;

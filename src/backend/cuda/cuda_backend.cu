@@ -514,6 +514,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->kv_stash = cu_kv_stash;
     b->kv_unstash = cu_kv_unstash;
     b->argmax = cu_argmax;
+    b->argmax_prob = cu_argmax_prob;
     b->topk = cu_topk;
     b->set_step = cu_set_step;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a

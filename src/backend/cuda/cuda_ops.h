@@ -57,6 +57,7 @@ void cu_kv_load(backend *b, be_kv *kv, int n_pos, const void *src);
 
 /* cuda_topk.cu: argmax, topk */
 void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out);
+void cu_argmax_prob(backend *b, const be_buf *x, int width, be_buf *out);
 void cu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out);
 cudaError_t topk_allow(void); /* shared-memory limit of the final top-k block */
 

@@ -1,8 +1,8 @@
 /* CUDA picks from the logits (see cuda_ops.h; invariants in
  * cuda_common.h): argmax (greedy decoding reads back one number per
- * row) and top-k (sampling reads back 2k numbers). Both are exact and
- * order ties as the sampler does: the lowest index first among equal
- * values. */
+ * row; argmax_prob also the largest value's softmax probability) and
+ * top-k (sampling reads back 2k numbers). Both are exact and order ties
+ * as the sampler does: the lowest index first among equal values. */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
 
@@ -26,29 +26,72 @@ __device__ void block_argmax(float &v, int &i) {
         for (int j = 1; j < (int)(blockDim.x >> 5); j++) better(v, i, sv[j], si[j]);
 }
 
-__global__ void k_argmax_part(const float *x, int width, float *pv, int *pi) {
+/* Online softmax sums: (m, s) stands for s exp(m) (s = 0 while m = -inf);
+ * two such pairs combine at the larger m. */
+__device__ __forceinline__ void ms_join(float &m, float &s, float m2, float s2) {
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) return;
+    s = (m == -INFINITY ? 0.0f : s * expf(m - M)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - M));
+    m = M;
+}
+
+__device__ void block_ms(float &m, float &s) {
+    __shared__ float sm[32], ss[32];
+    for (int o = 16; o > 0; o >>= 1) ms_join(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sm[w] = m, ss[w] = s;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int j = 1; j < (int)(blockDim.x >> 5); j++) ms_join(m, s, sm[j], ss[j]);
+}
+
+/* PROB (argmax_prob, one row): each block also leaves its (m, s) of
+ * exp(x) in pms, and the final block writes out[1] = 1 / sum exp(x - max),
+ * the largest value's softmax probability (f32 expf: a confidence for the
+ * MTP drafter's stop rule, not a bitwise quantity) */
+template <bool PROB> __global__ void k_argmax_part(const float *x, int width, float *pv, int *pi, float *pms) {
     CU_TRACE(CT_ARGMAX_PART);
     pdl_wait();
     CU_TRACE_RELEASED();
     const int r = blockIdx.y;
-    float v = -INFINITY;
+    float v = -INFINITY, m = -INFINITY, s = 0;
     int idx = 0x7fffffff;
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < width; j += gridDim.x * blockDim.x)
-        better(v, idx, x[(size_t)r * width + j], j);
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < width; j += gridDim.x * blockDim.x) {
+        const float y = x[(size_t)r * width + j];
+        better(v, idx, y, j);
+        if (PROB) ms_join(m, s, y, 1.0f);
+    }
     block_argmax(v, idx);
-    if (threadIdx.x == 0) pv[r * AM_BLOCKS + blockIdx.x] = v, pi[r * AM_BLOCKS + blockIdx.x] = idx;
+    if (PROB) {
+        __syncthreads();
+        block_ms(m, s);
+    }
+    if (threadIdx.x == 0) {
+        pv[r * AM_BLOCKS + blockIdx.x] = v, pi[r * AM_BLOCKS + blockIdx.x] = idx;
+        if (PROB) pms[2 * blockIdx.x] = m, pms[2 * blockIdx.x + 1] = s;
+    }
 }
 
-__global__ void k_argmax_final(const float *pv, const int *pi, float *out) {
+template <bool PROB> __global__ void k_argmax_final(const float *pv, const int *pi, const float *pms, float *out) {
     CU_TRACE(CT_ARGMAX_FINAL);
     pdl_wait();
     CU_TRACE_RELEASED();
     const int r = blockIdx.x;
-    float v = -INFINITY;
+    float v = -INFINITY, m = -INFINITY, s = 0;
     int idx = 0x7fffffff;
-    if (threadIdx.x < AM_BLOCKS) v = pv[r * AM_BLOCKS + threadIdx.x], idx = pi[r * AM_BLOCKS + threadIdx.x];
+    if (threadIdx.x < AM_BLOCKS) {
+        v = pv[r * AM_BLOCKS + threadIdx.x], idx = pi[r * AM_BLOCKS + threadIdx.x];
+        if (PROB) m = pms[2 * threadIdx.x], s = pms[2 * threadIdx.x + 1];
+    }
     block_argmax(v, idx);
-    if (threadIdx.x == 0) out[r] = (float)(idx == 0x7fffffff ? 0 : idx);
+    if (PROB) {
+        __syncthreads();
+        block_ms(m, s);
+    }
+    if (threadIdx.x == 0) {
+        if (PROB) out[0] = (float)(idx == 0x7fffffff ? 0 : idx), out[1] = 1.0f / s;
+        else out[r] = (float)(idx == 0x7fffffff ? 0 : idx);
+    }
 }
 
 void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
@@ -56,10 +99,24 @@ void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {
     if (grow(c, &c->amax_v, sizeof(float) * AM_BLOCKS * (size_t)rows) ||
         grow(c, &c->amax_i, sizeof(int) * AM_BLOCKS * (size_t)rows))
         return;
-    launch(c, k_argmax_part, dim3(AM_BLOCKS, rows), 256, 0, x->d, width, (float *)c->amax_v.p, (int *)c->amax_i.p);
+    launch(c, k_argmax_part<false>, dim3(AM_BLOCKS, rows), 256, 0, x->d, width, (float *)c->amax_v.p,
+           (int *)c->amax_i.p, (float *)NULL);
     LAUNCHED(c, "argmax");
-    launch(c, k_argmax_final, rows, AM_BLOCKS, 0, (const float *)c->amax_v.p, (const int *)c->amax_i.p, out->d);
+    launch(c, k_argmax_final<false>, rows, AM_BLOCKS, 0, (const float *)c->amax_v.p, (const int *)c->amax_i.p,
+           (const float *)NULL, out->d);
     LAUNCHED(c, "argmax");
+}
+
+void cu_argmax_prob(backend *b, const be_buf *x, int width, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    /* amax_v holds the blocks' maxima, then their (m, s) pairs */
+    if (grow(c, &c->amax_v, sizeof(float) * 3 * AM_BLOCKS) || grow(c, &c->amax_i, sizeof(int) * AM_BLOCKS)) return;
+    float *pv = (float *)c->amax_v.p;
+    launch(c, k_argmax_part<true>, dim3(AM_BLOCKS, 1), 256, 0, x->d, width, pv, (int *)c->amax_i.p, pv + AM_BLOCKS);
+    LAUNCHED(c, "argmax+prob");
+    launch(c, k_argmax_final<true>, 1, AM_BLOCKS, 0, (const float *)pv, (const int *)c->amax_i.p,
+           (const float *)(pv + AM_BLOCKS), out->d);
+    LAUNCHED(c, "argmax+prob");
 }
 
 /* Top-k for sampling: each block sorts a chunk of TK_CHUNK values in
