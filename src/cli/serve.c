@@ -13,7 +13,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
             "                 [--ctx N] [-t THREADS]\n"
-            "                 [--api-key KEY] [--cors ORIGIN] [--max-body BYTES] [--alias NAME] [--queue N]\n"
+            "                 [--api-key KEY] [--cors ORIGIN] [--allow-host NAME,...] [--max-body BYTES] [--alias NAME]\n"
+            "                 [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
             "                 [--test-hooks]\n");
@@ -54,6 +55,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x) || x != (int)x; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
+        else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }

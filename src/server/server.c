@@ -770,6 +770,73 @@ out:
     return ok;
 }
 
+/* Browser drive-by guards (a web page can send a loopback server "simple"
+ * requests: text/plain or form bodies without a CORS preflight, and reach
+ * it under a name of its own through DNS rebinding):
+ *
+ * POST bodies must be declared application/json (parameters such as a
+ * charset allowed), so a simple request never starts a generation.
+ *
+ * On a loopback bind the Host header must name the machine: localhost,
+ * a loopback address, the bound host, or a name in --allow-host, with any
+ * port; a request without Host (HTTP/1.0) is let through. */
+static int json_body(const http_req *r) {
+    size_t n;
+    const char *v = http_header_get(r, "Content-Type", &n);
+    if (!v) return 0;
+    while (n && (*v == ' ' || *v == '\t')) v++, n--;
+    size_t m = 0;
+    while (m < n && v[m] != ';' && v[m] != ' ' && v[m] != '\t') m++;
+    return m == 16 && !strncasecmp(v, "application/json", 16);
+}
+
+/* localhost, ::1 (bracketed or not) or a dotted-decimal 127.x address
+ * (digits and dots only: a name such as 127.0.0.1.example.com is not one) */
+static int is_loopback_name(const char *h, size_t n) {
+    if ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 5 && !memcmp(h, "[::1]", 5)) ||
+        (n == 3 && !memcmp(h, "::1", 3)))
+        return 1;
+    if (n < 5 || memcmp(h, "127.", 4)) return 0;
+    for (size_t i = 4; i < n; i++)
+        if ((h[i] < '0' || h[i] > '9') && h[i] != '.') return 0;
+    return 1;
+}
+
+/* h[0..n) one of the comma-separated names of list (case-insensitive) */
+static int in_list(const char *list, const char *h, size_t n) {
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncasecmp(p, h, n)) return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+static int host_allowed(const server *s, const http_req *r) {
+    if (!is_loopback_name(s->o.host, strlen(s->o.host))) return 1;
+    size_t n;
+    const char *h = http_header_get(r, "Host", &n);
+    if (!h) return 1;
+    /* drop the port: after the last ':' of a name, after ']' of an IPv6 literal */
+    size_t name = n;
+    if (n && h[0] == '[') {
+        const char *close = memchr(h, ']', n);
+        if (close) name = (size_t)(close - h) + 1;
+    } else {
+        const char *colon = memchr(h, ':', n);
+        if (colon) name = (size_t)(colon - h);
+    }
+    if (name == n || (name < n && h[name] == ':')) {
+        for (size_t i = name + 1; i < n; i++)
+            if (h[i] < '0' || h[i] > '9') return 0;
+    } else {
+        return 0;
+    }
+    return is_loopback_name(h, name) || (strlen(s->o.host) == name && !strncasecmp(s->o.host, h, name)) ||
+           in_list(s->o.allow_host, h, name);
+}
+
 /* Answers one complete request; 1 to keep the connection open. */
 static int handle(conn *c, const http_req *r) {
     server *s = c->s;
@@ -780,6 +847,27 @@ static int handle(conn *c, const http_req *r) {
     api_error e;
     strbuf b = {0};
     int rc;
+    if (!host_allowed(s, r)) {
+        size_t n;
+        const char *h = http_header_get(r, "Host", &n);
+        api_fail(&e, 403, "invalid_request_error", NULL, "host_not_allowed",
+                 "Host '%.*s' is not allowed on a server bound to %s (a guard against DNS rebinding); start gem serve "
+                 "with --allow-host NAME to accept it",
+                 (int)(n < 200 ? n : 200), h ? h : "", s->o.host);
+        return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
+    }
+    if (post && !json_body(r)) {
+        size_t n;
+        const char *t = http_header_get(r, "Content-Type", &n);
+        if (t)
+            api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                     "a POST body must be sent with 'Content-Type: application/json', not '%.*s'",
+                     (int)(n < 200 ? n : 200), t);
+        else
+            api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                     "a POST body must be sent with 'Content-Type: application/json' (the header is missing)");
+        return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
+    }
     if (!strcmp(r->method, "OPTIONS")) { /* CORS preflight: no authentication */
         strbuf x = {0};
         extra_headers(s, &x);

@@ -15,6 +15,9 @@ typedef struct {
     int n_ctx, threads;
     const char *api_key;    /* NULL: no authentication */
     const char *cors;       /* Access-Control-Allow-Origin, or NULL */
+    /* --allow-host: comma-separated Host names a loopback-bound server
+     * accepts beside localhost and loopback addresses (NULL: none) */
+    const char *allow_host;
     size_t max_body;        /* request body limit in bytes */
     int queue;              /* requests waiting for the engine beyond the running one */
     int max_conns;          /* open connections; more are answered 503 and closed */

@@ -24,6 +24,11 @@ check() { # description, then a command that must succeed
     if "$@"; then ok; else bad "$what"; fi
 }
 
+# every request these tests send declares a JSON body, as the server
+# requires of POSTs (the checks of that requirement call curl_bare)
+curl_bare() { command curl "$@"; }
+curl() { command curl -H 'Content-Type: application/json' "$@"; }
+
 # jget PATH: a field of the JSON on stdin (strings raw, others as JSON)
 jget() {
     node -e '
@@ -214,6 +219,25 @@ head -c 70000 /dev/zero | tr '\0' 'a' >"$tmp/big"
 [ "$(curl -s -o "$tmp/err" -w '%{http_code}' "$U/v1/completions" --data-binary "@$tmp/big")" = 413 ] && ok || bad "oversized body"
 grep -q "request body too large" "$tmp/err" && ok || bad "413 message"
 
+# browser drive-by guards: a POST body must be declared JSON (a page can
+# send text/plain or a form without a preflight), and a loopback server
+# answers only loopback Host names (DNS rebinding) unless --allow-host
+r=$(curl_bare -s -w ' %{http_code}' "$U/v1/completions" -H 'Content-Type: text/plain' -d '{"prompt":"Hi","max_tokens":2}')
+case "$r" in *"must be sent with 'Content-Type: application/json', not 'text/plain'"*415) ok ;; *) bad "text/plain POST: $r" ;; esac
+r=$(curl_bare -s -w ' %{http_code}' "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}]}')
+case "$r" in *"not 'application/x-www-form-urlencoded'"*415) ok ;; *) bad "form POST: $r" ;; esac
+r=$(curl_bare -s -w ' %{http_code}' "$U/tokenize" -H 'Content-Type:' -d '{"content":"Hi"}')
+case "$r" in *"(the header is missing)"*415) ok ;; *) bad "POST without Content-Type: $r" ;; esac
+r=$(curl_bare -s "$U/tokenize" -H 'Content-Type: Application/JSON; charset=utf-8' -d '{"content":"Hello world"}' | jget tokens)
+[ "$r" = "[9259,1902]" ] && ok || bad "JSON with a charset: $r"
+r=$(curl -s -w ' %{http_code}' "$U/v1/models" -H 'Host: attacker.example')
+case "$r" in *"Host 'attacker.example' is not allowed"*"--allow-host"*403) ok ;; *) bad "foreign Host: $r" ;; esac
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health" -H 'Host: 127.0.0.1.attacker.example')" = 403 ] && ok || bad "a name that starts like 127."
+for h in "localhost:$PORT" "127.0.0.1" "[::1]:$PORT" "LOCALHOST"; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/models" -H "Host: $h")" = 200 ] && ok || bad "loopback Host $h"
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health" -H 'Host: localhost:80x')" = 403 ] && ok || bad "Host with a bad port"
+
 # raw requests: framing errors, timeouts, endless heads
 raw() { # bytes, seconds to wait for the answer[, more bytes sent after 0.5 s]
     exec 3<>"/dev/tcp/127.0.0.1/$PORT"
@@ -231,38 +255,38 @@ grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "gzip request body: $(head -1 "$
 raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "Content-Length with Transfer-Encoding: $(head -1 "$tmp/raw")"
 # a chunked body, arriving in two parts
-raw 'POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
+raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
 grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
 # curl streams a body from stdin chunked
 [ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
 # HEAD: the head a GET gets, no body, so the next response on the connection is read whole
-raw 'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+raw 'HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\nHEAD /v1/completions HTTP/1.1\r\nHost: localhost\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' 3
 [ "$(grep -c '^HTTP/1.1 200' "$tmp/raw")" = 2 ] && grep -q '^HTTP/1.1 405' "$tmp/raw" &&
     [ "$(grep -o '{"status":"ok"}' "$tmp/raw" | wc -l)" = 1 ] && [ "$(grep -c '"error"' "$tmp/raw")" = 0 ] &&
     tail -c 15 "$tmp/raw" | grep -q '{"status":"ok"}' && ok || bad "HEAD: $(cat "$tmp/raw")"
-raw 'GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n' 3
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header: y\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
-raw 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' 3
 grep -q '{"status":"ok"}' "$tmp/raw" && ok || bad "raw health"
 t0=$(date +%s%N)
-raw 'GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ' 5
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ' 5
 t1=$(date +%s%N)
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow head: no 408: $(head -1 "$tmp/raw")"
 [ $(((t1 - t0) / 1000000)) -lt 4000 ] && ok || bad "slow head took $(((t1 - t0) / 1000000)) ms to time out"
-raw "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
+raw "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow body: no 408"
 endless=$(head -c 20000 /dev/zero | tr '\0' 'a')
 raw "GET /health HTTP/1.1\r\nX-Endless: $endless" 5
 grep -q "^HTTP/1.1 431" "$tmp/raw" && ok || bad "endless head: no 431: $(head -1 "$tmp/raw")"
 # keep-alive: two requests on one connection, pipelined
-raw 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' 3
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' 3
 [ "$(grep -o 'HTTP/1.1 200' "$tmp/raw" | wc -l)" = 2 ] && ok || bad "pipelined keep-alive requests"
 # an HTTP/1.0 stream: no chunked coding, the end of the stream closes the connection
-raw 'POST /v1/completions HTTP/1.0\r\nContent-Length: 61\r\n\r\n{"prompt":"x","stream":true,"gem_forced_output":"one two"}   ' 5
+raw 'POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 61\r\n\r\n{"prompt":"x","stream":true,"gem_forced_output":"one two"}   ' 5
 grep -q "^HTTP/1.1 200" "$tmp/raw" && ! grep -qi "^Transfer-Encoding" "$tmp/raw" && grep -qi "^Connection: close" "$tmp/raw" \
     && [ "$(tail -c 14 "$tmp/raw")" = "$(printf 'data: [DONE]\n\n')" ] && ok || bad "HTTP/1.0 stream: $(cat "$tmp/raw")"
 # Expect: 100-continue (the body follows the interim answer)
-raw 'POST /tokenize HTTP/1.1\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
+raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
 grep -q "^HTTP/1.1 100 Continue" "$tmp/raw" && grep -q '"tokens":\[' "$tmp/raw" && ok || bad "100-continue"
 
 # ---- a client that leaves mid-stream cancels its request ----
@@ -301,7 +325,7 @@ python3 -c '
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 b = b"{\"prompt\":\"Hi\",\"max_tokens\":2}"
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
 s.shutdown(socket.SHUT_WR)
 s.settimeout(5)
 try:
@@ -310,6 +334,16 @@ except OSError: pass
 ' "$PORT"
 wait $busy
 [ "$(grep -c "cancelled: the client left while queued" "$tmp/main.log")" -gt "$before" ] && ok || bad "half-closed client not logged"
+
+# ---- --allow-host: names a loopback server accepts beside its own ----
+start allow --allow-host my.box,other.box || exit 1
+for h in "my.box:$PORT" "OTHER.box" "localhost"; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H "Host: $h")" = 200 ] && ok || bad "--allow-host: Host $h"
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H "Host: box")" = 403 ] && ok || bad "--allow-host: a name not in the list"
+kill $PID
+$GEM serve -m "$M" --port 0 --allow-host 'a b' >"$tmp/o" 2>&1
+[ $? = 2 ] && grep -q "bad value for --allow-host" "$tmp/o" && ok || bad "--allow-host with a space: $(cat "$tmp/o")"
 
 # ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
 start queue --queue 1 --heartbeat 0.3 || exit 1
@@ -344,7 +378,7 @@ case "$r" in *'"type":"invalid_request_error"'*'"code":"invalid_api_key"'*' 401'
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret' -d '{"prompt":"x","max_tokens":1}')" = 200 ] && ok || bad "right key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/completions" -H 'Authorization: Bearer s3cret2' -d '{"prompt":"x","max_tokens":1}')" = 401 ] && ok || bad "key with a suffix"
 # without the key a request is refused on its head: no 100 Continue, its body never read
-raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n{"prompt"' 3
+raw 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n{"prompt"' 3
 grep -q "^HTTP/1.1 401" "$tmp/raw" && ! grep -q "100 Continue" "$tmp/raw" && ok || bad "401 on the head: $(head -c 300 "$tmp/raw")"
 grep -q "401: no valid API key (refused on the head, body not read)" "$tmp/auth.log" && ok || bad "early 401 not logged"
 # a client that writes its whole 5 MB body before reading (no Expect) still reads the 401, not a broken pipe
@@ -353,7 +387,7 @@ import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 n = 5000000
 try:
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % n + b"a" * n)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % n + b"a" * n)
 except OSError as e:
     print("send failed:", e); sys.exit(1)
 s.settimeout(5)
