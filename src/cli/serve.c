@@ -1,6 +1,8 @@
 /* gem serve: option parsing for the OpenAI-compatible server (src/server).
  * Binds 127.0.0.1 unless told otherwise; --port 0 picks a free port, which
- * the "listening on" line on stderr names (the tests rely on it). */
+ * the "listening on" line on stderr names (the tests rely on it). The API
+ * key comes from --api-key, --api-key-file or GEM_API_KEY (the last two
+ * keep it out of ps). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,11 +11,48 @@
 #include "server/server.h"
 #include "util/file.h"
 
+static const char help[] =
+    "gem serve: an OpenAI-compatible HTTP/1.1 server (chat and text completions, SSE streaming, /tokenize,\n"
+    "/detokenize, /props, /health) for one model, one request at a time with a bounded queue.\n"
+    "\n"
+    "  -m, --model FILE      the GGUF model (default: the embedded demo model)\n"
+    "  --alias NAME          the model id clients see (default: the file's base name)\n"
+    "  --host ADDR           address to bind (default 127.0.0.1; 0.0.0.0 for every interface)\n"
+    "  --port N              TCP port (default 8080; 0: a free one, named on stderr)\n"
+    "  --backend cpu|cuda    compute backend (default cpu)\n"
+    "  --kv-type f32|f16     KV cache entries (f16: CUDA only; default f32)\n"
+    "  -c, --ctx N           context tokens (default 4096, at most the model's trained context)\n"
+    "  -t, --threads N       CPU threads (default: the cores)\n"
+    "  --api-key KEY         require 'Authorization: Bearer KEY' on every route but /health\n"
+    "  --api-key-file FILE   the key from FILE (its first line), not visible in ps\n"
+    "                        (without either: the GEM_API_KEY environment variable, if set)\n"
+    "  --cors ORIGIN         send Access-Control-Allow-Origin: ORIGIN\n"
+    "  --allow-host NAME,..  Host names a loopback-bound server accepts beside localhost and\n"
+    "                        loopback addresses (a DNS-rebinding guard)\n"
+    "  --max-body BYTES      request body limit (default 8 MiB)\n"
+    "  --queue N             requests that may wait beyond the running one (default 16; more: 503)\n"
+    "  --max-conns N         open connections (default 128; more: 503 and closed)\n"
+    "  --timeout S           seconds for a request's head and body to arrive (default 30)\n"
+    "  --idle-timeout S      seconds an idle keep-alive connection stays open (default 60)\n"
+    "  --send-timeout S      seconds a blocked send may wait for the client (default 30)\n"
+    "  --heartbeat S         seconds between SSE comments while queued or prefilling (default 5; 0: none)\n"
+    "  --mtp FILE            an MTP drafter for speculative decoding (answers unchanged)\n"
+    "  --draft-max N         drafts per round at most (0-15, default 8)\n"
+    "  --draft-min N         rounds that would draft fewer decode plainly\n"
+    "  --draft-p-min P       stop a round after a proposal less likely than P (default 0)\n"
+    "  --draft-p-prod P      stop a round once the product of its proposals' probabilities is below P\n"
+    "                        (default 0.1)\n"
+    "  --draft-fixed         draft --draft-max every round (benchmarks)\n"
+    "  --test-hooks          tests only: accept the request field gem_forced_output\n"
+    "\n"
+    "POST bodies must be sent as 'Content-Type: application/json'. Every route and field: docs/cli.md.\n";
+
 static int usage(void) {
     fprintf(stderr,
             "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
             "                 [--ctx N] [-t THREADS]\n"
-            "                 [--api-key KEY] [--cors ORIGIN] [--allow-host NAME,...] [--max-body BYTES] [--alias NAME]\n"
+            "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
+            "                 [--max-body BYTES] [--alias NAME]\n"
             "                 [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
@@ -34,6 +73,7 @@ int cli_serve(int argc, char **argv) {
     o.heartbeat = 5;
     o.version = cli_version();
     char mbuf[4096], tbuf[4096];
+    const char *key_file = NULL;
     cli_mtp mtp;
     cli_mtp_init(&mtp);
     for (int i = 0; i < argc; i++) {
@@ -54,6 +94,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x) || x != (int)x; o.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x) || x != (int)x; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }
+        else if (!strcmp(a, "--api-key-file")) { bad = !v || !*v; key_file = v; i++; }
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
         else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
@@ -64,7 +105,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }
         else if (!strcmp(a, "--heartbeat")) { bad = cli_parse_num(v, 0, 86400, &x); o.heartbeat = x; i++; }
         else if (!strcmp(a, "--test-hooks")) o.test_hooks = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(help, stdout); return 0; }
         else {
             fprintf(stderr, "gem serve: error: unknown option '%s'\n", a);
             return usage();
@@ -73,6 +114,33 @@ int cli_serve(int argc, char **argv) {
             fprintf(stderr, "gem serve: error: bad value for %s: '%s'\n", a, v ? v : "");
             return 2;
         }
+    }
+    char *key_buf = NULL;
+    if (o.api_key && key_file) {
+        fprintf(stderr, "gem serve: error: --api-key and --api-key-file both given: use one\n");
+        return 2;
+    }
+    if (key_file || (!o.api_key && getenv("GEM_API_KEY"))) {
+        const char *what = key_file ? key_file : "GEM_API_KEY";
+        gem_err err = {{0}};
+        size_t n = 0;
+        key_buf = key_file ? file_read(key_file, 0, &n, &err) : strdup(getenv("GEM_API_KEY"));
+        if (!key_buf) {
+            fprintf(stderr, "gem serve: error: --api-key-file: %s\n", err.msg[0] ? err.msg : "out of memory");
+            return 1;
+        }
+        /* the first line, without trailing blanks */
+        n = strcspn(key_buf, "\r\n");
+        while (n && (key_buf[n - 1] == ' ' || key_buf[n - 1] == '\t')) n--;
+        key_buf[n] = 0;
+        int ctl = 0;
+        for (size_t i = 0; i < n; i++) ctl |= (unsigned char)key_buf[i] < 0x20 || key_buf[i] == 0x7f;
+        if (!n || ctl) {
+            fprintf(stderr, "gem serve: error: the API key from %s is %s\n", what, n ? "not printable text" : "empty");
+            free(key_buf);
+            return 2;
+        }
+        o.api_key = key_buf;
     }
     if (!o.model_path) o.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
     /* a server's drafter is named, never found beside the model */
@@ -89,5 +157,6 @@ int cli_serve(int argc, char **argv) {
     o.chat_template = tlen ? tpl : NULL;
     int rc = server_run(&o);
     free(tpl);
+    free(key_buf);
     return rc;
 }

@@ -37,6 +37,13 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     int64_t trained = 0;
     int64_t k = gguf_find_key(e->file, "gemma4.context_length");
     if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
+    /* an asked-for context past the trained one is refused (the model's
+     * positions beyond it were never trained); the default is capped */
+    if (trained > 0 && o->n_ctx > trained) {
+        gem_err_set(err, "a context of %d exceeds the model's trained context of %lld (%s)", o->n_ctx,
+                    (long long)trained, o->model_path);
+        goto fail;
+    }
     e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
     e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;

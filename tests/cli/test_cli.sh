@@ -106,6 +106,9 @@ expect 0 "decode" -- $GEM run -m "$M" -p "Hi" -n 4 --temp 0
 expect 2 "unknown option '--frob'" -- $GEM run -m "$M" -p x --frob
 expect 2 "bad value for --temp" -- $GEM run -m "$M" -p x --temp hot
 expect 1 "exceed the context of 16" -- $GEM run -m "$M" -p "a b c d e f g" -n 10 --ctx 16
+# a context past the model's trained one is refused, not capped
+expect 1 "a context of 4097 exceeds the model's trained context of 4096" -- $GEM run -m "$M" -p x -n 1 --ctx 4097
+expect 0 "" -- $GEM run -m "$M" -p x -n 1 --ctx 4096
 expect 1 "cannot open" -- $GEM run -m "$tmp/none.gguf" -p x
 expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
 # --kv-type: a bad value names the choices; f16 is a CUDA option

@@ -398,6 +398,30 @@ curl -s -D "$tmp/ch" -o /dev/null "$A/v1/models" -H 'Authorization: Bearer s3cre
 grep -qi "^Access-Control-Allow-Origin: http://example.test" "$tmp/ch" && ok || bad "CORS origin header"
 curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin: http://example.test' -H 'Access-Control-Request-Method: POST'
 grep -q "^HTTP/1.1 204" "$tmp/ch" && grep -qi "^Access-Control-Allow-Headers: Authorization, Content-Type" "$tmp/ch" && ok || bad "CORS preflight"
+kill $PID
+# the key from a file (its first line) or from GEM_API_KEY, not the command line
+printf 'f1le-key  \nsecond line\n' >"$tmp/key"
+start keyfile --api-key-file "$tmp/key" || exit 1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer f1le-key')" = 200 ] && ok || bad "--api-key-file key"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" = 401 ] && ok || bad "--api-key-file: no key"
+grep -q "f1le-key" /proc/$PID/cmdline && bad "the key is on the command line" || ok
+kill $PID
+GEM_API_KEY=env-key start envkey || exit 1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer env-key')" = 200 ] && ok || bad "GEM_API_KEY key"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer other')" = 401 ] && ok || bad "GEM_API_KEY: wrong key"
+kill $PID
+printf '\n' >"$tmp/empty"
+for f in "--api-key-file $tmp/empty:the API key from $tmp/empty is empty" "--api-key-file $tmp/none:cannot open" \
+         "--api-key k --api-key-file $tmp/key:--api-key and --api-key-file both given"; do
+    $GEM serve -m "$M" --port 0 ${f%%:*} >"$tmp/o" 2>&1
+    [ $? != 0 ] && grep -q -- "${f#*:}" "$tmp/o" && ok || bad "${f%%:*}: $(head -c 300 "$tmp/o")"
+done
+# --help explains every option of the synopsis
+$GEM serve --help >"$tmp/help" 2>&1
+[ $? = 0 ] && ok || bad "gem serve --help exit status"
+for opt in $($GEM serve --frob 2>&1 | grep -v 'unknown option' | grep -o -- '--[a-z-]*' | sort -u); do
+    grep -q -- "$opt " "$tmp/help" && ok || bad "gem serve --help does not explain $opt"
+done
 
 # ---- speculative decoding (--mtp) ----
 # a random drafter: the answer is the plain server's; timings count the
@@ -437,6 +461,8 @@ $GEM serve -m "$M" --port 99999 >"$tmp/o" 2>&1
 $GEM serve -m "$M" --frob >"$tmp/o" 2>&1
 [ $? = 2 ] && grep -q "unknown option '--frob'" "$tmp/o" && ok || bad "unknown option"
 # --queue 0 would refuse every request (503 even when idle); counts are whole numbers
+$GEM serve -m "$M" --port 0 --ctx 8192 >"$tmp/o" 2>&1
+[ $? = 1 ] && grep -q "a context of 8192 exceeds the model's trained context of 4096" "$tmp/o" && ok || bad "--ctx past the trained context: $(head -c 300 "$tmp/o")"
 for f in "--queue 0" "--queue 1.5" "--max-conns 2.5" "--threads 1.5" "--ctx 100.5" "--max-body 2048.5"; do
     $GEM serve -m "$M" --port 0 $f >"$tmp/o" 2>&1
     [ $? = 2 ] && grep -q "bad value for ${f% *}" "$tmp/o" && ok || bad "$f accepted: $(head -c 200 "$tmp/o")"
