@@ -127,9 +127,12 @@ static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_par
 
 /* --verify-cost: the cost of a verification round of k + 1 rows, k = 1 ..
  * draft-max, in plain decode steps: the replay drafter right every time
- * (its proposals cost nothing) with k fixed, so every round is one
- * verification of k + 1 rows that accepts all k; a round's time is the
- * decode time over the rounds after the first token. Medians over reps. */
+ * (its proposals cost nothing) with k fixed, and an answer length at which
+ * every round is full: the first token comes from the prompt, then each
+ * round verifies k + 1 rows and emits k + 1 tokens, with no plain step and
+ * no shorter last round (the length is searched below gen, and the runs
+ * checked for it), so decode time over rounds is one full round's time.
+ * Medians over reps. */
 static int bench_verify_cost(gem_session *s, const int32_t *ids, int D, const gem_gen_params *gp, int32_t *full,
                              const spec_out *plain, double plain_tps, int reps, strbuf *js, gem_err *err) {
     const int gen = (int)gp->max_tokens;
@@ -145,21 +148,36 @@ static int bench_verify_cost(gem_session *s, const int32_t *ids, int D, const ge
         g.draft_max = k;
         g.draft_min = 1;
         g.draft_fixed = 1;
+        g.draft_p_min = g.draft_p_prod = 0;
         gem_gen_result res;
+        /* the longest answer up to gen made of full rounds only */
+        int len = 0;
+        for (int n = gen; n >= 2 && !len && !rc; n--) {
+            g.max_tokens = n;
+            if (spec_run(s, ids, D, &g, &o, &res, err)) rc = 1;
+            else if (res.n_drafted == (long)k * res.n_rounds && 1 + res.n_rounds * (k + 1) == res.n_generated)
+                len = n;
+        }
+        if (!rc && !len)
+            rc = gem_err_set(err, "--verify-cost: no answer of up to %d tokens is made of full %d-row rounds", gen, k + 1);
         for (int r = 0; r <= reps && !rc; r++) {
             if (spec_run(s, ids, D, &g, &o, &res, err)) rc = 1;
-            else if (memcmp(o.ids, plain->ids, sizeof(int32_t) * (size_t)gen))
+            else if (memcmp(o.ids, plain->ids, sizeof(int32_t) * (size_t)len))
                 rc = gem_err_set(err, "a verification-cost run at depth %d changed the answer", D);
-            /* the first round chose the first token: decode_s holds the rest */
-            else rt[r] = res.decode_s / (double)(res.n_rounds > 1 ? res.n_rounds - 1 : 1);
+            else if (res.n_drafted != (long)k * res.n_rounds || res.n_rounds < 1)
+                rc = gem_err_set(err, "a verification-cost run drafted %ld in %ld rounds of %d", res.n_drafted,
+                                 res.n_rounds, k);
+            /* decode_s runs from the first token (the prompt's) to the
+             * last: the rounds, nothing else */
+            else rt[r] = res.decode_s / (double)res.n_rounds;
         }
         if (rc) break;
         const stats st = summarize(rt + 1, reps);
-        printf("  verify %2d rows               %8.3f ms per round = %.2f decode steps\n", k + 1, 1e3 * st.median,
-               st.median / step_s);
-        sb_printf(js, "%s\n  {\"depth\": %d, \"verify_rows\": %d, \"round_ms\": %.4f, \"decode_step_ms\": %.4f, "
-                      "\"round_in_steps\": %.4f}",
-                  js->len ? "," : "", D, k + 1, 1e3 * st.median, 1e3 * step_s, st.median / step_s);
+        printf("  verify %2d rows               %8.3f ms per round = %.2f decode steps (%ld rounds)\n", k + 1,
+               1e3 * st.median, st.median / step_s, res.n_rounds);
+        sb_printf(js, "%s\n  {\"depth\": %d, \"verify_rows\": %d, \"rounds\": %ld, \"round_ms\": %.4f, "
+                      "\"decode_step_ms\": %.4f, \"round_in_steps\": %.4f}",
+                  js->len ? "," : "", D, k + 1, res.n_rounds, 1e3 * st.median, 1e3 * step_s, st.median / step_s);
     }
     gem_session_set_replay(s, NULL, 0, 0, 0, err);
     free(o.ids);

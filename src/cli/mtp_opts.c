@@ -82,6 +82,7 @@ void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {
     if (m->draft_min >= 0) gp->draft_min = m->draft_min;
     if (m->p_min >= 0) gp->draft_p_min = (float)m->p_min;
     if (m->p_prod >= 0) gp->draft_p_prod = (float)m->p_prod;
+    else if (m->fixed) gp->draft_p_prod = 0; /* a fixed count stays fixed unless a bound is asked for */
     if (m->fixed) gp->draft_fixed = 1;
 }
 

@@ -131,14 +131,16 @@ typedef struct {
      * draft is accepted while it equals the draw. */
     int draft_max, draft_min;
     float draft_p_min, draft_p_prod;
-    int draft_fixed;         /* draft draft_max every round (benchmarks); by
+    int draft_fixed;         /* draft draft_max every round (benchmarks; the
+                              * stop bounds still apply: the CLI and server
+                              * clear draft_p_prod's default with it); by
                               * default the count adapts to acceptance */
 } gem_gen_params;
 
 /* params with sampling gem_sampling_default() (greedy), no limit,
  * draft_max GEM_DRAFT_MAX_DEFAULT and draft_p_prod GEM_DRAFT_P_PROD_DEFAULT
- * (on the demo pair it cut a fifth of the drafts for 2.5% of the accepted
- * ones: bench/results/mtp-pprod-cpu-2026-12-06.json) */
+ * (on the demo pair at k = 3 it cut 19% of the drafts for 2.5% of the
+ * accepted ones: bench/results/mtp-pprod-cpu-2026-12-06.json) */
 #define GEM_DRAFT_MAX_DEFAULT 8
 #define GEM_DRAFT_P_PROD_DEFAULT 0.1f
 gem_gen_params gem_gen_params_default(void);

@@ -183,7 +183,7 @@ int gemma4_draft_step(gemma4_drafter *d, int32_t id, int first, int32_t *next, f
     float *l = logits;
     if (p_top && !on_device && !l && !(l = malloc(GEMMA4_N_VOCAB * sizeof *l))) return gem_err_set(err, "out of memory");
     if (l) b->download(b, d->logits, 0, l, GEMMA4_N_VOCAB);
-    if (p_top) *p_top = on_device ? f[1] : gem_top1_prob(l, GEMMA4_N_VOCAB);
+    if (p_top) *p_top = on_device ? f[1] : gem_top1_prob(l, GEMMA4_N_VOCAB, NULL);
     if (l != logits) free(l);
     if (b->status(b, err)) return -1;
     *next = (int32_t)f[0];

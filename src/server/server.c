@@ -318,6 +318,7 @@ static void run_job(server *s, job *j) {
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
     if (s->o.draft_p_prod >= 0) gp.draft_p_prod = (float)s->o.draft_p_prod;
+    else if (s->o.draft_fixed) gp.draft_p_prod = 0; /* as cli_mtp_params */
     if (s->o.draft_fixed) gp.draft_fixed = 1;
     /* the test hook's text, then an end token, instead of drawn tokens */
     tok_ids forced = {0};

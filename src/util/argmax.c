@@ -69,12 +69,12 @@ double gem_top1_prob_ref(const float *v, int32_t n) {
 /* exp(x) for x <= 0: x = k ln2 + r, |r| <= ln2 / 2 (ln2 in two parts, so r
  * is exact enough), exp(r) by its Taylor polynomial to degree 7 (truncation
  * below 2e-8 relative), times 2^k built in the exponent bits; x below -87
- * (exp under 1.6e-38: nothing beside the maximum's 1) gives 0, a NaN stays
- * NaN. */
+ * (exp under 1.6e-38: nothing beside the maximum's 1) gives 0. A NaN x
+ * comes out finite: the caller flags NaNs itself. */
 __attribute__((target("avx2,fma"))) static __m256 exp_neg(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo); /* NaN x: maxps returns lo, restored below */
+    x = _mm256_max_ps(x, lo); /* NaN x: maxps returns lo */
     const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
@@ -121,9 +121,11 @@ __attribute__((target("avx2,fma"))) static float top1_prob_avx2(const float *v, 
 }
 #endif
 
-float gem_top1_prob(const float *v, int32_t n) {
+float gem_top1_prob(const float *v, int32_t n, int32_t *idx) {
+    const int32_t best = gem_argmax(v, n);
+    if (idx) *idx = best;
     if (n <= 1) return 1.0f;
-    const float m = v[gem_argmax(v, n)];
+    const float m = v[best];
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return top1_prob_avx2(v, n, m);
 #endif

@@ -22,7 +22,7 @@ int32_t gem_argmax_ref(const float *v, int32_t n);
  * after the 2^k split (relative error below 1e-6 per term, terms summed in
  * double), so the two agree within 1e-5 relative (test_argmax). NaN where
  * v holds a NaN; 1 for n <= 1. */
-float gem_top1_prob(const float *v, int32_t n);
+float gem_top1_prob(const float *v, int32_t n, int32_t *idx); /* idx (if not NULL): gem_argmax's */
 double gem_top1_prob_ref(const float *v, int32_t n);
 
 #endif

@@ -194,5 +194,15 @@ set -- $(turn 1) $(turn 2) $(turn 3)
 if [ $# = 6 ] && [ "$2" = 0 ] && [ "$4" -gt 0 ] && [ "$6" = $(($3 - ($1 - $4))) ] && [ "$6" -gt "$4" ]; then ok
 else bad "chat turns did not reuse their history as expected (P1 R1 P2 R2 P3 R3: $*): $(cat "$tmp/turns.txt")"; fi
 
+# --draft-fixed keeps its count: the running-product stop's default is off
+# with it (3 drafts in every round but a last, shorter one); the same run
+# with the bound asked for stops some rounds early
+fixed_counts() { $GEM run -m "$D" -p "The history of the city" -n 48 --temp 0 --ignore-eos --draft-max 3 --draft-fixed "$@" 2>&1 |
+    sed -n 's/.*mtp: \([0-9]*\) rounds, \([0-9]*\) drafted.*/\1 \2/p'; }
+set -- $(fixed_counts)
+[ $# = 2 ] && [ "$2" -ge $((3 * ($1 - 1))) ] && ok || bad "--draft-fixed: $1 rounds drafted $2"
+set -- $(fixed_counts --draft-p-prod 0.5)
+[ $# = 2 ] && [ "$2" -lt $((3 * ($1 - 1))) ] && ok || bad "--draft-fixed --draft-p-prod 0.5: $1 rounds drafted $2"
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -414,14 +414,15 @@ static void test_matmul_ranges(backend *gb) {
  * each token's row of matmul, matmul_multi (three matrices in one launch)
  * and matmul_geglu equals, bit for bit, the one-token product of that
  * token. K: unsplit rows whose last pipeline stage is half full (5376, the
- * 31B's width), rows split over 2 and 4 warps (8192, 21504), a short row
+ * 31B's width), rows split over 2 and 4 warps (8192, 21504; 8448 and
+ * 16640 with their last stage half full), a short row
  * (1536: fewer blocks than lanes in some classes) and one the tensor-core
  * tile does not take (1568); token counts on both sides of k_vr_q's
  * smallest (5) and of 8 (one or two 8-token mma tiles); M not a multiple
  * of the 32-row tile. */
 static void test_matmul_tiles_exact(void) {
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    const int64_t Ks[] = {5376, 8192, 21504, 1536, 1568};
+    const int64_t Ks[] = {5376, 8192, 21504, 8448, 16640, 1536, 1568};
     const int ns[] = {2, 4, 5, 8, 9, 16};
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {

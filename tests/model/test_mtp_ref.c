@@ -107,7 +107,8 @@ int main(void) {
         const int n_ids = (int)jids->len;
         for (int i = 0; i < n_ids; i++) {
             double x;
-            ids[i] = num(json_at(jids, (size_t)i), &x) ? -1 : (int32_t)x;
+            ids[i] = num(json_at(jids, (size_t)i), &x) || x < 0 || x >= V ? -1 : (int32_t)x;
+            bad_data += ids[i] < 0;
         }
         gemma4_reset(st);
         for (size_t ri = 0; ri < jr->len; ri++) {
@@ -135,7 +136,7 @@ int main(void) {
                 const json *s = json_at(js, si);
                 double id0, p0, p1;
                 if (!s || s->type != JSON_ARRAY || s->len != 6 || num(json_at(s, 0), &id0) || num(json_at(s, 1), &p0) ||
-                    num(json_at(s, 3), &p1)) {
+                    num(json_at(s, 3), &p1) || id0 < 0 || id0 >= V) {
                     bad_data++;
                     break;
                 }

@@ -46,16 +46,16 @@ int main(void) {
     CHECKF(bad == 0, "%d of 20000 random rows differ from the scalar definition", bad);
 
     /* top-1 probability */
-    CHECK(gem_top1_prob(a, 1) == 1.0f && gem_top1_prob_ref(a, 1) == 1.0);
+    CHECK(gem_top1_prob(a, 1, NULL) == 1.0f && gem_top1_prob_ref(a, 1) == 1.0);
     float two[] = {0, 0};
-    CHECK(fabsf(gem_top1_prob(two, 2) - 0.5f) < 1e-7f);
-    CHECK(isnan(gem_top1_prob(b, 3)) && isnan(gem_top1_prob(c, 5)));
+    CHECK(fabsf(gem_top1_prob(two, 2, NULL) - 0.5f) < 1e-7f);
+    CHECK(isnan(gem_top1_prob(b, 3, NULL)) && isnan(gem_top1_prob(c, 5, NULL)));
     double worst = 0;
     for (int t = 0; t < 5000; t++) {
         const int n = 1 + (int)(rng_splitmix64(&s) % N);
         const double scale = 0.01 * (double)(1 + rng_splitmix64(&s) % 4000); /* flat .. peaked: spread up to 400 */
         for (int i = 0; i < n; i++) v[i] = (float)(((double)(rng_splitmix64(&s) >> 11) / 9007199254740992.0 - 0.5) * scale);
-        const double r = gem_top1_prob_ref(v, n), g = gem_top1_prob(v, n);
+        const double r = gem_top1_prob_ref(v, n), g = gem_top1_prob(v, n, NULL);
         if (fabs(g - r) / r > worst) worst = fabs(g - r) / r;
     }
     enum { VOC = 262144 };
@@ -64,7 +64,7 @@ int main(void) {
         const double scale = t == 0 ? 1e-3 : t * 8.0;
         for (int i = 0; i < VOC; i++) big[i] = (float)(((double)(rng_splitmix64(&s) >> 11) / 9007199254740992.0) * scale);
         big[(t * 7919) % VOC] += (float)(t * 3); /* a leader, more or less clear */
-        const double r = gem_top1_prob_ref(big, VOC), g = gem_top1_prob(big, VOC);
+        const double r = gem_top1_prob_ref(big, VOC), g = gem_top1_prob(big, VOC, NULL);
         if (fabs(g - r) / r > worst) worst = fabs(g - r) / r;
     }
     free(big);

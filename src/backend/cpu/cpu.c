@@ -470,8 +470,9 @@ static void cpu_kv_unstash(backend *b, be_kv *kv, int n_pos, const be_buf *src, 
 
 static void cpu_argmax_prob(backend *b, const be_buf *x, int width, be_buf *out) {
     (void)b;
-    out->p[0] = (float)gem_argmax(x->p, width);
-    out->p[1] = gem_top1_prob(x->p, width);
+    int32_t best;
+    out->p[1] = gem_top1_prob(x->p, width, &best);
+    out->p[0] = (float)best;
 }
 
 static void cpu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out) {

@@ -1,10 +1,12 @@
 /* CUDA matrix products (see cuda_ops.h; invariants in cuda_common.h):
  * matmul, matmul_multi (q/k/v in one launch) and matmul_geglu (gate/up
- * with the gating fused). Steps of up to 8 tokens, and every call with
- * GEM_CUDA_MMA=0, run matrix-vector kernels: dp4a on 8-bit activation
- * codes for q8_0/q4_0 (the CPU fast path's codes, so only the f32
- * summation order differs from it), f32 FMA for float weights, one-token
- * rows of 8192 values or more split over warps. Prefill tiles run on the
+ * with the gating fused). One-token steps, row-exact tiles of up to 4
+ * tokens, and every call with GEM_CUDA_MMA=0, run matrix-vector kernels:
+ * dp4a on 8-bit activation codes for q8_0/q4_0 (the CPU fast path's codes,
+ * so only the f32 summation order differs from it), f32 FMA for float
+ * weights, one-token rows of 8192 values or more split over warps; row-exact
+ * tiles of 5 to 16 tokens of q8_0/q4_0 run k_vr_q (tensor-core block sums,
+ * the matrix-vector kernel's f32 steps and order). Prefill tiles run on the
  * tensor cores: k_mm_w (warpgroup MMA, the default) or k_mm_h (mma.sync,
  * GEM_CUDA_MMH=2) on f16 activations and weights expanded to f16 in
  * registers (power-of-two operand ranges: no f16 overflow), else, for K
@@ -781,7 +783,9 @@ __device__ __forceinline__ void vr_stage(const uint8_t *st, int b0, int nb, floa
 }
 
 template <int Q4, int NTT, int SP>
-__global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT) /* 16 warps per SM: at most 128 registers */
+/* at most 128 registers, so 16 warps fit an SM where shared memory allows
+ * (q8_0 with 9-16 tokens needs about 116 KiB a CTA: one per SM) */
+__global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt) {
     CU_TRACE(CT_VR_Q);
     pdl_wait();
@@ -1399,8 +1403,9 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         job.m[1].d = W[1]->d;
         job.m[1].M = (int)W[1]->ne1;
     }
-    /* tiles of up to BE_EXACT_ROWS tokens stay on the matrix-vector kernels
-     * (in launches of MV_MAXT): their rows are then the one-token step's */
+    /* tiles of up to BE_EXACT_ROWS tokens stay on the row-exact kernels
+     * (k_mv_q in launches of MV_MAXT, or k_vr_q below): their rows are then
+     * the one-token step's */
     if ((fmt == DW_Q8_0 || fmt == DW_Q4_0) && n > BE_EXACT_ROWS && !pair && c->mma && (K / 32) % MMT_KS == 0) {
         int f16 = 1;
         for (int i = 0; i < job.count; i++) f16 &= W[i]->hexp > 0;

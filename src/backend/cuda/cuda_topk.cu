@@ -1,8 +1,10 @@
 /* CUDA picks from the logits (see cuda_ops.h; invariants in
  * cuda_common.h): argmax (greedy decoding reads back one number per
- * row; argmax_prob also the largest value's softmax probability) and
- * top-k (sampling reads back 2k numbers). Both are exact and order ties
- * as the sampler does: the lowest index first among equal values. */
+ * row; argmax_prob also the largest value's softmax probability, in f32:
+ * a confidence, not an exact quantity; a row of -inf alone gives +inf
+ * where the CPU gives NaN, neither a probability a stop rule acts on) and
+ * top-k (sampling reads back 2k numbers). The picks are exact and order
+ * ties as the sampler does: the lowest index first among equal values. */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
 
