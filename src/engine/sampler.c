@@ -24,7 +24,7 @@ struct sampler {
 };
 
 gem_sampling gem_sampling_default(void) {
-    gem_sampling s = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0};
+    gem_sampling s = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0, NULL, NULL, 0};
     return s;
 }
 
@@ -37,10 +37,16 @@ sampler *sampler_new(const gem_sampling *p, int n_vocab) {
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
-    if (!s->c || !s->work || !s->count) {
+    /* the biases are copied: a request's arrays may go before the sampler */
+    const int nb = p->n_bias > 0 ? p->n_bias : 0;
+    int32_t *ids = nb ? malloc((size_t)nb * sizeof *ids) : NULL;
+    float *bias = nb ? malloc((size_t)nb * sizeof *bias) : NULL;
+    s->p.bias_ids = ids, s->p.bias = bias, s->p.n_bias = nb;
+    if (!s->c || !s->work || !s->count || (nb && (!ids || !bias))) {
         sampler_free(s);
         return NULL;
     }
+    for (int i = 0; i < nb; i++) ids[i] = p->bias_ids[i], bias[i] = p->bias[i];
     return s;
 }
 
@@ -49,6 +55,8 @@ void sampler_free(sampler *s) {
     free(s->c);
     free(s->work);
     free(s->count);
+    free((void *)s->p.bias_ids);
+    free((void *)s->p.bias);
     free(s);
 }
 
@@ -90,14 +98,18 @@ static int penalties_on(const gem_sampling *p) {
 
 static int32_t sample_sorted(sampler *s, size_t n);
 
-int sampler_is_greedy(const sampler *s) { return s->p.temp <= 0 && !penalties_on(&s->p); }
+int sampler_is_greedy(const sampler *s) { return s->p.temp <= 0 && !penalties_on(&s->p) && !s->p.n_bias; }
 
 int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, size_t n_hist) {
     const gem_sampling *p = &s->p;
-    /* greedy without penalties reads the logits as they are */
-    if (p->temp <= 0 && !penalties_on(p)) return gem_argmax(logits, s->n_vocab);
+    /* greedy without penalties or biases reads the logits as they are */
+    if (p->temp <= 0 && !penalties_on(p) && !p->n_bias) return gem_argmax(logits, s->n_vocab);
     float *l = s->work;
     memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
+    /* biases first (llama.cpp's chain): -100 or less bans the token */
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] >= 0 && p->bias_ids[i] < s->n_vocab)
+            l[p->bias_ids[i]] = p->bias[i] <= -100.0f ? -INFINITY : l[p->bias_ids[i]] + p->bias[i];
     /* penalties over the recent history */
     if (penalties_on(p)) {
         size_t from = p->penalty_last_n < 0 || (size_t)p->penalty_last_n >= n_hist ? 0 : n_hist - (size_t)p->penalty_last_n;
@@ -125,7 +137,7 @@ int32_t sampler_sample(sampler *s, const float *logits, const int32_t *hist, siz
 
 int sampler_topk(const sampler *s) {
     const gem_sampling *p = &s->p;
-    return p->temp > 0 && !penalties_on(p) && p->top_k > 0 && p->top_k <= SAMPLER_TOPK_MAX && p->top_k < s->n_vocab
+    return p->temp > 0 && !penalties_on(p) && !p->n_bias && p->top_k > 0 && p->top_k <= SAMPLER_TOPK_MAX && p->top_k < s->n_vocab
                ? p->top_k
                : 0;
 }

@@ -111,6 +111,41 @@ static int parse_stop(const json *root, api_request *r, api_error *e) {
     return 0;
 }
 
+/* logit_bias: {"token id": bias}, bias in [-100, 100] (OpenAI's range;
+ * -100 bans the token) */
+static int parse_bias(const json *root, const api_opts *o, api_request *r, api_error *e) {
+    const json *v = field(root, "logit_bias");
+    if (!v || v->type == JSON_NULL) return 0;
+    if (v->type != JSON_OBJECT) return bad_type(e, "logit_bias", "an object of token ids to numbers", v);
+    if (v->len > API_MAX_BIAS)
+        return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' has %zu entries; at most %d are allowed",
+                        v->len, API_MAX_BIAS);
+    if (!v->len) return 0;
+    r->bias_ids = malloc(v->len * sizeof *r->bias_ids);
+    r->bias = malloc(v->len * sizeof *r->bias);
+    if (!r->bias_ids || !r->bias) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < v->len; i++) {
+        const char *k = v->keys[i];
+        char *end = NULL;
+        const long id = k[0] >= '0' && k[0] <= '9' && v->key_lens[i] <= 10 ? strtol(k, &end, 10) : -1;
+        if (id < 0 || !end || *end || (size_t)(end - k) != v->key_lens[i] || id > INT32_MAX ||
+            (o && o->n_vocab && (uint32_t)id >= o->n_vocab))
+            return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' key '%.*s' is not a token id%s",
+                            (int)(v->key_lens[i] < 40 ? v->key_lens[i] : 40), k,
+                            o && o->n_vocab ? " of this model's vocabulary" : "");
+        const json *b = v->items[i];
+        if (b->type != JSON_NUMBER || !(b->num >= -100 && b->num <= 100))
+            return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' value for token %ld must be a number "
+                            "from -100 to 100", id);
+        r->bias_ids[i] = (int32_t)id;
+        r->bias[i] = (float)b->num;
+    }
+    r->sampling.bias_ids = r->bias_ids;
+    r->sampling.bias = r->bias;
+    r->sampling.n_bias = (int)v->len;
+    return 0;
+}
+
 static int parse_common(const json *root, const api_opts *o, api_request *r, api_error *e) {
     const json *v;
     double x;
@@ -153,6 +188,7 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
     if ((rc = get_num(root, "n", 1, 1e9, 1, &x, e)) < 0) return -1;
     if (rc && x != 1) return api_fail(e, 400, INVALID, "n", NULL, "'n' must be 1: one choice per request");
     if (parse_stop(root, r, e)) return -1;
+    if (parse_bias(root, o, r, e)) return -1;
     r->cache_prompt = 1;
     if (get_bool(root, "cache_prompt", &r->cache_prompt, e) < 0) return -1;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
@@ -449,6 +485,8 @@ int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_
 void api_request_free(api_request *r) {
     json_free(r->root);
     free(r->prompt_ids);
+    free(r->bias_ids);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }
 

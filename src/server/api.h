@@ -44,7 +44,10 @@ typedef enum { API_TOOLS_AUTO, API_TOOLS_NONE, API_TOOLS_REQUIRED, API_TOOLS_NAM
 
 typedef struct {
     int allow_forced_output; /* accept the test-only field "gem_forced_output" */
+    uint32_t n_vocab;        /* token ids (logit_bias keys) must be below it; 0: unchecked */
 } api_opts;
+
+#define API_MAX_BIAS 1024 /* logit_bias entries */
 
 typedef struct {
     api_kind kind;
@@ -70,6 +73,8 @@ typedef struct {
     const char *stop[API_MAX_STOP];
     size_t stop_len[API_MAX_STOP];
     int n_stop;
+    int32_t *bias_ids;       /* owned: logit_bias, in sampling.bias_ids/bias */
+    float *bias;
     int cache_prompt;        /* reuse the cached prefix (default 1) */
     int ignore_eos;          /* end tokens are ordinary tokens (llama.cpp's field; benchmarks) */
     const char *forced_output; /* test hook: the text to "generate" instead of sampling */

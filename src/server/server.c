@@ -683,7 +683,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
-    api_opts ao = {s->o.test_hooks};
+    api_opts ao = {s->o.test_hooks, s->n_vocab};
     strbuf prompt = {0}, forced = {0};
     tok_ids ids = {0};
     int ok = 0;

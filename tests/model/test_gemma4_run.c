@@ -269,6 +269,27 @@ int main(void) {
     int32_t top = argmax(all);
     CHECK(sampler_sample(g, all, &top, 1) != top);
     sampler_free(g);
+    /* logit biases: -100 bans the argmax, a large bias makes any token the
+     * pick; either takes the sampler off the device's argmax and top-k
+     * shortcuts; the sampler keeps its own copy of the arrays */
+    {
+        sp = gem_sampling_default();
+        int32_t bid[2] = {top, 5};
+        float bv[2] = {-100.0f, 0.0f};
+        sp.bias_ids = bid, sp.bias = bv, sp.n_bias = 1;
+        g = sampler_new(&sp, (int)V);
+        bid[0] = 0; /* the caller's array changes: the sampler's copy does not */
+        CHECK(!sampler_is_greedy(g) && sampler_topk(g) == 0);
+        const int32_t pick = sampler_sample(g, all, NULL, 0);
+        CHECKF(pick != top && pick >= 0, "logit_bias -100 on %d: picked %d", top, pick);
+        sampler_free(g);
+        bid[0] = top, bid[1] = 5, bv[0] = 0, bv[1] = 100.0f;
+        sp.n_bias = 2;
+        sp.temp = 0.9f, sp.top_k = 40;
+        g = sampler_new(&sp, (int)V);
+        CHECK(sampler_topk(g) == 0 && sampler_sample(g, all, NULL, 0) == 5);
+        sampler_free(g);
+    }
 
     free(all);
     free(after);

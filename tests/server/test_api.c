@@ -11,7 +11,7 @@
 #include "chat/chat.h"
 #include "test.h"
 
-static api_opts hooks_off = {0}, hooks_on = {1};
+static api_opts hooks_off = {0, 0}, hooks_on = {1, 0};
 
 static int parse(api_kind k, const char *body, api_request *r, api_error *e) {
     return api_parse(k, body, strlen(body), &hooks_off, r, e);
@@ -244,6 +244,30 @@ static void test_completion(void) {
     expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "not supported");
 }
 
+/* logit_bias: token-id keys within the vocabulary, values in [-100, 100],
+ * handed to the sampler; anything else is a 400 naming the field */
+static void test_logit_bias(void) {
+    api_request r;
+    api_error e = {0};
+    api_opts vo = {0, 1000};
+    const char *ok = "{\"prompt\":\"x\",\"logit_bias\":{\"528\":-100,\"7\":2.5}}";
+    CHECK(api_parse(API_COMPLETION, ok, strlen(ok), &vo, &r, &e) == 0);
+    CHECK(r.sampling.n_bias == 2 && r.sampling.bias_ids[0] == 528 && r.sampling.bias[0] == -100.0f &&
+          r.sampling.bias_ids[1] == 7 && r.sampling.bias[1] == 2.5f);
+    api_request_free(&r);
+    CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{}}", &r, &e) == 0 &&
+          r.sampling.n_bias == 0);
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"12x\":1}}", 400, "logit_bias", "key '12x' is not a token id");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"-3\":1}}", 400, "logit_bias", "key '-3' is not a token id");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"3\":101}}", 400, "logit_bias", "from -100 to 100");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"3\":\"1\"}}", 400, "logit_bias", "from -100 to 100");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[1]}", 400, "logit_bias", "an object of token ids");
+    const char *big = "{\"prompt\":\"x\",\"logit_bias\":{\"1000\":1}}";
+    CHECK(api_parse(API_COMPLETION, big, strlen(big), &vo, &r, &e) == -1 && strstr(e.message, "of this model's vocabulary"));
+    api_request_free(&r);
+}
+
 static void test_tokenize_requests(void) {
     api_tokenize t;
     api_error e = {0};
@@ -464,6 +488,7 @@ int main(void) {
     test_render_tools_error();
     test_chat_errors();
     test_completion();
+    test_logit_bias();
     test_tokenize_requests();
     test_error_json();
     test_reply_chat();

@@ -97,6 +97,14 @@ jget build_info <"$tmp/props" | grep -q "^gem 0\." && ok || bad "/props build_in
 [ "$(curl -s "$U/tokenize" -d '{"content":"Hello world","with_pieces":true}' | jget tokens.1.piece)" = " world" ] && ok || bad "tokenize pieces"
 [ "$(curl -s "$U/detokenize" -d '{"tokens":[9259,1902]}' | jget content)" = "Hello world" ] && ok || bad "detokenize"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/detokenize" -d '{"tokens":[262144]}')" = 400 ] && ok || bad "detokenize out of vocabulary"
+# logit_bias: -100 bans the greedy pick (it used to be ignored), +100 makes a token the pick
+first=$(curl -s "$U/v1/completions" -d '{"prompt":[2,9259,1902],"max_tokens":1,"temperature":0,"return_tokens":true}' | jget choices.0.tokens.0)
+banned=$(curl -s "$U/v1/completions" -d "{\"prompt\":[2,9259,1902],\"max_tokens\":1,\"temperature\":0,\"return_tokens\":true,\"logit_bias\":{\"$first\":-100}}" | jget choices.0.tokens.0)
+[ -n "$first" ] && [ "$first" != undefined ] && [ "$banned" != "$first" ] && [ "$banned" != undefined ] && ok || bad "logit_bias -100 on $first: $banned"
+forced=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0.9,"seed":4,"logit_bias":{"1902":100}}' | jget choices.0.message.content)
+[ "$forced" = " world world world" ] && ok || bad "logit_bias +100 on ' world': '$forced'"
+r=$(curl -s -w ' %{http_code}' "$U/v1/completions" -d '{"prompt":"x","logit_bias":{"262144":5}}')
+case "$r" in *"'logit_bias' key '262144' is not a token id of this model's vocabulary"*400) ok ;; *) bad "logit_bias out of vocabulary: $r" ;; esac
 
 # ---- determinism against gem run ----
 want=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 12 --temp 0 --ids 2>/dev/null | tr ' ' ',')
