@@ -21,6 +21,10 @@
 #include "util/json.h"
 #include "util/strbuf.h"
 
+/* the reasoning channel's markers in generated text (the parser's) */
+#define CHAT_REASONING_OPEN "<|channel>"
+#define CHAT_REASONING_CLOSE "<channel|>"
+
 typedef struct {
     const json *messages;      /* array of {role, content, reasoning_content, tool_calls, ...} */
     const json *tools;         /* array of {type: "function", function: {...}} or NULL */

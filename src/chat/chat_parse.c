@@ -12,8 +12,8 @@
 
 #include "chat/chat.h"
 
-#define M_CHANNEL_OPEN "<|channel>"
-#define M_CHANNEL_CLOSE "<channel|>"
+#define M_CHANNEL_OPEN CHAT_REASONING_OPEN
+#define M_CHANNEL_CLOSE CHAT_REASONING_CLOSE
 #define M_CALL_OPEN "<|tool_call>"
 #define M_CALL_CLOSE "<tool_call|>"
 #define M_TURN_END "<turn|>"

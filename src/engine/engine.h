@@ -112,6 +112,10 @@ typedef struct {
     const char *const *stop; /* n_stop stop strings (lengths in stop_len) */
     const size_t *stop_len;
     int n_stop;
+    /* stop strings are not looked for from stop_skip_open to
+     * stop_skip_close (both set: a reasoning channel's markers, so a stop
+     * string never ends an answer inside its thought) */
+    const char *stop_skip_open, *stop_skip_close;
     const int32_t *force;    /* the first n_force tokens are these, not drawn */
     long n_force;
     int want_logits;         /* on_token sees each step's logits (the whole

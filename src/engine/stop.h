@@ -1,7 +1,10 @@
 /* Stop strings over generated text (gem_session_generate applies them):
  * text that could still be the start of a stop string is held back until
  * it is ruled out; a match ends the text just before it, and nothing after
- * it is ever emitted. Pure (no engine), so it is unit-tested alone. */
+ * it is ever emitted. Text from skip_open to skip_close (both set: a
+ * reasoning channel's markers) is passed through unsearched, markers
+ * included; a region opened and never closed runs to the end. Pure (no
+ * engine), so it is unit-tested alone. */
 #ifndef GEM_ENGINE_STOP_H
 #define GEM_ENGINE_STOP_H
 
@@ -15,8 +18,9 @@ typedef struct {
     const char *const *stop;
     const size_t *len;
     int n;
+    const char *skip_open, *skip_close; /* NUL-terminated, or NULL */
     strbuf hold;
-    int hit;
+    int hit, in_skip;
 } stopper;
 
 /* Returns 1 once a stop string has been found (later text is dropped). */

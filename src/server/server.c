@@ -314,6 +314,8 @@ static void run_job(server *s, job *j) {
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;
+    gp.stop_skip_open = CHAT_REASONING_OPEN; /* no stop string inside the thought */
+    gp.stop_skip_close = CHAT_REASONING_CLOSE;
     if (s->o.draft_max >= 0) gp.draft_max = s->o.draft_max;
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;

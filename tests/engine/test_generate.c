@@ -39,7 +39,7 @@ static void to_sink(const char *p, size_t n, void *ctx) { sb_put(&((sink *)ctx)-
 static void test_stopper(void) {
     const char *stops[] = {"STOP", "<end>"};
     size_t lens[] = {4, 5};
-    stopper s = {stops, lens, 2, {0}, 0};
+    stopper s = {.stop = stops, .len = lens, .n = 2};
     sink k = {{0}};
     CHECK(stopper_feed(&s, "hello S", 7, to_sink, &k) == 0);
     CHECK(!strcmp(sb_cstr(&k.out), "hello ")); /* "S" held */
@@ -53,7 +53,7 @@ static void test_stopper(void) {
     CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
     stopper_free(&s);
     /* held text is released at the end */
-    stopper t = {stops, lens, 2, {0}, 0};
+    stopper t = {.stop = stops, .len = lens, .n = 2};
     k.out.len = 0;
     stopper_feed(&t, "abc<en", 6, to_sink, &k);
     CHECK(!strcmp(sb_cstr(&k.out), "abc"));
@@ -61,15 +61,44 @@ static void test_stopper(void) {
     CHECK(!strcmp(sb_cstr(&k.out), "abc<en"));
     stopper_free(&t);
     /* the earliest of two matches wins */
-    stopper w = {stops, lens, 2, {0}, 0};
+    stopper w = {.stop = stops, .len = lens, .n = 2};
     k.out.len = 0;
     CHECK(stopper_feed(&w, "a<end>bSTOP", 11, to_sink, &k) == 1 && !strcmp(sb_cstr(&k.out), "a"));
     stopper_free(&w);
     /* no stop strings: everything passes at once */
-    stopper none = {NULL, NULL, 0, {0}, 0};
+    stopper none = {.n = 0};
     k.out.len = 0;
     CHECK(stopper_feed(&none, "ST", 2, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ST"));
     stopper_free(&none);
+    /* a skip region (a reasoning channel): no stop string inside it, markers
+     * passed through, split anywhere; after it stops work again */
+    const char *think = "<o>a STOP b<end><c>c STOP d";
+    for (size_t cut = 1; cut <= strlen(think); cut++) {
+        stopper r = {.stop = stops, .len = lens, .n = 2, .skip_open = "<o>", .skip_close = "<c>"};
+        k.out.len = 0;
+        int hit = stopper_feed(&r, think, cut, to_sink, &k);
+        if (!hit) hit = stopper_feed(&r, think + cut, strlen(think) - cut, to_sink, &k);
+        CHECKF(hit == 1 && !strcmp(sb_cstr(&k.out), "<o>a STOP b<end><c>c "), "skip region cut at %zu: '%s'", cut,
+               sb_cstr(&k.out));
+        stopper_free(&r);
+    }
+    /* a stop string before the region still stops; a region never closed
+     * runs to the end; a held prefix of the opening marker is released */
+    stopper q = {.stop = stops, .len = lens, .n = 2, .skip_open = "<o>", .skip_close = "<c>"};
+    k.out.len = 0;
+    CHECK(stopper_feed(&q, "xSTOP<o>", 8, to_sink, &k) == 1 && !strcmp(sb_cstr(&k.out), "x"));
+    stopper_free(&q);
+    stopper u = {.stop = stops, .len = lens, .n = 2, .skip_open = "<o>", .skip_close = "<c>"};
+    k.out.len = 0;
+    CHECK(stopper_feed(&u, "<o>STOP <end>", 13, to_sink, &k) == 0 && stopper_feed(&u, "<c", 2, to_sink, &k) == 0);
+    stopper_flush(&u, to_sink, &k);
+    CHECK(!strcmp(sb_cstr(&k.out), "<o>STOP <end><c"));
+    stopper_free(&u);
+    stopper v = {.stop = stops, .len = lens, .n = 2, .skip_open = "<o>", .skip_close = "<c>"};
+    k.out.len = 0;
+    CHECK(stopper_feed(&v, "ab<", 3, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ab"));
+    CHECK(stopper_feed(&v, "x", 1, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ab<x"));
+    stopper_free(&v);
     sb_free(&k.out);
 }
 

@@ -60,7 +60,7 @@ static void generated(const char *s, size_t n) {
         reply_opts o = {API_CHAT, stream, 1, 0, "chatcmpl-x", "m", "gem", 1};
         reply *r = reply_new(&o);
         sink k = {chat_parser_new(on_ev, r)};
-        stopper st = {stops, lens, 2, {0}, 0};
+        stopper st = {.stop = stops, .len = lens, .n = 2, .skip_open = CHAT_REASONING_OPEN, .skip_close = CHAT_REASONING_CLOSE};
         reply_start(r);
         for (size_t i = 0; i < n; i += 3) stopper_feed(&st, s + i, n - i < 3 ? n - i : 3, to_parser, &k);
         stopper_flush(&st, to_parser, &k);

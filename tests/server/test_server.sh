@@ -182,6 +182,11 @@ const last = js[js.length - 1];
 if (last.choices.length !== 0 || last.usage.completion_tokens < 3) throw new Error("usage chunk");
 if (js.slice(0, -1).some(j => j.usage !== null)) throw new Error("usage must be null before the last chunk");
 ' "$tmp/sse" && ok || bad "SSE events: $(head -c 600 "$tmp/sse")"
+# a stop string is not looked for inside the thought: "think" there is
+# reasoning, the first "think" after it ends the answer
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"stop":["think"],"gem_forced_output":"<|channel>thought\nI think so<channel|>We think alike"}')
+[ "$(echo "$r" | jget choices.0.message.reasoning_content)" = "I think so" ] && [ "$(echo "$r" | jget choices.0.message.content)" = "We " ] &&
+    [ "$(echo "$r" | jget choices.0.finish_reason)" = stop ] && ok || bad "stop inside the thought: $r"
 # completions stream: text chunks, then finish, then [DONE]
 curl -sN "$U/v1/completions" -d '{"prompt":"x","stream":true,"gem_forced_output":"one two"}' >"$tmp/sse2"
 node -e '
