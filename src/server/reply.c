@@ -198,9 +198,11 @@ void reply_token(reply *r, int32_t id) {
 static void put_usage(strbuf *o, const reply_usage *u) {
     sb_printf(o,
               "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-              "\"prompt_tokens_details\":{\"cached_tokens\":%d}},"
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d},"
+              "\"completion_tokens_details\":{\"reasoning_tokens\":%d}},"
               "\"timings\":{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"predicted_n\":%d,\"predicted_ms\":%.3f}",
               u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens,
+              u->reasoning_tokens,
               u->cached_tokens, u->prompt_tokens - u->cached_tokens, u->prompt_ms, u->completion_tokens,
               u->predicted_ms);
     /* llama-server's shape: inside timings, whenever the server has a drafter */

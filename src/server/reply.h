@@ -28,6 +28,7 @@ typedef struct {
 
 typedef struct {
     int prompt_tokens, completion_tokens;
+    int reasoning_tokens; /* of the completion tokens, the reasoning channel's (markers included) */
     int cached_tokens;   /* prompt tokens reused from the previous request */
     double prompt_ms;    /* evaluating the new prompt tokens */
     double predicted_ms; /* first to last generated token */

@@ -101,6 +101,7 @@ struct server {
     const tok *tk;
     int n_ctx;
     uint32_t n_vocab;
+    int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
 };
 
 static volatile sig_atomic_t got_signal;
@@ -202,6 +203,8 @@ typedef struct {
     chat_parser *cp;
     int stream, gone;
     long polls, n_tokens; /* calls of gen_poll and gen_token so far */
+    int in_thought;       /* the last marker token seen opened the reasoning channel */
+    long reasoning_tokens; /* generated tokens from an opening marker to its closing one, both included */
     double last_send;
     strbuf frame;
 } gen;
@@ -244,6 +247,9 @@ static void send_sse_comment(gen *g, const char *text) {
 static void gen_token(void *ctx, const gem_gen_token *t) {
     gen *g = ctx;
     g->n_tokens++;
+    if (t->id == g->s->thought_open && t->id >= 0) g->in_thought = 1;
+    if (g->in_thought) g->reasoning_tokens++;
+    if (t->id == g->s->thought_close && t->id >= 0) g->in_thought = 0;
     if (!t->end) reply_token(g->rp, t->id);
 }
 
@@ -361,6 +367,7 @@ static void run_job(server *s, job *j) {
     u.cached_tokens = (int)res.n_cached;
     u.prompt_ms = res.prompt_s * 1e3;
     u.completion_tokens = (int)res.n_generated;
+    u.reasoning_tokens = (int)(g.reasoning_tokens < res.n_generated ? g.reasoning_tokens : res.n_generated);
     u.predicted_ms = res.decode_s * 1e3;
     u.spec = gem_engine_mtp(s->e) != NULL;
     u.draft_n = res.n_drafted;
@@ -439,6 +446,8 @@ static void *worker_main(void *arg) {
     s->tk = gem_engine_tok(s->e);
     s->n_ctx = gem_engine_n_ctx(s->e);
     s->n_vocab = tok_n_vocab(s->tk);
+    s->thought_open = tok_find(s->tk, CHAT_REASONING_OPEN, strlen(CHAT_REASONING_OPEN));
+    s->thought_close = tok_find(s->tk, CHAT_REASONING_CLOSE, strlen(CHAT_REASONING_CLOSE));
     /* ready before the line that says so: a client (the tests) that waits
      * for it must not be answered "loading" */
     atomic_store(&s->ready, 1);

@@ -65,7 +65,7 @@ static void generated(const char *s, size_t n) {
         for (size_t i = 0; i < n; i += 3) stopper_feed(&st, s + i, n - i < 3 ? n - i : 3, to_parser, &k);
         stopper_flush(&st, to_parser, &k);
         chat_parser_finish(k.p);
-        reply_usage u = {1, 2, 0, 0, 0, 0, 0, 0};
+        reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
         reply_finish(r, n % 2 ? "stop" : "length", &u);
         if (stream) check_sse(reply_out(r));
         else check_json(reply_out(r)->p, reply_out(r)->len);

@@ -335,7 +335,7 @@ static void test_reply_chat(void) {
     /* fed a byte at a time, as the slowest stream would */
     for (size_t i = 0; gen[i]; i++) chat_parser_feed(p, gen + i, 1);
     chat_parser_finish(p);
-    reply_usage u = {10, 20, 4, 1.0, 2.0, 0, 0, 0};
+    reply_usage u = {.prompt_tokens = 10, .completion_tokens = 20, .reasoning_tokens = 6, .cached_tokens = 4, .prompt_ms = 1.0, .predicted_ms = 2.0};
     reply_finish(r, "stop", &u);
     json *v = parse_body(r);
     CHECK(!strcmp(json_get_str(v, "object"), "chat.completion"));
@@ -354,6 +354,7 @@ static void test_reply_chat(void) {
     CHECK(json_get(usage, "prompt_tokens")->num == 10 && json_get(usage, "completion_tokens")->num == 20);
     CHECK(json_get(usage, "total_tokens")->num == 30);
     CHECK(json_get(json_get(usage, "prompt_tokens_details"), "cached_tokens")->num == 4);
+    CHECK(json_get(json_get(usage, "completion_tokens_details"), "reasoning_tokens")->num == 6);
     CHECK(json_get(json_get(v, "timings"), "draft_n") == NULL); /* no drafter: no draft counts */
     json_free(v);
     chat_parser_free(p);
@@ -397,7 +398,7 @@ static void test_reply_chat_stream(void) {
     reply_reasoning(r, "hmm", 3);
     reply_text(r, "Hi", 2);
     reply_tool_call(r, "f", "{\"a\":1}");
-    reply_usage u = {5, 3, 0, 1.0, 2.0, 1, 7, 5};
+    reply_usage u = {.prompt_tokens = 5, .completion_tokens = 3, .prompt_ms = 1.0, .predicted_ms = 2.0, .spec = 1, .draft_n = 7, .draft_n_accepted = 5};
     reply_finish(r, "stop", &u);
     sb_put(&all, reply_out(r)->p, reply_out(r)->len);
     static char ev[16][2048];
@@ -452,7 +453,7 @@ static void test_reply_completion(void) {
     reply_token(r, 7);
     reply_text(r, "\xff" "c", 2);
     reply_token(r, 8);
-    reply_usage u = {1, 2, 0, 0, 0, 0, 0, 0};
+    reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
     reply_finish(r, "length", &u);
     json *v = parse_body(r);
     json *c0 = json_at(json_get(v, "choices"), 0);

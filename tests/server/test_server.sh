@@ -187,6 +187,8 @@ if (js.slice(0, -1).some(j => j.usage !== null)) throw new Error("usage must be 
 r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"stop":["think"],"gem_forced_output":"<|channel>thought\nI think so<channel|>We think alike"}')
 [ "$(echo "$r" | jget choices.0.message.reasoning_content)" = "I think so" ] && [ "$(echo "$r" | jget choices.0.message.content)" = "We " ] &&
     [ "$(echo "$r" | jget choices.0.finish_reason)" = stop ] && ok || bad "stop inside the thought: $r"
+# the thought's tokens, markers included, are the usage's reasoning tokens (7 here)
+[ "$(echo "$r" | jget usage.completion_tokens_details.reasoning_tokens)" = 7 ] && ok || bad "reasoning_tokens: $(echo "$r" | jget usage)"
 # completions stream: text chunks, then finish, then [DONE]
 curl -sN "$U/v1/completions" -d '{"prompt":"x","stream":true,"gem_forced_output":"one two"}' >"$tmp/sse2"
 node -e '
