@@ -21,12 +21,11 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mtp_ref import post, prompts_from, wait_up  # noqa: E402
+from mtp_ref import post, prompts_from, run_server  # noqa: E402
 
 CAND = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([0-9.]+)\)")
 ROUND = re.compile(r"generate_draft: id=(\d+), #tokens=(\d+), #draft=(\d+), pos_next=(\d+)")
@@ -74,9 +73,8 @@ def main():
         cmd = [a.ref, "-m", a.m, "-c", "1024", "-t", str(a.threads), "-ngl", "0", "-np", "1", "--port", str(a.port),
                "--spec-type", "draft-mtp", "-md", a.mtp, "--spec-draft-n-max", str(a.k), "-ngld", "0",
                "--verbose", "--log-file", logf]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        try:
-            wait_up(url, proc, "llama-server draft-mtp")
+
+        def ask():
             for p in prompts:
                 done = os.path.getsize(logf)
                 ids = post(url + "/tokenize", {"content": p, "add_special": True})["tokens"]
@@ -88,9 +86,8 @@ def main():
                 t = r.get("timings", {})
                 out.append({"prompt": p, "ids": ids + r["tokens"], "n_prompt": len(ids), "rounds": rounds,
                             "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)})
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+
+        run_server(cmd, url, "llama-server draft-mtp", env, ask)
     res = {"what": "llama.cpp draft-mtp proposals (bench/mtp_proposals.py)", "k": a.k, "n": a.n,
            "target": os.path.basename(a.m), "drafter": os.path.basename(a.mtp), "prompts": out}
     with open(a.o, "w") as f:

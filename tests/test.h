@@ -10,6 +10,18 @@
 #include <string.h>
 #include <time.h>
 
+/* GEM_TEST_ASAN: built with the address sanitizer (make test's second
+ * pass; gcc says so with __SANITIZE_ADDRESS__, clang with __has_feature),
+ * where slow tests check memory safety on fewer cases */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GEM_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(GEM_TEST_ASAN)
+#define GEM_TEST_ASAN 1
+#endif
+
 /* A test binary of several files defines TEST_COUNTERS_EXTERN before
  * including this and defines the counters once (tests/cuda/ops_harness.c). */
 #ifdef TEST_COUNTERS_EXTERN

@@ -18,6 +18,8 @@ int32_t gem_argmax_ref(const float *v, int32_t n) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "util/vexp.h"
+
 __attribute__((target("avx2"))) static int32_t argmax_avx2(const float *v, int32_t n) {
     __m256 m0 = _mm256_set1_ps(v[0]), m1 = m0, m2 = m0, m3 = m0;
     int32_t i = 0;
@@ -66,27 +68,16 @@ double gem_top1_prob_ref(const float *v, int32_t n) {
 }
 
 #if defined(__x86_64__)
-/* exp(x) for x <= 0: x = k ln2 + r, |r| <= ln2 / 2 (ln2 in two parts, so r
- * is exact enough), exp(r) by its Taylor polynomial to degree 7 (truncation
- * below 2e-8 relative), times 2^k built in the exponent bits; x below -87
- * (exp under 1.6e-38: nothing beside the maximum's 1) gives 0. A NaN x
- * comes out finite: the caller flags NaNs itself. */
+/* exp(x) for x <= 0: the shared reduction and polynomial (util/vexp.h)
+ * times 2^k built in the exponent bits; x below -87 (exp under 1.6e-38:
+ * nothing beside the maximum's 1) gives 0. A NaN x comes out finite: the
+ * caller flags NaNs itself. */
 __attribute__((target("avx2,fma"))) static __m256 exp_neg(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     x = _mm256_max_ps(x, lo); /* NaN x: maxps returns lo */
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 k;
+    __m256 p = gem_exp_reduced8(x, &k);
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(under, p);

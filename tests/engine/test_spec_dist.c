@@ -31,12 +31,7 @@
 #define K 8
 #define TEMP 0.7
 #define NP 12
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GEM_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(GEM_ASAN)
+#if defined(GEM_TEST_ASAN)
 /* under the sanitizers (make test's second pass) the same checks on fewer
  * seeds (enough for several cells of 5 expected draws): memory safety is what that pass is for, and 22000 runs there
  * would take half an hour; the full count runs in the plain build */

@@ -35,12 +35,7 @@
 #define V GEMMA4_N_VOCAB
 #define MARGIN 0.1 /* the reference's p(top 1) - p(top 2) that counts as clear */
 #define PTOL 0.05  /* |p_gem - p_ref| of the reference's proposal (both over the top 10), where it is clear */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GEM_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(GEM_ASAN)
+#if defined(GEM_TEST_ASAN)
 #define PROMPTS 3 /* the sanitizers' pass checks memory safety, on a few prompts */
 #else
 #define PROMPTS 1000

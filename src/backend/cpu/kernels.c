@@ -58,6 +58,8 @@ static void softcap_scalar(float *x, int64_t n, float cap) {
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "util/vexp.h"
+
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 AVX2 static float hsum(__m256 v) {
@@ -160,21 +162,11 @@ AVX2 static __m256 tanh8(__m256 x) {
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.0f / 15.0f));
     p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.0f / 3.0f));
     const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, x2), ax, ax);
-    /* e^(2|x|) */
+    /* e^(2|x|): the shared reduction and polynomial (util/vexp.h), 2^k
+     * added to the exponent bits */
     const __m256 y = _mm256_add_ps(ax, ax);
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps(1.4426950408889634f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* r = y - k ln2 in two parts (ln2 = hi + lo, hi exact in few bits) */
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), y);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606820309417e-06f), r);
-    __m256 e = _mm256_set1_ps(1.0f / 5040.0f);
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 720.0f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 120.0f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 24.0f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 6.0f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(0.5f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
-    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+    __m256 k;
+    __m256 e = gem_exp_reduced8(y, &k);
     e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(e), _mm256_slli_epi32(_mm256_cvtps_epi32(k), 23)));
     const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
                                      _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
