@@ -63,8 +63,12 @@ void chat_parser_free(chat_parser *p);
 int chat_parser_feed(chat_parser *p, const char *text, size_t n);
 /* End of generation: releases held text (an unfinished call becomes content). */
 int chat_parser_finish(chat_parser *p);
-/* 1 once an end marker (<turn|>, <|tool_response>) was seen; later text is ignored. */
+/* 1 once an end marker (<turn|>, <|tool_response>) was seen, or the
+ * chat_parser_max_calls-th call; later text is ignored. */
 int chat_parser_ended(const chat_parser *p);
+/* n > 0: the answer ends after its n-th well-formed tool call (OpenAI's
+ * parallel_tool_calls: false is 1); 0: no limit (the default). */
+void chat_parser_max_calls(chat_parser *p, int n);
 
 /* Converts Gemma's call arguments ("{key:<|"|>v<|"|>,n:3}") to JSON text.
  * Returns 0, or -1 when the text is not a well-formed argument object. */

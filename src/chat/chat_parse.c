@@ -28,6 +28,7 @@ struct chat_parser {
     void *ctx;
     pstate st;
     strbuf pend;
+    int max_calls, calls; /* max_calls > 0: the answer ends after that many calls */
 };
 
 chat_parser *chat_parser_new(chat_event_fn fn, void *ctx) {
@@ -38,6 +39,8 @@ chat_parser *chat_parser_new(chat_event_fn fn, void *ctx) {
     }
     return p;
 }
+
+void chat_parser_max_calls(chat_parser *p, int n) { p->max_calls = n; }
 
 void chat_parser_free(chat_parser *p) {
     if (!p) return;
@@ -321,7 +324,7 @@ static void step(chat_parser *p, int final) {
             }
             if (which == 0 && emit_call(p, s, (size_t)at) == 0) {
                 consume(p, (size_t)at + strlen(M_CALL_CLOSE));
-                p->st = S_CONTENT;
+                p->st = ++p->calls == p->max_calls ? S_ENDED : S_CONTENT;
                 break;
             }
             /* malformed, or cut short by an end marker: raw text as content */

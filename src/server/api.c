@@ -2,9 +2,10 @@
  *
  * Validation is explicit field by field: a field of the wrong type or out
  * of range is an error naming it, never silently ignored, and options gem
- * cannot honour (n > 1, logprobs, JSON response formats, image parts) are
- * refused rather than dropped. Unknown fields are ignored, as OpenAI
- * clients send many (user, metadata, store, ...). */
+ * cannot honour (n > 1, logprobs, JSON response formats, image parts,
+ * legacy functions, audio, predicted outputs, web search) are refused
+ * rather than dropped. Fields that change nothing gem computes are
+ * ignored, as OpenAI clients send many (user, metadata, store, ...). */
 #include "server/api.h"
 
 #include <math.h>
@@ -411,9 +412,32 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
             return api_fail(e, 400, INVALID, "reasoning_effort", NULL,
                             "'reasoning_effort' must be none, minimal, low, medium or high");
     }
+    const json *ptc = field(root, "parallel_tool_calls");
+    if (ptc && ptc->type != JSON_BOOL) return bad_type(e, "parallel_tool_calls", "a boolean", ptc);
+    r->single_call = ptc && !ptc->boolean;
     const json *lp = field(root, "logprobs");
     if (lp && !(lp->type == JSON_BOOL && !lp->boolean))
         return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
+    /* OpenAI fields gem does not honour: refused by name, never ignored */
+    static const char *const unsupported[][2] = {
+        {"top_logprobs", "'top_logprobs' is not supported (logprobs are not)"},
+        {"functions", "'functions' is not supported: send 'tools'"},
+        {"function_call", "'function_call' is not supported: send 'tool_choice'"},
+        {"audio", "'audio' is not supported: text only"},
+        {"prediction", "'prediction' (predicted outputs) is not supported"},
+        {"web_search_options", "'web_search_options' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+        const json *u = field(root, unsupported[i][0]);
+        if (u && u->type != JSON_NULL) return api_fail(e, 400, INVALID, unsupported[i][0], NULL, "%s", unsupported[i][1]);
+    }
+    const json *mod = field(root, "modalities");
+    if (mod && mod->type != JSON_NULL) {
+        if (mod->type != JSON_ARRAY) return bad_type(e, "modalities", "an array", mod);
+        for (size_t i = 0; i < mod->len; i++)
+            if (mod->items[i]->type != JSON_STRING || strcmp(mod->items[i]->str, "text"))
+                return api_fail(e, 400, INVALID, "modalities", NULL, "'modalities' other than \"text\" are not supported");
+    }
     const json *rf = field(root, "response_format");
     if (rf) {
         const char *t = api_str(rf, "type");

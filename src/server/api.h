@@ -58,6 +58,7 @@ typedef struct {
     api_tool_choice tool_choice;
     const char *tool_name;   /* API_TOOLS_NAMED */
     int enable_thinking;     /* -1 not given */
+    int single_call;         /* parallel_tool_calls: false (at most one call per answer) */
     /* completion: text or token ids */
     const char *prompt;
     size_t prompt_len;

@@ -311,6 +311,7 @@ static void run_job(server *s, job *j) {
     g.stream = stream;
     g.rp = reply_new(&ro);
     if (chat) g.cp = chat_parser_new(on_chat_event, &g);
+    if (g.cp && rq->single_call) chat_parser_max_calls(g.cp, 1); /* parallel_tool_calls: false */
     gem_gen_params gp = gem_gen_params_default();
     gp.sampling = rq->sampling;
     if (!rq->seed_given) gp.sampling.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));

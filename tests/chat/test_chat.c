@@ -197,6 +197,31 @@ static void check_all_steps(const char *text, const char *content, const char *r
     CHECKF(ok, "%s", text);
 }
 
+/* chat_parser_max_calls(1) (parallel_tool_calls: false): the answer ends
+ * after its first well-formed call, whatever follows, at every split; a
+ * malformed call does not count */
+static void test_parser_single_call(void) {
+    const char *two = "<|tool_call>call:a{x:1}<tool_call|><|tool_call>call:b{}<tool_call|>tail";
+    const char *bad_first = "<|tool_call>call:f{a:}<tool_call|><|tool_call>call:b{}<tool_call|>";
+    int ok = 1;
+    for (size_t step = 1; step <= 13 && ok; step++)
+        for (int t = 0; t < 2 && ok; t++) {
+            const char *text = t ? bad_first : two;
+            collected c = {{0}, {0}, {0}, 0};
+            chat_parser *p = chat_parser_new(collect, &c);
+            chat_parser_max_calls(p, 1);
+            const size_t n = strlen(text);
+            for (size_t i = 0; i < n; i += step) chat_parser_feed(p, text + i, i + step > n ? n - i : step);
+            chat_parser_finish(p);
+            ok = t ? !strcmp(sb_cstr(&c.calls), "b{}") && chat_parser_ended(p)
+                   : !strcmp(sb_cstr(&c.calls), "a{\"x\":1}") && !strcmp(sb_cstr(&c.content), "") && chat_parser_ended(p);
+            if (!ok) fprintf(stderr, "single call (step %zu): calls '%s' content '%s'\n", step, sb_cstr(&c.calls), sb_cstr(&c.content));
+            chat_parser_free(p);
+            sb_free(&c.content), sb_free(&c.reasoning), sb_free(&c.calls);
+        }
+    CHECK(ok);
+}
+
 static void test_parser(void) {
     check_all_steps("Hello world", "Hello world", "", "");
     check_all_steps("<|channel>thought\nLet me think.<channel|>The answer is 4.", "The answer is 4.", "Let me think.", "");
@@ -292,6 +317,7 @@ int main(void) {
     test_goldens();
     test_render_errors();
     test_parser();
+    test_parser_single_call();
     test_args();
     test_token_by_token();
     return test_report("test_chat");

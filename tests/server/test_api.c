@@ -268,6 +268,35 @@ static void test_logit_bias(void) {
     api_request_free(&r);
 }
 
+/* parallel_tool_calls (false: one call per answer) and the OpenAI fields
+ * gem does not honour, refused by name */
+static void test_unsupported_fields(void) {
+    api_request r;
+    api_error e = {0};
+    const char *msg = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char body[256];
+    snprintf(body, sizeof body, "%s,\"parallel_tool_calls\":false}", msg);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.single_call == 1);
+    api_request_free(&r);
+    snprintf(body, sizeof body, "%s,\"parallel_tool_calls\":true,\"modalities\":[\"text\"],\"top_logprobs\":null}", msg);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.single_call == 0);
+    api_request_free(&r);
+    static const char *const cases[][3] = {
+        {",\"parallel_tool_calls\":0}", "parallel_tool_calls", "a boolean"},
+        {",\"top_logprobs\":3}", "top_logprobs", "'top_logprobs' is not supported"},
+        {",\"functions\":[]}", "functions", "send 'tools'"},
+        {",\"function_call\":\"auto\"}", "function_call", "send 'tool_choice'"},
+        {",\"audio\":{}}", "audio", "text only"},
+        {",\"prediction\":{}}", "prediction", "predicted outputs"},
+        {",\"web_search_options\":{}}", "web_search_options", "not supported"},
+        {",\"modalities\":[\"text\",\"audio\"]}", "modalities", "other than \"text\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "%s%s", msg, cases[i][0]);
+        expect_bad(API_CHAT, body, 400, cases[i][1], cases[i][2]);
+    }
+}
+
 static void test_tokenize_requests(void) {
     api_tokenize t;
     api_error e = {0};
@@ -490,6 +519,7 @@ int main(void) {
     test_chat_errors();
     test_completion();
     test_logit_bias();
+    test_unsupported_fields();
     test_tokenize_requests();
     test_error_json();
     test_reply_chat();

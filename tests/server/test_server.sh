@@ -182,6 +182,14 @@ const last = js[js.length - 1];
 if (last.choices.length !== 0 || last.usage.completion_tokens < 3) throw new Error("usage chunk");
 if (js.slice(0, -1).some(j => j.usage !== null)) throw new Error("usage must be null before the last chunk");
 ' "$tmp/sse" && ok || bad "SSE events: $(head -c 600 "$tmp/sse")"
+# parallel_tool_calls: false: the answer ends after its first call
+two='<|tool_call>call:a{x:1}<tool_call|><|tool_call>call:b{}<tool_call|>'
+tools='"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object"}}},{"type":"function","function":{"name":"b","parameters":{"type":"object"}}}]'
+r=$(curl -s "$U/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],$tools,\"parallel_tool_calls\":false,\"gem_forced_output\":\"$two\"}")
+[ "$(echo "$r" | jget choices.0.message.tool_calls.length)" = 1 ] && [ "$(echo "$r" | jget choices.0.message.tool_calls.0.function.name)" = a ] &&
+    [ "$(echo "$r" | jget choices.0.finish_reason)" = tool_calls ] && ok || bad "parallel_tool_calls false: $r"
+r=$(curl -s "$U/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],$tools,\"gem_forced_output\":\"$two\"}")
+[ "$(echo "$r" | jget choices.0.message.tool_calls.length)" = 2 ] && ok || bad "parallel tool calls: $r"
 # a stop string is not looked for inside the thought: "think" there is
 # reasoning, the first "think" after it ends the answer
 r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"stop":["think"],"gem_forced_output":"<|channel>thought\nI think so<channel|>We think alike"}')
