@@ -129,7 +129,10 @@ int cli_serve(int argc, char **argv) {
             fprintf(stderr, "gem serve: error: --api-key-file: %s\n", err.msg[0] ? err.msg : "out of memory");
             return 1;
         }
-        /* the first line, without trailing blanks */
+        /* the first line, without a byte-order mark or blanks around it */
+        size_t from = !strncmp(key_buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+        while (key_buf[from] == ' ' || key_buf[from] == '\t') from++;
+        memmove(key_buf, key_buf + from, strlen(key_buf + from) + 1);
         n = strcspn(key_buf, "\r\n");
         while (n && (key_buf[n - 1] == ' ' || key_buf[n - 1] == '\t')) n--;
         key_buf[n] = 0;

@@ -48,6 +48,10 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
             const char *m = memmem(h, hn, s->stop[i], s->len[i]);
             if (m && (size_t)(m - h) < best) best = (size_t)(m - h);
         }
+        /* a tail that may still become the opening marker: a stop string
+         * found from there on waits (whole, the marker would come first) */
+        const size_t pend = ol && cl ? hn - tail_prefix(h, hn, s->skip_open, ol, 0) : hn;
+        if (best <= hn && best >= pend) best = hn + 1;
         const char *o = ol && cl ? memmem(h, hn, s->skip_open, ol) : NULL;
         if (o && (size_t)(o - h) <= best) { /* the region opens first: nothing in it stops */
             const size_t end = (size_t)(o - h) + ol;

@@ -128,12 +128,18 @@ static int parse_bias(const json *root, const api_opts *o, api_request *r, api_e
     for (size_t i = 0; i < v->len; i++) {
         const char *k = v->keys[i];
         char *end = NULL;
-        const long id = k[0] >= '0' && k[0] <= '9' && v->key_lens[i] <= 10 ? strtol(k, &end, 10) : -1;
-        if (id < 0 || !end || *end || (size_t)(end - k) != v->key_lens[i] || id > INT32_MAX ||
-            (o && o->n_vocab && (uint32_t)id >= o->n_vocab))
-            return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' key '%.*s' is not a token id%s",
-                            (int)(v->key_lens[i] < 40 ? v->key_lens[i] : 40), k,
-                            o && o->n_vocab ? " of this model's vocabulary" : "");
+        /* a decimal id as written by JSON clients: no sign, no leading zero
+         * (so one token has one spelling and one entry) */
+        const int digits = k[0] >= '0' && k[0] <= '9' && (k[0] != '0' || v->key_lens[i] == 1) && v->key_lens[i] <= 10;
+        const long id = digits ? strtol(k, &end, 10) : -1;
+        if (id < 0 || !end || *end || (size_t)(end - k) != v->key_lens[i] || id > INT32_MAX)
+            return api_fail(e, 400, INVALID, "logit_bias", NULL,
+                            "'logit_bias' key '%.*s' is not a token id (a decimal number without sign or leading zero)",
+                            (int)(v->key_lens[i] < 40 ? v->key_lens[i] : 40), k);
+        if (o && o->n_vocab && (uint32_t)id >= o->n_vocab)
+            return api_fail(e, 400, INVALID, "logit_bias", NULL,
+                            "'logit_bias' key '%ld' is not a token id of this model's vocabulary (%u tokens)", id,
+                            o->n_vocab);
         const json *b = v->items[i];
         if (b->type != JSON_NUMBER || !(b->num >= -100 && b->num <= 100))
             return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' value for token %ld must be a number "

@@ -102,6 +102,7 @@ struct server {
     int n_ctx;
     uint32_t n_vocab;
     int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
+    int loopback; /* the listening socket's address is a loopback one (the Host guard applies) */
 };
 
 static volatile sig_atomic_t got_signal;
@@ -790,9 +791,10 @@ out:
  * POST bodies must be declared application/json (parameters such as a
  * charset allowed), so a simple request never starts a generation.
  *
- * On a loopback bind the Host header must name the machine: localhost,
- * a loopback address, the bound host, or a name in --allow-host, with any
- * port; a request without Host (HTTP/1.0) is let through. */
+ * On a loopback bind (the address bound, not --host's spelling) the Host
+ * header must name the machine: localhost, a loopback address, the bound
+ * host, or a name in --allow-host, with any port; a request without Host
+ * (HTTP/1.0) is let through. */
 static int json_body(const http_req *r) {
     size_t n;
     const char *v = http_header_get(r, "Content-Type", &n);
@@ -803,12 +805,10 @@ static int json_body(const http_req *r) {
     return m == 16 && !strncasecmp(v, "application/json", 16);
 }
 
-/* localhost, ::1 (bracketed or not) or a dotted-decimal 127.x address
- * (digits and dots only: a name such as 127.0.0.1.example.com is not one) */
+/* localhost, [::1] or a dotted-decimal 127.x address (digits and dots
+ * only: a name such as 127.0.0.1.example.com is not one) */
 static int is_loopback_name(const char *h, size_t n) {
-    if ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 5 && !memcmp(h, "[::1]", 5)) ||
-        (n == 3 && !memcmp(h, "::1", 3)))
-        return 1;
+    if ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 5 && !memcmp(h, "[::1]", 5))) return 1;
     if (n < 5 || memcmp(h, "127.", 4)) return 0;
     for (size_t i = 4; i < n; i++)
         if ((h[i] < '0' || h[i] > '9') && h[i] != '.') return 0;
@@ -827,7 +827,7 @@ static int in_list(const char *list, const char *h, size_t n) {
 }
 
 static int host_allowed(const server *s, const http_req *r) {
-    if (!is_loopback_name(s->o.host, strlen(s->o.host))) return 1;
+    if (!s->loopback) return 1;
     size_t n;
     const char *h = http_header_get(r, "Host", &n);
     if (!h) return 1;
@@ -869,7 +869,11 @@ static int handle(conn *c, const http_req *r) {
                  (int)(n < 200 ? n : 200), h ? h : "", s->o.host);
         return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
     }
-    if (post && !json_body(r)) {
+    /* the POST routes that read a body (others answer 404 or 405 first) */
+    const int body_route = path_is(r, "/v1/chat/completions") || path_is(r, "/chat/completions") ||
+                           path_is(r, "/v1/completions") || path_is(r, "/completions") || path_is(r, "/tokenize") ||
+                           path_is(r, "/detokenize");
+    if (post && body_route && !json_body(r)) {
         size_t n;
         const char *t = http_header_get(r, "Content-Type", &n);
         if (t)
@@ -1120,6 +1124,13 @@ static int listen_on(server *s) {
     getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     logf_("listening on http://%s%s%s:%s", ss.ss_family == AF_INET6 ? "[" : "", host,
           ss.ss_family == AF_INET6 ? "]" : "", serv);
+    /* the Host guard follows the address bound, however --host spelled it */
+    if (ss.ss_family == AF_INET) {
+        s->loopback = (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    } else if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        s->loopback = IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+    }
     s->lfd = fd;
     return 0;
 }

@@ -94,6 +94,17 @@ static void test_stopper(void) {
     stopper_flush(&u, to_sink, &k);
     CHECK(!strcmp(sb_cstr(&k.out), "<o>STOP <end><c"));
     stopper_free(&u);
+    /* a stop string inside an opening marker that arrives in pieces waits
+     * for the marker, as the whole text would have it */
+    const char *hann[] = {"pen"};
+    size_t hl[] = {3};
+    stopper m = {.stop = hann, .len = hl, .n = 1, .skip_open = "<open>", .skip_close = "<c>"};
+    k.out.len = 0;
+    int mh = 0;
+    for (const char *c = "<open>x"; *c && !mh; c++) mh = stopper_feed(&m, c, 1, to_sink, &k);
+    CHECKF(!mh && !strcmp(sb_cstr(&k.out), "<open>x"), "a stop string inside a marker fed byte by byte: '%s'",
+           sb_cstr(&k.out));
+    stopper_free(&m);
     stopper v = {.stop = stops, .len = lens, .n = 2, .skip_open = "<o>", .skip_close = "<c>"};
     k.out.len = 0;
     CHECK(stopper_feed(&v, "ab<", 3, to_sink, &k) == 0 && !strcmp(sb_cstr(&k.out), "ab"));

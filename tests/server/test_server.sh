@@ -256,6 +256,10 @@ r=$(curl_bare -s "$U/tokenize" -H 'Content-Type: Application/JSON; charset=utf-8
 r=$(curl -s -w ' %{http_code}' "$U/v1/models" -H 'Host: attacker.example')
 case "$r" in *"Host 'attacker.example' is not allowed"*"--allow-host"*403) ok ;; *) bad "foreign Host: $r" ;; esac
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health" -H 'Host: 127.0.0.1.attacker.example')" = 403 ] && ok || bad "a name that starts like 127."
+curl -s -D "$tmp/h403" -o /dev/null "$U/health" -H 'Host: attacker.example'
+grep -q "^HTTP/1.1 403 Forbidden" "$tmp/h403" && ok || bad "403 status line: $(head -1 "$tmp/h403")"
+# the Content-Type check is the body routes': elsewhere the route's own answer
+[ "$(curl_bare -s -o /dev/null -w '%{http_code}' -X POST "$U/nope" -H 'Content-Type: text/plain' -d x)" = 404 ] && ok || bad "POST to no route with text/plain"
 for h in "localhost:$PORT" "127.0.0.1" "[::1]:$PORT" "LOCALHOST"; do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/models" -H "Host: $h")" = 200 ] && ok || bad "loopback Host $h"
 done
@@ -358,6 +362,11 @@ except OSError: pass
 wait $busy
 [ "$(grep -c "cancelled: the client left while queued" "$tmp/main.log")" -gt "$before" ] && ok || bad "half-closed client not logged"
 
+# ---- the Host guard follows the address bound: 0x7f.0.0.1 is 127.0.0.1 ----
+start hexhost --host 0x7f.0.0.1 || exit 1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health" -H 'Host: attacker.example')" = 403 ] && ok || bad "loopback bound as 0x7f.0.0.1: foreign Host served"
+kill $PID
+
 # ---- --allow-host: names a loopback server accepts beside its own ----
 start allow --allow-host my.box,other.box || exit 1
 for h in "my.box:$PORT" "OTHER.box" "localhost"; do
@@ -423,7 +432,7 @@ curl -s -D "$tmp/ch" -o /dev/null -X OPTIONS "$A/v1/chat/completions" -H 'Origin
 grep -q "^HTTP/1.1 204" "$tmp/ch" && grep -qi "^Access-Control-Allow-Headers: Authorization, Content-Type" "$tmp/ch" && ok || bad "CORS preflight"
 kill $PID
 # the key from a file (its first line) or from GEM_API_KEY, not the command line
-printf 'f1le-key  \nsecond line\n' >"$tmp/key"
+printf '\357\273\277  f1le-key  \nsecond line\n' >"$tmp/key"
 start keyfile --api-key-file "$tmp/key" || exit 1
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer f1le-key')" = 200 ] && ok || bad "--api-key-file key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" = 401 ] && ok || bad "--api-key-file: no key"
