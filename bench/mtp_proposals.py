@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mtp_ref import post, prompts_from, run_server  # noqa: E402
+from mtp_ref import pair_args, post, prompts_from, ref_env, run_server  # noqa: E402
 
 CAND = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([0-9.]+)\)")
 ROUND = re.compile(r"generate_draft: id=(\d+), #tokens=(\d+), #draft=(\d+), pos_next=(\d+)")
@@ -52,20 +52,11 @@ def parse(log):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ref", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("--mtp", required=True)
-    ap.add_argument("--text", required=True)
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--prompts", type=int, default=24)
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--port", type=int, default=18292)
+    pair_args(ap, 18292)
     ap.add_argument("-o", required=True)
     a = ap.parse_args()
     prompts = prompts_from(a.text, a.prompts)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.abspath(a.ref)) + ":" + env.get("LD_LIBRARY_PATH", "")
+    env = ref_env(a.ref)
     url = f"http://127.0.0.1:{a.port}"
     out = []
     with tempfile.TemporaryDirectory() as tmp:

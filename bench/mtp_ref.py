@@ -59,9 +59,9 @@ def run_server(cmd, url, what, env, fn):
         proc.wait(timeout=30)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gem", required=True)
+def pair_args(ap, port):
+    """The options of a run over one pair and held-out prompts (this script
+    and mtp_proposals.py)."""
     ap.add_argument("--ref", required=True)
     ap.add_argument("-m", required=True)
     ap.add_argument("--mtp", required=True)
@@ -70,14 +70,26 @@ def main():
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--port", type=int, default=port)
+
+
+def ref_env(ref):
+    """The environment the reference server runs in: its libraries beside it."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.abspath(ref)) + ":" + env.get("LD_LIBRARY_PATH", "")
+    return env
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gem", required=True)
+    pair_args(ap, 18291)
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--ngl", type=int, default=0)
-    ap.add_argument("--port", type=int, default=18291)
     ap.add_argument("--json")
     a = ap.parse_args()
     prompts = prompts_from(a.text, a.prompts)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.abspath(a.ref)) + ":" + env.get("LD_LIBRARY_PATH", "")
+    env = ref_env(a.ref)
     url = f"http://127.0.0.1:{a.port}"
 
     def ask_gem(mtp):

@@ -125,6 +125,15 @@ static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_par
     return 0;
 }
 
+/* The replay drafter over the prompt ids[0..D) and the plain answer (gen
+ * tokens), built in full (room for D + gen ids), right with probability p. */
+static int replay_plain(gem_session *s, const int32_t *ids, int D, const spec_out *plain, int gen, int32_t *full,
+                        double p, uint64_t seed, gem_err *err) {
+    memcpy(full, ids, sizeof(int32_t) * (size_t)D);
+    memcpy(full + D, plain->ids, sizeof(int32_t) * (size_t)gen);
+    return gem_session_set_replay(s, full, (size_t)(D + gen), p, seed, err);
+}
+
 /* --verify-cost: the cost of a verification round of k + 1 rows, k = 1 ..
  * draft-max, in plain decode steps: the replay drafter right every time
  * (its proposals cost nothing) with k fixed, and an answer length at which
@@ -139,9 +148,7 @@ static int bench_verify_cost(gem_session *s, const int32_t *ids, int D, const ge
     spec_out o = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
     double *rt = malloc(sizeof(double) * (size_t)(reps + 1));
     int rc = !o.ids || !rt ? gem_err_set(err, "out of memory") : 0;
-    memcpy(full, ids, sizeof(int32_t) * (size_t)D);
-    memcpy(full + D, plain->ids, sizeof(int32_t) * (size_t)gen);
-    if (!rc && gem_session_set_replay(s, full, (size_t)(D + gen), 1.0, 0x5eed, err)) rc = 1;
+    if (!rc && replay_plain(s, ids, D, plain, gen, full, 1.0, 0x5eed, err)) rc = 1;
     const double step_s = 1.0 / plain_tps;
     for (int k = 1; k <= gp->draft_max && !rc; k++) {
         gem_gen_params g = *gp;
@@ -215,9 +222,7 @@ static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int nee
             gem_gen_params g = gp;
             if (run == -1) g.draft_max = 0;
             if (run >= 0 && !is_mtp) {
-                memcpy(full, ids, sizeof(int32_t) * (size_t)D);
-                memcpy(full + D, plain.ids, sizeof(int32_t) * (size_t)gen);
-                if (gem_session_set_replay(s, full, (size_t)(D + gen), spec_p[run], 0x5eed + (uint64_t)run, err)) {
+                if (replay_plain(s, ids, D, &plain, gen, full, spec_p[run], 0x5eed + (uint64_t)run, err)) {
                     rc = 1;
                     break;
                 }

@@ -41,6 +41,10 @@ typedef struct {
     double p_min, p_prod; /* < 0: the engine's defaults */
 } cli_mtp;
 void cli_mtp_init(cli_mtp *m);
+/* --draft-p-prod as given; with --draft-fixed and none given 0 (a fixed
+ * count stays fixed unless a bound is asked for); else -1 (the engine's
+ * default) */
+double cli_mtp_p_prod(const cli_mtp *m);
 /* 1 when a is one of the options (*used: how many arguments it took), 0
  * when it is not, -1 for a bad or missing value (the message printed as
  * "gem CMD: error: ..."). */

@@ -77,12 +77,13 @@ gem_engine *cli_engine_open(const char *cmd, gem_engine_opts *eo, const cli_mtp 
     return gem_engine_open(eo, err);
 }
 
+double cli_mtp_p_prod(const cli_mtp *m) { return m->p_prod >= 0 ? m->p_prod : m->fixed ? 0 : -1; }
+
 void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp) {
     if (m->draft_max >= 0) gp->draft_max = m->draft_max;
     if (m->draft_min >= 0) gp->draft_min = m->draft_min;
     if (m->p_min >= 0) gp->draft_p_min = (float)m->p_min;
-    if (m->p_prod >= 0) gp->draft_p_prod = (float)m->p_prod;
-    else if (m->fixed) gp->draft_p_prod = 0; /* a fixed count stays fixed unless a bound is asked for */
+    if (cli_mtp_p_prod(m) >= 0) gp->draft_p_prod = (float)cli_mtp_p_prod(m);
     if (m->fixed) gp->draft_fixed = 1;
 }
 

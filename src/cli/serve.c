@@ -152,7 +152,7 @@ int cli_serve(int argc, char **argv) {
     o.draft_max = mtp.draft_max;
     o.draft_min = mtp.draft_min;
     o.draft_p_min = mtp.p_min;
-    o.draft_p_prod = mtp.p_prod;
+    o.draft_p_prod = cli_mtp_p_prod(&mtp);
     o.draft_fixed = mtp.fixed;
     /* the text /props reports; NULL when the file is missing or empty */
     size_t tlen = 0;

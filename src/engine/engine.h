@@ -136,9 +136,10 @@ typedef struct {
     int draft_max, draft_min;
     float draft_p_min, draft_p_prod;
     int draft_fixed;         /* draft draft_max every round (benchmarks; the
-                              * stop bounds still apply: the CLI and server
-                              * clear draft_p_prod's default with it); by
-                              * default the count adapts to acceptance */
+                              * stop bounds still apply: the CLI clears
+                              * draft_p_prod's default with it,
+                              * cli_mtp_p_prod); by default the count adapts
+                              * to acceptance */
 } gem_gen_params;
 
 /* params with sampling gem_sampling_default() (greedy), no limit,

@@ -26,6 +26,7 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
     sb_put(&s->hold, p, n);
     if (s->hold.failed) return 0;
     const size_t ol = s->skip_open ? strlen(s->skip_open) : 0, cl = s->skip_close ? strlen(s->skip_close) : 0;
+    const int skip = ol && cl; /* a region is set (both markers) */
     for (;;) {
         const char *h = s->hold.p;
         const size_t hn = s->hold.len;
@@ -50,9 +51,9 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
         }
         /* a tail that may still become the opening marker: a stop string
          * found from there on waits (whole, the marker would come first) */
-        const size_t pend = ol && cl ? hn - tail_prefix(h, hn, s->skip_open, ol, 0) : hn;
+        const size_t pend = skip ? hn - tail_prefix(h, hn, s->skip_open, ol, 0) : hn;
         if (best <= hn && best >= pend) best = hn + 1;
-        const char *o = ol && cl ? memmem(h, hn, s->skip_open, ol) : NULL;
+        const char *o = skip ? memmem(h, hn, s->skip_open, ol) : NULL;
         if (o && (size_t)(o - h) <= best) { /* the region opens first: nothing in it stops */
             const size_t end = (size_t)(o - h) + ol;
             emit(h, end, ctx);
@@ -68,7 +69,7 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
         }
         size_t keep = 0;
         for (int i = 0; i < s->n; i++) keep = tail_prefix(h, hn, s->stop[i], s->len[i], keep);
-        if (ol && cl) keep = tail_prefix(h, hn, s->skip_open, ol, keep);
+        if (skip) keep = tail_prefix(h, hn, s->skip_open, ol, keep);
         emit(h, hn - keep, ctx);
         stop_drop(s, hn - keep);
         return 0;

@@ -328,7 +328,6 @@ static void run_job(server *s, job *j) {
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
     if (s->o.draft_p_prod >= 0) gp.draft_p_prod = (float)s->o.draft_p_prod;
-    else if (s->o.draft_fixed) gp.draft_p_prod = 0; /* as cli_mtp_params */
     if (s->o.draft_fixed) gp.draft_fixed = 1;
     /* the test hook's text, then an end token, instead of drawn tokens */
     tok_ids forced = {0};
@@ -805,6 +804,24 @@ static int json_body(const http_req *r) {
     return m == 16 && !strncasecmp(v, "application/json", 16);
 }
 
+/* A POST route's body that is not declared JSON: the 415 sent, 1 (the
+ * caller returns the connection's fate through *ret); 0 when it is JSON. */
+static int refuse_non_json(server *s, int fd, const http_req *r, int keep, int *ret) {
+    if (json_body(r)) return 0;
+    api_error e;
+    size_t n;
+    const char *t = http_header_get(r, "Content-Type", &n);
+    if (t)
+        api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                 "a POST body must be sent with 'Content-Type: application/json', not '%.*s'", (int)(n < 200 ? n : 200),
+                 t);
+    else
+        api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                 "a POST body must be sent with 'Content-Type: application/json' (the header is missing)");
+    *ret = respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+    return 1;
+}
+
 /* localhost, [::1] or a dotted-decimal 127.x address (digits and dots
  * only: a name such as 127.0.0.1.example.com is not one) */
 static int is_loopback_name(const char *h, size_t n) {
@@ -869,22 +886,6 @@ static int handle(conn *c, const http_req *r) {
                  (int)(n < 200 ? n : 200), h ? h : "", s->o.host);
         return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
     }
-    /* the POST routes that read a body (others answer 404 or 405 first) */
-    const int body_route = path_is(r, "/v1/chat/completions") || path_is(r, "/chat/completions") ||
-                           path_is(r, "/v1/completions") || path_is(r, "/completions") || path_is(r, "/tokenize") ||
-                           path_is(r, "/detokenize");
-    if (post && body_route && !json_body(r)) {
-        size_t n;
-        const char *t = http_header_get(r, "Content-Type", &n);
-        if (t)
-            api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
-                     "a POST body must be sent with 'Content-Type: application/json', not '%.*s'",
-                     (int)(n < 200 ? n : 200), t);
-        else
-            api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
-                     "a POST body must be sent with 'Content-Type: application/json' (the header is missing)");
-        return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
-    }
     if (!strcmp(r->method, "OPTIONS")) { /* CORS preflight: no authentication */
         strbuf x = {0};
         extra_headers(s, &x);
@@ -928,14 +929,17 @@ static int handle(conn *c, const http_req *r) {
     }
     if (path_is(r, "/v1/chat/completions") || path_is(r, "/chat/completions")) {
         if (!post) goto method;
+        if (refuse_non_json(s, fd, r, keep, &rc)) return rc;
         return handle_generate(c, r, API_CHAT, keep);
     }
     if (path_is(r, "/v1/completions") || path_is(r, "/completions")) {
         if (!post) goto method;
+        if (refuse_non_json(s, fd, r, keep, &rc)) return rc;
         return handle_generate(c, r, API_COMPLETION, keep);
     }
     if (path_is(r, "/tokenize") || path_is(r, "/detokenize")) {
         if (!post) goto method;
+        if (refuse_non_json(s, fd, r, keep, &rc)) return rc;
         if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
         if (path_is(r, "/tokenize")) return handle_tokenize(s, fd, r, keep) ? 0 : keep;
         return handle_detokenize(s, fd, r, keep) ? 0 : keep;
