@@ -144,8 +144,8 @@ typedef struct {
 
 /* params with sampling gem_sampling_default() (greedy), no limit,
  * draft_max GEM_DRAFT_MAX_DEFAULT and draft_p_prod GEM_DRAFT_P_PROD_DEFAULT
- * (on the demo pair at k = 3 it cut 19% of the drafts for 2.5% of the
- * accepted ones: bench/results/mtp-pprod-cpu-2026-12-06.json) */
+ * (it cuts drafts far more than accepted tokens:
+ * bench/results/mtp-pprod-cpu-2026-12-06.json) */
 #define GEM_DRAFT_MAX_DEFAULT 8
 #define GEM_DRAFT_P_PROD_DEFAULT 0.1f
 gem_gen_params gem_gen_params_default(void);

@@ -156,7 +156,7 @@ static void step_body(void *ctx) {
     /* a recording backend's step is one graph for every call: it always
      * takes the probability (on a GPU a few exps per thread of the argmax
      * it replaces); the CPU only when asked (a pass of exp over the
-     * vocabulary, a fifth of a demo draft step) */
+     * vocabulary) */
     if (b->argmax_prob && (sc->want_p || b->capture)) b->argmax_prob(b, d->logits, GEMMA4_N_VOCAB, d->best);
     else b->argmax(b, d->logits, 1, GEMMA4_N_VOCAB, d->best);
     b->matmul(b, d->post, d->y, 1, d->hnext);
