@@ -2,7 +2,8 @@
  * attention_qkv on every kernel (flash attention and the split kernel for
  * tiles; k_attn_dec, k_attn_tc and k_attn_split for one-token steps, with
  * f32 and f16 caches), a deep cache, the q/k/v norms folded into k_attn_tc
- * against the two launches (GEM_CUDA_ATTN_FUSE=0), and the 8-bit codes
+ * against the two launches (GEM_CUDA_ATTN_FUSE=0), row-exact tiles in one
+ * launch against row by row (GEM_CUDA_ATTN_ROWS=0), and the 8-bit codes
  * the combines leave for the output projection. */
 #include "ops_harness.h"
 
@@ -331,6 +332,66 @@ static void test_attention_qkv(backend *gf, backend *gp, const char *what) {
     }
 }
 
+/* attention_qkv on tiles of 2..16 rows (row-exact: a verification tile)
+ * in one launch per kernel (ga: the default, attention_tile) against row
+ * by row (gb: GEM_CUDA_ATTN_ROWS=0, each row the one-token call): outputs
+ * and caches equal bit for bit. Rings of window + BE_EXACT_ROWS slots as
+ * the model keeps them, wrapped by the tiles; the 31B sliding and full
+ * layers (K as V, rope factors), the 12B full layer (two groups of query
+ * heads), heads of 128, and a deep full layer (several splits, the tile
+ * straddling split and tile boundaries). */
+static void test_attention_tiles(backend *ga, backend *gb, const char *what) {
+    const struct {
+        int nh, kvh, d, window, cap, kasv, prompt;
+    } cases[] = {
+        {32, 16, 256, 64, 64 + BE_EXACT_ROWS, 0, 40}, {32, 4, 512, 0, 400, 1, 20}, {16, 1, 512, 0, 400, 1, 5},
+        {4, 2, 128, 32, 32 + BE_EXACT_ROWS, 0, 0},    {8, 1, 512, 0, 16384, 1, 13000},
+    };
+    static const int tiles[] = {2, 9, 16, 3, 5, 8, 1, 13, 4, 16, 7, 6, 11, 2, 15, 10};
+    backend *bs[2] = {ga, gb};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int full = cases[ci].window == 0;
+        qkv_case c;
+        memset(&c, 0, sizeof c);
+        c.nh = cases[ci].nh, c.kvh = cases[ci].kvh, c.d = cases[ci].d, c.window = cases[ci].window;
+        c.kasv = cases[ci].kasv, c.theta = full ? 1e6f : 1e4f, c.what = what;
+        const int d = c.d;
+        gem_err err;
+        tensor qn = make_tensor(QT_F32, d, 1), kn = make_tensor(QT_F32, d, 1), ff = make_tensor(QT_F32, d / 2, 1);
+        for (int j = 0; j < d / 2; j++) ((float *)ff.data)[j] = j < d / 8 ? 1.0f : 1e30f;
+        for (int b = 0; b < 2; b++) {
+            c.qw[b] = bs[b]->weight(bs[b], &qn.t, &err), c.kw[b] = bs[b]->weight(bs[b], &kn.t, &err);
+            c.ff[b] = full && c.kasv ? bs[b]->weight(bs[b], &ff.t, &err) : NULL;
+            c.kv[b] = bs[b]->kv_new(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
+        }
+        int pos = 0, ok = 1;
+        for (int left = cases[ci].prompt; ok && left > 0;) {
+            const int n = left < 3250 ? left : 3250;
+            ok = qkv_pair_call(bs, &c, n, pos);
+            pos += n, left -= n;
+        }
+        for (size_t t = 0; ok && t < sizeof tiles / sizeof tiles[0]; t++) {
+            ok = qkv_pair_call(bs, &c, tiles[t], pos);
+            pos += tiles[t];
+        }
+        const int held = full || pos < cases[ci].cap ? pos : cases[ci].cap;
+        const size_t bytes = ga->kv_bytes(ga, c.kv[0], held);
+        unsigned char *c0 = malloc(bytes), *c1 = malloc(bytes);
+        ga->kv_save(ga, c.kv[0], held, c0);
+        gb->kv_save(gb, c.kv[1], held, c1);
+        CHECKF(ok && bytes == gb->kv_bytes(gb, c.kv[1], held) && !memcmp(c0, c1, bytes),
+               "attention tiles vs %s: the caches after %d positions differ (heads %d/%d, d %d)", what, pos, c.nh,
+               c.kvh, d);
+        free(c0), free(c1);
+        for (int b = 0; b < 2; b++) {
+            bs[b]->kv_free(bs[b], c.kv[b]);
+            bs[b]->weight_free(bs[b], c.qw[b]), bs[b]->weight_free(bs[b], c.kw[b]);
+            if (c.ff[b]) bs[b]->weight_free(bs[b], c.ff[b]);
+        }
+        free_tensor(&qn), free_tensor(&kn), free_tensor(&ff);
+    }
+}
+
 /* Attention leaves the 8-bit codes of its output for the output
  * projection, as the norms do (test_norm_handoff). */
 static void test_quantized_handoff(void) {
@@ -434,7 +495,6 @@ static void test_attention_cached(void) {
 }
 
 void ops_attention(const backend_opts *g, const backend_opts *gh) {
-    (void)g;
     test_quantized_handoff();
     test_attention();
     test_attention_deep();
@@ -446,4 +506,26 @@ void ops_attention(const backend_opts *g, const backend_opts *gh) {
     }
     test_wide_handoff(gpu, 0);
     if (gpu_f16) test_wide_handoff(gpu_f16, 64);
+    /* tiles in one launch against row by row: f16 caches (k_attn_tc with
+     * the norms folded in, and GEM_CUDA_ATTN_FUSE=0: the norms' launch and
+     * k_attn_tc), f32 caches (the staged k_attn_dec, and the register form
+     * GEM_CUDA_ATTN_DEC=1) */
+    static const struct {
+        const char *var, *val;
+        int f16;
+    } tv[] = {{NULL, NULL, 1}, {"GEM_CUDA_ATTN_FUSE", "0", 1}, {NULL, NULL, 0}, {"GEM_CUDA_ATTN_DEC", "1", 0}};
+    for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) {
+        if (tv[i].f16 && !gpu_f16) continue;
+        if (tv[i].var) setenv(tv[i].var, tv[i].val, 1);
+        backend *ga = variant("GEM_CUDA_ATTN_ROWS", "1", tv[i].f16 ? gh : g);
+        backend *gb = variant("GEM_CUDA_ATTN_ROWS", "0", tv[i].f16 ? gh : g);
+        if (tv[i].var) unsetenv(tv[i].var);
+        char what[96];
+        snprintf(what, sizeof what, "row by row (%s caches%s%s%s)", tv[i].f16 ? "f16" : "f32", tv[i].var ? ", " : "",
+                 tv[i].var ? tv[i].var : "", tv[i].var ? "=" : "");
+        if (tv[i].var) snprintf(what + strlen(what), sizeof what - strlen(what), "%s", tv[i].val);
+        if (ga && gb) test_attention_tiles(ga, gb, what);
+        variant_done(ga);
+        variant_done(gb);
+    }
 }

@@ -35,13 +35,16 @@ __device__ __forceinline__ void one_token_split(int pos0, int window, int nsplit
 __global__ void __launch_bounds__(CB_GROUPS * 32)
     k_attn_combine_wide(const float *part, const float *pml, int n_head, int d, int nsplit, float *out,
                         int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs, const int *step, int n,
-                        int QB, int window) {
+                        int QB, int window, int rows) {
     CU_TRACE(CT_ATTN_COMBINE_WIDE);
     const int hq = blockIdx.x, i = blockIdx.y, e = blockIdx.z * 32 + (threadIdx.x & 31);
     const int tid = threadIdx.x, lane = tid & 31, grp = tid >> 5;
     const size_t base = (size_t)i * n_head + hq;
-    /* the step buffer is written before the step's first kernel */
-    const int used = attn_used_splits(step, i, n, QB, window, nsplit);
+    /* the step buffer is written before the step's first kernel; rows: the
+     * rows of a row-exact tile, each a one-token step (its own step
+     * buffer, n = QB = 1) */
+    const int used = rows ? attn_used_splits(step + 3 * i, 0, 1, 1, window, nsplit)
+                          : attn_used_splits(step, i, n, QB, window, nsplit);
     pdl_wait();
     CU_TRACE_RELEASED();
     extern __shared__ float wgt[];
@@ -228,12 +231,21 @@ __device__ __forceinline__ void ad_stage(KT *sk, const KT *ck, const KT *cv, int
  * one-token attention must not write that cache: in the model it is the
  * q/k/v norm + rope, and a prefill tile's k_kv_store is many launches
  * back. */
-template <int D, typename KT, int VW, int KU, bool STAGED>
+template <int D, typename KT, int VW, int KU, bool STAGED, bool ROWS>
 __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
                KT *store_v) {
     CU_TRACE(CT_ATTN_DEC);
+    if (ROWS) { /* row blockIdx.z of a row-exact tile (as k_attn_tc's) */
+        const int row = blockIdx.z;
+        step += 3 * row;
+        q += (size_t)row * n_head * D;
+        k += (size_t)row * kvh * D;
+        v += (size_t)row * kvh * D;
+        part += (size_t)row * n_head * nsplit * D;
+        pml += (size_t)row * n_head * nsplit * 2;
+    }
     constexpr int E = D / 32;
     static_assert(D % (32 * VW) == 0, "whole loads per lane");
     typedef ad_geom<D, KT> G;
@@ -251,22 +263,28 @@ __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     const int sc1 = min(s1, pos0); /* cached rows: s0 .. sc1 - 1 */
     const int nt = STAGED && sc1 > s0 ? (sc1 - s0 + G::TK - 1) / G::TK : 0;
     float kr[KU][E], vr[KU][E];
-    if (STAGED) {
+    /* a tile's rows read the rows before them, which the launch just
+     * before stored: their first cached rows after the wait */
+    auto first_rows = [&]() {
+        if (STAGED) {
 #pragma unroll
-        for (int t = 0; t < AD_STAGES - 1; t++) ad_stage<D>(sk, ck, cv, t, nt, s0, sc1, kvh, h, cap, ring);
-    } else if (pf < s1) {
+            for (int t = 0; t < AD_STAGES - 1; t++) ad_stage<D>(sk, ck, cv, t, nt, s0, sc1, kvh, h, cap, ring);
+        } else if (pf < s1) {
 #pragma unroll
-        for (int u = 0; u < KU; u++) {
-            const int p = min(pf + u * S, s1 - 1);
-            if (p < pos0) {
-                ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
-                ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+            for (int u = 0; u < KU; u++) {
+                const int p = min(pf + u * S, s1 - 1);
+                if (p < pos0) {
+                    ad_row<D, VW>(kr[u], k, ck, p, pos0, kvh, h, cap, ring, lane);
+                    ad_row<D, VW>(vr[u], v, cv, p, pos0, kvh, h, cap, ring, lane);
+                }
             }
         }
-    }
+    };
+    if (!ROWS) first_rows();
     pdl_wait();
     CU_TRACE_RELEASED();
-    if (split == 0 && blockIdx.x % groups == 0)
+    if (ROWS) first_rows();
+    if (!ROWS && split == 0 && blockIdx.x % groups == 0)
         attn_store_step<D, AD_WARPS * 32>(k, v, store_k, store_v, pos0, cap, ring, kvh, h);
     if (s0 >= s1) { /* the same for the whole block (no copy was issued) */
         if (sub == 0 && lane == 0) pml_put(pml, (size_t)hq * nsplit + split, -INFINITY, 0);
@@ -504,12 +522,21 @@ __device__ __forceinline__ void tc_stage(__half *st, const __half *ck, const __h
  * each warp normalises rows (the block's query heads into the last stage,
  * and in the blocks that need this step's key and value, those rows into
  * their own space after the stages). */
-template <int D, bool NR>
+template <int D, bool NR, bool ROWS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
               __half *store_v, tc_nr nr) {
     CU_TRACE(CT_ATTN_TC);
+    if (ROWS) { /* row blockIdx.z of a row-exact tile: its own step, inputs and partials (attn_tc_rows) */
+        const int row = blockIdx.z;
+        step += 3 * row;
+        q += (size_t)row * n_head * D;
+        k += (size_t)row * kvh * D;
+        v += (size_t)row * kvh * D;
+        part += (size_t)row * n_head * nsplit * D;
+        pml += (size_t)row * n_head * nsplit * 2;
+    }
     typedef tc_geom<D> G;
     constexpr int MT = D / 64; /* 16-row output tiles per warp: a quarter of the head */
     static_assert(D % 64 == 0 && (D / 16) % 2 == 0, "head size");
@@ -530,9 +557,13 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     float *nr_k = (float *)(st + (size_t)TC_STAGES * G::STAGE), *nr_v = nr_k + D;
     static_assert((TC_HEADS + 1) * D * 4 <= G::STAGE * 2, "the norms' rows fit one stage");
     const float *kr = NR ? nr_k : k + (size_t)h * D, *vr = NR ? nr_v : v + (size_t)h * D;
-    /* cached rows of earlier steps only before the wait (see k_attn_dec) */
+    /* cached rows of earlier steps only before the wait (see k_attn_dec);
+     * a tile's rows read the rows before them, which the launch just
+     * before stored: after the wait */
+    if (!ROWS)
 #pragma unroll
-    for (int t = 0; t < TC_STAGES - 1; t++) tc_stage<D>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
+        for (int t = 0; t < TC_STAGES - 1; t++)
+            tc_stage<D>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
     if (NR) /* the position is the step buffer's (set before the step's first kernel) */
         for (int j = threadIdx.x; j < D / 2; j += TC_WARPS * 32) {
             const float a = rope_angle((float)pos0, nr.theta_scale, j, nr.ff);
@@ -540,7 +571,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         }
     pdl_wait();
     CU_TRACE_RELEASED();
-    const bool store = split == 0 && grp == 0;
+    if (ROWS)
+#pragma unroll
+        for (int t = 0; t < TC_STAGES - 1; t++)
+            tc_stage<D>(st, ck, cv, kr, vr, t, nt, s0, s1, pos0, kvh, h, cap, ring, false);
+    const bool store = !ROWS && split == 0 && grp == 0;
     if (NR) { /* block-uniform: every thread reaches the barrier */
         const bool has_q = s0 < s1, has_kv = store || (has_q && s1 > pos0);
         const int nq = has_q ? nh : 0, rows = nq + (has_kv ? (nr.v_from_k ? 1 : 2) : 0);
@@ -668,15 +703,41 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     }
 }
 
+/* The keys and values of a row-exact tile's rows with the q/k/v norms and
+ * rope of k_attn_tc's NR path (tc_norm_row, the same angles), stored at
+ * each row's position before k_attn_tc<ROWS> reads them: one block per
+ * (KV head, row). The stored bits are those each row's one-token
+ * k_attn_tc would have stored (attn_store_row of the same f32 rows). */
+template <int D>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    k_kv_store_nr(const float *k, const float *v, const int *step_rows, int kvh, int cap, int ring, __half *store_k,
+                  __half *store_v, tc_nr nr) {
+    __shared__ __align__(16) float cs[D / 2], sn[D / 2], nk[D], nv[D];
+    const int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int pos0 = step_rows[3 * i];
+    for (int j = threadIdx.x; j < D / 2; j += TC_WARPS * 32) {
+        const float a = rope_angle((float)pos0, nr.theta_scale, j, nr.ff);
+        cs[j] = cosf(a), sn[j] = sinf(a);
+    }
+    pdl_wait();
+    __syncthreads();
+    const size_t r = ((size_t)i * kvh + h) * D;
+    if (warp == 0) tc_norm_row<D>(k + r, nr.kw, nr.eps, cs, sn, nk, nr.v_from_k ? nv : NULL, lane);
+    else if (warp == 1 && !nr.v_from_k) tc_norm_row<D>(v + r, NULL, nr.eps, NULL, NULL, nv, NULL, lane);
+    __syncthreads();
+    attn_store_row<D, TC_WARPS * 32>(nk, nv, store_k, store_v, pos0, cap, ring, kvh, h);
+}
+
 /* The kernel for a head size and entry type: VW values per load (8 for
  * f16 rows of 256 and 512), KU keys per round (fewer for the wide heads:
  * registers). */
 template <typename KT>
 using ad_fn = void (*)(const float *, const float *, const float *, const KT *, const KT *, const int *, int, int, int,
                        int, int, int, int, float *, float *, KT *, KT *);
-template <int D, typename KT> static ad_fn<KT> ad_kernel(bool staged) {
+template <int D, typename KT> static ad_fn<KT> ad_kernel(bool staged, bool rows = false) {
     constexpr int VW = sizeof(KT) == 2 && D % 256 == 0 ? 8 : 4, KU = D >= 384 ? 2 : 4;
-    return staged ? k_attn_dec<D, KT, VW, KU, true> : k_attn_dec<D, KT, VW, KU, false>;
+    if (rows) return staged ? k_attn_dec<D, KT, VW, KU, true, true> : k_attn_dec<D, KT, VW, KU, false, true>;
+    return staged ? k_attn_dec<D, KT, VW, KU, true, false> : k_attn_dec<D, KT, VW, KU, false, false>;
 }
 /* Shared memory above the 48 KB default for the one-token kernels of head
  * size D that take it dynamically: the staged k_attn_dec and k_attn_tc. */
@@ -684,8 +745,12 @@ template <int D> static cudaError_t attn_decode_allow() {
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
     cudaError_t e = cudaFuncSetAttribute(ad_kernel<D, float>(true), at, ad_geom<D, float>::SMEM);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true), at, ad_geom<D, __half>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false>, at, tc_geom<D>::SMEM);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true>, at, tc_geom<D>::SMEM_NR);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, float>(true, true), at, ad_geom<D, float>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(ad_kernel<D, __half>(true, true), at, ad_geom<D, __half>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false, false>, at, tc_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true, false>, at, tc_geom<D>::SMEM_NR);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, false, true>, at, tc_geom<D>::SMEM);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_attn_tc<D, true, true>, at, tc_geom<D>::SMEM_NR);
     return e;
 }
 
@@ -771,7 +836,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
         const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit);
         const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
 #define TC_LAUNCH_NR(DIM, NR)                                                                                          \
-    launch(c, k_attn_tc<DIM, NR>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
+    launch(c, k_attn_tc<DIM, NR, false>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
            k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity,         \
            kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v,          \
            nr ? *nr : none)
@@ -801,13 +866,91 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
         launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
                (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
                quant ? (int8_t *)c->xq.p + code0 : NULL, quant ? (float *)c->xd.p + code0 / 32 : NULL,
-               quant ? (int *)c->xs.p + code0 / 32 : NULL, c->step, n, QB, window);
+               quant ? (int *)c->xs.p + code0 / 32 : NULL, c->step, n, QB, window, 0);
     else
         attn_combine_launch(c, n, n_head, d, nsplit, QB, window, quant, out);
     LAUNCHED(c, "attention combine");
     if (n > 1) kv_store_tile(c, k, v, kv, n, n_kv_head, d);
     if (quant) quantized_cache_set(c, out->d, n, n_head * d);
     c->att_quant_last = quant;
+}
+
+/* A tile of 1 < n <= BE_EXACT_ROWS tokens in one launch per kernel, each
+ * row a one-token step bit for bit (rows_exact, backend.h): the rows'
+ * keys and values are stored first (k_kv_store_nr with nr, else
+ * kv_store_tile: the bits each row's one-token kernel stores), then the
+ * one-token kernel runs with a grid dimension of rows (ROWS: row r reads
+ * step_rows + 3 r, its inputs, its partials, positions before its own
+ * from the cache, its own row as the one-token kernel does, stores
+ * nothing), then one combine over every row. In a ring no row's store
+ * reaches a slot another row of the tile still reads: rings keep
+ * BE_EXACT_ROWS slots beyond the window (gemma4_run.c). 0 when the
+ * one-token kernel is one without a row form (k_attn_split: the caller
+ * then runs attention_rows). */
+static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
+                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
+    const int tc = attn_tc_step(c, kv, 1);
+    if (!c->attn_rows || (!tc && !c->attn_dec) || (nr && !tc) || !attn_split_group(n_head, n_kv_head, d) ||
+        d % 32)
+        return 0;
+    c->att_quant_last = 0;
+    const int nsplit = attn_splits(kv, 1);
+    const size_t rows = (size_t)n * n_head * nsplit;
+    if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return 1;
+    const size_t nblk = (size_t)n * n_head * d / 32;
+    const int quant = (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
+                                         nblk * sizeof(int) <= c->xs.cap)) &&
+                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
+                      !grow(c, &c->xs, nblk * sizeof(int));
+    if (nr) {
+#define NR_STORE(DIM)                                                                                                \
+    launch(c, k_kv_store_nr<DIM>, dim3(n_kv_head, n), TC_WARPS * 32, 0, k->d, v->d, (const int *)c->step_rows,     \
+           n_kv_head, kv->capacity, kv->ring, (__half *)kv->k, (__half *)kv->v, *nr)
+        HEAD_DIM_SWITCH(d, NR_STORE);
+#undef NR_STORE
+        LAUNCHED(c, "kv store (tile rows, norm+rope)");
+    } else {
+        kv_store_tile(c, k, v, kv, n, n_kv_head, d);
+    }
+    const int gall = n_head / n_kv_head;
+    if (tc) {
+        const dim3 tgrid(n_kv_head * ((gall + TC_HEADS - 1) / TC_HEADS), nsplit, n);
+        const tc_nr none = {NULL, NULL, NULL, 0, 0, 0};
+#define TC_ROWS_NR(DIM, NR)                                                                                            \
+    launch(c, k_attn_tc<DIM, NR, true>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d, \
+           k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, (const int *)c->step_rows, n_head, n_kv_head,    \
+           kv->capacity, kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)NULL,              \
+           (__half *)NULL, nr ? *nr : none)
+#define TC_ROWS(DIM)             \
+    if (nr)                      \
+        TC_ROWS_NR(DIM, true);   \
+    else                         \
+        TC_ROWS_NR(DIM, false)
+        HEAD_DIM_SWITCH(d, TC_ROWS);
+#undef TC_ROWS
+#undef TC_ROWS_NR
+    } else {
+        int gb = AD_WARPS;
+        while (gall % gb) gb /= 2;
+        const bool staged = c->attn_dec >= 2;
+        const dim3 dgrid(n_kv_head * (gall / gb), nsplit, n);
+#define DEC_ROWS_T(DIM, KT)                                                                                          \
+    launch(c, ad_kernel<DIM, KT>(staged, true), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, \
+           v->d, (const KT *)kv->k, (const KT *)kv->v, (const int *)c->step_rows, n_head, n_kv_head, kv->capacity,   \
+           kv->ring, window, nsplit, gb, (float *)c->part.p, (float *)c->pml.p, (KT *)NULL, (KT *)NULL)
+        HEAD_DIM_KV_SWITCH(d, kv->f16, DEC_ROWS_T);
+#undef DEC_ROWS_T
+    }
+    LAUNCHED(c, tc ? (nr ? "attention (tile rows, k_attn_tc+norm+rope)" : "attention (tile rows, k_attn_tc)")
+                   : "attention (tile rows, k_attn_dec)");
+    launch(c, k_attn_combine_wide, dim3(n_head, n, d / 32), CB_GROUPS * 32, sizeof(float) * (size_t)nsplit,
+           (const float *)c->part.p, (const float *)c->pml.p, n_head, d, nsplit, out->d,
+           quant ? (int8_t *)c->xq.p : NULL, quant ? (float *)c->xd.p : NULL, quant ? (int *)c->xs.p : NULL,
+           (const int *)c->step_rows, 1, 1, window, 1);
+    LAUNCHED(c, "attention combine (tile rows)");
+    if (quant) quantized_cache_set(c, out->d, n, n_head * d);
+    c->att_quant_last = quant;
+    return 1;
 }
 
 /* A tile of 1 < n <= BE_EXACT_ROWS tokens, row by row on the one-token
@@ -850,6 +993,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     (void)pos0; /* read from the step buffer */
     cuda_backend *c = cu_of(b);
     if (n > 1 && n <= BE_EXACT_ROWS) {
+        if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL)) return;
         attention_rows(c, (be_buf *)q, (be_buf *)k, (be_buf *)v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
             attention_run(c, &r.q, &r.k, &r.v, kv, 1, n_head, n_kv_head, d, window, &r.out, NULL);
         });
@@ -867,6 +1011,15 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       float theta, const be_weight *ff, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     if (n > 1 && n <= BE_EXACT_ROWS) {
+        if (c->attn_fuse && c->attn_rows && attn_tc_step(c, kv, 1)) {
+            const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
+                              ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
+            if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr)) return;
+        } else if (c->attn_rows) {
+            cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
+            cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
+            return;
+        }
         attention_rows(c, q, k, v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
             cu_attention_qkv(b, &r.q, qw, &r.k, kw, &r.v, v_from_k, kv, 1, pos0, n_head, n_kv_head, d, eps, theta, ff,
                              window, &r.out);

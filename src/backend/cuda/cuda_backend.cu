@@ -409,7 +409,7 @@ static void cu_destroy(backend *b) {
  * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
-    CS_PROFILE, CS_N
+    CS_PROFILE, CS_ATTN_ROWS, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -418,7 +418,7 @@ static const struct cu_setting {
     {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},          {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
-    {"GEM_CUDA_PROFILE", 0, 1, 0},
+    {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
@@ -524,6 +524,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = (int)set[CS_MV_SPLIT];
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
+    c->attn_rows = (int)set[CS_ATTN_ROWS];
     /* the first wave of a one-token product starts over 8 steps of 500 ns
      * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
     c->mv_stagger = (int)set[CS_MV_STAGGER];
