@@ -882,17 +882,20 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
  * one-token kernel runs with a grid dimension of rows (ROWS: row r reads
  * step_rows + 3 r, its inputs, its partials, positions before its own
  * from the cache, its own row as the one-token kernel does, stores
- * nothing), then one combine over every row. In a ring no row's store
- * reaches a slot another row of the tile still reads: rings keep
- * BE_EXACT_ROWS slots beyond the window (gemma4_run.c). 0 when the
- * one-token kernel is one without a row form (k_attn_split: the caller
- * then runs attention_rows). */
+ * nothing), then one combine over every row. A ring needs n - 1 slots
+ * beyond the window so that no row's store reaches a slot an earlier row
+ * still reads (the model's rings keep BE_EXACT_ROWS: gemma4_run.c). 0 when
+ * the one-token kernel is one without a row form (k_attn_split) or the
+ * ring is too small: the caller then runs attention_rows. */
 static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
                           int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
     const int tc = attn_tc_step(c, kv, 1);
     if (!c->attn_rows || (!tc && !c->attn_dec) || (nr && !tc) || !attn_split_group(n_head, n_kv_head, d) ||
         d % 32)
         return 0;
+    /* a row's store evicts position pos - capacity, which a row up to n - 1
+     * before it still reads unless the ring has n - 1 slots past the window */
+    if (kv->ring && kv->capacity < window + n - 1) return 0;
     c->att_quant_last = 0;
     const int nsplit = attn_splits(kv, 1);
     const size_t rows = (size_t)n * n_head * nsplit;
