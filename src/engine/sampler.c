@@ -178,9 +178,12 @@ static int32_t sample_sorted(sampler *s, size_t n) {
         total += w;
     }
     double r = uniform(s) * total, acc = 0;
+    size_t last = 0; /* the last candidate with weight: a rounding shortfall of acc falls back to it, never to
+                      * a banned (-inf) candidate */
     for (size_t i = 0; i < n; i++) {
         acc += s->work[i];
+        if (s->work[i] > 0) last = i;
         if (r < acc) return s->c[i].id;
     }
-    return s->c[n - 1].id;
+    return s->c[last].id;
 }
