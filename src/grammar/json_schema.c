@@ -832,7 +832,11 @@ static int render_key(sc_t *c, const char *k, size_t n, strbuf *o) {
     key.type = JSON_STRING;
     key.str = (char *)k;
     key.len = n;
-    if (c->syntax == GRAM_SYNTAX_GEMMA && bare_key_ok(k, n) && gemma_text_ok(k, n) && !memchr(k, 0, n))
+    if (c->syntax == GRAM_SYNTAX_GEMMA && (!gemma_text_ok(k, n) || memchr(k, 0, n))) {
+        sc_fail(c, "the key \"%.60s\" cannot be written in Gemma syntax", k);
+        return -1;
+    }
+    if (c->syntax == GRAM_SYNTAX_GEMMA && bare_key_ok(k, n))
         sb_put(o, k, n);
     else if (render_value(c, &key, o))
         return -1;
