@@ -454,14 +454,14 @@ gram *gb_finish(gb *b, uint32_t root, gem_err *err) {
     g->n_sets = (uint32_t)b->n_sets;
     g->sets = malloc((b->n_sets ? b->n_sets : 1) * 32);
     if (!g->el || !g->alt || !g->rule_alt || !g->minlen || !g->sets) goto oom;
-    memcpy(g->sets, b->sets, b->n_sets * 32);
+    if (b->n_sets) memcpy(g->sets, b->sets, b->n_sets * 32);
     uint32_t p = 0, na = 0;
     for (size_t r = 0; r < b->n_rules; r++) {
         g->rule_alt[r] = na;
         for (size_t a = 0; a < b->rules[r].n; a++) {
             const gseq *s = &b->rules[r].alts[a];
             g->alt[na++] = p;
-            memcpy(g->el + p, s->v, s->n * sizeof *s->v);
+            if (s->n) memcpy(g->el + p, s->v, s->n * sizeof *s->v);
             p += (uint32_t)s->n;
             g->el[p++] = GE(GE_END, 0);
         }
@@ -604,7 +604,7 @@ void sset_add(sset *s, const uint32_t *st, uint32_t n) {
         if (grow((void **)&s->e, &c, s->used + n, sizeof *s->e)) goto fail;
         s->cap_e = (uint32_t)c;
     }
-    memcpy(s->e + s->used, st, n * sizeof *st);
+    if (n) memcpy(s->e + s->used, st, n * sizeof *st);
     s->used += n;
     s->n++;
     s->off[s->n] = s->used;
