@@ -49,6 +49,10 @@ struct gram {
     size_t memo_n, memo_cap;
     uint32_t *memo_ht; /* memo index + 1, open addressing */
     size_t memo_ht_cap;
+    /* gram_canon_key's scratch (under mu): an entry is valid only when its
+     * stamp is the current one, so a key costs what it visits, not the
+     * grammar's size */
+    uint32_t *ck_dist, *ck_dist_stamp, *ck_cid, *ck_cid_stamp, ck_stamp;
 };
 
 static inline int gram_set_has(const gram *g, uint32_t set, uint8_t b) { return (g->sets[set][b >> 3] >> (b & 7)) & 1; }
@@ -144,7 +148,7 @@ struct gram_state {
  * part of the grammar that matching at most t bytes from them can reach
  * (positions farther than t bytes are cut). Two groups with equal keys
  * accept, reject and leave the frame on the same tokens of at most t
- * bytes. 0, or -1 when out of memory. */
-int gram_canon_key(const gram *g, const uint32_t *pos, uint32_t n, uint32_t t, strbuf *out);
+ * bytes. The caller holds g->mu. 0, or -1 when out of memory. */
+int gram_canon_key(gram *g, const uint32_t *pos, uint32_t n, uint32_t t, strbuf *out);
 
 #endif

@@ -501,6 +501,10 @@ void gram_free(gram *g) {
     }
     free(g->memo);
     free(g->memo_ht);
+    free(g->ck_dist);
+    free(g->ck_dist_stamp);
+    free(g->ck_cid);
+    free(g->ck_cid_stamp);
     pthread_mutex_destroy(&g->mu);
     free(g->el);
     free(g->alt);
@@ -774,27 +778,45 @@ int gram_state_ended(const gram_state *s) { return s->cur.has_empty && s->cur.n 
 
 static void put_u32(strbuf *o, uint32_t v) { sb_put(o, &v, 4); }
 
-int gram_canon_key(const gram *g, const uint32_t *pos, uint32_t n, uint32_t t, strbuf *out) {
+int gram_canon_key(gram *g, const uint32_t *pos, uint32_t n, uint32_t t, strbuf *out) {
     /* Fewest bytes from the group to each position (0-1 weights, except a
      * return position, which costs the callee's minimum): a bucket queue
      * up to t. Positions beyond t are never reached by a token of at most
      * t bytes, so the key stops there. */
     int rc = -1;
-    uint32_t *dist = malloc(g->n_el * sizeof *dist);
-    uint32_t *cid = malloc((g->n_rules ? g->n_rules : 1) * sizeof *cid);
     uint32_t **bk = calloc(t + 1, sizeof *bk);
     size_t *bn = calloc(t + 1, sizeof *bn), *bc = calloc(t + 1, sizeof *bc);
     uint32_t *segs = NULL;
     size_t nseg = 0, cseg = 0;
-    if (!dist || !cid || !bk || !bn || !bc) goto out;
-    memset(dist, 0xff, g->n_el * sizeof *dist);
-    memset(cid, 0xff, (g->n_rules ? g->n_rules : 1) * sizeof *cid);
+    if (!bk || !bn || !bc) goto out;
+    if (!g->ck_dist) {
+        g->ck_dist = malloc(g->n_el * sizeof *g->ck_dist);
+        g->ck_dist_stamp = calloc(g->n_el, sizeof *g->ck_dist_stamp);
+        g->ck_cid = malloc((g->n_rules ? g->n_rules : 1) * sizeof *g->ck_cid);
+        g->ck_cid_stamp = calloc(g->n_rules ? g->n_rules : 1, sizeof *g->ck_cid_stamp);
+        if (!g->ck_dist || !g->ck_dist_stamp || !g->ck_cid || !g->ck_cid_stamp) {
+            free(g->ck_dist);
+            free(g->ck_dist_stamp);
+            free(g->ck_cid);
+            free(g->ck_cid_stamp);
+            g->ck_dist = g->ck_dist_stamp = g->ck_cid = g->ck_cid_stamp = NULL;
+            goto out;
+        }
+    }
+    if (++g->ck_stamp == 0) { /* wrapped: every old stamp could match again */
+        memset(g->ck_dist_stamp, 0, g->n_el * sizeof *g->ck_dist_stamp);
+        memset(g->ck_cid_stamp, 0, (g->n_rules ? g->n_rules : 1) * sizeof *g->ck_cid_stamp);
+        g->ck_stamp = 1;
+    }
+    const uint32_t stamp = g->ck_stamp;
+#define DIST(x) (g->ck_dist_stamp[x] == stamp ? g->ck_dist[x] : UINT32_MAX)
 #define RELAX(x, d)                                                                                \
     do {                                                                                           \
         uint32_t x_ = (x);                                                                         \
         uint64_t d_ = (d);                                                                         \
-        if (d_ <= t && d_ < dist[x_]) {                                                            \
-            dist[x_] = (uint32_t)d_;                                                               \
+        if (d_ <= t && d_ < DIST(x_)) {                                                            \
+            g->ck_dist[x_] = (uint32_t)d_;                                                         \
+            g->ck_dist_stamp[x_] = stamp;                                                          \
             if (grow((void **)&bk[d_], &bc[d_], bn[d_] + 1, sizeof **bk)) goto out;                \
             bk[d_][bn[d_]++] = x_;                                                                 \
         }                                                                                          \
@@ -803,7 +825,7 @@ int gram_canon_key(const gram *g, const uint32_t *pos, uint32_t n, uint32_t t, s
     for (uint32_t d = 0; d <= t; d++)
         for (size_t i = 0; i < bn[d]; i++) {
             uint32_t x = bk[d][i];
-            if (dist[x] != d) continue;
+            if (DIST(x) != d) continue;
             uint32_t e = g->el[x];
             if (GE_KIND(e) == GE_SET) RELAX(x + 1, (uint64_t)d + 1);
             else if (GE_KIND(e) == GE_REF) {
@@ -826,7 +848,7 @@ int gram_canon_key(const gram *g, const uint32_t *pos, uint32_t n, uint32_t t, s
     for (size_t si = 0; si < nseg; si++) {
         sb_putc(out, 'G');
         for (uint32_t x = segs[si];; x++) {
-            if (dist[x] > t) {
+            if (DIST(x) > t) {
                 sb_putc(out, 'F');
                 break;
             }
@@ -842,27 +864,27 @@ int gram_canon_key(const gram *g, const uint32_t *pos, uint32_t n, uint32_t t, s
             }
             uint32_t r = GE_ARG(e);
             sb_putc(out, GE_KIND(g->el[x + 1]) == GE_END ? 'r' : 'R');
-            if (cid[r] == UINT32_MAX) {
-                cid[r] = next_cid++;
-                put_u32(out, cid[r]);
+            if (g->ck_cid_stamp[r] != stamp) {
+                g->ck_cid_stamp[r] = stamp;
+                g->ck_cid[r] = next_cid++;
+                put_u32(out, g->ck_cid[r]);
                 put_u32(out, g->rule_alt[r + 1] - g->rule_alt[r]);
                 for (uint32_t a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
                     if (grow((void **)&segs, &cseg, nseg + 1, sizeof *segs)) goto out;
                     segs[nseg++] = g->alt[a];
                 }
             } else
-                put_u32(out, cid[r]);
+                put_u32(out, g->ck_cid[r]);
         }
     }
     rc = out->failed ? -1 : 0;
+#undef DIST
 out:
     if (bk)
         for (uint32_t d = 0; d <= t; d++) free(bk[d]);
     free(bk);
     free(bn);
     free(bc);
-    free(dist);
-    free(cid);
     free(segs);
     return rc;
 }

@@ -168,13 +168,45 @@ static void test_engine(void) {
     gb_alt(b, B, &s);
     gs_reset(&s);
     gb_alt(b, B, &s);
-    gs_free(&s);
     g = gb_finish(b, A, &err);
     gb_free(b);
     if (g) {
         char as[2000];
         memset(as, 'a', sizeof as);
         CHECK(run(g, as, sizeof as) == 2);
+        gram_free(g);
+    }
+    /* exponential ambiguity: A := 'a' A B | 'a' B A | '' ; B := A. The
+     * stack set hits GRAM_MAX_STACKS and the byte is refused (no hang). */
+    b = gb_new();
+    A = gb_rule(b);
+    B = gb_rule(b);
+    gs_reset(&s);
+    gs_byte(b, &s, 'a');
+    gs_ref(&s, A);
+    gs_ref(&s, B);
+    gb_alt(b, A, &s);
+    gs_reset(&s);
+    gs_byte(b, &s, 'a');
+    gs_ref(&s, B);
+    gs_ref(&s, A);
+    gb_alt(b, A, &s);
+    gs_reset(&s);
+    gb_alt(b, A, &s);
+    gs_reset(&s);
+    gs_ref(&s, A);
+    gb_alt(b, B, &s);
+    gs_free(&s);
+    g = gb_finish(b, A, &err);
+    gb_free(b);
+    CHECKF(g != NULL, "%s", err.msg);
+    if (g) {
+        gram_state *st = gram_state_new(g);
+        int k = 0;
+        while (k < 200 && gram_state_feed(st, "a", 1) == 0) k++;
+        CHECKF(k > 3 && k < 200, "ambiguous grammar fed %d bytes", k);
+        CHECK(gram_state_done(st)); /* the refused byte changed nothing */
+        gram_state_free(st);
         gram_free(g);
     }
 }

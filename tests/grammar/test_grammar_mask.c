@@ -26,8 +26,8 @@ static uint8_t *is_closer; /* the piece closes something and opens nothing */
 static int32_t *closers, *enders; /* enders: pieces of only '"', '}', ']' (at most 2), ":", <|"|> */
 static uint32_t n_closers, n_enders;
 static double mask_time, mask_max;
-/* brute force costs ~0.1 s a state (several under ASan, where the masks
- * are still computed at every step but compared less) */
+/* brute force feeds the whole vocabulary per state: under ASan fewer
+ * states are compared (the masks are still computed at every step) */
 #ifdef GEM_TEST_ASAN
 static const int max_compared = 10;
 #else
@@ -255,6 +255,27 @@ static void test_masks(const json *schemas) {
             }
             gram_free(g);
         }
+    }
+    /* deep states: the caches' depth margin runs out and the mask walks
+     * the trie on the real state */
+    gram *dg = gram_json_schema(NULL, GRAM_SYNTAX_JSON, &err);
+    if (dg) {
+        gram_state *s = gram_state_new(dg);
+        gram_state_feed(s, "{\"a\":", 5);
+        int depth = 0, checked = 0;
+        while (gram_state_feed(s, "[", 1) == 0) {
+            depth++;
+            if ((depth == 40 || depth == 105 || depth == 120) && checked < 3 && compared < max_compared) {
+                gram_mask(s, V, bits);
+                brute_mask(s, brute);
+                CHECKF(!memcmp(bits, brute, (NV + 31) / 32 * sizeof *bits), "deep mask at %d arrays differs", depth);
+                checked++;
+                compared++;
+            }
+        }
+        CHECKF(depth > 60 && depth < GRAM_MAX_DEPTH, "arrays nest %d deep", depth);
+        gram_state_free(s);
+        gram_free(dg);
     }
     /* tool calls with a reasoning prefix */
     json *tools = json_new(JSON_ARRAY);
