@@ -351,6 +351,7 @@ static void test_generation(const json *schemas) {
             for (int w = 0; w < per; w++) {
                 strbuf out = {0};
                 int rc = walk(g, steps, &out, 0, 0, NULL);
+                /* GRAM_DEBUG=1: show the walks that ran out of steps */
                 if (rc != 1 && getenv("GRAM_DEBUG")) fprintf(stderr, "NOT ENDED %s/%d: %.400s\n...%s\n", name, syn, out.p, out.len > 400 ? out.p + out.len - 200 : "");
                 total++;
                 if (rc == 1) {
