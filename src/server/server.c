@@ -542,6 +542,10 @@ static void run_job(server *s, job *j) {
             else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
             else if (res.finish == GEM_FINISH_STOP) finish = "stop";
             evaluated += res.n_prompt - res.n_cached;
+            /* usage counts each prompt once, and as cached what its first
+             * sample found from earlier requests (an echo's logprobs
+             * evaluated all of it); the later samples' reuse is logged */
+            if (i == 0 && !(rq->echo && rq->logprobs)) u.cached_tokens += (int)res.n_cached;
             u.prompt_ms += res.prompt_s * 1e3;
             u.completion_tokens += (int)res.n_generated;
             const long reasoning = g.reasoning_tokens - reasoning0;
@@ -555,8 +559,9 @@ static void run_job(server *s, job *j) {
                       res.n_prompt, res.n_cached, res.n_generated);
         }
     }
-    /* each prompt counts once: what its choices did not evaluate was reused */
-    u.cached_tokens = (long)prompt_all > evaluated ? (int)((long)prompt_all - evaluated) : 0;
+    if (choice > 1)
+        logf_("%s %s %d choices: %ld prompt tokens evaluated for %zu in the prompts", j->peer, j->path, choice, evaluated,
+              prompt_all);
     u.spec = gem_engine_mtp(s->e) != NULL;
 respond:
     if (g.gone) {

@@ -569,6 +569,125 @@ static void test_reply_completion(void) {
     reply_free(r);
 }
 
+/* chat logprobs: OpenAI's content list, exact; a byte that is no UTF-8
+ * character is U+FFFD in the token and itself in bytes */
+static void test_reply_logprobs_chat(void) {
+    reply_opts o = chat_opts(0, 0);
+    o.logprobs = 1;
+    reply *r = reply_new(&o);
+    reply_alt top[2] = {{"Hi", 2, -0.5}, {"\xff", 1, -1.25}};
+    reply_lp e = {{"Hi", 2, -0.5}, top, 2, 0};
+    reply_logprob(r, &e);
+    reply_text(r, "Hi", 2);
+    reply_lp e2 = {{"\xff", 1, -1.25}, top, 0, 0};
+    reply_logprob(r, &e2);
+    reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
+    reply_finish(r, "stop", &u);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"logprobs\":{\"content\":["
+                  "{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":["
+                  "{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]},"
+                  "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-1.25,\"bytes\":[255]}]},"
+                  "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-1.25,\"bytes\":[255],\"top_logprobs\":[]}],"
+                  "\"refusal\":null},\"finish_reason\":\"stop\"}"),
+           "%s", sb_cstr(reply_out(r)));
+    reply_free(r);
+    /* a choice without tokens still has its (empty) list; without
+     * logprobs asked: null */
+    r = reply_new(&o);
+    reply_finish(r, "length", &u);
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"logprobs\":{\"content\":[],\"refusal\":null}"));
+    reply_free(r);
+    o.logprobs = 0;
+    r = reply_new(&o);
+    reply_logprob(r, &e);
+    reply_finish(r, "length", &u);
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"logprobs\":null"));
+    reply_free(r);
+}
+
+/* a stream: entries ride the next chunk; n > 1: chunks carry their index,
+ * each choice its role chunk and finish chunk; tool call ids stay unique */
+static void test_reply_stream_choices(void) {
+    reply_opts o = chat_opts(1, 0);
+    o.logprobs = 1;
+    reply *r = reply_new(&o);
+    reply_alt top[1] = {{"A", 1, -0.125}};
+    reply_lp e = {{"A", 1, -0.125}, top, 1, 0};
+    reply_start(r);
+    reply_logprob(r, &e);
+    reply_logprob(r, &e); /* held back: goes with the next chunk */
+    reply_text(r, "AA", 2);
+    reply_tool_call(r, "f", "{}");
+    reply_next(r, "stop");
+    reply_logprob(r, &e);
+    reply_tool_call(r, "g", "{}");
+    reply_usage u = {.prompt_tokens = 1, .completion_tokens = 3};
+    reply_finish(r, "length", &u);
+    static char ev[16][2048];
+    int n = sse_events(sb_cstr(reply_out(r)), ev, 16);
+    CHECKF(n == 8, "%d events", n);
+    static const char *const want[] = {
+        "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"AA\"},\"logprobs\":{\"content\":["
+        "{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65],\"top_logprobs\":[{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65]}]},"
+        "{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65],\"top_logprobs\":[{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65]}]}],"
+        "\"refusal\":null},\"finish_reason\":null}]",
+        "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_abc_0\",",
+        "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}]",
+        "\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+        "{\"index\":1,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_abc_1\",\"type\":\"function\",\"function\":"
+        "{\"name\":\"g\",\"arguments\":\"{}\"}}]},\"logprobs\":{\"content\":[{\"token\":\"A\"",
+        "\"choices\":[{\"index\":1,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}]",
+        "[DONE]",
+    };
+    for (int i = 0; i < n && i < 8; i++) CHECKF(strstr(ev[i], want[i]) != NULL, "event %d: %s", i, ev[i]);
+    reply_free(r);
+}
+
+/* completions: the legacy arrays, exact; top_logprobs holds the token too
+ * (each text once); an echoed first token has null; n > 1 and prompt
+ * lists are choices in order */
+static void test_reply_logprobs_completion(void) {
+    reply_opts o = {API_COMPLETION, 0, 0, 0, "cmpl-1", "tiny", NULL, 1, 1};
+    reply *r = reply_new(&o);
+    reply_alt top[2] = {{" b", 2, -0.5}, {"c", 1, -1}};
+    reply_lp e0 = {{"<bos>", 5, NAN}, NULL, 0, 0};
+    reply_lp e1 = {{"a", 1, -2}, top, 2, 0};
+    reply_lp e2 = {{" b", 2, -0.5}, top, 1, 1};
+    reply_logprob(r, &e0);
+    reply_logprob(r, &e1);
+    reply_text(r, "a", 1);
+    reply_logprob(r, &e2);
+    reply_text(r, " b", 2);
+    reply_next(r, "length");
+    reply_text(r, "z", 1);
+    reply_usage u = {.prompt_tokens = 2, .completion_tokens = 2};
+    reply_finish(r, "stop", &u);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"choices\":[{\"index\":0,\"text\":\"a b\",\"logprobs\":{\"tokens\":[\"<bos>\",\"a\",\" b\"],"
+                  "\"token_logprobs\":[null,-2,-0.5],\"top_logprobs\":[null,{\" b\":-0.5,\"c\":-1,\"a\":-2},{\" b\":-0.5}],"
+                  "\"text_offset\":[0,0,1]},\"finish_reason\":\"length\"},"
+                  "{\"index\":1,\"text\":\"z\",\"logprobs\":{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],"
+                  "\"text_offset\":[]},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":2,"),
+           "%s", sb_cstr(reply_out(r)));
+    reply_free(r);
+    /* streaming: each text chunk carries its tokens */
+    o.stream = 1;
+    r = reply_new(&o);
+    reply_logprob(r, &e1);
+    reply_text(r, "a", 1);
+    reply_next(r, "stop");
+    reply_text(r, "q", 1);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"choices\":[{\"index\":0,\"text\":\"a\",\"logprobs\":{\"tokens\":[\"a\"],\"token_logprobs\":[-2],"
+                  "\"top_logprobs\":[{\" b\":-0.5,\"c\":-1,\"a\":-2}],\"text_offset\":[0]},\"finish_reason\":null}]"),
+           "%s", sb_cstr(reply_out(r)));
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}]"));
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"choices\":[{\"index\":1,\"text\":\"q\",\"logprobs\":null,\"finish_reason\":null}]"));
+    reply_free(r);
+}
+
 static void test_sanitize(void) {
     strbuf o = {0};
     utf8_sanitize("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x8e\x89z", 11, &o);
@@ -594,6 +713,9 @@ int main(void) {
     test_reply_chat();
     test_reply_chat_stream();
     test_reply_completion();
+    test_reply_logprobs_chat();
+    test_reply_stream_choices();
+    test_reply_logprobs_completion();
     test_sanitize();
     return test_report("test_api");
 }
