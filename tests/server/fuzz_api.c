@@ -2,7 +2,8 @@
  * The first byte picks what the rest is: a chat request body ('c'), a
  * completion body ('p'), a tokenize or detokenize body ('t', 'd'), or
  * generated text ('g') to run through the stop filter, the chat parser and
- * the reply builders. Errors must carry a 4xx/5xx status and serialize to
+ * the reply builders (chat and completions, with log-probability entries
+ * and two choices). Errors must carry a 4xx/5xx status and serialize to
  * valid JSON; accepted chat requests must render (or fail with 400); every
  * reply body and SSE event must be valid JSON. */
 #include <math.h>
@@ -109,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'c':
     case 'p': {
         api_request r;
-        if (api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e)) {
+        const int parsed = !api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e);
+        if (!parsed) {
             check_error(&e);
         } else if (r.kind == API_CHAT) {
             strbuf p = {0}, f = {0};
@@ -127,8 +129,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (size_t i = 0; i < r.n_prompts; i++)
                 if (r.prompts[i].ids ? !r.prompts[i].n_ids : !r.prompts[i].text) abort();
         }
-        if (r.n < 1 || r.n > API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > API_MAX_TOP_LOGPROBS ||
-            (r.top_logprobs && !r.logprobs))
+        /* n, top_logprobs and logprobs within their ranges, and consistent */
+        if (parsed && (r.n < 1 || r.n > API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > API_MAX_TOP_LOGPROBS ||
+                       (r.top_logprobs && !r.logprobs)))
             abort();
         api_request_free(&r);
         break;
