@@ -33,8 +33,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -512,7 +512,9 @@ static void run_job(server *s, job *j) {
             g.text_off = 0;
             if (!rq->cache_prompt && i == 0) gem_session_reset(s->sess);
             if (rq->echo && rq->logprobs && !plp.lp) {
+                const double t0 = gem_now_s();
                 const int rc = eval_prompt_lps(&g, ids, &plp, &err);
+                u.prompt_ms += (gem_now_s() - t0) * 1e3;
                 if (rc < 0) fail = err.msg;
                 else if (rc > 0) g.gone = 1;
                 if (rc) break;
