@@ -2,7 +2,7 @@
  *
  * Validation is explicit field by field: a field of the wrong type or out
  * of range is an error naming it, never silently ignored, and options gem
- * cannot honour (n > 1, logprobs, JSON response formats, image parts,
+ * cannot honour (JSON response formats, image parts, suffix, best_of,
  * legacy functions, audio, predicted outputs, web search) are refused
  * rather than dropped. Fields that change nothing gem computes are
  * ignored, as OpenAI clients send many (user, metadata, store, ...). */
@@ -192,8 +192,12 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
     if (rc) r->max_tokens = (long)x;
     if ((rc = get_num(root, "max_completion_tokens", 1, 1e9, 1, &x, e)) < 0) return -1;
     if (rc) r->max_tokens = (long)x;
+    r->n = 1;
     if ((rc = get_num(root, "n", 1, 1e9, 1, &x, e)) < 0) return -1;
-    if (rc && x != 1) return api_fail(e, 400, INVALID, "n", NULL, "'n' must be 1: one choice per request");
+    if (rc && x > API_MAX_N)
+        return api_fail(e, 400, INVALID, "n", NULL, "'n' must be at most %d: the choices are generated one after another",
+                        API_MAX_N);
+    if (rc) r->n = (int)x;
     if (parse_stop(root, r, e)) return -1;
     if (parse_bias(root, o, r, e)) return -1;
     r->cache_prompt = 1;
@@ -421,12 +425,18 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
     const json *ptc = field(root, "parallel_tool_calls");
     if (ptc && ptc->type != JSON_BOOL) return bad_type(e, "parallel_tool_calls", "a boolean", ptc);
     r->single_call = ptc && !ptc->boolean;
-    const json *lp = field(root, "logprobs");
-    if (lp && !(lp->type == JSON_BOOL && !lp->boolean))
-        return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
+    /* logprobs: true lists each generated token's log-probability (with
+     * top_logprobs alternatives); top_logprobs alone is an error, as OpenAI
+     * answers it */
+    if (get_bool(root, "logprobs", &r->logprobs, e) < 0) return -1;
+    double x;
+    int rc = get_num(root, "top_logprobs", 0, API_MAX_TOP_LOGPROBS, 1, &x, e);
+    if (rc < 0) return -1;
+    if (rc && !r->logprobs)
+        return api_fail(e, 400, INVALID, "top_logprobs", NULL, "'top_logprobs' needs 'logprobs': true");
+    if (rc) r->top_logprobs = (int)x;
     /* OpenAI fields gem does not honour: refused by name, never ignored */
     static const char *const unsupported[][2] = {
-        {"top_logprobs", "'top_logprobs' is not supported (logprobs are not)"},
         {"functions", "'functions' is not supported: send 'tools'"},
         {"function_call", "'function_call' is not supported: send 'tool_choice'"},
         {"audio", "'audio' is not supported: text only"},
@@ -457,35 +467,81 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
 
 /* ---- completions ---- */
 
-static int parse_completion(json *root, api_request *r, api_error *e) {
-    const json *p = field(root, "prompt");
-    if (!p) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' is required");
-    if (p->type == JSON_ARRAY && p->len == 1 && p->items[0]->type == JSON_STRING) p = p->items[0];
-    if (p->type == JSON_STRING) {
-        r->prompt = p->str;
-        r->prompt_len = p->len;
-    } else if (p->type == JSON_ARRAY) {
-        if (!p->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must not be empty");
-        r->prompt_ids = malloc(p->len * sizeof *r->prompt_ids);
-        if (!r->prompt_ids) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        for (size_t i = 0; i < p->len; i++) {
-            const json *id = p->items[i];
-            if (id->type != JSON_NUMBER || !id->is_int || id->num < 0 || id->num > INT32_MAX)
-                return api_fail(e, 400, INVALID, "prompt", NULL,
-                                "'prompt' must be a string or an array of token ids (element %zu is not)", i);
-            r->prompt_ids[i] = (int32_t)id->num;
-        }
-        r->n_prompt_ids = p->len;
-    } else {
-        return bad_type(e, "prompt", "a string or an array of token ids", p);
+#define PROMPT_FORMS "a string, an array of strings, an array of token ids or an array of token id arrays"
+
+/* A token id list (ids already known to be an array). */
+static int parse_ids(const json *a, const char *param, api_prompt *p, api_error *e) {
+    if (!a->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'%s' must not be empty", param);
+    if (!(p->ids = malloc(a->len * sizeof *p->ids))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    p->n_ids = a->len;
+    for (size_t i = 0; i < a->len; i++) {
+        const json *id = a->items[i];
+        if (id->type != JSON_NUMBER || !id->is_int || id->num < 0 || id->num > INT32_MAX)
+            return api_fail(e, 400, INVALID, "prompt", NULL, "'%s' must be an array of token ids (element %zu is not)",
+                            param, i);
+        p->ids[i] = (int32_t)id->num;
     }
-    int echo = 0;
-    if (get_bool(root, "echo", &echo, e) < 0) return -1;
-    if (echo) return api_fail(e, 400, INVALID, "echo", NULL, "'echo' is not supported");
+    return 0;
+}
+
+/* prompt: a string, an id list, or a list of either (one prompt each);
+ * a list is all strings or all id lists, never a mix. */
+static int parse_prompts(const json *p, api_request *r, api_error *e) {
+    if (!p) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' is required");
+    if (p->type != JSON_STRING && p->type != JSON_ARRAY) return bad_type(e, "prompt", PROMPT_FORMS, p);
+    if (p->type == JSON_ARRAY && !p->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must not be empty");
+    /* one prompt: a string or ids; else a list of prompts */
+    const int one = p->type == JSON_STRING || p->items[0]->type == JSON_NUMBER;
+    const size_t n = one ? 1 : p->len;
+    if (n > API_MAX_CHOICES)
+        return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' has %zu prompts; at most %d are allowed", n,
+                        API_MAX_CHOICES);
+    if ((size_t)r->n * n > API_MAX_CHOICES)
+        return api_fail(e, 400, INVALID, "prompt", NULL, "%zu prompts with n %d make %zu choices; at most %d are allowed",
+                        n, r->n, (size_t)r->n * n, API_MAX_CHOICES);
+    if (!(r->prompts = calloc(n, sizeof *r->prompts))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    r->n_prompts = n;
+    if (one && p->type == JSON_STRING) {
+        r->prompts[0].text = p->str;
+        r->prompts[0].len = p->len;
+        return 0;
+    }
+    if (one) return parse_ids(p, "prompt", &r->prompts[0], e);
+    const int strings = p->items[0]->type == JSON_STRING;
+    char name[32];
+    for (size_t i = 0; i < n; i++) {
+        const json *it = p->items[i];
+        snprintf(name, sizeof name, "prompt[%zu]", i);
+        if (strings && it->type == JSON_STRING) {
+            r->prompts[i].text = it->str;
+            r->prompts[i].len = it->len;
+        } else if (!strings && it->type == JSON_ARRAY) {
+            if (parse_ids(it, name, &r->prompts[i], e)) return -1;
+        } else {
+            return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must be %s (element %zu is %s)", PROMPT_FORMS, i,
+                            type_name(it));
+        }
+    }
+    return 0;
+}
+
+static int parse_completion(json *root, api_request *r, api_error *e) {
+    if (parse_prompts(field(root, "prompt"), r, e)) return -1;
+    if (get_bool(root, "echo", &r->echo, e) < 0) return -1;
     if (field(root, "suffix")) return api_fail(e, 400, INVALID, "suffix", NULL, "'suffix' is not supported");
-    if (field(root, "logprobs")) return api_fail(e, 400, INVALID, "logprobs", NULL, "'logprobs' is not supported");
+    /* legacy logprobs: how many alternatives per token (0 lists the chosen
+     * token's alone) */
     double x;
-    int rc = get_num(root, "best_of", 1, 1e9, 1, &x, e);
+    int rc = get_num(root, "logprobs", 0, API_MAX_LEGACY_LOGPROBS, 1, &x, e);
+    if (rc < 0) return -1;
+    if (rc) {
+        r->logprobs = 1;
+        r->top_logprobs = (int)x;
+    }
+    if (field(root, "top_logprobs"))
+        return api_fail(e, 400, INVALID, "top_logprobs", NULL,
+                        "'top_logprobs' is a chat field; completions take 'logprobs': the number of alternatives");
+    rc = get_num(root, "best_of", 1, 1e9, 1, &x, e);
     if (rc < 0) return -1;
     if (rc && x != 1) return api_fail(e, 400, INVALID, "best_of", NULL, "'best_of' must be 1");
     if (get_bool(root, "return_tokens", &r->return_tokens, e) < 0) return -1;
@@ -514,7 +570,8 @@ int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_
 
 void api_request_free(api_request *r) {
     json_free(r->root);
-    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_prompts; i++) free(r->prompts[i].ids);
+    free(r->prompts);
     free(r->bias_ids);
     free(r->bias);
     memset(r, 0, sizeof *r);

@@ -48,6 +48,20 @@ typedef struct {
 } api_opts;
 
 #define API_MAX_BIAS 1024 /* logit_bias entries */
+/* choices: n per prompt, and n times the prompts of a completion request
+ * (every choice is generated in turn on the one session) */
+#define API_MAX_N 8
+#define API_MAX_CHOICES 64
+#define API_MAX_TOP_LOGPROBS 20      /* chat top_logprobs (OpenAI's bound) */
+#define API_MAX_LEGACY_LOGPROBS 5    /* completions logprobs (OpenAI's bound) */
+
+/* One completion prompt: text, or token ids (ids != NULL). */
+typedef struct {
+    const char *text;
+    size_t len;
+    int32_t *ids; /* owned */
+    size_t n_ids;
+} api_prompt;
 
 typedef struct {
     api_kind kind;
@@ -59,17 +73,20 @@ typedef struct {
     const char *tool_name;   /* API_TOOLS_NAMED */
     int enable_thinking;     /* -1 not given */
     int single_call;         /* parallel_tool_calls: false (at most one call per answer) */
-    /* completion: text or token ids */
-    const char *prompt;
-    size_t prompt_len;
-    int32_t *prompt_ids;     /* owned; NULL unless the prompt was given as ids */
-    size_t n_prompt_ids;
+    /* completion: one prompt per entry (a list gives several), each text
+     * or token ids; choice index = prompt index x n + sample */
+    api_prompt *prompts;     /* owned */
+    size_t n_prompts;
     int return_tokens;
+    int echo;                /* the prompt's text begins each choice's text */
     /* common */
     const char *model;       /* as given, or NULL */
     int stream, include_usage;
     gem_sampling sampling;
     int seed_given;
+    int n;                   /* choices per prompt, sample i drawn with seed + i */
+    int logprobs;            /* each generated token's log-probability is returned */
+    int top_logprobs;        /* and its top_logprobs most likely alternatives */
     long max_tokens;         /* -1: until the context ends */
     const char *stop[API_MAX_STOP];
     size_t stop_len[API_MAX_STOP];

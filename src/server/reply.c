@@ -3,10 +3,14 @@
  * Chunks are written by hand with json_quote rather than built as json
  * trees: they are small, their field order is fixed, and one is written per
  * generated token. Tool call ids are "call_" + the response id's suffix +
- * the call's index, unique within the server's lifetime because response
- * ids are. */
+ * the call's number in the response (counted over its choices), unique
+ * within the server's lifetime because response ids are.
+ *
+ * Log-probability entries are written as JSON when they arrive, into the
+ * pending lists a chunk or a choice takes (and empties). */
 #include "server/reply.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +30,13 @@ struct reply {
     int32_t *tokens;
     size_t n_tokens, cap_tokens;
     strbuf tmp;
+    int choice;    /* the current choice's index */
+    int call_base; /* tool calls of the earlier choices */
+    strbuf body_choices; /* not streaming: the ended choices' JSON, comma-separated */
+    /* log-probability entries not yet written out, lp_n of them: a chat's
+     * content list, or a completion's four legacy arrays */
+    strbuf lp_content, lp_tokens, lp_values, lp_top, lp_offsets;
+    int lp_n;
 };
 
 void utf8_sanitize(const char *s, size_t n, strbuf *out) {
@@ -65,6 +76,12 @@ void reply_free(reply *r) {
     sb_free(&r->content);
     sb_free(&r->reasoning);
     sb_free(&r->tmp);
+    sb_free(&r->body_choices);
+    sb_free(&r->lp_content);
+    sb_free(&r->lp_tokens);
+    sb_free(&r->lp_values);
+    sb_free(&r->lp_top);
+    sb_free(&r->lp_offsets);
     free(r);
 }
 
@@ -92,16 +109,50 @@ static const char *chunk_object(const reply *r) {
     return r->o.kind == API_CHAT ? "chat.completion.chunk" : "text_completion";
 }
 
-/* data: {envelope, "choices":[{"index":0, <choice>, "logprobs":null,
+/* A log-probability as JSON: finite, or null (NAN: no value). */
+static void put_logprob(strbuf *o, double v) {
+    if (isfinite(v)) sb_printf(o, "%.9g", v);
+    else sb_puts(o, "null");
+}
+
+/* The "logprobs" member's value: the pending entries (emptied), or null
+ * when not asked for, or when a chunk has none. */
+static void put_logprobs(reply *r, strbuf *o) {
+    if (!r->o.logprobs || (r->o.stream && !r->lp_n)) {
+        sb_puts(o, "null");
+        return;
+    }
+    if (r->o.kind == API_CHAT) {
+        sb_puts(o, "{\"content\":[");
+        sb_put(o, r->lp_content.p, r->lp_content.len);
+        sb_puts(o, "],\"refusal\":null}");
+    } else {
+        sb_puts(o, "{\"tokens\":[");
+        sb_put(o, r->lp_tokens.p, r->lp_tokens.len);
+        sb_puts(o, "],\"token_logprobs\":[");
+        sb_put(o, r->lp_values.p, r->lp_values.len);
+        sb_puts(o, "],\"top_logprobs\":[");
+        sb_put(o, r->lp_top.p, r->lp_top.len);
+        sb_puts(o, "],\"text_offset\":[");
+        sb_put(o, r->lp_offsets.p, r->lp_offsets.len);
+        sb_puts(o, "]}");
+    }
+    r->lp_content.len = r->lp_tokens.len = r->lp_values.len = r->lp_top.len = r->lp_offsets.len = 0;
+    r->lp_n = 0;
+}
+
+/* data: {envelope, "choices":[{"index":i, <choice>, "logprobs":..,
  * "finish_reason":..}]} for one streamed event. choice is the JSON of the
  * delta (chat) or text (completion) member, without braces. */
 static void put_chunk(reply *r, const char *choice, const char *finish) {
     strbuf *o = &r->out;
     sb_puts(o, "data: ");
     put_envelope(r, chunk_object(r));
-    sb_puts(o, ",\"choices\":[{\"index\":0,");
+    sb_printf(o, ",\"choices\":[{\"index\":%d,", r->choice);
     sb_puts(o, choice);
-    sb_puts(o, ",\"logprobs\":null,\"finish_reason\":");
+    sb_puts(o, ",\"logprobs\":");
+    put_logprobs(r, o);
+    sb_puts(o, ",\"finish_reason\":");
     if (finish) put_str(o, finish);
     else sb_puts(o, "null");
     sb_puts(o, "}]");
@@ -143,7 +194,8 @@ static void put_call(reply *r, strbuf *o, int i, int with_index) {
     sb_puts(o, "{");
     if (with_index) sb_printf(o, "\"index\":%d,", i);
     const char *dash = strchr(r->o.id, '-');
-    sb_printf(o, "\"id\":\"call_%s_%d\",\"type\":\"function\",\"function\":{\"name\":", dash ? dash + 1 : r->o.id, i);
+    sb_printf(o, "\"id\":\"call_%s_%d\",\"type\":\"function\",\"function\":{\"name\":", dash ? dash + 1 : r->o.id,
+              r->call_base + i);
     put_str(o, r->calls[i].name);
     sb_puts(o, ",\"arguments\":");
     put_str(o, r->calls[i].args);
@@ -219,9 +271,88 @@ static void put_tokens(reply *r, strbuf *o) {
     sb_putc(o, ']');
 }
 
-void reply_finish(reply *r, const char *finish, const reply_usage *u) {
+/* A token's text as a JSON string (sanitised) and its bytes as a list. */
+static void put_token_text(reply *r, strbuf *o, const char *p, size_t n) {
+    strbuf *t = &r->tmp;
+    t->len = 0;
+    utf8_sanitize(p, n, t);
+    json_quote(t->p ? t->p : "", t->len, o);
+}
+
+static void put_bytes(strbuf *o, const char *p, size_t n) {
+    sb_putc(o, '[');
+    for (size_t i = 0; i < n; i++) sb_printf(o, i ? ",%u" : "%u", (unsigned)(unsigned char)p[i]);
+    sb_putc(o, ']');
+}
+
+/* A completion's top_logprobs object gets each key once: a key already
+ * written begins with '{' or ',' then the quoted text (quotes inside a key
+ * are escaped, so this spelling never occurs inside another key). */
+static int has_key(const strbuf *o, size_t from, const char *quoted, size_t n) {
+    for (size_t i = from; i + 1 + n < o->len; i++)
+        if ((o->p[i] == '{' || o->p[i] == ',') && !memcmp(o->p + i + 1, quoted, n) && o->p[i + 1 + n] == ':') return 1;
+    return 0;
+}
+
+static void put_top_key(reply *r, strbuf *o, size_t from, const reply_alt *a) {
+    strbuf q = {0};
+    put_token_text(r, &q, a->text, a->len);
+    if (!q.failed && !has_key(o, from, q.p, q.len)) {
+        if (o->len > from + 1) sb_putc(o, ',');
+        sb_put(o, q.p, q.len);
+        sb_putc(o, ':');
+        put_logprob(o, a->logprob);
+    }
+    sb_free(&q);
+}
+
+void reply_logprob(reply *r, const reply_lp *e) {
+    if (!r->o.logprobs) return;
+    if (r->o.kind == API_CHAT) {
+        strbuf *o = &r->lp_content;
+        if (r->lp_n) sb_putc(o, ',');
+        sb_puts(o, "{\"token\":");
+        put_token_text(r, o, e->tok.text, e->tok.len);
+        sb_puts(o, ",\"logprob\":");
+        put_logprob(o, e->tok.logprob);
+        sb_puts(o, ",\"bytes\":");
+        put_bytes(o, e->tok.text, e->tok.len);
+        sb_puts(o, ",\"top_logprobs\":[");
+        for (int i = 0; i < e->n_top; i++) {
+            sb_puts(o, i ? ",{\"token\":" : "{\"token\":");
+            put_token_text(r, o, e->top[i].text, e->top[i].len);
+            sb_puts(o, ",\"logprob\":");
+            put_logprob(o, e->top[i].logprob);
+            sb_puts(o, ",\"bytes\":");
+            put_bytes(o, e->top[i].text, e->top[i].len);
+            sb_putc(o, '}');
+        }
+        sb_puts(o, "]}");
+    } else {
+        const char *sep = r->lp_n ? "," : "";
+        sb_puts(&r->lp_tokens, sep);
+        put_token_text(r, &r->lp_tokens, e->tok.text, e->tok.len);
+        sb_puts(&r->lp_values, sep);
+        put_logprob(&r->lp_values, e->tok.logprob);
+        sb_puts(&r->lp_top, sep);
+        if (isnan(e->tok.logprob)) {
+            sb_puts(&r->lp_top, "null");
+        } else {
+            const size_t from = r->lp_top.len;
+            sb_putc(&r->lp_top, '{');
+            for (int i = 0; i < e->n_top; i++) put_top_key(r, &r->lp_top, from, &e->top[i]);
+            put_top_key(r, &r->lp_top, from, &e->tok);
+            sb_putc(&r->lp_top, '}');
+        }
+        sb_printf(&r->lp_offsets, "%s%ld", sep, e->text_offset);
+    }
+    r->lp_n++;
+}
+
+/* Ends the current choice: its final chunk, or its JSON in the body's list;
+ * the next choice starts empty. */
+static void end_choice(reply *r, const char *finish) {
     if (r->o.kind == API_CHAT && r->n_calls && !strcmp(finish, "stop")) finish = "tool_calls";
-    strbuf *o = &r->out;
     if (r->o.stream) {
         strbuf *t = &r->tmp;
         t->len = 0;
@@ -229,6 +360,58 @@ void reply_finish(reply *r, const char *finish, const reply_usage *u) {
         else sb_puts(t, "\"text\":\"\"");
         put_tokens(r, t);
         put_chunk(r, sb_cstr(t), finish);
+    } else {
+        strbuf *o = &r->body_choices;
+        sb_printf(o, "%s{\"index\":%d,", r->choice ? "," : "", r->choice);
+        if (r->o.kind == API_CHAT) {
+            sb_puts(o, "\"message\":{\"role\":\"assistant\",\"content\":");
+            if (r->n_calls && !r->content.len) sb_puts(o, "null");
+            else json_quote(sb_cstr(&r->content), r->content.len, o);
+            if (r->reasoning.len) {
+                sb_puts(o, ",\"reasoning_content\":");
+                json_quote(r->reasoning.p, r->reasoning.len, o);
+            }
+            if (r->n_calls) {
+                sb_puts(o, ",\"tool_calls\":[");
+                for (int i = 0; i < r->n_calls; i++) {
+                    if (i) sb_putc(o, ',');
+                    put_call(r, o, i, 0);
+                }
+                sb_putc(o, ']');
+            }
+            sb_putc(o, '}');
+        } else {
+            sb_puts(o, "\"text\":");
+            json_quote(sb_cstr(&r->content), r->content.len, o);
+            put_tokens(r, o);
+        }
+        sb_puts(o, ",\"logprobs\":");
+        put_logprobs(r, o);
+        sb_puts(o, ",\"finish_reason\":");
+        put_str(o, finish);
+        sb_putc(o, '}');
+        if (o->failed) r->out.failed = 1;
+    }
+    for (int i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].name);
+        free(r->calls[i].args);
+    }
+    r->call_base += r->n_calls;
+    r->n_calls = 0;
+    r->n_tokens = 0;
+    r->content.len = r->reasoning.len = 0;
+}
+
+void reply_next(reply *r, const char *finish) {
+    end_choice(r, finish);
+    r->choice++;
+    reply_start(r);
+}
+
+void reply_finish(reply *r, const char *finish, const reply_usage *u) {
+    end_choice(r, finish);
+    strbuf *o = &r->out;
+    if (r->o.stream) {
         if (r->o.include_usage) {
             sb_puts(o, "data: ");
             put_envelope(r, chunk_object(r));
@@ -240,32 +423,9 @@ void reply_finish(reply *r, const char *finish, const reply_usage *u) {
         return;
     }
     put_envelope(r, r->o.kind == API_CHAT ? "chat.completion" : "text_completion");
-    sb_puts(o, ",\"choices\":[{\"index\":0,");
-    if (r->o.kind == API_CHAT) {
-        sb_puts(o, "\"message\":{\"role\":\"assistant\",\"content\":");
-        if (r->n_calls && !r->content.len) sb_puts(o, "null");
-        else json_quote(sb_cstr(&r->content), r->content.len, o);
-        if (r->reasoning.len) {
-            sb_puts(o, ",\"reasoning_content\":");
-            json_quote(r->reasoning.p, r->reasoning.len, o);
-        }
-        if (r->n_calls) {
-            sb_puts(o, ",\"tool_calls\":[");
-            for (int i = 0; i < r->n_calls; i++) {
-                if (i) sb_putc(o, ',');
-                put_call(r, o, i, 0);
-            }
-            sb_putc(o, ']');
-        }
-        sb_putc(o, '}');
-    } else {
-        sb_puts(o, "\"text\":");
-        json_quote(sb_cstr(&r->content), r->content.len, o);
-        put_tokens(r, o);
-    }
-    sb_puts(o, ",\"logprobs\":null,\"finish_reason\":");
-    put_str(o, finish);
-    sb_puts(o, "}],");
+    sb_puts(o, ",\"choices\":[");
+    sb_put(o, r->body_choices.p, r->body_choices.len);
+    sb_puts(o, "],");
     put_usage(o, u);
     sb_putc(o, '}');
 }

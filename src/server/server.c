@@ -34,6 +34,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,6 +53,7 @@
 
 #include "chat/chat.h"
 #include "engine/engine.h"
+#include "engine/logprobs.h"
 #include "server/api.h"
 #include "server/http.h"
 #include "server/reply.h"
@@ -66,8 +68,8 @@ typedef struct job {
     server *s;
     int fd;
     api_request req;
-    int32_t *ids; /* the prompt */
-    size_t n_ids;
+    tok_ids *prompts; /* one (chat), or a completion's prompts in order */
+    size_t n_prompts;
     char *forced; /* text a tool_choice forces at the start of the answer */
     int keep_alive;
     int http10;   /* HTTP/1.0 has no chunked coding: a stream ends by closing */
@@ -208,6 +210,13 @@ typedef struct {
     long reasoning_tokens; /* generated tokens from an opening marker to its closing one, both included */
     double last_send;
     strbuf frame;
+    /* logprobs: alternatives per token, scratch for them, and (completions)
+     * the characters of the choice's text before the next token */
+    int logprobs, top;
+    int32_t *top_ids;
+    double *top_lps;
+    reply_alt *alts;
+    long text_off;
 } gen;
 
 static void on_chat_event(const chat_event *ev, void *ctx) {
@@ -244,6 +253,39 @@ static void send_sse_comment(gen *g, const char *text) {
     flush_stream(g);
 }
 
+/* Characters in p[0..n) (UTF-8 lead bytes): a completion's text_offset
+ * counts characters, as OpenAI's does. */
+static long n_chars(const char *p, size_t n) {
+    long c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xc0) != 0x80;
+    return c;
+}
+
+/* Lists token id with its log-probability lp and its n_top most likely
+ * alternatives (ids, lps); lp NAN: an echoed prompt's first token, which
+ * nothing predicted. The token's text spells special tokens out. */
+static void list_token(gen *g, int32_t id, double lp, const int32_t *ids, const double *lps, int n_top) {
+    const tok *tk = g->s->tk;
+    for (int i = 0; i < n_top; i++) {
+        g->alts[i].text = tok_piece(tk, ids[i], 1, &g->alts[i].len);
+        g->alts[i].logprob = lps[i];
+    }
+    reply_lp e = {{NULL, 0, lp}, g->alts, n_top, g->text_off};
+    e.tok.text = tok_piece(tk, id, 1, &e.tok.len);
+    reply_logprob(g->rp, &e);
+    size_t n;
+    const char *shown = tok_piece(tk, id, 0, &n);
+    g->text_off += n_chars(shown, n);
+}
+
+/* The log-probability of id under logits, the distribution it was drawn
+ * from: the model's log-softmax in double, before temperature, penalties
+ * and bias; the top alternatives go to g's scratch. */
+static double token_logprob(gen *g, int32_t id, const float *logits) {
+    const double lse = gem_top_logprobs(logits, (int)g->s->n_vocab, g->top > 0 ? g->top : 1, g->top_ids, g->top_lps);
+    return (double)logits[id] - lse;
+}
+
 /* The engine's generation callbacks (engine.h gem_gen_callbacks). */
 static void gen_token(void *ctx, const gem_gen_token *t) {
     gen *g = ctx;
@@ -251,7 +293,15 @@ static void gen_token(void *ctx, const gem_gen_token *t) {
     if (t->id == g->s->thought_open && t->id >= 0) g->in_thought = 1;
     if (g->in_thought) g->reasoning_tokens++;
     if (t->id == g->s->thought_close && t->id >= 0) g->in_thought = 0;
-    if (!t->end) reply_token(g->rp, t->id);
+    if (t->end) return;
+    reply_token(g->rp, t->id);
+    /* every answer token is listed, the reasoning channel's and tool
+     * calls' included (they are tokens the model drew); the end token,
+     * not part of the answer, is not */
+    if (g->logprobs && t->logits) {
+        const double lp = token_logprob(g, t->id, t->logits);
+        list_token(g, t->id, lp, g->top_ids, g->top_lps, g->top);
+    }
 }
 
 /* The answer's final text: through the chat parser (which ends the answer
@@ -292,9 +342,84 @@ static void stream_error(gen *g, const char *msg) {
     flush_stream(g);
 }
 
+/* An echoed prompt's log-probabilities: each token's under the logits of
+ * the position before it (the first has none), with top alternatives. */
+typedef struct {
+    double *lp;   /* n */
+    int32_t *ids; /* n x k */
+    double *lps;
+    int k;
+} prompt_lps;
+
+static void prompt_lps_free(prompt_lps *p) {
+    free(p->lp);
+    free(p->ids);
+    free(p->lps);
+    memset(p, 0, sizeof *p);
+}
+
+/* Echo with logprobs needs every prompt position's logits: the prompt is
+ * evaluated from an empty session in small slices (a slice's logits are
+ * slice x vocabulary floats). The session then holds exactly the prompt
+ * and its next-token logits, so the sync that follows keeps all of it.
+ * 0, 1 when the job was cancelled, -1 with err set. */
+#define ECHO_SLICE 16
+static int eval_prompt_lps(gen *g, const tok_ids *p, prompt_lps *out, gem_err *err) {
+    server *s = g->s;
+    const size_t V = s->n_vocab;
+    out->k = g->top > 0 ? g->top : 1;
+    out->lp = malloc(p->n * sizeof *out->lp);
+    out->ids = malloc(p->n * (size_t)out->k * sizeof *out->ids);
+    out->lps = malloc(p->n * (size_t)out->k * sizeof *out->lps);
+    float *logits = malloc(ECHO_SLICE * V * sizeof *logits);
+    int rc = -1;
+    if (!out->lp || !out->ids || !out->lps || !logits) {
+        gem_err_set(err, "out of memory");
+        goto out;
+    }
+    out->lp[0] = NAN;
+    gem_session_reset(s->sess);
+    for (size_t pos = 0; pos < p->n;) {
+        if (gen_poll(g)) {
+            rc = 1;
+            goto out;
+        }
+        const int cnt = (int)(p->n - pos < ECHO_SLICE ? p->n - pos : ECHO_SLICE);
+        if (gem_session_eval_all(s->sess, p->v + pos, cnt, logits, err)) goto out;
+        for (int r = 0; r < cnt && pos + (size_t)r + 1 < p->n; r++) {
+            const size_t at = pos + (size_t)r + 1;
+            const float *row = logits + (size_t)r * V;
+            const double lse = gem_top_logprobs(row, (int)V, out->k, out->ids + at * (size_t)out->k,
+                                                out->lps + at * (size_t)out->k);
+            out->lp[at] = (double)row[p->v[at]] - lse;
+        }
+        pos += (size_t)cnt;
+    }
+    rc = 0;
+out:
+    free(logits);
+    return rc;
+}
+
+/* The text an echo puts before a choice's: the prompt as sent, or its
+ * ids' text. */
+static void echo_text(server *s, const api_prompt *ap, const tok_ids *ids, strbuf *out) {
+    if (!ap->ids) {
+        sb_put(out, ap->text, ap->len);
+        return;
+    }
+    for (size_t i = 0; i < ids->n; i++) {
+        size_t n;
+        const char *p = tok_piece(s->tk, ids->v[i], 0, &n);
+        sb_put(out, p, n);
+    }
+}
+
 static void run_job(server *s, job *j) {
     api_request *rq = &j->req;
     int chat = rq->kind == API_CHAT, stream = rq->stream;
+    size_t prompt_all = 0; /* every prompt's tokens, once each */
+    for (size_t p = 0; p < j->n_prompts; p++) prompt_all += j->prompts[p].n;
     if (client_gone(j->fd)) { /* left while queued, or half-closed after sending (nc -N): treated as gone */
         j->close_conn = 1;
         j->status = 499;
@@ -305,20 +430,25 @@ static void run_job(server *s, job *j) {
     char id[64];
     snprintf(id, sizeof id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)rng_mix64(s->id_base + serial));
     reply_opts ro = {rq->kind, stream, rq->include_usage, rq->return_tokens, id,
-                     rq->model ? rq->model : s->alias, s->o.version, (long long)time(NULL)};
+                     rq->model ? rq->model : s->alias, s->o.version, (long long)time(NULL), rq->logprobs};
     gen g = {0};
     g.s = s;
     g.j = j;
     g.stream = stream;
     g.rp = reply_new(&ro);
-    if (chat) g.cp = chat_parser_new(on_chat_event, &g);
-    if (g.cp && rq->single_call) chat_parser_max_calls(g.cp, 1); /* parallel_tool_calls: false */
+    g.logprobs = rq->logprobs;
+    g.top = rq->top_logprobs;
+    const int k = g.top > 0 ? g.top : 1;
+    g.top_ids = malloc((size_t)k * sizeof *g.top_ids);
+    g.top_lps = malloc((size_t)k * sizeof *g.top_lps);
+    g.alts = malloc((size_t)k * sizeof *g.alts);
     gem_gen_params gp = gem_gen_params_default();
     gp.sampling = rq->sampling;
-    if (!rq->seed_given) gp.sampling.seed = rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
+    /* choice i of a prompt is drawn with seed + i: n = 1 draws as before */
+    const uint64_t seed = rq->seed_given ? rq->sampling.seed : rng_mix64(s->id_base ^ serial ^ (uint64_t)time(NULL));
     gp.max_tokens = rq->max_tokens;
     gp.ignore_eos = rq->ignore_eos;
-    gp.no_checkpoint = !rq->cache_prompt;
+    gp.want_logits = rq->logprobs; /* speculative decoding is off then (engine.h) */
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;
@@ -338,8 +468,12 @@ static void run_job(server *s, job *j) {
     gem_err err = {{0}};
     const char *finish = "length", *fail = NULL;
     reply_usage u = {0};
-    u.prompt_tokens = (int)j->n_ids;
-    if (!g.rp || (chat && !g.cp) || !forced_ok) {
+    u.prompt_tokens = (int)prompt_all;
+    long evaluated = 0; /* prompt tokens evaluated, over all choices */
+    int choice = 0;
+    prompt_lps plp = {0};
+    strbuf echo = {0};
+    if (!g.rp || !forced_ok || !g.top_ids || !g.top_lps || !g.alts) {
         fail = "out of memory";
         goto respond;
     }
@@ -354,32 +488,89 @@ static void run_job(server *s, job *j) {
         flush_stream(&g);
     }
     g.last_send = gem_now_s();
-    if (!rq->cache_prompt) gem_session_reset(s->sess);
-    if (gem_session_sync(s->sess, j->ids, j->n_ids, &err) < 0) {
-        fail = err.msg;
-        goto respond;
+    /* the choices one after another: prompt by prompt, n samples each; the
+     * samples after the first sync to the checkpoint the first kept at the
+     * prompt's end (or its last turn start), so the prompt is evaluated
+     * once, or up to that turn start's few tokens again */
+    for (size_t p = 0; p < j->n_prompts && !fail && !g.gone; p++) {
+        const tok_ids *ids = &j->prompts[p];
+        prompt_lps_free(&plp);
+        echo.len = 0;
+        if (rq->echo) echo_text(s, &rq->prompts[p], ids, &echo);
+        for (int i = 0; i < rq->n && !fail && !g.gone; i++, choice++) {
+            if (choice) reply_next(g.rp, finish);
+            finish = "length";
+            chat_parser_free(g.cp);
+            g.cp = NULL;
+            if (chat && !(g.cp = chat_parser_new(on_chat_event, &g))) {
+                fail = "out of memory";
+                break;
+            }
+            if (g.cp && rq->single_call) chat_parser_max_calls(g.cp, 1); /* parallel_tool_calls: false */
+            g.polls = g.n_tokens = 0;
+            g.in_thought = 0;
+            g.text_off = 0;
+            if (!rq->cache_prompt && i == 0) gem_session_reset(s->sess);
+            if (rq->echo && rq->logprobs && !plp.lp) {
+                const double t0 = gem_now_s();
+                const int rc = eval_prompt_lps(&g, ids, &plp, &err);
+                u.prompt_ms += (gem_now_s() - t0) * 1e3;
+                if (rc < 0) fail = err.msg;
+                else if (rc > 0) g.gone = 1;
+                if (rc) break;
+                evaluated += (long)ids->n;
+            }
+            if (rq->echo && rq->logprobs)
+                for (size_t t = 0; t < ids->n; t++)
+                    list_token(&g, ids->v[t], plp.lp[t], plp.ids + t * (size_t)plp.k, plp.lps + t * (size_t)plp.k,
+                               t ? g.top : 0);
+            if (rq->echo) {
+                reply_text(g.rp, echo.p, echo.len);
+                g.text_off = n_chars(echo.p, echo.len); /* offsets into the text as returned */
+            }
+            const long kept = gem_session_sync(s->sess, ids->v, ids->n, &err);
+            if (kept < 0) {
+                fail = err.msg;
+                break;
+            }
+            if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
+            gp.sampling.seed = seed + (uint64_t)i;
+            /* a checkpoint the next sample reuses, even without cache_prompt */
+            gp.no_checkpoint = !rq->cache_prompt && i + 1 == rq->n;
+            const long reasoning0 = g.reasoning_tokens;
+            gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
+            gem_gen_result res;
+            if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
+            else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
+            else if (res.finish == GEM_FINISH_STOP) finish = "stop";
+            evaluated += res.n_prompt - res.n_cached;
+            /* usage counts each prompt once, and as cached what its first
+             * sample found from earlier requests (an echo's logprobs
+             * evaluated all of it); the later samples' reuse is logged */
+            if (i == 0 && !(rq->echo && rq->logprobs)) u.cached_tokens += (int)res.n_cached;
+            u.prompt_ms += res.prompt_s * 1e3;
+            u.completion_tokens += (int)res.n_generated;
+            const long reasoning = g.reasoning_tokens - reasoning0;
+            u.reasoning_tokens += (int)(reasoning < res.n_generated ? reasoning : res.n_generated);
+            u.predicted_ms += res.decode_s * 1e3;
+            u.draft_n += res.n_drafted;
+            u.draft_n_accepted += res.n_accepted;
+            if (g.cp) chat_parser_finish(g.cp);
+            if (rq->n > 1 || j->n_prompts > 1)
+                logf_("%s %s choice %d: prompt %ld tokens, %ld kept, %ld generated", j->peer, j->path, choice,
+                      res.n_prompt, res.n_cached, res.n_generated);
+        }
     }
-    if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
-    gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
-    gem_gen_result res;
-    if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
-    else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
-    else if (res.finish == GEM_FINISH_STOP) finish = "stop";
-    u.cached_tokens = (int)res.n_cached;
-    u.prompt_ms = res.prompt_s * 1e3;
-    u.completion_tokens = (int)res.n_generated;
-    u.reasoning_tokens = (int)(g.reasoning_tokens < res.n_generated ? g.reasoning_tokens : res.n_generated);
-    u.predicted_ms = res.decode_s * 1e3;
+    if (choice > 1)
+        logf_("%s %s %d choices: %ld prompt tokens evaluated for %zu in the prompts", j->peer, j->path, choice, evaluated,
+              prompt_all);
     u.spec = gem_engine_mtp(s->e) != NULL;
-    u.draft_n = res.n_drafted;
-    u.draft_n_accepted = res.n_accepted;
-    if (g.cp) chat_parser_finish(g.cp);
 respond:
     if (g.gone) {
         j->close_conn = 1;
         j->status = 499;
         logf_("%s %s cancelled: the client left (prompt %zu tokens, %d cached, %d generated)", j->peer, j->path,
-              j->n_ids, u.cached_tokens, u.completion_tokens);
+              prompt_all, u.cached_tokens, u.completion_tokens);
     } else if (fail) {
         j->status = 500;
         if (stream) {
@@ -410,13 +601,18 @@ respond:
             j->close_conn = 1;
         }
         j->status = 200;
-        logf_("%s %s 200: prompt %zu tokens (%d cached) %.1f ms, %d generated %.1f ms, %s", j->peer, j->path, j->n_ids,
-              u.cached_tokens, u.prompt_ms, u.completion_tokens, u.predicted_ms, finish);
+        logf_("%s %s 200: prompt %zu tokens (%d cached) %.1f ms, %d generated %.1f ms, %s", j->peer, j->path,
+              prompt_all, u.cached_tokens, u.prompt_ms, u.completion_tokens, u.predicted_ms, finish);
     }
+    prompt_lps_free(&plp);
+    sb_free(&echo);
     tok_ids_free(&forced);
     chat_parser_free(g.cp);
     reply_free(g.rp);
     sb_free(&g.frame);
+    free(g.top_ids);
+    free(g.top_lps);
+    free(g.alts);
 }
 
 static void finish_job(server *s, job *j) {
@@ -697,49 +893,61 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     api_error e = {0};
     api_opts ao = {s->o.test_hooks, s->n_vocab};
     strbuf prompt = {0}, forced = {0};
-    tok_ids ids = {0};
     int ok = 0;
     if (!j) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
     if (api_parse(kind, r->body, r->content_length, &ao, &j->req, &e)) goto fail;
-    if (kind == API_CHAT) {
-        if (api_render(&j->req, &prompt, &forced, &e)) goto fail;
-        sb_put(&prompt, forced.p, forced.len);
-        if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, &ids)) {
-            api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-            goto fail;
-        }
-    } else if (j->req.prompt_ids) {
-        for (size_t i = 0; i < j->req.n_prompt_ids; i++)
-            if ((uint32_t)j->req.prompt_ids[i] >= s->n_vocab) {
-                api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "'prompt[%zu]' is not a token id below %u",
-                         i, s->n_vocab);
-                goto fail;
-            }
-        ids.v = j->req.prompt_ids;
-        ids.n = j->req.n_prompt_ids;
-        j->req.prompt_ids = NULL;
-    } else if (tok_encode(s->tk, j->req.prompt, j->req.prompt_len, 1, 1, &ids)) {
+    j->n_prompts = kind == API_CHAT ? 1 : j->req.n_prompts;
+    if (!(j->prompts = calloc(j->n_prompts, sizeof *j->prompts))) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    if (!ids.n) {
-        api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
-        goto fail;
-    }
-    if (ids.n >= (size_t)s->n_ctx) {
-        api_fail(&e, 400, "invalid_request_error", kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
-                 "the prompt has %zu tokens; the context holds %d (start the server with a larger --ctx)", ids.n,
-                 s->n_ctx);
-        goto fail;
+    for (size_t p = 0; p < j->n_prompts; p++) {
+        tok_ids *ids = &j->prompts[p];
+        char name[32] = "prompt"; /* a list's prompts are named by their index */
+        if (j->n_prompts > 1) snprintf(name, sizeof name, "prompt[%zu]", p);
+        if (kind == API_CHAT) {
+            if (api_render(&j->req, &prompt, &forced, &e)) goto fail;
+            sb_put(&prompt, forced.p, forced.len);
+            if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, ids)) {
+                api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+                goto fail;
+            }
+        } else if (j->req.prompts[p].ids) {
+            api_prompt *ap = &j->req.prompts[p];
+            for (size_t i = 0; i < ap->n_ids; i++)
+                if ((uint32_t)ap->ids[i] >= s->n_vocab) {
+                    api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "'%s[%zu]' is not a token id below %u",
+                             name, i, s->n_vocab);
+                    goto fail;
+                }
+            ids->v = malloc(ap->n_ids * sizeof *ids->v);
+            if (!ids->v) {
+                api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+                goto fail;
+            }
+            memcpy(ids->v, ap->ids, ap->n_ids * sizeof *ids->v); /* the request keeps its own (an echo's text) */
+            ids->n = ids->cap = ap->n_ids;
+        } else if (tok_encode(s->tk, j->req.prompts[p].text, j->req.prompts[p].len, 1, 1, ids)) {
+            api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        if (!ids->n) {
+            api_fail(&e, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
+            goto fail;
+        }
+        if (ids->n >= (size_t)s->n_ctx) {
+            api_fail(&e, 400, "invalid_request_error", kind == API_CHAT ? "messages" : "prompt",
+                     "context_length_exceeded",
+                     "%s has %zu tokens; the context holds %d (start the server with a larger --ctx)",
+                     j->n_prompts > 1 ? name : "the prompt", ids->n, s->n_ctx);
+            goto fail;
+        }
     }
     j->s = s;
     j->fd = c->fd;
-    j->ids = ids.v;
-    j->n_ids = ids.n;
-    ids.v = NULL;
     j->forced = forced.len ? strdup(forced.p) : NULL;
     j->http10 = r->minor == 0;
     j->keep_alive = keep && !(j->http10 && j->req.stream);
@@ -773,11 +981,11 @@ fail:
 out:
     if (j) {
         api_request_free(&j->req);
-        free(j->ids);
+        for (size_t p = 0; p < j->n_prompts; p++) tok_ids_free(&j->prompts[p]);
+        free(j->prompts);
         free(j->forced);
         free(j);
     }
-    tok_ids_free(&ids);
     sb_free(&prompt);
     sb_free(&forced);
     return ok;

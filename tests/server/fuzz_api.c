@@ -2,9 +2,11 @@
  * The first byte picks what the rest is: a chat request body ('c'), a
  * completion body ('p'), a tokenize or detokenize body ('t', 'd'), or
  * generated text ('g') to run through the stop filter, the chat parser and
- * the reply builders. Errors must carry a 4xx/5xx status and serialize to
+ * the reply builders (chat and completions, with log-probability entries
+ * and two choices). Errors must carry a 4xx/5xx status and serialize to
  * valid JSON; accepted chat requests must render (or fail with 400); every
  * reply body and SSE event must be valid JSON. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +58,35 @@ static void to_parser(const char *p, size_t n, void *ctx) { chat_parser_feed(((s
 static void generated(const char *s, size_t n) {
     static const char *const stops[] = {"STOP", "<end>"};
     static const size_t lens[] = {4, 5};
-    for (int stream = 0; stream < 2; stream++) {
-        reply_opts o = {API_CHAT, stream, 1, 0, "chatcmpl-x", "m", "gem", 1};
+    for (int mode = 0; mode < 4; mode++) {
+        /* chat, then completions with logprobs: every 3-byte piece is a
+         * "token" with the bytes as its text, listed before its text; the
+         * input's first half is choice 0, the rest choice 1 */
+        const int stream = mode & 1, chat = mode < 2;
+        reply_opts o = {chat ? API_CHAT : API_COMPLETION, stream, 1, 0, "chatcmpl-x", "m", "gem", 1, 1};
         reply *r = reply_new(&o);
         sink k = {chat_parser_new(on_ev, r)};
         stopper st = {.stop = stops, .len = lens, .n = 2, .skip_open = CHAT_REASONING_OPEN, .skip_close = CHAT_REASONING_CLOSE};
         reply_start(r);
-        for (size_t i = 0; i < n; i += 3) stopper_feed(&st, s + i, n - i < 3 ? n - i : 3, to_parser, &k);
+        for (size_t i = 0; i < n; i += 3) {
+            const size_t m = n - i < 3 ? n - i : 3;
+            reply_alt top[2] = {{s + i, m, -0.5}, {s, n < 2 ? n : 2, -1.5}};
+            reply_lp e = {{s + i, m, i ? -0.25 : NAN}, top, i % 2 ? 2 : 0, (long)i};
+            reply_logprob(r, &e);
+            if (!chat) {
+                reply_text(r, s + i, m);
+            } else {
+                stopper_feed(&st, s + i, m, to_parser, &k);
+            }
+            if (i < n / 2 && i + 3 >= n / 2) {
+                if (chat) { /* text the stopper holds goes to the next choice's parser */
+                    chat_parser_finish(k.p);
+                    chat_parser_free(k.p);
+                    k.p = chat_parser_new(on_ev, r);
+                }
+                reply_next(r, "stop");
+            }
+        }
         stopper_flush(&st, to_parser, &k);
         chat_parser_finish(k.p);
         reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
@@ -86,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'c':
     case 'p': {
         api_request r;
-        if (api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e)) {
+        const int parsed = !api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e);
+        if (!parsed) {
             check_error(&e);
         } else if (r.kind == API_CHAT) {
             strbuf p = {0}, f = {0};
@@ -98,9 +123,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             sb_free(&p);
             sb_free(&f);
-        } else if (!r.prompt && !r.n_prompt_ids) {
-            abort();
+        } else {
+            /* a parsed completion has 1 to API_MAX_CHOICES prompts, each text or non-empty ids */
+            if (!r.n_prompts || r.n_prompts * (size_t)r.n > API_MAX_CHOICES) abort();
+            for (size_t i = 0; i < r.n_prompts; i++)
+                if (r.prompts[i].ids ? !r.prompts[i].n_ids : !r.prompts[i].text) abort();
         }
+        /* n, top_logprobs and logprobs within their ranges, and consistent */
+        if (parsed && (r.n < 1 || r.n > API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > API_MAX_TOP_LOGPROBS ||
+                       (r.top_logprobs && !r.logprobs)))
+            abort();
         api_request_free(&r);
         break;
     }

@@ -195,14 +195,20 @@ static void test_chat_errors(void) {
     /* out of range is said before "not an integer" (a number this large is never exact) */
     BAD("\"seed\":1.8e19", "seed", "'seed' must be between -9.2e+18 and 9.2e+18");
     BAD("\"max_tokens\":1e400", "max_tokens", "'max_tokens' must be between 1 and 1e+09, not inf");
-    BAD("\"n\":2", "n", "'n' must be 1");
+    BAD("\"n\":9", "n", "'n' must be at most 8: the choices are generated one after another");
+    BAD("\"n\":0", "n", "'n' must be between 1 and 1e+09, not 0");
+    BAD("\"n\":2.5", "n", "'n' must be an integer");
     BAD("\"stream\":\"yes\"", "stream", "'stream' must be a boolean");
     BAD("\"stream_options\":[]", "stream_options", "must be an object");
     BAD("\"stop\":5", "stop", "a string or an array of strings");
     BAD("\"stop\":[\"\"]", "stop", "1 to 256 bytes");
     BAD("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]",
         "stop", "at most 16");
-    BAD("\"logprobs\":true", "logprobs", "not supported");
+    BAD("\"logprobs\":1", "logprobs", "'logprobs' must be a boolean, not a number");
+    BAD("\"logprobs\":true,\"top_logprobs\":21", "top_logprobs", "'top_logprobs' must be between 0 and 20, not 21");
+    BAD("\"logprobs\":true,\"top_logprobs\":-1", "top_logprobs", "'top_logprobs' must be between 0 and 20, not -1");
+    BAD("\"logprobs\":true,\"top_logprobs\":1.5", "top_logprobs", "'top_logprobs' must be an integer");
+    BAD("\"logprobs\":false,\"top_logprobs\":2", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     BAD("\"response_format\":{\"type\":\"json_object\"}", "response_format", "'json_object' is not supported");
     BAD("\"tools\":{}", "tools", "'tools' must be an array");
     BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}]", "tools[0]", "letters, digits");
@@ -227,21 +233,82 @@ static void test_completion(void) {
     api_request r;
     api_error e = {0};
     CHECK(parse(API_COMPLETION, "{\"prompt\":\"Hello\",\"max_tokens\":4,\"return_tokens\":true}", &r, &e) == 0);
-    CHECK(r.prompt_len == 5 && !memcmp(r.prompt, "Hello", 5) && !r.prompt_ids && r.return_tokens);
+    CHECK(r.n_prompts == 1 && r.prompts[0].len == 5 && !memcmp(r.prompts[0].text, "Hello", 5) && !r.prompts[0].ids &&
+          r.return_tokens);
+    CHECK(r.n == 1 && !r.echo && !r.logprobs && !r.top_logprobs);
     api_request_free(&r);
-    CHECK(parse(API_COMPLETION, "{\"prompt\":[\"one\"]}", &r, &e) == 0 && r.prompt_len == 3);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":[\"one\"]}", &r, &e) == 0 && r.n_prompts == 1 && r.prompts[0].len == 3);
     api_request_free(&r);
     CHECK(parse(API_COMPLETION, "{\"prompt\":[2,9259,1902]}", &r, &e) == 0);
-    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[0] == 2 && r.prompt_ids[2] == 1902);
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[0] == 2 && r.prompts[0].ids[2] == 1902);
     api_request_free(&r);
     expect_bad(API_COMPLETION, "{}", 400, "prompt", "'prompt' is required");
-    expect_bad(API_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "must not be empty");
-    expect_bad(API_COMPLETION, "{\"prompt\":[1,-2]}", 400, "prompt", "(element 1 is not)");
-    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "(element 0 is not)");
-    expect_bad(API_COMPLETION, "{\"prompt\":{}}", 400, "prompt", "a string or an array of token ids, not an object");
-    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo", "not supported");
+    expect_bad(API_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "'prompt' must not be empty");
+    expect_bad(API_COMPLETION, "{\"prompt\":[1,-2]}", 400, "prompt", "'prompt' must be an array of token ids (element 1 is not)");
+    expect_bad(API_COMPLETION, "{\"prompt\":{}}", 400, "prompt",
+               "'prompt' must be a string, an array of strings, an array of token ids or an array of token id arrays, "
+               "not an object");
     expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", "'best_of' must be 1");
-    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "not supported");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", "'suffix' is not supported");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"echo\":1}", 400, "echo", "'echo' must be a boolean, not a number");
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", &r, &e) == 0 && r.echo == 1);
+    api_request_free(&r);
+}
+
+/* prompt lists: one prompt per string or id list, in order; never mixed */
+static void test_prompt_lists(void) {
+    api_request r;
+    api_error e = {0};
+    CHECK(parse(API_COMPLETION, "{\"prompt\":[\"ab\",\"\",\"cde\"],\"n\":2}", &r, &e) == 0);
+    CHECK(r.n_prompts == 3 && r.n == 2 && r.prompts[0].len == 2 && !memcmp(r.prompts[0].text, "ab", 2));
+    CHECK(r.prompts[1].text && r.prompts[1].len == 0 && r.prompts[2].len == 3 && !r.prompts[2].ids);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":[[2,5],[7]]}", &r, &e) == 0);
+    CHECK(r.n_prompts == 2 && r.prompts[0].n_ids == 2 && r.prompts[0].ids[1] == 5 && r.prompts[1].n_ids == 1 &&
+          r.prompts[1].ids[0] == 7);
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",[1]]}", 400, "prompt",
+               "'prompt' must be a string, an array of strings, an array of token ids or an array of token id arrays "
+               "(element 1 is an array)");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],\"a\"]}", 400, "prompt", "(element 1 is a string)");
+    expect_bad(API_COMPLETION, "{\"prompt\":[1,\"a\"]}", 400, "prompt", "'prompt' must be an array of token ids (element 1 is not)");
+    expect_bad(API_COMPLETION, "{\"prompt\":[null]}", 400, "prompt", "(element 0 is null)");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],[]]}", 400, "prompt", "'prompt[1]' must not be empty");
+    expect_bad(API_COMPLETION, "{\"prompt\":[[1],[2,1.5]]}", 400, "prompt",
+               "'prompt[1]' must be an array of token ids (element 1 is not)");
+    /* the bounds: 64 choices in all */
+    char body[1024] = "{\"prompt\":[";
+    for (int i = 0; i < 65; i++) strcat(body, i ? ",\"a\"" : "\"a\"");
+    strcat(body, "]}");
+    expect_bad(API_COMPLETION, body, 400, "prompt", "'prompt' has 65 prompts; at most 64 are allowed");
+    expect_bad(API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":8}", 400, "prompt",
+               "9 prompts with n 8 make 72 choices; at most 64 are allowed");
+}
+
+/* logprobs and top_logprobs (chat), legacy logprobs (completions), n */
+static void test_logprobs_n(void) {
+    api_request r;
+    api_error e = {0};
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20,\"n\":8}";
+    CHECK(parse(API_CHAT, chat, &r, &e) == 0 && r.logprobs == 1 && r.top_logprobs == 20 && r.n == 8);
+    api_request_free(&r);
+    chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}";
+    CHECK(parse(API_CHAT, chat, &r, &e) == 0 && r.logprobs == 1 && r.top_logprobs == 0 && r.n == 1);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":5,\"n\":3}", &r, &e) == 0);
+    CHECK(r.logprobs == 1 && r.top_logprobs == 5 && r.n == 3);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":0}", &r, &e) == 0 && r.logprobs == 1 && r.top_logprobs == 0);
+    api_request_free(&r);
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":null}", &r, &e) == 0 && !r.logprobs);
+    api_request_free(&r);
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", "'logprobs' must be between 0 and 5, not 6");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs",
+               "'logprobs' must be an integer, not a boolean");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":1.5}", 400, "logprobs", "'logprobs' must be an integer");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2,\"top_logprobs\":2}", 400, "top_logprobs",
+               "'top_logprobs' is a chat field; completions take 'logprobs': the number of alternatives");
+    expect_bad(API_COMPLETION, "{\"prompt\":\"x\",\"n\":9}", 400, "n", "'n' must be at most 8");
 }
 
 /* logit_bias: token-id keys within the vocabulary, values in [-100, 100],
@@ -283,7 +350,7 @@ static void test_unsupported_fields(void) {
     api_request_free(&r);
     static const char *const cases[][3] = {
         {",\"parallel_tool_calls\":0}", "parallel_tool_calls", "a boolean"},
-        {",\"top_logprobs\":3}", "top_logprobs", "'top_logprobs' is not supported"},
+        {",\"top_logprobs\":3}", "top_logprobs", "'top_logprobs' needs 'logprobs': true"},
         {",\"functions\":[]}", "functions", "send 'tools'"},
         {",\"function_call\":\"auto\"}", "function_call", "send 'tool_choice'"},
         {",\"audio\":{}}", "audio", "text only"},
@@ -337,7 +404,7 @@ static void test_error_json(void) {
 /* ---- replies ---- */
 
 static reply_opts chat_opts(int stream, int usage) {
-    reply_opts o = {API_CHAT, stream, usage, 0, "chatcmpl-abc", "tiny", "gem 0.1.0", 1700000000};
+    reply_opts o = {API_CHAT, stream, usage, 0, "chatcmpl-abc", "tiny", "gem 0.1.0", 1700000000, 0};
     return o;
 }
 
@@ -476,7 +543,7 @@ static void test_reply_chat_stream(void) {
 }
 
 static void test_reply_completion(void) {
-    reply_opts o = {API_COMPLETION, 0, 0, 1, "cmpl-1", "tiny", NULL, 1};
+    reply_opts o = {API_COMPLETION, 0, 0, 1, "cmpl-1", "tiny", NULL, 1, 0};
     reply *r = reply_new(&o);
     reply_text(r, "ab", 2);
     reply_token(r, 7);
@@ -502,6 +569,125 @@ static void test_reply_completion(void) {
     reply_free(r);
 }
 
+/* chat logprobs: OpenAI's content list, exact; a byte that is no UTF-8
+ * character is U+FFFD in the token and itself in bytes */
+static void test_reply_logprobs_chat(void) {
+    reply_opts o = chat_opts(0, 0);
+    o.logprobs = 1;
+    reply *r = reply_new(&o);
+    reply_alt top[2] = {{"Hi", 2, -0.5}, {"\xff", 1, -1.25}};
+    reply_lp e = {{"Hi", 2, -0.5}, top, 2, 0};
+    reply_logprob(r, &e);
+    reply_text(r, "Hi", 2);
+    reply_lp e2 = {{"\xff", 1, -1.25}, top, 0, 0};
+    reply_logprob(r, &e2);
+    reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
+    reply_finish(r, "stop", &u);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"logprobs\":{\"content\":["
+                  "{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":["
+                  "{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]},"
+                  "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-1.25,\"bytes\":[255]}]},"
+                  "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-1.25,\"bytes\":[255],\"top_logprobs\":[]}],"
+                  "\"refusal\":null},\"finish_reason\":\"stop\"}"),
+           "%s", sb_cstr(reply_out(r)));
+    reply_free(r);
+    /* a choice without tokens still has its (empty) list; without
+     * logprobs asked: null */
+    r = reply_new(&o);
+    reply_finish(r, "length", &u);
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"logprobs\":{\"content\":[],\"refusal\":null}"));
+    reply_free(r);
+    o.logprobs = 0;
+    r = reply_new(&o);
+    reply_logprob(r, &e);
+    reply_finish(r, "length", &u);
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"logprobs\":null"));
+    reply_free(r);
+}
+
+/* a stream: entries ride the next chunk; n > 1: chunks carry their index,
+ * each choice its role chunk and finish chunk; tool call ids stay unique */
+static void test_reply_stream_choices(void) {
+    reply_opts o = chat_opts(1, 0);
+    o.logprobs = 1;
+    reply *r = reply_new(&o);
+    reply_alt top[1] = {{"A", 1, -0.125}};
+    reply_lp e = {{"A", 1, -0.125}, top, 1, 0};
+    reply_start(r);
+    reply_logprob(r, &e);
+    reply_logprob(r, &e); /* held back: goes with the next chunk */
+    reply_text(r, "AA", 2);
+    reply_tool_call(r, "f", "{}");
+    reply_next(r, "stop");
+    reply_logprob(r, &e);
+    reply_tool_call(r, "g", "{}");
+    reply_usage u = {.prompt_tokens = 1, .completion_tokens = 3};
+    reply_finish(r, "length", &u);
+    static char ev[16][2048];
+    int n = sse_events(sb_cstr(reply_out(r)), ev, 16);
+    CHECKF(n == 8, "%d events", n);
+    static const char *const want[] = {
+        "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"AA\"},\"logprobs\":{\"content\":["
+        "{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65],\"top_logprobs\":[{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65]}]},"
+        "{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65],\"top_logprobs\":[{\"token\":\"A\",\"logprob\":-0.125,\"bytes\":[65]}]}],"
+        "\"refusal\":null},\"finish_reason\":null}]",
+        "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_abc_0\",",
+        "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}]",
+        "\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+        "{\"index\":1,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_abc_1\",\"type\":\"function\",\"function\":"
+        "{\"name\":\"g\",\"arguments\":\"{}\"}}]},\"logprobs\":{\"content\":[{\"token\":\"A\"",
+        "\"choices\":[{\"index\":1,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}]",
+        "[DONE]",
+    };
+    for (int i = 0; i < n && i < 8; i++) CHECKF(strstr(ev[i], want[i]) != NULL, "event %d: %s", i, ev[i]);
+    reply_free(r);
+}
+
+/* completions: the legacy arrays, exact; top_logprobs holds the token too
+ * (each text once); an echoed first token has null; n > 1 and prompt
+ * lists are choices in order */
+static void test_reply_logprobs_completion(void) {
+    reply_opts o = {API_COMPLETION, 0, 0, 0, "cmpl-1", "tiny", NULL, 1, 1};
+    reply *r = reply_new(&o);
+    reply_alt top[2] = {{" b", 2, -0.5}, {"c", 1, -1}};
+    reply_lp e0 = {{"<bos>", 5, NAN}, NULL, 0, 0};
+    reply_lp e1 = {{"a", 1, -2}, top, 2, 0};
+    reply_lp e2 = {{" b", 2, -0.5}, top, 1, 1};
+    reply_logprob(r, &e0);
+    reply_logprob(r, &e1);
+    reply_text(r, "a", 1);
+    reply_logprob(r, &e2);
+    reply_text(r, " b", 2);
+    reply_next(r, "length");
+    reply_text(r, "z", 1);
+    reply_usage u = {.prompt_tokens = 2, .completion_tokens = 2};
+    reply_finish(r, "stop", &u);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"choices\":[{\"index\":0,\"text\":\"a b\",\"logprobs\":{\"tokens\":[\"<bos>\",\"a\",\" b\"],"
+                  "\"token_logprobs\":[null,-2,-0.5],\"top_logprobs\":[null,{\" b\":-0.5,\"c\":-1,\"a\":-2},{\" b\":-0.5}],"
+                  "\"text_offset\":[0,0,1]},\"finish_reason\":\"length\"},"
+                  "{\"index\":1,\"text\":\"z\",\"logprobs\":{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],"
+                  "\"text_offset\":[]},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":2,"),
+           "%s", sb_cstr(reply_out(r)));
+    reply_free(r);
+    /* streaming: each text chunk carries its tokens */
+    o.stream = 1;
+    r = reply_new(&o);
+    reply_logprob(r, &e1);
+    reply_text(r, "a", 1);
+    reply_next(r, "stop");
+    reply_text(r, "q", 1);
+    CHECKF(strstr(sb_cstr(reply_out(r)),
+                  "\"choices\":[{\"index\":0,\"text\":\"a\",\"logprobs\":{\"tokens\":[\"a\"],\"token_logprobs\":[-2],"
+                  "\"top_logprobs\":[{\" b\":-0.5,\"c\":-1,\"a\":-2}],\"text_offset\":[0]},\"finish_reason\":null}]"),
+           "%s", sb_cstr(reply_out(r)));
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}]"));
+    CHECK(strstr(sb_cstr(reply_out(r)), "\"choices\":[{\"index\":1,\"text\":\"q\",\"logprobs\":null,\"finish_reason\":null}]"));
+    reply_free(r);
+}
+
 static void test_sanitize(void) {
     strbuf o = {0};
     utf8_sanitize("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x8e\x89z", 11, &o);
@@ -518,6 +704,8 @@ int main(void) {
     test_render_tools_error();
     test_chat_errors();
     test_completion();
+    test_prompt_lists();
+    test_logprobs_n();
     test_logit_bias();
     test_unsupported_fields();
     test_tokenize_requests();
@@ -525,6 +713,9 @@ int main(void) {
     test_reply_chat();
     test_reply_chat_stream();
     test_reply_completion();
+    test_reply_logprobs_chat();
+    test_reply_stream_choices();
+    test_reply_logprobs_completion();
     test_sanitize();
     return test_report("test_api");
 }

@@ -214,6 +214,147 @@ curl -sN "$U/v1/completions" -d '{"prompt":'"$ids"',"stream":true,"max_tokens":2
 [ "$(head -c 10 "$tmp/hb")" = ": prefill" ] && ok || bad "no heartbeat comment first: $(head -c 100 "$tmp/hb")"
 [ "$(grep -c '^: prefill$' "$tmp/hb")" -ge 3 ] && ok || bad "fewer than 3 heartbeats over 5 prompt tiles"
 
+# ---- logprobs, n > 1, prompt lists, echo ----
+# chat logprobs: one entry per generated token (the end token not listed),
+# top_logprobs entries sorted most likely first, every logprob <= 0, the
+# token's logprob the same number as its entry in the top list; greedy: the
+# token is the top one
+lpchat='{"messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"logprobs":true,"top_logprobs":3'
+node_lp_chat='
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), greedy = process.argv[1] === "1", k = +process.argv[2];
+const c = r.choices[0].logprobs.content;
+if (r.choices[0].logprobs.refusal !== null) throw new Error("refusal");
+if (c.length !== r.usage.completion_tokens) throw new Error(`${c.length} entries for ${r.usage.completion_tokens} tokens`);
+for (const e of c) {
+  if (!(e.logprob <= 0) || e.top_logprobs.length !== k) throw new Error("entry " + JSON.stringify(e));
+  if (Buffer.from(e.bytes).toString("utf8") !== e.token) throw new Error("bytes " + JSON.stringify(e));
+  for (let i = 1; i < e.top_logprobs.length; i++)
+    if (!(e.top_logprobs[i].logprob <= e.top_logprobs[i - 1].logprob)) throw new Error("not sorted " + JSON.stringify(e));
+  const same = e.top_logprobs.find(t => t.token === e.token);
+  if (same && same.logprob !== e.logprob) throw new Error("top entry differs " + JSON.stringify(e));
+  if (greedy && (e.top_logprobs[0].token !== e.token || e.top_logprobs[0].logprob !== e.logprob)) throw new Error("greedy not top-1 " + JSON.stringify(e));
+  if (!(e.logprob <= e.top_logprobs[0].logprob)) throw new Error("above the top " + JSON.stringify(e));
+}
+console.log(JSON.stringify(c));'
+g=$(curl -s "$U/v1/chat/completions" -d "$lpchat,\"temperature\":0}" | node -e "$node_lp_chat" 1 3) && ok || bad "chat logprobs, greedy: $g"
+sampled=$(curl -s "$U/v1/chat/completions" -d "$lpchat,\"temperature\":1,\"seed\":3}" | node -e "$node_lp_chat" 0 3) && ok || bad "chat logprobs, sampled: $sampled"
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"logprobs":true}')
+[ "$(echo "$r" | jget choices.0.logprobs.content.0.top_logprobs)" = "[]" ] && ok || bad "logprobs without top_logprobs: $r"
+[ "$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}' | jget choices.0.logprobs)" = null ] && ok || bad "logprobs null when not asked"
+# forced text: its tokens in order, each listed once (the tool call's and
+# the reasoning channel's tokens too)
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"}],"logprobs":true,"top_logprobs":2,"gem_forced_output":"<|channel>thought\nhm<channel|>Hello there"}')
+[ "$(echo "$r" | node -e 'const r = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(r.choices[0].logprobs.content.map(e => e.token).join(""))')" = "<|channel>thought
+hm<channel|>Hello there" ] && ok || bad "forced tokens' logprobs: $r"
+# a stream lists the same entries as the whole answer, once each, in order
+curl -sN "$U/v1/chat/completions" -d "$lpchat,\"temperature\":1,\"seed\":3,\"stream\":true}" >"$tmp/lps"
+node -e '
+const s = require("fs").readFileSync(process.argv[1], "utf8");
+const js = s.split("\n\n").filter(e => e.startsWith("data: {")).map(e => JSON.parse(e.slice(6)));
+const got = js.flatMap(j => j.choices[0].logprobs ? j.choices[0].logprobs.content : []);
+if (JSON.stringify(got) !== process.argv[2]) throw new Error("stream " + JSON.stringify(got) + " vs " + process.argv[2]);
+for (const j of js) if (j.choices[0].logprobs && !j.choices[0].logprobs.content.length) throw new Error("empty list in a chunk");
+' "$tmp/lps" "$sampled" && ok || bad "chat logprobs stream: $(head -c 800 "$tmp/lps")"
+# completions (legacy): tokens spell the text, offsets count its
+# characters, top_logprobs hold up to logprobs + 1 entries with the token's
+node_lp_cmpl='
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), greedy = process.argv[1] === "1", k = +process.argv[2];
+const ch = r.choices[0], lp = ch.logprobs;
+if (lp.tokens.length !== r.usage.completion_tokens) throw new Error("count");
+let off = 0;
+for (let i = 0; i < lp.tokens.length; i++) {
+  const top = lp.top_logprobs[i], vals = Object.values(top);
+  if (!(lp.token_logprobs[i] <= 0) || top[lp.tokens[i]] !== lp.token_logprobs[i]) throw new Error("token " + i);
+  if (vals.length < k || vals.length > k + 1) throw new Error("top size " + i);
+  if (greedy && Math.max(...vals) !== lp.token_logprobs[i]) throw new Error("greedy not top-1 at " + i);
+  if (lp.text_offset[i] !== off) throw new Error(`offset ${i}: ${lp.text_offset[i]} vs ${off}`);
+  off += [...lp.tokens[i]].length;
+}
+if (process.argv[3] && lp.tokens.join("") !== ch.text) throw new Error("tokens do not spell the text");'
+curl -s "$U/v1/completions" -d '{"prompt":"Hello world","max_tokens":6,"temperature":0,"logprobs":2}' | node -e "$node_lp_cmpl" 1 2 && ok || bad "completion logprobs, greedy"
+curl -s "$U/v1/completions" -d '{"prompt":"x","logprobs":0,"gem_forced_output":"one two three"}' | node -e "$node_lp_cmpl" 0 0 1 && ok || bad "completion logprobs, forced"
+curl -sN "$U/v1/completions" -d '{"prompt":"x","logprobs":1,"stream":true,"gem_forced_output":"one two three"}' >"$tmp/lps2"
+node -e '
+const s = require("fs").readFileSync(process.argv[1], "utf8");
+const js = s.split("\n\n").filter(e => e.startsWith("data: {")).map(e => JSON.parse(e.slice(6)));
+const toks = js.flatMap(j => j.choices[0].logprobs ? j.choices[0].logprobs.tokens : []);
+if (toks.join("") !== "one two three") throw new Error(JSON.stringify(toks));
+const offs = js.flatMap(j => j.choices[0].logprobs ? j.choices[0].logprobs.text_offset : []);
+if (JSON.stringify(offs) !== "[0,3,7]") throw new Error("offsets " + offs);
+' "$tmp/lps2" && ok || bad "completion logprobs stream: $(head -c 800 "$tmp/lps2")"
+# n: independent answers drawn with seed + i (choice 0 is the n = 1
+# answer), the same again for the same request; usage counts the prompt
+# once; the later samples reuse the prompt (the server logs what each kept)
+nreq='{"messages":[{"role":"system","content":"You are a terse assistant that answers in one short sentence."},{"role":"user","content":"Name a colour."}],"max_tokens":6,"temperature":1,"seed":11'
+one=$(curl -s "$U/v1/chat/completions" -d "$nreq}")
+r1=$(curl -s "$U/v1/chat/completions" -d "$nreq,\"n\":3}")
+r2=$(curl -s "$U/v1/chat/completions" -d "$nreq,\"n\":3}")
+two=$(curl -s "$U/v1/chat/completions" -d "${nreq/\"seed\":11/\"seed\":12}}")
+echo "$r1" | node -e '
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), one = JSON.parse(process.argv[1]), two = JSON.parse(process.argv[2]);
+const c = r.choices;
+if (c.length !== 3 || c.some((x, i) => x.index !== i)) throw new Error("indexes");
+if (c[0].message.content !== one.choices[0].message.content) throw new Error("choice 0 is not the n = 1 answer");
+if (c[1].message.content !== two.choices[0].message.content) throw new Error("choice 1 is not the seed + 1 answer");
+if (r.usage.prompt_tokens !== one.usage.prompt_tokens) throw new Error("prompt counted more than once");
+' "$one" "$two" && ok || bad "n 3: $r1"
+[ "$r1" != "" ] && [ "$(echo "$r1" | jget choices)" = "$(echo "$r2" | jget choices)" ] && ok || bad "n 3 twice differs"
+[ "$(echo "$r1" | jget usage.completion_tokens)" = 18 ] || [ "$(echo "$r1" | jget choices.0.finish_reason)$(echo "$r1" | jget choices.1.finish_reason)$(echo "$r1" | jget choices.2.finish_reason)" != lengthlengthlength ] && ok || bad "n 3 usage: $(echo "$r1" | jget usage)"
+pt=$(echo "$r1" | jget usage.prompt_tokens)
+# each later sample re-evaluates at most the generation prompt from the
+# last turn start on (<|turn>model\n and the empty thought: 7 tokens here)
+awk -v pt="$pt" '/chat\/completions choice [12]: prompt/ { if ($8 == pt && $10 + 0 >= pt - 7) n++ } END { exit n >= 4 ? 0 : 1 }' "$tmp/main.log" && ok || bad "n 3 samples did not reuse the prompt: $(grep 'choice' "$tmp/main.log" | tail -6)"
+# a stream: each choice's chunks carry its index, with its own finish
+curl -sN "$U/v1/chat/completions" -d "$nreq,\"n\":3,\"stream\":true}" >"$tmp/ns"
+node -e '
+const s = require("fs").readFileSync(process.argv[1], "utf8"), want = JSON.parse(process.argv[2]);
+const js = s.split("\n\n").filter(e => e.startsWith("data: {")).map(e => JSON.parse(e.slice(6)));
+for (let i = 0; i < 3; i++) {
+  const mine = js.filter(j => j.choices[0].index === i);
+  const text = mine.map(j => j.choices[0].delta.content || "").join("");
+  if (text !== want.choices[i].message.content) throw new Error(`choice ${i}: ${text}`);
+  if (mine.filter(j => j.choices[0].finish_reason).length !== 1) throw new Error("finish " + i);
+  if (mine[0].choices[0].delta.role !== "assistant") throw new Error("role " + i);
+}
+' "$tmp/ns" "$r1" && ok || bad "n 3 stream: $(head -c 800 "$tmp/ns")"
+# completions: n and prompt lists, choice index = prompt x n + sample
+a=$(curl -s "$U/v1/completions" -d '{"prompt":"Hello world","max_tokens":5,"temperature":0}' | jget choices.0.text)
+b=$(curl -s "$U/v1/completions" -d '{"prompt":[2,9259],"max_tokens":5,"temperature":0}' | jget choices.0.text)
+r=$(curl -s "$U/v1/completions" -d '{"prompt":["Hello world","Hello world"],"max_tokens":5,"temperature":0,"n":2}')
+[ "$(echo "$r" | jget choices.length)" = 4 ] && [ "$(echo "$r" | jget choices.3.index)" = 3 ] && [ "$(echo "$r" | jget choices.2.text)" = "$a" ] &&
+    [ "$(echo "$r" | jget choices.1.text)" = "$a" ] && ok || bad "prompt list of strings, n 2: $r"
+r=$(curl -s "$U/v1/completions" -d '{"prompt":[[2,9259],[2,9259,1902]],"max_tokens":5,"temperature":0}')
+[ "$(echo "$r" | jget choices.0.text)" = "$b" ] && [ "$(echo "$r" | jget choices.1.text)" = "$a" ] && [ "$(echo "$r" | jget usage.prompt_tokens)" = 5 ] &&
+    ok || bad "prompt list of id lists: $r"
+r=$(curl -s -w ' %{http_code}' "$U/v1/completions" -d '{"prompt":["Hello",[2,9259]]}')
+case "$r" in *"(element 1 is an array)"*'"param":"prompt"'*400) ok ;; *) bad "mixed prompt list: $r" ;; esac
+r=$(curl -s -w ' %{http_code}' "$U/v1/completions" -d '{"prompt":[[2],[2,262144]]}')
+case "$r" in *"'prompt[1][1]' is not a token id below 262144"*400) ok ;; *) bad "prompt list id out of vocabulary: $r" ;; esac
+# echo: the prompt's text first; with logprobs its tokens first, the first
+# with null
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"Hello world","max_tokens":5,"temperature":0,"echo":true}')
+[ "$(echo "$r" | jget choices.0.text)" = "Hello world$a" ] && ok || bad "echo: $r"
+[ "$(curl -s "$U/v1/completions" -d '{"prompt":[2,9259,1902],"max_tokens":5,"temperature":0,"echo":true}' | jget choices.0.text)" = "Hello world$a" ] && ok || bad "echo of ids"
+r=$(curl -s "$U/v1/completions" -d '{"prompt":"Hello world","max_tokens":5,"temperature":0,"echo":true,"logprobs":1,"n":2}')
+echo "$r" | node -e '
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), a = process.argv[1];
+for (const ch of r.choices) {
+  const lp = ch.logprobs;
+  if (ch.text !== "Hello world" + a) throw new Error("text");
+  if (JSON.stringify(lp.tokens.slice(0, 3)) !== JSON.stringify(["<bos>", "Hello", " world"])) throw new Error("tokens " + lp.tokens);
+  if (lp.token_logprobs[0] !== null || lp.top_logprobs[0] !== null || !(lp.token_logprobs[1] < 0)) throw new Error("first");
+  if (lp.tokens.length !== 3 + r.usage.completion_tokens / 2) throw new Error("count");
+  if (JSON.stringify(lp.text_offset.slice(0, 4)) !== "[0,0,5,11]") throw new Error("offsets " + lp.text_offset);
+  if (lp.tokens.join("") !== "<bos>" + ch.text) throw new Error("spelling");
+}
+if (JSON.stringify(r.choices[0].logprobs) !== JSON.stringify(r.choices[1].logprobs)) throw new Error("greedy choices differ");
+' "$a" && ok || bad "echo with logprobs: $r"
+# the echoed " world" is scored as the model scores it when generated
+# after the same tokens (forced)
+e=$(echo "$r" | jget choices.0.logprobs.token_logprobs.2)
+f=$(curl -s "$U/v1/completions" -d '{"prompt":[2,9259],"logprobs":1,"gem_forced_output":" world"}' | jget choices.0.logprobs.token_logprobs.0)
+node -e 'process.exit(Math.abs(process.argv[1] - process.argv[2]) < 1e-4 ? 0 : 1)' -- "$e" "$f" && ok || bad "echo logprob $e vs generated $f"
+
 # ---- tool calls ----
 tools='"tools":[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
 r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather in Paris?"}],'"$tools"',"gem_forced_output":"<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_response>"}')

@@ -167,6 +167,37 @@ async function sdkTests() {
   for await (const c of cs) ctext += c.choices[0]?.text || "";
   check(ctext === c1.choices[0].text, "streamed completion equals the non-streamed one", [ctext, c1.choices[0].text]);
 
+  // logprobs: the SDK reads choices[0].logprobs.content, streamed and not
+  // (greedy: each token is its top entry)
+  const lp = await client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 5, temperature: 0,
+    logprobs: true, top_logprobs: 2 });
+  const lc = lp.choices[0].logprobs?.content;
+  check(lc?.length === 5 && lp.choices[0].logprobs.refusal === null && lc.every((e) => typeof e.token === "string" &&
+        e.logprob <= 0 && Array.isArray(e.bytes) && e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token &&
+        e.top_logprobs[0].logprob === e.logprob && e.top_logprobs[1].logprob <= e.logprob), "chat logprobs", lp.choices[0].logprobs);
+  const lps = await client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 5, temperature: 0,
+    logprobs: true, top_logprobs: 2, stream: true });
+  const streamed = [];
+  for await (const c of lps) if (c.choices[0]?.logprobs?.content) streamed.push(...c.choices[0].logprobs.content);
+  check(JSON.stringify(streamed) === JSON.stringify(lc), "streamed logprobs equal the whole answer's", streamed);
+  const cl = await client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4, temperature: 0, logprobs: 2 });
+  const cll = cl.choices[0].logprobs;
+  check(cll?.tokens.length === 4 && cll.token_logprobs.every((v) => v <= 0) && cll.top_logprobs.every((o) => Object.keys(o).length >= 2) &&
+        cll.text_offset[0] === 0 && cll.tokens.join("") === cl.choices[0].text, "completion logprobs", cll);
+
+  // n: 2 independent answers (seed, seed + 1), streamed the same way
+  const n2 = await client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 6, temperature: 1, seed: 5, n: 2 });
+  const n1 = await client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 6, temperature: 1, seed: 6 });
+  check(n2.choices.length === 2 && n2.choices.every((c, i) => c.index === i && c.message.role === "assistant"), "n 2 choices", n2.choices);
+  check(n2.choices[1].message.content === n1.choices[0].message.content, "n 2: choice 1 is drawn with seed + 1", [n2.choices, n1.choices]);
+  const n2s = await client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 6, temperature: 1, seed: 5, n: 2, stream: true });
+  const texts = ["", ""];
+  for await (const c of n2s) for (const ch of c.choices) texts[ch.index] += ch.delta.content || "";
+  check(texts[0] === n2.choices[0].message.content && texts[1] === n2.choices[1].message.content, "n 2 streamed", texts);
+  const cn = await client.completions.create({ model: "tiny", prompt: ["Once upon a time", "Hello"], max_tokens: 3, temperature: 0, n: 2 });
+  check(cn.choices.length === 4 && cn.choices[0].text === cn.choices[1].text && cn.choices[0].text === c1.choices[0].text.slice(0, cn.choices[0].text.length),
+        "completion prompt list with n 2", cn.choices);
+
   // errors surface as SDK exceptions with status and message
   await expectThrow(() => client.chat.completions.create({ model: "tiny", messages: [] }),
     OpenAI.BadRequestError, 400, "empty messages", "'messages' must not be empty");
@@ -181,8 +212,10 @@ async function sdkTests() {
   } catch (e) {
     check(e.error?.type === "invalid_request_error" && e.error?.param === "messages", "error body fields", e.error);
   }
-  await expectThrow(() => client.chat.completions.create({ model: "tiny", messages: user, stream: true, n: 3 }),
-    OpenAI.BadRequestError, 400, "n > 1 while streaming", "'n' must be 1");
+  await expectThrow(() => client.chat.completions.create({ model: "tiny", messages: user, n: 9 }),
+    OpenAI.BadRequestError, 400, "n above 8", "'n' must be at most 8");
+  await expectThrow(() => client.chat.completions.create({ model: "tiny", messages: user, top_logprobs: 2 }),
+    OpenAI.BadRequestError, 400, "top_logprobs without logprobs", "'top_logprobs' needs 'logprobs': true");
 
   // aborting a stream cancels the request and frees the engine
   const ac = new AbortController();
