@@ -171,7 +171,7 @@ static const char *refused_block(const char *type) {
 
 static int unknown_block(const char *type, const char *p, api_error *e) {
     const char *why = refused_block(type);
-    if (why) return api_fail(e, 400, INVALID, p, NULL, "'%s' is a '%.40s' block, which %s", p, type, why);
+    if (why) return api_fail(e, 400, INVALID, p, NULL, "'%s' is a block of type '%.40s', which %s", p, type, why);
     return api_fail(e, 400, INVALID, p, NULL, "'%s.type' '%.40s' is not a content block gem knows", p, type);
 }
 
@@ -354,7 +354,7 @@ static int convert_message(json *m, size_t i, json *out, api_error *e) {
             if (n_thought++) sb_putc(&thought, '\n');
             sb_put(&thought, t->str, t->len);
         } else if (!strcmp(type, "tool_result") || !strcmp(type, "tool_use") || !strcmp(type, "thinking")) {
-            api_fail(e, 400, INVALID, bp, NULL, "'%s' is a '%s' block, which only %s messages may hold", bp, type,
+            api_fail(e, 400, INVALID, bp, NULL, "'%s' is a block of type '%s', which only %s messages may hold", bp, type,
                      assistant ? "user" : "assistant");
             goto fail;
         } else {
