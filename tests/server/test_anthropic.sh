@@ -60,7 +60,7 @@ start() {
     return 1
 }
 
-start main --test-hooks --alias tiny || finish
+start main --test-hooks --max-body 65536 --alias tiny || finish
 U="http://127.0.0.1:$PORT"
 MAIN_PID=$PID
 
@@ -151,8 +151,12 @@ r=$(command curl -s -w ' %{http_code}' "$U/v1/messages")
 case "$r" in '{"type":"error","error":{"type":"invalid_request_error","message":"method GET is not allowed on /v1/messages"}} 405') ok ;; *) bad "405: $r" ;; esac
 r=$(command curl -s -w ' %{http_code}' "$U/v1/messages" -d '{}')
 case "$r" in '{"type":"error","error":{"type":"invalid_request_error",'*' 415') ok ;; *) bad "415: $r" ;; esac
-r=$(curl -s -w ' %{http_code}' "$U/v1/messages" -d "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"$(head -c 20000 /dev/zero | tr '\0' 'a' | sed 's/a/a b /g')\"}]}")
+r=$(curl -s -w ' %{http_code}' "$U/v1/messages" -d "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"$(head -c 5000 /dev/zero | tr '\0' 'a' | sed 's/a/a b /g')\"}]}")
 case "$r" in *'"type":"invalid_request_error"'*'the context holds'*' 400') ok ;; *) bad "context exceeded: ${r:0:300}" ;; esac
+
+big=$(head -c 70000 /dev/zero | tr '\0' 'a')
+r=$(curl -s -w ' %{http_code}' "$U/v1/messages" -d "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"$big\"}]}")
+case "$r" in '{"type":"error","error":{"type":"request_too_large",'*' 413') ok ;; *) bad "413: ${r:0:300}" ;; esac
 
 # ---- a client that leaves mid-stream cancels its request ----
 curl -sN --max-time 1 "$U/v1/messages" -d '{"max_tokens":4000,"stream":true,"temperature":0,"messages":[{"role":"user","content":"Once upon a time"}]}' >"$tmp/cut" 2>/dev/null
