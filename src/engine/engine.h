@@ -189,6 +189,8 @@ typedef struct {
     long n_rounds;       /* speculative rounds (target verifications) */
     long n_drafted;      /* tokens drafted in them */
     long n_accepted;     /* drafted tokens the target confirmed */
+    int stop_index;      /* the stop string that ended the answer (an index
+                          * into params.stop), or -1 */
 } gem_gen_result;
 
 /* Evaluates the synced prompt's remaining tokens in the backend's tiles

@@ -111,6 +111,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     gem_engine *e = s->e;
     memset(r, 0, sizeof *r);
     r->finish = GEM_FINISH_ERROR;
+    r->stop_index = -1;
     if (!s->synced) return gem_err_set(err, "nothing to generate from: gem_session_sync sets the prompt");
     s->synced = 0;
     for (long i = 0; i < p->n_force; i++)
@@ -127,7 +128,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int greedy = sampler_is_greedy(smp) && !p->want_logits;
     const double t0 = gem_now_s();
     double t_first = t0;
-    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, 0}, 0};
+    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, 0, 0}, 0};
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
@@ -305,6 +306,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         stopper_flush(&text.st, to_caller, &text);
     }
     r->decode_s = r->n_generated > 0 ? gem_now_s() - t_first : 0;
+    r->stop_index = text.st.hit ? text.st.which : -1;
     rc = 0;
     goto out;
 fail:

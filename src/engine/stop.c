@@ -45,9 +45,13 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
             return 0;
         }
         size_t best = hn + 1;
+        int which = -1;
         for (int i = 0; i < s->n; i++) {
             const char *m = memmem(h, hn, s->stop[i], s->len[i]);
-            if (m && (size_t)(m - h) < best) best = (size_t)(m - h);
+            if (m && (size_t)(m - h) < best) {
+                best = (size_t)(m - h);
+                which = i;
+            }
         }
         /* a tail that may still become the opening marker: a stop string
          * found from there on waits (whole, the marker would come first) */
@@ -64,6 +68,7 @@ int stopper_feed(stopper *s, const char *p, size_t n, stop_emit_fn emit, void *c
         if (best <= hn) {
             emit(h, best, ctx);
             s->hit = 1;
+            s->which = which;
             s->hold.len = 0;
             return 1;
         }

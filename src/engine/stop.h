@@ -21,6 +21,7 @@ typedef struct {
     const char *skip_open, *skip_close; /* NUL-terminated, or NULL */
     strbuf hold;
     int hit, in_skip;
+    int which; /* once hit: the index of the stop string found (the earliest in the text) */
 } stopper;
 
 /* Returns 1 once a stop string has been found (later text is dropped). */

@@ -54,6 +54,7 @@
 #include "chat/chat.h"
 #include "engine/engine.h"
 #include "engine/logprobs.h"
+#include "server/anthropic.h"
 #include "server/api.h"
 #include "server/http.h"
 #include "server/reply.h"
@@ -71,6 +72,7 @@ typedef struct job {
     tok_ids *prompts; /* one (chat), or a completion's prompts in order */
     size_t n_prompts;
     char *forced; /* text a tool_choice forces at the start of the answer */
+    int anth;     /* POST /v1/messages: Anthropic's errors, events and ids (anthropic.h) */
     int keep_alive;
     int http10;   /* HTTP/1.0 has no chunked coding: a stream ends by closing */
     char peer[64], path[64];
@@ -186,12 +188,17 @@ static int respond_json(server *s, int fd, int status, strbuf *body, int keep, c
     return respond_json_h(s, fd, status, body, keep, more, 0);
 }
 
-static int respond_error_h(server *s, int fd, const api_error *e, int keep, const char *more, int head_only) {
+/* anth: the error in Anthropic's shape (its routes), else OpenAI's */
+static int respond_error_as(server *s, int fd, const api_error *e, int anth, int keep, const char *more, int head_only) {
     strbuf b = {0};
-    api_error_json(e, &b);
+    if (anth) anth_error_json(e, &b);
+    else api_error_json(e, &b);
     int rc = respond_json_h(s, fd, e->status, &b, keep, more, head_only);
     sb_free(&b);
     return rc;
+}
+static int respond_error_h(server *s, int fd, const api_error *e, int keep, const char *more, int head_only) {
+    return respond_error_as(s, fd, e, 0, keep, more, head_only);
 }
 static int respond_error(server *s, int fd, const api_error *e, int keep, const char *more) {
     return respond_error_h(s, fd, e, keep, more, 0);
@@ -203,6 +210,7 @@ typedef struct {
     server *s;
     job *j;
     reply *rp;
+    anth_reply *ar; /* an Anthropic request's reply, in rp's place */
     chat_parser *cp;
     int stream, gone;
     long polls, n_tokens; /* calls of gen_poll and gen_token so far */
@@ -221,7 +229,8 @@ typedef struct {
 
 static void on_chat_event(const chat_event *ev, void *ctx) {
     gen *g = ctx;
-    if (ev->kind == CHAT_EV_CONTENT) reply_text(g->rp, ev->text, ev->len);
+    if (g->ar) anth_reply_event(g->ar, ev);
+    else if (ev->kind == CHAT_EV_CONTENT) reply_text(g->rp, ev->text, ev->len);
     else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(g->rp, ev->text, ev->len);
     else reply_tool_call(g->rp, ev->name, ev->arguments);
 }
@@ -233,9 +242,11 @@ static void stream_frame(const job *j, strbuf *out, const char *p, size_t n) {
     else if (n) sb_put(out, p, n);
 }
 
+static strbuf *gen_out(gen *g) { return g->ar ? anth_reply_out(g->ar) : reply_out(g->rp); }
+
 /* Sends what the reply has ready as one chunk of the SSE stream. */
 static void flush_stream(gen *g) {
-    strbuf *o = reply_out(g->rp);
+    strbuf *o = gen_out(g);
     if (!o->len || g->gone) {
         o->len = 0;
         return;
@@ -248,7 +259,7 @@ static void flush_stream(gen *g) {
 }
 
 static void send_sse_comment(gen *g, const char *text) {
-    strbuf *o = reply_out(g->rp);
+    strbuf *o = gen_out(g);
     sb_printf(o, ": %s\n\n", text);
     flush_stream(g);
 }
@@ -294,7 +305,7 @@ static void gen_token(void *ctx, const gem_gen_token *t) {
     if (g->in_thought) g->reasoning_tokens++;
     if (t->id == g->s->thought_close && t->id >= 0) g->in_thought = 0;
     if (t->end) return;
-    reply_token(g->rp, t->id);
+    if (g->rp) reply_token(g->rp, t->id);
     /* every answer token is listed, the reasoning channel's and tool
      * calls' included (they are tokens the model drew); the end token,
      * not part of the answer, is not */
@@ -324,7 +335,7 @@ static int gen_poll(void *ctx) {
     gen *g = ctx;
     const int between_tiles = g->polls++ > 0 && !g->n_tokens;
     if (g->stream) {
-        if (reply_out(g->rp)->len) flush_stream(g);
+        if (gen_out(g)->len) flush_stream(g);
         else if (between_tiles && gem_now_s() - g->last_send >= g->s->o.heartbeat) send_sse_comment(g, "prefill");
     }
     if (!g->gone && (client_gone(g->j->fd) || atomic_load(&g->s->stop))) g->gone = 1;
@@ -335,6 +346,11 @@ static int gen_poll(void *ctx) {
 static void stream_error(gen *g, const char *msg) {
     api_error e;
     api_fail(&e, 500, "server_error", NULL, NULL, "%s", msg);
+    if (g->ar) {
+        anth_reply_error(g->ar, &e);
+        flush_stream(g);
+        return;
+    }
     strbuf *o = reply_out(g->rp);
     sb_puts(o, "data: ");
     api_error_json(&e, o);
@@ -428,14 +444,17 @@ static void run_job(server *s, job *j) {
     }
     uint64_t serial = atomic_fetch_add(&s->counter, 1);
     char id[64];
-    snprintf(id, sizeof id, "%s-%016llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)rng_mix64(s->id_base + serial));
+    snprintf(id, sizeof id, "%s%016llx", j->anth ? "msg_" : chat ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)rng_mix64(s->id_base + serial));
     reply_opts ro = {rq->kind, stream, rq->include_usage, rq->return_tokens, id,
                      rq->model ? rq->model : s->alias, s->o.version, (long long)time(NULL), rq->logprobs};
     gen g = {0};
     g.s = s;
     g.j = j;
     g.stream = stream;
-    g.rp = reply_new(&ro);
+    anth_reply_opts ao = {stream, id, ro.model};
+    if (j->anth) g.ar = anth_reply_new(&ao);
+    else g.rp = reply_new(&ro);
     g.logprobs = rq->logprobs;
     g.top = rq->top_logprobs;
     const int k = g.top > 0 ? g.top : 1;
@@ -470,10 +489,10 @@ static void run_job(server *s, job *j) {
     reply_usage u = {0};
     u.prompt_tokens = (int)prompt_all;
     long evaluated = 0; /* prompt tokens evaluated, over all choices */
-    int choice = 0;
+    int choice = 0, stop_index = -1; /* the stop string that ended the last answer (Anthropic's stop_sequence) */
     prompt_lps plp = {0};
     strbuf echo = {0};
-    if (!g.rp || !forced_ok || !g.top_ids || !g.top_lps || !g.alts) {
+    if (!(g.rp || g.ar) || !forced_ok || !g.top_ids || !g.top_lps || !g.alts) {
         fail = "out of memory";
         goto respond;
     }
@@ -484,7 +503,7 @@ static void run_job(server *s, job *j) {
         if (!j->head_sent) http_head(&g.frame, 200, "text/event-stream", j->http10 ? -2 : -1, j->keep_alive, x.p);
         sb_free(&x);
         if (g.frame.failed || send_all(j->fd, g.frame.p, g.frame.len)) g.gone = 1;
-        reply_start(g.rp);
+        if (g.rp) reply_start(g.rp);
         flush_stream(&g);
     }
     g.last_send = gem_now_s();
@@ -533,6 +552,11 @@ static void run_job(server *s, job *j) {
                 fail = err.msg;
                 break;
             }
+            if (g.ar && stream) { /* message_start reports the reused prefix: after the sync */
+                const anth_usage au = {(int)ids->n, (int)kept, 0};
+                anth_reply_start(g.ar, &au);
+                flush_stream(&g);
+            }
             if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
             gp.sampling.seed = seed + (uint64_t)i;
             /* a checkpoint the next sample reuses, even without cache_prompt */
@@ -543,6 +567,7 @@ static void run_job(server *s, job *j) {
             if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
             else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
             else if (res.finish == GEM_FINISH_STOP) finish = "stop";
+            stop_index = res.stop_index;
             evaluated += res.n_prompt - res.n_cached;
             /* usage counts each prompt once, and as cached what its first
              * sample found from earlier requests (an echo's logprobs
@@ -581,12 +606,19 @@ respond:
         } else {
             api_error e;
             api_fail(&e, 500, "server_error", NULL, NULL, "%s", fail);
-            respond_error(s, j->fd, &e, j->keep_alive, NULL);
+            respond_error_as(s, j->fd, &e, j->anth, j->keep_alive, NULL, 0);
         }
         logf_("%s %s failed: %s", j->peer, j->path, fail);
     } else {
-        reply_finish(g.rp, finish, &u);
-        strbuf *o = reply_out(g.rp);
+        if (g.ar) {
+            const anth_usage au = {u.prompt_tokens, u.cached_tokens, u.completion_tokens};
+            const int si = stop_index;
+            anth_reply_finish(g.ar, !strcmp(finish, "length"), si >= 0 ? rq->stop[si] : NULL,
+                              si >= 0 ? rq->stop_len[si] : 0, &au);
+        } else {
+            reply_finish(g.rp, finish, &u);
+        }
+        strbuf *o = gen_out(&g);
         if (stream) {
             flush_stream(&g);
             g.frame.len = 0;
@@ -595,7 +627,7 @@ respond:
         } else if (o->failed) {
             api_error e;
             api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-            respond_error(s, j->fd, &e, 0, NULL);
+            respond_error_as(s, j->fd, &e, j->anth, 0, NULL, 0);
             j->close_conn = 1;
         } else if (respond(s, j->fd, 200, "application/json", o->p, o->len, j->keep_alive, NULL)) {
             j->close_conn = 1;
@@ -609,6 +641,7 @@ respond:
     tok_ids_free(&forced);
     chat_parser_free(g.cp);
     reply_free(g.rp);
+    anth_reply_free(g.ar);
     sb_free(&g.frame);
     free(g.top_ids);
     free(g.top_lps);
@@ -665,7 +698,7 @@ static void *worker_main(void *arg) {
         if (atomic_load(&s->stop)) { /* shutting down: queued jobs are refused */
             api_error e;
             api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
-            if (!j->head_sent) respond_error(s, j->fd, &e, 0, NULL);
+            if (!j->head_sent) respond_error_as(s, j->fd, &e, j->anth, 0, NULL, 0);
             j->close_conn = 1;
         } else {
             run_job(s, j);
@@ -688,15 +721,29 @@ static int path_is(const http_req *r, const char *p) {
     return r->path_len == n && !memcmp(r->target, p, n);
 }
 
+/* The Anthropic routes: /v1/messages and everything below it. */
+static int anth_route(const http_req *r) {
+    return path_is(r, "/v1/messages") || (r->path_len > 13 && !memcmp(r->target, "/v1/messages/", 13));
+}
+
+/* v[0..n) is the key, compared in constant time in the key */
+static int key_is(const char *v, size_t n, const char *key) {
+    size_t kl = strlen(key);
+    if (!v || n != kl) return 0;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(v[i] ^ key[i]);
+    return diff == 0;
+}
+
+/* The key as OpenAI clients send it (Authorization: Bearer KEY) or as
+ * Anthropic's do (x-api-key: KEY), on every route. */
 static int authorized(const server *s, const http_req *r) {
     if (!s->o.api_key) return 1;
     size_t n;
     const char *v = http_header_get(r, "Authorization", &n);
-    size_t kl = strlen(s->o.api_key);
-    if (!v || n != kl + 7 || strncasecmp(v, "Bearer ", 7)) return 0;
-    unsigned char diff = 0; /* constant time in the key */
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(v[7 + i] ^ s->o.api_key[i]);
-    return diff == 0;
+    if (v && n >= 7 && !strncasecmp(v, "Bearer ", 7) && key_is(v + 7, n - 7, s->o.api_key)) return 1;
+    v = http_header_get(r, "x-api-key", &n);
+    return key_is(v, n, s->o.api_key);
 }
 
 /* Routes that answer without the API key: the CORS preflight and health
@@ -706,13 +753,21 @@ static int key_exempt(const http_req *r) {
 }
 
 /* The 401 of a request without a valid key; nonzero when sending failed. */
-static int respond_no_key(server *s, int fd, int keep, int head_only) {
+static int respond_no_key_as(server *s, int fd, int anth, int keep, int head_only) {
     api_error e;
+    if (anth) {
+        api_fail(&e, 401, "authentication_error", NULL, NULL,
+                 "invalid or missing API key: send the header 'x-api-key: KEY'");
+        return respond_error_as(s, fd, &e, 1, keep, NULL, head_only);
+    }
     /* OpenAI's body for a bad key: type invalid_request_error, code
      * invalid_api_key (clients branch on the code) */
     api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
              "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
     return respond_error_h(s, fd, &e, keep, "WWW-Authenticate: Bearer\r\n", head_only);
+}
+static int respond_no_key(server *s, int fd, int keep, int head_only) {
+    return respond_no_key_as(s, fd, 0, keep, head_only);
 }
 
 static int not_ready(server *s, int fd, int keep, int head_only) {
@@ -888,6 +943,7 @@ static void wait_job(conn *c, job *j) {
  * Returns 1 to keep the connection, 0 to close it. */
 static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
     server *s = c->s;
+    const int anth = anth_route(r); /* POST /v1/messages: a chat in Anthropic's terms */
     if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
@@ -898,7 +954,9 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    if (api_parse(kind, r->body, r->content_length, &ao, &j->req, &e)) goto fail;
+    if (anth ? anth_parse(r->body, r->content_length, &ao, 0, &j->req, &e)
+             : api_parse(kind, r->body, r->content_length, &ao, &j->req, &e))
+        goto fail;
     j->n_prompts = kind == API_CHAT ? 1 : j->req.n_prompts;
     if (!(j->prompts = calloc(j->n_prompts, sizeof *j->prompts))) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -949,6 +1007,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     j->s = s;
     j->fd = c->fd;
     j->forced = forced.len ? strdup(forced.p) : NULL;
+    j->anth = anth;
     j->http10 = r->minor == 0;
     j->keep_alive = keep && !(j->http10 && j->req.stream);
     snprintf(j->peer, sizeof j->peer, "%s", c->peer);
@@ -975,7 +1034,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     ok = j->keep_alive && !j->close_conn;
     goto out;
 fail:
-    ok = respond_error(s, c->fd, &e, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL) ? 0 : keep;
+    ok = respond_error_as(s, c->fd, &e, anth, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL, 0) ? 0 : keep;
     if (e.status != 503) logf_("%s %.*s %d: %s", c->peer, (int)(r->path_len < 60 ? r->path_len : 60), r->target,
                                e.status, e.message);
 out:
@@ -1026,7 +1085,7 @@ static int refuse_non_json(server *s, int fd, const http_req *r, int keep, int *
     else
         api_fail(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
                  "a POST body must be sent with 'Content-Type: application/json' (the header is missing)");
-    *ret = respond_error(s, fd, &e, keep, NULL) ? 0 : keep;
+    *ret = respond_error_as(s, fd, &e, anth_route(r), keep, NULL, 0) ? 0 : keep;
     return 1;
 }
 
@@ -1075,6 +1134,56 @@ static int host_allowed(const server *s, const http_req *r) {
            in_list(s->o.allow_host, h, name);
 }
 
+/* POST /v1/messages/count_tokens: the tokens of the prompt /v1/messages
+ * would render from the same body. Nonzero when sending failed. */
+static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
+    api_request rq;
+    api_error e;
+    api_opts ao = {s->o.test_hooks, s->n_vocab};
+    strbuf prompt = {0}, forced = {0}, b = {0};
+    tok_ids ids = {0};
+    int rc;
+    if (anth_parse(r->body, r->content_length, &ao, 1, &rq, &e) || api_render(&rq, &prompt, &forced, &e)) {
+        rc = respond_error_as(s, fd, &e, 1, keep, NULL, 0);
+    } else {
+        sb_put(&prompt, forced.p, forced.len);
+        if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, &ids)) b.failed = 1;
+        sb_printf(&b, "{\"input_tokens\":%zu}", ids.n);
+        rc = respond_json(s, fd, 200, &b, keep, NULL);
+    }
+    api_request_free(&rq);
+    tok_ids_free(&ids);
+    sb_free(&prompt);
+    sb_free(&forced);
+    sb_free(&b);
+    return rc;
+}
+
+/* The Anthropic routes (anth_route): every answer in Anthropic's shape,
+ * the key from x-api-key or Authorization. */
+static int handle_anthropic(conn *c, const http_req *r, int keep, int head) {
+    server *s = c->s;
+    api_error e;
+    int rc;
+    const int count = path_is(r, "/v1/messages/count_tokens");
+    if (!authorized(s, r)) return respond_no_key_as(s, c->fd, 1, keep, head) ? 0 : keep;
+    if (!count && !path_is(r, "/v1/messages"))
+        api_fail(&e, 404, "not_found_error", NULL, NULL, "no route %.*s %.*s", (int)strlen(r->method), r->method,
+                 (int)(r->path_len < 200 ? r->path_len : 200), r->target);
+    else if (strcmp(r->method, "POST"))
+        api_fail(&e, 405, "invalid_request_error", NULL, NULL, "method %s is not allowed on %.*s", r->method,
+                 (int)r->path_len, r->target);
+    else if (refuse_non_json(s, c->fd, r, keep, &rc))
+        return rc;
+    else if (!atomic_load(&s->ready))
+        api_fail(&e, 503, "overloaded_error", NULL, NULL, "the model is loading");
+    else if (count)
+        return handle_count_tokens(s, c->fd, r, keep) ? 0 : keep;
+    else
+        return handle_generate(c, r, API_CHAT, keep);
+    return respond_error_as(s, c->fd, &e, 1, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL, head) ? 0 : keep;
+}
+
 /* Answers one complete request; 1 to keep the connection open. */
 static int handle(conn *c, const http_req *r) {
     server *s = c->s;
@@ -1112,6 +1221,7 @@ static int handle(conn *c, const http_req *r) {
         sb_puts(&b, "{\"status\":\"ok\"}");
         goto send;
     }
+    if (anth_route(r)) return handle_anthropic(c, r, keep, head);
     if (!authorized(s, r)) return respond_no_key(s, fd, keep, head) ? 0 : keep;
     if (path_is(r, "/v1/models") || path_is(r, "/models")) {
         if (!get) goto method;
@@ -1240,7 +1350,7 @@ static void *conn_main(void *arg) {
              * head: reading (and buffering) up to max_body first, and a
              * 100 Continue, would serve anyone without the key */
             if (st == HTTP_HEAD && !key_exempt(&r) && !authorized(s, &r)) {
-                respond_no_key(s, c->fd, 0, !strcmp(r.method, "HEAD"));
+                respond_no_key_as(s, c->fd, anth_route(&r), 0, !strcmp(r.method, "HEAD"));
                 logf_("%s 401: no valid API key (refused on the head, body not read)", c->peer);
                 /* the rest of the announced body (any chunked one up to max_body), dropped unread */
                 const size_t have = in.len - r.head_len;
@@ -1280,7 +1390,7 @@ static void *conn_main(void *arg) {
         if (st == HTTP_ERROR) {
             api_error e;
             api_fail(&e, r.status, "invalid_request_error", NULL, NULL, "%s", r.error);
-            respond_error(s, c->fd, &e, 0, NULL);
+            respond_error_as(s, c->fd, &e, anth_route(&r), 0, NULL, 0);
             logf_("%s %d: %s", c->peer, r.status, r.error);
             goto out;
         }

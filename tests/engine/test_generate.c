@@ -48,6 +48,7 @@ static void test_stopper(void) {
     CHECK(!strcmp(sb_cstr(&k.out), "hello STx ")); /* "STx" is no stop string: released */
     CHECK(stopper_feed(&s, "nd> tail", 8, to_sink, &k) == 1);
     CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
+    CHECK(s.which == 1); /* which one matched: "<end>" */
     CHECK(stopper_feed(&s, "more", 4, to_sink, &k) == 1);
     stopper_flush(&s, to_sink, &k);
     CHECK(!strcmp(sb_cstr(&k.out), "hello STx "));
@@ -64,6 +65,7 @@ static void test_stopper(void) {
     stopper w = {.stop = stops, .len = lens, .n = 2};
     k.out.len = 0;
     CHECK(stopper_feed(&w, "a<end>bSTOP", 11, to_sink, &k) == 1 && !strcmp(sb_cstr(&k.out), "a"));
+    CHECK(w.which == 1);
     stopper_free(&w);
     /* no stop strings: everything passes at once */
     stopper none = {.n = 0};
