@@ -22,7 +22,10 @@
  * so the speed-ups are of identical outputs. Runs after the first restore
  * the prompt's checkpoint instead of prefilling again. --verify-cost adds
  * the cost of a verification of 2 .. draft-max + 1 rows in decode steps
- * (bench_verify_cost). */
+ * (bench_verify_cost).
+ *
+ * --json-schema FILE or --json-object: constrained decoding (structured
+ * output) against free decoding at the first depth (bench_grammar). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +57,7 @@ static int usage(void) {
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
             "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n"
             "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
-            "                 [--draft-fixed] [--verify-cost]\n");
+            "                 [--draft-fixed] [--verify-cost] [--json-schema FILE | --json-object]\n");
     return 2;
 }
 
@@ -192,6 +195,70 @@ static int bench_verify_cost(gem_session *s, const int32_t *ids, int D, const ge
     return rc;
 }
 
+/* --json-schema FILE / --json-object: constrained decoding against free
+ * decoding, greedy, from the same prompt ids[0..D) (restored from its
+ * checkpoint after the first answer), without a drafter. A constrained
+ * answer that the grammar ends early is followed by another from the same
+ * prompt until gen tokens were generated; free answers run gen tokens
+ * (end tokens ignored). A run's speed is its answers' steps (each answer's
+ * tokens after its first) over their decode time, so the grammar's masks
+ * and checks are in it and the prompts are not. Medians over reps after a
+ * warm-up run. */
+static int bench_grammar(gem_session *s, const int32_t *ids, int D, const gram *g, const char *what, int gen,
+                         int reps, FILE *js, gem_err *err) {
+    double *tps[2] = {malloc(sizeof(double) * (size_t)(reps + 1)), malloc(sizeof(double) * (size_t)(reps + 1))};
+    double med[2] = {0, 0};
+    long answers = 0, tokens = 0;
+    int rc = tps[0] && tps[1] ? 0 : gem_err_set(err, "out of memory");
+    /* free and constrained runs alternate, so a drift of the machine's
+     * speed falls on both */
+    for (int r = 0; r <= reps && !rc; r++)
+        for (int mode = 0; mode < 2 && !rc; mode++) {
+            gem_gen_params gp = gem_gen_params_default();
+            gp.draft_max = 0;
+            gp.grammar = mode ? g : NULL;
+            gp.ignore_eos = !mode;
+            long made = 0, steps = 0;
+            double t = 0;
+            while (made < gen && !rc) {
+                gem_gen_result res;
+                gp.max_tokens = gen - made;
+                if (gem_session_sync(s, ids, (size_t)D, err) < 0 || gem_session_generate(s, &gp, NULL, &res, err)) {
+                    rc = 1;
+                    break;
+                }
+                if (res.n_generated < 1) {
+                    rc = gem_err_set(err, "a %s answer generated no token", mode ? "constrained" : "free");
+                    break;
+                }
+                made += res.n_generated;
+                steps += res.n_generated - 1;
+                t += res.decode_s;
+                if (mode && r > 0) answers++, tokens += res.n_generated;
+            }
+            tps[mode][r] = steps > 0 && t > 0 ? steps / t : 0;
+        }
+    for (int mode = 0; mode < 2 && !rc; mode++) med[mode] = summarize(tps[mode] + 1, reps).median;
+    if (!rc) {
+        const double over = med[1] > 0 ? med[0] / med[1] - 1 : 0;
+        printf("constrained decode (%s), depth %d, %d tokens:\n  free        %8.2f tok/s\n  constrained %8.2f tok/s "
+               "(%+.1f%% time per token; %ld answers, %.1f tokens each)\n",
+               what, D, gen, med[0], med[1], 100 * over, answers, answers ? (double)tokens / answers : 0);
+        if (js) {
+            strbuf q = {0};
+            json_quote(what, strlen(what), &q);
+            fprintf(js, "\n  {\"grammar\": %s, \"depth\": %d, \"gen\": %d, \"tok_s_free\": %.3f, "
+                        "\"tok_s_constrained\": %.3f, \"time_per_token_overhead\": %.4f, \"answers\": %ld, "
+                        "\"tokens\": %ld}",
+                    sb_cstr(&q), D, gen, med[0], med[1], over, answers, tokens);
+            sb_free(&q);
+        }
+    }
+    free(tps[0]);
+    free(tps[1]);
+    return rc;
+}
+
 /* The speculative section (see the file comment): per depth, plain, then
  * the replay drafter at each probability, then the MTP drafter. */
 static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int need, const int *depths, int n_depths,
@@ -283,7 +350,8 @@ int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
-    int kv_f16 = 0, n_spec = 0, verify_cost = 0;
+    int kv_f16 = 0, n_spec = 0, verify_cost = 0, grammar_on = 0;
+    const char *schema = NULL; /* --json-schema FILE; with grammar_on and NULL: --json-object */
     double spec_p[16];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
@@ -300,6 +368,11 @@ int cli_bench(int argc, char **argv) {
             verify_cost = 1;
             continue;
         }
+        if (!strcmp(a, "--json-object")) {
+            grammar_on = 1;
+            schema = NULL;
+            continue;
+        }
         if (!v) return usage();
         if (!strcmp(a, "--spec")) {
             char buf[256];
@@ -313,7 +386,8 @@ int cli_bench(int argc, char **argv) {
             i++;
             continue;
         }
-        if (!strcmp(a, "-m")) model = v;
+        if (!strcmp(a, "--json-schema")) grammar_on = 1, schema = v;
+        else if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--kv-type")) { if ((kv_f16 = cli_parse_kv_type(v)) < 0) goto bad; }
         else if (!strcmp(a, "--json")) json_path = v;
@@ -335,6 +409,12 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     if (!model) return usage();
+    gem_err err = {{0}};
+    gram *grammar = NULL;
+    if (grammar_on && !(grammar = cli_grammar(schema, &err))) {
+        fprintf(stderr, "gem bench: error: %s\n", err.msg);
+        return 1;
+    }
 
     /* a prompt of P needs room for its first token; decode at depth D
      * prefills max(D, 1) tokens and generates (reps + 1) gen + 1 more */
@@ -345,7 +425,6 @@ int cli_bench(int argc, char **argv) {
         if (d < (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK) d = (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK;
         need = d > need ? d : need;
     }
-    gem_err err = {{0}};
     /* bytes one decode step reads, from the model's own tensor table */
     uint64_t wbytes = 0;
     {
@@ -356,6 +435,7 @@ int cli_bench(int argc, char **argv) {
         gguf_close(f);
         if (!m) {
             fprintf(stderr, "gem bench: error: %s\n", err.msg);
+            gram_free(grammar);
             return 1;
         }
     }
@@ -375,6 +455,7 @@ int cli_bench(int argc, char **argv) {
     if (!s) {
         fprintf(stderr, "gem bench: error: %s\n", err.msg);
         gem_engine_close(e);
+        gram_free(grammar);
         return 1;
     }
     if (gem_engine_n_ctx(e) < need) {
@@ -382,6 +463,7 @@ int cli_bench(int argc, char **argv) {
                 gem_engine_n_ctx(e));
         gem_session_free(s);
         gem_engine_close(e);
+        gram_free(grammar);
         return 1;
     }
     const double t_load = gem_now_s() - t0;
@@ -508,6 +590,10 @@ int cli_bench(int argc, char **argv) {
         rc = bench_spec(s, e, ids, need, depths, n_depths, gen, reps, &mtp, spec_p, n_spec, verify_cost, js, &vjs, &err);
     if (js) fprintf(js, "],\n \"verify_cost\": [%s", sb_cstr(&vjs));
     sb_free(&vjs);
+    if (js) fprintf(js, "],\n \"constrained\": [");
+    if (!rc && grammar)
+        rc = bench_grammar(s, ids, depths[0] > 0 ? depths[0] : 1, grammar, schema ? schema : "any JSON object", gen,
+                           reps, js, &err);
     /* device memory on the GPU, peak resident set size on the CPU */
     const size_t dev = gem_engine_mem_used(e);
     struct rusage ru;
@@ -520,6 +606,7 @@ int cli_bench(int argc, char **argv) {
         fclose(js);
     }
     if (rc) fprintf(stderr, "gem bench: error: %s\n", err.msg);
+    gram_free(grammar);
     free(forced);
     free(bc.t);
     free(samples);

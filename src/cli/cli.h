@@ -64,6 +64,11 @@ void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp);
  * (empty without rounds), for the closing summary lines. */
 const char *cli_mtp_summary(const gem_gen_result *r, char *buf, size_t cap);
 
+/* The grammar of --json-schema FILE (a JSON Schema file: structured
+ * output, grammar/grammar.h) or, with path NULL, of --json-object (any
+ * JSON object). NULL with err naming the file and what is wrong. */
+gram *cli_grammar(const char *path, gem_err *err);
+
 /* Path of a data file shipped next to the executable (data/...), found via
  * GEM_DATA_DIR, then the executable's directory, then the working directory.
  * Writes into buf and returns it. */

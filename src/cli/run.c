@@ -70,7 +70,7 @@ static int usage(void) {
             "               [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
             "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
-            "               [--draft-fixed]\n");
+            "               [--draft-fixed] [--json-schema FILE | --json-object]\n");
     return 2;
 }
 
@@ -137,7 +137,8 @@ int cli_run(int argc, char **argv) {
     sp.top_p = 0.95f;
     const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL;
     double n_predict = 128, top_logprobs = 0;
-    int chat = 0, ignore_eos = 0, print_ids = 0;
+    int chat = 0, ignore_eos = 0, print_ids = 0, json_out = 0;
+    const char *schema = NULL; /* --json-schema FILE; with json_out and NULL: --json-object */
     char mbuf[4096], mtp_buf[4096];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
@@ -179,6 +180,8 @@ int cli_run(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) print_ids = 1;
         else if (!strcmp(a, "--top-logprobs")) { if (cli_parse_num(v, 1, 1000, &top_logprobs)) goto bad; i++; }
         else if (!strcmp(a, "--force-ids")) { if (!v) return usage(); force_ids = v; i++; }
+        else if (!strcmp(a, "--json-schema")) { if (!v) return usage(); json_out = 1, schema = v; i++; }
+        else if (!strcmp(a, "--json-object")) json_out = 1, schema = NULL;
         else {
             fprintf(stderr, "gem run: error: unknown option '%s'\n", a);
             return usage();
@@ -197,12 +200,22 @@ int cli_run(int argc, char **argv) {
         }
     }
     if (!prompt && !prompt_ids) return usage();
+    gem_err err = {{0}};
+    /* structured output: the answer follows the schema (gem run's chat
+     * prompt does not enable thinking, so no thought comes before it) */
+    gram *grammar = NULL;
+    if (json_out) {
+        if (!(grammar = cli_grammar(schema, &err))) {
+            fprintf(stderr, "gem run: error: %s\n", err.msg);
+            return 1;
+        }
+    }
     eo.mtp_path = cli_mtp_path(&mtp, eo.model_path, 1, mtp_buf, sizeof mtp_buf);
     double t0 = gem_now_s();
-    gem_err err = {{0}};
     gem_engine *e = cli_engine_open("run", &eo, &mtp, &err);
     if (!e) {
         fprintf(stderr, "gem run: error: %s\n", err.msg);
+        gram_free(grammar);
         return 1;
     }
     const tok *tk = gem_engine_tok(e);
@@ -278,6 +291,7 @@ int cli_run(int argc, char **argv) {
     gp.n_force = n_forced;
     gp.want_logits = n_top > 0;
     gp.no_checkpoint = 1; /* one generation: nothing reuses its state */
+    gp.grammar = grammar;
     cli_mtp_params(&mtp, &gp);
     /* --ids and --top-logprobs print ids or JSON lines, not the text */
     gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
@@ -317,5 +331,6 @@ done:
     free(ids);
     tok_ids_free(&enc);
     gem_engine_close(e);
+    gram_free(grammar);
     return rc;
 }

@@ -58,6 +58,7 @@ fail:
 void gem_engine_close(gem_engine *e) {
     if (!e) return;
     if (e->be) e->be->destroy(e->be);
+    gram_vocab_free(e->gv); /* before the tokenizer it was built from */
     tok_free(e->tok);
     gemma4_free(e->model);
     gguf_close(e->file);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "tok/tok.h"
 #include "util/err.h"
 
@@ -135,6 +136,16 @@ typedef struct {
      * draft is accepted while it equals the draw. */
     int draft_max, draft_min;
     float draft_p_min, draft_p_prod;
+    /* A grammar the answer follows (grammar/grammar.h; structured output),
+     * or NULL. Every drawn token is one it allows: the mask goes on the
+     * logits before the sampler's chain, and a greedy draw whose
+     * unconstrained choice is allowed takes it without a mask (the same
+     * token). Forced tokens must be allowed too. The answer ends (STOP) as
+     * soon as the grammar can take nothing more, or with an end token once
+     * it is complete; a dead end is an error. No speculation under a
+     * grammar (drafts are not checked against it). The grammar is the
+     * caller's and must outlive the call. */
+    const gram *grammar;
     int draft_fixed;         /* draft draft_max every round (benchmarks; the
                               * stop bounds still apply: the CLI clears
                               * draft_p_prod's default with it,

@@ -23,6 +23,10 @@ struct gem_engine {
     int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
     gguf_file *mtp_file; /* the MTP drafter (gem_engine_opts.mtp_path), or NULL */
     gemma4_model *mtp;
+    /* the vocabulary's trie and mask caches for grammars, built on the
+     * first constrained generation (sessions of an engine never run
+     * concurrently, so the lazy build needs no lock) */
+    gram_vocab *gv;
 };
 
 struct gem_checkpoint {

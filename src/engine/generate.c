@@ -17,6 +17,7 @@
  * through the callbacks (poll sends a stream's chunk): the first token
  * never waits for it, and on a GPU it is a copy enqueued before the next
  * step. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,61 @@ static void to_caller(const char *p, size_t n, void *ctx) {
     if (n && t->cb->on_text && t->cb->on_text(t->cb->ctx, p, n)) t->stop = 1;
 }
 
+/* A grammar-constrained generation's matcher and scratch. */
+#define GEN_FEW_ALLOWED 4096 /* allowed tokens below which a plain argmax scans them, not a masked copy */
+typedef struct {
+    gram_state *st;
+    const gram_vocab *gv;
+    uint32_t *bits; /* the mask */
+    float *masked;  /* the logits under it */
+} constraint;
+
+/* The token the grammar lets the sampler draw: cand (the unconstrained
+ * greedy choice, or -1) when the grammar allows it (an argmax among the
+ * allowed tokens is then cand itself), else a draw from the logits with
+ * every token the grammar does not allow at -inf. */
+static int32_t constrained_draw(gem_session *s, sampler *smp, constraint *c, int32_t cand, gem_err *err) {
+    if (cand >= 0 && gram_token_ok(c->st, c->gv, cand)) return cand;
+    const float *l = gem_session_logits(s);
+    if (!l) {
+        gem_err_set(err, "no logits to sample from (nothing evaluated, or the backend failed)");
+        return -1;
+    }
+    const int n_ok = gram_mask(c->st, c->gv, c->bits);
+    if (n_ok < 0) {
+        gem_err_set(err, "out of memory");
+        return -1;
+    }
+    if (n_ok == 0) {
+        gem_err_set(err, "the output grammar allows no token here (a dead end)");
+        return -1;
+    }
+    /* a plain argmax over few allowed tokens visits only them (structural
+     * positions allow a handful); otherwise the logits are copied under
+     * the mask word by word (whole words allowed or refused at once: the
+     * mask's cost is a copy of the logits, not a branch per token) */
+    if (sampler_is_greedy(smp) && n_ok <= GEN_FEW_ALLOWED) {
+        int32_t best = -1;
+        for (uint32_t w = 0; w < (GEMMA4_N_VOCAB + 31) / 32; w++)
+            for (uint32_t b = c->bits[w]; b; b &= b - 1) {
+                const int32_t i = (int32_t)(32 * w + (uint32_t)__builtin_ctz(b));
+                if (best < 0 || l[i] > l[best]) best = i; /* ascending ids: ties keep the lowest, as gem_argmax */
+            }
+        return best;
+    }
+    for (uint32_t w = 0; w < GEMMA4_N_VOCAB / 32; w++) {
+        const uint32_t b = c->bits[w];
+        float *m = c->masked + 32 * w;
+        const float *src = l + 32 * w;
+        if (b == 0xffffffffu) memcpy(m, src, 32 * sizeof *m);
+        else
+            for (int k = 0; k < 32; k++) m[k] = b >> k & 1 ? src[k] : -INFINITY;
+    }
+    size_t nh;
+    const int32_t *hist = gem_session_tokens(s, &nh);
+    return sampler_sample(smp, c->masked, hist, nh);
+}
+
 static void to_stopper(const char *p, size_t n, void *ctx) {
     text_sink *t = ctx;
     stopper_feed(&t->st, p, n, to_caller, t);
@@ -133,6 +189,23 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
     float *row_logits = NULL; /* sampled speculative rounds: every row's logits */
+    constraint con = {NULL, NULL, NULL, NULL};
+    if (p->grammar) {
+        if (!e->gv && !(e->gv = gram_vocab_new(e->tok, err))) goto out;
+        if (gram_vocab_size(e->gv) != GEMMA4_N_VOCAB) {
+            gem_err_set(err, "the grammar vocabulary has %u tokens, the model %u", gram_vocab_size(e->gv),
+                        (unsigned)GEMMA4_N_VOCAB);
+            goto out;
+        }
+        con.gv = e->gv;
+        con.st = gram_state_new(p->grammar);
+        con.bits = malloc((GEMMA4_N_VOCAB + 31) / 32 * sizeof *con.bits);
+        con.masked = malloc(GEMMA4_N_VOCAB * sizeof *con.masked);
+        if (!con.st || !con.bits || !con.masked) {
+            gem_err_set(err, "out of memory");
+            goto out;
+        }
+    }
 
     size_t ck_at = p->no_checkpoint ? (size_t)-1 : n; /* the last turn start, or the end */
     if (e->turn_id >= 0 && !p->no_checkpoint)
@@ -170,7 +243,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
      * drafts; sampled ones draw each row's token with the sampler, as
      * plain decoding would draw it, and accept while it equals the draft
      * (one draw per emitted token: the same seed gives the same answer) */
-    const int spec = spec_has_drafter(s) && p->draft_max > 0 && !p->want_logits;
+    const int spec = spec_has_drafter(s) && p->draft_max > 0 && !p->want_logits && !p->grammar;
     int32_t drafts[SPEC_ROWS], rows[SPEC_ROWS], best[SPEC_ROWS];
     int n_drafts = 0, di = 0; /* the current round's accepted drafts, di of them emitted */
     /* drafts per round: spec_policy's choice (the count that measures
@@ -195,8 +268,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         else if (next >= 0) {
             id = next;
             if (!greedy) next = -1; /* a sampled round's draw, used once */
-        }
-        else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
+            if (con.st && (id = constrained_draw(s, smp, &con, id, err)) < 0) goto fail;
+        } else if (con.st) {
+            /* an argmax draw (greedy with penalties or biases) is checked
+             * unconstrained first; any other draw needs the mask */
+            int32_t cand = -1;
+            if (p->sampling.temp <= 0 && (cand = gem_session_sample(s, smp, err)) < 0) goto fail;
+            if ((id = constrained_draw(s, smp, &con, cand, err)) < 0) goto fail;
+        } else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
         /* a plain step's time ends when its next token is known; a forced
          * token waited for nothing (the step may still be queued): no sample */
         if (t_plain >= 0 && !drafted && !forced) spec_policy_plain(pol, gem_now_s() - t_plain);
@@ -210,6 +289,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         gem_gen_token t = {id, k, at, forced, !p->ignore_eos && tok_is_eog(e->tok, id), NULL};
         if (p->want_logits && !(t.logits = gem_session_logits(s))) {
             gem_err_set(err, "the backend's logits could not be read");
+            goto fail;
+        }
+        if (con.st && gram_accept_token(con.st, con.gv, id)) { /* only a forced token can be refused */
+            gem_err_set(err, "forced token %d is not allowed by the output grammar", id);
             goto fail;
         }
         if (cb->on_token) cb->on_token(cb->ctx, &t);
@@ -227,6 +310,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                     r->finish = GEM_FINISH_STOP;
                     stop = 1;
                 }
+            }
+            if (!stop && con.st && gram_state_ended(con.st)) { /* nothing may follow: no step for the end token */
+                r->finish = GEM_FINISH_STOP;
+                stop = 1;
             }
             if (!stop && cb->poll && cb->poll(cb->ctx)) {
                 r->finish = GEM_FINISH_CANCELLED;
@@ -317,5 +404,8 @@ out:
     stopper_free(&text.st);
     sampler_free(smp);
     free(row_logits);
+    gram_state_free(con.st);
+    free(con.bits);
+    free(con.masked);
     return rc;
 }

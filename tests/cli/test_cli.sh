@@ -204,5 +204,19 @@ set -- $(fixed_counts)
 set -- $(fixed_counts --draft-p-prod 0.5)
 [ $# = 2 ] && [ "$2" -lt $((3 * ($1 - 1))) ] && ok || bad "--draft-fixed --draft-p-prod 0.5: $1 rounds drafted $2"
 
+# structured output: the answer is the schema's JSON (a const has exactly
+# one), --json-object any object; a bad file or schema is refused by name
+printf '{"type":"object","properties":{"ok":{"const":true}},"required":["ok"],"additionalProperties":false}' >"$tmp/s.json"
+out=$($GEM run -m "$D" -p "The history of the city" -n 40 --temp 0.8 --seed 5 --json-schema "$tmp/s.json" 2>/dev/null)
+[ "$out" = '{"ok":true}' ] && ok || bad "--json-schema: '$out'"
+out=$($GEM run -m "$D" -p "Data:" -n 12 --temp 0 --json-object 2>/dev/null) # cut by -n: an object's beginning
+case "$out" in "{\""*) ok ;; *) bad "--json-object: '$out'" ;; esac
+expect 1 "$tmp/missing.json: cannot open" -- $GEM run -m "$D" -p x --json-schema "$tmp/missing.json"
+printf '{"type":"string","pattern":"a+"}' >"$tmp/p.json"
+expect 1 "$tmp/p.json: schema: \"pattern\" is not supported" -- $GEM run -m "$D" -p x --json-schema "$tmp/p.json"
+printf '{"type":' >"$tmp/b.json"
+expect 1 "$tmp/b.json: " -- $GEM run -m "$D" -p x --json-schema "$tmp/b.json"
+expect 0 "constrained decode (any JSON object)" -- $GEM bench -m "$D" --prompt 4 --depth 8 --gen 16 --reps 1 --json-object
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
