@@ -107,7 +107,33 @@ typedef struct {
     const gram_vocab *gv;
     uint32_t *bits; /* the mask */
     float *masked;  /* the logits under it */
+    /* closing: once the shortest completion needs every token the answer
+     * may still take, the answer is that completion (a structured answer
+     * cut by max_tokens would not parse) */
+    strbuf cbytes;
+    tok_ids close;
+    size_t close_at;
+    int closing;
 } constraint;
+
+/* Tokens before the length limit at which a constrained answer starts
+ * checking whether it must close (a completion needs at most one token per
+ * byte; past this it is computed every step). */
+#define GEN_CLOSE_LOOK 512
+
+/* 1 when the answer, with left tokens to go, must now become the grammar's
+ * shortest completion (c->close), 0 when it may go on, -1 out of memory. */
+static int must_close(const gem_engine *e, constraint *c, long left) {
+    if (left > GEN_CLOSE_LOOK) return 0;
+    c->cbytes.len = 0;
+    if (gram_state_complete(c->st, &c->cbytes)) return c->cbytes.failed ? -1 : 0; /* none: the limit cuts it */
+    if (!c->cbytes.len) return 0;
+    if (left > (long)c->cbytes.len) return 0; /* even one byte per token fits */
+    c->close.n = 0;
+    /* special tokens parsed: the completion's markers (<|"|>, <tool_call|>) are single tokens */
+    if (tok_encode(e->tok, c->cbytes.p, c->cbytes.len, 0, 1, &c->close)) return -1;
+    return (long)c->close.n >= left;
+}
 
 /* The token the grammar lets the sampler draw: cand (the unconstrained
  * greedy choice, or -1) when the grammar allows it (an argmax among the
@@ -189,7 +215,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
     float *row_logits = NULL; /* sampled speculative rounds: every row's logits */
-    constraint con = {NULL, NULL, NULL, NULL};
+    constraint con = {0};
     if (p->grammar) {
         if (!e->gv && !(e->gv = gram_vocab_new(e->tok, err))) goto out;
         if (gram_vocab_size(e->gv) != GEMMA4_N_VOCAB) {
@@ -263,8 +289,17 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         const int forced = k < p->n_force;
         const int drafted = di < n_drafts; /* verified: already evaluated */
         int32_t id;
+        if (con.st && !drafted && !forced && !con.closing) {
+            const int c = must_close(e, &con, max - k);
+            if (c < 0) {
+                gem_err_set(err, "out of memory");
+                goto fail;
+            }
+            con.closing = c;
+        }
         if (drafted) id = drafts[di++];
         else if (forced) id = p->force[k];
+        else if (con.closing && con.close_at < con.close.n) id = con.close.v[con.close_at++];
         else if (next >= 0) {
             id = next;
             if (!greedy) next = -1; /* a sampled round's draw, used once */
@@ -311,7 +346,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                     stop = 1;
                 }
             }
-            if (!stop && con.st && gram_state_ended(con.st)) { /* nothing may follow: no step for the end token */
+            /* nothing may follow, or the closing completion is out: no step
+             * for the end token */
+            if (!stop && con.st &&
+                (gram_state_ended(con.st) || (con.closing && con.close_at == con.close.n && gram_state_done(con.st)))) {
                 r->finish = GEM_FINISH_STOP;
                 stop = 1;
             }
@@ -407,5 +445,7 @@ out:
     gram_state_free(con.st);
     free(con.bits);
     free(con.masked);
+    sb_free(&con.cbytes);
+    tok_ids_free(&con.close);
     return rc;
 }

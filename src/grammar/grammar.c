@@ -770,6 +770,62 @@ int gram_state_feed(gram_state *s, const char *p, size_t n) {
     return 0;
 }
 
+/* ---- the shortest completion ---- */
+
+/* The fewest bytes from position p to the end of its alternative. */
+static uint64_t rest_len(const gram *g, uint32_t p) {
+    uint64_t n = 0;
+    for (; GE_KIND(g->el[p]) != GE_END; p++) n += GE_KIND(g->el[p]) == GE_SET ? 1 : g->minlen[GE_ARG(g->el[p])];
+    return n;
+}
+
+int gram_state_complete(const gram_state *s, strbuf *out) {
+    const gram *g = s->g;
+    if (s->cur.has_empty) return 0;
+    /* the stack whose frames' remainders are shortest (each frame's rest of
+     * its alternative, the return positions' included) */
+    uint64_t best_cost = UINT64_MAX;
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < s->cur.n; i++) {
+        const uint32_t n = sset_len(&s->cur, i), *st = sset_stack(&s->cur, i);
+        uint64_t c = 0;
+        for (uint32_t j = 0; j < n; j++) c += rest_len(g, st[j]);
+        if (n && c < best_cost) best_cost = c, best = i;
+    }
+    if (best_cost == UINT64_MAX) return -1;
+    uint32_t st[GRAM_MAX_DEPTH + 1], n = sset_len(&s->cur, best);
+    memcpy(st, sset_stack(&s->cur, best), n * sizeof *st);
+    /* each reference takes its shortest alternative (the rules' minlen),
+     * each byte set its lowest byte: minlen bytes in all. The step bound
+     * guards against alternatives of equal length that recurse without
+     * bytes (the builder refuses left recursion, not every such cycle). */
+    for (uint64_t steps = 0; n > 0; steps++) {
+        if (steps > 64 * (best_cost + GRAM_MAX_DEPTH)) return -1;
+        const uint32_t p = st[n - 1], e = g->el[p];
+        if (GE_KIND(e) == GE_SET) {
+            unsigned b = 0;
+            while (b < 256 && !gram_set_has(g, GE_ARG(e), (uint8_t)b)) b++;
+            if (b == 256) return -1;
+            sb_putc(out, (char)b);
+            st[n - 1] = p + 1;
+        } else if (GE_KIND(e) == GE_END) {
+            n--;
+        } else {
+            const uint32_t r = GE_ARG(e);
+            uint32_t a = g->rule_alt[r];
+            for (uint32_t x = a + 1; x < g->rule_alt[r + 1]; x++)
+                if (rest_len(g, g->alt[x]) < rest_len(g, g->alt[a])) a = x;
+            if (GE_KIND(g->el[p + 1]) != GE_END) { /* a return position below the callee's frame */
+                if (n >= GRAM_MAX_DEPTH) return -1;
+                st[n - 1] = p + 1;
+                n++;
+            }
+            st[n - 1] = g->alt[a];
+        }
+    }
+    return out->failed ? -1 : 0;
+}
+
 int gram_state_done(const gram_state *s) { return s->cur.has_empty; }
 
 int gram_state_ended(const gram_state *s) { return s->cur.has_empty && s->cur.n == 1; }

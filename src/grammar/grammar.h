@@ -28,6 +28,7 @@
 #include "tok/tok.h"
 #include "util/err.h"
 #include "util/json.h"
+#include "util/strbuf.h"
 
 #define GRAM_MAX_DEPTH 128
 #define GRAM_MAX_STACKS 1024
@@ -79,6 +80,12 @@ int gram_state_feed(gram_state *s, const char *p, size_t n);
 int gram_state_done(const gram_state *s);
 /* 1 when complete and no byte can follow (generation must end). */
 int gram_state_ended(const gram_state *s);
+/* Appends to out the shortest bytes that complete a sentence from s (one
+ * of them: each choice the shortest, each byte the lowest a set allows),
+ * nothing when s is done. Lets a generation that is running out of tokens
+ * close what it opened. 0, or -1 when out of memory or when no
+ * completion fits the parse's depth bound. */
+int gram_state_complete(const gram_state *s, strbuf *out);
 
 /* ---- tokens ---- */
 

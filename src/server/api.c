@@ -397,6 +397,36 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
     return 0;
 }
 
+/* response_format: text, json_object, or json_schema (api_grammar compiles
+ * it); chat and completions alike */
+static int parse_response_format(const json *root, api_request *r, api_error *e) {
+    const json *rf = field(root, "response_format");
+    if (rf) {
+        const json *t = rf->type == JSON_OBJECT ? json_get(rf, "type") : NULL;
+        if (!t || t->type != JSON_STRING) return bad_type(e, "response_format", "an object with a 'type'", rf);
+        if (strlen(t->str) == t->len && !strcmp(t->str, "json_object")) {
+            r->json_mode = API_JSON_OBJECT;
+        } else if (strlen(t->str) == t->len && !strcmp(t->str, "json_schema")) {
+            const json *js = json_get(rf, "json_schema");
+            if (!js || js->type != JSON_OBJECT)
+                return bad_type(e, "response_format.json_schema", "an object with a 'schema'", js ? js : rf);
+            const json *name = json_get(js, "name"), *strict = json_get(js, "strict");
+            if (name && name->type != JSON_STRING) return bad_type(e, "response_format.json_schema.name", "a string", name);
+            if (strict && strict->type != JSON_BOOL && strict->type != JSON_NULL)
+                return bad_type(e, "response_format.json_schema.strict", "a boolean", strict);
+            r->schema = json_get(js, "schema");
+            if (r->schema && r->schema->type != JSON_OBJECT && r->schema->type != JSON_BOOL)
+                return bad_type(e, "response_format.json_schema.schema", "an object", r->schema);
+            r->json_mode = API_JSON_SCHEMA;
+        } else if (strlen(t->str) != t->len || strcmp(t->str, "text")) {
+            return api_fail(e, 400, INVALID, "response_format", NULL,
+                            "'response_format' type '%.40s' is not supported (text, json_object or json_schema)",
+                            t->str);
+        }
+    }
+    return 0;
+}
+
 static int parse_chat(json *root, api_request *r, api_error *e) {
     if (check_messages(json_get(root, "messages"), e)) return -1;
     r->messages = json_get(root, "messages");
@@ -454,14 +484,7 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
             if (mod->items[i]->type != JSON_STRING || strcmp(mod->items[i]->str, "text"))
                 return api_fail(e, 400, INVALID, "modalities", NULL, "'modalities' other than \"text\" are not supported");
     }
-    const json *rf = field(root, "response_format");
-    if (rf) {
-        const char *t = api_str(rf, "type");
-        if (rf->type != JSON_OBJECT || !t) return bad_type(e, "response_format", "an object with a 'type'", rf);
-        if (strcmp(t, "text"))
-            return api_fail(e, 400, INVALID, "response_format", NULL,
-                            "'response_format' type '%.40s' is not supported (only \"text\")", t);
-    }
+    if (parse_response_format(root, r, e)) return -1;
     return 0;
 }
 
@@ -545,6 +568,7 @@ static int parse_completion(json *root, api_request *r, api_error *e) {
     if (rc < 0) return -1;
     if (rc && x != 1) return api_fail(e, 400, INVALID, "best_of", NULL, "'best_of' must be 1");
     if (get_bool(root, "return_tokens", &r->return_tokens, e) < 0) return -1;
+    if (parse_response_format(root, r, e)) return -1;
     return 0;
 }
 
@@ -577,15 +601,46 @@ void api_request_free(api_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e) {
+int api_render(const api_request *r, strbuf *prompt, api_error *e) {
     gem_err err = {{0}};
     chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
     /* the renderer also reads the tools' declarations: name the part its error is about */
     const int rc = chat_render(&ro, prompt, &err);
     if (rc) return api_fail(e, 400, INVALID, rc == CHAT_RENDER_BAD_TOOLS ? "tools" : "messages", NULL, "%s", err.msg);
-    if (r->tool_choice == API_TOOLS_REQUIRED) sb_puts(forced, "<|tool_call>call:");
-    else if (r->tool_choice == API_TOOLS_NAMED) sb_printf(forced, "<|tool_call>call:%s{", r->tool_name);
-    if (prompt->failed || forced->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (prompt->failed) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
+int api_grammar(const api_request *r, gram **out, api_error *e) {
+    *out = NULL;
+    gem_err err = {{0}};
+    gram *g = NULL;
+    const char *param;
+    if (r->kind == API_CHAT && (r->tool_choice == API_TOOLS_REQUIRED || r->tool_choice == API_TOOLS_NAMED)) {
+        param = "tools";
+        g = gram_tool_calls(r->tools, r->tool_choice == API_TOOLS_NAMED ? r->tool_name : NULL, r->single_call ? 1 : 0,
+                            &err);
+    } else if (r->json_mode) {
+        param = "response_format";
+        /* a json_schema without a schema, or the schema true: any object */
+        const json *sc = r->json_mode == API_JSON_SCHEMA && r->schema && r->schema->type == JSON_OBJECT ? r->schema : NULL;
+        if (r->json_mode == API_JSON_SCHEMA && r->schema && r->schema->type == JSON_BOOL && !r->schema->boolean)
+            return api_fail(e, 400, INVALID, "response_format", NULL,
+                            "response_format.json_schema.schema is false: no answer can follow it");
+        g = gram_json_schema(sc, GRAM_SYNTAX_JSON, &err);
+    } else {
+        return 0;
+    }
+    if (!g)
+        return api_fail(e, 400, INVALID, param, NULL, "%s%s", !strcmp(param, "tools") ? "" : "response_format.json_schema.",
+                        err.msg);
+    if (r->kind == API_CHAT && r->enable_thinking == 1) { /* the thought before the constrained part */
+        gram *t = gram_with_reasoning(g, &err);
+        gram_free(g);
+        if (!t) return api_fail(e, 400, INVALID, param, NULL, "%s", err.msg);
+        g = t;
+    }
+    *out = g;
     return 0;
 }
 

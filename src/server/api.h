@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "util/json.h"
 #include "util/strbuf.h"
 
@@ -35,6 +36,7 @@ void api_error_json(const api_error *e, strbuf *out);
 
 typedef enum { API_CHAT, API_COMPLETION } api_kind;
 typedef enum { API_TOOLS_AUTO, API_TOOLS_NONE, API_TOOLS_REQUIRED, API_TOOLS_NAMED } api_tool_choice;
+enum { API_JSON_OBJECT = 1, API_JSON_SCHEMA = 2 };
 
 #define API_MAX_STOP 16
 #define API_MAX_STOP_LEN 256
@@ -95,6 +97,10 @@ typedef struct {
     float *bias;
     int cache_prompt;        /* reuse the cached prefix (default 1) */
     int ignore_eos;          /* end tokens are ordinary tokens (llama.cpp's field; benchmarks) */
+    /* response_format: 0 text, API_JSON_OBJECT, or API_JSON_SCHEMA with
+     * json_schema.schema in schema (NULL when it has none: any object) */
+    int json_mode;
+    const json *schema;
     const char *forced_output; /* test hook: the text to "generate" instead of sampling */
     size_t forced_output_len;
 } api_request;
@@ -103,11 +109,18 @@ typedef struct {
 int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_request *r, api_error *e);
 void api_request_free(api_request *r);
 
-/* The prompt text of a chat request in the Gemma 4 format (BOS included),
- * plus the text that tool_choice "required" or a named tool forces at the
- * start of the answer (empty otherwise): the server appends it to the prompt
- * and feeds it to the chat parser as if generated. */
-int api_render(const api_request *r, strbuf *prompt, strbuf *forced, api_error *e);
+/* The prompt text of a chat request in the Gemma 4 format (BOS included). */
+int api_render(const api_request *r, strbuf *prompt, api_error *e);
+
+/* The grammar the answer must follow (structured output), or NULL in *out
+ * when nothing constrains it: tool_choice "required" or a named tool
+ * (the tool-call text of gram_tool_calls: only the request's tools, their
+ * arguments following their parameters' schemas; one call with
+ * parallel_tool_calls false), else response_format json_object or
+ * json_schema (its schema, in JSON). With thinking enabled an optional
+ * thought comes first. A schema the compiler cannot honour exactly is a
+ * 400 naming the keyword and its path. 0, or -1 with e filled. */
+int api_grammar(const api_request *r, gram **out, api_error *e);
 
 /* POST /tokenize {"content": str, "add_special": bool, "parse_special": bool,
  * "with_pieces": bool} (llama.cpp's fields and defaults). */

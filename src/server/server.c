@@ -71,7 +71,7 @@ typedef struct job {
     api_request req;
     tok_ids *prompts; /* one (chat), or a completion's prompts in order */
     size_t n_prompts;
-    char *forced; /* text a tool_choice forces at the start of the answer */
+    gram *grammar; /* what the answer must follow (api_grammar), or NULL */
     int anth;     /* POST /v1/messages: Anthropic's errors, events and ids (anthropic.h) */
     int keep_alive;
     int http10;   /* HTTP/1.0 has no chunked coding: a stream ends by closing */
@@ -225,10 +225,29 @@ typedef struct {
     double *top_lps;
     reply_alt *alts;
     long text_off;
+    char bad_call[80]; /* a call to a function the request did not declare: the answer ends, as an error */
 } gen;
+
+/* Whether the request's tools declare a function of this name. */
+static int tool_declared(const json *tools, const char *name) {
+    for (size_t i = 0; tools && i < tools->len; i++) {
+        const json *f = json_get(tools->items[i], "function");
+        const char *n = f ? json_get_str(f, "name") : NULL;
+        if (n && !strcmp(n, name)) return 1;
+    }
+    return 0;
+}
 
 static void on_chat_event(const chat_event *ev, void *ctx) {
     gen *g = ctx;
+    if (g->bad_call[0]) return;
+    /* the model may name a function that was never declared (a grammar
+     * prevents it only under tool_choice required or named): never handed
+     * to the client as a call it could run */
+    if (ev->kind == CHAT_EV_TOOL_CALL && !tool_declared(g->j->req.tools, ev->name)) {
+        snprintf(g->bad_call, sizeof g->bad_call, "%s", ev->name);
+        return;
+    }
     if (g->ar) anth_reply_event(g->ar, ev);
     else if (ev->kind == CHAT_EV_CONTENT) reply_text(g->rp, ev->text, ev->len);
     else if (ev->kind == CHAT_EV_REASONING) reply_reasoning(g->rp, ev->text, ev->len);
@@ -324,7 +343,7 @@ static int gen_text(void *ctx, const char *p, size_t n) {
         return 0;
     }
     chat_parser_feed(g->cp, p, n);
-    return chat_parser_ended(g->cp);
+    return chat_parser_ended(g->cp) || g->bad_call[0];
 }
 
 /* Before each prompt tile and after every token: a stream sends what is
@@ -468,6 +487,7 @@ static void run_job(server *s, job *j) {
     gp.max_tokens = rq->max_tokens;
     gp.ignore_eos = rq->ignore_eos;
     gp.want_logits = rq->logprobs; /* speculative decoding is off then (engine.h) */
+    gp.grammar = j->grammar;      /* and under a grammar */
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;
@@ -486,6 +506,7 @@ static void run_job(server *s, job *j) {
     gp.n_force = (long)forced.n;
     gem_err err = {{0}};
     const char *finish = "length", *fail = NULL;
+    char bad_why[160]; /* fail's text for a call to an undeclared function */
     reply_usage u = {0};
     u.prompt_tokens = (int)prompt_all;
     long evaluated = 0; /* prompt tokens evaluated, over all choices */
@@ -557,7 +578,6 @@ static void run_job(server *s, job *j) {
                 anth_reply_start(g.ar, &au);
                 flush_stream(&g);
             }
-            if (j->forced && g.cp) chat_parser_feed(g.cp, j->forced, strlen(j->forced));
             gp.sampling.seed = seed + (uint64_t)i;
             /* a checkpoint the next sample reuses, even without cache_prompt */
             gp.no_checkpoint = !rq->cache_prompt && i + 1 == rq->n;
@@ -581,6 +601,12 @@ static void run_job(server *s, job *j) {
             u.draft_n += res.n_drafted;
             u.draft_n_accepted += res.n_accepted;
             if (g.cp) chat_parser_finish(g.cp);
+            if (!fail && g.bad_call[0]) {
+                snprintf(bad_why, sizeof bad_why,
+                         "the model called the function '%.60s', which the request's 'tools' do not declare",
+                         g.bad_call);
+                fail = bad_why;
+            }
             if (rq->n > 1 || j->n_prompts > 1)
                 logf_("%s %s choice %d: prompt %ld tokens, %ld kept, %ld generated", j->peer, j->path, choice,
                       res.n_prompt, res.n_cached, res.n_generated);
@@ -948,7 +974,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
     api_opts ao = {s->o.test_hooks, s->n_vocab};
-    strbuf prompt = {0}, forced = {0};
+    strbuf prompt = {0};
     int ok = 0;
     if (!j) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -957,6 +983,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     if (anth ? anth_parse(r->body, r->content_length, &ao, 0, &j->req, &e)
              : api_parse(kind, r->body, r->content_length, &ao, &j->req, &e))
         goto fail;
+    if (api_grammar(&j->req, &j->grammar, &e)) goto fail;
     j->n_prompts = kind == API_CHAT ? 1 : j->req.n_prompts;
     if (!(j->prompts = calloc(j->n_prompts, sizeof *j->prompts))) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -967,8 +994,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
         char name[32] = "prompt"; /* a list's prompts are named by their index */
         if (j->n_prompts > 1) snprintf(name, sizeof name, "prompt[%zu]", p);
         if (kind == API_CHAT) {
-            if (api_render(&j->req, &prompt, &forced, &e)) goto fail;
-            sb_put(&prompt, forced.p, forced.len);
+            if (api_render(&j->req, &prompt, &e)) goto fail;
             if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, ids)) {
                 api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
                 goto fail;
@@ -1006,7 +1032,6 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     }
     j->s = s;
     j->fd = c->fd;
-    j->forced = forced.len ? strdup(forced.p) : NULL;
     j->anth = anth;
     j->http10 = r->minor == 0;
     j->keep_alive = keep && !(j->http10 && j->req.stream);
@@ -1042,11 +1067,10 @@ out:
         api_request_free(&j->req);
         for (size_t p = 0; p < j->n_prompts; p++) tok_ids_free(&j->prompts[p]);
         free(j->prompts);
-        free(j->forced);
+        gram_free(j->grammar);
         free(j);
     }
     sb_free(&prompt);
-    sb_free(&forced);
     return ok;
 }
 
@@ -1140,13 +1164,12 @@ static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
     api_request rq;
     api_error e;
     api_opts ao = {s->o.test_hooks, s->n_vocab};
-    strbuf prompt = {0}, forced = {0}, b = {0};
+    strbuf prompt = {0}, b = {0};
     tok_ids ids = {0};
     int rc;
-    if (anth_parse(r->body, r->content_length, &ao, 1, &rq, &e) || api_render(&rq, &prompt, &forced, &e)) {
+    if (anth_parse(r->body, r->content_length, &ao, 1, &rq, &e) || api_render(&rq, &prompt, &e)) {
         rc = respond_error_as(s, fd, &e, 1, keep, NULL, 0);
     } else {
-        sb_put(&prompt, forced.p, forced.len);
         if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, &ids)) b.failed = 1;
         sb_printf(&b, "{\"input_tokens\":%zu}", ids.n);
         rc = respond_json(s, fd, 200, &b, keep, NULL);
@@ -1154,7 +1177,6 @@ static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
     api_request_free(&rq);
     tok_ids_free(&ids);
     sb_free(&prompt);
-    sb_free(&forced);
     sb_free(&b);
     return rc;
 }

@@ -209,8 +209,9 @@ set -- $(fixed_counts --draft-p-prod 0.5)
 printf '{"type":"object","properties":{"ok":{"const":true}},"required":["ok"],"additionalProperties":false}' >"$tmp/s.json"
 out=$($GEM run -m "$D" -p "The history of the city" -n 40 --temp 0.8 --seed 5 --json-schema "$tmp/s.json" 2>/dev/null)
 [ "$out" = '{"ok":true}' ] && ok || bad "--json-schema: '$out'"
-out=$($GEM run -m "$D" -p "Data:" -n 12 --temp 0 --json-object 2>/dev/null) # cut by -n: an object's beginning
-case "$out" in "{\""*) ok ;; *) bad "--json-object: '$out'" ;; esac
+# (the demo model writes a long key: -n 12 makes the answer close in time)
+out=$($GEM run -m "$D" -p "Data:" -n 12 --temp 0 --json-object 2>/dev/null)
+node -e 'const v = JSON.parse(process.argv[1]); if (typeof v !== "object" || Array.isArray(v)) process.exit(1)' "$out" && ok || bad "--json-object: '$out'"
 expect 1 "$tmp/missing.json: cannot open" -- $GEM run -m "$D" -p x --json-schema "$tmp/missing.json"
 printf '{"type":"string","pattern":"a+"}' >"$tmp/p.json"
 expect 1 "$tmp/p.json: schema: \"pattern\" is not supported" -- $GEM run -m "$D" -p x --json-schema "$tmp/p.json"

@@ -6,6 +6,7 @@
  *    full masks), so the check-first shortcut changes nothing;
  *  - a sampled answer is fixed by its seed;
  *  - an answer the grammar closes ends at once (no end token drawn);
+ *  - an answer about to reach its length limit closes what it opened;
  *  - a forced token the grammar refuses is an error that says so. */
 #include <math.h>
 #include <stdio.h>
@@ -185,6 +186,18 @@ int main(void) {
         }
     }
     printf("test_constrained: %d of 12 sampled answers follow the schema\n", valid);
+
+    /* a length limit the random answers would overrun: they close in time
+     * (the grammar's shortest completion once it needs every token left) */
+    gp.max_tokens = 24;
+    for (int seed = 1; seed <= 6; seed++) {
+        gp.sampling.seed = (uint64_t)(100 + seed);
+        cb = callbacks(&w);
+        CHECK(gem_session_sync(s, prompt, 24, &err) >= 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+        CHECKF(r.n_generated <= 24 && follows_schema(w.text.p, w.text.len, why, sizeof why),
+               "seed %d, 24 tokens at most: answer '%.*s' (%ld tokens): %s", seed, (int)w.text.len, w.text.p,
+               r.n_generated, why);
+    }
 
     /* a forced token the grammar refuses: "x" cannot begin an object */
     gp = gem_gen_params_default();

@@ -77,15 +77,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_error(&e);
         } else {
             if (r.kind != API_CHAT || !r.messages || (data[0] == 'r' && r.max_tokens < 1)) abort();
-            strbuf p = {0}, f = {0};
-            if (api_render(&r, &p, &f, &e)) {
+            strbuf p = {0};
+            gram *g = NULL;
+            if (api_render(&r, &p, &e)) {
                 if (e.status != 400) abort();
                 check_error(&e);
             } else if (p.len < 5 || memcmp(p.p, "<bos>", 5)) {
                 abort();
+            } else if (api_grammar(&r, &g, &e)) { /* the request's schemas through the grammar compiler */
+                if (e.status != 400) abort();
+                check_error(&e);
             }
+            gram_free(g);
             sb_free(&p);
-            sb_free(&f);
         }
         api_request_free(&r);
         break;

@@ -15,22 +15,24 @@ static int parse(const char *body, api_request *r, api_error *e) {
     return anth_parse(body, strlen(body), &hooks_off, 0, r, e);
 }
 
-/* the prompt (with the forced text after it) of an Anthropic or OpenAI request */
+/* the prompt (and what constrains the answer) of an Anthropic or OpenAI request */
 static char *render(int anth, const char *body) {
     api_request r;
     api_error e = {0};
     int rc = anth ? parse(body, &r, &e) : api_parse(API_CHAT, body, strlen(body), &hooks_off, &r, &e);
     CHECKF(rc == 0, "%s: %s", body, e.message);
-    strbuf p = {0}, f = {0};
+    strbuf p = {0};
+    gram *g = NULL;
     if (!rc) {
-        rc = api_render(&r, &p, &f, &e);
+        rc = api_render(&r, &p, &e);
         CHECKF(rc == 0, "render %s: %s", body, e.message);
+        CHECKF(rc || api_grammar(&r, &g, &e) == 0, "grammar %s: %s", body, e.message);
     }
-    sb_puts(&p, "|forced:");
-    sb_put(&p, f.p, f.len);
+    /* tool_choice any / tool constrain the answer as required / named do */
+    sb_printf(&p, "|grammar:%s", !g ? "none" : r.tool_choice == API_TOOLS_NAMED ? r.tool_name : "any tool");
+    gram_free(g);
     char *out = strdup(sb_cstr(&p));
     sb_free(&p);
-    sb_free(&f);
     api_request_free(&r);
     return out;
 }
@@ -169,13 +171,13 @@ static void test_equivalence(void) {
                 "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"messages\":["
                 "{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"a\"},"
                 "{\"role\":\"assistant\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}]}",
-                "|forced:<|tool_call>call:f{");
+                "|grammar:f");
     /* an empty system prompt is none; thinking disabled */
     same_prompt("{\"max_tokens\":5,\"system\":\"\",\"thinking\":{\"type\":\"disabled\"},"
                 "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]}",
                 "{\"max_tokens\":5,\"chat_template_kwargs\":{\"enable_thinking\":false},"
                 "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]}",
-                "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>|forced:");
+                "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>|grammar:none");
 }
 
 static void test_refusals(void) {

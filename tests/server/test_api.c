@@ -49,12 +49,12 @@ static void test_chat_valid(void) {
     CHECK(r.n_stop == 2 && r.stop_len[1] == 2 && !memcmp(r.stop[1], "bc", 2));
     CHECK(r.stream && r.include_usage && !r.cache_prompt && r.ignore_eos);
     CHECK(r.enable_thinking == 1 && !r.tools && r.tool_choice == API_TOOLS_AUTO);
-    strbuf p = {0}, f = {0};
-    CHECK(api_render(&r, &p, &f, &e) == 0);
+    strbuf p = {0};
+    CHECK(api_render(&r, &p, &e) == 0);
     CHECK(!strcmp(sb_cstr(&p), "<bos><|turn>system\n<|think|>\nbe brief<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n"));
-    CHECK(f.len == 0);
+    gram *g = (gram *)&r; /* overwritten: nothing constrains a text answer */
+    CHECK(api_grammar(&r, &g, &e) == 0 && g == NULL);
     sb_free(&p);
-    sb_free(&f);
     api_request_free(&r);
 
     /* defaults: gem's sampling, no limit, prompt reuse on */
@@ -75,11 +75,10 @@ static void test_chat_valid(void) {
            "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\"}}}]}";
     CHECK(parse(API_CHAT, body, &r, &e) == 0);
     CHECK(r.tools && r.tools->len == 1);
-    CHECK(api_render(&r, &p, &f, &e) == 0);
+    CHECK(api_render(&r, &p, &e) == 0);
     CHECKF(strstr(sb_cstr(&p), "<|tool_call>call:get{city:<|\"|>Paris<|\"|>}<tool_call|>") != NULL, "%s", sb_cstr(&p));
     CHECK(strstr(sb_cstr(&p), "<|tool>declaration:get{") != NULL);
     sb_free(&p);
-    sb_free(&f);
     api_request_free(&r);
 }
 
@@ -87,15 +86,83 @@ static void test_chat_valid(void) {
 static void test_render_tools_error(void) {
     api_request r;
     api_error e = {0};
-    strbuf p = {0}, f = {0};
+    strbuf p = {0};
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
                        "\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":[1,2]}}}]}";
     CHECK(parse(API_CHAT, body, &r, &e) == 0);
-    CHECK(api_render(&r, &p, &f, &e) == -1 && e.status == 400 && !strcmp(e.param, "tools"));
+    CHECK(api_render(&r, &p, &e) == -1 && e.status == 400 && !strcmp(e.param, "tools"));
     CHECK_ERR(e.message, "parameters.properties is not an object");
     api_request_free(&r);
     sb_free(&p);
-    sb_free(&f);
+}
+
+/* api_grammar refuses the request with a 400 naming param; the message contains want */
+static void expect_grammar_bad(const char *body, const char *param, const char *want) {
+    api_request r;
+    api_error e = {0};
+    gram *g = NULL;
+    CHECKF(parse(API_CHAT, body, &r, &e) == 0, "%s: %s", body, e.message);
+    CHECKF(api_grammar(&r, &g, &e) == -1 && e.status == 400 && !g, "%s: not refused", body);
+    CHECKF(!strcmp(e.param, param), "%s: param '%s', want '%s'", body, e.param, param);
+    CHECKF(strstr(e.message, want) != NULL, "%s: message '%s' lacks '%s'", body, e.message, want);
+    api_request_free(&r);
+}
+
+/* response_format: json_object and json_schema (strict or not) compile to
+ * grammars of JSON text; thinking puts an optional thought first */
+static void test_response_format(void) {
+    const char *u = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char body[1024];
+    api_request r;
+    api_error e = {0};
+    gram *g = NULL;
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_object\"}}", u);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.json_mode == API_JSON_OBJECT);
+    CHECK(api_grammar(&r, &g, &e) == 0 && g);
+    if (g) {
+        gram_state *st = gram_state_new(g);
+        CHECK(st && gram_state_feed(st, "[1]", 3) == -1);
+        CHECK(st && gram_state_feed(st, "{\"a\":[1,{}]}", 12) == 0 && gram_state_ended(st));
+        gram_state_free(st);
+    }
+    gram_free(g);
+    api_request_free(&r);
+    snprintf(body, sizeof body,
+             "{%s,\"chat_template_kwargs\":{\"enable_thinking\":true},\"response_format\":{\"type\":\"json_schema\","
+             "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{"
+             "\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"],\"additionalProperties\":false}}}}",
+             u);
+    CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.json_mode == API_JSON_SCHEMA && r.schema);
+    CHECK(api_grammar(&r, &g, &e) == 0 && g);
+    if (g) {
+        const char *ans = "<|channel>thought\nhm<channel|>{\"k\":\"b\"}";
+        gram_state *st = gram_state_new(g);
+        CHECK(st && gram_state_feed(st, ans, strlen(ans)) == 0 && gram_state_ended(st));
+        gram_state_free(st);
+        st = gram_state_new(g);
+        CHECK(st && gram_state_feed(st, "{\"k\":\"c\"}", 9) == -1);
+        gram_state_free(st);
+    }
+    gram_free(g);
+    api_request_free(&r);
+    /* completions take it too */
+    CHECK(parse(API_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}", &r, &e) == 0);
+    CHECK(r.json_mode == API_JSON_OBJECT && api_grammar(&r, &g, &e) == 0 && g);
+    gram_free(g);
+    api_request_free(&r);
+    snprintf(body, sizeof body,
+             "{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+             "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"email\"}}}}}}",
+             u);
+    expect_grammar_bad(body, "response_format", "response_format.json_schema.schema.properties.d");
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":false}}}", u);
+    expect_grammar_bad(body, "response_format", "schema is false");
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_schema\"}}", u);
+    expect_bad(API_CHAT, body, 400, "response_format.json_schema", "must be an object with a 'schema'");
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":[]}}}", u);
+    expect_bad(API_CHAT, body, 400, "response_format.json_schema.schema", "must be an object");
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"yaml\"}}", u);
+    expect_bad(API_CHAT, body, 400, "response_format", "'response_format' type 'yaml' is not supported");
 }
 
 static void test_tool_choice(void) {
@@ -104,26 +171,54 @@ static void test_tool_choice(void) {
     char body[1024];
     api_request r;
     api_error e = {0};
-    strbuf p = {0}, f = {0};
+    strbuf p = {0};
+    gram *g = NULL;
+    /* required: a grammar of calls to the declared tools (the answer is a
+     * call: "<|tool_call>call:get_weather{...}"), never free text */
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"required\"}", tools);
     CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_REQUIRED);
-    CHECK(api_render(&r, &p, &f, &e) == 0 && !strcmp(sb_cstr(&f), "<|tool_call>call:"));
+    CHECK(api_render(&r, &p, &e) == 0 && api_grammar(&r, &g, &e) == 0 && g != NULL);
+    if (g) {
+        gram_state *st = gram_state_new(g);
+        const char *call = "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>";
+        CHECK(st && gram_state_feed(st, "Sure", 4) == -1);
+        CHECK(st && gram_state_feed(st, call, strlen(call)) == 0 && gram_state_done(st));
+        gram_state_free(st);
+        st = gram_state_new(g);
+        CHECK(st && gram_state_feed(st, "<|tool_call>call:get_time{", 26) == -1); /* not declared */
+        gram_state_free(st);
+    }
+    gram_free(g);
     api_request_free(&r);
-    p.len = f.len = 0;
+    p.len = 0;
+    /* named: that function only; parallel_tool_calls false: one call */
     snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"parallel_tool_calls\":false,"
              "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
              tools);
     CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_NAMED);
-    CHECK(api_render(&r, &p, &f, &e) == 0 && !strcmp(sb_cstr(&f), "<|tool_call>call:get_weather{"));
+    CHECK(api_render(&r, &p, &e) == 0 && api_grammar(&r, &g, &e) == 0 && g != NULL);
+    if (g) {
+        gram_state *st = gram_state_new(g);
+        const char *call = "<|tool_call>call:get_weather{}<tool_call|>";
+        CHECK(st && gram_state_feed(st, call, strlen(call)) == 0 && gram_state_done(st));
+        CHECK(st && gram_state_feed(st, "<|tool_call>", 12) == -1); /* a second call */
+        gram_state_free(st);
+    }
+    gram_free(g);
     api_request_free(&r);
-    p.len = f.len = 0;
+    p.len = 0;
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"none\"}", tools);
     CHECK(parse(API_CHAT, body, &r, &e) == 0 && r.tool_choice == API_TOOLS_NONE && !r.tools);
-    CHECK(api_render(&r, &p, &f, &e) == 0 && !strstr(sb_cstr(&p), "declaration") && !f.len);
+    CHECK(api_render(&r, &p, &e) == 0 && !strstr(sb_cstr(&p), "declaration"));
+    CHECK(api_grammar(&r, &g, &e) == 0 && !g);
     api_request_free(&r);
     sb_free(&p);
-    sb_free(&f);
+    /* a tool whose parameters the grammar cannot honour exactly: refused at once */
+    expect_grammar_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\","
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"^a\"}}}}}]}",
+                       "tools", "\"pattern\" is not supported");
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
              "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}}",
@@ -209,7 +304,6 @@ static void test_chat_errors(void) {
     BAD("\"logprobs\":true,\"top_logprobs\":-1", "top_logprobs", "'top_logprobs' must be between 0 and 20, not -1");
     BAD("\"logprobs\":true,\"top_logprobs\":1.5", "top_logprobs", "'top_logprobs' must be an integer");
     BAD("\"logprobs\":false,\"top_logprobs\":2", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    BAD("\"response_format\":{\"type\":\"json_object\"}", "response_format", "'json_object' is not supported");
     BAD("\"tools\":{}", "tools", "'tools' must be an array");
     BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}]", "tools[0]", "letters, digits");
     BAD("\"tools\":[{\"type\":\"retrieval\"}]", "tools[0]", "must be \"function\"");
@@ -701,6 +795,7 @@ static void test_sanitize(void) {
 int main(void) {
     test_chat_valid();
     test_tool_choice();
+    test_response_format();
     test_render_tools_error();
     test_chat_errors();
     test_completion();

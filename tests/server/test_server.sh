@@ -361,8 +361,34 @@ r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"
 [ "$(echo "$r" | jget choices.0.finish_reason)" = tool_calls ] && ok || bad "tool call finish: $r"
 [ "$(echo "$r" | jget choices.0.message.tool_calls.0.function.arguments)" = '{"city":"Paris"}' ] && ok || bad "tool call arguments: $r"
 [ "$(echo "$r" | jget choices.0.message.content)" = null ] && ok || bad "tool call content must be null"
-r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"gem_forced_output":"city:<|\"|>Oslo<|\"|>}<tool_call|>"}')
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"gem_forced_output":"<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"}')
 [ "$(echo "$r" | jget choices.0.message.tool_calls.0.function.name)" = get_weather ] && ok || bad "named tool_choice: $r"
+# tool_choice constrains the answer to calls of the declared tools with
+# arguments following their schemas (a grammar): a forced answer outside
+# it is refused, and the random model's own answers are well-formed calls
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":"required","gem_forced_output":"Sunny."}')
+case "$r" in *"is not allowed by the output grammar"*) ok ;; *) bad "a forced answer outside the grammar: $r" ;; esac
+for seed in 1 2 3 4 5; do
+    r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":"required","temperature":1,"seed":'$seed',"max_tokens":400}')
+    echo "$r" | node -e '
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), c = r.choices[0];
+if (c.finish_reason !== "tool_calls" || c.message.content !== null) throw new Error("not a call");
+const a = JSON.parse(c.message.tool_calls[0].function.arguments);
+if (c.message.tool_calls[0].function.name !== "get_weather" || typeof a.city !== "string") throw new Error("arguments");
+' && ok || bad "tool_choice required, seed $seed: $r"
+done
+# a call to a function the request did not declare is an error, not a call
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"gem_forced_output":"<|tool_call>call:rm_rf{}<tool_call|>"}')
+case "$r" in *"the model called the function"*"rm_rf"*"do not declare"*) ok ;; *) bad "undeclared function: $r" ;; esac
+# response_format: the answer is JSON of the schema
+r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Data?"}],"temperature":1,"seed":4,"max_tokens":600,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"k":{"enum":["a","b"]},"v":{"type":"integer"}},"required":["k","v"],"additionalProperties":false}}}}')
+echo "$r" | node -e '
+const r = JSON.parse(require("fs").readFileSync(0, "utf8")), o = JSON.parse(r.choices[0].message.content);
+if (!["a", "b"].includes(o.k) || !Number.isInteger(o.v) || Object.keys(o).length !== 2) throw new Error("schema");
+if (r.choices[0].finish_reason !== "stop") throw new Error("finish");
+' && ok || bad "response_format json_schema: $r"
+code=$(curl -s -o "$tmp/err" -w '%{http_code}' "$U/v1/chat/completions" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"a"}}}}')
+[ "$code" = 400 ] && grep -q 'response_format.json_schema.schema: \\"pattern\\" is not supported' "$tmp/err" && ok || bad "unsupported schema: $code $(cat "$tmp/err")"
 
 # ---- the malformed-request corpus: status and message, and the server keeps serving ----
 while IFS="$(printf '\t')" read -r file route status want; do

@@ -151,7 +151,7 @@ async function sdkTests() {
 
   // tool_choice naming a function forces a call to it
   const named = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Weather?" }], tools,
-    tool_choice: { type: "function", function: { name: "get_weather" } }, gem_forced_output: "city:<|\"|>Oslo<|\"|>}<tool_call|>" });
+    tool_choice: { type: "function", function: { name: "get_weather" } }, gem_forced_output: "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>" });
   check(named.choices[0].message.tool_calls?.[0]?.function.arguments === '{"city":"Oslo"}', "named tool_choice", named.choices);
 
   // stop strings
