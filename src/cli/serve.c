@@ -36,6 +36,9 @@ static const char help[] =
     "  --idle-timeout S      seconds an idle keep-alive connection stays open (default 60)\n"
     "  --send-timeout S      seconds a blocked send may wait for the client (default 30)\n"
     "  --heartbeat S         seconds between SSE comments while queued or prefilling (default 5; 0: none)\n"
+    "  --shutdown-grace S    on SIGTERM or SIGINT, seconds the running answer may still take (default 0);\n"
+    "                        then it ends with an error (a stream: an error event and [DONE]); queued\n"
+    "                        requests get 503\n"
     "  --mtp FILE            an MTP drafter for speculative decoding (answers unchanged)\n"
     "  --draft-max N         drafts per round at most (0-15, default 8)\n"
     "  --draft-min N         rounds that would draft fewer decode plainly\n"
@@ -55,6 +58,7 @@ static int usage(void) {
             "                 [--max-body BYTES] [--alias NAME]\n"
             "                 [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
+            "                 [--shutdown-grace S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
             "                 [--test-hooks]\n");
     return 2;
@@ -104,6 +108,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--idle-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.idle_timeout = x; i++; }
         else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }
         else if (!strcmp(a, "--heartbeat")) { bad = cli_parse_num(v, 0, 86400, &x); o.heartbeat = x; i++; }
+        else if (!strcmp(a, "--shutdown-grace")) { bad = cli_parse_num(v, 0, 3600, &x); o.shutdown_grace = x; i++; }
         else if (!strcmp(a, "--test-hooks")) o.test_hooks = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(help, stdout); return 0; }
         else {

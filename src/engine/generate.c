@@ -111,9 +111,10 @@ typedef struct {
      * may still take, the answer is that completion (a structured answer
      * cut by max_tokens would not parse) */
     strbuf cbytes;
-    tok_ids close;
+    tok_ids close, probe_ids;
     size_t close_at;
     int closing;
+    gram_state *probe; /* a drawn token's state, to check its completion still fits */
 } constraint;
 
 /* Tokens before the length limit at which a constrained answer starts
@@ -133,6 +134,39 @@ static int must_close(const gem_engine *e, constraint *c, long left) {
     /* special tokens parsed: the completion's markers (<|"|>, <tool_call|>) are single tokens */
     if (tok_encode(e->tok, c->cbytes.p, c->cbytes.len, 0, 1, &c->close)) return -1;
     return (long)c->close.n >= left;
+}
+
+/* 1 when a drawn token leaves a completion that fits the left tokens after
+ * it: one that opens more (a second tool call, a nested object) near the
+ * limit would otherwise overrun it; 0 when it does not fit, -1 out of
+ * memory. A token the grammar refuses is left to its caller's check. */
+static int fits_after(const gem_engine *e, constraint *c, int32_t id, long left) {
+    if (tok_is_eog(e->tok, id)) return 1;
+    if (!c->probe && !(c->probe = gram_state_clone(c->st))) return -1;
+    if (gram_state_copy(c->probe, c->st)) return -1;
+    if (gram_accept_token(c->probe, c->gv, id)) return 1;
+    c->cbytes.len = 0;
+    if (gram_state_complete(c->probe, &c->cbytes)) return c->cbytes.failed ? -1 : 1;
+    if ((long)c->cbytes.len <= left) return 1;
+    c->probe_ids.n = 0;
+    if (tok_encode(e->tok, c->cbytes.p, c->cbytes.len, 0, 1, &c->probe_ids)) return -1;
+    return (long)c->probe_ids.n <= left;
+}
+
+/* Replaces a drawn token that would not leave room to close: the answer
+ * closes now (c->close: the current state's shortest completion, which
+ * fits, or must_close would have begun it), or ends with the end token
+ * when the state is already complete. The token to take instead. */
+static int32_t close_now(const gem_engine *e, constraint *c) {
+    c->cbytes.len = 0;
+    c->close.n = 0;
+    c->close_at = 0;
+    if (!gram_state_complete(c->st, &c->cbytes) && c->cbytes.len &&
+        !tok_encode(e->tok, c->cbytes.p, c->cbytes.len, 0, 1, &c->close) && c->close.n) {
+        c->closing = 1;
+        return c->close.v[c->close_at++];
+    }
+    return tok_eos(e->tok);
 }
 
 /* The token the grammar lets the sampler draw: cand (the unconstrained
@@ -311,6 +345,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             if (p->sampling.temp <= 0 && (cand = gem_session_sample(s, smp, err)) < 0) goto fail;
             if ((id = constrained_draw(s, smp, &con, cand, err)) < 0) goto fail;
         } else if ((id = gem_session_sample(s, smp, err)) < 0) goto fail;
+        if (con.st && !drafted && !forced && !con.closing && max - k <= GEN_CLOSE_LOOK) {
+            const int f = fits_after(e, &con, id, max - k - 1);
+            if (f < 0) {
+                gem_err_set(err, "out of memory");
+                goto fail;
+            }
+            if (!f) id = close_now(e, &con);
+        }
         /* a plain step's time ends when its next token is known; a forced
          * token waited for nothing (the step may still be queued): no sample */
         if (t_plain >= 0 && !drafted && !forced) spec_policy_plain(pol, gem_now_s() - t_plain);
@@ -447,5 +489,7 @@ out:
     free(con.masked);
     sb_free(&con.cbytes);
     tok_ids_free(&con.close);
+    tok_ids_free(&con.probe_ids);
+    gram_state_free(con.probe);
     return rc;
 }

@@ -57,6 +57,7 @@
 #include "server/anthropic.h"
 #include "server/api.h"
 #include "server/http.h"
+#include "server/metrics.h"
 #include "server/reply.h"
 #include "util/rng.h"
 #include "util/clock.h"
@@ -107,6 +108,13 @@ struct server {
     uint32_t n_vocab;
     int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
     int loopback; /* the listening socket's address is a loopback one (the Host guard applies) */
+    metrics *m;   /* /metrics */
+    /* under mu: the worker's job state for /slots and /metrics */
+    int running;
+    long slot_tokens; /* the tokens the session held after the last job */
+    /* when a running answer is ended after SIGTERM (--shutdown-grace);
+     * written before stop is set, read after stop is seen */
+    double stop_deadline;
 };
 
 static volatile sig_atomic_t got_signal;
@@ -226,6 +234,7 @@ typedef struct {
     reply_alt *alts;
     long text_off;
     char bad_call[80]; /* a call to a function the request did not declare: the answer ends, as an error */
+    int shutdown;      /* the server is stopping and the grace period is over: the answer ends, as an error */
 } gen;
 
 /* Whether the request's tools declare a function of this name. */
@@ -357,8 +366,9 @@ static int gen_poll(void *ctx) {
         if (gen_out(g)->len) flush_stream(g);
         else if (between_tiles && gem_now_s() - g->last_send >= g->s->o.heartbeat) send_sse_comment(g, "prefill");
     }
-    if (!g->gone && (client_gone(g->j->fd) || atomic_load(&g->s->stop))) g->gone = 1;
-    return g->gone;
+    if (!g->gone && client_gone(g->j->fd)) g->gone = 1;
+    if (!g->gone && !g->shutdown && atomic_load(&g->s->stop) && gem_now_s() >= g->s->stop_deadline) g->shutdown = 1;
+    return g->gone || g->shutdown;
 }
 
 /* An error after the SSE head went out: one error event, then [DONE]. */
@@ -585,10 +595,14 @@ static void run_job(server *s, job *j) {
             gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
             gem_gen_result res;
             if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
+            else if (res.finish == GEM_FINISH_CANCELLED && g.shutdown && !g.gone) fail = "the server is shutting down";
             else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
             else if (res.finish == GEM_FINISH_STOP) finish = "stop";
             stop_index = res.stop_index;
             evaluated += res.n_prompt - res.n_cached;
+            const metrics_answer ma = {res.n_prompt - res.n_cached, res.n_cached, res.n_generated, res.prompt_s,
+                                       res.first_s, res.decode_s, res.n_drafted, res.n_accepted};
+            metrics_answer_add(s->m, &ma);
             /* usage counts each prompt once, and as cached what its first
              * sample found from earlier requests (an echo's logprobs
              * evaluated all of it); the later samples' reuse is logged */
@@ -623,7 +637,7 @@ respond:
         logf_("%s %s cancelled: the client left (prompt %zu tokens, %d cached, %d generated)", j->peer, j->path,
               prompt_all, u.cached_tokens, u.completion_tokens);
     } else if (fail) {
-        j->status = 500;
+        j->status = g.shutdown ? 503 : 500;
         if (stream) {
             stream_error(&g, fail);
             g.frame.len = 0;
@@ -631,9 +645,11 @@ respond:
             send_all(j->fd, g.frame.p, g.frame.len);
         } else {
             api_error e;
-            api_fail(&e, 500, "server_error", NULL, NULL, "%s", fail);
-            respond_error_as(s, j->fd, &e, j->anth, j->keep_alive, NULL, 0);
+            if (g.shutdown) api_fail(&e, 503, "unavailable_error", NULL, NULL, "%s", fail);
+            else api_fail(&e, 500, "server_error", NULL, NULL, "%s", fail);
+            respond_error_as(s, j->fd, &e, j->anth, j->keep_alive && !g.shutdown, NULL, 0);
         }
+        if (g.shutdown) j->close_conn = 1;
         logf_("%s %s failed: %s", j->peer, j->path, fail);
     } else {
         if (g.ar) {
@@ -726,9 +742,20 @@ static void *worker_main(void *arg) {
             api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
             if (!j->head_sent) respond_error_as(s, j->fd, &e, j->anth, 0, NULL, 0);
             j->close_conn = 1;
+            j->status = 503;
         } else {
+            pthread_mutex_lock(&s->mu);
+            s->running = 1;
+            pthread_mutex_unlock(&s->mu);
             run_job(s, j);
+            size_t held;
+            gem_session_tokens(s->sess, &held);
+            pthread_mutex_lock(&s->mu);
+            s->running = 0;
+            s->slot_tokens = (long)held;
+            pthread_mutex_unlock(&s->mu);
         }
+        metrics_request(s->m, j->status);
         finish_job(s, j);
     }
     return NULL;
@@ -1059,6 +1086,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     ok = j->keep_alive && !j->close_conn;
     goto out;
 fail:
+    metrics_request(s->m, e.status);
     ok = respond_error_as(s, c->fd, &e, anth, keep, e.status == 503 ? "Retry-After: 1\r\n" : NULL, 0) ? 0 : keep;
     if (e.status != 503) logf_("%s %.*s %d: %s", c->peer, (int)(r->path_len < 60 ? r->path_len : 60), r->target,
                                e.status, e.message);
@@ -1259,6 +1287,28 @@ static int handle(conn *c, const http_req *r) {
             return respond_error_h(s, fd, &e, keep, NULL, head) ? 0 : keep;
         }
         model_json(s, &b);
+        goto send;
+    }
+    if (path_is(r, "/metrics")) {
+        if (!get) goto method;
+        pthread_mutex_lock(&s->mu);
+        const metrics_now now = {s->running, s->n_waiting, atomic_load(&s->n_conns), s->slot_tokens, s->n_ctx,
+                                 atomic_load(&s->ready) && gem_engine_mtp(s->e) != NULL};
+        pthread_mutex_unlock(&s->mu);
+        metrics_render(s->m, &now, &b);
+        rc = b.failed ? -1 : respond_h(s, fd, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, keep, NULL, head);
+        sb_free(&b);
+        return rc ? 0 : keep;
+    }
+    if (path_is(r, "/slots")) { /* llama-server's shape, for the one session */
+        if (!get) goto method;
+        if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
+        pthread_mutex_lock(&s->mu);
+        sb_printf(&b, "[{\"id\":0,\"n_ctx\":%d,\"is_processing\":%s,\"n_cached_tokens\":%ld,\"model\":", s->n_ctx,
+                  s->running ? "true" : "false", s->slot_tokens);
+        pthread_mutex_unlock(&s->mu);
+        json_quote(s->alias, strlen(s->alias), &b);
+        sb_puts(&b, "}]");
         goto send;
     }
     if (path_is(r, "/props")) {
@@ -1498,6 +1548,10 @@ int server_run(const server_opts *o) {
     s->id_base = rng_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
+    if (!(s->m = metrics_new())) {
+        free(s);
+        return 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
@@ -1560,6 +1614,7 @@ done:
     if (s->lfd >= 0) close(s->lfd);
     if (have_worker) {
         pthread_mutex_lock(&s->mu);
+        s->stop_deadline = gem_now_s() + o->shutdown_grace; /* before stop: gen_poll reads it after */
         atomic_store(&s->stop, 1);
         pthread_cond_broadcast(&s->work);
         pthread_mutex_unlock(&s->mu);
@@ -1571,6 +1626,7 @@ done:
     if (atomic_load(&s->n_conns) == 0) {
         gem_session_free(s->sess);
         gem_engine_close(s->e);
+        metrics_free(s->m);
         free(s);
     }
     return rc;

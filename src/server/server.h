@@ -25,6 +25,7 @@ typedef struct {
     double idle_timeout;    /* seconds a keep-alive connection may sit idle */
     double send_timeout;    /* seconds a blocked send may wait for the client */
     double heartbeat;       /* seconds between SSE comments during a prefill */
+    double shutdown_grace;  /* seconds a running answer may go on after SIGTERM (0: ended at once) */
     int test_hooks;         /* accept the test-only request field gem_forced_output */
     const char *version;    /* build info */
     const char *chat_template; /* the template text /props reports, or NULL */

@@ -667,11 +667,56 @@ for f in "--queue 0" "--queue 1.5" "--max-conns 2.5" "--threads 1.5" "--ctx 100.
     [ $? = 2 ] && grep -q "bad value for ${f% *}" "$tmp/o" && ok || bad "$f accepted: $(head -c 200 "$tmp/o")"
 done
 
+# /metrics (Prometheus text) and /slots (llama-server's shape) after the
+# requests above
+curl_bare -s -D "$tmp/h" "$U/metrics" >"$tmp/m"
+grep -qi "^content-type: text/plain; version=0.0.4" "$tmp/h" && ok || bad "/metrics content type: $(cat "$tmp/h")"
+n200=$(sed -n 's/^gem_requests_total{status="200"} \([0-9]*\)$/\1/p' "$tmp/m")
+n400=$(sed -n 's/^gem_requests_total{status="400"} \([0-9]*\)$/\1/p' "$tmp/m")
+gen=$(sed -n 's/^gem_generated_tokens_total \([0-9]*\)$/\1/p' "$tmp/m")
+[ "${n200:-0}" -gt 10 ] && [ "${n400:-0}" -gt 5 ] && [ "${gen:-0}" -gt 10 ] && ok || bad "/metrics counts: 200 $n200, 400 $n400, tokens $gen"
+grep -q '^gem_time_to_first_token_seconds_bucket{le="+Inf"} [1-9]' "$tmp/m" && grep -q '^gem_requests_queued 0$' "$tmp/m" && ok || bad "/metrics histogram and gauges: $(head -c 600 "$tmp/m")"
+before=$n200
+curl -s "$U/v1/completions" -d '{"prompt":"Hi","max_tokens":2}' >/dev/null
+after=$(curl_bare -s "$U/metrics" | sed -n 's/^gem_requests_total{status="200"} \([0-9]*\)$/\1/p')
+[ "$after" = $((before + 1)) ] && ok || bad "/metrics after one more request: $before then $after"
+r=$(curl_bare -s "$U/slots")
+echo "$r" | node -e '
+const s = JSON.parse(require("fs").readFileSync(0, "utf8"));
+if (!Array.isArray(s) || s.length !== 1 || s[0].id !== 0 || s[0].is_processing !== false || s[0].n_ctx !== 4096 || !(s[0].n_cached_tokens > 0)) throw new Error("shape");
+' && ok || bad "/slots: $r"
+
 # SIGTERM stops the server cleanly
 kill -TERM $MAIN_PID
 wait $MAIN_PID
 rc=$?
 [ $rc = 0 ] && ok || bad "SIGTERM exit status $rc"
+
+# SIGTERM during a stream: it ends with an error event and [DONE], never
+# cut; a request waiting behind it gets 503; with --shutdown-grace a short
+# answer finishes normally
+start term --heartbeat 0 || exit 1
+curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":100000,"n":8,"ignore_eos":true,"stream":true}' >"$tmp/term1" &
+c1=$!
+sleep 1
+curl -s -o "$tmp/term2" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"y","max_tokens":4}' >"$tmp/term2code" &
+c2=$!
+sleep 0.5
+kill -TERM $PID
+wait $PID
+rc=$?
+wait $c1 $c2
+[ $rc = 0 ] && ok || bad "SIGTERM during a stream: exit status $rc"
+tail -c 300 "$tmp/term1" | grep -q "the server is shutting down" && [ "$(tail -c 14 "$tmp/term1" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "the stream's end after SIGTERM: $(tail -c 400 "$tmp/term1")"
+[ "$(cat "$tmp/term2code")" = 503 ] && grep -q "shutting down" "$tmp/term2" && ok || bad "the queued request after SIGTERM: $(cat "$tmp/term2code") $(cat "$tmp/term2")"
+start grace --heartbeat 0 --shutdown-grace 20 || exit 1
+curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":600,"ignore_eos":true,"stream":true}' >"$tmp/grace" &
+c1=$!
+sleep 0.3
+kill -TERM $PID
+wait $PID
+wait $c1
+grep -q '"finish_reason":"length"' "$tmp/grace" && ! grep -q "shutting down" "$tmp/grace" && [ "$(tail -c 14 "$tmp/grace" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "a stream within the grace period: $(tail -c 400 "$tmp/grace")"
 
 # no sanitizer report in any server log (when GEM is the ASan build)
 if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then

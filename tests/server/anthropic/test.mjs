@@ -8,7 +8,7 @@
 // as x-api-key. Servers are real processes on loopback with the tiny model.
 // Prints "test_anthropic_sdk: N passed, M failed" (test_anthropic.sh adds it).
 //   node test.mjs GEM MODEL
-import { spawn } from "node:child_process";
+import { startServer as serve } from "../serve.mjs";
 import Anthropic from "@anthropic-ai/sdk";
 
 const [gem, model] = process.argv.slice(2);
@@ -32,22 +32,10 @@ async function expectThrow(fn, Class, status, what, substring) {
 }
 
 const servers = [];
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(gem, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
-    servers.push(p);
-    let log = "";
-    const timer = setTimeout(() => reject(new Error("server did not start: " + log)), 20000);
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && log.includes("loaded in")) {
-        clearTimeout(timer);
-        resolve({ proc: p, port: Number(m[1]), log: () => log });
-      }
-    });
-    p.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)));
-  });
+async function startServer(args) {
+  const srv = await serve(gem, model, args);
+  servers.push(srv.proc);
+  return srv;
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -6,7 +6,7 @@
 // and a stable RSS. Servers are real processes on loopback with the tiny
 // model. Prints "test_openai: N passed, M failed" (tests/run.sh sums it).
 //   node test.mjs GEM MODEL
-import { spawn } from "node:child_process";
+import { startServer as serve } from "../serve.mjs";
 import fs from "node:fs";
 import http from "node:http";
 import OpenAI from "openai";
@@ -32,22 +32,10 @@ async function expectThrow(fn, Class, status, what, substring) {
 }
 
 const servers = [];
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(gem, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
-    servers.push(p);
-    let log = "";
-    const timer = setTimeout(() => reject(new Error("server did not start: " + log)), 20000);
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && log.includes("loaded in")) {
-        clearTimeout(timer);
-        resolve({ proc: p, port: Number(m[1]), log: () => log });
-      }
-    });
-    p.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)));
-  });
+async function startServer(args) {
+  const srv = await serve(gem, model, args);
+  servers.push(srv.proc);
+  return srv;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
