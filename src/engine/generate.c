@@ -156,17 +156,20 @@ static int fits_after(const gem_engine *e, constraint *c, int32_t id, long left)
 /* Replaces a drawn token that would not leave room to close: the answer
  * closes now (c->close: the current state's shortest completion, which
  * fits, or must_close would have begun it), or ends with the end token
- * when the state is already complete. The token to take instead. */
-static int32_t close_now(const gem_engine *e, constraint *c) {
+ * when the state is already complete. The token to take instead: the
+ * drawn one itself when no completion can be had (a parse too deep for
+ * it, or no memory: the limit then cuts the answer as it would anyway). */
+static int32_t close_now(const gem_engine *e, constraint *c, int32_t drawn) {
     c->cbytes.len = 0;
     c->close.n = 0;
     c->close_at = 0;
+    if (gram_state_done(c->st)) return tok_eos(e->tok);
     if (!gram_state_complete(c->st, &c->cbytes) && c->cbytes.len &&
         !tok_encode(e->tok, c->cbytes.p, c->cbytes.len, 0, 1, &c->close) && c->close.n) {
         c->closing = 1;
         return c->close.v[c->close_at++];
     }
-    return tok_eos(e->tok);
+    return drawn;
 }
 
 /* The token the grammar lets the sampler draw: cand (the unconstrained
@@ -351,7 +354,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                 gem_err_set(err, "out of memory");
                 goto fail;
             }
-            if (!f) id = close_now(e, &con);
+            if (!f) id = close_now(e, &con, id);
         }
         /* a plain step's time ends when its next token is known; a forced
          * token waited for nothing (the step may still be queued): no sample */

@@ -11,7 +11,9 @@ static const double TTFT_LE[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double TOKEN_LE[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1};
 #define N_TTFT (sizeof TTFT_LE / sizeof TTFT_LE[0])
 #define N_TOKEN (sizeof TOKEN_LE / sizeof TOKEN_LE[0])
-static const int STATUSES[] = {200, 400, 401, 403, 404, 413, 415, 429, 499, 500, 503};
+/* what a generation request that reached validation can end with (refusals
+ * of the head, such as 401 or 413, are not generation requests yet) */
+static const int STATUSES[] = {200, 400, 499, 500, 503};
 #define N_STATUS (sizeof STATUSES / sizeof STATUSES[0])
 
 typedef struct {
@@ -87,7 +89,8 @@ static void histogram(strbuf *o, const char *name, const char *help, const histo
 
 void metrics_render(metrics *m, const metrics_now *now, strbuf *o) {
     pthread_mutex_lock(&m->mu);
-    sb_puts(o, "# HELP gem_requests_total Generation requests (chat, completions, messages) by final status.\n"
+    sb_puts(o, "# HELP gem_requests_total Generation requests (chat, completions, messages) that reached validation, by "
+               "final status.\n"
                "# TYPE gem_requests_total counter\n");
     for (size_t i = 0; i < N_STATUS; i++) sb_printf(o, "gem_requests_total{status=\"%d\"} %llu\n", STATUSES[i], m->status[i]);
     sb_printf(o, "gem_requests_total{status=\"other\"} %llu\n", m->status[N_STATUS]);

@@ -16,8 +16,9 @@ typedef struct metrics metrics;
 metrics *metrics_new(void); /* NULL when out of memory */
 void metrics_free(metrics *m);
 
-/* A generation request's end (chat, completion or message), by status:
- * 200, 4xx, 499 (the client left), 500, 503. */
+/* A generation request's end (chat, completion or message; one that
+ * reached validation), by status: 200, 400, 499 (the client left), 500,
+ * 503 (queue full, shutting down); any other as "other". */
 void metrics_request(metrics *m, int status);
 
 /* One answer (a request with n > 1 or several prompts has several). */

@@ -566,6 +566,7 @@ static void run_job(server *s, job *j) {
                 const int rc = eval_prompt_lps(&g, ids, &plp, &err);
                 u.prompt_ms += (gem_now_s() - t0) * 1e3;
                 if (rc < 0) fail = err.msg;
+                else if (rc > 0 && g.shutdown && !g.gone) fail = "the server is shutting down";
                 else if (rc > 0) g.gone = 1;
                 if (rc) break;
                 evaluated += (long)ids->n;
@@ -600,9 +601,11 @@ static void run_job(server *s, job *j) {
             else if (res.finish == GEM_FINISH_STOP) finish = "stop";
             stop_index = res.stop_index;
             evaluated += res.n_prompt - res.n_cached;
-            const metrics_answer ma = {res.n_prompt - res.n_cached, res.n_cached, res.n_generated, res.prompt_s,
-                                       res.first_s, res.decode_s, res.n_drafted, res.n_accepted};
-            metrics_answer_add(s->m, &ma);
+            if (res.finish != GEM_FINISH_ERROR) {
+                const metrics_answer ma = {res.n_prompt - res.n_cached, res.n_cached, res.n_generated, res.prompt_s,
+                                           res.first_s, res.decode_s, res.n_drafted, res.n_accepted};
+                metrics_answer_add(s->m, &ma);
+            }
             /* usage counts each prompt once, and as cached what its first
              * sample found from earlier requests (an echo's logprobs
              * evaluated all of it); the later samples' reuse is logged */
@@ -987,6 +990,7 @@ static void wait_job(conn *c, job *j) {
             unqueue(s, j);
             j->done = 1;
             j->close_conn = 1;
+            metrics_request(s->m, 499);
             logf_("%s %s cancelled: the client left while queued", j->peer, j->path);
         }
     }
@@ -1292,8 +1296,9 @@ static int handle(conn *c, const http_req *r) {
     if (path_is(r, "/metrics")) {
         if (!get) goto method;
         pthread_mutex_lock(&s->mu);
-        const metrics_now now = {s->running, s->n_waiting, atomic_load(&s->n_conns), s->slot_tokens, s->n_ctx,
-                                 atomic_load(&s->ready) && gem_engine_mtp(s->e) != NULL};
+        const int ready = atomic_load(&s->ready); /* n_ctx and the engine are the worker's until then */
+        const metrics_now now = {s->running, s->n_waiting, atomic_load(&s->n_conns), s->slot_tokens,
+                                 ready ? s->n_ctx : 0, ready && gem_engine_mtp(s->e) != NULL};
         pthread_mutex_unlock(&s->mu);
         metrics_render(s->m, &now, &b);
         rc = b.failed ? -1 : respond_h(s, fd, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, keep, NULL, head);

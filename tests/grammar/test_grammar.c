@@ -591,11 +591,59 @@ static void test_tool_calls(void) {
     json_free(t);
 }
 
+/* gram_state_complete: after every prefix of a sentence, the completion
+ * fed back leaves the state done; its length is exact for fixed tails. */
+static void test_complete(void) {
+    static const struct {
+        const char *schema;
+        int syntax;
+        const char *sentence;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":3},\"b\":{\"type\":\"array\","
+         "\"items\":{\"type\":\"integer\"},\"minItems\":2}},\"required\":[\"a\",\"b\"]}",
+         GRAM_SYNTAX_JSON, "{\"a\":\"x\\u00e9\u00e9y\",\"b\":[12,-3]}"},
+        {"{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\",\"format\":\"date-time\"},\"k\":"
+         "{\"enum\":[\"alpha\",\"beta\"]}},\"required\":[\"t\",\"k\"]}",
+         GRAM_SYNTAX_GEMMA, "{t:<|\"|>2026-12-06T10:00:00Z<|\"|>,k:<|\"|>beta<|\"|>}"},
+        {NULL, GRAM_SYNTAX_JSON, "{\"q\":[{\"r\":null},true,1.5e3]}"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gem_err err = {{0}};
+        gram *g = schema_gram(cases[c].schema, cases[c].syntax, &err);
+        CHECKF(g != NULL, "case %zu: %s", c, err.msg);
+        if (!g) continue;
+        const char *sen = cases[c].sentence;
+        CHECKF(runs(g, sen), "case %zu: the sentence is not accepted", c);
+        for (size_t i = 0; i <= strlen(sen); i++) {
+            gram_state *st = gram_state_new(g);
+            strbuf out = {0};
+            int ok = st && gram_state_feed(st, sen, i) == 0 && gram_state_complete(st, &out) == 0 &&
+                     gram_state_feed(st, out.p ? out.p : "", out.len) == 0 && gram_state_done(st);
+            CHECKF(ok, "case %zu: prefix of %zu bytes completed by '%s' is not a sentence", c, i, sb_cstr(&out));
+            if (i == strlen(sen)) CHECKF(out.len == 0, "case %zu: a complete sentence got '%s'", c, sb_cstr(&out));
+            sb_free(&out);
+            gram_state_free(st);
+        }
+        gram_free(g);
+    }
+    /* a fixed tail: exactly it */
+    gem_err err = {{0}};
+    gram *g = schema_gram("{\"const\":{\"x\":[1,2]}}", GRAM_SYNTAX_JSON, &err);
+    gram_state *st = g ? gram_state_new(g) : NULL;
+    strbuf out = {0};
+    CHECK(st && gram_state_feed(st, "{\"x\":[1", 7) == 0 && gram_state_complete(st, &out) == 0);
+    CHECKF(!strcmp(sb_cstr(&out), ",2]}"), "const tail: '%s'", sb_cstr(&out));
+    sb_free(&out);
+    gram_state_free(st);
+    gram_free(g);
+}
+
 int main(void) {
     test_engine();
     test_accept();
     test_refusals();
     test_gemma_roundtrip();
     test_tool_calls();
+    test_complete();
     return test_report("test_grammar");
 }
