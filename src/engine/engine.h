@@ -142,9 +142,12 @@ typedef struct {
      * unconstrained choice is allowed takes it without a mask (the same
      * token). Forced tokens must be allowed too. The answer ends (STOP) as
      * soon as the grammar can take nothing more, or with an end token once
-     * it is complete; a dead end is an error. No speculation under a
-     * grammar (drafts are not checked against it). The grammar is the
-     * caller's and must outlive the call. */
+     * it is complete; a dead end is an error. Near max_tokens the answer
+     * closes what it opened (the grammar's shortest completion, once it
+     * needs every token left) and ends as STOP: its text parses, though
+     * the limit shortened it. want_logits' logits are the model's, before
+     * the mask. No speculation under a grammar (drafts are not checked
+     * against it). The grammar is the caller's and must outlive the call. */
     const gram *grammar;
     int draft_fixed;         /* draft draft_max every round (benchmarks; the
                               * stop bounds still apply: the CLI clears
