@@ -49,15 +49,6 @@ void anth_error_json(const api_error *e, strbuf *out) {
 
 /* ---- request ---- */
 
-static const char *type_name(const json *v) {
-    static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-    return names[v->type];
-}
-
-static int bad_type(api_error *e, const char *param, const char *want, const json *v) {
-    return api_fail(e, 400, INVALID, param, NULL, "'%s' must be %s, not %s", param, want, type_name(v));
-}
-
 static int oom(api_error *e) { return api_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
 
 /* Present and not null. */
@@ -118,7 +109,7 @@ static int word_ok(const json *v, size_t max) {
 static int get_num(const json *o, const char *key, double lo, double hi, int integer, double *out, api_error *e) {
     const json *v = field(o, key);
     if (!v) return 0;
-    if (v->type != JSON_NUMBER) return bad_type(e, key, integer ? "an integer" : "a number", v);
+    if (v->type != JSON_NUMBER) return api_bad_type(e, key, integer ? "an integer" : "a number", v);
     if (!(v->num >= lo && v->num <= hi))
         return api_fail(e, 400, INVALID, key, NULL, "'%s' must be between %g and %g, not %g", key, lo, hi, v->num);
     if (integer && !v->is_int) return api_fail(e, 400, INVALID, key, NULL, "'%s' must be an integer", key);
@@ -136,7 +127,7 @@ static const json *text_block(const json *b, const char *p, api_error *e) {
     if (only_keys(b, text_keys, p, "", e)) return NULL;
     const json *t = json_get(b, "text");
     if (!t || t->type != JSON_STRING) {
-        if (t) bad_type(e, p, "a text block with a string 'text'", t);
+        if (t) api_bad_type(e, p, "a text block with a string 'text'", t);
         else api_fail(e, 400, INVALID, p, NULL, "'%s.text' is required", p);
         return NULL;
     }
@@ -190,7 +181,7 @@ static json *tool_result_content(json *b, const char *p, api_error *e) {
     char q[96];
     snprintf(q, sizeof q, "%s.is_error", p);
     if (is_err && is_err->type != JSON_BOOL) {
-        bad_type(e, q, "a boolean", is_err);
+        api_bad_type(e, q, "a boolean", is_err);
         return NULL;
     }
     /* Gemma's tool responses have no error flag: an error result says so
@@ -209,7 +200,7 @@ static json *tool_result_content(json *b, const char *p, api_error *e) {
         return v;
     }
     if (c->type != JSON_ARRAY) {
-        bad_type(e, q, "a string or an array of text blocks", c);
+        api_bad_type(e, q, "a string or an array of text blocks", c);
         return NULL;
     }
     json *parts = json_new(JSON_ARRAY);
@@ -219,7 +210,7 @@ static json *tool_result_content(json *b, const char *p, api_error *e) {
         char bp[128];
         snprintf(bp, sizeof bp, "%s[%zu]", q, k);
         if (blk->type != JSON_OBJECT) {
-            bad_type(e, bp, "an object", blk);
+            api_bad_type(e, bp, "an object", blk);
             goto fail;
         }
         const char *type = cstr(json_get(blk, "type"));
@@ -244,7 +235,7 @@ fail:
 static int convert_message(json *m, size_t i, json *out, api_error *e) {
     char p[96];
     snprintf(p, sizeof p, "messages[%zu]", i);
-    if (m->type != JSON_OBJECT) return bad_type(e, p, "an object", m);
+    if (m->type != JSON_OBJECT) return api_bad_type(e, p, "an object", m);
     static const char *const msg_keys[] = {"role", "content", NULL};
     if (only_keys(m, msg_keys, p, "", e)) return -1;
     const json *rv = json_get(m, "role");
@@ -262,7 +253,7 @@ static int convert_message(json *m, size_t i, json *out, api_error *e) {
         if (!o || json_push(out, o) || json_set(o, "content", json_new_str(c->str, c->len))) return oom(e);
         return 0;
     }
-    if (c->type != JSON_ARRAY) return bad_type(e, p, "a string or an array of content blocks", c);
+    if (c->type != JSON_ARRAY) return api_bad_type(e, p, "a string or an array of content blocks", c);
     if (!c->len) return api_fail(e, 400, INVALID, p, NULL, "'%s' must not be empty", p);
     /* user: text blocks gather into one user message; each tool_result is
      * a tool message of its own, in place. assistant: text, thinking and
@@ -275,13 +266,13 @@ static int convert_message(json *m, size_t i, json *out, api_error *e) {
         char bp[128];
         snprintf(bp, sizeof bp, "messages[%zu].content[%zu]", i, k);
         if (b->type != JSON_OBJECT) {
-            bad_type(e, bp, "an object", b);
+            api_bad_type(e, bp, "an object", b);
             goto fail;
         }
         const json *tv = json_get(b, "type");
         const char *type = cstr(tv);
         if (!type) {
-            if (tv) bad_type(e, bp, "a block with a string 'type'", tv);
+            if (tv) api_bad_type(e, bp, "a block with a string 'type'", tv);
             else api_fail(e, 400, INVALID, bp, NULL, "'%s.type' is required", bp);
             goto fail;
         }
@@ -399,7 +390,7 @@ fail:
 /* system: a string or text blocks, one system message (blocks joined by a
  * blank line: the Gemma template renders a system message's string only) */
 static int convert_system(const json *s, json *out, api_error *e) {
-    if (s->type != JSON_STRING && s->type != JSON_ARRAY) return bad_type(e, "system", "a string or an array of text blocks", s);
+    if (s->type != JSON_STRING && s->type != JSON_ARRAY) return api_bad_type(e, "system", "a string or an array of text blocks", s);
     strbuf t = {0};
     if (s->type == JSON_STRING) sb_put(&t, s->str, s->len);
     for (size_t k = 0; s->type == JSON_ARRAY && k < s->len; k++) {
@@ -408,7 +399,7 @@ static int convert_system(const json *s, json *out, api_error *e) {
         snprintf(bp, sizeof bp, "system[%zu]", k);
         const char *type = b->type == JSON_OBJECT ? cstr(json_get(b, "type")) : NULL;
         const json *tx = NULL;
-        if (b->type != JSON_OBJECT) bad_type(e, bp, "a text block", b);
+        if (b->type != JSON_OBJECT) api_bad_type(e, bp, "a text block", b);
         else if (!type || strcmp(type, "text")) api_fail(e, 400, INVALID, bp, NULL, "'%s' must be a text block", bp);
         else tx = text_block(b, bp, e);
         if (!tx) {
@@ -430,12 +421,12 @@ static int convert_system(const json *s, json *out, api_error *e) {
 }
 
 static int convert_tools(json *tools, json *out, api_error *e) {
-    if (tools->type != JSON_ARRAY) return bad_type(e, "tools", "an array", tools);
+    if (tools->type != JSON_ARRAY) return api_bad_type(e, "tools", "an array", tools);
     for (size_t i = 0; i < tools->len; i++) {
         json *t = tools->items[i];
         char p[48];
         snprintf(p, sizeof p, "tools[%zu]", i);
-        if (t->type != JSON_OBJECT) return bad_type(e, p, "an object", t);
+        if (t->type != JSON_OBJECT) return api_bad_type(e, p, "an object", t);
         const json *type = field(t, "type");
         if (type && (!cstr(type) || strcmp(type->str, "custom")))
             return api_fail(e, 400, INVALID, p, NULL,
@@ -462,12 +453,12 @@ static int convert_tools(json *tools, json *out, api_error *e) {
 }
 
 static int parse_tool_choice(const json *tc, api_request *r, const json *tools, api_error *e) {
-    if (tc->type != JSON_OBJECT) return bad_type(e, "tool_choice", "an object", tc);
+    if (tc->type != JSON_OBJECT) return api_bad_type(e, "tool_choice", "an object", tc);
     static const char *const keys[] = {"type", "name", "disable_parallel_tool_use", NULL};
     if (only_keys(tc, keys, "tool_choice", "", e)) return -1;
     const char *type = cstr(json_get(tc, "type"));
     const json *dp = field(tc, "disable_parallel_tool_use");
-    if (dp && dp->type != JSON_BOOL) return bad_type(e, "tool_choice.disable_parallel_tool_use", "a boolean", dp);
+    if (dp && dp->type != JSON_BOOL) return api_bad_type(e, "tool_choice.disable_parallel_tool_use", "a boolean", dp);
     r->single_call = dp && dp->boolean;
     if (type && !strcmp(type, "auto")) r->tool_choice = API_TOOLS_AUTO;
     else if (type && !strcmp(type, "any")) r->tool_choice = API_TOOLS_REQUIRED;
@@ -496,7 +487,7 @@ static int parse_tool_choice(const json *tc, api_request *r, const json *tools, 
 }
 
 static int parse_thinking(const json *t, api_request *r, api_error *e) {
-    if (t->type != JSON_OBJECT) return bad_type(e, "thinking", "an object", t);
+    if (t->type != JSON_OBJECT) return api_bad_type(e, "thinking", "an object", t);
     static const char *const keys[] = {"type", "budget_tokens", NULL};
     if (only_keys(t, keys, "thinking", "", e)) return -1;
     const char *type = cstr(json_get(t, "type"));
@@ -518,13 +509,13 @@ static int parse_thinking(const json *t, api_request *r, api_error *e) {
 }
 
 static int parse_stop(const json *v, api_request *r, api_error *e) {
-    if (v->type != JSON_ARRAY) return bad_type(e, "stop_sequences", "an array of strings", v);
+    if (v->type != JSON_ARRAY) return api_bad_type(e, "stop_sequences", "an array of strings", v);
     if (v->len > API_MAX_STOP)
         return api_fail(e, 400, INVALID, "stop_sequences", NULL, "'stop_sequences' has %zu strings; at most %d are allowed",
                         v->len, API_MAX_STOP);
     for (size_t i = 0; i < v->len; i++) {
         const json *s = v->items[i];
-        if (s->type != JSON_STRING) return bad_type(e, "stop_sequences", "an array of strings", s);
+        if (s->type != JSON_STRING) return api_bad_type(e, "stop_sequences", "an array of strings", s);
         if (!s->len || s->len > API_MAX_STOP_LEN)
             return api_fail(e, 400, INVALID, "stop_sequences", NULL, "each stop sequence must have 1 to %d bytes",
                             API_MAX_STOP_LEN);
@@ -560,7 +551,7 @@ int anth_parse(const char *body, size_t n, const api_opts *o, int count_only, ap
     const int set_m = json_set(r->root, "messages", msgs), set_t = json_set(r->root, "tools", tools);
     if (json_set(r->root, "body", b) || set_m || set_t) return oom(e);
     if (b->type != JSON_OBJECT)
-        return api_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object, not %s", type_name(b));
+        return api_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object, not %s", api_type_name(b));
     static const char *const keys[] = {"model", "max_tokens", "messages", "system", "metadata", "stop_sequences",
                                        "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
                                        "thinking", "gem_forced_output", NULL};
@@ -568,13 +559,13 @@ int anth_parse(const char *body, size_t n, const api_opts *o, int count_only, ap
     const json *v;
     double x;
     int rc;
-    if ((v = field(b, "model")) && !cstr(v)) return bad_type(e, "model", "a string", v);
+    if ((v = field(b, "model")) && !cstr(v)) return api_bad_type(e, "model", "a string", v);
     r->model = v ? v->str : NULL;
     if ((rc = get_num(b, "max_tokens", 1, 1e9, 1, &x, e)) < 0) return -1;
     if (rc) r->max_tokens = (long)x;
     else if (!count_only) return api_fail(e, 400, INVALID, "max_tokens", NULL, "'max_tokens' is required");
     if ((v = field(b, "stream"))) {
-        if (v->type != JSON_BOOL) return bad_type(e, "stream", "a boolean", v);
+        if (v->type != JSON_BOOL) return api_bad_type(e, "stream", "a boolean", v);
         r->stream = v->boolean;
     }
     if ((rc = get_num(b, "temperature", 0, 1, 0, &x, e)) < 0) return -1;
@@ -585,20 +576,20 @@ int anth_parse(const char *body, size_t n, const api_opts *o, int count_only, ap
     if (rc) r->sampling.top_k = (int)x;
     if ((v = field(b, "stop_sequences")) && parse_stop(v, r, e)) return -1;
     /* metadata (user_id) annotates the request for the provider's records: nothing gem computes */
-    if ((v = field(b, "metadata")) && v->type != JSON_OBJECT) return bad_type(e, "metadata", "an object", v);
+    if ((v = field(b, "metadata")) && v->type != JSON_OBJECT) return api_bad_type(e, "metadata", "an object", v);
     if ((v = field(b, "thinking")) && parse_thinking(v, r, e)) return -1;
     if ((v = field(b, "gem_forced_output"))) {
         if (!o || !o->allow_forced_output)
             return api_fail(e, 400, INVALID, "gem_forced_output", NULL,
                             "'gem_forced_output' is a test hook; the server was not started with --test-hooks");
-        if (v->type != JSON_STRING) return bad_type(e, "gem_forced_output", "a string", v);
+        if (v->type != JSON_STRING) return api_bad_type(e, "gem_forced_output", "a string", v);
         r->forced_output = v->str;
         r->forced_output_len = v->len;
     }
     if ((v = field(b, "system")) && convert_system(v, msgs, e)) return -1;
     json *m = json_get(b, "messages");
     if (!m) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' is required");
-    if (m->type != JSON_ARRAY) return bad_type(e, "messages", "an array", m);
+    if (m->type != JSON_ARRAY) return api_bad_type(e, "messages", "an array", m);
     if (!m->len) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' must not be empty");
     for (size_t i = 0; i < m->len; i++)
         if (convert_message(m->items[i], i, msgs, e)) return -1;

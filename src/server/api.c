@@ -45,13 +45,13 @@ void api_error_json(const api_error *e, strbuf *out) {
     sb_puts(out, "}}");
 }
 
-static const char *type_name(const json *v) {
+const char *api_type_name(const json *v) {
     static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
     return names[v->type];
 }
 
-static int bad_type(api_error *e, const char *param, const char *want, const json *v) {
-    return api_fail(e, 400, INVALID, param, NULL, "'%s' must be %s, not %s", param, want, type_name(v));
+int api_bad_type(api_error *e, const char *param, const char *want, const json *v) {
+    return api_fail(e, 400, INVALID, param, NULL, "'%s' must be %s, not %s", param, want, api_type_name(v));
 }
 
 /* Present and not null. */
@@ -71,7 +71,7 @@ static const char *api_str(const json *o, const char *key) {
 static int get_num(const json *o, const char *key, double lo, double hi, int integer, double *out, api_error *e) {
     const json *v = field(o, key);
     if (!v) return 0;
-    if (v->type != JSON_NUMBER) return bad_type(e, key, integer ? "an integer" : "a number", v);
+    if (v->type != JSON_NUMBER) return api_bad_type(e, key, integer ? "an integer" : "a number", v);
     /* the range first: a huge number (1e400, 2e19) is out of range, not "not an integer" */
     if (!(v->num >= lo && v->num <= hi))
         return api_fail(e, 400, INVALID, key, NULL, "'%s' must be between %g and %g, not %g", key, lo, hi, v->num);
@@ -83,7 +83,7 @@ static int get_num(const json *o, const char *key, double lo, double hi, int int
 static int get_bool(const json *o, const char *key, int *out, api_error *e) {
     const json *v = field(o, key);
     if (!v) return 0;
-    if (v->type != JSON_BOOL) return bad_type(e, key, "a boolean", v);
+    if (v->type != JSON_BOOL) return api_bad_type(e, key, "a boolean", v);
     *out = v->boolean;
     return 1;
 }
@@ -100,10 +100,10 @@ static int parse_stop(const json *root, api_request *r, api_error *e) {
         if (n > API_MAX_STOP)
             return api_fail(e, 400, INVALID, "stop", NULL, "'stop' has %zu strings; at most %d are allowed", n, API_MAX_STOP);
     } else if (v->type != JSON_STRING) {
-        return bad_type(e, "stop", "a string or an array of strings", v);
+        return api_bad_type(e, "stop", "a string or an array of strings", v);
     }
     for (size_t i = 0; i < n; i++) {
-        if (items[i]->type != JSON_STRING) return bad_type(e, "stop", "a string or an array of strings", items[i]);
+        if (items[i]->type != JSON_STRING) return api_bad_type(e, "stop", "a string or an array of strings", items[i]);
         if (items[i]->len == 0 || items[i]->len > API_MAX_STOP_LEN)
             return api_fail(e, 400, INVALID, "stop", NULL, "each stop string must have 1 to %d bytes", API_MAX_STOP_LEN);
         r->stop[r->n_stop] = items[i]->str;
@@ -117,7 +117,7 @@ static int parse_stop(const json *root, api_request *r, api_error *e) {
 static int parse_bias(const json *root, const api_opts *o, api_request *r, api_error *e) {
     const json *v = field(root, "logit_bias");
     if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_OBJECT) return bad_type(e, "logit_bias", "an object of token ids to numbers", v);
+    if (v->type != JSON_OBJECT) return api_bad_type(e, "logit_bias", "an object of token ids to numbers", v);
     if (v->len > API_MAX_BIAS)
         return api_fail(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' has %zu entries; at most %d are allowed",
                         v->len, API_MAX_BIAS);
@@ -157,13 +157,13 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
     const json *v;
     double x;
     int rc;
-    if ((v = field(root, "model")) && v->type != JSON_STRING) return bad_type(e, "model", "a string", v);
+    if ((v = field(root, "model")) && v->type != JSON_STRING) return api_bad_type(e, "model", "a string", v);
     r->model = v ? v->str : NULL;
     if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
     if ((v = field(root, "stream_options"))) {
-        if (v->type != JSON_OBJECT) return bad_type(e, "stream_options", "an object", v);
+        if (v->type != JSON_OBJECT) return api_bad_type(e, "stream_options", "an object", v);
         const json *u = field(v, "include_usage");
-        if (u && u->type != JSON_BOOL) return bad_type(e, "stream_options.include_usage", "a boolean", u);
+        if (u && u->type != JSON_BOOL) return api_bad_type(e, "stream_options.include_usage", "a boolean", u);
         r->include_usage = u && u->boolean;
     }
     gem_sampling *s = &r->sampling;
@@ -207,7 +207,7 @@ static int parse_common(const json *root, const api_opts *o, api_request *r, api
         if (!o || !o->allow_forced_output)
             return api_fail(e, 400, INVALID, "gem_forced_output", NULL,
                             "'gem_forced_output' is a test hook; the server was not started with --test-hooks");
-        if (v->type != JSON_STRING) return bad_type(e, "gem_forced_output", "a string", v);
+        if (v->type != JSON_STRING) return api_bad_type(e, "gem_forced_output", "a string", v);
         r->forced_output = v->str;
         r->forced_output_len = v->len;
     }
@@ -226,7 +226,7 @@ static int check_parts(const json *c, size_t i, api_error *e) {
     for (size_t j = 0; j < c->len; j++) {
         const json *part = c->items[j];
         snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, j);
-        if (part->type != JSON_OBJECT) return bad_type(e, p, "an object", part);
+        if (part->type != JSON_OBJECT) return api_bad_type(e, p, "an object", part);
         const char *type = api_str(part, "type");
         if (!type) return api_fail(e, 400, INVALID, p, NULL, "'%s' has no 'type' string", p);
         if (strcmp(type, "text"))
@@ -243,14 +243,14 @@ static int check_parts(const json *c, size_t i, api_error *e) {
 static int check_tool_calls(json *tc, size_t i, api_error *e) {
     char p[80];
     snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
-    if (tc->type != JSON_ARRAY) return bad_type(e, p, "an array", tc);
+    if (tc->type != JSON_ARRAY) return api_bad_type(e, p, "an array", tc);
     if (tc->len > API_MAX_TOOL_CALLS)
         return api_fail(e, 400, INVALID, p, NULL, "'%s' has %zu calls; at most %d are allowed", p, tc->len,
                         API_MAX_TOOL_CALLS);
     for (size_t c = 0; c < tc->len; c++) {
         snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
         json *call = tc->items[c];
-        if (call->type != JSON_OBJECT) return bad_type(e, p, "an object", call);
+        if (call->type != JSON_OBJECT) return api_bad_type(e, p, "an object", call);
         const char *type = api_str(call, "type");
         if (json_get(call, "type") && (!type || strcmp(type, "function")))
             return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
@@ -277,17 +277,17 @@ static int check_tool_calls(json *tc, size_t i, api_error *e) {
 
 static int check_messages(json *msgs, api_error *e) {
     if (!msgs) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' is required");
-    if (msgs->type != JSON_ARRAY) return bad_type(e, "messages", "an array", msgs);
+    if (msgs->type != JSON_ARRAY) return api_bad_type(e, "messages", "an array", msgs);
     if (!msgs->len) return api_fail(e, 400, INVALID, "messages", NULL, "'messages' must not be empty");
     char p[64];
     for (size_t i = 0; i < msgs->len; i++) {
         json *m = msgs->items[i];
         snprintf(p, sizeof p, "messages[%zu]", i);
-        if (m->type != JSON_OBJECT) return bad_type(e, p, "an object", m);
+        if (m->type != JSON_OBJECT) return api_bad_type(e, p, "an object", m);
         const json *role = json_get(m, "role");
         snprintf(p, sizeof p, "messages[%zu].role", i);
         if (!role) return api_fail(e, 400, INVALID, p, NULL, "'%s' is required", p);
-        if (role->type != JSON_STRING) return bad_type(e, p, "a string", role);
+        if (role->type != JSON_STRING) return api_bad_type(e, p, "a string", role);
         if (strlen(role->str) != role->len) /* "user\u0000x" is no role */
             return api_fail(e, 400, INVALID, p, NULL,
                             "'%s' contains a NUL character; the roles are system, developer, user, assistant and tool", p);
@@ -302,7 +302,7 @@ static int check_messages(json *msgs, api_error *e) {
         } else if (c->type == JSON_ARRAY) {
             if (check_parts(c, i, e)) return -1;
         } else if (c->type != JSON_STRING) {
-            return bad_type(e, p, "a string or an array of parts", c);
+            return api_bad_type(e, p, "a string or an array of parts", c);
         }
         json *tc = json_get(m, "tool_calls");
         if (tc && tc->type != JSON_NULL) {
@@ -314,7 +314,7 @@ static int check_messages(json *msgs, api_error *e) {
         }
         const json *rc = field(m, "reasoning_content");
         snprintf(p, sizeof p, "messages[%zu].reasoning_content", i);
-        if (rc && rc->type != JSON_STRING) return bad_type(e, p, "a string", rc);
+        if (rc && rc->type != JSON_STRING) return api_bad_type(e, p, "a string", rc);
     }
     return 0;
 }
@@ -334,11 +334,11 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
     const json *tools = field(root, "tools");
     char p[64];
     if (tools) {
-        if (tools->type != JSON_ARRAY) return bad_type(e, "tools", "an array", tools);
+        if (tools->type != JSON_ARRAY) return api_bad_type(e, "tools", "an array", tools);
         for (size_t i = 0; i < tools->len; i++) {
             const json *t = tools->items[i];
             snprintf(p, sizeof p, "tools[%zu]", i);
-            if (t->type != JSON_OBJECT) return bad_type(e, p, "an object", t);
+            if (t->type != JSON_OBJECT) return api_bad_type(e, p, "an object", t);
             const char *type = api_str(t, "type");
             if (!type || strcmp(type, "function"))
                 return api_fail(e, 400, INVALID, p, NULL, "'%s.type' must be \"function\"", p);
@@ -378,7 +378,7 @@ static int check_tools(const json *root, api_request *r, api_error *e) {
         r->tool_choice = API_TOOLS_NAMED;
         r->tool_name = name;
     } else {
-        return bad_type(e, "tool_choice", "a string or an object", tc);
+        return api_bad_type(e, "tool_choice", "a string or an object", tc);
     }
     if (r->tool_choice == API_TOOLS_NONE) {
         r->tools = NULL; /* the model is not told about tools it may not call */
@@ -403,20 +403,20 @@ static int parse_response_format(const json *root, api_request *r, api_error *e)
     const json *rf = field(root, "response_format");
     if (rf) {
         const json *t = rf->type == JSON_OBJECT ? json_get(rf, "type") : NULL;
-        if (!t || t->type != JSON_STRING) return bad_type(e, "response_format", "an object with a 'type'", rf);
+        if (!t || t->type != JSON_STRING) return api_bad_type(e, "response_format", "an object with a 'type'", rf);
         if (strlen(t->str) == t->len && !strcmp(t->str, "json_object")) {
             r->json_mode = API_JSON_OBJECT;
         } else if (strlen(t->str) == t->len && !strcmp(t->str, "json_schema")) {
             const json *js = json_get(rf, "json_schema");
             if (!js || js->type != JSON_OBJECT)
-                return bad_type(e, "response_format.json_schema", "an object with a 'schema'", js ? js : rf);
+                return api_bad_type(e, "response_format.json_schema", "an object with a 'schema'", js ? js : rf);
             const json *name = json_get(js, "name"), *strict = json_get(js, "strict");
-            if (name && name->type != JSON_STRING) return bad_type(e, "response_format.json_schema.name", "a string", name);
+            if (name && name->type != JSON_STRING) return api_bad_type(e, "response_format.json_schema.name", "a string", name);
             if (strict && strict->type != JSON_BOOL && strict->type != JSON_NULL)
-                return bad_type(e, "response_format.json_schema.strict", "a boolean", strict);
+                return api_bad_type(e, "response_format.json_schema.strict", "a boolean", strict);
             r->schema = json_get(js, "schema");
             if (r->schema && r->schema->type != JSON_OBJECT && r->schema->type != JSON_BOOL)
-                return bad_type(e, "response_format.json_schema.schema", "an object", r->schema);
+                return api_bad_type(e, "response_format.json_schema.schema", "an object", r->schema);
             r->json_mode = API_JSON_SCHEMA;
         } else if (strlen(t->str) != t->len || strcmp(t->str, "text")) {
             return api_fail(e, 400, INVALID, "response_format", NULL,
@@ -434,14 +434,14 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
     r->enable_thinking = -1;
     const json *kw = field(root, "chat_template_kwargs");
     if (kw) {
-        if (kw->type != JSON_OBJECT) return bad_type(e, "chat_template_kwargs", "an object", kw);
+        if (kw->type != JSON_OBJECT) return api_bad_type(e, "chat_template_kwargs", "an object", kw);
         const json *t = field(kw, "enable_thinking");
-        if (t && t->type != JSON_BOOL) return bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", t);
+        if (t && t->type != JSON_BOOL) return api_bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", t);
         if (t) r->enable_thinking = t->boolean;
     }
     const json *eff = field(root, "reasoning_effort");
     if (eff) {
-        if (eff->type != JSON_STRING) return bad_type(e, "reasoning_effort", "a string", eff);
+        if (eff->type != JSON_STRING) return api_bad_type(e, "reasoning_effort", "a string", eff);
         if (strlen(eff->str) != eff->len) /* a NUL inside: none of the words */
             return api_fail(e, 400, INVALID, "reasoning_effort", NULL,
                             "'reasoning_effort' must be none, minimal, low, medium or high");
@@ -453,7 +453,7 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
                             "'reasoning_effort' must be none, minimal, low, medium or high");
     }
     const json *ptc = field(root, "parallel_tool_calls");
-    if (ptc && ptc->type != JSON_BOOL) return bad_type(e, "parallel_tool_calls", "a boolean", ptc);
+    if (ptc && ptc->type != JSON_BOOL) return api_bad_type(e, "parallel_tool_calls", "a boolean", ptc);
     r->single_call = ptc && !ptc->boolean;
     /* logprobs: true lists each generated token's log-probability (with
      * top_logprobs alternatives); top_logprobs alone is an error, as OpenAI
@@ -479,7 +479,7 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
     }
     const json *mod = field(root, "modalities");
     if (mod && mod->type != JSON_NULL) {
-        if (mod->type != JSON_ARRAY) return bad_type(e, "modalities", "an array", mod);
+        if (mod->type != JSON_ARRAY) return api_bad_type(e, "modalities", "an array", mod);
         for (size_t i = 0; i < mod->len; i++)
             if (mod->items[i]->type != JSON_STRING || strcmp(mod->items[i]->str, "text"))
                 return api_fail(e, 400, INVALID, "modalities", NULL, "'modalities' other than \"text\" are not supported");
@@ -511,7 +511,7 @@ static int parse_ids(const json *a, const char *param, api_prompt *p, api_error 
  * a list is all strings or all id lists, never a mix. */
 static int parse_prompts(const json *p, api_request *r, api_error *e) {
     if (!p) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' is required");
-    if (p->type != JSON_STRING && p->type != JSON_ARRAY) return bad_type(e, "prompt", PROMPT_FORMS, p);
+    if (p->type != JSON_STRING && p->type != JSON_ARRAY) return api_bad_type(e, "prompt", PROMPT_FORMS, p);
     if (p->type == JSON_ARRAY && !p->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must not be empty");
     /* one prompt: a string or ids; else a list of prompts */
     const int one = p->type == JSON_STRING || p->items[0]->type == JSON_NUMBER;
@@ -542,7 +542,7 @@ static int parse_prompts(const json *p, api_request *r, api_error *e) {
             if (parse_ids(it, name, &r->prompts[i], e)) return -1;
         } else {
             return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must be %s (element %zu is %s)", PROMPT_FORMS, i,
-                            type_name(it));
+                            api_type_name(it));
         }
     }
     return 0;
@@ -587,7 +587,7 @@ int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_
     if (!r->root) return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
     if (r->root->type != JSON_OBJECT)
         return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object, not %s",
-                        type_name(r->root));
+                        api_type_name(r->root));
     if (parse_common(r->root, o, r, e)) return -1;
     return kind == API_CHAT ? parse_chat(r->root, r, e) : parse_completion(r->root, r, e);
 }
@@ -655,7 +655,7 @@ int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e
         return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
     const json *c = json_get(t->root, "content");
     if (!c) return api_fail(e, 400, INVALID, "content", NULL, "'content' is required");
-    if (c->type != JSON_STRING) return bad_type(e, "content", "a string", c);
+    if (c->type != JSON_STRING) return api_bad_type(e, "content", "a string", c);
     t->content = c->str;
     t->content_len = c->len;
     if (get_bool(t->root, "add_special", &t->add_special, e) < 0) return -1;
@@ -675,7 +675,7 @@ int api_parse_detokenize(const char *body, size_t n, uint32_t n_vocab, int32_t *
     const json *t = json_get(root, "tokens");
     if (root->type != JSON_OBJECT) api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
     else if (!t) api_fail(e, 400, INVALID, "tokens", NULL, "'tokens' is required");
-    else if (t->type != JSON_ARRAY) bad_type(e, "tokens", "an array", t);
+    else if (t->type != JSON_ARRAY) api_bad_type(e, "tokens", "an array", t);
     else if (!(*ids = malloc((t->len ? t->len : 1) * sizeof **ids))) api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     else {
         rc = 0;

@@ -31,6 +31,11 @@ typedef struct {
 int api_fail(api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
     GEM_PRINTF(6, 7);
 
+/* "null", "a boolean", ..., "an object": v's JSON type for messages. */
+const char *api_type_name(const json *v);
+/* A 400 "'param' must be WANT, not TYPE" about v; returns -1. */
+int api_bad_type(api_error *e, const char *param, const char *want, const json *v);
+
 /* {"error":{"message":..,"type":..,"param":..,"code":..}} */
 void api_error_json(const api_error *e, strbuf *out);
 

@@ -792,6 +792,14 @@ static int attn_split_group(int n_head, int n_kv_head, int d) {
     return G * ept > AT_MAX_OWN ? 0 : G;
 }
 
+/* k_attn_dec's query heads per block: the largest common divisor of the
+ * group (gall query heads per KV head) and AD_WARPS, a power of two. */
+static int attn_dec_heads(int gall) {
+    int gb = AD_WARPS;
+    while (gall % gb) gb /= 2;
+    return gb;
+}
+
 /* attention, and with nr (a one-token step on k_attn_tc only, see
  * cu_attention_qkv) the q/k/v norms and rope folded into it. A failure
  * (nothing launched) is the backend's sticky error. */
@@ -822,11 +830,8 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
                                          nblk * sizeof(int) <= c->xs.cap)) &&
                       !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
                       !grow(c, &c->xs, nblk * sizeof(int));
-    /* one-token steps on k_attn_dec: GB query heads per block, the largest
-     * common divisor of the group and AD_WARPS */
     const int gall = n_head / n_kv_head;
-    int gb = AD_WARPS;
-    while (gall % gb) gb /= 2; /* AD_WARPS is a power of two */
+    const int gb = attn_dec_heads(gall);
     const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = attn_tc_step(c, kv, n);
     if (nr && !tc) {
         cu_check(c, cudaErrorInvalidValue, "attention: q/k/v norms folded into a kernel other than k_attn_tc");
@@ -933,8 +938,7 @@ static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, con
 #undef TC_ROWS
 #undef TC_ROWS_NR
     } else {
-        int gb = AD_WARPS;
-        while (gall % gb) gb /= 2;
+        const int gb = attn_dec_heads(gall);
         const bool staged = c->attn_dec >= 2;
         const dim3 dgrid(n_kv_head * (gall / gb), nsplit, n);
 #define DEC_ROWS_T(DIM, KT)                                                                                          \
