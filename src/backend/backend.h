@@ -131,6 +131,19 @@ struct backend {
      * no visible key (pos 0) the output is zero. */
     void (*attention_cached)(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
                              int head_dim, int window, be_buf *out);
+    /* Optional (NULL: the engine steps sessions one at a time): n <=
+     * BE_EXACT_ROWS rows that are one-token steps of n different sequences
+     * (a batched decode step of parallel sessions): row i of q/k/v (the
+     * raw projections, as attention_qkv takes them) at position pos[i],
+     * over and into kvs[i]. Each row's result is bitwise what
+     * attention_qkv of that row alone (n = 1, pos0 = pos[i], kvs[i]) gives,
+     * so a session's answer does not depend on what else runs. The kvs
+     * are distinct. Before the tile's ops, set_step_seqs (when the backend
+     * has set_step) gives the rows' ids and positions. */
+    void (*attention_seqs)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                           int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head,
+                           int head_dim, float eps, float theta, const be_weight *freq_factors, int window,
+                           be_buf *out);
     /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
@@ -162,6 +175,9 @@ struct backend {
      * ids/pos0 as arguments; a backend that replays recorded steps reads
      * them from here instead, so one recording serves every position. */
     void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
+    /* As set_step for a tile of one-token steps of n sequences (row i at
+     * pos[i]: attention_seqs); required with set_step and attention_seqs. */
+    void (*set_step_seqs)(backend *b, const int32_t *ids, const int *pos, int n);
     /* Optional (NULL when unsupported): run fn once (its ops take effect, as
      * for a direct call) and record the ops it enqueues (no host round trips
      * inside) as a graph; replay runs them again for the latest set_step.

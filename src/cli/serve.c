@@ -13,7 +13,8 @@
 
 static const char help[] =
     "gem serve: an OpenAI-compatible HTTP/1.1 server (chat and text completions, SSE streaming, /tokenize,\n"
-    "/detokenize, /props, /health) for one model, one request at a time with a bounded queue.\n"
+    "/detokenize, /props, /health, /metrics, /slots, Anthropic's /v1/messages) for one model: --parallel\n"
+    "requests at once (their decode steps batched), more waiting in a bounded queue.\n"
     "\n"
     "  -m, --model FILE      the GGUF model (default: the embedded demo model)\n"
     "  --alias NAME          the model id clients see (default: the file's base name)\n"
@@ -30,7 +31,10 @@ static const char help[] =
     "  --allow-host NAME,..  Host names a loopback-bound server accepts beside localhost and\n"
     "                        loopback addresses (a DNS-rebinding guard)\n"
     "  --max-body BYTES      request body limit (default 8 MiB)\n"
-    "  --queue N             requests that may wait beyond the running one (default 16; more: 503)\n"
+    "  -np, --parallel N     slots: requests that run at once (default 1, at most 64). Each slot is a\n"
+    "                        session with its own KV caches for --ctx tokens (the memory grows with N);\n"
+    "                        a request goes to the free slot holding the longest prefix of its prompt\n"
+    "  --queue N             requests that may wait beyond the running ones (default 16; more: 503)\n"
     "  --max-conns N         open connections (default 128; more: 503 and closed)\n"
     "  --timeout S           seconds for a request's head and body to arrive (default 30)\n"
     "  --idle-timeout S      seconds an idle keep-alive connection stays open (default 60)\n"
@@ -56,7 +60,7 @@ static int usage(void) {
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
             "                 [--max-body BYTES] [--alias NAME]\n"
-            "                 [--queue N]\n"
+            "                 [--parallel N] [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
@@ -102,6 +106,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
         else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
+        else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) { bad = cli_parse_num(v, 1, 64, &x) || x != (int)x; o.parallel = (int)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
         else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }

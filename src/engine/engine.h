@@ -3,7 +3,13 @@
  * A gem_engine is one loaded model: the mmapped file, its validated Gemma 4
  * binding, tokenizer and backend. A gem_session is one sequence on it: KV
  * state, the token history and the logits of the last evaluated token.
- * Sessions of one engine must not run concurrently (one backend stream).
+ * Sessions share the engine's weights. Different sessions may be used from
+ * different threads at once (one session from one thread at a time): the
+ * engine takes turns on the backend, and the one-token decode steps of
+ * generations running together go through the model as one batched step
+ * (one read of the weights for all of them; each session's logits are
+ * bitwise what it would get alone, so its answer does not depend on what
+ * else runs). A generation alone keeps the one-token path and speculation.
  *
  * Generation has one owner: gem_session_sync (which prefix of a prompt the
  * session can keep) and gem_session_generate (prefill, then decode with
@@ -38,6 +44,10 @@ typedef struct {
     /* An MTP drafter (a gemma4-assistant GGUF that fits the model, checked
      * at open) for speculative decoding, or NULL. */
     const char *mtp_path;
+    /* Most decode steps of concurrent generations run as one batched step
+     * (0: as many as the backend's row-exact tiles allow, BE_EXACT_ROWS;
+     * 1: none, the sessions take turns step by step). */
+    int batch_rows;
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;
@@ -53,6 +63,9 @@ size_t gem_engine_mem_used(const gem_engine *e);
 int gem_engine_n_ctx(const gem_engine *e);
 /* The MTP drafter's profile name, or NULL without one. */
 const char *gem_engine_mtp(const gem_engine *e);
+/* Batched decode steps run so far, and the rows they carried (their mean
+ * is the batch a step had); rows_max: the most a step may carry. */
+void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max);
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err);
 void gem_session_free(gem_session *s);

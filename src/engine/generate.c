@@ -251,10 +251,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
+    int decoding = 0; /* counted in the engine's decoding generations */
     float *row_logits = NULL; /* sampled speculative rounds: every row's logits */
     constraint con = {0};
     if (p->grammar) {
-        if (!e->gv && !(e->gv = gram_vocab_new(e->tok, err))) goto out;
+        pthread_mutex_lock(&e->mu); /* built once, by the first constrained generation of any session */
+        if (!e->gv) e->gv = gram_vocab_new(e->tok, err);
+        pthread_mutex_unlock(&e->mu);
+        if (!e->gv) goto out;
         if (gram_vocab_size(e->gv) != GEMMA4_N_VOCAB) {
             gem_err_set(err, "the grammar vocabulary has %u tokens, the model %u", gram_vocab_size(e->gv),
                         (unsigned)GEMMA4_N_VOCAB);
@@ -297,6 +301,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     }
     session_wait(s); /* the prompt's work done, not only enqueued: its time is prompt_s */
     r->prompt_s = gem_now_s() - t0;
+    session_decoding(s, 1); /* its steps may now batch with other sessions' */
+    decoding = 1;
     /* the checkpoint at the prompt's end waits for the first token */
     int ck_end = ck_at == n;
 
@@ -411,7 +417,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             /* plain decoding never evaluates its last token: drop this
              * draft and the ones verified after it */
             if (drafted) {
+                gate_enter(e, 0);
                 spec_keep(s, n_drafts + 1, di);
+                gate_leave(e);
                 r->n_accepted -= n_drafts - di; /* accepted, never sent */
             }
             break;
@@ -427,23 +435,35 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         int m = 0;
         const long left = max - k - 2; /* tokens after id beyond the target's own next one */
         double t_round = 0, t_verify = 0;
-        if (spec && k + 1 >= p->n_force) {
+        /* a round holds the backend for its drafts and verification: only
+         * while no other generation decodes (their steps would wait) */
+        const int round = spec && k + 1 >= p->n_force && session_alone(s);
+        if (round) gate_enter(e, 0);
+        if (round) {
             long space = left > 0 ? left : 0;
             if (space > (long)e->n_ctx - (long)s->n_tokens - 1) space = (long)e->n_ctx - (long)s->n_tokens - 1;
             const int want = spec_policy_choose(pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
             t_round = gem_now_s();
-            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, p->draft_p_prod, drafts, err)) < 0) goto fail;
+            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, p->draft_p_prod, drafts, err)) < 0) {
+                gate_leave(e);
+                goto fail;
+            }
             t_verify = gem_now_s();
         }
+        if (round && m <= 0) gate_leave(e);
         if (m > 0) {
             rows[0] = id;
             memcpy(rows + 1, drafts, (size_t)m * sizeof *drafts);
             if (!greedy && !row_logits &&
                 !(row_logits = malloc((size_t)SPEC_ROWS * GEMMA4_N_VOCAB * sizeof *row_logits))) {
+                gate_leave(e);
                 gem_err_set(err, "out of memory");
                 goto fail;
             }
-            if (spec_verify(s, rows, m + 1, best, greedy ? NULL : row_logits, err)) goto fail;
+            if (spec_verify(s, rows, m + 1, best, greedy ? NULL : row_logits, err)) {
+                gate_leave(e);
+                goto fail;
+            }
             int acc = 0;
             if (greedy) {
                 while (acc < m && best[acc] == drafts[acc]) acc++;
@@ -457,6 +477,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                 }
             }
             spec_keep(s, m + 1, acc + 1);
+            gate_leave(e);
             const double t_end = gem_now_s();
             spec_policy_round(pol, m, acc, t_verify - t_round, t_end - t_verify);
             r->n_rounds++;
@@ -468,7 +489,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             continue;
         }
         if (spec) t_plain = gem_now_s();
-        if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
+        /* alone, or batched with other sessions' steps: the same logits */
+        if (session_step(s, id, &next, err)) goto fail;
+        if (!greedy) next = -1; /* drawn by the sampler from the logits */
     }
     if (ck_end && s->n_tokens == n) keep_checkpoint(s); /* nothing was evaluated after the prompt */
     if (detok && !text.st.hit && !text.stop) {
@@ -483,6 +506,7 @@ fail:
     r->finish = GEM_FINISH_ERROR;
     session_clear(s); /* what a failed evaluation left is not known */
 out:
+    if (decoding) session_decoding(s, -1);
     if (r->prompt_s == 0 && rc == 0) r->prompt_s = gem_now_s() - t0;
     stopper_free(&text.st);
     sampler_free(smp);

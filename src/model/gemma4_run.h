@@ -16,7 +16,20 @@
 
 typedef struct gemma4_state gemma4_state;
 
-/* max_tile: tokens per forward tile (prompt processing granularity).
+/* The weights (made resident once) and one tile's activation buffers,
+ * shared by the states of one model on one backend: parallel sessions of
+ * an engine. States made on a core must be freed before it; their calls
+ * must not overlap (one backend runs one op sequence at a time).
+ * max_tile and layers as for gemma4_state_new. */
+typedef struct gemma4_core gemma4_core;
+gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, int max_tile, int layers, gem_err *err);
+void gemma4_core_free(gemma4_core *c);
+int gemma4_core_max_tile(const gemma4_core *c);
+/* A sequence of n_ctx positions on core c (its own caches). */
+gemma4_state *gemma4_state_on(gemma4_core *c, int n_ctx, gem_err *err);
+
+/* A state with a core of its own (freed with it).
+ * max_tile: tokens per forward tile (prompt processing granularity).
  * layers: run only the first `layers` layers before the output norm and
  * head (testing; 0 or less, or more than the model has: all). */
 gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers,
@@ -50,6 +63,16 @@ int gemma4_prefill(gemma4_state *s, const int32_t *ids, int n, gem_err *err);
  * snapshot load brings back the snapshot's). */
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err);
 int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err);
+
+/* One decode step of each of n (1..BE_EXACT_ROWS, at most the tile)
+ * distinct states of one core: ids[i] at ss[i]'s next position, in one
+ * tile (the weights read once for all rows). Each state is left exactly as
+ * its own one-token gemma4_eval_greedy leaves it (logits, argmax, hidden
+ * state: the backend's rows are exact and attention_seqs attends each row
+ * alone); best, when not NULL, receives every row's argmax. Needs a
+ * backend with attention_seqs. Fails without changing any state when a
+ * context would overflow. */
+int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t *best, gem_err *err);
 
 /* Forgets everything after position n (n <= n_past). Only n == 0 or a
  * snapshot load is exact for sliding layers; see gemma4_snap_load. */

@@ -33,6 +33,7 @@ typedef struct {
     int draft_max, draft_min; /* -1: the engine's defaults */
     double draft_p_min, draft_p_prod; /* < 0: the engine's defaults */
     int draft_fixed;        /* draft draft_max every round */
+    int parallel;           /* slots: sessions that run requests at once (0: 1) */
 } server_opts;
 
 /* Serves until SIGINT or SIGTERM. Returns the process exit status; errors

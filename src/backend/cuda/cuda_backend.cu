@@ -256,7 +256,9 @@ static size_t cu_mem_free(backend *b) {
     return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? free_b : 0;
 }
 
-static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
+/* The step buffer for a tile of n tokens: row i at pos0 + i, or at pos[i]
+ * when pos is given (one-token steps of n sequences: set_step_seqs). */
+static void step_write(backend *b, const int32_t *ids, int n, int pos0, const int *pos) {
     cuda_backend *c = cu_of(b);
     if (n > c->step_cap) {
         int cap = c->step_cap ? c->step_cap : 64;
@@ -278,17 +280,27 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
     /* the previous step's copy must have left the staging area before it is
      * rewritten; this waits at most for the tile before the last one */
     CK(c, cudaEventSynchronize(c->step_copied));
-    c->step_host[0] = pos0;
+    c->step_host[0] = pos ? pos[0] : pos0;
     c->step_host[1] = n;
     memcpy(c->step_host + 2, ids, sizeof(int) * (size_t)n);
     size_t ints = (size_t)n + 2;
-    if (n > 1 && n <= BE_EXACT_ROWS) { /* the rows' own steps (step_rows) */
+    if ((n > 1 && n <= BE_EXACT_ROWS) || pos) { /* the rows' own steps (step_rows) */
         int *r = c->step_host + c->step_cap + 2;
-        for (int i = 0; i < n; i++) r[3 * i] = pos0 + i, r[3 * i + 1] = 1, r[3 * i + 2] = ids[i];
+        for (int i = 0; i < n; i++) r[3 * i] = pos ? pos[i] : pos0 + i, r[3 * i + 1] = 1, r[3 * i + 2] = ids[i];
         ints = (size_t)c->step_cap + 2 + 3 * (size_t)n;
     }
     CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * ints, cudaMemcpyHostToDevice, c->st));
     CK(c, cudaEventRecord(c->step_copied, c->st));
+}
+
+static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) { step_write(b, ids, n, pos0, NULL); }
+
+static void cu_set_step_seqs(backend *b, const int32_t *ids, const int *pos, int n) {
+    if (n > BE_EXACT_ROWS) {
+        cu_check(cu_of(b), cudaErrorInvalidValue, "set_step_seqs: more rows than BE_EXACT_ROWS");
+        return;
+    }
+    step_write(b, ids, n, 0, pos);
 }
 
 /* ------------------------------------------------------------------ */
@@ -517,6 +529,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->argmax_prob = cu_argmax_prob;
     b->topk = cu_topk;
     b->set_step = cu_set_step;
+    b->set_step_seqs = cu_set_step_seqs;
+    b->attention_seqs = cu_attention_seqs;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
     c->mma = (int)set[CS_MMA];
