@@ -55,6 +55,9 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # speculative decoding: row-exact verification tiles (the answer and the
     # last logits bit for bit plain decoding's), the MTP drafter on the GPU
     run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
+    # parallel sessions: batched steps of several sequences (attention_seqs)
+    # bit for bit one-token steps, concurrent answers equal answers alone
+    run "engine parallel sessions (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_parallel
     # the MTP drafter's forward pass against transformers' (f32 tiny pair)
     run "MTP drafter vs transformers (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_hf_mtp
     # the trained demo drafter's proposals against llama.cpp's
