@@ -101,7 +101,10 @@ void gem_checkpoint_free(gem_checkpoint *c);
 
 /* Makes ids[0..n) the prompt of the next gem_session_generate and brings
  * the session to the longest prefix of it that it can keep exactly: the
- * live state when the tokens it holds begin the prompt; else the
+ * live state when the tokens it holds begin the prompt, or rewound to the
+ * common prefix when its sliding-window caches still hold that point
+ * (up to BE_EXACT_ROWS positions back: a chat's re-rendered answer with
+ * its trailing whitespace trimmed); else the
  * checkpoint the last generate kept (its prompt up to its last turn start
  * <|turn>, or the whole prompt when it has none: the next turn of a chat
  * repeats everything before its last generation prompt, while the

@@ -2,12 +2,15 @@
  *
  * Prefix policy. A session holds the tokens it evaluated and, apart from
  * them, one checkpoint: the exact state at the last turn start (<|turn>) of
- * the last generated prompt, or at that prompt's end when it has none. The
- * live state only grows (a sliding layer's ring cannot be rewound), so a new
- * prompt continues it only when it begins with everything the session
- * holds; a chat's next turn usually does not (the answer is re-rendered
- * without its thought channel), but it repeats everything before its last
- * generation prompt, which is where the checkpoint stands.
+ * the last generated prompt, or at that prompt's end when it has none. A
+ * new prompt continues the live state when it begins with everything the
+ * session holds, or from the longest common prefix when the live state can
+ * be rewound there exactly (gemma4_rewind_ok: the sliding rings keep a few
+ * positions beyond the window; a chat's next turn usually re-renders the
+ * answer with its last whitespace trimmed); else from the checkpoint, which
+ * a thinking answer needs (it is re-rendered without its thought channel,
+ * but the next turn repeats everything before its generation prompt,
+ * which is where the checkpoint stands); whichever keeps more.
  *
  * Ordering. Prompt tiles are the backend's (poll runs between them, never
  * by cutting them smaller); a tile ends at the checkpoint's position so the
@@ -61,8 +64,25 @@ long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err
     const gem_checkpoint *c = s->ck;
     const int live = have && is_prefix(s->tokens, have, ids, n) && (have < n || s->logits_dev || s->logits_valid);
     const int ck = c && c->n_tokens && is_prefix(c->tokens, c->n_tokens, ids, n) && (c->n_tokens < n || c->next_ok);
+    /* else the live state rewound to where the prompt leaves it (a chat's
+     * re-rendered answer often differs from the generated one only in its
+     * last tokens: whitespace the template trims), where its rings still
+     * hold that point exactly; one token before the prompt's end at most,
+     * so the logits after it are computed */
+    size_t back = 0;
+    if (!live && have) {
+        size_t l = 0;
+        while (l < have && l < n && s->tokens[l] == ids[l]) l++;
+        if (l == n) l = n - 1;
+        if (l > 0 && gemma4_rewind_ok(s->st, (int)l)) back = l;
+    }
     if (live && (!ck || have >= c->n_tokens)) {
         s->n_kept = have;
+    } else if (back && (!ck || back >= c->n_tokens)) {
+        gemma4_rewind(s->st, (int)back);
+        s->n_tokens = back;
+        s->logits_valid = s->logits_dev = 0;
+        s->n_kept = back;
     } else if (ck) {
         gem_session_restore(s, c);
         s->n_kept = c->n_tokens;

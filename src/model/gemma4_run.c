@@ -50,6 +50,10 @@ struct gemma4_state {
     const gemma4_model *m;
     backend *b;
     int n_ctx, max_tile, n_past;
+    /* the highest position written into the caches since the rings last
+     * held exactly [n_past - capacity, n_past): a verification's dropped
+     * rows overwrote ring slots below it (gemma4_rewind_ok) */
+    int top;
     uint32_t n_run;
     be_weight *embd, *out_norm, *rope_freqs; /* the core's */
     layer_w *L;                               /* the core's */
@@ -176,6 +180,7 @@ gemma4_state *gemma4_state_on(gemma4_core *c, int n_ctx, gem_err *err) {
     s->c = c;
     s->m = m;
     s->b = b;
+    s->top = -1;
     s->n_ctx = n_ctx;
     s->max_tile = c->max_tile;
     s->n_run = c->n_run;
@@ -222,7 +227,32 @@ int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
 int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
 void gemma4_reset(gemma4_state *s) {
     s->n_past = 0;
+    s->top = -1;
     s->hid_valid = 0;
+}
+
+/* After n_past grew: the highest position written. */
+static void wrote(gemma4_state *s) {
+    if (s->n_past - 1 > s->top) s->top = s->n_past - 1;
+}
+
+int gemma4_rewind_ok(const gemma4_state *s, int n) {
+    if (n < 0 || n > s->n_past) return 0;
+    const gemma4_profile *p = s->m->profile;
+    const int window = (int)p->window, cap = window + (s->b->rows_exact ? BE_EXACT_ROWS : 0);
+    /* the queries from n on need keys from n - window + 1; the rings still
+     * hold every position above top - cap (later writes went to the slots
+     * of positions below it) */
+    const int need = n - window + 1 > 0 ? n - window + 1 : 0;
+    const int intact = s->top + 1 - cap > 0 ? s->top + 1 - cap : 0;
+    return need >= intact;
+}
+
+int gemma4_rewind(gemma4_state *s, int n) {
+    if (!gemma4_rewind_ok(s, n)) return -1;
+    s->n_past = n;
+    s->hid_valid = 0;
+    return 0;
 }
 
 static void add_then_norm(gemma4_core *c, const be_buf *x, const be_weight *w, const be_weight *scale,
@@ -384,6 +414,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, int head, floa
         }
         if (b->status(b, err)) return -1;
         s->n_past += t;
+        wrote(s);
         done += t;
     }
     s->hid = s->last; /* the head's normed row (head_dev) */
@@ -471,6 +502,7 @@ int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t
         s->hid_off = 0;
         s->hid_valid = 1;
         s->n_past++;
+        wrote(s);
     }
     if (best) {
         float f[BE_EXACT_ROWS];
@@ -544,6 +576,7 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
 void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
     backend *b = s->b;
     s->n_past = p->n_past;
+    s->top = p->n_past - 1; /* the rings hold exactly the snapshot's positions */
     b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
     if (p->hid_valid) b->copy(b, p->buf, GEMMA4_N_VOCAB, s->last, 0, s->m->profile->n_embd);
     s->hid = s->last;
@@ -627,6 +660,7 @@ int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, flo
     s->v_pos0 = s->n_past;
     s->v_n = n;
     s->n_past += n;
+    wrote(s);
     s->hid_valid = 0; /* until gemma4_spec_keep picks the row */
     return 0;
 }

@@ -78,6 +78,17 @@ int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t
  * snapshot load is exact for sliding layers; see gemma4_snap_load. */
 void gemma4_reset(gemma4_state *s);
 
+/* Whether dropping the positions from n on (n <= n_past) leaves the state
+ * exactly as if only the first n had been evaluated: full-attention caches
+ * always can; a sliding layer's ring needs the window's keys before n still
+ * in place (its BE_EXACT_ROWS slots beyond the window cover a rewind of
+ * that many positions, less after a verification's dropped rows used
+ * them). gemma4_rewind drops them (-1, nothing changed, when not ok); the
+ * last token's logits and hidden state are then undefined until the next
+ * eval. */
+int gemma4_rewind_ok(const gemma4_state *s, int n);
+int gemma4_rewind(gemma4_state *s, int n);
+
 /* ---- speculative verification ----
  *
  * gemma4_spec_init readies the state for verifying up to `rows` tokens at

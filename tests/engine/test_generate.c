@@ -340,6 +340,46 @@ int main(void) {
     CHECK(gem_session_sync(s, t2, 100, &err) == 0);
     gp.no_checkpoint = 0;
 
+    /* rewinding the live state: a next prompt that leaves the held tokens
+     * 3 before their end (a re-rendered answer whose last tokens differ)
+     * continues from there, the rings still holding that point; the answer
+     * is a fresh session's. 18 back is more than the rings keep beyond the
+     * window (16): nothing kept (no checkpoint) */
+    gem_session_reset(s);
+    gp.no_checkpoint = 1;
+    gp.max_tokens = 10;
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    int32_t q[90];
+    const int32_t *held_ids = gem_session_tokens(s, &held);
+    CHECK(held == 59);
+    memcpy(q, held_ids, 56 * sizeof(int32_t));
+    for (int i = 56; i < 80; i++) q[i] = prompt[i - 30] + 3;
+    gp.want_logits = 1;
+    gp.max_tokens = 5;
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, q, 80, &err) == 56);
+    CHECK(!gem_session_generate(s, &gp, &cb, &r, &err) && r.n_cached == 56);
+    memcpy(ref, w.logits, V * sizeof(float));
+    memcpy(cont, w.ids, 5 * sizeof(int32_t));
+    gem_session_reset(s);
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, q, 80, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    same_run("rewound live state", exact, cont, &w, 5, ref);
+    gp.max_tokens = 10;
+    gem_session_reset(s);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    memcpy(q, gem_session_tokens(s, &held), 41 * sizeof(int32_t));
+    q[41] = q[41] + 1;
+    CHECK(gem_session_sync(s, q, 80, &err) == 0); /* 59 - 41 = 18 back */
+    /* a prompt inside the held tokens: rewound to its last token, whose
+     * logits are computed again */
+    gem_session_reset(s);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    CHECK(gem_session_sync(s, prompt, 45, &err) == 44);
+    gp.want_logits = 0;
+    gp.no_checkpoint = 0;
+
     /* a prompt the session holds entirely (the last request generated one
      * token, which is not evaluated): the first token comes from the held
      * logits, the same as a fresh run's */

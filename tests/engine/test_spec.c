@@ -15,6 +15,7 @@
  *  - a drafter that does not fit, or a drafter given as the model, is
  *    refused with a message naming the field or the file.
  * GEM_TEST_BACKEND selects the backend (the CPU by default). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,46 @@ int main(void) {
             }
             gem_session_free(s);
         }
+    }
+
+    /* a rewind after rounds whose rejected rows wrote into the rings (the
+     * next prompt leaves the held tokens d before their end): whatever the
+     * sync keeps (a rewound live state where the rings still hold the
+     * point, else nothing), the next logits are a fresh session's. The
+     * fresh run prefills in other tiles: bit for bit on the CPU only. */
+    {
+        const int exact = !strcmp(backend_name(), "cpu");
+        static const int ds[] = {2, 6, 12, 17};
+        float *fresh = malloc(V * sizeof(float));
+        int rewound = 0;
+        for (int pi = 1; pi < 3; pi++)
+            for (int di = 0; di < 4; di++) {
+                s = gem_session_new(e, &err);
+                CHECK(s && !gem_session_set_replay(s, full, NP + NG, probs[pi], 11, &err));
+                gem_gen_params g = gp;
+                g.draft_max = 8;
+                g.draft_fixed = 1;
+                run(s, prompt, NP, &g, &w, &r);
+                const int keep = NP + NG - 1 - ds[di];
+                int32_t q[NP + NG + 8];
+                memcpy(q, full, (size_t)keep * sizeof *q);
+                for (int i = 0; i < 8; i++) q[keep + i] = prompt[i + 1] + 5;
+                run(s, q, keep + 8, &one, &w, &r);
+                rewound += r.n_cached == keep;
+                CHECKF(r.n_cached == keep || r.n_cached == 0, "d=%d: %ld kept", ds[di], r.n_cached);
+                memcpy(fresh, gem_session_logits(s), V * sizeof(float));
+                gem_session *f = gem_session_new(e, &err);
+                run(f, q, keep + 8, &one, &w, &r);
+                const float *lf = gem_session_logits(f);
+                double d = 0;
+                for (size_t i = 0; i < V; i++) d = fmax(d, fabs((double)fresh[i] - lf[i]));
+                CHECKF(exact ? d == 0 : d < 4e-3, "p=%.1f d=%d: logits after the rewind differ by %g", probs[pi],
+                       ds[di], d);
+                gem_session_free(f);
+                gem_session_free(s);
+            }
+        CHECKF(rewound >= 2, "only %d of 8 syncs rewound", rewound);
+        free(fresh);
     }
 
     /* limits inside a round: max_tokens and a stop string end the answer
