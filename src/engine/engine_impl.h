@@ -18,6 +18,7 @@ struct gem_engine {
     tok *tok;
     backend *be;
     int n_ctx, tile;
+    gemma4_kv_plan plan; /* what a session allocates (gem_engine_open checked it fits) */
     int layers; /* gem_engine_opts.layers */
     int busy; /* a session exists: one sequence at a time per backend */
     int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */

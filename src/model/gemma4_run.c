@@ -14,6 +14,7 @@
  * pairs move). Attention scale is 1.0. */
 #include "model/gemma4_run.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,6 +51,31 @@ struct gemma4_state {
     be_graph *vgraph[BE_EXACT_ROWS + 1]; /* a recorded verification per row count */
 };
 
+int gemma4_ring_slack(const backend *b) { return b->rows_exact ? BE_EXACT_ROWS : 0; }
+
+be_kv *gemma4_kv_alloc(const gemma4_kv_plan *plan, backend *b, uint32_t il, gem_err *err) {
+    const gemma4_kv_kind *k = gemma4_kv_plan_kind(plan, il);
+    if (k->f16 && !b->kv_f16) {
+        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                    gemma4_kv_type_name(plan->type), b->name);
+        return NULL;
+    }
+    be_kv *kv = b->kv_new(b, (int)k->n_kv_head, (int)k->head_dim, (int)k->capacity, k->ring,
+                          k->f16 ? BE_KV_F16 : BE_KV_F32, err);
+    if (!kv) {
+        gem_err_wrap(err, "layer %u's %s cache", il, k->ring ? "sliding" : "full-attention");
+        return NULL;
+    }
+    const uint64_t held = b->kv_bytes(b, kv, (int)k->capacity);
+    if (held != k->layer_bytes) {
+        b->kv_free(b, kv);
+        gem_err_set(err, "internal: backend '%s' holds %" PRIu64 " bytes for layer %u's cache, the KV plan %" PRIu64,
+                    b->name, held, il, k->layer_bytes);
+        return NULL;
+    }
+    return kv;
+}
+
 static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
     return t ? s->b->weight(s->b, t, err) : NULL;
 }
@@ -81,13 +107,20 @@ void gemma4_state_free(gemma4_state *s) {
     free(s);
 }
 
-gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers, gem_err *err) {
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                               gem_err *err) {
     const gemma4_profile *p = m->profile;
-    if (n_ctx < 1) {
-        gem_err_set(err, "context size must be positive");
+    if (plan->profile != p) {
+        gem_err_set(err, "internal: a KV plan for %s given to a %s model", plan->profile->name, p->name);
         return NULL;
     }
-    if (max_tile < 1) max_tile = 1;
+    /* a row-exact backend verifies drafts: its rings need BE_EXACT_ROWS
+     * slots beyond the window (gemma4_spec_init) */
+    if (plan->ring_slack != gemma4_ring_slack(b)) {
+        gem_err_set(err, "internal: a KV plan with rings of window + %d slots for backend '%s', which needs + %d",
+                    plan->ring_slack, b->name, gemma4_ring_slack(b));
+        return NULL;
+    }
     gemma4_state *s = calloc(1, sizeof *s);
     if (!s) {
         gem_err_set(err, "out of memory");
@@ -95,8 +128,8 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
     }
     s->m = m;
     s->b = b;
-    s->n_ctx = n_ctx;
-    s->max_tile = max_tile;
+    s->n_ctx = plan->n_ctx;
+    s->max_tile = plan->tile;
     s->n_run = layers > 0 && (uint32_t)layers < p->n_layer ? (uint32_t)layers : p->n_layer;
     s->L = calloc(p->n_layer, sizeof *s->L);
     if (!s->L) goto oom;
@@ -113,20 +146,17 @@ gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int
         UP(out_scale, layer_output_scale);
 #undef UP
         if (g->attn_v && !(l->v = up_w(s, g->attn_v, err))) goto fail;
-        /* a row-exact backend can verify drafts: its rings keep
-         * BE_EXACT_ROWS slots beyond the window (gemma4_spec_init) */
-        int cap = g->is_full ? n_ctx : (int)p->window + (b->rows_exact ? BE_EXACT_ROWS : 0);
-        if (!(l->kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, cap, !g->is_full, err))) goto fail;
     }
-    size_t T = (size_t)max_tile, H = p->n_embd, F = p->n_ff, D = GEMMA4_HEAD_DIM_FULL;
-    size_t qw = p->n_head * D, kw = (p->n_head_kv_swa > p->n_head_kv_full ? p->n_head_kv_swa : p->n_head_kv_full) * D;
-    if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
-        !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
-        !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
-        !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
-        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
-        !(s->best = b->alloc(b, 1, err)) || !(s->topk = b->alloc(b, 2 * BE_TOPK_MAX, err)))
-        goto fail;
+    /* the caches after the weights: a device's free memory then shows what
+     * the weights took (the engine checked the sum before any of it) */
+    for (uint32_t il = 0; il < p->n_layer; il++)
+        if (!(s->L[il].kv = gemma4_kv_alloc(plan, b, il, err))) goto fail;
+    size_t fl[G4T_COUNT];
+    gemma4_tile_floats(p, plan->tile, fl);
+    be_buf **bufs[G4T_COUNT] = {&s->h, &s->a, &s->q, &s->k, &s->v, &s->att, &s->o,
+                                &s->act, &s->down, &s->last, &s->logits, &s->best, &s->topk};
+    for (int i = 0; i < G4T_COUNT; i++)
+        if (!(*bufs[i] = b->alloc(b, fl[i], err))) goto fail;
     return s;
 oom:
     gem_err_set(err, "out of memory");

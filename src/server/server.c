@@ -705,7 +705,7 @@ static void *worker_main(void *arg) {
     gem_engine_opts eo = {0};
     eo.model_path = s->o.model_path;
     eo.backend = s->o.backend;
-    eo.kv_f16 = s->o.kv_f16;
+    eo.kv_type = s->o.kv_type;
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
     eo.mtp_path = s->o.mtp_path;

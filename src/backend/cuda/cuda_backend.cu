@@ -63,6 +63,20 @@ static int stage_grow(cuda_backend *c, size_t bytes) {
 
 #define STAGE_BYTES ((size_t)64 << 20)
 
+/* backend.h work_reserve: the scratch that grows lazily beyond weights,
+ * caches and the model's buffers, bounded for the 31B at the default tile
+ * of 2048 (each scratch grows in powers of two from 4 KiB, cuda_common.h
+ * grow): the 8-bit activation codes of the widest product input (2048 x
+ * 21504 bytes: 64 MiB) with their scales and sums (2 x 8 MiB), k_mm_h's
+ * f16 activations (128 MiB), the attention partials of a split-kernel
+ * tile (2048 x 32 heads x 512 floats: 256 MiB, GEM_CUDA_MMA=0 or short
+ * tiles; a decode step's 256 splits need 16 MiB), matmul_geglu's unfused
+ * up projection (256 MiB), the 64 MiB weight staging buffer, argmax and
+ * top-k partials, the step buffers, the recorded graphs and an MTP
+ * verification's 16 rows of logits: about 0.8 GiB, held to 1 GiB. A
+ * larger --tile grows the tile-sized parts proportionally. */
+#define CU_WORK_RESERVE ((size_t)1 << 30)
+
 static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     cuda_backend *c = cu_of(b);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);
@@ -159,6 +173,20 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
 static void cu_weight_free(backend *b, be_weight *w) {
     (void)b;
     free_weight(w);
+}
+
+/* What cu_weight allocates for t: f32/f16/bf16 as stored; q8_0/q4_0 as
+ * codes plus f16 scales, the file's bytes split in two; other types
+ * expanded to f16. The driver rounds each allocation up to its page
+ * granularity, which the work reserve absorbs. */
+static uint64_t cu_weight_bytes(backend *b, const gguf_tensor *t) {
+    (void)b;
+    if (t->type == QT_F32 || t->type == QT_F16 || t->type == QT_BF16) return t->n_bytes;
+    if ((t->type == QT_Q8_0 || t->type == QT_Q4_0) && t->ne[0] % 32 == 0) {
+        const uint64_t nblk = t->n_elems / 32;
+        return nblk * (t->type == QT_Q8_0 ? 32 : 16) + nblk * sizeof(__half);
+    }
+    return t->n_elems * sizeof(__half);
 }
 
 /* ------------------------------------------------------------------ */
@@ -470,7 +498,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         return NULL;
     }
     c->gelu_fp16 = o && o->gelu_fp16;
-    c->kv_f16 = o && o->kv_f16;
     backend *b = &c->base;
     b->name = "cuda";
     /* 2048: the 5376-row products of a 31B tile then fill 5 waves of the
@@ -480,6 +507,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->destroy = cu_destroy;
     b->weight = cu_weight;
     b->weight_free = cu_weight_free;
+    b->weight_bytes = cu_weight_bytes;
     b->alloc = cu_alloc;
     b->buf_free = cu_buf_free;
     b->upload = cu_upload;
@@ -506,6 +534,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->scale = cu_scale;
     b->softcap = cu_softcap;
     b->kv_new = cu_kv_new;
+    b->kv_f16 = 1;
+    b->work_reserve = CU_WORK_RESERVE;
     b->kv_free = cu_kv_free;
     b->attention = cu_attention;
     b->kv_bytes = cu_kv_bytes;
