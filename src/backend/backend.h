@@ -78,8 +78,9 @@ struct backend {
     be_weight *(*weight)(backend *b, const gguf_tensor *t, gem_err *err);
     void (*weight_free)(backend *b, be_weight *w);
     /* Optional (NULL: weights stay views of the mapped file, as on the
-     * CPU): bytes of memory `weight` takes for t, so that a model's
-     * resident size is known before it is loaded. */
+     * CPU): bytes of memory `weight` takes for t as the device counts them
+     * (its allocation granularity included), so that a model's resident
+     * size is known before it is loaded. */
     uint64_t (*weight_bytes)(backend *b, const gguf_tensor *t);
 
     be_buf *(*alloc)(backend *b, size_t n_floats, gem_err *err);

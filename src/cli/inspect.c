@@ -107,7 +107,7 @@ static int print_plan(const gguf_file *f, const gemma4_model *m, const char *pat
     uint64_t wb = 0;
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) wb += gguf_tensor_at(f, i)->n_bytes;
     printf("  weights:     %s in the file (CUDA keeps f32/f16/bf16/q8_0/q4_0 as stored, expands other types to f16, "
-           "and reserves 1 GiB of working memory)\n",
+           "rounds allocations to 2 MiB pages and reserves 1.5 GiB of working memory)\n",
            bytes_str(wb, b1, sizeof b1));
     return 0;
 }

@@ -726,8 +726,11 @@ static void *worker_main(void *arg) {
     /* ready before the line that says so: a client (the tests) that waits
      * for it must not be answered "loading" */
     atomic_store(&s->ready, 1);
-    logf_("%s on %s loaded in %.2f s; context %d tokens", gem_engine_profile(s->e), gem_engine_backend(s->e),
-          gem_now_s() - t0, s->n_ctx);
+    const gemma4_kv_plan *plan = gem_engine_kv_plan(s->e);
+    char kvb[32];
+    logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s (--kv-type %s)", gem_engine_profile(s->e),
+          gem_engine_backend(s->e), gem_now_s() - t0, s->n_ctx, gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb),
+          gemma4_kv_type_name(plan->type));
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->head && !atomic_load(&s->stop)) pthread_cond_wait(&s->work, &s->mu);
