@@ -488,8 +488,12 @@ int cli_bench(int argc, char **argv) {
         snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);
         snprintf(peak_js, sizeof peak_js, "%.0f", peak);
     }
-    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s\n", gem_engine_profile(e),
-           gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt);
+    const gemma4_kv_plan *plan = gem_engine_kv_plan(e);
+    char kvb[32];
+    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s; context %d, KV caches %s "
+           "(--kv-type %s)\n",
+           gem_engine_profile(e), gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt, plan->n_ctx,
+           gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(kv_type));
     if (js) {
         /* self-describing: the command, when, on what (commit and file hash
          * are the caller's: bench/ab records both) */
@@ -515,10 +519,11 @@ int cli_bench(int argc, char **argv) {
         sb_puts(&q, ", \"hardware\": ");
         json_quote(hw, strlen(hw), &q);
         fputs(sb_cstr(&q), js);
-        fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"load_s\": %.3f, "
+        fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"n_ctx\": %d, "
+                    "\"kv_bytes\": %llu, \"load_s\": %.3f, "
                     "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %s, \"reps\": %d,\n \"prefill\": [",
-                when, gem_engine_profile(e), gem_engine_backend(e), gemma4_kv_type_name(kv_type), t_load,
-                (unsigned long long)wbytes, peak_js, reps);
+                when, gem_engine_profile(e), gem_engine_backend(e), gemma4_kv_type_name(kv_type), plan->n_ctx,
+                (unsigned long long)plan->kv_bytes, t_load, (unsigned long long)wbytes, peak_js, reps);
         sb_free(&cmd);
         sb_free(&q);
     }

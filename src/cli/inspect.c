@@ -123,7 +123,8 @@ int cli_inspect(int argc, char **argv) {
         if (!strcmp(argv[i], "--keys")) show_keys = 1;
         else if (!strcmp(argv[i], "--tensors")) show_tensors = 1;
         else if (!strcmp(argv[i], "--ctx") || !strcmp(argv[i], "-c")) {
-            if (cli_parse_num(v, 1, 1 << 24, &x) || x != (int)x) return cli_fail("inspect", "bad value for --ctx", v ? v : "");
+            if (cli_parse_num(v, 1, 1 << 24, &x) || x != (int)x)
+                return cli_fail("inspect", "bad value for --ctx", v ? v : "");
             ctx = (int)x;
             i++;
         } else if (!strcmp(argv[i], "--kv-type")) {
@@ -131,7 +132,8 @@ int cli_inspect(int argc, char **argv) {
             kv_given = 1;
             i++;
         } else if (!strcmp(argv[i], "--tile")) {
-            if (cli_parse_num(v, 1, 1 << 16, &x) || x != (int)x) return cli_fail("inspect", "bad value for --tile", v ? v : "");
+            if (cli_parse_num(v, 1, 1 << 16, &x) || x != (int)x)
+                return cli_fail("inspect", "bad value for --tile", v ? v : "");
             tile = (int)x;
             i++;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -144,7 +146,8 @@ int cli_inspect(int argc, char **argv) {
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: gem inspect FILE [--keys] [--tensors] [--ctx N [--kv-type f32|f16|f16-full] [--tile T]]\n");
+        fprintf(stderr,
+                "usage: gem inspect FILE [--keys] [--tensors] [--ctx N [--kv-type f32|f16|f16-full] [--tile T]]\n");
         return 2;
     }
     if (kv_given && ctx < 0) return cli_fail("inspect", "--kv-type plans a context: give --ctx N too", NULL);

@@ -71,7 +71,8 @@ int gemma4_kv_plan_make(const gemma4_profile *p, int n_ctx, gemma4_kv_type t, in
     if (gemma4_is_assistant(p))
         return gem_err_set(err, "%s is an MTP drafter: it keeps no KV caches (it reads its target's)", p->name);
     if (n_ctx < 1) return gem_err_set(err, "a context of %d tokens: the context must be positive", n_ctx);
-    if ((unsigned)t >= GEMMA4_KV_TYPES) return gem_err_set(err, "KV type %d is not one of " GEMMA4_KV_TYPE_CHOICES, (int)t);
+    if ((unsigned)t >= GEMMA4_KV_TYPES)
+        return gem_err_set(err, "KV type %d is not one of " GEMMA4_KV_TYPE_CHOICES, (int)t);
     if (ring_slack < 0 || ring_slack > BE_EXACT_ROWS)
         return gem_err_set(err, "ring slack %d is outside 0..%d", ring_slack, BE_EXACT_ROWS);
     if (tile < 1) return gem_err_set(err, "a prompt tile of %d tokens: the tile must be positive", tile);
@@ -128,9 +129,10 @@ int gemma4_fit_check(const gemma4_kv_plan *plan, uint64_t weights, uint64_t rese
                      const char *where, gem_err *err) {
     const uint64_t need = plan_need(plan, weights, reserve);
     if (need <= free_bytes) return 0;
-    char h[7][32], alt[256] = "";
-    size_t used = 0;
-    /* the other KV types at this context, smallest saving first */
+    char alt[256] = "", h[32];
+    int used = 0;
+    /* the other KV types at this context, smallest saving first: the first
+     * that fits keeps the most precision */
     static const gemma4_kv_type order[] = {GEMMA4_KV_F16_FULL, GEMMA4_KV_F16};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         gemma4_kv_plan o;
@@ -138,31 +140,28 @@ int gemma4_fit_check(const gemma4_kv_plan *plan, uint64_t weights, uint64_t rese
             gemma4_kv_plan_make(plan->profile, plan->n_ctx, order[i], plan->ring_slack, plan->tile, &o, NULL))
             continue;
         const uint64_t n = plan_need(&o, weights, reserve);
-        if (n <= free_bytes && used < sizeof alt) {
-            used += (size_t)snprintf(alt + used, sizeof alt - used, "%s--kv-type %s fits (it needs %s)",
-                                     used ? "; " : "", gemma4_kv_type_name(order[i]), gemma4_human_bytes(n, h[5], sizeof h[5]));
-            break; /* the first that fits keeps the most precision */
-        }
+        if (n > free_bytes) continue;
+        used = snprintf(alt, sizeof alt, "--kv-type %s fits (it needs %s); ", gemma4_kv_type_name(order[i]),
+                        gemma4_human_bytes(n, h, sizeof h));
+        break;
     }
     /* the largest context with this type: only the full-attention caches
      * grow with it */
     const gemma4_kv_kind *full = &plan->kind[GEMMA4_KV_FULL];
-    const uint64_t per_pos = full->layers * kind_bytes(full, 1);
-    const uint64_t fixed = need - full->bytes;
-    if (used < sizeof alt) {
-        if (fixed < free_bytes && per_pos > 0 && (free_bytes - fixed) / per_pos >= 1)
-            snprintf(alt + used, sizeof alt - used, "%s--ctx %" PRIu64 " at most with --kv-type %s", used ? "; " : "",
-                     (free_bytes - fixed) / per_pos, gemma4_kv_type_name(plan->type));
-        else
-            snprintf(alt + used, sizeof alt - used, "%sthe weights and fixed buffers alone need %s", used ? "; " : "",
-                     gemma4_human_bytes(fixed, h[6], sizeof h[6]));
-    }
+    const uint64_t per_pos = full->layers * kind_bytes(full, 1), fixed = need - full->bytes;
+    if (fixed < free_bytes && per_pos > 0 && (free_bytes - fixed) / per_pos >= 1)
+        snprintf(alt + used, sizeof alt - (size_t)used, "--ctx %" PRIu64 " at most with --kv-type %s",
+                 (free_bytes - fixed) / per_pos, gemma4_kv_type_name(plan->type));
+    else
+        snprintf(alt + used, sizeof alt - (size_t)used, "the weights and fixed buffers alone need %s",
+                 gemma4_human_bytes(fixed, h, sizeof h));
+    char hn[32], hw[32], hk[32], ha[32], hr[32], hf[32];
     return gem_err_set(err,
                        "a context of %d tokens with --kv-type %s does not fit: it needs %s (%" PRIu64
                        " bytes: weights %s, KV caches %s, activations %s, working reserve %s) and %s has %s "
                        "(%" PRIu64 " bytes) free; %s",
-                       plan->n_ctx, gemma4_kv_type_name(plan->type), gemma4_human_bytes(need, h[0], sizeof h[0]), need,
-                       gemma4_human_bytes(weights, h[1], sizeof h[1]), gemma4_human_bytes(plan->kv_bytes, h[2], sizeof h[2]),
-                       gemma4_human_bytes(plan->act_bytes, h[3], sizeof h[3]), gemma4_human_bytes(reserve, h[4], sizeof h[4]), where,
-                       gemma4_human_bytes(free_bytes, h[5], sizeof h[5]), free_bytes, alt);
+                       plan->n_ctx, gemma4_kv_type_name(plan->type), gemma4_human_bytes(need, hn, sizeof hn), need,
+                       gemma4_human_bytes(weights, hw, sizeof hw), gemma4_human_bytes(plan->kv_bytes, hk, sizeof hk),
+                       gemma4_human_bytes(plan->act_bytes, ha, sizeof ha), gemma4_human_bytes(reserve, hr, sizeof hr),
+                       where, gemma4_human_bytes(free_bytes, hf, sizeof hf), free_bytes, alt);
 }

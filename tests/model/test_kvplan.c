@@ -47,7 +47,9 @@ static uint64_t n_full(const shape *s) {
 }
 
 /* Bytes of keys and values: slots x heads x dims x 2 (K, V) x entry size. */
-static uint64_t kv(uint64_t slots, uint64_t heads, uint64_t dims, int f16) { return slots * heads * dims * 2 * (f16 ? 2 : 4); }
+static uint64_t kv(uint64_t slots, uint64_t heads, uint64_t dims, int f16) {
+    return slots * heads * dims * 2 * (f16 ? 2 : 4);
+}
 
 static void test_pinned(void) {
     gem_err err = {{0}};
@@ -79,8 +81,9 @@ static void test_pinned(void) {
                 CHECK(sw->f16 == f16_swa && fu->f16 == f16_full);
                 CHECKF(sw->layer_bytes == ring && sw->bytes == ns * ring, "%s %s: ring %" PRIu64 " (want %" PRIu64 ")",
                        s->name, gemma4_kv_type_name((gemma4_kv_type)t), sw->layer_bytes, ring);
-                CHECKF(fu->layer_bytes == full && fu->bytes == nf * full, "%s %s at %" PRIu64 ": full %" PRIu64
-                       " (want %" PRIu64 ")", s->name, gemma4_kv_type_name((gemma4_kv_type)t), ctx, fu->layer_bytes, full);
+                CHECKF(fu->layer_bytes == full && fu->bytes == nf * full,
+                       "%s %s at %" PRIu64 ": full %" PRIu64 " (want %" PRIu64 ")", s->name,
+                       gemma4_kv_type_name((gemma4_kv_type)t), ctx, fu->layer_bytes, full);
                 CHECKF(plan.kv_bytes == ns * ring + nf * full, "%s %s at %" PRIu64 ": %" PRIu64 " bytes", s->name,
                        gemma4_kv_type_name((gemma4_kv_type)t), ctx, plan.kv_bytes);
                 if (!ci && t == GEMMA4_KV_F32) CHECK(plan.kv_bytes == f32_128k[si]);
