@@ -27,8 +27,10 @@ const char *cli_version(void);
  * out of range). */
 int cli_parse_num(const char *s, double lo, double hi, double *out);
 
-/* "--kv-type" values: "f32" -> 0, "f16" -> 1; -1 for anything else. */
-int cli_parse_kv_type(const char *s);
+/* --kv-type's value v (f32, f16, f16-full: gemma4_kvplan.h) into *out;
+ * -1 for anything else, after "gem CMD: error: --kv-type wants f32, f16 or
+ * f16-full, not 'V'" on stderr. */
+int cli_kv_type_arg(const char *cmd, const char *v, gemma4_kv_type *out);
 
 /* The speculative-decoding options run, chat, serve and bench share
  * (docs/cli.md): --mtp FILE, --no-mtp, --draft-max N, --draft-min N,

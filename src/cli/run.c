@@ -66,7 +66,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
-            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16] [--cpu-ref]\n"
+            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16|f16-full] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
             "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
@@ -166,13 +166,7 @@ int cli_run(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (cli_parse_num(v, 1, 1 << 24, &x)) goto bad; eo.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
-        else if (!strcmp(a, "--kv-type")) {
-            if ((eo.kv_f16 = cli_parse_kv_type(v)) < 0) {
-                fprintf(stderr, "gem run: error: --kv-type wants f32 or f16, not '%s'\n", v ? v : "");
-                return 2;
-            }
-            i++;
-        }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("run", v, &eo.kv_type)) return 2; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
         else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;
         else if (!strcmp(a, "--chat")) chat = 1;

@@ -21,8 +21,10 @@ static const char help[] =
     "  --host ADDR           address to bind (default 127.0.0.1; 0.0.0.0 for every interface)\n"
     "  --port N              TCP port (default 8080; 0: a free one, named on stderr)\n"
     "  --backend cpu|cuda    compute backend (default cpu)\n"
-    "  --kv-type f32|f16     KV cache entries (f16: CUDA only; default f32)\n"
-    "  -c, --ctx N           context tokens (default 4096, at most the model's trained context)\n"
+    "  --kv-type T           KV cache entries: f32 (default), f16, or f16-full (sliding layers' rings f32,\n"
+    "                        the full-attention caches f16); f16 and f16-full: CUDA only\n"
+    "  -c, --ctx N           context tokens (default 4096, at most the model's trained context; refused\n"
+    "                        before loading when its KV plan does not fit: gem inspect FILE --ctx N)\n"
     "  -t, --threads N       CPU threads (default: the cores)\n"
     "  --api-key KEY         require 'Authorization: Bearer KEY' on every route but /health\n"
     "  --api-key-file FILE   the key from FILE (its first line), not visible in ps\n"
@@ -56,7 +58,7 @@ static const char help[] =
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
+            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16|f16-full]\n"
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
             "                 [--max-body BYTES] [--alias NAME]\n"
@@ -98,7 +100,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) { bad = !v || !*v; o.host = v; i++; }
         else if (!strcmp(a, "--port")) { bad = cli_parse_num(v, 0, 65535, &x) || x != (int)x; o.port = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { bad = !v; o.backend = v; i++; }
-        else if (!strcmp(a, "--kv-type")) { bad = (o.kv_f16 = cli_parse_kv_type(v)) < 0; i++; }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("serve", v, &o.kv_type)) return 2; i++; }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x) || x != (int)x; o.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x) || x != (int)x; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }

@@ -16,8 +16,46 @@
 
 #include "engine/engine_impl.h"
 #include "util/clock.h"
+#include "util/sysmem.h"
 
 #define BATCH_WAIT_S 0.002
+
+/* Resident bytes of a model's tensors on backend b (0 where weights stay
+ * views of the mapped file). */
+static uint64_t weights_resident(backend *b, const gguf_file *f) {
+    uint64_t n = 0;
+    if (!b->weight_bytes || !f) return 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) n += b->weight_bytes(b, gguf_tensor_at(f, i));
+    return n;
+}
+
+/* The plan against the memory free now, before anything is loaded: on a
+ * device its free memory holds the weights (target and drafter), the plan
+ * and the backend's work reserve; on the host the plan and reserve must
+ * fit MemAvailable, while the weights stay in the mapped file, whose pages
+ * the kernel reads in and evicts as it needs (a model larger than memory
+ * runs, slowly) and so are not counted. Without a way to know (no
+ * /proc/meminfo) the check is skipped: the allocations themselves then
+ * fail with their own message. */
+static int engine_fit_check(gem_engine *e, const gem_engine_opts *o, gem_err *err) {
+    backend *b = e->be;
+    const int device = b->mem_free != NULL;
+    uint64_t free_b = o->mem_free;
+    if (!free_b) {
+        if (device) free_b = b->mem_free(b);
+        else if (sysmem_available(&free_b)) return 0;
+    }
+    const uint64_t weights = device ? weights_resident(b, e->file) + weights_resident(b, e->mtp_file) : 0;
+    /* every session the caller will make keeps its own caches; the tile
+     * buffers are shared (gemma4_core) */
+    gemma4_kv_plan all = e->plan;
+    const int n = o->sessions > 1 ? o->sessions : 1;
+    all.kv_bytes *= (uint64_t)n;
+    if (gemma4_fit_check(&all, weights, b->work_reserve, free_b, device ? "the GPU" : "this machine (MemAvailable)",
+                         err))
+        return n > 1 ? gem_err_wrap(err, "%d sessions", n) : -1;
+    return 0;
+}
 
 gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     gem_engine *e = calloc(1, sizeof *e);
@@ -46,26 +84,24 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
         if (gemma4_pair_check(e->model, e->mtp, err)) goto fail;
     }
     if (!(e->tok = tok_load(e->file, err))) goto fail;
-    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama, o->kv_f16};
+    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama};
     if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
     if (e->mtp && (!e->be->rows_exact || !e->be->attention_cached)) {
         gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
                     e->be->name);
         goto fail;
     }
-    int64_t trained = 0;
-    int64_t k = gguf_find_key(e->file, "gemma4.context_length");
-    if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
-    /* an asked-for context past the trained one is refused (the model's
-     * positions beyond it were never trained); the default is capped */
-    if (trained > 0 && o->n_ctx > trained) {
-        gem_err_set(err, "a context of %d exceeds the model's trained context of %lld (%s)", o->n_ctx,
-                    (long long)trained, o->model_path);
+    if (gemma4_ctx_resolve(o->n_ctx, gemma4_trained_ctx(e->file, e->model->profile), o->model_path, &e->n_ctx, err))
+        goto fail;
+    e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
+    if (gemma4_kv_plan_make(e->model->profile, e->n_ctx, o->kv_type, gemma4_ring_slack(e->be), e->tile, &e->plan, err))
+        goto fail;
+    if (!e->be->kv_f16 && (e->plan.kind[GEMMA4_KV_SLIDING].f16 || e->plan.kind[GEMMA4_KV_FULL].f16)) {
+        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                    gemma4_kv_type_name(o->kv_type), e->be->name);
         goto fail;
     }
-    e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
-    if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
-    e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
+    if (engine_fit_check(e, o, err)) goto fail;
     e->layers = o->layers;
     e->turn_id = tok_find(e->tok, "<|turn>", 7);
     /* batched steps: the backend's row-exact rows (a session's answer must
@@ -103,6 +139,7 @@ const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
 const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
 size_t gem_engine_mem_used(const gem_engine *e) { return e->be->mem_used ? e->be->mem_used(e->be) : 0; }
 int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
+const gemma4_kv_plan *gem_engine_kv_plan(const gem_engine *e) { return &e->plan; }
 const char *gem_engine_mtp(const gem_engine *e) { return e->mtp ? e->mtp->profile->name : NULL; }
 
 void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max) {
@@ -127,13 +164,13 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
         return NULL;
     }
     gate_enter(e, 0); /* allocations beside other sessions' work */
-    if (!e->core && !(e->core = gemma4_core_new(e->model, e->be, e->tile, e->layers, err))) {
+    if (!e->core && !(e->core = gemma4_core_new(e->model, e->be, &e->plan, e->layers, err))) {
         gate_leave(e);
         free(s->logits);
         free(s);
         return NULL;
     }
-    s->st = gemma4_state_on(e->core, e->n_ctx, err);
+    s->st = gemma4_state_on(e->core, &e->plan, err);
     int bad = !s->st || spec_session_init(s, err);
     if (!bad) e->n_sessions++;
     gate_leave(e);

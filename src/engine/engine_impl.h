@@ -30,6 +30,7 @@ struct gem_engine {
     tok *tok;
     backend *be;
     int n_ctx, tile;
+    gemma4_kv_plan plan; /* what a session allocates (gem_engine_open checked it fits) */
     int layers; /* gem_engine_opts.layers */
     int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
     gguf_file *mtp_file; /* the MTP drafter (gem_engine_opts.mtp_path), or NULL */

@@ -14,6 +14,7 @@
  * pairs move). Attention scale is 1.0. */
 #include "model/gemma4_run.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,6 +75,31 @@ struct gemma4_state {
     be_graph *vgraph[BE_EXACT_ROWS + 1]; /* a recorded verification per row count */
 };
 
+int gemma4_ring_slack(const backend *b) { return b->rows_exact ? BE_EXACT_ROWS : 0; }
+
+be_kv *gemma4_kv_alloc(const gemma4_kv_plan *plan, backend *b, uint32_t il, gem_err *err) {
+    const gemma4_kv_kind *k = gemma4_kv_plan_kind(plan, il);
+    if (k->f16 && !b->kv_f16) {
+        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                    gemma4_kv_type_name(plan->type), b->name);
+        return NULL;
+    }
+    be_kv *kv = b->kv_new(b, (int)k->n_kv_head, (int)k->head_dim, (int)k->capacity, k->ring,
+                          k->f16 ? BE_KV_F16 : BE_KV_F32, err);
+    if (!kv) {
+        gem_err_wrap(err, "layer %u's %s cache", il, k->ring ? "sliding" : "full-attention");
+        return NULL;
+    }
+    const uint64_t held = b->kv_bytes(b, kv, (int)k->capacity);
+    if (held != k->layer_bytes) {
+        b->kv_free(b, kv);
+        gem_err_set(err, "internal: backend '%s' holds %" PRIu64 " bytes for layer %u's cache, the KV plan %" PRIu64,
+                    b->name, held, il, k->layer_bytes);
+        return NULL;
+    }
+    return kv;
+}
+
 static be_weight *up_w(gemma4_core *c, const gguf_tensor *t, gem_err *err) {
     return t ? c->b->weight(c->b, t, err) : NULL;
 }
@@ -100,9 +126,24 @@ void gemma4_core_free(gemma4_core *c) {
     free(c);
 }
 
-gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, int max_tile, int layers, gem_err *err) {
+/* A plan for model m's profile and backend b's ring slack, or -1 with err. */
+static int plan_fits(const gemma4_kv_plan *plan, const gemma4_model *m, const backend *b, gem_err *err) {
+    if (plan->profile != m->profile)
+        return gem_err_set(err, "internal: a KV plan for %s given to a %s model", plan->profile->name,
+                           m->profile->name);
+    /* a row-exact backend verifies drafts: its rings need BE_EXACT_ROWS
+     * slots beyond the window (gemma4_spec_init) */
+    if (plan->ring_slack != gemma4_ring_slack(b))
+        return gem_err_set(err, "internal: a KV plan with rings of window + %d slots for backend '%s', which needs + %d",
+                           plan->ring_slack, b->name, gemma4_ring_slack(b));
+    return 0;
+}
+
+gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                             gem_err *err) {
     const gemma4_profile *p = m->profile;
-    if (max_tile < 1) max_tile = 1;
+    if (plan_fits(plan, m, b, err)) return NULL;
+    const int max_tile = plan->tile;
     gemma4_core *c = calloc(1, sizeof *c);
     if (!c) {
         gem_err_set(err, "out of memory");
@@ -128,13 +169,13 @@ gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, int max_tile, in
 #undef UP
         if (g->attn_v && !(l->v = up_w(c, g->attn_v, err))) goto fail;
     }
-    size_t T = (size_t)max_tile, H = p->n_embd, F = p->n_ff, D = GEMMA4_HEAD_DIM_FULL;
-    size_t qw = p->n_head * D, kw = (p->n_head_kv_swa > p->n_head_kv_full ? p->n_head_kv_swa : p->n_head_kv_full) * D;
-    if (!(c->h = b->alloc(b, T * H, err)) || !(c->a = b->alloc(b, T * H, err)) || !(c->q = b->alloc(b, T * qw, err)) ||
-        !(c->k = b->alloc(b, T * kw, err)) || !(c->v = b->alloc(b, T * kw, err)) ||
-        !(c->att = b->alloc(b, T * qw, err)) || !(c->o = b->alloc(b, T * H, err)) ||
-        !(c->act = b->alloc(b, T * F, err)) || !(c->down = b->alloc(b, T * H, err)))
-        goto fail;
+    /* the tile's shared buffers (the plan's G4T_H..G4T_DOWN; each state
+     * keeps the rest) */
+    size_t fl[G4T_COUNT];
+    gemma4_tile_floats(p, plan->tile, fl);
+    be_buf **bufs[] = {&c->h, &c->a, &c->q, &c->k, &c->v, &c->att, &c->o, &c->act, &c->down};
+    for (int i = 0; i <= G4T_DOWN; i++)
+        if (!(*bufs[i] = b->alloc(b, fl[i], err))) goto fail;
     return c;
 oom:
     gem_err_set(err, "out of memory");
@@ -163,12 +204,13 @@ void gemma4_state_free(gemma4_state *s) {
     free(s);
 }
 
-gemma4_state *gemma4_state_on(gemma4_core *c, int n_ctx, gem_err *err) {
+gemma4_state *gemma4_state_on(gemma4_core *c, const gemma4_kv_plan *plan, gem_err *err) {
     const gemma4_model *m = c->m;
     const gemma4_profile *p = m->profile;
     backend *b = c->b;
-    if (n_ctx < 1) {
-        gem_err_set(err, "context size must be positive");
+    if (plan_fits(plan, m, b, err)) return NULL;
+    if (plan->tile != c->max_tile) {
+        gem_err_set(err, "internal: a KV plan with tiles of %d for a core of %d", plan->tile, c->max_tile);
         return NULL;
     }
     gemma4_state *s = calloc(1, sizeof *s);
@@ -181,7 +223,7 @@ gemma4_state *gemma4_state_on(gemma4_core *c, int n_ctx, gem_err *err) {
     s->m = m;
     s->b = b;
     s->top = -1;
-    s->n_ctx = n_ctx;
+    s->n_ctx = plan->n_ctx;
     s->max_tile = c->max_tile;
     s->n_run = c->n_run;
     s->embd = c->embd;
@@ -190,31 +232,24 @@ gemma4_state *gemma4_state_on(gemma4_core *c, int n_ctx, gem_err *err) {
     s->L = c->L;
     s->h = c->h, s->a = c->a, s->q = c->q, s->k = c->k, s->v = c->v;
     s->att = c->att, s->o = c->o, s->act = c->act, s->down = c->down;
-    for (uint32_t il = 0; il < p->n_layer; il++) {
-        const gemma4_layer *g = &m->layers[il];
-        /* a row-exact backend can verify drafts: its rings keep
-         * BE_EXACT_ROWS slots beyond the window (gemma4_spec_init) */
-        int cap = g->is_full ? n_ctx : (int)p->window + (b->rows_exact ? BE_EXACT_ROWS : 0);
-        if (!(s->kv[il] = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, cap, !g->is_full, err))) goto fail;
-    }
-    const size_t H = p->n_embd;
-    if (!(s->last = b->alloc(b, (size_t)c->max_tile * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
-        !(s->best = b->alloc(b, 1, err)) || !(s->topk = b->alloc(b, 2 * BE_TOPK_MAX, err)))
-        goto fail;
+    for (uint32_t il = 0; il < p->n_layer; il++)
+        if (!(s->kv[il] = gemma4_kv_alloc(plan, b, il, err))) goto fail;
+    size_t fl[G4T_COUNT];
+    gemma4_tile_floats(p, plan->tile, fl);
+    be_buf **bufs[] = {&s->last, &s->logits, &s->best, &s->topk};
+    for (int i = G4T_LAST; i < G4T_COUNT; i++)
+        if (!(*bufs[i - G4T_LAST] = b->alloc(b, fl[i], err))) goto fail;
     return s;
 fail:
     gemma4_state_free(s);
     return NULL;
 }
 
-gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers, gem_err *err) {
-    if (n_ctx < 1) {
-        gem_err_set(err, "context size must be positive");
-        return NULL;
-    }
-    gemma4_core *c = gemma4_core_new(m, b, max_tile, layers, err);
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                               gem_err *err) {
+    gemma4_core *c = gemma4_core_new(m, b, plan, layers, err);
     if (!c) return NULL;
-    gemma4_state *s = gemma4_state_on(c, n_ctx, err);
+    gemma4_state *s = gemma4_state_on(c, plan, err);
     if (!s) {
         gemma4_core_free(c);
         return NULL;

@@ -799,13 +799,14 @@ static void *worker_main(void *arg) {
     gem_engine_opts eo = {0};
     eo.model_path = s->o.model_path;
     eo.backend = s->o.backend;
-    eo.kv_f16 = s->o.kv_f16;
+    eo.kv_type = s->o.kv_type;
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
     eo.mtp_path = s->o.mtp_path;
     gem_err err = {{0}};
     double t0 = gem_now_s();
     const int n = s->o.parallel > 0 ? s->o.parallel : 1;
+    eo.sessions = n; /* the capacity check counts every slot's caches */
     s->e = gem_engine_open(&eo, &err);
     slot *slots = s->e ? calloc((size_t)n, sizeof *slots) : NULL;
     if (s->e && !slots) gem_err_set(&err, "out of memory");
@@ -844,10 +845,13 @@ static void *worker_main(void *arg) {
      * for it must not be answered "loading" */
     atomic_store(&s->ready, 1);
     const size_t mem = gem_engine_mem_used(s->e);
-    char memtxt[64] = "";
+    const gemma4_kv_plan *plan = gem_engine_kv_plan(s->e);
+    char memtxt[64] = "", kvb[32];
     if (mem) snprintf(memtxt, sizeof memtxt, "; %.2f GiB of device memory", (double)mem / (1 << 30));
-    logf_("%s on %s loaded in %.2f s; context %d tokens; %d slot%s%s", gem_engine_profile(s->e), gem_engine_backend(s->e),
-          gem_now_s() - t0, s->n_ctx, n, n > 1 ? "s" : "", memtxt);
+    logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s per slot (--kv-type %s); %d slot%s%s",
+          gem_engine_profile(s->e), gem_engine_backend(s->e), gem_now_s() - t0, s->n_ctx,
+          gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(plan->type), n, n > 1 ? "s" : "",
+          memtxt);
     pthread_mutex_lock(&s->mu);
     dispatch(s); /* jobs that arrived while the slots were made */
     pthread_mutex_unlock(&s->mu);

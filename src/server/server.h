@@ -5,13 +5,15 @@
 
 #include <stddef.h>
 
+#include "model/gemma4_kvplan.h"
+
 typedef struct {
     const char *model_path;
     const char *alias;      /* the model id clients see; NULL: the file's base name */
     const char *host;       /* "127.0.0.1" */
     int port;               /* 0: any free port (the log line names it) */
     const char *backend;    /* "cpu" */
-    int kv_f16;             /* --kv-type f16 */
+    gemma4_kv_type kv_type; /* --kv-type */
     int n_ctx, threads;
     const char *api_key;    /* NULL: no authentication */
     const char *cors;       /* Access-Control-Allow-Origin, or NULL */

@@ -233,15 +233,18 @@ static void test_step_seqs(const char *path) {
     backend_opts bo = {0};
     backend *b = m ? backend_create(backend_name(), &bo, &err) : NULL;
     CHECKF(b != NULL, "%s", err.msg);
-    gemma4_core *c = b ? gemma4_core_new(m, b, 32, 0, &err) : NULL;
+    gemma4_kv_plan plan;
+    gemma4_core *c = b && !gemma4_kv_plan_make(m->profile, 256, GEMMA4_KV_F32, gemma4_ring_slack(b), 32, &plan, &err)
+                         ? gemma4_core_new(m, b, &plan, 0, &err)
+                         : NULL;
     CHECKF(c != NULL, "%s", err.msg);
     enum { NS = 5 };
     gemma4_state *a[NS] = {0}, *z[NS] = {0}; /* batched, and alone */
     float *la = malloc(GEMMA4_N_VOCAB * sizeof(float)), *lz = malloc(GEMMA4_N_VOCAB * sizeof(float));
     int ok = c && la && lz;
     for (int i = 0; ok && i < NS; i++) {
-        a[i] = gemma4_state_on(c, 256, &err);
-        z[i] = gemma4_state_on(c, 256, &err);
+        a[i] = gemma4_state_on(c, &plan, &err);
+        z[i] = gemma4_state_on(c, &plan, &err);
         ok = a[i] && z[i];
         int32_t ids[120];
         const int n = 20 + 23 * i; /* 20..112: the later ones past the window */

@@ -14,7 +14,10 @@
  *    session length;
  *  - a drafter that does not fit, or a drafter given as the model, is
  *    refused with a message naming the field or the file.
- * GEM_TEST_BACKEND selects the backend (the CPU by default). */
+ * GEM_TEST_BACKEND selects the backend (the CPU by default), GEM_TEST_KV_TYPE
+ * the KV type (f32 by default; tests/cuda/run.sh runs f16-full on the GPU:
+ * the verification tiles and checkpoints over f32 rings beside f16 full
+ * caches must still reproduce plain decoding bit for bit). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,12 @@
 static const char *backend_name(void) {
     const char *b = getenv("GEM_TEST_BACKEND");
     return b && *b ? b : "cpu";
+}
+
+/* GEM_TEST_KV_TYPE, f32 when unset; -1 for a value that is no KV type. */
+static int kv_type_env(void) {
+    const char *t = getenv("GEM_TEST_KV_TYPE");
+    return gemma4_kv_type_parse(t && *t ? t : "f32");
 }
 
 typedef struct {
@@ -69,6 +78,7 @@ static int on_poll_p(void *ctx) {
 static gem_engine *open_engine(const char *model, const char *mtp, int n_ctx, gem_err *err) {
     gem_engine_opts eo = {0};
     eo.backend = backend_name();
+    eo.kv_type = (gemma4_kv_type)kv_type_env();
     eo.model_path = model;
     eo.mtp_path = mtp;
     eo.n_ctx = n_ctx;
@@ -96,6 +106,10 @@ static int synth(const char *profile, uint64_t seed, const char *path) {
 }
 
 int main(void) {
+    if (kv_type_env() < 0) {
+        fprintf(stderr, "test_spec: GEM_TEST_KV_TYPE wants " GEMMA4_KV_TYPE_CHOICES "\n");
+        return 2;
+    }
     char model[] = "/tmp/gem-spec-XXXXXX", asst[] = "/tmp/gem-spec-a-XXXXXX", other[] = "/tmp/gem-spec-d-XXXXXX";
     if (test_tmp_file(model) || test_tmp_file(asst) || test_tmp_file(other)) return 1;
     if (synth("gemma4-tiny", 42, model) || synth("gemma4-tiny-assistant", 43, asst) ||

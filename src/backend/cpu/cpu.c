@@ -332,8 +332,11 @@ static void cpu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, i
 
 /* ---- KV cache and attention ---- */
 
-static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
-    (void)b;
+static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err) {
+    if (type != BE_KV_F32) {
+        gem_err_set(err, "backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)", b->name);
+        return NULL;
+    }
     be_kv *kv = calloc(1, sizeof *kv);
     size_t n = (size_t)capacity * n_kv_head * d;
     if (kv) {
@@ -589,10 +592,6 @@ static void cpu_destroy(backend *b) {
 }
 
 backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
-    if (o && o->kv_f16) {
-        gem_err_set(err, "--kv-type f16: the CPU backend keeps its KV cache in f32 (f16 is a CUDA option)");
-        return NULL;
-    }
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) {
         gem_err_set(err, "out of memory");
@@ -631,6 +630,11 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->scale = cpu_scale;
     b->softcap = cpu_softcap;
     b->kv_new = cpu_kv_new;
+    b->kv_f16 = 0; /* f32 entries only: the kernels read float rows */
+    /* the scratch that grows lazily: matmul_geglu's up projection (tile x
+     * ffn floats: 5.5 MB for the 31B at the CPU's tile of 64) and the
+     * quantized activations (a byte per value and a scale per 32) */
+    b->work_reserve = (size_t)64 << 20;
     b->kv_free = cpu_kv_free;
     b->attention = cpu_attention;
     b->attention_cached = cpu_attention_cached;

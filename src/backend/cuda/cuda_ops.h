@@ -52,7 +52,7 @@ void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, in
                          int d, int window, be_buf *out);
 
 /* cuda_attn_prefill.cu: the KV caches */
-be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
+be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err);
 void cu_kv_free(backend *b, be_kv *kv);
 size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
 void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst);
