@@ -9,7 +9,7 @@ for White_Space). The pinned reference's tables are Unicode 15.1, Debian 12
 ships 15.0: the 15.1 additions are listed below (from the 15.1 release
 notes: 627 code points, CJK Extension I and five ideographic description
 characters) so the table matches the reference exactly;
-tools/ref_unicode_check.sh verifies that against the reference library.
+tools/ref_unicode_check.sh checks the table against the reference library.
 
 usage: gen_unicode_tab.py [UCD_DIR] > src/tok/unicode_tab.c
 """
