@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 #include "test.h"
 #include "tok/tok.h"
 #include "tok/vectors.h"
@@ -179,6 +180,61 @@ static void test_linear(const tok *t) {
     free(buf);
 }
 
+/* A gpt2 vocabulary of a few tokens: pre names the pre-tokenizer (NULL:
+ * no key), with_merges adds the merge "a b". */
+static int write_vocab(const char *path, const char *pre, int with_merges) {
+    gem_err err = {{0}};
+    const char *texts[3] = {"a", "b", "ab"}, *merges[1] = {"a b"};
+    gguf_writer *w = gguf_writer_new(32);
+    FILE *fp = fopen(path, "wb");
+    int rc = !w || !fp || gguf_w_str(w, "tokenizer.ggml.model", "gpt2", &err) ||
+             (pre && gguf_w_str(w, "tokenizer.ggml.pre", pre, &err)) ||
+             gguf_w_arr_str(w, "tokenizer.ggml.tokens", texts, 3, &err) ||
+             (with_merges && gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1, &err)) ||
+             gguf_writer_begin(w, fp, &err) || gguf_writer_finish(w, fp, &err);
+    if (fp) fclose(fp);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* What the loader refuses, by name; a tiny vocabulary merges and falls
+ * back to what exists (bytes without a token are dropped, as the
+ * reference drops them). */
+static void test_loader(void) {
+    const char *path = "build/test-tok-bbpe-vocab.gguf";
+    const struct {
+        const char *pre;
+        int merges;
+        const char *msg;
+    } bad[] = {
+        {"llama3", 1, "pre-tokenizer 'llama3' is not supported (gem supports qwen35)"},
+        {NULL, 1, "pre-tokenizer '' is not supported"},
+        {"qwen35", 0, "a gpt2 tokenizer needs tokenizer.ggml.merges"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gem_err err = {{0}};
+        CHECK(write_vocab(path, bad[i].pre, bad[i].merges) == 0);
+        gguf_file *f = gguf_open(path, &err);
+        tok *t = f ? tok_load(f, &err) : NULL;
+        CHECKF(!t && strstr(err.msg, bad[i].msg), "got '%s'", err.msg);
+        tok_free(t);
+        gguf_close(f);
+    }
+    gem_err err = {{0}};
+    CHECK(write_vocab(path, "qwen35", 1) == 0);
+    gguf_file *f = gguf_open(path, &err);
+    tok *t = f ? tok_load(f, &err) : NULL;
+    CHECKF(t != NULL, "%s", err.msg);
+    if (t) {
+        CHECK(ids_eq(t, "ab", 0, 0, (int32_t[]){2}, 1));
+        CHECK(ids_eq(t, "ba", 0, 0, (int32_t[]){1, 0}, 2));
+        CHECK(ids_eq(t, "a c", 0, 0, (int32_t[]){0}, 1)); /* " c" has no tokens at all */
+        tok_free(t);
+    }
+    gguf_close(f);
+    remove(path);
+}
+
 int main(int argc, char **argv) {
     const char *vocab = argc > 1 ? argv[1] : VOCAB;
     gem_err err = {{0}};
@@ -200,6 +256,7 @@ int main(int argc, char **argv) {
     }
     test_detok(t);
     test_linear(t);
+    test_loader();
     tok_free(t);
     gguf_close(f);
     return test_report("test_tok_bbpe");
