@@ -112,7 +112,7 @@ static size_t qwen35_next(const unsigned char *s, size_t n, size_t pos) {
 
 size_t pretok_next(pretok_kind k, const char *s, size_t n, size_t pos) {
     switch (k) {
-    case PRETOK_QWEN35: break;
+    case PRETOK_QWEN35:
+    default: return qwen35_next((const unsigned char *)s, n, pos);
     }
-    return qwen35_next((const unsigned char *)s, n, pos);
 }

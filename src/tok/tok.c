@@ -384,7 +384,7 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         char ch = (char)c;
         t->ascii_id[c] = tok_find(t, &ch, 1);
     }
-    if (kind == TOK_MODEL_BBPE && tok_bbpe_init(t, err)) goto fail;
+    if (kind == TOK_MODEL_BBPE) tok_bbpe_init(t);
     return t;
 oom:
     gem_err_set(err, "out of memory loading the tokenizer");

@@ -41,8 +41,7 @@ static int cp_to_byte(uint32_t cp) {
     return 0xad;
 }
 
-int tok_bbpe_init(tok *t, gem_err *err) {
-    (void)err;
+void tok_bbpe_init(tok *t) {
     for (unsigned b = 0; b < 256; b++) {
         char u[4];
         size_t n = tok_encode_cp(byte_to_cp(b), u);
@@ -50,7 +49,6 @@ int tok_bbpe_init(tok *t, gem_err *err) {
         t->byte_fb[b][0] = t->byte_fb[b][1] = -1;
         for (size_t k = 0; k < n && k < 2; k++) t->byte_fb[b][k] = tok_find(t, u + k, 1);
     }
-    return 0;
 }
 
 static int emit_fallback(const tok *t, const unsigned char *w, int32_t n, tok_ids *out) {

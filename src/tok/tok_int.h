@@ -80,7 +80,7 @@ size_t tok_encode_cp(uint32_t cp, char *o);
  * the bytes a NORMAL token's text stands for. */
 int tok_spm_encode(const tok *t, const char *text, size_t len, bpe_scratch *s, tok_ids *out);
 void tok_spm_normal_piece(const char *text, size_t len, strbuf *out);
-int tok_bbpe_init(tok *t, gem_err *err);
+void tok_bbpe_init(tok *t); /* byte_sym and byte_fb, once the token table exists */
 int tok_bbpe_encode(const tok *t, const char *text, size_t len, bpe_scratch *s, tok_ids *out);
 void tok_bbpe_normal_piece(const char *text, size_t len, strbuf *out);
 
