@@ -246,7 +246,7 @@ int cli_run(int argc, char **argv) {
         json_set(m, "content", json_new_str(prompt, strlen(prompt)));
         json_push(msgs, m);
         strbuf text = {0};
-        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>"};
+        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>", CHAT_FORMAT_GEMMA4};
         int r = chat_render(&ro, &text, &err);
         json_free(msgs);
         if (r || tok_encode(tk, text.p, text.len, 0, 1, &enc)) {

@@ -7,7 +7,10 @@
  * position and takes the last value (what JavaScript's JSON.parse does, so
  * templates rendered from parsed requests agree with JS Jinja engines).
  * Numbers are doubles, with `is_int` recording an integral value in the
- * int64 range. Strings may hold NUL bytes (len is authoritative). */
+ * int64 range; a parsed number also keeps its literal (str) and whether it
+ * was written with a fraction or exponent (num_frac), so a renderer can
+ * print it as another language's parser read it. Strings may hold NUL
+ * bytes (len is authoritative). */
 #ifndef GEM_UTIL_JSON_H
 #define GEM_UTIL_JSON_H
 
@@ -27,7 +30,9 @@ struct json {
     int boolean;
     double num;
     int is_int;       /* num is integral and fits int64 */
-    char *str;        /* JSON_STRING: NUL-terminated, len bytes */
+    int num_frac;     /* parsed number written with '.', 'e' or 'E' */
+    char *str;        /* JSON_STRING: NUL-terminated, len bytes; parsed
+                         JSON_NUMBER: its literal (NULL when built) */
     size_t len;       /* string bytes, or array/object element count */
     json **items;     /* array elements / object values */
     char **keys;      /* object keys (NUL-terminated) */
@@ -60,6 +65,14 @@ void json_dump(const json *v, strbuf *out);
 /* A JavaScript-style number rendering: integers without a fraction,
  * otherwise the shortest round-trip digits (what String(n) gives). */
 void json_num_js(double d, strbuf *out);
+/* Python's renderings of what json.loads returns (what Jinja templates
+ * rendered by transformers print): json_dump_py is json.dumps with its
+ * default separators (", ", ": ") and ensure_ascii=False; json_str_py is
+ * str() of a scalar (True, None, 1.0) and json.dumps of a container;
+ * json_num_py is repr() of a float. */
+void json_dump_py(const json *v, strbuf *out);
+void json_str_py(const json *v, strbuf *out);
+void json_num_py(double d, strbuf *out);
 /* Appends s as a JSON string literal with quotes. */
 void json_quote(const char *s, size_t n, strbuf *out);
 

@@ -36,6 +36,53 @@ static void num(double d, const char *want) {
     sb_free(&o);
 }
 
+/* Python's renderings: json.dumps and str() of what json.loads returns,
+ * repr() of floats (expected strings printed by CPython 3.11). */
+static void py(const char *in, const char *want_dump, const char *want_str) {
+    gem_err err;
+    json *v = json_parse(in, strlen(in), &err);
+    CHECKF(v != NULL, "%s", in);
+    if (!v) return;
+    strbuf a = {0}, b = {0};
+    json_dump_py(v, &a);
+    json_str_py(v, &b);
+    CHECKF(!strcmp(sb_cstr(&a), want_dump), "%s: dump '%s'", in, sb_cstr(&a));
+    CHECKF(!strcmp(sb_cstr(&b), want_str), "%s: str '%s'", in, sb_cstr(&b));
+    sb_free(&a);
+    sb_free(&b);
+    json_free(v);
+}
+
+static void num_py(double d, const char *want) {
+    strbuf b = {0};
+    json_num_py(d, &b);
+    CHECKF(!strcmp(sb_cstr(&b), want), "%.17g: '%s'", d, sb_cstr(&b));
+    sb_free(&b);
+}
+
+static void test_python(void) {
+    py("1", "1", "1");
+    py("-0", "0", "0");
+    py("1.0", "1.0", "1.0");
+    py("-0.0", "-0.0", "-0.0");
+    py("1e2", "100.0", "100.0");
+    py("12345678901234567890", "12345678901234567890", "12345678901234567890");
+    py("true", "true", "True");
+    py("null", "null", "None");
+    py("\"a\\u00e9\\n\\\"\\u0001\\u007f\"", "\"a\u00e9\\n\\\"\\u0001\x7f\"", "a\u00e9\n\"\001\x7f");
+    py("{\"b\": [1, 2.5, {}], \"a\": []}", "{\"b\": [1, 2.5, {}], \"a\": []}", "{\"b\": [1, 2.5, {}], \"a\": []}");
+    num_py(1e16, "1e+16");
+    num_py(1e15, "1000000000000000.0");
+    num_py(0.0001, "0.0001");
+    num_py(0.00001, "1e-05");
+    num_py(1.5e-7, "1.5e-07");
+    num_py(123456789.125, "123456789.125");
+    num_py(1.2345678901234568e+17, "1.2345678901234568e+17");
+    num_py(0.1, "0.1");
+    num_py(-2.5, "-2.5");
+    num_py(1e300, "1e+300");
+}
+
 int main(void) {
     roundtrip(" {\"a\": [1, 2.5, -0.125, true, false, null, \"x\"], \"b\": {}} ",
               "{\"a\":[1,2.5,-0.125,true,false,null,\"x\"],\"b\":{}}");
@@ -131,5 +178,6 @@ int main(void) {
     CHECK(v && v->len == 1000 && json_get(v, "k5")->num == 199005);
     json_free(v);
     sb_free(&big);
+    test_python();
     return test_report("test_json");
 }
