@@ -98,6 +98,8 @@ def client(idx, a, results, start_evt):
                 "stream": True, "stream_options": {"include_usage": True}}
         if a.ignore_eos:
             body["ignore_eos"] = True
+        if a.thinking:
+            body["chat_template_kwargs"] = {"enable_thinking": a.thinking == "on"}
         t_start = time.monotonic()
         ttft, dt, n, usage, timings, answer, err = stream_chat(a.url, body, a.timeout)
         row = {"client": idx, "turn": turn, "start": t_start, "end": t_start + dt, "ttft_s": ttft, "tokens": n,
@@ -155,6 +157,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--ignore-eos", action="store_true")
+    ap.add_argument("--thinking", choices=["on", "off"],
+                    help="send chat_template_kwargs.enable_thinking (servers differ in their default: say it)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--rows", action="store_true", help="keep every answer's measurements in the JSON")
@@ -171,7 +175,7 @@ def main():
                                          fmt(r["ttft_p95_s"]), fmt(r["stream_tok_s_p50"], "%.1f"),
                                          fmt(r["reuse_after_turn1"]), r["answers"], r["errors"]), flush=True)
     res = {"label": a.label, "url": a.url, "turns": a.turns, "words": a.words, "max_tokens": a.max_tokens,
-           "temperature": a.temperature, "ignore_eos": a.ignore_eos, "runs": runs}
+           "temperature": a.temperature, "ignore_eos": a.ignore_eos, "thinking": a.thinking, "runs": runs}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -132,8 +132,22 @@ struct slot {
     int running;
     int32_t *held; /* the tokens its session held after its last job (dispatch's prefix match) */
     unsigned long long last_used; /* dispatch's serial of its last job (0: never used) */
+    int finishing; /* its job has generated everything and is sending the end of its response */
     size_t n_held, held_cap;
 };
+
+/* Records the tokens the slot's session holds (dispatch's prefix match).
+ * Under the server's mutex. */
+static void slot_held(slot *sl) {
+    size_t held;
+    const int32_t *t = gem_session_tokens(sl->sess, &held);
+    if (held > sl->held_cap) {
+        int32_t *h = realloc(sl->held, held * sizeof *h);
+        if (h) sl->held = h, sl->held_cap = held;
+    }
+    sl->n_held = held <= sl->held_cap ? held : 0; /* no memory for the copy: matched as empty */
+    if (sl->n_held) memcpy(sl->held, t, sl->n_held * sizeof *t);
+}
 
 static volatile sig_atomic_t got_signal;
 
@@ -654,6 +668,13 @@ static void run_job(server *s, slot *sl, job *j) {
               prompt_all);
     u.spec = gem_engine_mtp(s->e) != NULL;
 respond:
+    /* everything is generated: dispatch may now wait for this slot for a
+     * request that continues it (the client may send it as soon as the
+     * response below ends) */
+    pthread_mutex_lock(&s->mu);
+    slot_held(sl);
+    sl->finishing = 1;
+    pthread_mutex_unlock(&s->mu);
     if (g.gone) {
         j->close_conn = 1;
         j->status = 499;
@@ -725,21 +746,29 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
  * slot evaluates the least; unless that prefix is less than half of what
  * the slot holds (a shared system prompt or a lone BOS): then to the free
  * slot used longest ago (an empty one first), so a conversation's cache
- * is not given up for a small gain. Under the mutex. */
+ * is not given up for a small gain. A slot still sending the end of its
+ * answer (finishing) whose session matches better keeps the job waiting
+ * for it. Under the mutex. */
 static void dispatch(server *s) {
     while (s->head) {
         job *j = s->head;
         const tok_ids *p = &j->prompts[0];
         slot *best = NULL, *lru = NULL;
-        size_t best_len = 0;
+        size_t best_len = 0, finishing_len = 0;
         for (int i = 0; i < s->n_slots; i++) {
             slot *sl = &s->slots[i];
+            if (sl->finishing) { /* free within moments: a conversation's previous turn, usually */
+                const size_t len = common_prefix(sl->held, sl->n_held, p->v, p->n);
+                if (2 * len >= sl->n_held && len > finishing_len) finishing_len = len;
+            }
             if (sl->assigned || !sl->sess) continue;
             const size_t len = common_prefix(sl->held, sl->n_held, p->v, p->n);
             if (!best || len > best_len) best = sl, best_len = len;
             if (!lru || sl->last_used < lru->last_used) lru = sl;
         }
-        if (!best) return;
+        /* a client sends its next turn as soon as the last one's answer
+         * ends, before that slot is free: it waits for its own slot */
+        if (!best || finishing_len > best_len) return;
         if (best_len == 0 || 2 * best_len < best->n_held) best = lru;
         best->last_used = ++s->dispatched;
         s->head = j->next;
@@ -772,16 +801,10 @@ static void *slot_main(void *arg) {
         } else {
             run_job(s, sl, j);
         }
-        size_t held;
-        const int32_t *t = gem_session_tokens(sl->sess, &held);
         metrics_request(s->m, j->status);
         pthread_mutex_lock(&s->mu);
-        if (held > sl->held_cap) {
-            int32_t *h = realloc(sl->held, held * sizeof *h);
-            if (h) sl->held = h, sl->held_cap = held;
-        }
-        sl->n_held = held <= sl->held_cap ? held : 0; /* no memory for the copy: matched as empty */
-        if (sl->n_held) memcpy(sl->held, t, sl->n_held * sizeof *t);
+        slot_held(sl);
+        sl->finishing = 0;
         sl->running = 0;
         sl->assigned = NULL;
         j->done = 1;
