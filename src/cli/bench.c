@@ -120,7 +120,7 @@ static void hardware_of(const char *backend, char *out, size_t cap) {
 static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_params *gp, spec_out *o,
                     gem_gen_result *res, gem_err *err) {
     o->n = 0;
-    const gem_gen_callbacks cb = {o, on_spec_token, NULL, NULL};
+    const gem_gen_callbacks cb = {o, on_spec_token, NULL, NULL, NULL};
     if (gem_session_sync(s, ids, (size_t)D, err) < 0 || gem_session_generate(s, gp, &cb, res, err)) return -1;
     if (res->n_generated != gp->max_tokens)
         return gem_err_set(err, "a speculative run at depth %d generated %ld of %ld tokens", D, res->n_generated,
@@ -558,7 +558,7 @@ int cli_bench(int argc, char **argv) {
     gp.n_force = steps;
     gp.force = forced;
     gp.ignore_eos = 1;
-    const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL};
+    const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL, NULL};
     for (int di = 0; di < n_depths && !rc; di++) {
         const int D = depths[di];
         for (long k = 0; k < steps; k++) forced[k] = ids[(D + k) % need];

@@ -155,7 +155,7 @@ int cli_chat(int argc, char **argv) {
         gp.sampling = sp;
         gp.max_tokens = max_tokens;
         cli_mtp_params(&mtp, &gp);
-        gem_gen_callbacks cb = {cp, NULL, on_text, on_poll};
+        gem_gen_callbacks cb = {cp, NULL, on_text, on_poll, NULL};
         gem_gen_result res;
         const int bad = !cp || gem_session_sync(s, ids.v, ids.n, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err);
         tok_ids_free(&ids);

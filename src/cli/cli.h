@@ -100,4 +100,20 @@ double cli_progress_seconds(const cli_progress *p);
 /* Ends a half-drawn bar, prints "gem CMD: error: MSG"; returns 1. */
 int cli_progress_fail(const cli_progress *p, const char *msg);
 
+/* A long prompt's prefill on a terminal: "gem CMD: prompt [####....]
+ * 45.0% 12288/27306 tokens, 2300 tok/s, ETA 7 s" on stderr, redrawn at
+ * each prompt tile (gem_gen_callbacks.on_prefill), for prompts of at
+ * least CLI_PREFILL_BAR_MIN tokens to evaluate; the line is cleared once
+ * the prompt is in. Nothing when stderr is not a terminal. */
+#define CLI_PREFILL_BAR_MIN 2048
+typedef struct {
+    const char *cmd;
+    int on;       /* stderr is a terminal */
+    int drawn;    /* a line is on the screen */
+    long from;    /* the tokens the session already held at the first call */
+    double t0;
+} cli_prefill;
+void cli_prefill_init(cli_prefill *p, const char *cmd);
+void cli_prefill_draw(void *ctx, long done, long total); /* ctx: a cli_prefill */
+
 #endif

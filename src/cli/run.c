@@ -42,7 +42,10 @@ typedef struct {
     int n_top;       /* --top-logprobs K */
     int32_t *top;
     double *top_lp;
+    cli_prefill bar; /* a long prompt's progress on the terminal */
 } run_io;
+
+static void on_prefill(void *ctx, long done, long total) { cli_prefill_draw(&((run_io *)ctx)->bar, done, total); }
 
 static void print_logprobs(int step, size_t pos, int32_t id, int forced, const float *logits, int n_vocab, int k,
                            int32_t *top, double *lp);
@@ -273,7 +276,7 @@ int cli_run(int argc, char **argv) {
                 n_ids, (int)n_predict, gem_engine_n_ctx(e));
         goto done;
     }
-    io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp};
+    io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp, {0}};
     io.out = malloc(((size_t)n_predict + 1) * sizeof *io.out);
     if (chat) io.cp = chat_parser_new(chat_event_out, NULL);
     if (!io.out || (chat && !io.cp)) goto done;
@@ -288,7 +291,8 @@ int cli_run(int argc, char **argv) {
     gp.grammar = grammar;
     cli_mtp_params(&mtp, &gp);
     /* --ids and --top-logprobs print ids or JSON lines, not the text */
-    gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
+    gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL, on_prefill};
+    cli_prefill_init(&io.bar, "run");
     gem_gen_result res;
     if (gem_session_sync(s, ids, (size_t)n_ids, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err)) {
         fprintf(stderr, "\ngem run: error: %s\n", err.msg);

@@ -224,6 +224,10 @@ typedef struct {
      * Nonzero cancels (GEM_FINISH_CANCELLED); the session keeps what it
      * evaluated, a valid state for the next sync. */
     int (*poll)(void *ctx);
+    /* Before each prompt tile and once the prompt is in (before the first
+     * token): the prompt's tokens in the session so far (those the sync
+     * kept included) of its total. For progress reports of long prompts. */
+    void (*on_prefill)(void *ctx, long done, long total);
 } gem_gen_callbacks;
 
 typedef struct {

@@ -304,6 +304,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     int32_t next = -1; /* the backend's argmax after the last eval, when greedy */
     for (size_t pos = s->n_tokens; pos < n;) {
         if (pos == ck_at) keep_checkpoint(s);
+        if (cb->on_prefill) cb->on_prefill(cb->ctx, (long)pos, (long)n);
         if (cb->poll && cb->poll(cb->ctx)) {
             r->finish = GEM_FINISH_CANCELLED;
             rc = 0;
@@ -321,6 +322,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     }
     session_wait(s); /* the prompt's work done, not only enqueued: its time is prompt_s */
     r->prompt_s = gem_now_s() - t0;
+    if (cb->on_prefill) cb->on_prefill(cb->ctx, (long)n, (long)n);
     session_decoding(s, 1); /* its steps may now batch with other sessions' */
     decoding = 1;
     /* the checkpoint at the prompt's end waits for the first token */

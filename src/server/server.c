@@ -268,6 +268,9 @@ typedef struct {
     long text_off;
     char bad_call[80]; /* a call to a function the request did not declare: the answer ends, as an error */
     int shutdown;      /* the server is stopping and the grace period is over: the answer ends, as an error */
+    /* a long prompt's progress in the log (gen_prefill) */
+    long prefill_from, prefill_logged;
+    double prefill_t0;
 } gen;
 
 /* Whether the request's tools declare a function of this name. */
@@ -402,6 +405,25 @@ static int gen_poll(void *ctx) {
     if (!g->gone && client_gone(g->j->fd)) g->gone = 1;
     if (!g->gone && !g->shutdown && atomic_load(&g->s->stop) && gem_now_s() >= g->s->stop_deadline) g->shutdown = 1;
     return g->gone || g->shutdown;
+}
+
+/* Every PREFILL_LOG_EVERY prompt tokens of a long prompt: a log line with
+ * the throughput and the time left (the stream itself gets heartbeat
+ * comments from gen_poll meanwhile). */
+#define PREFILL_LOG_EVERY 4096
+static void gen_prefill(void *ctx, long done, long total) {
+    gen *g = ctx;
+    if (g->prefill_from < 0) {
+        g->prefill_from = g->prefill_logged = done;
+        g->prefill_t0 = gem_now_s();
+        return;
+    }
+    if (done >= total || done - g->prefill_logged < PREFILL_LOG_EVERY) return;
+    g->prefill_logged = done;
+    const double dt = gem_now_s() - g->prefill_t0;
+    const long did = done - g->prefill_from;
+    logf_("%s %s prompt %ld of %ld tokens (%ld cached), %.0f tok/s, about %.0f s left", g->j->peer, g->j->path, done,
+          total, g->prefill_from, dt > 0 ? did / dt : 0.0, did > 0 ? (double)(total - done) * dt / (double)did : 0.0);
 }
 
 /* An error after the SSE head went out: one error event, then [DONE]. */
@@ -627,7 +649,8 @@ static void run_job(server *s, slot *sl, job *j) {
             /* a checkpoint the next sample reuses, even without cache_prompt */
             gp.no_checkpoint = !rq->cache_prompt && i + 1 == rq->n;
             const long reasoning0 = g.reasoning_tokens;
-            gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
+            gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll, gen_prefill};
+            g.prefill_from = -1;
             gem_gen_result res;
             if (gem_session_generate(g.sess, &gp, &cb, &res, &err)) fail = err.msg;
             else if (res.finish == GEM_FINISH_CANCELLED && g.shutdown && !g.gone) fail = "the server is shutting down";

@@ -125,6 +125,8 @@ typedef struct {
     strbuf text;
     long polls, cancel_at; /* poll returns 1 on call cancel_at (0: never) */
     int stop_text;         /* on_text asks to stop once the text holds this many bytes (0: never) */
+    long prefill[16][2];   /* on_prefill's (done, total), the first 16 calls */
+    int n_prefill;
 } seen;
 
 static void on_token(void *ctx, const gem_gen_token *t) {
@@ -145,12 +147,19 @@ static int on_poll(void *ctx) {
     return ++w->polls == w->cancel_at;
 }
 
+static void on_prefill(void *ctx, long done, long total) {
+    seen *w = ctx;
+    if (w->n_prefill < 16) w->prefill[w->n_prefill][0] = done, w->prefill[w->n_prefill][1] = total;
+    w->n_prefill++;
+}
+
 static gem_gen_callbacks callbacks(seen *w) {
     memset(w->ids, 0, sizeof w->ids);
     w->n_ids = w->n_end = 0;
     w->text.len = 0;
     w->polls = 0;
-    gem_gen_callbacks cb = {w, on_token, on_text, on_poll};
+    w->n_prefill = 0;
+    gem_gen_callbacks cb = {w, on_token, on_text, on_poll, on_prefill};
     return cb;
 }
 
@@ -256,6 +265,11 @@ int main(void) {
     CHECK(r.finish == GEM_FINISH_LENGTH && r.n_generated == 24 && w.n_ids == 24);
     CHECK(!memcmp(w.ids, want, sizeof want));
     CHECKF(w.polls == 4 + 24, "polls %ld: 4 tiles and 24 tokens", w.polls);
+    /* progress: before each tile (0, 16, 32, 48 of 50), then 50 once it is in */
+    CHECKF(w.n_prefill == 5, "on_prefill called %d times", w.n_prefill);
+    for (int i = 0; i < 5 && i < w.n_prefill; i++)
+        CHECKF(w.prefill[i][0] == (i < 4 ? 16 * i : 50) && w.prefill[i][1] == 50, "on_prefill %d: %ld of %ld", i,
+               w.prefill[i][0], w.prefill[i][1]);
     CHECK(r.n_prompt == 50 && r.n_cached == 0 && r.prompt_s > 0 && r.first_s >= r.prompt_s && r.decode_s > 0);
     size_t held;
     gem_session_tokens(s, &held);

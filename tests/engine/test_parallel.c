@@ -87,7 +87,7 @@ static void *run_job(void *arg) {
         snprintf(j->err, sizeof j->err, "%s", err.msg);
         return NULL;
     }
-    gem_gen_callbacks cb = {j, on_token, on_text, NULL};
+    gem_gen_callbacks cb = {j, on_token, on_text, NULL, NULL};
     gem_gen_result r;
     j->rc = gem_session_generate(j->s, &p, &cb, &r, &err);
     j->finish = (int)r.finish;

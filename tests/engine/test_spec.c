@@ -91,7 +91,7 @@ static int run(gem_session *s, const int32_t *prompt, int n, const gem_gen_param
     gem_err err = {{0}};
     w->n = 0;
     w->text.len = 0;
-    gem_gen_callbacks cb = {w, on_token, on_text, NULL};
+    gem_gen_callbacks cb = {w, on_token, on_text, NULL, NULL};
     CHECKF(gem_session_sync(s, prompt, (size_t)n, &err) >= 0, "%s", err.msg);
     int rc = gem_session_generate(s, gp, &cb, r, &err);
     CHECKF(rc == 0, "%s", err.msg);
@@ -403,7 +403,7 @@ int main(void) {
                 s = gem_session_new(e, &err);
                 if (v) CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 22, &err));
                 poll_ctx pc = {{{0}, 0, {0}}, 0, cancel_at};
-                gem_gen_callbacks cb = {&pc, on_token_p, NULL, on_poll_p};
+                gem_gen_callbacks cb = {&pc, on_token_p, NULL, on_poll_p, NULL};
                 CHECK(gem_session_sync(s, prompt, NP, &err) >= 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
                 CHECK(r.finish == GEM_FINISH_CANCELLED);
                 gem_session_tokens(s, &lens[v]);
