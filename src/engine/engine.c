@@ -121,6 +121,7 @@ fail:
 
 void gem_engine_close(gem_engine *e) {
     if (!e) return;
+    gemma4_draft_weights_free(e->mtp_w); /* the sessions' drafters are gone */
     gemma4_core_free(e->core);
     if (e->be) e->be->destroy(e->be);
     gram_vocab_free(e->gv); /* before the tokenizer it was built from */

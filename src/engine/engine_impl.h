@@ -38,6 +38,7 @@ struct gem_engine {
     /* the weights and tile buffers every session shares, made with the
      * first session */
     gemma4_core *core;
+    gemma4_draft_weights *mtp_w; /* the drafter's weights, made with the first session's drafter */
     int n_sessions;
     /* The gate (engine.c): sessions may run on different threads, and the
      * backend runs one op sequence at a time: a thread holds the gate
