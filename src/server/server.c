@@ -1116,7 +1116,7 @@ out:
  * On a loopback bind (the address bound, not --host's spelling) the Host
  * header must name the machine: localhost, a loopback address, the bound
  * host, or a name in --allow-host, with any port; a request without Host
- * (HTTP/1.0) is let through. */
+ * (HTTP/1.0: http_parse refuses an HTTP/1.1 one) is let through. */
 static int json_body(const http_req *r) {
     size_t n;
     const char *v = http_header_get(r, "Content-Type", &n);

@@ -449,7 +449,7 @@ grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "gzip request body: $(head -1 "$
 raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "Content-Length with Transfer-Encoding: $(head -1 "$tmp/raw")"
 # a chunked body, arriving in two parts
-raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
+raw 'POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
 grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
 # curl streams a body from stdin chunked
 [ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
@@ -458,6 +458,13 @@ raw 'HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\nHEAD /v1/completions HTTP/1
 [ "$(grep -c '^HTTP/1.1 200' "$tmp/raw")" = 2 ] && grep -q '^HTTP/1.1 405' "$tmp/raw" &&
     [ "$(grep -o '{"status":"ok"}' "$tmp/raw" | wc -l)" = 1 ] && [ "$(grep -c '"error"' "$tmp/raw")" = 0 ] &&
     tail -c 15 "$tmp/raw" | grep -q '{"status":"ok"}' && ok || bad "HEAD: $(cat "$tmp/raw")"
+# RFC 9112 3.2: an HTTP/1.1 request without a Host header, or with two, is refused
+raw 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && grep -q "no Host header (HTTP/1.1 requires one)" "$tmp/raw" && ok || bad "HTTP/1.1 without Host: $(cat "$tmp/raw")"
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && grep -q "more than one Host header" "$tmp/raw" && ok || bad "two Host headers: $(cat "$tmp/raw")"
+raw 'GET /health HTTP/1.0\r\n\r\n' 3
+grep -q '{"status":"ok"}' "$tmp/raw" && ok || bad "HTTP/1.0 without Host: $(cat "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header: y\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' 3
@@ -467,7 +474,7 @@ raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ' 5
 t1=$(date +%s%N)
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow head: no 408: $(head -1 "$tmp/raw")"
 [ $(((t1 - t0) / 1000000)) -lt 4000 ] && ok || bad "slow head took $(((t1 - t0) / 1000000)) ms to time out"
-raw "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
+raw "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow body: no 408"
 endless=$(head -c 20000 /dev/zero | tr '\0' 'a')
 raw "GET /health HTTP/1.1\r\nX-Endless: $endless" 5
@@ -480,7 +487,7 @@ raw 'POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-
 grep -q "^HTTP/1.1 200" "$tmp/raw" && ! grep -qi "^Transfer-Encoding" "$tmp/raw" && grep -qi "^Connection: close" "$tmp/raw" \
     && [ "$(tail -c 14 "$tmp/raw")" = "$(printf 'data: [DONE]\n\n')" ] && ok || bad "HTTP/1.0 stream: $(cat "$tmp/raw")"
 # Expect: 100-continue (the body follows the interim answer)
-raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
+raw 'POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
 grep -q "^HTTP/1.1 100 Continue" "$tmp/raw" && grep -q '"tokens":\[' "$tmp/raw" && ok || bad "100-continue"
 
 # ---- a client that leaves mid-stream cancels its request ----
