@@ -38,7 +38,7 @@ static const char help[] =
     "  --heartbeat S         seconds between SSE comments while queued or prefilling (default 5; 0: none)\n"
     "  --shutdown-grace S    on SIGTERM or SIGINT, seconds the running answer may still take (default 0);\n"
     "                        then it ends with an error (a stream: an error event and [DONE]); queued\n"
-    "                        requests get 503\n"
+    "                        requests get 503; a second signal ends the grace at once\n"
     "  --mtp FILE            an MTP drafter for speculative decoding (answers unchanged)\n"
     "  --draft-max N         drafts per round at most (0-15, default 8)\n"
     "  --draft-min N         rounds that would draft fewer decode plainly\n"

@@ -117,11 +117,15 @@ struct server {
     double stop_deadline;
 };
 
+/* SIGINT and SIGTERM received so far, counted up to 2: the first stops the
+ * accept loop and starts --shutdown-grace, a second ends the grace at once
+ * (gen_poll). A global because a signal handler reaches nothing else; only
+ * the handler writes it. */
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig) {
     (void)sig;
-    got_signal = 1;
+    if (got_signal < 2) got_signal++;
 }
 
 static void logf_(const char *fmt, ...) GEM_PRINTF(1, 2);
@@ -367,7 +371,14 @@ static int gen_poll(void *ctx) {
         else if (between_tiles && gem_now_s() - g->last_send >= g->s->o.heartbeat) send_sse_comment(g, "prefill");
     }
     if (!g->gone && client_gone(g->j->fd)) g->gone = 1;
-    if (!g->gone && !g->shutdown && atomic_load(&g->s->stop) && gem_now_s() >= g->s->stop_deadline) g->shutdown = 1;
+    if (!g->gone && !g->shutdown && atomic_load(&g->s->stop)) {
+        if (got_signal > 1) {
+            g->shutdown = 1;
+            logf_("%s %s: a second signal ended the shutdown grace period", g->j->peer, g->j->path);
+        } else if (gem_now_s() >= g->s->stop_deadline) {
+            g->shutdown = 1;
+        }
+    }
     return g->gone || g->shutdown;
 }
 

@@ -724,6 +724,23 @@ kill -TERM $PID
 wait $PID
 wait $c1
 grep -q '"finish_reason":"length"' "$tmp/grace" && ! grep -q "shutting down" "$tmp/grace" && [ "$(tail -c 14 "$tmp/grace" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "a stream within the grace period: $(tail -c 400 "$tmp/grace")"
+# a second SIGTERM (or SIGINT) during the grace period ends it at once:
+# the stream gets its error event and [DONE], the server exits promptly
+start grace2 --heartbeat 0 --shutdown-grace 20 || exit 1
+curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":100000,"n":8,"ignore_eos":true,"stream":true}' >"$tmp/grace2" &
+c1=$!
+sleep 0.5
+kill -TERM $PID
+sleep 0.5
+t0=$(date +%s%N)
+kill -INT $PID
+wait $PID
+rc=$?
+t1=$(date +%s%N)
+wait $c1
+[ $rc = 0 ] && [ $(((t1 - t0) / 1000000)) -lt 3000 ] && ok || bad "a second signal: exit status $rc after $(((t1 - t0) / 1000000)) ms"
+tail -c 300 "$tmp/grace2" | grep -q "the server is shutting down" && [ "$(tail -c 14 "$tmp/grace2" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "the stream's end after a second signal: $(tail -c 400 "$tmp/grace2")"
+grep -q "a second signal ended the shutdown grace period" "$tmp/grace2.log" && ok || bad "the second signal not logged: $(tail -3 "$tmp/grace2.log")"
 
 # no sanitizer report in any server log (when GEM is the ASan build)
 if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
