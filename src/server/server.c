@@ -928,7 +928,8 @@ static int handle_detokenize(server *s, int fd, const http_req *r, int keep) {
     int32_t *ids;
     size_t n;
     api_error e;
-    if (api_parse_detokenize(r->body, r->content_length, s->n_vocab, &ids, &n, &e))
+    const api_opts ao = {0, s->n_vocab, s->n_ctx};
+    if (api_parse_detokenize(r->body, r->content_length, &ao, &ids, &n, &e))
         return respond_error(s, fd, &e, keep, NULL);
     strbuf text = {0}, b = {0};
     for (size_t i = 0; i < n; i++) {
@@ -1015,7 +1016,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
-    api_opts ao = {s->o.test_hooks, s->n_vocab};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
     strbuf prompt = {0};
     int ok = 0;
     if (!j) {
@@ -1206,7 +1207,7 @@ static int host_allowed(const server *s, const http_req *r) {
 static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
     api_request rq;
     api_error e;
-    api_opts ao = {s->o.test_hooks, s->n_vocab};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
     strbuf prompt = {0}, b = {0};
     tok_ids ids = {0};
     int rc;

@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144};
+    api_opts ao = {1, 262144, 64};
     switch (data[0]) {
     case 'r':
     case 'c': {

@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144};
+    api_opts ao = {1, 262144, 64};
     switch (data[0]) {
     case 'c':
     case 'p': {
@@ -150,7 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'd': {
         int32_t *ids;
         size_t k;
-        if (api_parse_detokenize(b, n, 1000, &ids, &k, &e)) check_error(&e);
+        const api_opts dao = {0, 1000, 64};
+        if (api_parse_detokenize(b, n, &dao, &ids, &k, &e)) check_error(&e);
         else
             for (size_t i = 0; i < k; i++)
                 if (ids[i] < 0 || ids[i] >= 1000) abort();
