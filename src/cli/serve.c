@@ -30,6 +30,9 @@ static const char help[] =
     "  --allow-host NAME,..  Host names a loopback-bound server accepts beside localhost and\n"
     "                        loopback addresses (a DNS-rebinding guard)\n"
     "  --max-body BYTES      request body limit (default 8 MiB)\n"
+    "  --max-inflight BYTES  request bodies held at once over all connections, from head to answer\n"
+    "                        (default 4 x --max-body); a body that would pass it gets 503 unread;\n"
+    "                        bodies up to 64 KiB always pass\n"
     "  --queue N             requests that may wait beyond the running one (default 16; more: 503)\n"
     "  --max-conns N         open connections (default 128; more: 503 and closed)\n"
     "  --timeout S           seconds for a request's head and body to arrive (default 30)\n"
@@ -55,7 +58,7 @@ static int usage(void) {
             "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
-            "                 [--max-body BYTES] [--alias NAME]\n"
+            "                 [--max-body BYTES] [--max-inflight BYTES] [--alias NAME]\n"
             "                 [--queue N]\n"
             "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
@@ -102,6 +105,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
         else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
+        else if (!strcmp(a, "--max-inflight")) { bad = cli_parse_num(v, 1024, 1ull << 40, &x) || x != (double)(size_t)x; o.max_inflight = (size_t)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
         else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }
@@ -119,6 +123,12 @@ int cli_serve(int argc, char **argv) {
             fprintf(stderr, "gem serve: error: bad value for %s: '%s'\n", a, v ? v : "");
             return 2;
         }
+    }
+    if (!o.max_inflight) o.max_inflight = 4 * o.max_body;
+    if (o.max_inflight < o.max_body) {
+        fprintf(stderr, "gem serve: error: --max-inflight %zu is below --max-body %zu: a body that large could never be "
+                        "admitted\n", o.max_inflight, o.max_body);
+        return 2;
     }
     char *key_buf = NULL;
     if (o.api_key && key_file) {

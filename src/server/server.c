@@ -5,7 +5,8 @@
  * thread per connection (at most max_conns; beyond that a connection gets a
  * 503 and is closed at once). A connection thread reads requests with
  * deadlines (a slow or endless head is answered 408 or 431 and closed),
- * answers everything that needs no engine itself (health, models, props,
+ * charges each body to the in-flight budget (--max-inflight: 503 unread
+ * when it would pass it), answers everything that needs no engine itself (health, models, props,
  * tokenize, errors) and turns a completion request into a job: validated,
  * rendered and tokenized, so a bad request never waits for the engine.
  * Jobs wait in a bounded FIFO (full: 503 with Retry-After; a waiting
@@ -98,6 +99,7 @@ struct server {
     int n_waiting;
     atomic_int ready, stop, n_conns, failed;
     atomic_ullong counter;
+    atomic_size_t inflight; /* request body bytes charged to --max-inflight (budget_charge) */
     uint64_t id_base;
     char load_error[1024];
     /* engine state: the worker's alone once ready */
@@ -1008,6 +1010,18 @@ static void wait_job(conn *c, job *j) {
     }
 }
 
+/* A prompt text that cannot fit the context whatever its tokens (more of
+ * them than tok_min_tokens' lower bound): the 400 in e, 1. Checked before
+ * encoding, whose scratch grows with the text. */
+static int too_long(server *s, const char *text, size_t len, const char *param, const char *what, api_error *e) {
+    const size_t least = tok_min_tokens(s->tk, text, len);
+    if (least < (size_t)s->n_ctx) return 0;
+    api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
+             "%s has at least %zu tokens; the context holds %d (start the server with a larger --ctx)", what, least,
+             s->n_ctx);
+    return 1;
+}
+
 /* Validates, renders and tokenizes; queues the job and waits for it.
  * Returns 1 to keep the connection, 0 to close it. */
 static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
@@ -1038,6 +1052,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
         if (j->n_prompts > 1) snprintf(name, sizeof name, "prompt[%zu]", p);
         if (kind == API_CHAT) {
             if (api_render(&j->req, &prompt, &e)) goto fail;
+            if (too_long(s, prompt.p, prompt.len, "messages", "the prompt", &e)) goto fail;
             if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, ids)) {
                 api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
                 goto fail;
@@ -1057,6 +1072,9 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
             }
             memcpy(ids->v, ap->ids, ap->n_ids * sizeof *ids->v); /* the request keeps its own (an echo's text) */
             ids->n = ids->cap = ap->n_ids;
+        } else if (too_long(s, j->req.prompts[p].text, j->req.prompts[p].len, "prompt",
+                            j->n_prompts > 1 ? name : "the prompt", &e)) {
+            goto fail;
         } else if (tok_encode(s->tk, j->req.prompts[p].text, j->req.prompts[p].len, 1, 1, ids)) {
             api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
@@ -1401,12 +1419,40 @@ static void linger_close(int fd) {
     close(fd);
 }
 
+/* ---- the in-flight budget (--max-inflight) ----
+ *
+ * A request's body is charged from the moment its head is complete until
+ * the request is answered (the body and what was parsed from it live that
+ * long, a queued job's included). Parsing keeps what a body can become
+ * near its size (api_parse_body's value bound, packed token ids, prompts
+ * refused by length before they are encoded), so the budget bounds the
+ * memory all requests take together. */
+
+/* Raises a request's charge (*held bytes so far) to want: 0, or -1 when
+ * the budget cannot take the difference. Bodies up to SERVER_FREE_BODY
+ * are free. */
+static int budget_charge(server *s, size_t *held, size_t want) {
+    if (want <= SERVER_FREE_BODY || want <= *held) return 0;
+    size_t add = want - *held, cur = atomic_load(&s->inflight);
+    do {
+        if (cur + add > s->o.max_inflight) return -1;
+    } while (!atomic_compare_exchange_weak(&s->inflight, &cur, cur + add));
+    *held = want;
+    return 0;
+}
+
+static void budget_release(server *s, size_t *held) {
+    if (*held) atomic_fetch_sub(&s->inflight, *held);
+    *held = 0;
+}
+
 static void *conn_main(void *arg) {
     conn *c = arg;
     server *s = c->s;
     http_limits lim = {MAX_HEAD, s->o.max_body};
     strbuf in = {0}, body = {0};
     char buf[16384];
+    size_t charged = 0; /* the current request's bytes of the in-flight budget */
     for (;;) {
         http_req r;
         int st, sent_continue = 0;
@@ -1434,7 +1480,31 @@ static void *conn_main(void *arg) {
                     st = HTTP_ERROR;
                 }
             }
-            if (st == HTTP_DONE || st == HTTP_ERROR) break;
+            if (st == HTTP_ERROR) break;
+            /* the body, charged once the head is complete: by its length,
+             * or a chunked one by what it holds so far (raw and decoded);
+             * one the budget cannot take is refused unread (a request
+             * without its key gets its 401 instead) */
+            const size_t want = st == HTTP_PARTIAL ? 0 : r.chunked ? in.len - r.head_len + body.len : r.content_length;
+            if (want && (key_exempt(&r) || authorized(s, &r)) && budget_charge(s, &charged, want)) {
+                api_error e;
+                api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
+                         "the server holds %zu bytes of request bodies; this one's %zu would pass --max-inflight "
+                         "%zu; retry later",
+                         atomic_load(&s->inflight), want, s->o.max_inflight);
+                respond_error_as(s, c->fd, &e, anth_route(&r), 0, "Retry-After: 1\r\n", 0);
+                logf_("%s 503: a body of %zu bytes would pass --max-inflight (%zu bytes held)", c->peer, want,
+                      atomic_load(&s->inflight));
+                if (st == HTTP_HEAD) {
+                    const size_t have = in.len - r.head_len;
+                    discard_input(c->fd, r.chunked ? s->o.max_body : r.content_length - have, s->o.read_timeout);
+                }
+                goto out;
+            }
+            if (st == HTTP_DONE) break;
+            /* a body of known length is received into exactly its size
+             * (growing by doubling would hold up to twice as much) */
+            if (st == HTTP_HEAD && !r.chunked && sb_room(&in, r.head_len + r.content_length - in.len)) goto out;
             /* a request that will be refused for its key is refused on its
              * head: reading (and buffering) up to max_body first, and a
              * 100 Continue, would serve anyone without the key */
@@ -1483,7 +1553,9 @@ static void *conn_main(void *arg) {
             logf_("%s %d: %s", c->peer, r.status, r.error);
             goto out;
         }
-        if (!handle(c, &r)) goto out;
+        const int keep = handle(c, &r);
+        budget_release(s, &charged);
+        if (!keep) goto out;
         size_t used = r.total_len;
         memmove(in.p, in.p + used, in.len - used);
         in.len -= used;
@@ -1496,6 +1568,7 @@ static void *conn_main(void *arg) {
         if (body.cap > 1 << 20) sb_free(&body);
     }
 out:
+    budget_release(s, &charged);
     sb_free(&in);
     sb_free(&body);
     linger_close(c->fd);

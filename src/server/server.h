@@ -5,6 +5,10 @@
 
 #include <stddef.h>
 
+/* Bodies this small are admitted whatever --max-inflight holds, so small
+ * requests keep flowing while large uploads fill the budget. */
+#define SERVER_FREE_BODY ((size_t)64 << 10)
+
 typedef struct {
     const char *model_path;
     const char *alias;      /* the model id clients see; NULL: the file's base name */
@@ -19,6 +23,10 @@ typedef struct {
      * accepts beside localhost and loopback addresses (NULL: none) */
     const char *allow_host;
     size_t max_body;        /* request body limit in bytes */
+    /* request body bytes held at once over all connections (received,
+     * parsed or waiting for the engine); bodies up to SERVER_FREE_BODY do
+     * not count. A body that would pass it is refused (503) unread. */
+    size_t max_inflight;
     int queue;              /* requests waiting for the engine beyond the running one */
     int max_conns;          /* open connections; more are answered 503 and closed */
     double read_timeout;    /* seconds for a request head and body to arrive */

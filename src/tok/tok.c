@@ -49,7 +49,12 @@ struct tok {
     uint32_t n_specials;
     char *pieces;          /* rendered pieces, concatenated */
     uint64_t *piece_off;   /* n_vocab + 1 offsets */
+    uint32_t max_cps;      /* the most code points in a token text (tok_min_tokens) */
 };
+
+/* Lenient decode of one code point as the reference does it; returns the
+ * bytes consumed and the code point (0xFFFD for an invalid byte). */
+static size_t decode_lenient(const unsigned char *p, size_t n, uint32_t *cp);
 
 /* ---- hashing ---- */
 
@@ -308,6 +313,10 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
     memset(t->text_index, 0xff, cap * sizeof *t->text_index);
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         gguf_kv_arr_str(f, (uint64_t)ki, i, &t->text[i]);
+        uint32_t cps = 0, cp;
+        for (size_t k = 0; k < t->text[i].len; cps++)
+            k += decode_lenient((const unsigned char *)t->text[i].ptr + k, t->text[i].len - k, &cp);
+        if (cps > t->max_cps) t->max_cps = cps;
         /* later duplicates win, as in the reference's text -> id map */
         uint64_t h = hash_bytes(t, t->text[i].ptr, t->text[i].len) & t->text_mask;
         for (;;) {
@@ -519,8 +528,18 @@ static int bpe_run(const tok *t, const char *w, int32_t n, bpe_scratch *s, tok_i
     return 0;
 }
 
-/* Lenient decode of one code point as the reference does it; returns the
- * bytes consumed and the code point (0xFFFD for an invalid byte). */
+/* Encoding maps each code point of the input to one symbol (a space to
+ * U+2581, an invalid byte to U+FFFD, a special token's text to itself),
+ * and a token is a run of symbols whose text it spells: a token covers at
+ * most max_cps code points. Every code point but a stray continuation
+ * byte's holds exactly one byte outside 0x80-0xBF, so those bytes count
+ * code points from below. */
+size_t tok_min_tokens(const tok *t, const char *text, size_t len) {
+    size_t cps = 0;
+    for (size_t i = 0; i < len; i++) cps += ((unsigned char)text[i] & 0xc0) != 0x80;
+    return t->max_cps ? (cps + t->max_cps - 1) / t->max_cps : 0;
+}
+
 static size_t decode_lenient(const unsigned char *p, size_t n, uint32_t *cp) {
     unsigned char b = p[0];
     if (b < 0x80) { *cp = b; return 1; }

@@ -20,7 +20,7 @@ static void check_vectors(const tok *t, const char *inp, const char *outp, int s
     if (!in || !out) { free(in); free(out); return; }
     const char *sep = "\n__ggml_vocab_test__\n";
     char *p = in, *line = out;
-    int cases = 0, bad = 0;
+    int cases = 0, bad = 0, unsound = 0;
     for (;;) {
         char *e = strstr(p, sep);
         size_t len = e ? (size_t)(e - p) : strlen(p);
@@ -30,6 +30,9 @@ static void check_vectors(const tok *t, const char *inp, const char *outp, int s
         *nl = 0;
         tok_ids ids = {0};
         tok_encode(t, p, len, 0, special, &ids);
+        /* tok_min_tokens is a lower bound (the server refuses prompts on it) */
+        if (tok_min_tokens(t, p, len) > ids.n && unsound++ < 5)
+            fprintf(stderr, "%s case %d: tok_min_tokens %zu > %zu tokens\n", inp, cases, tok_min_tokens(t, p, len), ids.n);
         /* compare with the expected line */
         char *q = line;
         size_t k = 0;
@@ -56,6 +59,7 @@ static void check_vectors(const tok *t, const char *inp, const char *outp, int s
         p = e + strlen(sep);
     }
     CHECKF(bad == 0, "%s (%s): %d of %d cases differ", inp, special ? "special" : "plain", bad, cases);
+    CHECKF(unsound == 0, "%s (%s): tok_min_tokens above the count in %d cases", inp, special ? "special" : "plain", unsound);
     printf("%s (%s): %d cases\n", inp, special ? "special" : "plain", cases);
     free(in);
     free(out);
@@ -72,6 +76,24 @@ static int ids_eq(const tok *t, const char *text, int bos, int special, const in
     }
     tok_ids_free(&ids);
     return ok;
+}
+
+/* tok_min_tokens: a lower bound, and near the count where the text is
+ * made of the longest tokens (runs of spaces: 31 a token) */
+static void test_min_tokens(const tok *t) {
+    char spaces[3100];
+    memset(spaces, ' ', sizeof spaces);
+    tok_ids ids = {0};
+    tok_encode(t, spaces, sizeof spaces, 0, 1, &ids);
+    const size_t least = tok_min_tokens(t, spaces, sizeof spaces);
+    CHECKF(least <= ids.n && least * 4 >= ids.n, "3100 spaces: %zu tokens, bound %zu", ids.n, least);
+    tok_ids_free(&ids);
+    /* stray continuation bytes and overlong forms count no code point from below */
+    const char odd[] = "\x80\x80\xc0\xaf\xe0\x80\xaf<|turn>";
+    tok_encode(t, odd, sizeof odd - 1, 0, 1, &ids);
+    CHECK(tok_min_tokens(t, odd, sizeof odd - 1) <= ids.n);
+    tok_ids_free(&ids);
+    CHECK(tok_min_tokens(t, "", 0) == 0);
 }
 
 static void test_basics(const tok *t) {
@@ -318,6 +340,7 @@ int main(int argc, char **argv) {
     CHECKF(t != NULL, "%s", err.msg);
     if (!t) return test_report("test_tok");
     test_basics(t);
+    test_min_tokens(t);
     test_attr_table(t);
     check_vectors(t, "tests/data/tok/ggml-vocab-gemma-4.gguf.inp", "tests/data/tok/ggml-vocab-gemma-4.gguf.out", 0);
     /* the large corpus, unpacked by the Makefile into build/ */
