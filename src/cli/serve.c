@@ -34,8 +34,13 @@ static const char help[] =
     "                        (default 4 x --max-body); a body that would pass it gets 503 unread;\n"
     "                        bodies up to 64 KiB always pass\n"
     "  --queue N             requests that may wait beyond the running one (default 16; more: 503)\n"
-    "  --max-conns N         open connections (default 128; more: 503 and closed)\n"
-    "  --timeout S           seconds for a request's head and body to arrive (default 30)\n"
+    "  --max-conns N         connection slots (default 128); when all are taken, a new connection that\n"
+    "                        sends a complete request head within 1 s takes the slot of the one idle,\n"
+    "                        or receiving its request, longest (for at least 1 s; that one gets 408);\n"
+    "                        else it gets 503 and is closed\n"
+    "  --header-timeout S    seconds for a request's head to arrive (default 10; a new connection's\n"
+    "                        from accept)\n"
+    "  --timeout S           seconds for a whole request, head and body, to arrive (default 30)\n"
     "  --idle-timeout S      seconds an idle keep-alive connection stays open (default 60)\n"
     "  --send-timeout S      seconds a blocked send may wait for the client (default 30)\n"
     "  --heartbeat S         seconds between SSE comments while queued or prefilling (default 5; 0: none)\n"
@@ -60,7 +65,8 @@ static int usage(void) {
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
             "                 [--max-body BYTES] [--max-inflight BYTES] [--alias NAME]\n"
             "                 [--queue N]\n"
-            "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
+            "                 [--max-conns N] [--header-timeout S] [--timeout S] [--idle-timeout S] [--send-timeout S]\n"
+            "                 [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
             "                 [--test-hooks]\n");
@@ -74,6 +80,7 @@ int cli_serve(int argc, char **argv) {
     o.max_body = 8 << 20;
     o.queue = 16;
     o.max_conns = 128;
+    o.header_timeout = 10;
     o.read_timeout = 30;
     o.idle_timeout = 60;
     o.send_timeout = 30;
@@ -108,6 +115,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-inflight")) { bad = cli_parse_num(v, 1024, 1ull << 40, &x) || x != (double)(size_t)x; o.max_inflight = (size_t)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
+        else if (!strcmp(a, "--header-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.header_timeout = x; i++; }
         else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }
         else if (!strcmp(a, "--idle-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.idle_timeout = x; i++; }
         else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }

@@ -2,11 +2,14 @@
  * queue and the engine worker.
  *
  * Threads. The main thread accepts connections and starts one detached
- * thread per connection (at most max_conns; beyond that a connection gets a
- * 503 and is closed at once). A connection thread reads requests with
- * deadlines (a slow or endless head is answered 408 or 431 and closed),
- * charges each body to the in-flight budget (--max-inflight: 503 unread
- * when it would pass it), answers everything that needs no engine itself (health, models, props,
+ * thread per connection slot (max_conns of them; when all are taken, a
+ * connection that sends a complete head within a second takes the slot of
+ * one idle or receiving its request longest, else it gets 503: see
+ * conn_evict and the probation set). A connection thread reads requests
+ * with deadlines (a head within --header-timeout, the whole request within
+ * --timeout, else 408; an endless head 431), charges each body to the
+ * in-flight budget (--max-inflight: 503 unread when it would pass it),
+ * answers everything that needs no engine itself (health, models, props,
  * tokenize, errors) and turns a completion request into a job: validated,
  * rendered and tokenized, so a bad request never waits for the engine.
  * Jobs wait in a bounded FIFO (full: 503 with Retry-After; a waiting
@@ -100,6 +103,10 @@ struct server {
     atomic_int ready, stop, n_conns, failed;
     atomic_ullong counter;
     atomic_size_t inflight; /* request body bytes charged to --max-inflight (budget_charge) */
+    /* connection slots (--max-conns): the connections holding one, each
+     * with its phase; guarded by conn_mu (see conn_evict) */
+    pthread_mutex_t conn_mu;
+    struct conn **slots;
     uint64_t id_base;
     char load_error[1024];
     /* engine state: the worker's alone once ready */
@@ -779,11 +786,90 @@ static void *worker_main(void *arg) {
 
 /* ---- connection threads ---- */
 
-typedef struct {
+/* A connection's phase, for eviction (conn_evict): waiting for a
+ * request, receiving its head, its body, or being answered (never
+ * evicted). */
+enum { CONN_IDLE, CONN_HEAD, CONN_BODY, CONN_BUSY };
+
+typedef struct conn {
     server *s;
     int fd;
     char peer[64];
+    /* under the server's conn_mu */
+    strbuf pre;    /* request bytes read before its thread started (probation), or empty */
+    int slot;      /* its index in slots, -1 once evicted (or never admitted) */
+    int phase;
+    double since;  /* when the phase began (a request's head and body: its first byte) */
+    atomic_int evicted;
 } conn;
+
+/* Sets c's phase (since: when it began). */
+static void conn_phase(conn *c, int phase, double since) {
+    pthread_mutex_lock(&c->s->conn_mu);
+    c->phase = phase;
+    c->since = since;
+    pthread_mutex_unlock(&c->s->conn_mu);
+}
+
+/* Slow clients must not lock others out (128 sockets sending a header byte
+ * a second held every slot for the whole read timeout, and /health
+ * answered 503). When every slot is taken, a new connection takes the slot
+ * of one that has sat idle, or received its request, for at least
+ * EVICT_AGE seconds: the idle one idle longest, else the one whose request
+ * began first (a client sending its request slowly). The victim is marked
+ * and its reading side shut down, which wakes its thread: it answers 408
+ * (a request in progress) and closes. Fresh connections are never taken:
+ * a burst of ordinary requests completes its heads in milliseconds.
+ * Returns the slot for c, or -1 when every slot is busy answering or too
+ * young (conn_mu held). */
+#define EVICT_AGE 1.0
+static int conn_evict(server *s, double now) {
+    int best = -1;
+    for (int i = 0; i < s->o.max_conns; i++) { /* every slot is taken (conn_admit looked, under conn_mu) */
+        const conn *v = s->slots[i];
+        if (v->phase == CONN_BUSY || now - v->since < EVICT_AGE) continue;
+        const conn *b = best >= 0 ? s->slots[best] : NULL;
+        if (!b || (v->phase == CONN_IDLE) > (b->phase == CONN_IDLE) ||
+            ((v->phase == CONN_IDLE) == (b->phase == CONN_IDLE) && v->since < b->since))
+            best = i;
+    }
+    if (best < 0) return -1;
+    conn *v = s->slots[best];
+    atomic_store(&v->evicted, 1);
+    v->slot = -1;
+    s->slots[best] = NULL;
+    shutdown(v->fd, SHUT_RD); /* its fd stays open until its thread, which no longer holds a slot, closes it */
+    logf_("%s evicted: %s for %.1f s while every connection slot was taken", v->peer,
+          v->phase == CONN_IDLE ? "idle" : "receiving its request", now - v->since);
+    return best;
+}
+
+/* A slot for c (the accept loop): a free one, or with evict an evicted
+ * one's. 0, or -1 when none can be had. */
+static int conn_admit(server *s, conn *c, int evict) {
+    pthread_mutex_lock(&s->conn_mu);
+    int slot = -1;
+    for (int i = 0; i < s->o.max_conns && slot < 0; i++)
+        if (!s->slots[i]) slot = i;
+    if (slot < 0 && evict) slot = conn_evict(s, gem_now_s());
+    if (slot >= 0) {
+        s->slots[slot] = c;
+        c->slot = slot;
+        c->phase = CONN_IDLE;
+        c->since = gem_now_s();
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return slot < 0 ? -1 : 0;
+}
+
+/* Gives c's slot back (unless it was evicted). Before its fd closes:
+ * conn_evict touches only the fds of connections in slots. */
+static void conn_leave(conn *c) {
+    pthread_mutex_lock(&c->s->conn_mu);
+    if (c->slot >= 0) c->s->slots[c->slot] = NULL;
+    c->slot = -1;
+    pthread_mutex_unlock(&c->s->conn_mu);
+}
 
 static int path_is(const http_req *r, const char *p) {
     size_t n = strlen(p);
@@ -1450,16 +1536,20 @@ static void *conn_main(void *arg) {
     conn *c = arg;
     server *s = c->s;
     http_limits lim = {MAX_HEAD, s->o.max_body};
-    strbuf in = {0}, body = {0};
+    strbuf in = c->pre, body = {0};
+    memset(&c->pre, 0, sizeof c->pre);
     char buf[16384];
     size_t charged = 0; /* the current request's bytes of the in-flight budget */
-    for (;;) {
+    /* the head's deadline, within the whole request's */
+    const double head_limit = s->o.header_timeout < s->o.read_timeout ? s->o.header_timeout : s->o.read_timeout;
+    for (long served = 0;; served++) {
         http_req r;
         int st, sent_continue = 0;
         double start = gem_now_s(), first = in.len ? start : 0;
         http_dechunk dc = {0};
         size_t fed = 0; /* chunked body bytes consumed after the head */
         body.len = 0;
+        conn_phase(c, first ? CONN_HEAD : CONN_IDLE, start);
         for (;;) {
             st = http_parse(in.p, in.len, &lim, &r);
             if (st == HTTP_HEAD && r.chunked) {
@@ -1502,6 +1592,7 @@ static void *conn_main(void *arg) {
                 goto out;
             }
             if (st == HTTP_DONE) break;
+            if (st == HTTP_HEAD && c->phase == CONN_HEAD) conn_phase(c, CONN_BODY, first);
             /* a body of known length is received into exactly its size
              * (growing by doubling would hold up to twice as much) */
             if (st == HTTP_HEAD && !r.chunked && sb_room(&in, r.head_len + r.content_length - in.len)) goto out;
@@ -1523,14 +1614,36 @@ static void *conn_main(void *arg) {
                 sent_continue = 1;
             }
             double t = gem_now_s();
-            double deadline = first ? first + s->o.read_timeout : start + s->o.idle_timeout;
+            if (atomic_load(&c->evicted)) { /* its slot went to a new connection (conn_evict) */
+                if (first) {
+                    api_error e;
+                    api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                             "the request was still arriving after %.1f s while every connection slot (--max-conns "
+                             "%d) was taken: the connection was closed to make room",
+                             t - first, s->o.max_conns);
+                    respond_error(s, c->fd, &e, 0, NULL);
+                }
+                goto out;
+            }
+            /* a new connection's head is due within the head limit from
+             * accept, a kept-alive one's first byte within the idle
+             * timeout; a head within the head limit from its first byte,
+             * the whole request within --timeout */
+            const int in_head = st == HTTP_PARTIAL;
+            double deadline = !first ? start + (served ? s->o.idle_timeout : head_limit)
+                              : in_head ? first + head_limit
+                                        : first + s->o.read_timeout;
             if (t >= deadline || atomic_load(&s->stop)) {
                 if (first && !atomic_load(&s->stop)) {
                     api_error e;
-                    api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
-                             "the request did not arrive within %g s", s->o.read_timeout);
+                    if (in_head)
+                        api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                                 "the request head did not arrive within %g s", head_limit);
+                    else
+                        api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                                 "the request did not arrive within %g s", s->o.read_timeout);
                     respond_error(s, c->fd, &e, 0, NULL);
-                    logf_("%s 408: request timeout", c->peer);
+                    logf_("%s 408: request %s timeout", c->peer, in_head ? "head" : "body");
                 }
                 goto out;
             }
@@ -1541,8 +1654,12 @@ static void *conn_main(void *arg) {
             if (pr <= 0) continue;
             ssize_t k = recv(c->fd, buf, sizeof buf, 0);
             if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (k == 0 && atomic_load(&c->evicted)) continue; /* answered above */
             if (k <= 0) goto out;
-            if (!first) first = gem_now_s();
+            if (!first) {
+                first = gem_now_s();
+                conn_phase(c, CONN_HEAD, first);
+            }
             sb_put(&in, buf, (size_t)k);
             if (in.failed) goto out;
         }
@@ -1553,6 +1670,7 @@ static void *conn_main(void *arg) {
             logf_("%s %d: %s", c->peer, r.status, r.error);
             goto out;
         }
+        conn_phase(c, CONN_BUSY, gem_now_s());
         const int keep = handle(c, &r);
         budget_release(s, &charged);
         if (!keep) goto out;
@@ -1571,6 +1689,7 @@ out:
     budget_release(s, &charged);
     sb_free(&in);
     sb_free(&body);
+    conn_leave(c);
     linger_close(c->fd);
     atomic_fetch_sub(&s->n_conns, 1);
     free(c);
@@ -1627,6 +1746,135 @@ static void peer_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
     else snprintf(out, cap, "%s:%s", host, serv);
 }
 
+/* Connections that arrived while every slot was taken (conn_admit). Such a
+ * connection may evict a slot's holder only once it has sent a complete
+ * request head, within PROBATION_S: else a client reconnecting in a loop
+ * would take each evicted slot itself, while a request that arrives whole
+ * (a /health probe, an ordinary completion) gets one at once. The accept
+ * loop reads their heads (up to MAX_HEAD each) as it polls them with the
+ * listening socket, and hands the bytes to the connection's thread;
+ * beyond PROBATION_MAX waiting, or past the deadline, they get 503. */
+#define PROBATION_MAX 64
+#define PROBATION_S 1.0
+typedef struct {
+    struct {
+        int fd;
+        double until;
+        char peer[64];
+        strbuf head;
+    } v[PROBATION_MAX];
+    int n;
+} probation;
+
+static void refuse_busy(server *s, int fd) {
+    api_error e;
+    api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
+             "every connection slot (--max-conns %d) is busy; retry later", s->o.max_conns);
+    respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
+    close(fd);
+}
+
+/* Starts fd's connection thread with the bytes already read (pre, taken
+ * over), in a free slot or with evict an evicted one's; refused (503) when
+ * there is none. */
+static void start_conn(server *s, pthread_attr_t *attr, int fd, const char *peer, strbuf *pre, int evict) {
+    conn *c = calloc(1, sizeof *c);
+    pthread_t t;
+    if (!c) {
+        close(fd);
+        sb_free(pre);
+        return;
+    }
+    c->s = s;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->pre = *pre;
+    memset(pre, 0, sizeof *pre);
+    if (conn_admit(s, c, evict)) {
+        refuse_busy(s, fd);
+        sb_free(&c->pre);
+        free(c);
+        return;
+    }
+    atomic_fetch_add(&s->n_conns, 1);
+    if (pthread_create(&t, attr, conn_main, c)) {
+        atomic_fetch_sub(&s->n_conns, 1);
+        conn_leave(c);
+        close(fd);
+        sb_free(&c->pre);
+        free(c);
+    }
+}
+
+/* One round of the accept loop: waits (at most 200 ms) for a connection
+ * or for bytes from one in probation, and serves what came. */
+static void accept_round(server *s, pthread_attr_t *attr, probation *pb) {
+    struct pollfd p[1 + PROBATION_MAX];
+    double now = gem_now_s(), wait = 0.2;
+    p[0] = (struct pollfd){s->lfd, POLLIN, 0};
+    for (int i = 0; i < pb->n; i++) {
+        p[1 + i] = (struct pollfd){pb->v[i].fd, POLLIN, 0};
+        if (pb->v[i].until - now < wait) wait = pb->v[i].until - now;
+    }
+    if (poll(p, (nfds_t)(1 + pb->n), wait > 0 ? (int)(wait * 1000) + 1 : 0) < 0) return;
+    now = gem_now_s();
+    /* probation: a complete head (or a malformed one, answered by its
+     * thread) is admitted, evicting; a closed or expired one is dropped */
+    for (int i = pb->n - 1; i >= 0; i--) {
+        int gone = 0;
+        if (p[1 + i].revents) {
+            char buf[4096];
+            const ssize_t k = recv(pb->v[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (k > 0) sb_put(&pb->v[i].head, buf, (size_t)k);
+            gone = k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR) || pb->v[i].head.failed;
+        }
+        http_req r;
+        const http_limits lim = {MAX_HEAD, s->o.max_body};
+        const int st = gone ? HTTP_PARTIAL : http_parse(pb->v[i].head.p, pb->v[i].head.len, &lim, &r);
+        if (st != HTTP_PARTIAL) {
+            start_conn(s, attr, pb->v[i].fd, pb->v[i].peer, &pb->v[i].head, 1);
+        } else if (gone || now >= pb->v[i].until) {
+            if (gone) close(pb->v[i].fd);
+            else refuse_busy(s, pb->v[i].fd);
+            sb_free(&pb->v[i].head);
+        } else {
+            continue;
+        }
+        pb->v[i] = pb->v[--pb->n];
+    }
+    if (!(p[0].revents & POLLIN)) return;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) usleep(50000); /* out of descriptors: let connections close */
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const double st = s->o.send_timeout;
+    struct timeval tv = {(time_t)st, (suseconds_t)((st - (time_t)st) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    char peer[64];
+    peer_name(&ss, sl, peer, sizeof peer);
+    strbuf none = {0};
+    pthread_mutex_lock(&s->conn_mu);
+    int free_slot = 0;
+    for (int i = 0; i < s->o.max_conns && !free_slot; i++) free_slot = !s->slots[i];
+    pthread_mutex_unlock(&s->conn_mu);
+    if (free_slot) {
+        start_conn(s, attr, fd, peer, &none, 0);
+    } else if (pb->n < PROBATION_MAX) {
+        pb->v[pb->n].fd = fd;
+        pb->v[pb->n].until = now + PROBATION_S;
+        snprintf(pb->v[pb->n].peer, sizeof pb->v[pb->n].peer, "%s", peer);
+        memset(&pb->v[pb->n].head, 0, sizeof pb->v[pb->n].head);
+        pb->n++;
+    } else {
+        refuse_busy(s, fd);
+    }
+}
+
 int server_run(const server_opts *o) {
     server *s = calloc(1, sizeof *s);
     if (!s) return 1;
@@ -1637,8 +1885,11 @@ int server_run(const server_opts *o) {
     s->started = (long long)time(NULL);
     s->id_base = rng_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->work, NULL);
-    if (!(s->m = metrics_new())) {
+    s->slots = calloc((size_t)o->max_conns, sizeof *s->slots);
+    if (!s->slots || !(s->m = metrics_new())) {
+        free(s->slots);
         free(s);
         return 1;
     }
@@ -1659,42 +1910,11 @@ int server_run(const server_opts *o) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1 << 20);
-    while (!got_signal && !atomic_load(&s->failed)) {
-        struct pollfd p = {s->lfd, POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0) continue;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) usleep(50000); /* out of descriptors: let connections close */
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        struct timeval tv = {(time_t)o->send_timeout, (suseconds_t)((o->send_timeout - (time_t)o->send_timeout) * 1e6)};
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (atomic_load(&s->n_conns) >= o->max_conns) {
-            api_error e;
-            api_fail(&e, 503, "unavailable_error", NULL, "server_busy", "too many open connections; retry later");
-            respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
-            close(fd);
-            continue;
-        }
-        conn *c = calloc(1, sizeof *c);
-        pthread_t t;
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->s = s;
-        c->fd = fd;
-        peer_name(&ss, sl, c->peer, sizeof c->peer);
-        atomic_fetch_add(&s->n_conns, 1);
-        if (pthread_create(&t, &attr, conn_main, c)) {
-            atomic_fetch_sub(&s->n_conns, 1);
-            close(fd);
-            free(c);
-        }
+    probation pb = {0};
+    while (!got_signal && !atomic_load(&s->failed)) accept_round(s, &attr, &pb);
+    for (int i = 0; i < pb.n; i++) {
+        close(pb.v[i].fd);
+        sb_free(&pb.v[i].head);
     }
     pthread_attr_destroy(&attr);
     rc = atomic_load(&s->failed) ? 1 : 0;
@@ -1717,6 +1937,7 @@ done:
         gem_session_free(s->sess);
         gem_engine_close(s->e);
         metrics_free(s->m);
+        free(s->slots);
         free(s);
     }
     return rc;
