@@ -1593,9 +1593,6 @@ static void *conn_main(void *arg) {
             }
             if (st == HTTP_DONE) break;
             if (st == HTTP_HEAD && c->phase == CONN_HEAD) conn_phase(c, CONN_BODY, first);
-            /* a body of known length is received into exactly its size
-             * (growing by doubling would hold up to twice as much) */
-            if (st == HTTP_HEAD && !r.chunked && sb_room(&in, r.head_len + r.content_length - in.len)) goto out;
             /* a request that will be refused for its key is refused on its
              * head: reading (and buffering) up to max_body first, and a
              * 100 Continue, would serve anyone without the key */
@@ -1660,6 +1657,10 @@ static void *conn_main(void *arg) {
                 first = gem_now_s();
                 conn_phase(c, CONN_HEAD, first);
             }
+            /* a body of known length is received into exactly its size
+             * (growing by doubling would hold up to twice as much); r
+             * points into `in`, so only once r is no longer read */
+            if (st == HTTP_HEAD && !r.chunked && sb_room(&in, r.head_len + r.content_length - in.len)) goto out;
             sb_put(&in, buf, (size_t)k);
             if (in.failed) goto out;
         }
