@@ -2,9 +2,9 @@
  * queue and the engine worker.
  *
  * Threads. The main thread accepts connections and starts one detached
- * thread per connection slot (max_conns of them; when all are taken, a
- * connection that sends a complete head within a second takes the slot of
- * one idle or receiving its request longest, else it gets 503: see
+ * thread per connection (at most max_conns open; when that many are, a
+ * connection that sends a complete head within a second takes the place
+ * of one idle or receiving its request longest, else it gets 503: see
  * conn_evict and the probation set). A connection thread reads requests
  * with deadlines (a head within --header-timeout, the whole request within
  * --timeout, else 408; an endless head 431), charges each body to the
@@ -103,10 +103,10 @@ struct server {
     atomic_int ready, stop, n_conns, failed;
     atomic_ullong counter;
     atomic_size_t inflight; /* request body bytes charged to --max-inflight (budget_charge) */
-    /* connection slots (--max-conns): the connections holding one, each
+    /* the open connections (--max-conns places, NULL where free), each
      * with its phase; guarded by conn_mu (see conn_evict) */
     pthread_mutex_t conn_mu;
-    struct conn **slots;
+    struct conn **conns;
     uint64_t id_base;
     char load_error[1024];
     /* engine state: the worker's alone once ready */
@@ -797,7 +797,7 @@ typedef struct conn {
     char peer[64];
     /* under the server's conn_mu */
     strbuf pre;    /* request bytes read before its thread started (probation), or empty */
-    int slot;      /* its index in slots, -1 once evicted (or never admitted) */
+    int place;     /* its index in conns, -1 once evicted (or never admitted) */
     int phase;
     double since;  /* when the phase began (a request's head and body: its first byte) */
     atomic_int evicted;
@@ -812,62 +812,62 @@ static void conn_phase(conn *c, int phase, double since) {
 }
 
 /* Slow clients must not lock others out (128 sockets sending a header byte
- * a second held every slot for the whole read timeout, and /health
- * answered 503). When every slot is taken, a new connection takes the slot
+ * a second held every place for the whole read timeout, and /health
+ * answered 503). When every place is taken, a new connection takes the place
  * of one that has sat idle, or received its request, for at least
  * EVICT_AGE seconds: the idle one idle longest, else the one whose request
  * began first (a client sending its request slowly). The victim is marked
  * and its reading side shut down, which wakes its thread: it answers 408
  * (a request in progress) and closes. Fresh connections are never taken:
  * a burst of ordinary requests completes its heads in milliseconds.
- * Returns the slot for c, or -1 when every slot is busy answering or too
+ * Returns the place for c, or -1 when every place is busy answering or too
  * young (conn_mu held). */
 #define EVICT_AGE 1.0
 static int conn_evict(server *s, double now) {
     int best = -1;
-    for (int i = 0; i < s->o.max_conns; i++) { /* every slot is taken (conn_admit looked, under conn_mu) */
-        const conn *v = s->slots[i];
+    for (int i = 0; i < s->o.max_conns; i++) { /* every place is taken (conn_admit looked, under conn_mu) */
+        const conn *v = s->conns[i];
         if (v->phase == CONN_BUSY || now - v->since < EVICT_AGE) continue;
-        const conn *b = best >= 0 ? s->slots[best] : NULL;
+        const conn *b = best >= 0 ? s->conns[best] : NULL;
         if (!b || (v->phase == CONN_IDLE) > (b->phase == CONN_IDLE) ||
             ((v->phase == CONN_IDLE) == (b->phase == CONN_IDLE) && v->since < b->since))
             best = i;
     }
     if (best < 0) return -1;
-    conn *v = s->slots[best];
+    conn *v = s->conns[best];
     atomic_store(&v->evicted, 1);
-    v->slot = -1;
-    s->slots[best] = NULL;
-    shutdown(v->fd, SHUT_RD); /* its fd stays open until its thread, which no longer holds a slot, closes it */
-    logf_("%s evicted: %s for %.1f s while every connection slot was taken", v->peer,
-          v->phase == CONN_IDLE ? "idle" : "receiving its request", now - v->since);
+    v->place = -1;
+    s->conns[best] = NULL;
+    shutdown(v->fd, SHUT_RD); /* its fd stays open until its thread, which no longer holds a place, closes it */
+    logf_("%s evicted: %s for %.1f s while all %d connections (--max-conns) were open", v->peer,
+          v->phase == CONN_IDLE ? "idle" : "receiving its request", now - v->since, s->o.max_conns);
     return best;
 }
 
-/* A slot for c (the accept loop): a free one, or with evict an evicted
+/* A place for c (the accept loop): a free one, or with evict an evicted
  * one's. 0, or -1 when none can be had. */
 static int conn_admit(server *s, conn *c, int evict) {
     pthread_mutex_lock(&s->conn_mu);
-    int slot = -1;
-    for (int i = 0; i < s->o.max_conns && slot < 0; i++)
-        if (!s->slots[i]) slot = i;
-    if (slot < 0 && evict) slot = conn_evict(s, gem_now_s());
-    if (slot >= 0) {
-        s->slots[slot] = c;
-        c->slot = slot;
+    int place = -1;
+    for (int i = 0; i < s->o.max_conns && place < 0; i++)
+        if (!s->conns[i]) place = i;
+    if (place < 0 && evict) place = conn_evict(s, gem_now_s());
+    if (place >= 0) {
+        s->conns[place] = c;
+        c->place = place;
         c->phase = CONN_IDLE;
         c->since = gem_now_s();
     }
     pthread_mutex_unlock(&s->conn_mu);
-    return slot < 0 ? -1 : 0;
+    return place < 0 ? -1 : 0;
 }
 
-/* Gives c's slot back (unless it was evicted). Before its fd closes:
- * conn_evict touches only the fds of connections in slots. */
+/* Gives c's place back (unless it was evicted). Before its fd closes:
+ * conn_evict touches only the fds of connections in conns. */
 static void conn_leave(conn *c) {
     pthread_mutex_lock(&c->s->conn_mu);
-    if (c->slot >= 0) c->s->slots[c->slot] = NULL;
-    c->slot = -1;
+    if (c->place >= 0) c->s->conns[c->place] = NULL;
+    c->place = -1;
     pthread_mutex_unlock(&c->s->conn_mu);
 }
 
@@ -1611,12 +1611,12 @@ static void *conn_main(void *arg) {
                 sent_continue = 1;
             }
             double t = gem_now_s();
-            if (atomic_load(&c->evicted)) { /* its slot went to a new connection (conn_evict) */
+            if (atomic_load(&c->evicted)) { /* its place went to a new connection (conn_evict) */
                 if (first) {
                     api_error e;
                     api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
-                             "the request was still arriving after %.1f s while every connection slot (--max-conns "
-                             "%d) was taken: the connection was closed to make room",
+                             "the request was still arriving after %.1f s while all %d connections (--max-conns) "
+                             "were open: the connection was closed to make room for a new one",
                              t - first, s->o.max_conns);
                     respond_error(s, c->fd, &e, 0, NULL);
                 }
@@ -1747,10 +1747,10 @@ static void peer_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
     else snprintf(out, cap, "%s:%s", host, serv);
 }
 
-/* Connections that arrived while every slot was taken (conn_admit). Such a
- * connection may evict a slot's holder only once it has sent a complete
+/* Connections that arrived while every place was taken (conn_admit). Such a
+ * connection may evict a place's holder only once it has sent a complete
  * request head, within PROBATION_S: else a client reconnecting in a loop
- * would take each evicted slot itself, while a request that arrives whole
+ * would take each evicted place itself, while a request that arrives whole
  * (a /health probe, an ordinary completion) gets one at once. The accept
  * loop reads their heads (up to MAX_HEAD each) as it polls them with the
  * listening socket, and hands the bytes to the connection's thread;
@@ -1770,13 +1770,13 @@ typedef struct {
 static void refuse_busy(server *s, int fd) {
     api_error e;
     api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
-             "every connection slot (--max-conns %d) is busy; retry later", s->o.max_conns);
+             "all %d connections (--max-conns) are busy; retry later", s->o.max_conns);
     respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
     close(fd);
 }
 
 /* Starts fd's connection thread with the bytes already read (pre, taken
- * over), in a free slot or with evict an evicted one's; refused (503) when
+ * over), in a free place or with evict an evicted one's; refused (503) when
  * there is none. */
 static void start_conn(server *s, pthread_attr_t *attr, int fd, const char *peer, strbuf *pre, int evict) {
     conn *c = calloc(1, sizeof *c);
@@ -1860,10 +1860,10 @@ static void accept_round(server *s, pthread_attr_t *attr, probation *pb) {
     peer_name(&ss, sl, peer, sizeof peer);
     strbuf none = {0};
     pthread_mutex_lock(&s->conn_mu);
-    int free_slot = 0;
-    for (int i = 0; i < s->o.max_conns && !free_slot; i++) free_slot = !s->slots[i];
+    int free_place = 0;
+    for (int i = 0; i < s->o.max_conns && !free_place; i++) free_place = !s->conns[i];
     pthread_mutex_unlock(&s->conn_mu);
-    if (free_slot) {
+    if (free_place) {
         start_conn(s, attr, fd, peer, &none, 0);
     } else if (pb->n < PROBATION_MAX) {
         pb->v[pb->n].fd = fd;
@@ -1888,9 +1888,9 @@ int server_run(const server_opts *o) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->work, NULL);
-    s->slots = calloc((size_t)o->max_conns, sizeof *s->slots);
-    if (!s->slots || !(s->m = metrics_new())) {
-        free(s->slots);
+    s->conns = calloc((size_t)o->max_conns, sizeof *s->conns);
+    if (!s->conns || !(s->m = metrics_new())) {
+        free(s->conns);
         free(s);
         return 1;
     }
@@ -1938,7 +1938,7 @@ done:
         gem_session_free(s->sess);
         gem_engine_close(s->e);
         metrics_free(s->m);
-        free(s->slots);
+        free(s->conns);
         free(s);
     }
     return rc;

@@ -28,10 +28,10 @@ typedef struct {
      * not count. A body that would pass it is refused (503) unread. */
     size_t max_inflight;
     int queue;              /* requests waiting for the engine beyond the running one */
-    /* connection slots: a connection beyond them that sends a complete
-     * request head within a second takes the slot of the one idle, or
-     * receiving its request, longest (for at least a second); else it is
-     * answered 503 and closed */
+    /* open connections at most: one more that sends a complete request
+     * head within a second takes the place of the one idle, or receiving
+     * its request, longest (for at least a second); else it is answered
+     * 503 and closed */
     int max_conns;
     double header_timeout;  /* seconds for a request head to arrive (a new connection's: from accept) */
     double read_timeout;    /* seconds for a whole request, head and body, to arrive */

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Slow clients against gem serve (real server processes on loopback with
 # the tiny model; python3 drives the raw sockets): sockets sending one
-# header byte every half second, more than there are connection slots,
+# header byte every half second, more than --max-conns allows,
 # while /health and a completion must still answer promptly (they once
-# got 503 for the whole read timeout: 128 such sockets held every slot);
+# got 503 for the whole read timeout: 128 such sockets held every connection);
 # a head is due within --header-timeout, the whole request within
 # --timeout.
 NAME=test_slow_clients
@@ -11,7 +11,7 @@ NAME=test_slow_clients
 command -v python3 >/dev/null 2>&1 || { bad "python3 is not installed"; finish; }
 tiny_model
 
-# ---- slow clients: 16 sockets for 8 slots, one header byte every 0.5 s ----
+# ---- slow clients: 16 sockets for --max-conns 8, one header byte every 0.5 s ----
 start slow --max-conns 8 || finish
 python3 - "$PORT" 16 4 >"$tmp/slow" 2>&1 <<'EOF' &
 import socket, sys, time, threading
@@ -51,17 +51,17 @@ for i in 1 2 3; do
     r=$(curl -s --max-time 5 -w ' %{http_code}' "http://127.0.0.1:$PORT/health")
     t1=$(date +%s%N)
     [ "$r" = '{"status":"ok"} 200' ] && [ $(((t1 - t0) / 1000000)) -lt 1000 ] && ok \
-        || bad "/health $i with every slot held by slow clients: '$r' after $(((t1 - t0) / 1000000)) ms"
+        || bad "/health $i with every connection held by slow clients: '$r' after $(((t1 - t0) / 1000000)) ms"
     t0=$(date +%s%N)
     r=$(curl -s --max-time 5 -w ' %{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
     t1=$(date +%s%N)
     case "$r" in *'"completion_tokens":2'*' 200') [ $(((t1 - t0) / 1000000)) -lt 2000 ] && ok || bad "completion $i took $(((t1 - t0) / 1000000)) ms" ;;
-        *) bad "completion $i with every slot held by slow clients: $r" ;; esac
+        *) bad "completion $i with every connection held by slow clients: $r" ;; esac
     sleep 0.3
 done
 wait $slow
 grep -q "evicted: receiving its request for" "$tmp/slow.log" && ok || bad "no slow client evicted: $(tail -5 "$tmp/slow.log")"
-# the slow clients were told: 408 for an evicted one, 503 beyond the slots
+# the slow clients were told: 408 for an evicted one, 503 beyond --max-conns
 grep -q "HTTP/1.1 408 Request Timeout" "$tmp/slow" && grep -q "HTTP/1.1 503 Service Unavailable" "$tmp/slow" && ok || bad "the slow clients' answers: $(cat "$tmp/slow")"
 kill $PID
 
