@@ -2,13 +2,19 @@
 # Tokenizer encode throughput, gem against the pinned reference, on the same
 # machine in one run (A/B/B/A, best of 3 passes each, both in-process and
 # excluding vocabulary load): the golden corpus as one text, and a 10 MB line
-# without newlines (the linear-time check). Writes
-# bench/results/tok-encode-DATE.json. Needs bench/reference/build.sh cpu.
+# without newlines (the linear-time check). The vocabulary is gemma4 (the
+# default) or qwen35, each with its own golden corpus. Writes
+# bench/results/tok-encode-DATE.json (gemma4) or
+# tok-encode-qwen35-DATE.json. Needs bench/reference/build.sh cpu.
 . "$(dirname "$0")/../tools/ref_env.sh"
+case ${1:-gemma4} in
+gemma4) vocab=data/vocab/gemma-4.gguf corpus_gz=tests/data/tok/corpus.inp.gz name=tok-encode ;;
+qwen35) vocab=data/vocab/qwen35.gguf corpus_gz=tests/data/tok/qwen35-corpus.inp.gz name=tok-encode-qwen35 ;;
+*) echo "usage: bench/tok_bench.sh [gemma4|qwen35]" >&2; exit 1 ;;
+esac
 make -s gem
 cc -O2 -I$R/include -I$R/ggml/include tools/ref_tokenize.c -L$bin -lllama -Wl,-rpath,"$root/$bin" -o "$tmp/ref"
-vocab=data/vocab/gemma-4.gguf
-gzip -dc tests/data/tok/corpus.inp.gz > "$tmp/corpus.txt"
+gzip -dc $corpus_gz > "$tmp/corpus.txt"
 python3 -c "
 import random; r = random.Random(1)
 w = open('$tmp/corpus.txt', encoding='utf-8', errors='replace').read().split()
@@ -28,7 +34,7 @@ line=$(run "$tmp/line.txt")
 date=$(date -u +%Y-%m-%d)
 # read the tree state before writing the result file (writing it dirties the tree)
 dirty=$(git diff --quiet && echo false || echo true)
-out=bench/results/tok-encode-$date.json
+out=bench/results/$name-$date.json
 cat > "$out" <<JSON
 {
   "benchmark": "tokenizer encode throughput (no BOS, no special parsing), best of 3 passes, A/B/B/A",

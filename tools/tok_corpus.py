@@ -8,7 +8,13 @@ many scripts), gem's own sources, and generated text: code in several
 languages, emoji, whitespace runs, control-token strings, invalid UTF-8 and a
 very long line. Deterministic: fixed seed, sorted file lists.
 
-usage: tok_corpus.py OUT.inp
+With --vocab qwen35 the control-token strings are Qwen's (ChatML, thinking
+and tool-call markers, padding tokens) and cases aimed at its pre-tokenizer
+follow: English contractions in any case, combining marks, numbers of
+every script, white space of every kind around letters, punctuation before
+line breaks. The Gemma corpus (no option) is unchanged.
+
+usage: tok_corpus.py OUT.inp [--vocab qwen35]
 """
 import glob
 import gzip
@@ -19,7 +25,8 @@ import subprocess
 import sys
 
 SEP = b"\n__ggml_vocab_test__\n"
-rng = random.Random(20261202)
+QWEN = "--vocab" in sys.argv and sys.argv[sys.argv.index("--vocab") + 1] == "qwen35"
+rng = random.Random(20261206 if QWEN else 20261202)
 cases = []
 
 
@@ -182,6 +189,11 @@ for _ in range(400):
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
            "<|tool_response>", "<tool_response|>", "<|\"|>", "<|think|>", "<|channel>", "<channel|>", "<|turn>",
            "<turn|>", "<|image|>", "<|audio|>", "<|video|>", "<|image>", "<image|>", "</s>", "<start_of_turn>"]
+if QWEN:
+    SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[PAD151646]", "[PAD151700]", "[PAD151935]",
+               "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+               "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|fim_prefix|>", "<|file_sep|>",
+               "<function=get_weather>", "</function>", "<parameter=city>", "</parameter>", "<pad>", "<eos>"]
 for _ in range(400):
     parts = []
     for _ in range(rng.randint(1, 12)):
@@ -195,7 +207,9 @@ for _ in range(400):
             parts.append("<" + rng.choice(SPECIAL) + ">")
         else:
             parts.append(rng.choice(["user\n", "model\n", "system\n", "thought\n", " ", "\n", rng.choice(words),
-                                     "call:get_weather{city:<|\"|>Paris<|\"|>}", "declaration:"]))
+                                     "call:get_weather{city:<|\"|>Paris<|\"|>}", "declaration:"] if not QWEN else
+                                    ["user\n", "assistant\n", "system\n", "\n\n", " ", "\n", rng.choice(words),
+                                     '{"name": "get_weather", "arguments": {"city": "Paris"}}', "\nParis\n"]))
     add("".join(parts))
 
 # --- numbers, punctuation, urls ---
@@ -217,6 +231,47 @@ for _ in range(300):
 # --- a very long line without newlines ---
 add(" ".join(rng.choice(words) for _ in range(40000)))
 add("x" * 100000)
+
+if QWEN:
+    # --- contractions, any case, and near misses ---
+    CONTR = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'Ve", "'M", "'LL", "'lL", "'D",
+             "'", "''", "'x", "'r", "'v", "'l", "\u2019s", "'\u017f", "'\u0130"]
+    for _ in range(300):
+        add("".join(rng.choice(words) * (rng.random() < 0.8) + rng.choice(CONTR) +
+                    rng.choice(["", " ", "\n", "s", "re", "'", "1"]) for _ in range(rng.randint(1, 12))))
+    # --- combining marks after letters, digits, spaces, punctuation, at the start ---
+    MARKS = ["\u0301", "\u0308", "\u0327", "\u0903", "\u093f", "\u0e31", "\u0e48", "\u20dd", "\ufe0f", "\u200d",
+             "\u0654", "\u05b7", "\u1ab0", "\U000e0100"]
+    BASES = ["e", "a", "1", " ", "\n", "(", "\u0915", "\u0e01", "\u05d0", "\u0627", "\u4e00", "\u2603", "	", "'"]
+    for _ in range(400):
+        add("".join(rng.choice(BASES) + "".join(rng.choice(MARKS) for _ in range(rng.randint(0, 3))) +
+                    (rng.choice(words) if rng.random() < 0.3 else "") for _ in range(rng.randint(1, 20))))
+    # --- numbers of every script ---
+    NUMS = ["0", "42", "3.14", "1,000", "\u0661\u0662\u0663", "\u0967\u0968", "\u2460\u2461", "\u216b", "\uff11\uff12",
+            "\u00b2", "\u00bd", "\U0001d7ce", "\u4e09", "\u3007", "1e-9", "0x1F", "-7"]
+    for _ in range(300):
+        add("".join(rng.choice(NUMS) + rng.choice(["", " ", "a", "\u0301", "\n", "%", "px"]) for _ in range(rng.randint(1, 16))))
+    # --- white space of every kind around words, punctuation before line breaks ---
+    SP = [" ", "  ", "\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x85", "\xa0", "\u1680", "\u2000", "\u2003",
+          "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\u200b", "\ufeff", "\x1c", "\x1f"]
+    PUN = ["!", "...", ":", ";", "?!", "--", "{", "}", "=>", "\u3002", "\u060c", "\u00bf", "\u2014", "\u00a9", "$", "\U0001f600"]
+    for _ in range(600):
+        add("".join(rng.choice(SP) * rng.randint(1, 4) + rng.choice([rng.choice(words), rng.choice(PUN), "", rng.choice(NUMS)]) +
+                    (rng.choice(PUN) + rng.choice(["\n", "\r\n", "\n\n", ""]) if rng.random() < 0.4 else "")
+                    for _ in range(rng.randint(1, 14))))
+    # --- whole ChatML conversations ---
+    for _ in range(200):
+        turns = []
+        for _ in range(rng.randint(1, 5)):
+            role = rng.choice(["system", "user", "assistant", "tool"])
+            body = " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+            if role == "assistant" and rng.random() < 0.5:
+                body = "<think>\n" + body + "\n</think>\n\n" + rng.choice(words)
+            if role == "assistant" and rng.random() < 0.3:
+                body += ("\n\n<tool_call>\n<function=search>\n<parameter=query>\n" + rng.choice(words) +
+                         "\n</parameter>\n</function>\n</tool_call>")
+            turns.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
+        add("".join(turns) + "<|im_start|>assistant\n")
 
 data = SEP.join(cases)
 open(sys.argv[1], "wb").write(data)

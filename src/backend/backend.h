@@ -40,6 +40,11 @@ typedef struct be_kv be_kv;
 typedef struct backend backend;
 typedef struct be_graph be_graph;
 
+/* Entry type of one KV cache, chosen per cache (kv_new): a model may keep
+ * its sliding rings in f32 and its context-long caches in f16
+ * (gemma4_kvplan.h, --kv-type f16-full). */
+typedef enum { BE_KV_F32, BE_KV_F16 } be_kv_type;
+
 #define BE_TOPK_MAX 128
 
 /* Rows a call may carry and still be row-exact (below). */
@@ -59,10 +64,24 @@ struct backend {
      * wants tiles large enough that each weight read from memory serves
      * hundreds of tokens; the CPU's caches want small ones. */
     int prompt_tile;
+    /* kv_new takes BE_KV_F16 (every attention op then reads and writes
+     * both entry types, caches of both types side by side). */
+    int kv_f16;
+    /* Bytes of memory the backend may take beyond weights, KV caches and
+     * the buffers the model allocates: its lazily grown scratch (quantized
+     * activations, attention partials, graphs). Capacity checks add it to
+     * the KV plan before anything is loaded; a stated bound, not a
+     * measurement (the backend says how it was derived). */
+    size_t work_reserve;
     void (*destroy)(backend *b);
 
     be_weight *(*weight)(backend *b, const gguf_tensor *t, gem_err *err);
     void (*weight_free)(backend *b, be_weight *w);
+    /* Optional (NULL: weights stay views of the mapped file, as on the
+     * CPU): bytes of memory `weight` takes for t as the device counts them
+     * (its allocation granularity included), so that a model's resident
+     * size is known before it is loaded. */
+    uint64_t (*weight_bytes)(backend *b, const gguf_tensor *t);
 
     be_buf *(*alloc)(backend *b, size_t n_floats, gem_err *err);
     void (*buf_free)(backend *b, be_buf *x);
@@ -106,9 +125,13 @@ struct backend {
     void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
     void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
 
-    /* KV cache of one layer: `capacity` positions; a ring (slot = pos %
-     * capacity) when ring is set (sliding layers), else linear. */
-    be_kv *(*kv_new)(backend *b, int n_kv_head, int head_dim, int capacity, int ring, gem_err *err);
+    /* KV cache of one layer: `capacity` positions of n_kv_head x head_dim
+     * keys and as many values, entries of `type`; a ring (slot = pos %
+     * capacity) when ring is set (sliding layers), else linear. It holds
+     * exactly kv_bytes(kv, capacity) bytes of entries (the KV plan,
+     * gemma4_kvplan.h, counts on it). BE_KV_F16 only where kv_f16 says so;
+     * otherwise NULL with err naming the type. */
+    be_kv *(*kv_new)(backend *b, int n_kv_head, int head_dim, int capacity, int ring, be_kv_type type, gem_err *err);
     void (*kv_free)(backend *b, be_kv *kv);
     /* Attention of n queries at positions pos0.. over the cache (positions
      * < pos0) and this call's k/v, then stores k/v into the cache. */
@@ -131,6 +154,19 @@ struct backend {
      * no visible key (pos 0) the output is zero. */
     void (*attention_cached)(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
                              int head_dim, int window, be_buf *out);
+    /* Optional (NULL: the engine steps sessions one at a time): n <=
+     * BE_EXACT_ROWS rows that are one-token steps of n different sequences
+     * (a batched decode step of parallel sessions): row i of q/k/v (the
+     * raw projections, as attention_qkv takes them) at position pos[i],
+     * over and into kvs[i]. Each row's result is bitwise what
+     * attention_qkv of that row alone (n = 1, pos0 = pos[i], kvs[i]) gives,
+     * so a session's answer does not depend on what else runs. The kvs
+     * are distinct. Before the tile's ops, set_step_seqs (when the backend
+     * has set_step) gives the rows' ids and positions. */
+    void (*attention_seqs)(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                           int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head,
+                           int head_dim, float eps, float theta, const be_weight *freq_factors, int window,
+                           be_buf *out);
     /* Checkpoints: the cache's bytes for positions [0, n_pos) as a host blob. */
     size_t (*kv_bytes)(backend *b, const be_kv *kv, int n_pos);
     void (*kv_save)(backend *b, const be_kv *kv, int n_pos, void *dst);
@@ -162,6 +198,9 @@ struct backend {
      * ids/pos0 as arguments; a backend that replays recorded steps reads
      * them from here instead, so one recording serves every position. */
     void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
+    /* As set_step for a tile of one-token steps of n sequences (row i at
+     * pos[i]: attention_seqs); required with set_step and attention_seqs. */
+    void (*set_step_seqs)(backend *b, const int32_t *ids, const int *pos, int n);
     /* Optional (NULL when unsupported): run fn once (its ops take effect, as
      * for a direct call) and record the ops it enqueues (no host round trips
      * inside) as a graph; replay runs them again for the latest set_step.
@@ -195,10 +234,6 @@ typedef struct {
      * exact tanh GELU (transformers computes it in f32). On, greedy runs can
      * be compared token for token with the reference. */
     int gelu_fp16;
-    /* K/V cache entries in f16 instead of f32 (CUDA only: half the cache
-     * memory and the bytes a deep decode step reads; the logit drift it
-     * costs is measured in bench/results). */
-    int kv_f16;
 } backend_opts;
 
 /* Creates a backend by name ("cpu", "cuda"); NULL with a reason when

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/chat.h"
+#include "chat/chat_int.h"
 
 #define M_CHANNEL_OPEN CHAT_REASONING_OPEN
 #define M_CHANNEL_CLOSE CHAT_REASONING_CLOSE
@@ -21,76 +21,7 @@
 #define M_QUOTE "<|\"|>"
 #define MAX_CHANNEL_HEADER 64
 
-typedef enum { S_CONTENT, S_HEADER, S_REASONING, S_CALL, S_ENDED } pstate;
-
-struct chat_parser {
-    chat_event_fn fn;
-    void *ctx;
-    pstate st;
-    strbuf pend;
-    int max_calls, calls; /* max_calls > 0: the answer ends after that many calls */
-};
-
-chat_parser *chat_parser_new(chat_event_fn fn, void *ctx) {
-    chat_parser *p = calloc(1, sizeof *p);
-    if (p) {
-        p->fn = fn;
-        p->ctx = ctx;
-    }
-    return p;
-}
-
-void chat_parser_max_calls(chat_parser *p, int n) { p->max_calls = n; }
-
-void chat_parser_free(chat_parser *p) {
-    if (!p) return;
-    sb_free(&p->pend);
-    free(p);
-}
-
-int chat_parser_ended(const chat_parser *p) { return p->st == S_ENDED; }
-
-static void emit_text(chat_parser *p, chat_ev_kind k, const char *s, size_t n) {
-    if (!n) return;
-    chat_event ev = {k, s, n, NULL, NULL};
-    p->fn(&ev, p->ctx);
-}
-
-/* Drops the first n pending bytes. */
-static void consume(chat_parser *p, size_t n) {
-    if (!n) return;
-    memmove(p->pend.p, p->pend.p + n, p->pend.len - n);
-    p->pend.len -= n;
-    if (p->pend.p) p->pend.p[p->pend.len] = 0;
-}
-
-/* Earliest marker of the list in s[0..n); returns its index or -1. */
-static long find_first(const char *s, size_t n, const char *const *markers, int nm, int *which) {
-    long best = -1;
-    for (int i = 0; i < nm; i++) {
-        const char *h = memmem(s, n, markers[i], strlen(markers[i]));
-        if (h && (best < 0 || h - s < best)) {
-            best = h - s;
-            *which = i;
-        }
-    }
-    return best;
-}
-
-/* Length of the longest suffix of s that is a proper prefix of a marker. */
-static size_t held_suffix(const char *s, size_t n, const char *const *markers, int nm) {
-    size_t best = 0;
-    for (int i = 0; i < nm; i++) {
-        size_t ml = strlen(markers[i]);
-        for (size_t k = ml - 1; k > best; k--) {
-            if (k <= n && !memcmp(s + n - k, markers[i], k)) {
-                best = k;
-                break;
-            }
-        }
-    }
-    return best;
-}
+enum { S_CONTENT, S_HEADER, S_REASONING, S_CALL, S_ENDED = CHAT_ST_ENDED };
 
 /* ---- Gemma argument syntax to JSON ---- */
 
@@ -263,7 +194,7 @@ static const char *const call_markers[] = {M_CALL_CLOSE, M_TURN_END, M_TOOL_RESP
 static const char *const header_markers[] = {"\n", M_CHANNEL_CLOSE};
 
 /* Processes as much of the pending text as is final. */
-static void step(chat_parser *p, int final) {
+void chat_gemma4_step(chat_parser *p, int final) {
     for (;;) {
         char *s = p->pend.p;
         size_t n = p->pend.len;
@@ -278,16 +209,16 @@ static void step(chat_parser *p, int final) {
             chat_ev_kind k = p->st == S_CONTENT ? CHAT_EV_CONTENT : CHAT_EV_REASONING;
             const char *const *mk = p->st == S_CONTENT ? content_markers : reasoning_markers;
             int nm = p->st == S_CONTENT ? 4 : 3;
-            at = n ? find_first(s, n, mk, nm, &which) : -1;
+            at = n ? chat_find_first(s, n, mk, nm, &which) : -1;
             if (at < 0) {
-                size_t hold = final ? 0 : held_suffix(s, n, mk, nm);
-                emit_text(p, k, s, n - hold);
-                consume(p, n - hold);
+                size_t hold = final ? 0 : chat_held_suffix(s, n, mk, nm);
+                chat_emit(p, k, s, n - hold);
+                chat_consume(p, n - hold);
                 return;
             }
-            emit_text(p, k, s, (size_t)at);
+            chat_emit(p, k, s, (size_t)at);
             const char *m = mk[which];
-            consume(p, (size_t)at + strlen(m));
+            chat_consume(p, (size_t)at + strlen(m));
             if (!strcmp(m, M_TURN_END) || !strcmp(m, M_TOOL_RESPONSE)) p->st = S_ENDED;
             else if (!strcmp(m, M_CHANNEL_OPEN)) p->st = S_HEADER;
             else if (!strcmp(m, M_CALL_OPEN)) p->st = S_CALL;
@@ -295,62 +226,49 @@ static void step(chat_parser *p, int final) {
             break;
         }
         case S_HEADER:
-            at = n ? find_first(s, n, header_markers, 2, &which) : -1;
+            at = n ? chat_find_first(s, n, header_markers, 2, &which) : -1;
             if (at < 0) {
                 if (n > MAX_CHANNEL_HEADER) { p->st = S_REASONING; break; } /* no header: all reasoning */
                 if (final) {
-                    emit_text(p, CHAT_EV_REASONING, s, n);
-                    consume(p, n);
+                    chat_emit(p, CHAT_EV_REASONING, s, n);
+                    chat_consume(p, n);
                 }
                 return;
             }
             if (which == 0) { /* "thought\n": the channel name is dropped */
-                consume(p, (size_t)at + 1);
+                chat_consume(p, (size_t)at + 1);
                 p->st = S_REASONING;
             } else { /* "<|channel><channel|>": an empty channel */
-                consume(p, (size_t)at + strlen(M_CHANNEL_CLOSE));
+                chat_consume(p, (size_t)at + strlen(M_CHANNEL_CLOSE));
                 p->st = S_CONTENT;
             }
             break;
         case S_CALL:
-            at = n ? find_first(s, n, call_markers, 3, &which) : -1;
+            at = n ? chat_find_first(s, n, call_markers, 3, &which) : -1;
             if (at < 0) {
                 if (final) { /* unfinished call: its text is content */
-                    emit_text(p, CHAT_EV_CONTENT, M_CALL_OPEN, strlen(M_CALL_OPEN));
-                    emit_text(p, CHAT_EV_CONTENT, s, n);
-                    consume(p, n);
+                    chat_emit(p, CHAT_EV_CONTENT, M_CALL_OPEN, strlen(M_CALL_OPEN));
+                    chat_emit(p, CHAT_EV_CONTENT, s, n);
+                    chat_consume(p, n);
                 }
                 return;
             }
             if (which == 0 && emit_call(p, s, (size_t)at) == 0) {
-                consume(p, (size_t)at + strlen(M_CALL_CLOSE));
+                chat_consume(p, (size_t)at + strlen(M_CALL_CLOSE));
                 p->st = ++p->calls == p->max_calls ? S_ENDED : S_CONTENT;
                 break;
             }
             /* malformed, or cut short by an end marker: raw text as content */
-            emit_text(p, CHAT_EV_CONTENT, M_CALL_OPEN, strlen(M_CALL_OPEN));
+            chat_emit(p, CHAT_EV_CONTENT, M_CALL_OPEN, strlen(M_CALL_OPEN));
             if (which == 0) {
-                emit_text(p, CHAT_EV_CONTENT, s, (size_t)at + strlen(M_CALL_CLOSE));
-                consume(p, (size_t)at + strlen(M_CALL_CLOSE));
+                chat_emit(p, CHAT_EV_CONTENT, s, (size_t)at + strlen(M_CALL_CLOSE));
+                chat_consume(p, (size_t)at + strlen(M_CALL_CLOSE));
                 p->st = S_CONTENT;
             } else {
-                emit_text(p, CHAT_EV_CONTENT, s, (size_t)at);
+                chat_emit(p, CHAT_EV_CONTENT, s, (size_t)at);
                 p->st = S_ENDED;
             }
             break;
         }
     }
-}
-
-int chat_parser_feed(chat_parser *p, const char *text, size_t n) {
-    if (p->st == S_ENDED) return 0;
-    sb_put(&p->pend, text, n);
-    if (p->pend.failed) return -1;
-    step(p, 0);
-    return 0;
-}
-
-int chat_parser_finish(chat_parser *p) {
-    step(p, 1);
-    return p->pend.failed ? -1 : 0;
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/chat.h"
+#include "chat/chat_int.h"
 
 #define Q "<|\"|>"
 
@@ -465,7 +465,7 @@ static int render_tool_calls(strbuf *o, const json *calls, size_t mi, gem_err *e
     return 0;
 }
 
-int chat_render(const chat_render_opts *opt, strbuf *o, gem_err *err) {
+int chat_gemma4_render(const chat_render_opts *opt, strbuf *o, gem_err *err) {
     const json *messages = opt->messages, *tools = opt->tools;
     if (!is_arr(messages)) return gem_err_set(err, "'messages' must be an array");
     if (tools && tools->type != JSON_NULL && !is_arr(tools)) {

@@ -55,7 +55,7 @@ static void on_step_token(void *ctx, const gem_gen_token *tk) {
 static int usage(void) {
     fprintf(stderr,
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
-            "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16] [--peak-gbs G] [--json OUT]\n"
+            "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16|f16-full] [--peak-gbs G] [--json OUT]\n"
             "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
             "                 [--draft-fixed] [--verify-cost] [--json-schema FILE | --json-object]\n");
     return 2;
@@ -120,7 +120,7 @@ static void hardware_of(const char *backend, char *out, size_t cap) {
 static int spec_run(gem_session *s, const int32_t *ids, int D, const gem_gen_params *gp, spec_out *o,
                     gem_gen_result *res, gem_err *err) {
     o->n = 0;
-    const gem_gen_callbacks cb = {o, on_spec_token, NULL, NULL};
+    const gem_gen_callbacks cb = {o, on_spec_token, NULL, NULL, NULL};
     if (gem_session_sync(s, ids, (size_t)D, err) < 0 || gem_session_generate(s, gp, &cb, res, err)) return -1;
     if (res->n_generated != gp->max_tokens)
         return gem_err_set(err, "a speculative run at depth %d generated %ld of %ld tokens", D, res->n_generated,
@@ -350,7 +350,8 @@ int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
-    int kv_f16 = 0, n_spec = 0, verify_cost = 0, grammar_on = 0;
+    gemma4_kv_type kv_type = GEMMA4_KV_F32;
+    int n_spec = 0, verify_cost = 0, grammar_on = 0;
     const char *schema = NULL; /* --json-schema FILE; with grammar_on and NULL: --json-object */
     double spec_p[16];
     cli_mtp mtp;
@@ -389,7 +390,7 @@ int cli_bench(int argc, char **argv) {
         if (!strcmp(a, "--json-schema")) grammar_on = 1, schema = v;
         else if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--kv-type")) { if ((kv_f16 = cli_parse_kv_type(v)) < 0) goto bad; }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("bench", v, &kv_type)) return 2; }
         else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 16, 1, 1 << 20)) < 1) goto bad; }
         else if (!strcmp(a, "--depth")) { if ((n_depths = parse_list(v, depths, 16, 0, 1 << 20)) < 1) goto bad; }
@@ -443,7 +444,7 @@ int cli_bench(int argc, char **argv) {
     memset(&eo, 0, sizeof eo);
     eo.model_path = model;
     eo.backend = backend;
-    eo.kv_f16 = kv_f16;
+    eo.kv_type = kv_type;
     eo.threads = threads;
     eo.n_ctx = need;
     eo.tile = tile;
@@ -487,8 +488,12 @@ int cli_bench(int argc, char **argv) {
         snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);
         snprintf(peak_js, sizeof peak_js, "%.0f", peak);
     }
-    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s\n", gem_engine_profile(e),
-           gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt);
+    const gemma4_kv_plan *plan = gem_engine_kv_plan(e);
+    char kvb[32];
+    printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s; context %d, KV caches %s "
+           "(--kv-type %s)\n",
+           gem_engine_profile(e), gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt, plan->n_ctx,
+           gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(kv_type));
     if (js) {
         /* self-describing: the command, when, on what (commit and file hash
          * are the caller's: bench/ab records both) */
@@ -514,10 +519,11 @@ int cli_bench(int argc, char **argv) {
         sb_puts(&q, ", \"hardware\": ");
         json_quote(hw, strlen(hw), &q);
         fputs(sb_cstr(&q), js);
-        fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"load_s\": %.3f, "
+        fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"n_ctx\": %d, "
+                    "\"kv_bytes\": %llu, \"load_s\": %.3f, "
                     "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %s, \"reps\": %d,\n \"prefill\": [",
-                when, gem_engine_profile(e), gem_engine_backend(e), kv_f16 ? "f16" : "f32", t_load,
-                (unsigned long long)wbytes, peak_js, reps);
+                when, gem_engine_profile(e), gem_engine_backend(e), gemma4_kv_type_name(kv_type), plan->n_ctx,
+                (unsigned long long)plan->kv_bytes, t_load, (unsigned long long)wbytes, peak_js, reps);
         sb_free(&cmd);
         sb_free(&q);
     }
@@ -552,7 +558,7 @@ int cli_bench(int argc, char **argv) {
     gp.n_force = steps;
     gp.force = forced;
     gp.ignore_eos = 1;
-    const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL};
+    const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL, NULL};
     for (int di = 0; di < n_depths && !rc; di++) {
         const int D = depths[di];
         for (long k = 0; k < steps; k++) forced[k] = ids[(D + k) % need];

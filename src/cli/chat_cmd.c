@@ -141,7 +141,7 @@ int cli_chat(int argc, char **argv) {
         json_set(m, "content", json_new_str(line, len));
         json_push(msgs, m);
         strbuf text = {0};
-        chat_render_opts ro = {msgs, NULL, think, 1, "<bos>"};
+        chat_render_opts ro = {msgs, NULL, think, 1, "<bos>", CHAT_FORMAT_GEMMA4};
         tok_ids ids = {0};
         if (chat_render(&ro, &text, &err) || tok_encode(tk, text.p, text.len, 0, 1, &ids)) {
             fprintf(stderr, "gem chat: error: %s\n", err.msg);
@@ -155,7 +155,7 @@ int cli_chat(int argc, char **argv) {
         gp.sampling = sp;
         gp.max_tokens = max_tokens;
         cli_mtp_params(&mtp, &gp);
-        gem_gen_callbacks cb = {cp, NULL, on_text, on_poll};
+        gem_gen_callbacks cb = {cp, NULL, on_text, on_poll, NULL};
         gem_gen_result res;
         const int bad = !cp || gem_session_sync(s, ids.v, ids.n, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err);
         tok_ids_free(&ids);

@@ -27,8 +27,10 @@ const char *cli_version(void);
  * out of range). */
 int cli_parse_num(const char *s, double lo, double hi, double *out);
 
-/* "--kv-type" values: "f32" -> 0, "f16" -> 1; -1 for anything else. */
-int cli_parse_kv_type(const char *s);
+/* --kv-type's value v (f32, f16, f16-full: gemma4_kvplan.h) into *out;
+ * -1 for anything else, after "gem CMD: error: --kv-type wants f32, f16 or
+ * f16-full, not 'V'" on stderr. */
+int cli_kv_type_arg(const char *cmd, const char *v, gemma4_kv_type *out);
 
 /* The speculative-decoding options run, chat, serve and bench share
  * (docs/cli.md): --mtp FILE, --no-mtp, --draft-max N, --draft-min N,
@@ -97,5 +99,21 @@ double cli_progress_seconds(const cli_progress *p);
 
 /* Ends a half-drawn bar, prints "gem CMD: error: MSG"; returns 1. */
 int cli_progress_fail(const cli_progress *p, const char *msg);
+
+/* A long prompt's prefill on a terminal: "gem CMD: prompt [####....]
+ * 45.0% 12288/27306 tokens, 2300 tok/s, ETA 7 s" on stderr, redrawn at
+ * each prompt tile (gem_gen_callbacks.on_prefill), for prompts of at
+ * least CLI_PREFILL_BAR_MIN tokens to evaluate; the line is cleared once
+ * the prompt is in. Nothing when stderr is not a terminal. */
+#define CLI_PREFILL_BAR_MIN 2048
+typedef struct {
+    const char *cmd;
+    int on;       /* stderr is a terminal */
+    int drawn;    /* a line is on the screen */
+    long from;    /* the tokens the session already held at the first call */
+    double t0;
+} cli_prefill;
+void cli_prefill_init(cli_prefill *p, const char *cmd);
+void cli_prefill_draw(void *ctx, long done, long total); /* ctx: a cli_prefill */
 
 #endif

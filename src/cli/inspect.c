@@ -1,15 +1,20 @@
-/* gem inspect: what a GGUF file is and whether gem will run it.
+/* gem inspect: what a GGUF file is and whether gem will run it, and with
+ * --ctx the KV plan of a context (gemma4_kvplan.h): the bytes of each kind
+ * of cache, per layer and in all, as gem run and gem serve would allocate
+ * them.
  *
  * Prints whatever could be read even for a rejected model (architecture,
  * tensor counts) so the verdict line can be understood; exit status is 0
- * only for a supported model. */
+ * only for a supported model (and, with --ctx, a context it takes). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h" /* BE_EXACT_ROWS: the rings' slack on gem's backends */
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
+#include "model/gemma4_kvplan.h"
 #include "quant/quant.h"
 #include "tok/tok.h"
 
@@ -53,13 +58,85 @@ static void print_str_key(const gguf_file *f, const char *label, const char *key
         printf("%-14s %.*s\n", label, (int)(s.len > 120 ? 120 : s.len), s.ptr);
 }
 
+/* "12.00 GiB (12884901888 bytes)" */
+static const char *bytes_str(uint64_t n, char *buf, size_t cap) {
+    char h[32];
+    snprintf(buf, cap, "%s (%" PRIu64 " bytes)", gemma4_human_bytes(n, h, sizeof h), n);
+    return buf;
+}
+
+/* The KV plan of a context: each kind of cache per layer and in all, the
+ * tile's activations and the total, then what else depends on the context
+ * (a checkpoint) and the weights beside them. Rings keep BE_EXACT_ROWS
+ * slots past the window: both of gem's backends (cpu, cuda) are row-exact.
+ * 0, or 1 after a message when the context is refused. */
+static int print_plan(const gguf_file *f, const gemma4_model *m, const char *path, int ctx, gemma4_kv_type type,
+                      int tile) {
+    const gemma4_profile *p = m->profile;
+    gem_err err = {{0}};
+    if (gemma4_is_assistant(p)) {
+        printf("kv plan:       none: a drafter keeps no caches (it reads its target's)\n");
+        return 0;
+    }
+    int n_ctx = 0;
+    gemma4_kv_plan plan;
+    if (gemma4_ctx_resolve(ctx, gemma4_trained_ctx(f, p), path, &n_ctx, &err) ||
+        gemma4_kv_plan_make(p, n_ctx, type, BE_EXACT_ROWS, tile, &plan, &err)) {
+        printf("kv plan:       REFUSED: %s\n", err.msg);
+        fprintf(stderr, "gem inspect: error: %s\n", err.msg);
+        return 1;
+    }
+    char b1[64], b2[64];
+    printf("kv plan:       context %d tokens, --kv-type %s\n", plan.n_ctx, gemma4_kv_type_name(type));
+    for (int k = 0; k < 2; k++) {
+        const gemma4_kv_kind *c = &plan.kind[k];
+        char slots[64];
+        if (c->ring) snprintf(slots, sizeof slots, "ring slots (window %u + %d)", p->window, plan.ring_slack);
+        else snprintf(slots, sizeof slots, "positions");
+        printf("  %-12s %u layer%s x %u %s x %u kv heads x %u dims, K and V %s: %s per layer, %s in all\n",
+               k == GEMMA4_KV_FULL ? "full:" : "sliding:", c->layers, c->layers == 1 ? "" : "s", c->capacity, slots,
+               c->n_kv_head, c->head_dim, c->f16 ? "f16" : "f32", bytes_str(c->layer_bytes, b1, sizeof b1),
+               bytes_str(c->bytes, b2, sizeof b2));
+    }
+    printf("  kv caches:   %s\n", bytes_str(plan.kv_bytes, b1, sizeof b1));
+    printf("  activations: %s for prompt tiles of %d tokens (--tile; 2048 is CUDA's, 64 the CPU's)\n",
+           bytes_str(plan.act_bytes, b1, sizeof b1), plan.tile);
+    printf("  plan total:  %s\n", bytes_str(gemma4_kv_plan_total(&plan), b1, sizeof b1));
+    printf("  checkpoint:  %s at a full context (taken only where it fits)\n",
+           bytes_str(plan.checkpoint_bytes, b1, sizeof b1));
+    uint64_t wb = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) wb += gguf_tensor_at(f, i)->n_bytes;
+    printf("  weights:     %s in the file (CUDA keeps f32/f16/bf16/q8_0/q4_0 as stored, expands other types to f16, "
+           "rounds allocations to 2 MiB pages and reserves 1.5 GiB of working memory)\n",
+           bytes_str(wb, b1, sizeof b1));
+    return 0;
+}
+
 int cli_inspect(int argc, char **argv) {
     const char *path = NULL;
-    int show_keys = 0, show_tensors = 0;
+    int show_keys = 0, show_tensors = 0, ctx = -1, tile = 2048; /* ctx -1: no plan asked for */
+    gemma4_kv_type kv_type = GEMMA4_KV_F32;
+    int kv_given = 0;
     for (int i = 0; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
         if (!strcmp(argv[i], "--keys")) show_keys = 1;
         else if (!strcmp(argv[i], "--tensors")) show_tensors = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) {
+        else if (!strcmp(argv[i], "--ctx") || !strcmp(argv[i], "-c")) {
+            if (cli_parse_num(v, 1, 1 << 24, &x) || x != (int)x)
+                return cli_fail("inspect", "bad value for --ctx", v ? v : "");
+            ctx = (int)x;
+            i++;
+        } else if (!strcmp(argv[i], "--kv-type")) {
+            if (cli_kv_type_arg("inspect", v, &kv_type)) return 2;
+            kv_given = 1;
+            i++;
+        } else if (!strcmp(argv[i], "--tile")) {
+            if (cli_parse_num(v, 1, 1 << 16, &x) || x != (int)x)
+                return cli_fail("inspect", "bad value for --tile", v ? v : "");
+            tile = (int)x;
+            i++;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "gem inspect: error: unknown option '%s'\n", argv[i]);
             return 2;
         } else if (!path) path = argv[i];
@@ -69,9 +146,11 @@ int cli_inspect(int argc, char **argv) {
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: gem inspect FILE [--keys] [--tensors]\n");
+        fprintf(stderr,
+                "usage: gem inspect FILE [--keys] [--tensors] [--ctx N [--kv-type f32|f16|f16-full] [--tile T]]\n");
         return 2;
     }
+    if (kv_given && ctx < 0) return cli_fail("inspect", "--kv-type plans a context: give --ctx N too", NULL);
     gem_err err = {{0}};
     gguf_file *f = gguf_open(path, &err);
     if (!f) {
@@ -156,12 +235,7 @@ int cli_inspect(int argc, char **argv) {
                "caches, own tied head (no soft-cap); pass it with --mtp\n",
                p->n_embd_out, targets[0] ? targets : "none of gem's profiles");
     }
-    char ctx_key[64];
-    snprintf(ctx_key, sizeof ctx_key, "%s.context_length", gemma4_arch(p));
-    int64_t ki = gguf_find_key(f, ctx_key);
-    int64_t ctx = 0;
-    if (ki >= 0) gguf_kv_int(f, (uint64_t)ki, &ctx);
-    printf("context:       %" PRId64 " tokens (trained)\n", ctx);
+    printf("context:       %" PRId64 " tokens (trained)\n", gemma4_trained_ctx(f, p));
     printf("parameters:    %" PRIu64 " (%.3f B)\n", gemma4_param_count(p), gemma4_param_count(p) / 1e9);
     printf("embedding:     %s\n", quant_type_name(m->token_embd->type));
     if (tk) printf("tokenizer:     %u tokens, bos %d, eos %d\n", tok_n_vocab(tk), tok_bos(tk), tok_eos(tk));
@@ -171,7 +245,8 @@ int cli_inspect(int argc, char **argv) {
     printf("decode bytes:  %" PRIu64 " per token (%.3f GiB); weight-read roofline on an H200 (4.8 TB/s): %.1f tok/s\n",
            db, db / 1073741824.0, H200_HBM_BYTES_PER_S / (double)db);
     printf("verdict:       OK: supported (%s)\n", p->name);
+    const int rc = ctx >= 0 ? print_plan(f, m, path, ctx, kv_type, tile) : 0;
     gemma4_free(m);
     gguf_close(f);
-    return 0;
+    return rc;
 }

@@ -46,10 +46,14 @@ static void usage(FILE *out) {
 
 const char *cli_version(void) { return "gem " GEM_VERSION; }
 
-int cli_parse_kv_type(const char *s) {
-    if (s && !strcmp(s, "f32")) return 0;
-    if (s && !strcmp(s, "f16")) return 1;
-    return -1;
+int cli_kv_type_arg(const char *cmd, const char *v, gemma4_kv_type *out) {
+    const int t = gemma4_kv_type_parse(v);
+    if (t < 0) {
+        fprintf(stderr, "gem %s: error: --kv-type wants " GEMMA4_KV_TYPE_CHOICES ", not '%s'\n", cmd, v ? v : "");
+        return -1;
+    }
+    *out = (gemma4_kv_type)t;
+    return 0;
 }
 
 int cli_parse_num(const char *s, double lo, double hi, double *out) {

@@ -43,7 +43,7 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: gem perplexity -m FILE -f TEXTFILE [-c N] [--chunks N] [-t THREADS] [--backend cpu|cuda]\n"
-            "                      [--cpu-ref] [--compat-llama] [--kv-type f32|f16] [--tile T] [--json OUT]\n");
+            "                      [--cpu-ref] [--compat-llama] [--kv-type f32|f16|f16-full] [--tile T] [--json OUT]\n");
     return 2;
 }
 
@@ -86,13 +86,7 @@ int cli_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--tile")) { if (cli_parse_num(v, 1, 512, &x) || x != (int)x) goto bad; tile = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
-        else if (!strcmp(a, "--kv-type")) {
-            if ((eo.kv_f16 = cli_parse_kv_type(v)) < 0) {
-                fprintf(stderr, "gem perplexity: error: --kv-type wants f32 or f16, not '%s'\n", v ? v : "");
-                return 2;
-            }
-            i++;
-        }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("perplexity", v, &eo.kv_type)) return 2; i++; }
         else if (!strcmp(a, "--json")) { if (!v) return usage(); json_path = v; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
         else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;

@@ -33,6 +33,40 @@ void cli_progress_start(cli_progress *p, const char *cmd, cli_progress_fn *fn, v
 
 double cli_progress_seconds(const cli_progress *p) { return gem_now_s() - p->t0; }
 
+void cli_prefill_init(cli_prefill *p, const char *cmd) {
+    p->cmd = cmd;
+    p->on = isatty(2);
+    p->drawn = 0;
+    p->from = -1;
+    p->t0 = 0;
+}
+
+void cli_prefill_draw(void *ctx, long done, long total) {
+    cli_prefill *p = ctx;
+    if (!p->on) return;
+    if (p->from < 0) { /* the first call: where this prompt's evaluation starts */
+        p->from = done;
+        p->t0 = gem_now_s();
+    }
+    if (total - p->from < CLI_PREFILL_BAR_MIN) return;
+    if (done >= total) { /* the prompt is in: the line goes, the answer follows */
+        if (p->drawn) fprintf(stderr, "\r\033[K");
+        p->drawn = 0;
+        return;
+    }
+    const double dt = gem_now_s() - p->t0;
+    const long did = done - p->from;
+    const int permille = (int)(done * 1000 / total);
+    char bar[BAR + 1];
+    for (int i = 0; i < BAR; i++) bar[i] = i < permille * BAR / 1000 ? '#' : '.';
+    bar[BAR] = 0;
+    fprintf(stderr, "\rgem %s: prompt [%s] %5.1f%% %ld/%ld tokens", p->cmd, bar, permille / 10.0, done, total);
+    if (did > 0 && dt > 0) /* the rate once a tile is in */
+        fprintf(stderr, ", %.0f tok/s, ETA %.0f s", did / dt, (double)(total - done) * dt / (double)did);
+    fprintf(stderr, "\033[K");
+    p->drawn = 1;
+}
+
 int cli_fail(const char *cmd, const char *msg, const char *arg) {
     fprintf(stderr, "gem %s: error: %s%s%s\n", cmd, msg, arg ? ": " : "", arg ? arg : "");
     return 2;

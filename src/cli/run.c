@@ -42,7 +42,10 @@ typedef struct {
     int n_top;       /* --top-logprobs K */
     int32_t *top;
     double *top_lp;
+    cli_prefill bar; /* a long prompt's progress on the terminal */
 } run_io;
+
+static void on_prefill(void *ctx, long done, long total) { cli_prefill_draw(&((run_io *)ctx)->bar, done, total); }
 
 static void print_logprobs(int step, size_t pos, int32_t id, int forced, const float *logits, int n_vocab, int k,
                            int32_t *top, double *lp);
@@ -66,7 +69,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
-            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16] [--cpu-ref]\n"
+            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16|f16-full] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
             "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
@@ -166,13 +169,7 @@ int cli_run(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { if (cli_parse_num(v, 1, 1 << 24, &x)) goto bad; eo.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_num(v, 1, 1024, &x)) goto bad; eo.threads = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { if (!v) return usage(); eo.backend = v; i++; }
-        else if (!strcmp(a, "--kv-type")) {
-            if ((eo.kv_f16 = cli_parse_kv_type(v)) < 0) {
-                fprintf(stderr, "gem run: error: --kv-type wants f32 or f16, not '%s'\n", v ? v : "");
-                return 2;
-            }
-            i++;
-        }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("run", v, &eo.kv_type)) return 2; i++; }
         else if (!strcmp(a, "--cpu-ref")) eo.cpu_ref = 1;
         else if (!strcmp(a, "--compat-llama")) eo.compat_llama = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
@@ -252,7 +249,7 @@ int cli_run(int argc, char **argv) {
         json_set(m, "content", json_new_str(prompt, strlen(prompt)));
         json_push(msgs, m);
         strbuf text = {0};
-        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>"};
+        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>", CHAT_FORMAT_GEMMA4};
         int r = chat_render(&ro, &text, &err);
         json_free(msgs);
         if (r || tok_encode(tk, text.p, text.len, 0, 1, &enc)) {
@@ -279,7 +276,7 @@ int cli_run(int argc, char **argv) {
                 n_ids, (int)n_predict, gem_engine_n_ctx(e));
         goto done;
     }
-    io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp};
+    io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp, {0}};
     io.out = malloc(((size_t)n_predict + 1) * sizeof *io.out);
     if (chat) io.cp = chat_parser_new(chat_event_out, NULL);
     if (!io.out || (chat && !io.cp)) goto done;
@@ -294,7 +291,8 @@ int cli_run(int argc, char **argv) {
     gp.grammar = grammar;
     cli_mtp_params(&mtp, &gp);
     /* --ids and --top-logprobs print ids or JSON lines, not the text */
-    gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL};
+    gem_gen_callbacks cb = {&io, on_token, print_ids || n_top ? NULL : on_text, NULL, on_prefill};
+    cli_prefill_init(&io.bar, "run");
     gem_gen_result res;
     if (gem_session_sync(s, ids, (size_t)n_ids, &err) < 0 || gem_session_generate(s, &gp, &cb, &res, &err)) {
         fprintf(stderr, "\ngem run: error: %s\n", err.msg);

@@ -13,15 +13,18 @@
 
 static const char help[] =
     "gem serve: an OpenAI-compatible HTTP/1.1 server (chat and text completions, SSE streaming, /tokenize,\n"
-    "/detokenize, /props, /health) for one model, one request at a time with a bounded queue.\n"
+    "/detokenize, /props, /health, /metrics, /slots, Anthropic's /v1/messages) for one model: --parallel\n"
+    "requests at once (their decode steps batched), more waiting in a bounded queue.\n"
     "\n"
     "  -m, --model FILE      the GGUF model (default: the embedded demo model)\n"
     "  --alias NAME          the model id clients see (default: the file's base name)\n"
     "  --host ADDR           address to bind (default 127.0.0.1; 0.0.0.0 for every interface)\n"
     "  --port N              TCP port (default 8080; 0: a free one, named on stderr)\n"
     "  --backend cpu|cuda    compute backend (default cpu)\n"
-    "  --kv-type f32|f16     KV cache entries (f16: CUDA only; default f32)\n"
-    "  -c, --ctx N           context tokens (default 4096, at most the model's trained context)\n"
+    "  --kv-type T           KV cache entries: f32 (default), f16, or f16-full (sliding layers' rings f32,\n"
+    "                        the full-attention caches f16); f16 and f16-full: CUDA only\n"
+    "  -c, --ctx N           context tokens (default 4096, at most the model's trained context; refused\n"
+    "                        before loading when its KV plan does not fit: gem inspect FILE --ctx N)\n"
     "  -t, --threads N       CPU threads (default: the cores)\n"
     "  --api-key KEY         require 'Authorization: Bearer KEY' on every route but /health\n"
     "  --api-key-file FILE   the key from FILE (its first line), not visible in ps\n"
@@ -33,7 +36,10 @@ static const char help[] =
     "  --max-inflight BYTES  request bodies held at once over all connections, from head to answer\n"
     "                        (default 4 x --max-body); a body that would pass it gets 503 unread;\n"
     "                        bodies up to 64 KiB always pass\n"
-    "  --queue N             requests that may wait beyond the running one (default 16; more: 503)\n"
+    "  -np, --parallel N     slots: requests that run at once (default 1, at most 64). Each slot is a\n"
+    "                        session with its own KV caches for --ctx tokens (the memory grows with N);\n"
+    "                        a request goes to the free slot holding the longest prefix of its prompt\n"
+    "  --queue N             requests that may wait beyond the running ones (default 16; more: 503)\n"
     "  --max-conns N         open connections (default 128); past them, a new connection that sends a\n"
     "                        complete request head within 1 s takes the place of the one idle, or\n"
     "                        receiving its request, longest (for at least 1 s; that one gets 408);\n"
@@ -60,11 +66,11 @@ static const char help[] =
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16]\n"
+            "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16|f16-full]\n"
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
             "                 [--max-body BYTES] [--max-inflight BYTES] [--alias NAME]\n"
-            "                 [--queue N]\n"
+            "                 [--parallel N] [--queue N]\n"
             "                 [--max-conns N] [--header-timeout S] [--timeout S] [--idle-timeout S] [--send-timeout S]\n"
             "                 [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
@@ -104,7 +110,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) { bad = !v || !*v; o.host = v; i++; }
         else if (!strcmp(a, "--port")) { bad = cli_parse_num(v, 0, 65535, &x) || x != (int)x; o.port = (int)x; i++; }
         else if (!strcmp(a, "--backend")) { bad = !v; o.backend = v; i++; }
-        else if (!strcmp(a, "--kv-type")) { bad = (o.kv_f16 = cli_parse_kv_type(v)) < 0; i++; }
+        else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("serve", v, &o.kv_type)) return 2; i++; }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { bad = cli_parse_num(v, 16, 1 << 24, &x) || x != (int)x; o.n_ctx = (int)x; i++; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = cli_parse_num(v, 1, 1024, &x) || x != (int)x; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--api-key")) { bad = !v || !*v; o.api_key = v; i++; }
@@ -113,6 +119,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
         else if (!strcmp(a, "--max-inflight")) { bad = cli_parse_num(v, 1024, 1ull << 40, &x) || x != (double)(size_t)x; o.max_inflight = (size_t)x; i++; }
+        else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) { bad = cli_parse_num(v, 1, 64, &x) || x != (int)x; o.parallel = (int)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
         else if (!strcmp(a, "--header-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.header_timeout = x; i++; }

@@ -1,10 +1,61 @@
-/* Engine and session (see engine.h). */
+/* Engine and session (see engine.h), and the gate that lets sessions on
+ * different threads share the backend (engine_impl.h).
+ *
+ * Batching policy. A thread whose decode step is posted waits; the first
+ * waiter that finds the gate free leads: once every decoding generation
+ * has posted its step (or the oldest has waited BATCH_WAIT_S, so a
+ * generation busy elsewhere, e.g. a client slow to take its stream,
+ * delays the others by at most that), it runs up to batch_rows of them,
+ * oldest first, as one step: one read of the weights for all rows. A lone
+ * step takes the ordinary one-token path (a replayed graph on a GPU). */
 #include "engine/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_impl.h"
+#include "util/clock.h"
+#include "util/sysmem.h"
+
+#define BATCH_WAIT_S 0.002
+
+/* Resident bytes of a model's tensors on backend b (0 where weights stay
+ * views of the mapped file). */
+static uint64_t weights_resident(backend *b, const gguf_file *f) {
+    uint64_t n = 0;
+    if (!b->weight_bytes || !f) return 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) n += b->weight_bytes(b, gguf_tensor_at(f, i));
+    return n;
+}
+
+/* The plan against the memory free now, before anything is loaded: on a
+ * device its free memory holds the weights (target and drafter), the plan
+ * and the backend's work reserve; on the host the plan and reserve must
+ * fit MemAvailable, while the weights stay in the mapped file, whose pages
+ * the kernel reads in and evicts as it needs (a model larger than memory
+ * runs, slowly) and so are not counted. Without a way to know (no
+ * /proc/meminfo) the check is skipped: the allocations themselves then
+ * fail with their own message. */
+static int engine_fit_check(gem_engine *e, const gem_engine_opts *o, gem_err *err) {
+    backend *b = e->be;
+    const int device = b->mem_free != NULL;
+    uint64_t free_b = o->mem_free;
+    if (!free_b) {
+        if (device) free_b = b->mem_free(b);
+        else if (sysmem_available(&free_b)) return 0;
+    }
+    const uint64_t weights = device ? weights_resident(b, e->file) + weights_resident(b, e->mtp_file) : 0;
+    /* every session the caller will make keeps its own caches; the tile
+     * buffers are shared (gemma4_core) */
+    gemma4_kv_plan all = e->plan;
+    const int n = o->sessions > 1 ? o->sessions : 1;
+    all.kv_bytes *= (uint64_t)n;
+    if (gemma4_fit_check(&all, weights, b->work_reserve, free_b, device ? "the GPU" : "this machine (MemAvailable)",
+                         err))
+        return n > 1 ? gem_err_wrap(err, "%d sessions", n) : -1;
+    return 0;
+}
 
 gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     gem_engine *e = calloc(1, sizeof *e);
@@ -12,6 +63,12 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
         gem_err_set(err, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the batch wait's deadlines */
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (!(e->file = gguf_open(o->model_path, err))) goto fail;
     if (!(e->model = gemma4_bind(e->file, err))) goto fail;
     if (gemma4_is_assistant(e->model->profile)) {
@@ -27,28 +84,35 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
         if (gemma4_pair_check(e->model, e->mtp, err)) goto fail;
     }
     if (!(e->tok = tok_load(e->file, err))) goto fail;
-    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama, o->kv_f16};
+    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama};
     if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
     if (e->mtp && (!e->be->rows_exact || !e->be->attention_cached)) {
         gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
                     e->be->name);
         goto fail;
     }
-    int64_t trained = 0;
-    int64_t k = gguf_find_key(e->file, "gemma4.context_length");
-    if (k >= 0) gguf_kv_int(e->file, (uint64_t)k, &trained);
-    /* an asked-for context past the trained one is refused (the model's
-     * positions beyond it were never trained); the default is capped */
-    if (trained > 0 && o->n_ctx > trained) {
-        gem_err_set(err, "a context of %d exceeds the model's trained context of %lld (%s)", o->n_ctx,
-                    (long long)trained, o->model_path);
+    if (gemma4_ctx_resolve(o->n_ctx, gemma4_trained_ctx(e->file, e->model->profile), o->model_path, &e->n_ctx, err))
+        goto fail;
+    e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
+    if (gemma4_kv_plan_make(e->model->profile, e->n_ctx, o->kv_type, gemma4_ring_slack(e->be), e->tile, &e->plan, err))
+        goto fail;
+    if (!e->be->kv_f16 && (e->plan.kind[GEMMA4_KV_SLIDING].f16 || e->plan.kind[GEMMA4_KV_FULL].f16)) {
+        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                    gemma4_kv_type_name(o->kv_type), e->be->name);
         goto fail;
     }
-    e->n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
-    if (trained > 0 && e->n_ctx > trained) e->n_ctx = (int)trained;
-    e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
+    if (engine_fit_check(e, o, err)) goto fail;
     e->layers = o->layers;
     e->turn_id = tok_find(e->tok, "<|turn>", 7);
+    /* batched steps: the backend's row-exact rows (a session's answer must
+     * not depend on what else runs), within the tile's buffers */
+    e->batch_rows = 1;
+    if (e->be->rows_exact && e->be->attention_seqs && (!e->be->set_step || e->be->set_step_seqs)) {
+        int r = o->batch_rows > 0 ? o->batch_rows : BE_EXACT_ROWS;
+        if (r > BE_EXACT_ROWS) r = BE_EXACT_ROWS;
+        if (r > e->tile) r = e->tile;
+        e->batch_rows = r;
+    }
     return e;
 fail:
     gem_engine_close(e);
@@ -57,6 +121,8 @@ fail:
 
 void gem_engine_close(gem_engine *e) {
     if (!e) return;
+    gemma4_draft_weights_free(e->mtp_w); /* the sessions' drafters are gone */
+    gemma4_core_free(e->core);
     if (e->be) e->be->destroy(e->be);
     gram_vocab_free(e->gv); /* before the tokenizer it was built from */
     tok_free(e->tok);
@@ -64,6 +130,8 @@ void gem_engine_close(gem_engine *e) {
     gguf_close(e->file);
     gemma4_free(e->mtp);
     gguf_close(e->mtp_file);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
     free(e);
 }
 
@@ -72,13 +140,18 @@ const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
 const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
 size_t gem_engine_mem_used(const gem_engine *e) { return e->be->mem_used ? e->be->mem_used(e->be) : 0; }
 int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
+const gemma4_kv_plan *gem_engine_kv_plan(const gem_engine *e) { return &e->plan; }
 const char *gem_engine_mtp(const gem_engine *e) { return e->mtp ? e->mtp->profile->name : NULL; }
 
+void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max) {
+    pthread_mutex_lock(&e->mu);
+    *steps = e->n_batches;
+    *rows = e->n_batched_rows;
+    *rows_max = e->batch_rows;
+    pthread_mutex_unlock(&e->mu);
+}
+
 gem_session *gem_session_new(gem_engine *e, gem_err *err) {
-    if (e->busy) {
-        gem_err_set(err, "the engine already has a session");
-        return NULL;
-    }
     gem_session *s = calloc(1, sizeof *s);
     if (!s) {
         gem_err_set(err, "out of memory");
@@ -86,29 +159,188 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
     }
     s->e = e;
     s->logits = calloc(GEMMA4_N_VOCAB, sizeof(float));
-    if (!s->logits || !(s->st = gemma4_state_new(e->model, e->be, e->n_ctx, e->tile, e->layers, err))) {
-        if (!s->logits) gem_err_set(err, "out of memory");
+    if (!s->logits) {
+        gem_err_set(err, "out of memory");
+        free(s);
+        return NULL;
+    }
+    gate_enter(e, 0); /* allocations beside other sessions' work */
+    if (!e->core && !(e->core = gemma4_core_new(e->model, e->be, &e->plan, e->layers, err))) {
+        gate_leave(e);
+        free(s->logits);
+        free(s);
+        return NULL;
+    }
+    s->st = gemma4_state_on(e->core, &e->plan, err);
+    int bad = !s->st || spec_session_init(s, err);
+    if (!bad) e->n_sessions++;
+    gate_leave(e);
+    if (bad) {
         gem_session_free(s);
         return NULL;
     }
-    if (spec_session_init(s, err)) {
-        gem_session_free(s);
-        return NULL;
-    }
-    e->busy = 1;
     return s;
 }
 
 void gem_session_free(gem_session *s) {
     if (!s) return;
+    gem_engine *e = s->e;
+    gate_enter(e, 0);
     gem_checkpoint_free(s->ck);
     spec_session_free(s); /* the drafter reads the state: freed first */
-    if (s->st) s->e->busy = 0;
-    gemma4_state_free(s->st);
+    if (s->st) {
+        e->n_sessions--;
+        gemma4_state_free(s->st);
+    }
+    gate_leave(e);
     free(s->tokens);
     free(s->prompt);
     free(s->logits);
     free(s);
+}
+
+/* ---- the gate and batched steps ---- */
+
+static void wait_until(gem_engine *e, double deadline) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    double left = deadline - now;
+    if (left <= 0) return;
+    if (left > 0.05) left = 0.05; /* recheck now and then (a poster's state may change) */
+    const double at = now + left;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+/* Until when the waiting steps wait for the decoding generations that
+ * have not posted yet: from the later of the oldest post and the end of
+ * the last step (the generations of that step post again after their own
+ * host work: a deadline from the oldest post alone would split the
+ * sessions into two alternating half batches), for BATCH_WAIT_S or half
+ * the last step's time, whichever is longer (host work such as drawing
+ * from a whole vocabulary's logits can take a while). */
+static double batch_deadline(const gem_engine *e) {
+    const double from = e->pending->t > e->t_free ? e->pending->t : e->t_free;
+    return from + (e->step_s / 2 > BATCH_WAIT_S ? e->step_s / 2 : BATCH_WAIT_S);
+}
+
+/* Whether the waiting steps should run now: every decoding generation has
+ * posted, or a batch is full, or the deadline has passed. */
+static int batch_due(const gem_engine *e) {
+    return e->n_pending > 0 && (e->n_pending >= e->n_decoding || e->n_pending >= e->batch_rows ||
+                                gem_now_s() >= batch_deadline(e));
+}
+
+/* Runs the oldest pending steps as one step; called with mu held and the
+ * gate free, returns the same way (mu dropped while the backend works). */
+static void run_batch(gem_engine *e) {
+    step_req *r[BE_EXACT_ROWS];
+    int n = 0;
+    while (e->pending && n < e->batch_rows) {
+        r[n++] = e->pending;
+        e->pending = e->pending->next;
+    }
+    if (!e->pending) e->pending_tail = NULL;
+    e->n_pending -= n;
+    e->gate_busy = 1;
+    pthread_mutex_unlock(&e->mu);
+    const double t0 = gem_now_s();
+    int rc;
+    gem_err err = {{0}};
+    if (n == 1) {
+        rc = gemma4_eval_greedy(r[0]->s->st, &r[0]->id, 1, &r[0]->best, &err);
+    } else {
+        gemma4_state *ss[BE_EXACT_ROWS];
+        int32_t ids[BE_EXACT_ROWS], best[BE_EXACT_ROWS];
+        for (int i = 0; i < n; i++) ss[i] = r[i]->s->st, ids[i] = r[i]->id;
+        rc = gemma4_step_seqs(ss, ids, n, best, &err);
+        for (int i = 0; i < n; i++) r[i]->best = best[i];
+    }
+    pthread_mutex_lock(&e->mu);
+    e->t_free = gem_now_s();
+    e->step_s = e->t_free - t0;
+    e->n_batches++;
+    e->n_batched_rows += n;
+    for (int i = 0; i < n; i++) {
+        r[i]->rc = rc;
+        if (rc) r[i]->err = err;
+        r[i]->done = 1;
+    }
+    e->gate_busy = 0;
+    pthread_cond_broadcast(&e->cv);
+}
+
+void gate_enter(gem_engine *e, int yield) {
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        if (!e->gate_busy && yield && e->n_pending > 0) {
+            if (batch_due(e)) run_batch(e);
+            else wait_until(e, batch_deadline(e));
+            continue;
+        }
+        if (!e->gate_busy) break;
+        pthread_cond_wait(&e->cv, &e->mu);
+    }
+    e->gate_busy = 1;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void gate_leave(gem_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->gate_busy = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void session_decoding(gem_session *s, int delta) {
+    gem_engine *e = s->e;
+    pthread_mutex_lock(&e->mu);
+    e->n_decoding += delta;
+    pthread_cond_broadcast(&e->cv); /* a leader may be waiting for this one */
+    pthread_mutex_unlock(&e->mu);
+}
+
+int session_alone(gem_session *s) {
+    gem_engine *e = s->e;
+    pthread_mutex_lock(&e->mu);
+    const int alone = e->n_decoding <= 1;
+    pthread_mutex_unlock(&e->mu);
+    return alone;
+}
+
+int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err) {
+    gem_engine *e = s->e;
+    s->synced = 0;
+    s->logits_valid = s->logits_dev = 0;
+    step_req r = {s, id, -1, 0, 0, 0, {{0}}, NULL};
+    pthread_mutex_lock(&e->mu);
+    if (e->batch_rows <= 1 || e->n_decoding <= 1) { /* alone, or no batching: the ordinary step */
+        while (e->gate_busy) pthread_cond_wait(&e->cv, &e->mu);
+        e->gate_busy = 1;
+        pthread_mutex_unlock(&e->mu);
+        r.rc = gemma4_eval_greedy(s->st, &id, 1, &r.best, err);
+        gate_leave(e);
+    } else {
+        r.t = gem_now_s();
+        if (e->pending_tail) e->pending_tail->next = &r;
+        else e->pending = &r;
+        e->pending_tail = &r;
+        e->n_pending++;
+        pthread_cond_broadcast(&e->cv); /* the last poster completes a batch */
+        while (!r.done) {
+            if (!e->gate_busy && batch_due(e)) run_batch(e);
+            else if (!e->gate_busy) wait_until(e, batch_deadline(e));
+            else pthread_cond_wait(&e->cv, &e->mu);
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (r.rc) *err = r.err;
+    }
+    if (r.rc) return -1;
+    s->logits_dev = 1;
+    *next = r.best;
+    return session_remember(s, &id, 1, err);
 }
 
 int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
@@ -125,7 +357,7 @@ int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     return 0;
 }
 
-int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+int sess_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval(s->st, ids, n, NULL, 0, err)) return -1;
@@ -133,7 +365,14 @@ int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     return session_remember(s, ids, n, err);
 }
 
-int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
+    gate_enter(s->e, 1);
+    const int rc = sess_eval(s, ids, n, err);
+    gate_leave(s->e);
+    return rc;
+}
+
+int sess_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
@@ -141,16 +380,29 @@ int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *
     return session_remember(s, ids, n, err);
 }
 
+int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    gate_enter(s->e, 1);
+    const int rc = sess_eval_greedy(s, ids, n, next, err);
+    gate_leave(s->e);
+    return rc;
+}
+
 int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_prefill(s->st, ids, n, err)) return -1;
+    gate_enter(s->e, 1);
+    const int rc = gemma4_prefill(s->st, ids, n, err);
+    gate_leave(s->e);
+    if (rc) return -1;
     return session_remember(s, ids, n, err);
 }
 
 int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, gem_err *err) {
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_eval(s->st, ids, n, out, 1, err)) return -1;
+    gate_enter(s->e, 1);
+    const int rc = gemma4_eval(s->st, ids, n, out, 1, err);
+    gate_leave(s->e);
+    if (rc) return -1;
     memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
     s->logits_valid = s->logits_dev = 1;
     return session_remember(s, ids, n, err);
@@ -159,8 +411,7 @@ int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, 
 /* Reads the backend's logits on first use. The session is logically
  * unchanged (the same logits either way), hence the const argument; the
  * object itself is never const (gem_session_new allocates it). */
-const float *gem_session_logits(const gem_session *cs) {
-    gem_session *s = (gem_session *)cs;
+const float *sess_logits(gem_session *s) {
     if (!s->logits_valid && s->logits_dev) {
         gem_err err;
         if (gemma4_logits(s->st, s->logits, &err) == 0) s->logits_valid = 1;
@@ -169,7 +420,23 @@ const float *gem_session_logits(const gem_session *cs) {
     return s->logits_valid ? s->logits : NULL;
 }
 
+const float *gem_session_logits(const gem_session *cs) {
+    gem_session *s = (gem_session *)cs;
+    if (s->logits_valid || !s->logits_dev) return s->logits_valid ? s->logits : NULL;
+    gate_enter(s->e, 0);
+    const float *l = sess_logits(s);
+    gate_leave(s->e);
+    return l;
+}
+
 int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err) {
+    gate_enter(s->e, 0);
+    const int32_t id = sess_sample(s, smp, err);
+    gate_leave(s->e);
+    return id;
+}
+
+int32_t sess_sample(gem_session *s, sampler *smp, gem_err *err) {
     const int k = sampler_topk(smp);
     if (k > 0 && k <= BE_TOPK_MAX && !s->logits_valid && s->logits_dev) {
         float vals[BE_TOPK_MAX];
@@ -177,7 +444,7 @@ int32_t gem_session_sample(gem_session *s, sampler *smp, gem_err *err) {
         if (gemma4_topk(s->st, k, vals, ids, err)) return -1;
         return sampler_sample_top(smp, vals, ids, k);
     }
-    const float *l = gem_session_logits(s);
+    const float *l = sess_logits(s);
     if (!l) {
         gem_err_set(err, "no logits to sample from (nothing evaluated, or the backend failed)");
         return -1;
@@ -192,7 +459,11 @@ const int32_t *gem_session_tokens(const gem_session *s, size_t *n) {
     return s->tokens;
 }
 
-void session_wait(gem_session *s) { s->e->be->sync(s->e->be); }
+void session_wait(gem_session *s) {
+    gate_enter(s->e, 0);
+    s->e->be->sync(s->e->be);
+    gate_leave(s->e);
+}
 
 void session_clear(gem_session *s) {
     gemma4_reset(s->st);
@@ -218,7 +489,10 @@ int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err) {
         c->cap = cap;
     }
     c->n_tokens = 0;
-    if (gemma4_snap_save(s->st, &c->snap, err)) return -1;
+    gate_enter(s->e, 0);
+    const int rc = gemma4_snap_save(s->st, &c->snap, err);
+    gate_leave(s->e);
+    if (rc) return -1;
     memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
     c->n_tokens = s->n_tokens;
     c->next_ok = s->logits_dev;
@@ -239,6 +513,12 @@ gem_checkpoint *gem_session_save(gem_session *s, gem_err *err) {
 }
 
 void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
+    gate_enter(s->e, 0);
+    sess_restore(s, c);
+    gate_leave(s->e);
+}
+
+void sess_restore(gem_session *s, const gem_checkpoint *c) {
     gem_err err;
     s->synced = 0;
     s->n_tokens = 0;
@@ -253,7 +533,7 @@ void gem_session_restore(gem_session *s, const gem_checkpoint *c) {
 
 void gem_checkpoint_free(gem_checkpoint *c) {
     if (!c) return;
-    gemma4_snap_free(c->snap);
+    gemma4_snap_free(c->snap); /* (a session's own, freed under its gate by gem_session_free) */
     free(c->tokens);
     free(c);
 }

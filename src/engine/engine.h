@@ -3,7 +3,13 @@
  * A gem_engine is one loaded model: the mmapped file, its validated Gemma 4
  * binding, tokenizer and backend. A gem_session is one sequence on it: KV
  * state, the token history and the logits of the last evaluated token.
- * Sessions of one engine must not run concurrently (one backend stream).
+ * Sessions share the engine's weights. Different sessions may be used from
+ * different threads at once (one session from one thread at a time): the
+ * engine takes turns on the backend, and the one-token decode steps of
+ * generations running together go through the model as one batched step
+ * (one read of the weights for all of them; each session's logits are
+ * bitwise what it would get alone, so its answer does not depend on what
+ * else runs). A generation alone keeps the one-token path and speculation.
  *
  * Generation has one owner: gem_session_sync (which prefix of a prompt the
  * session can keep) and gem_session_generate (prefill, then decode with
@@ -18,6 +24,7 @@
 
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
+#include "model/gemma4_kvplan.h" /* gemma4_kv_type, gemma4_kv_plan: what a context costs */
 #include "tok/tok.h"
 #include "util/err.h"
 
@@ -26,23 +33,42 @@ typedef struct {
     const char *backend; /* "cpu" (default) */
     int cpu_ref;         /* the scalar reference path */
     int threads;         /* 0: all cores */
-    int n_ctx;           /* 0: 4096, capped at the model's trained context */
+    int n_ctx;           /* 0: 4096, capped at the model's trained context; more than it: refused */
     int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 2048) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
-    int kv_f16;          /* --kv-type f16 (backend_opts.kv_f16) */
+    gemma4_kv_type kv_type; /* --kv-type: f32 (0, the default), f16, f16-full (gemma4_kvplan.h) */
     /* Testing: run only the first `layers` layers, then the output norm and
      * head (0 or less: all). Lets backends be compared at a depth where
      * random quantized models have not yet amplified rounding into chaos
      * (tests/cuda/cuda_model.c). */
     int layers;
+    /* Testing: the free memory (bytes) the capacity check compares the
+     * plan with, instead of asking the device (or the host's
+     * MemAvailable); 0: ask. */
+    uint64_t mem_free;
     /* An MTP drafter (a gemma4-assistant GGUF that fits the model, checked
      * at open) for speculative decoding, or NULL. */
     const char *mtp_path;
+    /* Most decode steps of concurrent generations run as one batched step
+     * (0: as many as the backend's row-exact tiles allow, BE_EXACT_ROWS;
+     * 1: none, the sessions take turns step by step). */
+    int batch_rows;
+    /* Sessions the caller will make (gem serve --parallel; 0: one): each
+     * keeps its own caches, which the capacity check counts. */
+    int sessions;
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;
 typedef struct gem_session gem_session;
 
+/* Opens the model and its backend, and plans the session's memory (the KV
+ * plan of the context, KV type and prompt tile); refuses, before any
+ * weight is loaded, a context beyond the trained one, a KV type the
+ * backend does not keep, and a plan that does not fit the memory free now
+ * (on a GPU: weights + plan + the backend's work reserve against its free
+ * memory; on the CPU: the plan + work reserve against MemAvailable, the
+ * weights staying in the mapped file), with a message naming the bytes
+ * needed and free. Weights are loaded by gem_session_new. */
 gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err);
 void gem_engine_close(gem_engine *e);
 const tok *gem_engine_tok(const gem_engine *e);
@@ -51,8 +77,13 @@ const char *gem_engine_profile(const gem_engine *e);
 /* Device memory held by the engine's backend (0 on the CPU). */
 size_t gem_engine_mem_used(const gem_engine *e);
 int gem_engine_n_ctx(const gem_engine *e);
+/* The engine's KV plan (gemma4_kvplan.h): what its sessions allocate. */
+const gemma4_kv_plan *gem_engine_kv_plan(const gem_engine *e);
 /* The MTP drafter's profile name, or NULL without one. */
 const char *gem_engine_mtp(const gem_engine *e);
+/* Batched decode steps run so far, and the rows they carried (their mean
+ * is the batch a step had); rows_max: the most a step may carry. */
+void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max);
 
 gem_session *gem_session_new(gem_engine *e, gem_err *err);
 void gem_session_free(gem_session *s);
@@ -88,7 +119,10 @@ void gem_checkpoint_free(gem_checkpoint *c);
 
 /* Makes ids[0..n) the prompt of the next gem_session_generate and brings
  * the session to the longest prefix of it that it can keep exactly: the
- * live state when the tokens it holds begin the prompt; else the
+ * live state when the tokens it holds begin the prompt, or rewound to the
+ * common prefix when its sliding-window caches still hold that point
+ * (up to BE_EXACT_ROWS positions back: a chat's re-rendered answer with
+ * its trailing whitespace trimmed); else the
  * checkpoint the last generate kept (its prompt up to its last turn start
  * <|turn>, or the whole prompt when it has none: the next turn of a chat
  * repeats everything before its last generation prompt, while the
@@ -190,6 +224,10 @@ typedef struct {
      * Nonzero cancels (GEM_FINISH_CANCELLED); the session keeps what it
      * evaluated, a valid state for the next sync. */
     int (*poll)(void *ctx);
+    /* Before each prompt tile and once the prompt is in (before the first
+     * token): the prompt's tokens in the session so far (those the sync
+     * kept included) of its total. For progress reports of long prompts. */
+    void (*on_prefill)(void *ctx, long done, long total);
 } gem_gen_callbacks;
 
 typedef struct {

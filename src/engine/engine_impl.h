@@ -4,6 +4,8 @@
 #ifndef GEM_ENGINE_ENGINE_IMPL_H
 #define GEM_ENGINE_ENGINE_IMPL_H
 
+#include <pthread.h>
+
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/spec_policy.h"
@@ -12,20 +14,49 @@
 #include "model/gemma4_draft.h"
 #include "model/gemma4_run.h"
 
+/* A session's one-token decode step waiting to be run in a batch. */
+typedef struct step_req {
+    gem_session *s;
+    int32_t id, best;
+    int done, rc;
+    double t; /* when it was posted */
+    gem_err err;
+    struct step_req *next;
+} step_req;
+
 struct gem_engine {
     gguf_file *file;
     gemma4_model *model;
     tok *tok;
     backend *be;
     int n_ctx, tile;
+    gemma4_kv_plan plan; /* what a session allocates (gem_engine_open checked it fits) */
     int layers; /* gem_engine_opts.layers */
-    int busy; /* a session exists: one sequence at a time per backend */
     int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
     gguf_file *mtp_file; /* the MTP drafter (gem_engine_opts.mtp_path), or NULL */
     gemma4_model *mtp;
+    /* the weights and tile buffers every session shares, made with the
+     * first session */
+    gemma4_core *core;
+    gemma4_draft_weights *mtp_w; /* the drafter's weights, made with the first session's drafter */
+    int n_sessions;
+    /* The gate (engine.c): sessions may run on different threads, and the
+     * backend runs one op sequence at a time: a thread holds the gate
+     * (gate_busy) for each sequence it enqueues. One-token decode steps
+     * of concurrent generations are posted (pending) and run together as
+     * one batched step by whichever waiting thread finds the gate free.
+     * Everything below is under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int gate_busy;
+    step_req *pending, *pending_tail;
+    int n_pending;
+    int n_decoding; /* generations past their prompt, not yet ended */
+    int batch_rows; /* rows a batched step may carry (1: none) */
+    long n_batches, n_batched_rows; /* batched steps run, and their rows (stats) */
+    double t_free, step_s; /* when the last batched step ended, and how long it took */
     /* the vocabulary's trie and mask caches for grammars, built on the
-     * first constrained generation (sessions of an engine never run
-     * concurrently, so the lazy build needs no lock) */
+     * first constrained generation (under mu; the caches lock themselves) */
     gram_vocab *gv;
 };
 
@@ -61,6 +92,30 @@ struct gem_session {
     spec_policy pol;
     int pol_set;
 };
+
+/* The gate (see struct gem_engine). gate_enter waits until the backend is
+ * free and takes it; with yield (a prompt tile, which may run long),
+ * decode steps posted by other sessions run first, so streams keep going
+ * while a long prompt is prefilled. */
+void gate_enter(gem_engine *e, int yield);
+void gate_leave(gem_engine *e);
+/* The one-token step of id (the session's newest token) with the greedy
+ * choice after it in *next: the ordinary step while this is the only
+ * generation decoding, else posted and run in a batch with the other
+ * sessions' steps (the same result: gemma4_step_seqs). Called without the
+ * gate. */
+int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err);
+/* A generation enters (+1) or leaves (-1) its decode phase. */
+void session_decoding(gem_session *s, int delta);
+/* 1 when no other generation of the engine is decoding (speculative
+ * rounds, which take the backend for a whole round, run only then). */
+int session_alone(gem_session *s);
+/* The gate-free forms of the public calls, for callers holding the gate. */
+int sess_eval(gem_session *s, const int32_t *ids, int n, gem_err *err);
+int sess_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
+const float *sess_logits(gem_session *s);
+int32_t sess_sample(gem_session *s, sampler *smp, gem_err *err);
+void sess_restore(gem_session *s, const gem_checkpoint *c);
 
 /* Appends ids to the session's history. */
 int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err);

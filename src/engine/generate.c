@@ -2,12 +2,15 @@
  *
  * Prefix policy. A session holds the tokens it evaluated and, apart from
  * them, one checkpoint: the exact state at the last turn start (<|turn>) of
- * the last generated prompt, or at that prompt's end when it has none. The
- * live state only grows (a sliding layer's ring cannot be rewound), so a new
- * prompt continues it only when it begins with everything the session
- * holds; a chat's next turn usually does not (the answer is re-rendered
- * without its thought channel), but it repeats everything before its last
- * generation prompt, which is where the checkpoint stands.
+ * the last generated prompt, or at that prompt's end when it has none. A
+ * new prompt continues the live state when it begins with everything the
+ * session holds, or from the longest common prefix when the live state can
+ * be rewound there exactly (gemma4_rewind_ok: the sliding rings keep a few
+ * positions beyond the window; a chat's next turn usually re-renders the
+ * answer with its last whitespace trimmed); else from the checkpoint, which
+ * a thinking answer needs (it is re-rendered without its thought channel,
+ * but the next turn repeats everything before its generation prompt,
+ * which is where the checkpoint stands); whichever keeps more.
  *
  * Ordering. Prompt tiles are the backend's (poll runs between them, never
  * by cutting them smaller); a tile ends at the checkpoint's position so the
@@ -61,8 +64,25 @@ long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err
     const gem_checkpoint *c = s->ck;
     const int live = have && is_prefix(s->tokens, have, ids, n) && (have < n || s->logits_dev || s->logits_valid);
     const int ck = c && c->n_tokens && is_prefix(c->tokens, c->n_tokens, ids, n) && (c->n_tokens < n || c->next_ok);
+    /* else the live state rewound to where the prompt leaves it (a chat's
+     * re-rendered answer often differs from the generated one only in its
+     * last tokens: whitespace the template trims), where its rings still
+     * hold that point exactly; one token before the prompt's end at most,
+     * so the logits after it are computed */
+    size_t back = 0;
+    if (!live && have) {
+        size_t l = 0;
+        while (l < have && l < n && s->tokens[l] == ids[l]) l++;
+        if (l == n) l = n - 1;
+        if (l > 0 && gemma4_rewind_ok(s->st, (int)l)) back = l;
+    }
     if (live && (!ck || have >= c->n_tokens)) {
         s->n_kept = have;
+    } else if (back && (!ck || back >= c->n_tokens)) {
+        gemma4_rewind(s->st, (int)back);
+        s->n_tokens = back;
+        s->logits_valid = s->logits_dev = 0;
+        s->n_kept = back;
     } else if (ck) {
         gem_session_restore(s, c);
         s->n_kept = c->n_tokens;
@@ -251,10 +271,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
+    int decoding = 0; /* counted in the engine's decoding generations */
     float *row_logits = NULL; /* sampled speculative rounds: every row's logits */
     constraint con = {0};
     if (p->grammar) {
-        if (!e->gv && !(e->gv = gram_vocab_new(e->tok, err))) goto out;
+        pthread_mutex_lock(&e->mu); /* built once, by the first constrained generation of any session */
+        if (!e->gv) e->gv = gram_vocab_new(e->tok, err);
+        pthread_mutex_unlock(&e->mu);
+        if (!e->gv) goto out;
         if (gram_vocab_size(e->gv) != GEMMA4_N_VOCAB) {
             gem_err_set(err, "the grammar vocabulary has %u tokens, the model %u", gram_vocab_size(e->gv),
                         (unsigned)GEMMA4_N_VOCAB);
@@ -280,6 +304,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     int32_t next = -1; /* the backend's argmax after the last eval, when greedy */
     for (size_t pos = s->n_tokens; pos < n;) {
         if (pos == ck_at) keep_checkpoint(s);
+        if (cb->on_prefill) cb->on_prefill(cb->ctx, (long)pos, (long)n);
         if (cb->poll && cb->poll(cb->ctx)) {
             r->finish = GEM_FINISH_CANCELLED;
             rc = 0;
@@ -297,6 +322,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     }
     session_wait(s); /* the prompt's work done, not only enqueued: its time is prompt_s */
     r->prompt_s = gem_now_s() - t0;
+    if (cb->on_prefill) cb->on_prefill(cb->ctx, (long)n, (long)n);
+    session_decoding(s, 1); /* its steps may now batch with other sessions' */
+    decoding = 1;
     /* the checkpoint at the prompt's end waits for the first token */
     int ck_end = ck_at == n;
 
@@ -411,7 +439,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             /* plain decoding never evaluates its last token: drop this
              * draft and the ones verified after it */
             if (drafted) {
+                gate_enter(e, 0);
                 spec_keep(s, n_drafts + 1, di);
+                gate_leave(e);
                 r->n_accepted -= n_drafts - di; /* accepted, never sent */
             }
             break;
@@ -427,23 +457,35 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         int m = 0;
         const long left = max - k - 2; /* tokens after id beyond the target's own next one */
         double t_round = 0, t_verify = 0;
-        if (spec && k + 1 >= p->n_force) {
+        /* a round holds the backend for its drafts and verification: only
+         * while no other generation decodes (their steps would wait) */
+        const int round = spec && k + 1 >= p->n_force && session_alone(s);
+        if (round) gate_enter(e, 0);
+        if (round) {
             long space = left > 0 ? left : 0;
             if (space > (long)e->n_ctx - (long)s->n_tokens - 1) space = (long)e->n_ctx - (long)s->n_tokens - 1;
             const int want = spec_policy_choose(pol, space > SPEC_ROWS ? SPEC_ROWS : (int)space);
             t_round = gem_now_s();
-            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, p->draft_p_prod, drafts, err)) < 0) goto fail;
+            if (want > 0 && (m = spec_draft(s, id, want, p->draft_p_min, p->draft_p_prod, drafts, err)) < 0) {
+                gate_leave(e);
+                goto fail;
+            }
             t_verify = gem_now_s();
         }
+        if (round && m <= 0) gate_leave(e);
         if (m > 0) {
             rows[0] = id;
             memcpy(rows + 1, drafts, (size_t)m * sizeof *drafts);
             if (!greedy && !row_logits &&
                 !(row_logits = malloc((size_t)SPEC_ROWS * GEMMA4_N_VOCAB * sizeof *row_logits))) {
+                gate_leave(e);
                 gem_err_set(err, "out of memory");
                 goto fail;
             }
-            if (spec_verify(s, rows, m + 1, best, greedy ? NULL : row_logits, err)) goto fail;
+            if (spec_verify(s, rows, m + 1, best, greedy ? NULL : row_logits, err)) {
+                gate_leave(e);
+                goto fail;
+            }
             int acc = 0;
             if (greedy) {
                 while (acc < m && best[acc] == drafts[acc]) acc++;
@@ -457,6 +499,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                 }
             }
             spec_keep(s, m + 1, acc + 1);
+            gate_leave(e);
             const double t_end = gem_now_s();
             spec_policy_round(pol, m, acc, t_verify - t_round, t_end - t_verify);
             r->n_rounds++;
@@ -468,7 +511,9 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             continue;
         }
         if (spec) t_plain = gem_now_s();
-        if (greedy ? gem_session_eval_greedy(s, &id, 1, &next, err) : gem_session_eval(s, &id, 1, err)) goto fail;
+        /* alone, or batched with other sessions' steps: the same logits */
+        if (session_step(s, id, &next, err)) goto fail;
+        if (!greedy) next = -1; /* drawn by the sampler from the logits */
     }
     if (ck_end && s->n_tokens == n) keep_checkpoint(s); /* nothing was evaluated after the prompt */
     if (detok && !text.st.hit && !text.stop) {
@@ -483,6 +528,7 @@ fail:
     r->finish = GEM_FINISH_ERROR;
     session_clear(s); /* what a failed evaluation left is not known */
 out:
+    if (decoding) session_decoding(s, -1);
     if (r->prompt_s == 0 && rc == 0) r->prompt_s = gem_now_s() - t0;
     stopper_free(&text.st);
     sampler_free(smp);

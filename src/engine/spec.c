@@ -20,7 +20,10 @@ int spec_session_init(gem_session *s, gem_err *err) {
         return gem_err_set(err, "--mtp: the drafter reads the target's last layers, which a run of %d of %u layers "
                            "never fills", s->e->layers, s->e->model->profile->n_layer);
     if (gemma4_spec_init(s->st, SPEC_ROWS, err)) return -1;
-    if (!(s->mtp = gemma4_drafter_new(s->e->mtp, s->st, err))) return -1;
+    /* one copy of the drafter's weights for every session (under the gate:
+     * gem_session_new) */
+    if (!s->e->mtp_w && !(s->e->mtp_w = gemma4_draft_weights_new(s->e->mtp, s->e->be, err))) return -1;
+    if (!(s->mtp = gemma4_drafter_on(s->e->mtp_w, s->st, err))) return -1;
     return 0;
 }
 

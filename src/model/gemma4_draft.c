@@ -22,34 +22,84 @@
 
 typedef struct {
     be_weight *attn_norm, *q, *o, *q_norm, *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm, *out_scale;
-    be_kv *kv; /* the target's cache this layer reads (not owned) */
 } dlayer;
+
+/* The drafter's resident weights, shared by the drafters of an engine's
+ * sessions (gemma4_drafter_on). */
+struct gemma4_draft_weights {
+    const gemma4_model *m;
+    backend *b;
+    be_weight *embd, *out_norm, *rope_freqs, *pre, *post;
+    dlayer L[8];
+};
 
 struct gemma4_drafter {
     const gemma4_model *m;
     gemma4_state *target;
     backend *b;
-    be_weight *embd, *out_norm, *rope_freqs, *pre, *post;
-    dlayer L[8];
+    gemma4_draft_weights *w;
+    int owns_w; /* made by gemma4_drafter_new */
+    be_weight *embd, *out_norm, *rope_freqs, *pre, *post; /* w's */
+    dlayer L[8];                                          /* w's */
+    be_kv *kv[8]; /* per layer: the target's cache it reads (not owned) */
     be_buf *xh, *z, *a, *q, *att, *o, *act, *down, *y, *logits, *best, *hnext;
     be_graph *step; /* the recorded step body (backends that replay) */
 };
 
 static be_weight *up_w(backend *b, const gguf_tensor *t, gem_err *err) { return t ? b->weight(b, t, err) : NULL; }
 
-void gemma4_drafter_free(gemma4_drafter *d) {
-    if (!d) return;
-    backend *b = d->b;
-    for (uint32_t il = 0; il < d->m->profile->n_layer && il < 8; il++) {
-        dlayer *l = &d->L[il];
+void gemma4_draft_weights_free(gemma4_draft_weights *w) {
+    if (!w) return;
+    backend *b = w->b;
+    for (uint32_t il = 0; il < w->m->profile->n_layer && il < 8; il++) {
+        dlayer *l = &w->L[il];
         be_weight *ws[] = {l->attn_norm, l->q, l->o, l->q_norm, l->post_attn_norm, l->ffn_norm, l->gate, l->up,
                            l->down, l->post_ffw_norm, l->out_scale};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]) b->weight_free(b, ws[i]);
     }
-    be_weight *g[] = {d->embd, d->out_norm, d->rope_freqs, d->pre, d->post};
+    be_weight *g[] = {w->embd, w->out_norm, w->rope_freqs, w->pre, w->post};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         if (g[i]) b->weight_free(b, g[i]);
+    free(w);
+}
+
+gemma4_draft_weights *gemma4_draft_weights_new(const gemma4_model *asst, backend *b, gem_err *err) {
+    const gemma4_profile *p = asst->profile;
+    if (p->n_layer > 8) {
+        gem_err_set(err, "%s: %u drafter layers (gem's drafters have 4)", p->name, p->n_layer);
+        return NULL;
+    }
+    gemma4_draft_weights *w = calloc(1, sizeof *w);
+    if (!w) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    w->m = asst;
+    w->b = b;
+    if (!(w->embd = up_w(b, asst->token_embd, err)) || !(w->out_norm = up_w(b, asst->output_norm, err)) ||
+        !(w->rope_freqs = up_w(b, asst->rope_freqs, err)) || !(w->pre = up_w(b, asst->nextn_pre, err)) ||
+        !(w->post = up_w(b, asst->nextn_post, err)))
+        goto fail;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        const gemma4_layer *g = &asst->layers[il];
+        dlayer *l = &w->L[il];
+#define UP(dst, src) if (!(l->dst = up_w(b, g->src, err))) goto fail
+        UP(attn_norm, attn_norm); UP(q, attn_q); UP(o, attn_output); UP(q_norm, attn_q_norm);
+        UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm); UP(gate, ffn_gate); UP(up, ffn_up);
+        UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm); UP(out_scale, layer_output_scale);
+#undef UP
+    }
+    return w;
+fail:
+    gemma4_draft_weights_free(w);
+    return NULL;
+}
+
+void gemma4_drafter_free(gemma4_drafter *d) {
+    if (!d) return;
+    backend *b = d->b;
+    if (d->owns_w) gemma4_draft_weights_free(d->w);
     if (d->step) b->graph_free(b, d->step);
     be_buf *bufs[] = {d->xh, d->z, d->a, d->q, d->att, d->o, d->act, d->down, d->y, d->logits, d->best, d->hnext};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -57,19 +107,20 @@ void gemma4_drafter_free(gemma4_drafter *d) {
     free(d);
 }
 
-gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *target, gem_err *err) {
+gemma4_drafter *gemma4_drafter_on(gemma4_draft_weights *w, gemma4_state *target, gem_err *err) {
+    const gemma4_model *asst = w->m;
     const gemma4_model *tm = gemma4_state_model(target);
     if (gemma4_pair_check(tm, asst, err)) return NULL;
     backend *b = gemma4_state_backend(target);
+    if (b != w->b) {
+        gem_err_set(err, "internal: drafter weights of another backend");
+        return NULL;
+    }
     if (!b->attention_cached) {
         gem_err_set(err, "backend '%s' cannot run an MTP drafter (no cached-key attention)", b->name);
         return NULL;
     }
     const gemma4_profile *p = asst->profile;
-    if (p->n_layer > 8) {
-        gem_err_set(err, "%s: %u drafter layers (gem's drafters have 4)", p->name, p->n_layer);
-        return NULL;
-    }
     gemma4_drafter *d = calloc(1, sizeof *d);
     if (!d) {
         gem_err_set(err, "out of memory");
@@ -78,10 +129,9 @@ gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *targe
     d->m = asst;
     d->target = target;
     d->b = b;
-    if (!(d->embd = up_w(b, asst->token_embd, err)) || !(d->out_norm = up_w(b, asst->output_norm, err)) ||
-        !(d->rope_freqs = up_w(b, asst->rope_freqs, err)) || !(d->pre = up_w(b, asst->nextn_pre, err)) ||
-        !(d->post = up_w(b, asst->nextn_post, err)))
-        goto fail;
+    d->w = w;
+    d->embd = w->embd, d->out_norm = w->out_norm, d->rope_freqs = w->rope_freqs, d->pre = w->pre, d->post = w->post;
+    for (int i = 0; i < 8; i++) d->L[i] = w->L[i];
     /* the target layers drafter layers read: its last sliding and last full */
     const uint32_t tl = tm->profile->n_layer;
     int last_swa = -1, last_full = -1;
@@ -91,14 +141,8 @@ gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *targe
     }
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &asst->layers[il];
-        dlayer *l = &d->L[il];
-#define UP(dst, src) if (!(l->dst = up_w(b, g->src, err))) goto fail
-        UP(attn_norm, attn_norm); UP(q, attn_q); UP(o, attn_output); UP(q_norm, attn_q_norm);
-        UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm); UP(gate, ffn_gate); UP(up, ffn_up);
-        UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm); UP(out_scale, layer_output_scale);
-#undef UP
         const int src = g->is_full ? last_full : last_swa;
-        if (src < 0 || !(l->kv = gemma4_state_kv(target, (uint32_t)src))) {
+        if (src < 0 || !(d->kv[il] = gemma4_state_kv(target, (uint32_t)src))) {
             gem_err_set(err, "the target has no %s layer for drafter layer %u", g->is_full ? "full" : "sliding", il);
             goto fail;
         }
@@ -114,6 +158,18 @@ gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *targe
 fail:
     gemma4_drafter_free(d);
     return NULL;
+}
+
+gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *target, gem_err *err) {
+    gemma4_draft_weights *w = gemma4_draft_weights_new(asst, gemma4_state_backend(target), err);
+    if (!w) return NULL;
+    gemma4_drafter *d = gemma4_drafter_on(w, target, err);
+    if (!d) {
+        gemma4_draft_weights_free(w);
+        return NULL;
+    }
+    d->owns_w = 1;
+    return d;
 }
 
 typedef struct {
@@ -142,7 +198,7 @@ static void step_body(void *ctx) {
         b->matmul(b, l->q, d->a, 1, d->q);
         b->rmsnorm_rope(b, d->q, l->q_norm, 1, (int)p->n_head, hd, EPS, pos, g->is_full ? 1e6f : 1e4f,
                         g->is_full ? d->rope_freqs : NULL);
-        b->attention_cached(b, d->q, l->kv, 1, pos, (int)p->n_head, (int)g->n_head_kv, hd,
+        b->attention_cached(b, d->q, d->kv[il], 1, pos, (int)p->n_head, (int)g->n_head_kv, hd,
                             g->is_full ? 0 : (int)p->window, d->att);
         b->matmul(b, l->o, d->att, 1, d->o);
         b->add_rmsnorm(b, d->z, d->o, l->post_attn_norm, 1, H, EPS, NULL);

@@ -27,6 +27,15 @@ typedef struct gemma4_drafter gemma4_drafter;
 /* asst must be an assistant that fits the target (gemma4_pair_check); the
  * target state must outlive the drafter. */
 gemma4_drafter *gemma4_drafter_new(const gemma4_model *asst, gemma4_state *target, gem_err *err);
+
+/* The drafter's resident weights alone, to share between the drafters of
+ * several targets on one backend (an engine's parallel sessions):
+ * gemma4_drafter_on makes a drafter over them (free the drafters first).
+ * gemma4_drafter_new is the two in one, the weights its own. */
+typedef struct gemma4_draft_weights gemma4_draft_weights;
+gemma4_draft_weights *gemma4_draft_weights_new(const gemma4_model *asst, backend *b, gem_err *err);
+void gemma4_draft_weights_free(gemma4_draft_weights *w);
+gemma4_drafter *gemma4_drafter_on(gemma4_draft_weights *w, gemma4_state *target, gem_err *err);
 void gemma4_drafter_free(gemma4_drafter *d);
 
 /* One draft step: the token after `id`, which sits at the target's n_past

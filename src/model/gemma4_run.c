@@ -14,6 +14,7 @@
  * pairs move). Attention scale is 1.0. */
 #include "model/gemma4_run.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,17 +26,41 @@
 typedef struct {
     be_weight *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *gate, *up, *down,
         *post_ffw_norm, *out_scale;
-    be_kv *kv;
 } layer_w;
 
+/* What the states of one model on one backend share: the resident
+ * weights and one tile's activation buffers. Sharing the buffers is safe
+ * because a backend runs one op sequence at a time (the engine serialises
+ * its sessions), and no state keeps a value in them between calls. */
+struct gemma4_core {
+    const gemma4_model *m;
+    backend *b;
+    int max_tile;
+    uint32_t n_run; /* layers evaluated: all but for testing (gemma4_core_new) */
+    be_weight *embd, *out_norm, *rope_freqs;
+    layer_w *L;
+    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down;
+    /* a batched step of sequences (gemma4_step_seqs): every row's normed
+     * hidden state, logits and argmax */
+    be_buf *bhid, *blogits, *bbest;
+};
+
 struct gemma4_state {
+    gemma4_core *c;
+    int owns_core; /* made by gemma4_state_new */
     const gemma4_model *m;
     backend *b;
     int n_ctx, max_tile, n_past;
-    uint32_t n_run; /* layers evaluated: all but for testing (gemma4_state_new) */
-    be_weight *embd, *out_norm, *rope_freqs;
-    layer_w *L;
-    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down, *last, *logits, *best, *topk;
+    /* the highest position written into the caches since the rings last
+     * held exactly [n_past - capacity, n_past): a verification's dropped
+     * rows overwrote ring slots below it (gemma4_rewind_ok) */
+    int top;
+    uint32_t n_run;
+    be_weight *embd, *out_norm, *rope_freqs; /* the core's */
+    layer_w *L;                               /* the core's */
+    be_kv **kv;                               /* per layer: this sequence's caches */
+    be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down; /* the core's */
+    be_buf *last, *logits, *best, *topk;
     be_graph *decode; /* one recorded decode step (backends with capture) */
     /* the hidden state after the last evaluated token (gemma4_hidden) */
     const be_buf *hid;
@@ -50,9 +75,116 @@ struct gemma4_state {
     be_graph *vgraph[BE_EXACT_ROWS + 1]; /* a recorded verification per row count */
 };
 
-static be_weight *up_w(gemma4_state *s, const gguf_tensor *t, gem_err *err) {
-    return t ? s->b->weight(s->b, t, err) : NULL;
+int gemma4_ring_slack(const backend *b) { return b->rows_exact ? BE_EXACT_ROWS : 0; }
+
+be_kv *gemma4_kv_alloc(const gemma4_kv_plan *plan, backend *b, uint32_t il, gem_err *err) {
+    const gemma4_kv_kind *k = gemma4_kv_plan_kind(plan, il);
+    if (k->f16 && !b->kv_f16) {
+        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                    gemma4_kv_type_name(plan->type), b->name);
+        return NULL;
+    }
+    be_kv *kv = b->kv_new(b, (int)k->n_kv_head, (int)k->head_dim, (int)k->capacity, k->ring,
+                          k->f16 ? BE_KV_F16 : BE_KV_F32, err);
+    if (!kv) {
+        gem_err_wrap(err, "layer %u's %s cache", il, k->ring ? "sliding" : "full-attention");
+        return NULL;
+    }
+    const uint64_t held = b->kv_bytes(b, kv, (int)k->capacity);
+    if (held != k->layer_bytes) {
+        b->kv_free(b, kv);
+        gem_err_set(err, "internal: backend '%s' holds %" PRIu64 " bytes for layer %u's cache, the KV plan %" PRIu64,
+                    b->name, held, il, k->layer_bytes);
+        return NULL;
+    }
+    return kv;
 }
+
+static be_weight *up_w(gemma4_core *c, const gguf_tensor *t, gem_err *err) {
+    return t ? c->b->weight(c->b, t, err) : NULL;
+}
+
+void gemma4_core_free(gemma4_core *c) {
+    if (!c) return;
+    backend *b = c->b;
+    if (c->L) {
+        for (uint32_t il = 0; il < c->m->profile->n_layer; il++) {
+            layer_w *l = &c->L[il];
+            be_weight *ws[] = {l->attn_norm, l->q, l->k, l->v, l->o, l->q_norm, l->k_norm, l->post_attn_norm,
+                               l->ffn_norm, l->gate, l->up, l->down, l->post_ffw_norm, l->out_scale};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]) b->weight_free(b, ws[i]);
+        }
+        free(c->L);
+    }
+    be_weight *g[] = {c->embd, c->out_norm, c->rope_freqs};
+    for (int i = 0; i < 3; i++)
+        if (g[i]) b->weight_free(b, g[i]);
+    be_buf *bufs[] = {c->h, c->a, c->q, c->k, c->v, c->att, c->o, c->act, c->down, c->bhid, c->blogits, c->bbest};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) b->buf_free(b, bufs[i]);
+    free(c);
+}
+
+/* A plan for model m's profile and backend b's ring slack, or -1 with err. */
+static int plan_fits(const gemma4_kv_plan *plan, const gemma4_model *m, const backend *b, gem_err *err) {
+    if (plan->profile != m->profile)
+        return gem_err_set(err, "internal: a KV plan for %s given to a %s model", plan->profile->name,
+                           m->profile->name);
+    /* a row-exact backend verifies drafts: its rings need BE_EXACT_ROWS
+     * slots beyond the window (gemma4_spec_init) */
+    if (plan->ring_slack != gemma4_ring_slack(b))
+        return gem_err_set(err, "internal: a KV plan with rings of window + %d slots for backend '%s', which needs + %d",
+                           plan->ring_slack, b->name, gemma4_ring_slack(b));
+    return 0;
+}
+
+gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                             gem_err *err) {
+    const gemma4_profile *p = m->profile;
+    if (plan_fits(plan, m, b, err)) return NULL;
+    const int max_tile = plan->tile;
+    gemma4_core *c = calloc(1, sizeof *c);
+    if (!c) {
+        gem_err_set(err, "out of memory");
+        return NULL;
+    }
+    c->m = m;
+    c->b = b;
+    c->max_tile = max_tile;
+    c->n_run = layers > 0 && (uint32_t)layers < p->n_layer ? (uint32_t)layers : p->n_layer;
+    c->L = calloc(p->n_layer, sizeof *c->L);
+    if (!c->L) goto oom;
+    if (!(c->embd = up_w(c, m->token_embd, err)) || !(c->out_norm = up_w(c, m->output_norm, err)) ||
+        !(c->rope_freqs = up_w(c, m->rope_freqs, err)))
+        goto fail;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        const gemma4_layer *g = &m->layers[il];
+        layer_w *l = &c->L[il];
+#define UP(dst, src) if (!(l->dst = up_w(c, g->src, err))) goto fail
+        UP(attn_norm, attn_norm); UP(q, attn_q); UP(k, attn_k); UP(o, attn_output); UP(q_norm, attn_q_norm);
+        UP(k_norm, attn_k_norm); UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm);
+        UP(gate, ffn_gate); UP(up, ffn_up); UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm);
+        UP(out_scale, layer_output_scale);
+#undef UP
+        if (g->attn_v && !(l->v = up_w(c, g->attn_v, err))) goto fail;
+    }
+    /* the tile's shared buffers (the plan's G4T_H..G4T_DOWN; each state
+     * keeps the rest) */
+    size_t fl[G4T_COUNT];
+    gemma4_tile_floats(p, plan->tile, fl);
+    be_buf **bufs[] = {&c->h, &c->a, &c->q, &c->k, &c->v, &c->att, &c->o, &c->act, &c->down};
+    for (int i = 0; i <= G4T_DOWN; i++)
+        if (!(*bufs[i] = b->alloc(b, fl[i], err))) goto fail;
+    return c;
+oom:
+    gem_err_set(err, "out of memory");
+fail:
+    gemma4_core_free(c);
+    return NULL;
+}
+
+int gemma4_core_max_tile(const gemma4_core *c) { return c->max_tile; }
 
 void gemma4_state_free(gemma4_state *s) {
     if (!s) return;
@@ -60,153 +192,191 @@ void gemma4_state_free(gemma4_state *s) {
     if (s->decode) b->graph_free(b, s->decode);
     for (int i = 0; i <= BE_EXACT_ROWS; i++)
         if (s->vgraph[i]) b->graph_free(b, s->vgraph[i]);
-    if (s->L) {
-        for (uint32_t il = 0; il < s->m->profile->n_layer; il++) {
-            layer_w *l = &s->L[il];
-            be_weight *ws[] = {l->attn_norm, l->q, l->k, l->v, l->o, l->q_norm, l->k_norm, l->post_attn_norm,
-                               l->ffn_norm, l->gate, l->up, l->down, l->post_ffw_norm, l->out_scale};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                if (ws[i]) b->weight_free(b, ws[i]);
-            if (l->kv) b->kv_free(b, l->kv);
-        }
-        free(s->L);
+    if (s->kv) {
+        for (uint32_t il = 0; il < s->m->profile->n_layer; il++)
+            if (s->kv[il]) b->kv_free(b, s->kv[il]);
+        free(s->kv);
     }
-    be_weight *g[] = {s->embd, s->out_norm, s->rope_freqs};
-    for (int i = 0; i < 3; i++)
-        if (g[i]) b->weight_free(b, g[i]);
-    be_buf *bufs[] = {s->h, s->a, s->q, s->k, s->v, s->att, s->o, s->act, s->down, s->last, s->logits,
-                      s->best, s->topk, s->vhid, s->vlogits, s->vbest};
+    be_buf *bufs[] = {s->last, s->logits, s->best, s->topk, s->vhid, s->vlogits, s->vbest};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
+    if (s->owns_core) gemma4_core_free(s->c);
     free(s);
 }
 
-gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers, gem_err *err) {
+gemma4_state *gemma4_state_on(gemma4_core *c, const gemma4_kv_plan *plan, gem_err *err) {
+    const gemma4_model *m = c->m;
     const gemma4_profile *p = m->profile;
-    if (n_ctx < 1) {
-        gem_err_set(err, "context size must be positive");
+    backend *b = c->b;
+    if (plan_fits(plan, m, b, err)) return NULL;
+    if (plan->tile != c->max_tile) {
+        gem_err_set(err, "internal: a KV plan with tiles of %d for a core of %d", plan->tile, c->max_tile);
         return NULL;
     }
-    if (max_tile < 1) max_tile = 1;
     gemma4_state *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (!s || !(s->kv = calloc(p->n_layer, sizeof *s->kv))) {
+        free(s);
         gem_err_set(err, "out of memory");
         return NULL;
     }
+    s->c = c;
     s->m = m;
     s->b = b;
-    s->n_ctx = n_ctx;
-    s->max_tile = max_tile;
-    s->n_run = layers > 0 && (uint32_t)layers < p->n_layer ? (uint32_t)layers : p->n_layer;
-    s->L = calloc(p->n_layer, sizeof *s->L);
-    if (!s->L) goto oom;
-    if (!(s->embd = up_w(s, m->token_embd, err)) || !(s->out_norm = up_w(s, m->output_norm, err)) ||
-        !(s->rope_freqs = up_w(s, m->rope_freqs, err)))
-        goto fail;
-    for (uint32_t il = 0; il < p->n_layer; il++) {
-        const gemma4_layer *g = &m->layers[il];
-        layer_w *l = &s->L[il];
-#define UP(dst, src) if (!(l->dst = up_w(s, g->src, err))) goto fail
-        UP(attn_norm, attn_norm); UP(q, attn_q); UP(k, attn_k); UP(o, attn_output); UP(q_norm, attn_q_norm);
-        UP(k_norm, attn_k_norm); UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm);
-        UP(gate, ffn_gate); UP(up, ffn_up); UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm);
-        UP(out_scale, layer_output_scale);
-#undef UP
-        if (g->attn_v && !(l->v = up_w(s, g->attn_v, err))) goto fail;
-        /* a row-exact backend can verify drafts: its rings keep
-         * BE_EXACT_ROWS slots beyond the window (gemma4_spec_init) */
-        int cap = g->is_full ? n_ctx : (int)p->window + (b->rows_exact ? BE_EXACT_ROWS : 0);
-        if (!(l->kv = b->kv_new(b, (int)g->n_head_kv, (int)g->head_dim, cap, !g->is_full, err))) goto fail;
-    }
-    size_t T = (size_t)max_tile, H = p->n_embd, F = p->n_ff, D = GEMMA4_HEAD_DIM_FULL;
-    size_t qw = p->n_head * D, kw = (p->n_head_kv_swa > p->n_head_kv_full ? p->n_head_kv_swa : p->n_head_kv_full) * D;
-    if (!(s->h = b->alloc(b, T * H, err)) || !(s->a = b->alloc(b, T * H, err)) || !(s->q = b->alloc(b, T * qw, err)) ||
-        !(s->k = b->alloc(b, T * kw, err)) || !(s->v = b->alloc(b, T * kw, err)) ||
-        !(s->att = b->alloc(b, T * qw, err)) || !(s->o = b->alloc(b, T * H, err)) ||
-        !(s->act = b->alloc(b, T * F, err)) || !(s->down = b->alloc(b, T * H, err)) ||
-        !(s->last = b->alloc(b, T * H, err)) || !(s->logits = b->alloc(b, GEMMA4_N_VOCAB, err)) ||
-        !(s->best = b->alloc(b, 1, err)) || !(s->topk = b->alloc(b, 2 * BE_TOPK_MAX, err)))
-        goto fail;
+    s->top = -1;
+    s->n_ctx = plan->n_ctx;
+    s->max_tile = c->max_tile;
+    s->n_run = c->n_run;
+    s->embd = c->embd;
+    s->out_norm = c->out_norm;
+    s->rope_freqs = c->rope_freqs;
+    s->L = c->L;
+    s->h = c->h, s->a = c->a, s->q = c->q, s->k = c->k, s->v = c->v;
+    s->att = c->att, s->o = c->o, s->act = c->act, s->down = c->down;
+    for (uint32_t il = 0; il < p->n_layer; il++)
+        if (!(s->kv[il] = gemma4_kv_alloc(plan, b, il, err))) goto fail;
+    size_t fl[G4T_COUNT];
+    gemma4_tile_floats(p, plan->tile, fl);
+    be_buf **bufs[] = {&s->last, &s->logits, &s->best, &s->topk};
+    for (int i = G4T_LAST; i < G4T_COUNT; i++)
+        if (!(*bufs[i - G4T_LAST] = b->alloc(b, fl[i], err))) goto fail;
     return s;
-oom:
-    gem_err_set(err, "out of memory");
 fail:
     gemma4_state_free(s);
     return NULL;
+}
+
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                               gem_err *err) {
+    gemma4_core *c = gemma4_core_new(m, b, plan, layers, err);
+    if (!c) return NULL;
+    gemma4_state *s = gemma4_state_on(c, plan, err);
+    if (!s) {
+        gemma4_core_free(c);
+        return NULL;
+    }
+    s->owns_core = 1;
+    return s;
 }
 
 int gemma4_n_past(const gemma4_state *s) { return s->n_past; }
 int gemma4_n_ctx(const gemma4_state *s) { return s->n_ctx; }
 void gemma4_reset(gemma4_state *s) {
     s->n_past = 0;
+    s->top = -1;
     s->hid_valid = 0;
 }
 
-/* h += rmsnorm(x) w (times s), then a = rmsnorm(h) w_next: fused where
- * the backend offers it (results are equal). */
-static void add_then_norm(gemma4_state *s, const be_buf *x, const be_weight *w, const be_weight *scale,
-                          const be_weight *w_next, int n) {
-    backend *b = s->b;
-    const int H = (int)s->m->profile->n_embd;
-    if (b->add_rmsnorm_norm) {
-        b->add_rmsnorm_norm(b, s->h, x, w, scale, w_next, n, H, EPS, s->a);
-        return;
-    }
-    b->add_rmsnorm(b, s->h, x, w, n, H, EPS, scale);
-    b->rmsnorm(b, s->h, w_next, n, H, EPS, s->a);
+/* After n_past grew: the highest position written. */
+static void wrote(gemma4_state *s) {
+    if (s->n_past - 1 > s->top) s->top = s->n_past - 1;
 }
 
-/* q/k norms, rope and attention of layer g on its projections s->q/k/v,
- * into s->att (one op where the backend folds them together). */
-static void attend(gemma4_state *s, const gemma4_layer *g, const layer_w *l, int n, int pos0) {
+int gemma4_rewind_ok(const gemma4_state *s, int n) {
+    if (n < 0 || n > s->n_past) return 0;
     const gemma4_profile *p = s->m->profile;
-    backend *b = s->b;
-    const int nh = (int)p->n_head, d = (int)g->head_dim, kvh = (int)g->n_head_kv;
+    const int window = (int)p->window, cap = window + (s->b->rows_exact ? BE_EXACT_ROWS : 0);
+    /* the queries from n on need keys from n - window + 1; the rings still
+     * hold every position above top - cap (later writes went to the slots
+     * of positions below it) */
+    const int need = n - window + 1 > 0 ? n - window + 1 : 0;
+    const int intact = s->top + 1 - cap > 0 ? s->top + 1 - cap : 0;
+    return need >= intact;
+}
+
+int gemma4_rewind(gemma4_state *s, int n) {
+    if (!gemma4_rewind_ok(s, n)) return -1;
+    s->n_past = n;
+    s->hid_valid = 0;
+    return 0;
+}
+
+static void add_then_norm(gemma4_core *c, const be_buf *x, const be_weight *w, const be_weight *scale,
+                          const be_weight *w_next, int n) {
+    backend *b = c->b;
+    const int H = (int)c->m->profile->n_embd;
+    if (b->add_rmsnorm_norm) {
+        b->add_rmsnorm_norm(b, c->h, x, w, scale, w_next, n, H, EPS, c->a);
+        return;
+    }
+    b->add_rmsnorm(b, c->h, x, w, n, H, EPS, scale);
+    b->rmsnorm(b, c->h, w_next, n, H, EPS, c->a);
+}
+
+/* A tile's rows: n tokens of one sequence at pos0.. (seqs NULL: its caches
+ * kv), or n one-token steps of the sequences seqs[i] at pos[i]. */
+typedef struct {
+    be_kv *const *kv;           /* per layer, one sequence */
+    gemma4_state *const *seqs;  /* or n sequences */
+    const int *pos;
+    int pos0;
+} tile_rows;
+
+/* q/k norms, rope and attention of layer il on its projections c->q/k/v,
+ * into c->att (one op where the backend folds them together). */
+static void attend(gemma4_core *c, uint32_t il, const tile_rows *t, int n) {
+    const gemma4_profile *p = c->m->profile;
+    const gemma4_layer *g = &c->m->layers[il];
+    const layer_w *l = &c->L[il];
+    backend *b = c->b;
+    const int nh = (int)p->n_head, d = (int)g->head_dim, kvh = (int)g->n_head_kv, pos0 = t->pos0;
     const float theta = g->is_full ? 1e6f : 1e4f;
-    const be_weight *ff = g->is_full ? s->rope_freqs : NULL;
+    const be_weight *ff = g->is_full ? c->rope_freqs : NULL;
     const int window = g->is_full ? 0 : (int)p->window;
+    if (t->seqs) { /* gemma4_step_seqs checked the backend has it */
+        be_kv *kvs[BE_EXACT_ROWS];
+        for (int i = 0; i < n; i++) kvs[i] = t->seqs[i]->kv[il];
+        b->attention_seqs(b, c->q, l->q_norm, c->k, l->k_norm, c->v, g->is_full, kvs, t->pos, n, nh, kvh, d, EPS, theta,
+                          ff, window, c->att);
+        return;
+    }
+    be_kv *kv = t->kv[il];
     if (b->attention_qkv) { /* K as V (full layers) inside the op: v from k's raw rows */
-        b->attention_qkv(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, l->kv, n, pos0, nh, kvh, d, EPS, theta,
-                         ff, window, s->att);
+        b->attention_qkv(b, c->q, l->q_norm, c->k, l->k_norm, c->v, g->is_full, kv, n, pos0, nh, kvh, d, EPS, theta, ff,
+                         window, c->att);
         return;
     }
     if (b->qkv_norm_rope) { /* K as V (full layers) inside the launch: v from k's raw rows */
-        b->qkv_norm_rope(b, s->q, l->q_norm, s->k, l->k_norm, s->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
+        b->qkv_norm_rope(b, c->q, l->q_norm, c->k, l->k_norm, c->v, g->is_full, n, nh, kvh, d, EPS, pos0, theta, ff);
     } else {
-        if (g->is_full) b->copy(b, s->k, 0, s->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
-        b->rmsnorm_rope(b, s->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
-        b->rmsnorm_rope(b, s->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
-        b->rmsnorm(b, s->v, NULL, n * kvh, d, EPS, s->v);
+        if (g->is_full) b->copy(b, c->k, 0, c->v, 0, (size_t)n * kvh * d); /* K as V: the raw projection */
+        b->rmsnorm_rope(b, c->q, l->q_norm, n, nh, d, EPS, pos0, theta, ff);
+        b->rmsnorm_rope(b, c->k, l->k_norm, n, kvh, d, EPS, pos0, theta, ff);
+        b->rmsnorm(b, c->v, NULL, n * kvh, d, EPS, c->v);
     }
-    b->attention(b, s->q, s->k, s->v, l->kv, n, pos0, nh, kvh, d, window, s->att);
+    b->attention(b, c->q, c->k, c->v, kv, n, pos0, nh, kvh, d, window, c->att);
 }
 
-/* One tile of n tokens at positions pos0.. ; leaves h holding the final
- * residual stream of every token. Each layer starts with a = attn_norm(h)
- * already computed (by the previous layer's last step, or before the
- * first). */
-static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
-    const gemma4_profile *p = s->m->profile;
-    backend *b = s->b;
+/* One tile of n rows (tile_rows); leaves h holding the final residual
+ * stream of every row. Each layer starts with a = attn_norm(h) already
+ * computed (by the previous layer's last step, or before the first). */
+static void forward_rows(gemma4_core *c, const tile_rows *t, const int32_t *ids, int n) {
+    const gemma4_profile *p = c->m->profile;
+    backend *b = c->b;
     const int H = (int)p->n_embd;
-    b->embed(b, s->embd, ids, n, sqrtf((float)H), s->h);
-    b->rmsnorm(b, s->h, s->L[0].attn_norm, n, H, EPS, s->a);
-    for (uint32_t il = 0; il < s->n_run; il++) {
-        const gemma4_layer *g = &s->m->layers[il];
-        layer_w *l = &s->L[il];
+    b->embed(b, c->embd, ids, n, sqrtf((float)H), c->h);
+    b->rmsnorm(b, c->h, c->L[0].attn_norm, n, H, EPS, c->a);
+    for (uint32_t il = 0; il < c->n_run; il++) {
+        const gemma4_layer *g = &c->m->layers[il];
+        layer_w *l = &c->L[il];
         const be_weight *W[3] = {l->q, l->k, l->v};
-        be_buf *O[3] = {s->q, s->k, s->v};
-        b->matmul_multi(b, g->is_full ? 2 : 3, W, s->a, n, O);
-        attend(s, g, l, n, pos0);
-        b->matmul(b, l->o, s->att, n, s->o);
-        add_then_norm(s, s->o, l->post_attn_norm, NULL, l->ffn_norm, n);
-        b->matmul_geglu(b, l->gate, l->up, s->a, n, s->act);
-        b->matmul(b, l->down, s->act, n, s->down);
-        if (il + 1 < s->n_run)
-            add_then_norm(s, s->down, l->post_ffw_norm, l->out_scale, s->L[il + 1].attn_norm, n);
+        be_buf *O[3] = {c->q, c->k, c->v};
+        b->matmul_multi(b, g->is_full ? 2 : 3, W, c->a, n, O);
+        attend(c, il, t, n);
+        b->matmul(b, l->o, c->att, n, c->o);
+        add_then_norm(c, c->o, l->post_attn_norm, NULL, l->ffn_norm, n);
+        b->matmul_geglu(b, l->gate, l->up, c->a, n, c->act);
+        b->matmul(b, l->down, c->act, n, c->down);
+        if (il + 1 < c->n_run)
+            add_then_norm(c, c->down, l->post_ffw_norm, l->out_scale, c->L[il + 1].attn_norm, n);
         else
-            b->add_rmsnorm(b, s->h, s->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
+            b->add_rmsnorm(b, c->h, c->down, l->post_ffw_norm, n, H, EPS, l->out_scale);
     }
+}
+
+/* n tokens of s at positions pos0.. */
+static void forward_tile(gemma4_state *s, const int32_t *ids, int n, int pos0) {
+    const tile_rows t = {s->kv, NULL, NULL, pos0};
+    forward_rows(s->c, &t, ids, n);
 }
 
 /* Soft-capped logits of row r of h into s->logits, and their argmax into
@@ -279,6 +449,7 @@ static int eval_tiles(gemma4_state *s, const int32_t *ids, int n, int head, floa
         }
         if (b->status(b, err)) return -1;
         s->n_past += t;
+        wrote(s);
         done += t;
     }
     s->hid = s->last; /* the head's normed row (head_dev) */
@@ -321,6 +492,61 @@ int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err)
     return 0;
 }
 
+/* ---- batched steps of several sequences ---- */
+
+int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t *best, gem_err *err) {
+    if (n < 1 || n > BE_EXACT_ROWS) return gem_err_set(err, "a batched step of %d sequences (1..%d)", n, BE_EXACT_ROWS);
+    gemma4_core *c = ss[0]->c;
+    backend *b = c->b;
+    if (!b->attention_seqs || (b->set_step && !b->set_step_seqs))
+        return gem_err_set(err, "backend '%s' has no batched steps of several sequences", b->name);
+    if (n > c->max_tile) return gem_err_set(err, "a batched step of %d rows exceeds the tile of %d", n, c->max_tile);
+    int pos[BE_EXACT_ROWS];
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->c != c) return gem_err_set(err, "a batched step over states of different models or backends");
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return gem_err_set(err, "a batched step names one sequence twice");
+        if (check_tile(ss[i], ids + i, 1, err)) return -1;
+        pos[i] = ss[i]->n_past;
+    }
+    const size_t H = c->m->profile->n_embd;
+    if (!c->bhid && (!(c->bhid = b->alloc(b, BE_EXACT_ROWS * H, err)) ||
+                     !(c->blogits = b->alloc(b, (size_t)BE_EXACT_ROWS * GEMMA4_N_VOCAB, err)) ||
+                     !(c->bbest = b->alloc(b, BE_EXACT_ROWS, err)))) {
+        be_buf *bufs[] = {c->bhid, c->blogits, c->bbest};
+        for (int i = 0; i < 3; i++)
+            if (bufs[i]) b->buf_free(b, bufs[i]);
+        c->bhid = c->blogits = c->bbest = NULL;
+        return -1;
+    }
+    if (b->set_step_seqs) b->set_step_seqs(b, ids, pos, n);
+    const tile_rows t = {NULL, ss, pos, 0};
+    forward_rows(c, &t, ids, n);
+    /* the head of every row as a verification computes it (row-exact: each
+     * row's logits are a one-token step's, head_dev's) */
+    b->rmsnorm(b, c->h, c->out_norm, n, (int)H, EPS, c->bhid);
+    b->matmul(b, c->embd, c->bhid, n, c->blogits);
+    b->softcap(b, c->blogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, c->blogits, n, GEMMA4_N_VOCAB, c->bbest);
+    for (int i = 0; i < n; i++) { /* each sequence as its own one-token eval leaves it */
+        gemma4_state *s = ss[i];
+        b->copy(b, c->blogits, (size_t)i * GEMMA4_N_VOCAB, s->logits, 0, GEMMA4_N_VOCAB);
+        b->copy(b, c->bbest, (size_t)i, s->best, 0, 1);
+        b->copy(b, c->bhid, (size_t)i * H, s->last, 0, H);
+        s->hid = s->last;
+        s->hid_off = 0;
+        s->hid_valid = 1;
+        s->n_past++;
+        wrote(s);
+    }
+    if (best) {
+        float f[BE_EXACT_ROWS];
+        b->download(b, c->bbest, 0, f, (size_t)n);
+        for (int i = 0; i < n; i++) best[i] = (int32_t)f[i];
+    }
+    return b->status(b, err);
+}
+
 /* A snapshot is one backend buffer: the last token's logits, then each
  * layer's cache bytes for positions [0, n_past) (kv_stash's layout). It
  * only grows: a session's next checkpoint reuses it. */
@@ -340,7 +566,7 @@ static size_t snap_head_floats(const gemma4_state *s) { return GEMMA4_N_VOCAB + 
 
 static size_t snap_bytes(const gemma4_state *s) {
     size_t n = snap_head_floats(s) * sizeof(float);
-    for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->L[il].kv, s->n_past);
+    for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->kv[il], s->n_past);
     return n;
 }
 
@@ -375,8 +601,8 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
     p->hid_valid = s->hid_valid;
     size_t off = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) {
-        b->kv_stash(b, s->L[il].kv, s->n_past, p->buf, off);
-        off += b->kv_bytes(b, s->L[il].kv, s->n_past);
+        b->kv_stash(b, s->kv[il], s->n_past, p->buf, off);
+        off += b->kv_bytes(b, s->kv[il], s->n_past);
     }
     p->n_past = s->n_past;
     return b->status(b, err);
@@ -385,6 +611,7 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
 void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
     backend *b = s->b;
     s->n_past = p->n_past;
+    s->top = p->n_past - 1; /* the rings hold exactly the snapshot's positions */
     b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
     if (p->hid_valid) b->copy(b, p->buf, GEMMA4_N_VOCAB, s->last, 0, s->m->profile->n_embd);
     s->hid = s->last;
@@ -392,8 +619,8 @@ void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
     s->hid_valid = p->hid_valid;
     size_t off = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) {
-        b->kv_unstash(b, s->L[il].kv, s->n_past, p->buf, off);
-        off += b->kv_bytes(b, s->L[il].kv, s->n_past);
+        b->kv_unstash(b, s->kv[il], s->n_past, p->buf, off);
+        off += b->kv_bytes(b, s->kv[il], s->n_past);
     }
 }
 
@@ -468,6 +695,7 @@ int gemma4_verify(gemma4_state *s, const int32_t *ids, int n, int32_t *best, flo
     s->v_pos0 = s->n_past;
     s->v_n = n;
     s->n_past += n;
+    wrote(s);
     s->hid_valid = 0; /* until gemma4_spec_keep picks the row */
     return 0;
 }
@@ -495,6 +723,6 @@ int gemma4_hidden(const gemma4_state *s, const be_buf **buf, size_t *off) {
 backend *gemma4_state_backend(const gemma4_state *s) { return s->b; }
 const be_weight *gemma4_state_embd(const gemma4_state *s) { return s->embd; }
 be_kv *gemma4_state_kv(const gemma4_state *s, uint32_t layer) {
-    return layer < s->m->profile->n_layer ? s->L[layer].kv : NULL;
+    return layer < s->m->profile->n_layer ? s->kv[layer] : NULL;
 }
 const gemma4_model *gemma4_state_model(const gemma4_state *s) { return s->m; }

@@ -1,8 +1,9 @@
 /* The Gemma 4 forward pass, written once against the backend seam.
  *
  * A gemma4_state holds the resident weights, the per-layer KV caches (a
- * ring of `window` positions for sliding layers, n_ctx positions for full
- * layers) and the activation buffers of one prompt tile. Evaluation takes
+ * ring of window + slack positions for sliding layers, n_ctx positions for
+ * full layers, as its KV plan says) and the activation buffers of one
+ * prompt tile. Evaluation takes
  * any number of tokens and runs them in tiles; decode is a tile of one.
  * State can be checkpointed and restored exactly (positions and both caches). */
 #ifndef GEM_MODEL_GEMMA4_RUN_H
@@ -13,13 +14,39 @@
 
 #include "backend/backend.h"
 #include "model/gemma4.h"
+#include "model/gemma4_kvplan.h"
 
 typedef struct gemma4_state gemma4_state;
 
-/* max_tile: tokens per forward tile (prompt processing granularity).
- * layers: run only the first `layers` layers before the output norm and
- * head (testing; 0 or less, or more than the model has: all). */
-gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, int n_ctx, int max_tile, int layers,
+/* The ring slack a backend's sessions keep (BE_EXACT_ROWS where rows are
+ * exact, else none): what its KV plans take. */
+int gemma4_ring_slack(const backend *b);
+
+/* Layer il's cache on backend b as the plan says; NULL with err when the
+ * backend refuses (no memory, an entry type it does not keep) or holds
+ * other than the plan's bytes (an internal error, named). */
+be_kv *gemma4_kv_alloc(const gemma4_kv_plan *plan, backend *b, uint32_t il, gem_err *err);
+
+/* The weights (made resident once) and the prompt tile's activation
+ * buffers (the plan's G4T_H..G4T_DOWN), shared by the states of one model
+ * on one backend: parallel sessions of an engine. States made on a core
+ * must be freed before it; their calls must not overlap (one backend runs
+ * one op sequence at a time). layers: run only the first `layers` layers
+ * before the output norm and head (testing; 0 or less, or more than the
+ * model has: all). */
+typedef struct gemma4_core gemma4_core;
+gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
+                             gem_err *err);
+void gemma4_core_free(gemma4_core *c);
+int gemma4_core_max_tile(const gemma4_core *c);
+/* A sequence on core c allocating the plan's caches and its per-state
+ * buffers (G4T_LAST..): the plan's context, KV types, ring slack (which
+ * must be gemma4_ring_slack(b)) and tile (the core's). */
+gemma4_state *gemma4_state_on(gemma4_core *c, const gemma4_kv_plan *plan, gem_err *err);
+
+/* A state with a core of its own (freed with it): exactly `plan`
+ * (gemma4_kvplan.h) beside the model's weights. */
+gemma4_state *gemma4_state_new(const gemma4_model *m, backend *b, const gemma4_kv_plan *plan, int layers,
                                gem_err *err);
 void gemma4_state_free(gemma4_state *s);
 
@@ -51,9 +78,30 @@ int gemma4_prefill(gemma4_state *s, const int32_t *ids, int n, gem_err *err);
 int gemma4_logits(gemma4_state *s, float *dst, gem_err *err);
 int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err);
 
+/* One decode step of each of n (1..BE_EXACT_ROWS, at most the tile)
+ * distinct states of one core: ids[i] at ss[i]'s next position, in one
+ * tile (the weights read once for all rows). Each state is left exactly as
+ * its own one-token gemma4_eval_greedy leaves it (logits, argmax, hidden
+ * state: the backend's rows are exact and attention_seqs attends each row
+ * alone); best, when not NULL, receives every row's argmax. Needs a
+ * backend with attention_seqs. Fails without changing any state when a
+ * context would overflow. */
+int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t *best, gem_err *err);
+
 /* Forgets everything after position n (n <= n_past). Only n == 0 or a
  * snapshot load is exact for sliding layers; see gemma4_snap_load. */
 void gemma4_reset(gemma4_state *s);
+
+/* Whether dropping the positions from n on (n <= n_past) leaves the state
+ * exactly as if only the first n had been evaluated: full-attention caches
+ * always can; a sliding layer's ring needs the window's keys before n still
+ * in place (its BE_EXACT_ROWS slots beyond the window cover a rewind of
+ * that many positions, less after a verification's dropped rows used
+ * them). gemma4_rewind drops them (-1, nothing changed, when not ok); the
+ * last token's logits and hidden state are then undefined until the next
+ * eval. */
+int gemma4_rewind_ok(const gemma4_state *s, int n);
+int gemma4_rewind(gemma4_state *s, int n);
 
 /* ---- speculative verification ----
  *

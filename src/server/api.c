@@ -625,7 +625,7 @@ void api_request_free(api_request *r) {
 
 int api_render(const api_request *r, strbuf *prompt, api_error *e) {
     gem_err err = {{0}};
-    chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>"};
+    chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>", CHAT_FORMAT_GEMMA4};
     /* the renderer also reads the tools' declarations: name the part its error is about */
     const int rc = chat_render(&ro, prompt, &err);
     if (rc) return api_fail(e, 400, INVALID, rc == CHAT_RENDER_BAD_TOOLS ? "tools" : "messages", NULL, "%s", err.msg);

@@ -111,9 +111,15 @@ void metrics_render(metrics *m, const metrics_now *now, strbuf *o) {
         counter(o, "gem_draft_tokens_accepted_total", "Drafted tokens the target confirmed.", m->accepted);
     }
     pthread_mutex_unlock(&m->mu);
-    gauge(o, "gem_requests_running", "Generation requests running (one engine: 0 or 1).", now->running);
-    gauge(o, "gem_requests_queued", "Generation requests waiting for the engine.", now->queued);
+    gauge(o, "gem_requests_running", "Generation requests running (at most one per slot).", now->running);
+    gauge(o, "gem_requests_queued", "Generation requests waiting for a free slot.", now->queued);
     gauge(o, "gem_connections_open", "Open client connections.", now->connections);
-    gauge(o, "gem_cache_tokens", "Tokens the session's cached state holds.", now->session_tokens);
-    gauge(o, "gem_context_tokens", "The context size in tokens.", now->n_ctx);
+    gauge(o, "gem_slots", "Sessions that run requests at once (--parallel).", now->slots);
+    gauge(o, "gem_cache_tokens", "Tokens the slots' cached states hold, together.", now->session_tokens);
+    gauge(o, "gem_context_tokens", "The context size in tokens (per slot).", now->n_ctx);
+    counter(o, "gem_decode_steps_total",
+            "Decode steps of generations running together (each one read of the weights for all its rows).",
+            (unsigned long long)(now->batched_steps > 0 ? now->batched_steps : 0));
+    counter(o, "gem_decode_step_rows_total", "Tokens those steps carried (over gem_decode_steps_total: the mean batch).",
+            (unsigned long long)(now->batched_rows > 0 ? now->batched_rows : 0));
 }

@@ -34,9 +34,11 @@ void metrics_answer_add(metrics *m, const metrics_answer *a);
 /* What holds right now (gauges). */
 typedef struct {
     int running, queued, connections;
-    long session_tokens; /* the tokens the session's state holds */
+    long session_tokens; /* the tokens the slots' sessions hold, together */
     int n_ctx;
     int speculative; /* the server has a drafter: the draft counters are shown */
+    int slots;       /* sessions (--parallel) */
+    long batched_steps, batched_rows; /* the engine's decode steps and the rows they carried */
 } metrics_now;
 void metrics_render(metrics *m, const metrics_now *now, strbuf *out);
 

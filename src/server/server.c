@@ -14,15 +14,18 @@
  * rendered and tokenized, so a bad request never waits for the engine.
  * Jobs wait in a bounded FIFO (full: 503 with Retry-After; a waiting
  * streaming client gets the SSE head and ": queued" comments, a waiting
- * client that leaves is taken out of the queue); the one worker
- * thread owns the engine and its single session, runs one job at a time and
- * writes the response to the job's socket itself, so each token goes out as
- * soon as it is final. The connection thread sleeps until its job is done,
- * then reads the connection's next request.
+ * client that leaves is taken out of the queue). The engine has
+ * --parallel N slots, each a session with its own caches and a thread
+ * that runs one job at a time and writes the response to the job's socket
+ * itself, so each token goes out as soon as it is final; the slots'
+ * generations run together, their decode steps batched by the engine
+ * (engine.h). A queued job goes to the free slot whose session holds the
+ * longest prefix of its prompt (dispatch). The connection thread sleeps
+ * until its job is done, then reads the connection's next request.
  *
  * Generation is the engine's (gem_session_sync, gem_session_generate):
- * the worker maps a job to its parameters and callbacks. The session keeps
- * the tokens of the last request and its turn checkpoint, so a chat's next
+ * a slot maps a job to its parameters and callbacks. Its session keeps
+ * the tokens of its last request and its turn checkpoint, so a chat's next
  * turn continues where the engine's prefix policy allows (engine.h).
  *
  * Cancellation. Between prompt tiles (the backend's own: never cut smaller
@@ -69,6 +72,7 @@
 #define MAX_HEAD (16 * 1024)
 
 typedef struct server server;
+typedef struct slot slot;
 
 typedef struct job {
     server *s;
@@ -85,7 +89,7 @@ typedef struct job {
      * the job; until then only the connection thread writes to the socket
      * (the SSE head and ": queued" comments), and head_sent says so */
     int started, head_sent;
-    /* set by the worker */
+    /* set by the slot that runs it */
     int done, close_conn, status;
     pthread_cond_t cond;
     struct job *next;
@@ -97,7 +101,6 @@ struct server {
     char alias[256];
     long long started;
     pthread_mutex_t mu;
-    pthread_cond_t work;
     job *head, *tail;
     int n_waiting;
     atomic_int ready, stop, n_conns, failed;
@@ -109,22 +112,51 @@ struct server {
     struct conn **conns;
     uint64_t id_base;
     char load_error[1024];
-    /* engine state: the worker's alone once ready */
+    /* engine state: set by the loader before ready */
     gem_engine *e;
-    gem_session *sess;
+    slot *slots;
+    int n_slots;
+    unsigned long long dispatched; /* under mu: jobs given to slots */
     const tok *tk;
     int n_ctx;
     uint32_t n_vocab;
     int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
     int loopback; /* the listening socket's address is a loopback one (the Host guard applies) */
     metrics *m;   /* /metrics */
-    /* under mu: the worker's job state for /slots and /metrics */
-    int running;
-    long slot_tokens; /* the tokens the session held after the last job */
     /* when a running answer is ended after SIGTERM (--shutdown-grace);
      * written before stop is set, read after stop is seen */
     double stop_deadline;
 };
+
+/* A session and the thread that runs its jobs. */
+struct slot {
+    server *s;
+    int id;
+    gem_session *sess;
+    pthread_t th;
+    int started; /* th was created */
+    /* under the server's mutex */
+    pthread_cond_t cv;
+    job *assigned; /* the job dispatch gave it, until it is done */
+    int running;
+    int32_t *held; /* the tokens its session held after its last job (dispatch's prefix match) */
+    unsigned long long last_used; /* dispatch's serial of its last job (0: never used) */
+    int finishing; /* its job has generated everything and is sending the end of its response */
+    size_t n_held, held_cap;
+};
+
+/* Records the tokens the slot's session holds (dispatch's prefix match).
+ * Under the server's mutex. */
+static void slot_held(slot *sl) {
+    size_t held;
+    const int32_t *t = gem_session_tokens(sl->sess, &held);
+    if (held > sl->held_cap) {
+        int32_t *h = realloc(sl->held, held * sizeof *h);
+        if (h) sl->held = h, sl->held_cap = held;
+    }
+    sl->n_held = held <= sl->held_cap ? held : 0; /* no memory for the copy: matched as empty */
+    if (sl->n_held) memcpy(sl->held, t, sl->n_held * sizeof *t);
+}
 
 /* SIGINT and SIGTERM received so far, counted up to 2: the first stops the
  * accept loop and starts --shutdown-grace, a second ends the grace at once
@@ -230,6 +262,7 @@ static int respond_error(server *s, int fd, const api_error *e, int keep, const 
 typedef struct {
     server *s;
     job *j;
+    gem_session *sess; /* the slot's */
     reply *rp;
     anth_reply *ar; /* an Anthropic request's reply, in rp's place */
     chat_parser *cp;
@@ -248,6 +281,9 @@ typedef struct {
     long text_off;
     char bad_call[80]; /* a call to a function the request did not declare: the answer ends, as an error */
     int shutdown;      /* the server is stopping and the grace period is over: the answer ends, as an error */
+    /* a long prompt's progress in the log (gen_prefill) */
+    long prefill_from, prefill_logged;
+    double prefill_t0;
 } gen;
 
 /* Whether the request's tools declare a function of this name. */
@@ -391,6 +427,25 @@ static int gen_poll(void *ctx) {
     return g->gone || g->shutdown;
 }
 
+/* Every PREFILL_LOG_EVERY prompt tokens of a long prompt: a log line with
+ * the throughput and the time left (the stream itself gets heartbeat
+ * comments from gen_poll meanwhile). */
+#define PREFILL_LOG_EVERY 4096
+static void gen_prefill(void *ctx, long done, long total) {
+    gen *g = ctx;
+    if (g->prefill_from < 0) {
+        g->prefill_from = g->prefill_logged = done;
+        g->prefill_t0 = gem_now_s();
+        return;
+    }
+    if (done >= total || done - g->prefill_logged < PREFILL_LOG_EVERY) return;
+    g->prefill_logged = done;
+    const double dt = gem_now_s() - g->prefill_t0;
+    const long did = done - g->prefill_from;
+    logf_("%s %s prompt %ld of %ld tokens (%ld cached), %.0f tok/s, about %.0f s left", g->j->peer, g->j->path, done,
+          total, g->prefill_from, dt > 0 ? did / dt : 0.0, did > 0 ? (double)(total - done) * dt / (double)did : 0.0);
+}
+
 /* An error after the SSE head went out: one error event, then [DONE]. */
 static void stream_error(gen *g, const char *msg) {
     api_error e;
@@ -443,14 +498,14 @@ static int eval_prompt_lps(gen *g, const tok_ids *p, prompt_lps *out, gem_err *e
         goto out;
     }
     out->lp[0] = NAN;
-    gem_session_reset(s->sess);
+    gem_session_reset(g->sess);
     for (size_t pos = 0; pos < p->n;) {
         if (gen_poll(g)) {
             rc = 1;
             goto out;
         }
         const int cnt = (int)(p->n - pos < ECHO_SLICE ? p->n - pos : ECHO_SLICE);
-        if (gem_session_eval_all(s->sess, p->v + pos, cnt, logits, err)) goto out;
+        if (gem_session_eval_all(g->sess, p->v + pos, cnt, logits, err)) goto out;
         for (int r = 0; r < cnt && pos + (size_t)r + 1 < p->n; r++) {
             const size_t at = pos + (size_t)r + 1;
             const float *row = logits + (size_t)r * V;
@@ -480,7 +535,7 @@ static void echo_text(server *s, const api_prompt *ap, const tok_ids *ids, strbu
     }
 }
 
-static void run_job(server *s, job *j) {
+static void run_job(server *s, slot *sl, job *j) {
     api_request *rq = &j->req;
     int chat = rq->kind == API_CHAT, stream = rq->stream;
     size_t prompt_all = 0; /* every prompt's tokens, once each */
@@ -500,6 +555,7 @@ static void run_job(server *s, job *j) {
     gen g = {0};
     g.s = s;
     g.j = j;
+    g.sess = sl->sess;
     g.stream = stream;
     anth_reply_opts ao = {stream, id, ro.model};
     if (j->anth) g.ar = anth_reply_new(&ao);
@@ -580,7 +636,7 @@ static void run_job(server *s, job *j) {
             g.polls = g.n_tokens = 0;
             g.in_thought = 0;
             g.text_off = 0;
-            if (!rq->cache_prompt && i == 0) gem_session_reset(s->sess);
+            if (!rq->cache_prompt && i == 0) gem_session_reset(g.sess);
             if (rq->echo && rq->logprobs && !plp.lp) {
                 const double t0 = gem_now_s();
                 const int rc = eval_prompt_lps(&g, ids, &plp, &err);
@@ -599,7 +655,7 @@ static void run_job(server *s, job *j) {
                 reply_text(g.rp, echo.p, echo.len);
                 g.text_off = n_chars(echo.p, echo.len); /* offsets into the text as returned */
             }
-            const long kept = gem_session_sync(s->sess, ids->v, ids->n, &err);
+            const long kept = gem_session_sync(g.sess, ids->v, ids->n, &err);
             if (kept < 0) {
                 fail = err.msg;
                 break;
@@ -613,9 +669,10 @@ static void run_job(server *s, job *j) {
             /* a checkpoint the next sample reuses, even without cache_prompt */
             gp.no_checkpoint = !rq->cache_prompt && i + 1 == rq->n;
             const long reasoning0 = g.reasoning_tokens;
-            gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll};
+            gem_gen_callbacks cb = {&g, gen_token, gen_text, gen_poll, gen_prefill};
+            g.prefill_from = -1;
             gem_gen_result res;
-            if (gem_session_generate(s->sess, &gp, &cb, &res, &err)) fail = err.msg;
+            if (gem_session_generate(g.sess, &gp, &cb, &res, &err)) fail = err.msg;
             else if (res.finish == GEM_FINISH_CANCELLED && g.shutdown && !g.gone) fail = "the server is shutting down";
             else if (res.finish == GEM_FINISH_CANCELLED) g.gone = 1;
             else if (res.finish == GEM_FINISH_STOP) finish = "stop";
@@ -654,6 +711,13 @@ static void run_job(server *s, job *j) {
               prompt_all);
     u.spec = gem_engine_mtp(s->e) != NULL;
 respond:
+    /* everything is generated: dispatch may now wait for this slot for a
+     * request that continues it (the client may send it as soon as the
+     * response below ends) */
+    pthread_mutex_lock(&s->mu);
+    slot_held(sl);
+    sl->finishing = 1;
+    pthread_mutex_unlock(&s->mu);
     if (g.gone) {
         j->close_conn = 1;
         j->status = 499;
@@ -713,53 +777,64 @@ respond:
     free(g.alts);
 }
 
-static void finish_job(server *s, job *j) {
-    pthread_mutex_lock(&s->mu);
-    j->done = 1;
-    pthread_cond_signal(&j->cond);
-    pthread_mutex_unlock(&s->mu);
+/* Common prefix of a and b, in tokens. */
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
 }
 
-static void *worker_main(void *arg) {
-    server *s = arg;
-    gem_engine_opts eo = {0};
-    eo.model_path = s->o.model_path;
-    eo.backend = s->o.backend;
-    eo.kv_f16 = s->o.kv_f16;
-    eo.n_ctx = s->o.n_ctx;
-    eo.threads = s->o.threads;
-    eo.mtp_path = s->o.mtp_path;
-    gem_err err = {{0}};
-    double t0 = gem_now_s();
-    s->e = gem_engine_open(&eo, &err);
-    if (s->e) s->sess = gem_session_new(s->e, &err);
-    if (!s->sess) {
-        snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
-        atomic_store(&s->failed, 1); /* the accept loop sees it and stops */
-        return NULL;
-    }
-    s->tk = gem_engine_tok(s->e);
-    s->n_ctx = gem_engine_n_ctx(s->e);
-    s->n_vocab = tok_n_vocab(s->tk);
-    s->thought_open = tok_find(s->tk, CHAT_REASONING_OPEN, strlen(CHAT_REASONING_OPEN));
-    s->thought_close = tok_find(s->tk, CHAT_REASONING_CLOSE, strlen(CHAT_REASONING_CLOSE));
-    /* ready before the line that says so: a client (the tests) that waits
-     * for it must not be answered "loading" */
-    atomic_store(&s->ready, 1);
-    logf_("%s on %s loaded in %.2f s; context %d tokens", gem_engine_profile(s->e), gem_engine_backend(s->e),
-          gem_now_s() - t0, s->n_ctx);
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->head && !atomic_load(&s->stop)) pthread_cond_wait(&s->work, &s->mu);
+/* Hands queued jobs to free slots, oldest job first, each to the free slot
+ * whose session holds the longest prefix of its (first) prompt, so that
+ * slot evaluates the least; unless that prefix is less than half of what
+ * the slot holds (a shared system prompt or a lone BOS): then to the free
+ * slot used longest ago (an empty one first), so a conversation's cache
+ * is not given up for a small gain. A slot still sending the end of its
+ * answer (finishing) whose session matches better keeps the job waiting
+ * for it. Under the mutex. */
+static void dispatch(server *s) {
+    while (s->head) {
         job *j = s->head;
-        if (j) {
-            s->head = j->next;
-            if (!s->head) s->tail = NULL;
-            s->n_waiting--;
-            j->started = 1;
+        const tok_ids *p = &j->prompts[0];
+        slot *best = NULL, *lru = NULL;
+        size_t best_len = 0, finishing_len = 0;
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->finishing) { /* free within moments: a conversation's previous turn, usually */
+                const size_t len = common_prefix(sl->held, sl->n_held, p->v, p->n);
+                if (2 * len >= sl->n_held && len > finishing_len) finishing_len = len;
+            }
+            if (sl->assigned || !sl->sess) continue;
+            const size_t len = common_prefix(sl->held, sl->n_held, p->v, p->n);
+            if (!best || len > best_len) best = sl, best_len = len;
+            if (!lru || sl->last_used < lru->last_used) lru = sl;
         }
-        pthread_mutex_unlock(&s->mu);
+        /* a client sends its next turn as soon as the last one's answer
+         * ends, before that slot is free: it waits for its own slot */
+        if (!best || finishing_len > best_len) return;
+        if (best_len == 0 || 2 * best_len < best->n_held) best = lru;
+        best->last_used = ++s->dispatched;
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        s->n_waiting--;
+        j->next = NULL;
+        j->started = 1;
+        best->assigned = j;
+        pthread_cond_signal(&best->cv);
+    }
+}
+
+/* The slot's thread: runs the jobs dispatch gives it until the server stops. */
+static void *slot_main(void *arg) {
+    slot *sl = arg;
+    server *s = sl->s;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!sl->assigned && !atomic_load(&s->stop)) pthread_cond_wait(&sl->cv, &s->mu);
+        job *j = sl->assigned;
         if (!j) break;
+        sl->running = 1;
+        pthread_mutex_unlock(&s->mu);
         if (atomic_load(&s->stop)) { /* shutting down: queued jobs are refused */
             api_error e;
             api_fail(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
@@ -767,20 +842,88 @@ static void *worker_main(void *arg) {
             j->close_conn = 1;
             j->status = 503;
         } else {
-            pthread_mutex_lock(&s->mu);
-            s->running = 1;
-            pthread_mutex_unlock(&s->mu);
-            run_job(s, j);
-            size_t held;
-            gem_session_tokens(s->sess, &held);
-            pthread_mutex_lock(&s->mu);
-            s->running = 0;
-            s->slot_tokens = (long)held;
-            pthread_mutex_unlock(&s->mu);
+            run_job(s, sl, j);
         }
         metrics_request(s->m, j->status);
-        finish_job(s, j);
+        pthread_mutex_lock(&s->mu);
+        slot_held(sl);
+        sl->finishing = 0;
+        sl->running = 0;
+        sl->assigned = NULL;
+        j->done = 1;
+        pthread_cond_signal(&j->cond);
+        dispatch(s);
     }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Loads the model, makes the slots' sessions, then runs slot 0 itself and
+ * the others on their own threads; returns once every slot has stopped. */
+static void *worker_main(void *arg) {
+    server *s = arg;
+    gem_engine_opts eo = {0};
+    eo.model_path = s->o.model_path;
+    eo.backend = s->o.backend;
+    eo.kv_type = s->o.kv_type;
+    eo.n_ctx = s->o.n_ctx;
+    eo.threads = s->o.threads;
+    eo.mtp_path = s->o.mtp_path;
+    gem_err err = {{0}};
+    double t0 = gem_now_s();
+    const int n = s->o.parallel > 0 ? s->o.parallel : 1;
+    eo.sessions = n; /* the capacity check counts every slot's caches */
+    s->e = gem_engine_open(&eo, &err);
+    slot *slots = s->e ? calloc((size_t)n, sizeof *slots) : NULL;
+    if (s->e && !slots) gem_err_set(&err, "out of memory");
+    int made = 0;
+    for (; slots && made < n; made++) {
+        slots[made].s = s;
+        slots[made].id = made;
+        pthread_cond_init(&slots[made].cv, NULL);
+        if (!(slots[made].sess = gem_session_new(s->e, &err))) {
+            gem_err_wrap(&err, "--parallel %d: session %d", n, made + 1);
+            break;
+        }
+    }
+    if (made < n) {
+        for (int i = 0; slots && i <= made && i < n; i++) {
+            gem_session_free(slots[i].sess);
+            pthread_cond_destroy(&slots[i].cv);
+        }
+        free(slots);
+        snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
+        atomic_store(&s->failed, 1); /* the accept loop sees it and stops */
+        return NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->slots = slots;
+    s->n_slots = n;
+    pthread_mutex_unlock(&s->mu);
+    s->tk = gem_engine_tok(s->e);
+    s->n_ctx = gem_engine_n_ctx(s->e);
+    s->n_vocab = tok_n_vocab(s->tk);
+    s->thought_open = tok_find(s->tk, CHAT_REASONING_OPEN, strlen(CHAT_REASONING_OPEN));
+    s->thought_close = tok_find(s->tk, CHAT_REASONING_CLOSE, strlen(CHAT_REASONING_CLOSE));
+    for (int i = 1; i < n; i++)
+        if (!pthread_create(&slots[i].th, NULL, slot_main, &slots[i])) slots[i].started = 1;
+    /* ready before the line that says so: a client (the tests) that waits
+     * for it must not be answered "loading" */
+    atomic_store(&s->ready, 1);
+    const size_t mem = gem_engine_mem_used(s->e);
+    const gemma4_kv_plan *plan = gem_engine_kv_plan(s->e);
+    char memtxt[64] = "", kvb[32];
+    if (mem) snprintf(memtxt, sizeof memtxt, "; %.2f GiB of device memory", (double)mem / (1 << 30));
+    logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s per slot (--kv-type %s); %d slot%s%s",
+          gem_engine_profile(s->e), gem_engine_backend(s->e), gem_now_s() - t0, s->n_ctx,
+          gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(plan->type), n, n > 1 ? "s" : "",
+          memtxt);
+    pthread_mutex_lock(&s->mu);
+    dispatch(s); /* jobs that arrived while the slots were made */
+    pthread_mutex_unlock(&s->mu);
+    slot_main(&slots[0]);
+    for (int i = 1; i < n; i++)
+        if (slots[i].started) pthread_join(slots[i].th, NULL);
     return NULL;
 }
 
@@ -952,8 +1095,8 @@ static void props_json(server *s, strbuf *b) {
               "{\"default_generation_settings\":{\"n_ctx\":%d,\"params\":{\"temperature\":0.8,\"top_k\":64,"
               "\"top_p\":0.95,\"min_p\":0,\"repeat_penalty\":1,\"repeat_last_n\":64,\"presence_penalty\":0,"
               "\"frequency_penalty\":0,\"n_predict\":-1,\"seed\":-1,\"stream\":false}},"
-              "\"total_slots\":1,\"model_alias\":",
-              s->n_ctx);
+              "\"total_slots\":%d,\"model_alias\":",
+              s->n_ctx, s->n_slots);
     json_quote(s->alias, strlen(s->alias), b);
     sb_puts(b, ",\"model_path\":");
     json_quote(s->o.model_path, strlen(s->o.model_path), b);
@@ -1199,7 +1342,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     else s->head = j;
     s->tail = j;
     s->n_waiting++;
-    pthread_cond_signal(&s->work);
+    dispatch(s);
     wait_job(c, j);
     pthread_mutex_unlock(&s->mu);
     pthread_cond_destroy(&j->cond);
@@ -1412,24 +1555,36 @@ static int handle(conn *c, const http_req *r) {
     if (path_is(r, "/metrics")) {
         if (!get) goto method;
         pthread_mutex_lock(&s->mu);
-        const int ready = atomic_load(&s->ready); /* n_ctx and the engine are the worker's until then */
-        const metrics_now now = {s->running, s->n_waiting, atomic_load(&s->n_conns), s->slot_tokens,
-                                 ready ? s->n_ctx : 0, ready && gem_engine_mtp(s->e) != NULL};
+        const int ready = atomic_load(&s->ready); /* n_ctx and the engine are the loader's until then */
+        metrics_now now = {0, s->n_waiting, atomic_load(&s->n_conns), 0, ready ? s->n_ctx : 0,
+                           ready && gem_engine_mtp(s->e) != NULL, s->n_slots, 0, 0};
+        for (int i = 0; i < s->n_slots; i++) {
+            now.running += s->slots[i].running;
+            now.session_tokens += (long)s->slots[i].n_held;
+        }
         pthread_mutex_unlock(&s->mu);
+        if (ready) {
+            int rmax;
+            gem_engine_batch_stats(s->e, &now.batched_steps, &now.batched_rows, &rmax);
+        }
         metrics_render(s->m, &now, &b);
         rc = b.failed ? -1 : respond_h(s, fd, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, keep, NULL, head);
         sb_free(&b);
         return rc ? 0 : keep;
     }
-    if (path_is(r, "/slots")) { /* llama-server's shape, for the one session */
+    if (path_is(r, "/slots")) { /* llama-server's shape, one entry per session */
         if (!get) goto method;
         if (!atomic_load(&s->ready)) return not_ready(s, fd, keep, head) ? 0 : keep;
+        sb_putc(&b, '[');
         pthread_mutex_lock(&s->mu);
-        sb_printf(&b, "[{\"id\":0,\"n_ctx\":%d,\"is_processing\":%s,\"n_cached_tokens\":%ld,\"model\":", s->n_ctx,
-                  s->running ? "true" : "false", s->slot_tokens);
+        for (int i = 0; i < s->n_slots; i++) {
+            sb_printf(&b, "%s{\"id\":%d,\"n_ctx\":%d,\"is_processing\":%s,\"n_cached_tokens\":%zu,\"model\":",
+                      i ? "," : "", i, s->n_ctx, s->slots[i].running ? "true" : "false", s->slots[i].n_held);
+            json_quote(s->alias, strlen(s->alias), &b);
+            sb_putc(&b, '}');
+        }
         pthread_mutex_unlock(&s->mu);
-        json_quote(s->alias, strlen(s->alias), &b);
-        sb_puts(&b, "}]");
+        sb_putc(&b, ']');
         goto send;
     }
     if (path_is(r, "/props")) {
@@ -1887,7 +2042,6 @@ int server_run(const server_opts *o) {
     s->id_base = rng_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->conn_mu, NULL);
-    pthread_cond_init(&s->work, NULL);
     s->conns = calloc((size_t)o->max_conns, sizeof *s->conns);
     if (!s->conns || !(s->m = metrics_new())) {
         free(s->conns);
@@ -1927,7 +2081,7 @@ done:
         pthread_mutex_lock(&s->mu);
         s->stop_deadline = gem_now_s() + o->shutdown_grace; /* before stop: gen_poll reads it after */
         atomic_store(&s->stop, 1);
-        pthread_cond_broadcast(&s->work);
+        for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(worker, NULL);
     }
@@ -1935,7 +2089,12 @@ done:
      * reach is freed only when none remain, or the process exits. */
     for (int i = 0; i < 50 && atomic_load(&s->n_conns) > 0; i++) usleep(20000);
     if (atomic_load(&s->n_conns) == 0) {
-        gem_session_free(s->sess);
+        for (int i = 0; i < s->n_slots; i++) {
+            gem_session_free(s->slots[i].sess);
+            free(s->slots[i].held);
+            pthread_cond_destroy(&s->slots[i].cv);
+        }
+        free(s->slots);
         gem_engine_close(s->e);
         metrics_free(s->m);
         free(s->conns);

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "model/gemma4_kvplan.h"
+
 /* Bodies this small are admitted whatever --max-inflight holds, so small
  * requests keep flowing while large uploads fill the budget. */
 #define SERVER_FREE_BODY ((size_t)64 << 10)
@@ -15,7 +17,7 @@ typedef struct {
     const char *host;       /* "127.0.0.1" */
     int port;               /* 0: any free port (the log line names it) */
     const char *backend;    /* "cpu" */
-    int kv_f16;             /* --kv-type f16 */
+    gemma4_kv_type kv_type; /* --kv-type */
     int n_ctx, threads;
     const char *api_key;    /* NULL: no authentication */
     const char *cors;       /* Access-Control-Allow-Origin, or NULL */
@@ -46,6 +48,7 @@ typedef struct {
     int draft_max, draft_min; /* -1: the engine's defaults */
     double draft_p_min, draft_p_prod; /* < 0: the engine's defaults */
     int draft_fixed;        /* draft draft_max every round */
+    int parallel;           /* slots: sessions that run requests at once (0: 1) */
 } server_opts;
 
 /* Serves until SIGINT or SIGTERM. Returns the process exit status; errors

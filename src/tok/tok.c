@@ -1,60 +1,19 @@
-/* Gemma 4 tokenizer (see tok.h).
+/* Tokenizer loading, special-token partition and streaming decode, shared
+ * by every tokenizer model (see tok.h; tok_int.h names the model files).
  *
  * Tables: token text -> id and (left id, right id) -> (merge rank, merged
- * id) are open-addressing hash tables built once at load. Merging by ids is
- * equivalent to the reference's merging by strings because every merge part
- * of the vocabulary is itself a token (checked at load; a merge that does
- * not resolve is counted and can never fire, as in the reference).
- *
- * BPE state for one run of text is indexed by byte offset: a live symbol at
- * offset i covers bytes [i, i + len[i]) and its right neighbour starts at
- * i + len[i], so only prev[] needs maintaining. The priority queue holds
- * (rank << 32 | offset) keys; an entry is stale unless the pair now starting
- * at that offset still has that rank. Since symbols only grow and a rank
- * names exactly one (left, right) pair, this accepts exactly the entries the
- * reference's text comparison accepts, in the same order (rank, then
- * leftmost). */
+ * id) are open-addressing hash tables built once at load. Token attributes,
+ * the end-of-generation set and the special-token list follow the
+ * reference's loader, whatever the model: its heuristics key on token
+ * texts, so they carry over to any vocabulary. */
 #include "tok/tok.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok/tok_int.h"
 #include "util/hash.h"
-
-#define EMPTY_SLOT 0xffffffffu
-
-typedef struct {
-    uint64_t key;  /* left << 32 | right */
-    int32_t rank;
-    int32_t merged;
-} merge_slot;
-
-struct tok {
-    uint32_t n_vocab;
-    gguf_str *text;        /* views into the gguf file */
-    uint8_t *attr;
-    uint32_t *text_index;  /* id per slot, EMPTY_SLOT when empty */
-    uint64_t text_mask;
-    uint64_t seed; /* of both tables' hashes, drawn at load */
-    merge_slot *merges;
-    uint64_t merge_mask;
-    uint64_t n_merges, n_unresolved;
-    int32_t byte_id[256];
-    int32_t ascii_id[128];
-    int32_t bos, eos;
-    int add_bos, add_eos;
-    uint8_t *eog;          /* per id */
-    int32_t *specials;     /* ids to split out, longest text first */
-    uint32_t n_specials;
-    char *pieces;          /* rendered pieces, concatenated */
-    uint64_t *piece_off;   /* n_vocab + 1 offsets */
-    uint32_t max_cps;      /* the most code points in a token text (tok_min_tokens) */
-};
-
-/* Lenient decode of one code point as the reference does it; returns the
- * bytes consumed and the code point (0xFFFD for an invalid byte). */
-static size_t decode_lenient(const unsigned char *p, size_t n, uint32_t *cp);
 
 /* ---- hashing ---- */
 
@@ -67,17 +26,17 @@ int32_t tok_find(const tok *t, const char *s, size_t n) {
     uint64_t h = hash_bytes(t, s, n) & t->text_mask;
     for (;;) {
         uint32_t id = t->text_index[h];
-        if (id == EMPTY_SLOT) return -1;
+        if (id == TOK_EMPTY_SLOT) return -1;
         if (t->text[id].len == n && !memcmp(t->text[id].ptr, s, n)) return (int32_t)id;
         h = (h + 1) & t->text_mask;
     }
 }
 
-static const merge_slot *merge_find(const tok *t, int32_t l, int32_t r) {
+const tok_merge_slot *tok_merge_find(const tok *t, int32_t l, int32_t r) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     uint64_t h = hash_pair(t, key) & t->merge_mask;
     for (;;) {
-        const merge_slot *s = &t->merges[h];
+        const tok_merge_slot *s = &t->merges[h];
         if (s->rank < 0) return NULL;
         if (s->key == key) return s;
         h = (h + 1) & t->merge_mask;
@@ -105,8 +64,8 @@ static int load_bool(const gguf_file *f, const char *key, int *out, gem_err *err
     return 0;
 }
 
-/* End-of-generation texts the reference recognises (its list, restricted to
- * what a Gemma-family vocabulary can hold); they also become control. */
+/* End-of-generation texts the reference recognises (its list); they also
+ * become control. */
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
@@ -114,7 +73,40 @@ static const char *const eog_texts[] = {
     "<｜end▁of▁sentence｜>", "[e~[",
 };
 
+/* Fill-in-the-middle tokens by kind (prefix, suffix, middle, pad, repo,
+ * file separator): their keys and the texts the reference looks for when a
+ * key is absent. The last three end generation. */
+enum { FIM_PRE, FIM_SUF, FIM_MID, FIM_PAD, FIM_REP, FIM_SEP, FIM_KINDS };
+static const char *const fim_keys[FIM_KINDS] = {
+    "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id",
+    "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id",
+};
+static const char *const fim_old_keys[FIM_KINDS] = {
+    "tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id", "tokenizer.ggml.middle_token_id", NULL, NULL, NULL,
+};
+static const char *const fim_texts[FIM_KINDS][9] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"},
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"},
+    {"<|file_sep|>"},
+};
+
+/* The lowest id among the texts of a NULL-terminated list, or -1 (the
+ * reference takes whichever its hash map yields first; vocabularies hold
+ * at most one of each list). */
+static int32_t first_text(const tok *t, const char *const *texts) {
+    int32_t best = -1;
+    for (size_t i = 0; i < 9 && texts[i]; i++) {
+        int32_t id = tok_find(t, texts[i], strlen(texts[i]));
+        if (id >= 0 && (best < 0 || id < best)) best = id;
+    }
+    return best;
+}
+
 static int build_attrs(tok *t, const gguf_file *f, gem_err *err) {
+    int32_t fim[FIM_KINDS];
     int64_t ki = key_index(f, "tokenizer.ggml.token_type");
     for (uint32_t i = 0; i < t->n_vocab; i++) t->attr[i] = TOK_ATTR_NORMAL;
     if (ki >= 0) {
@@ -142,6 +134,18 @@ static int build_attrs(tok *t, const gguf_file *f, gem_err *err) {
                                    i);
         }
     }
+    /* fill-in-the-middle tokens: named by a key, or else found by text (and
+     * then made control, as the reference does) */
+    for (int k = 0; k < FIM_KINDS; k++) {
+        int32_t id = -1;
+        if (load_id(f, fim_keys[k], t->n_vocab, &id, err)) return -1;
+        if (id < 0 && fim_old_keys[k] && load_id(f, fim_old_keys[k], t->n_vocab, &id, err)) return -1;
+        if (id < 0) {
+            id = first_text(t, fim_texts[k]);
+            if (id >= 0) t->attr[id] |= TOK_ATTR_CONTROL;
+        }
+        fim[k] = id;
+    }
     /* control tokens named "unused" are unused too */
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         if (!(t->attr[i] & TOK_ATTR_CONTROL)) continue;
@@ -164,6 +168,14 @@ static int build_attrs(tok *t, const gguf_file *f, gem_err *err) {
         t->eog[eos_s] = 0;
         t->attr[eos_s] = TOK_ATTR_NORMAL;
     }
+    for (int k = FIM_PAD; k <= FIM_SEP; k++)
+        if (fim[k] >= 0) t->eog[fim[k]] = 1;
+    int32_t eot = -1, eom = -1;
+    if (load_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab, &eot, err) ||
+        load_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, &eom, err))
+        return -1;
+    if (eot >= 0) t->eog[eot] = 1;
+    if (eom >= 0) t->eog[eom] = 1;
     if (t->eos >= 0) t->eog[t->eos] = 1;
     return 0;
 }
@@ -199,39 +211,37 @@ static int build_specials(tok *t) {
     return 0;
 }
 
+/* Every token's piece (tok_piece), rendered once: special texts as they
+ * are, a byte token as its byte, a NORMAL text as its model spells bytes. */
 static int build_pieces(tok *t) {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < t->n_vocab; i++) total += t->text[i].len;
-    t->pieces = malloc(total + 1);
+    strbuf b = {0};
     t->piece_off = malloc((t->n_vocab + 1ull) * sizeof *t->piece_off);
-    if (!t->pieces || !t->piece_off) return -1;
-    uint64_t at = 0;
+    if (!t->piece_off) return -1;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
-        t->piece_off[i] = at;
+        t->piece_off[i] = b.len;
         const gguf_str *s = &t->text[i];
         uint8_t a = t->attr[i];
         if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN | TOK_ATTR_USER_DEFINED)) {
-            memcpy(t->pieces + at, s->ptr, s->len);
-            at += s->len;
+            sb_put(&b, s->ptr, s->len);
         } else if (a & TOK_ATTR_NORMAL) {
-            for (uint64_t k = 0; k < s->len;) {
-                if (k + 3 <= s->len && !memcmp(s->ptr + k, "\xe2\x96\x81", 3)) {
-                    t->pieces[at++] = ' ';
-                    k += 3;
-                } else {
-                    t->pieces[at++] = s->ptr[k++];
-                }
-            }
+            if (t->model == TOK_MODEL_SPM) tok_spm_normal_piece(s->ptr, s->len, &b);
+            else tok_bbpe_normal_piece(s->ptr, s->len, &b);
         } else if (a & TOK_ATTR_BYTE) {
             unsigned v = 0;
             for (uint64_t k = 3; k < 5 && k < s->len; k++) {
                 char c = s->ptr[k];
                 v = v * 16 + (unsigned)(c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 0);
             }
-            t->pieces[at++] = (char)v;
+            sb_putc(&b, (char)v);
         }
     }
-    t->piece_off[t->n_vocab] = at;
+    t->piece_off[t->n_vocab] = b.len;
+    sb_cstr(&b);
+    if (b.failed) {
+        sb_free(&b);
+        return -1;
+    }
+    t->pieces = b.p;
     return 0;
 }
 
@@ -270,7 +280,7 @@ static int build_merges(tok *t, const gguf_file *f, gem_err *err) {
         uint64_t h = hash_pair(t, key) & t->merge_mask;
         while (t->merges[h].rank >= 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
         if (t->merges[h].rank >= 0) continue; /* first rank wins, as in the reference */
-        t->merges[h] = (merge_slot){key, (int32_t)i, merged};
+        t->merges[h] = (tok_merge_slot){key, (int32_t)i, merged};
         t->n_merges++;
     }
     free(buf);
@@ -284,8 +294,26 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         gem_err_set(err, "%s: no tokenizer (missing tokenizer.ggml.model)", gguf_path(f));
         return NULL;
     }
-    if (!gguf_str_eq(model, "gemma4")) {
-        gem_err_set(err, "%s: tokenizer model '%.*s' is not supported (gem supports gemma4)", gguf_path(f),
+    tok_model kind;
+    pretok_kind pre = PRETOK_QWEN35;
+    if (gguf_str_eq(model, "gemma4")) {
+        kind = TOK_MODEL_SPM;
+    } else if (gguf_str_eq(model, "gpt2")) {
+        kind = TOK_MODEL_BBPE;
+        gguf_str pname = {"", 0};
+        int64_t pi = key_index(f, "tokenizer.ggml.pre");
+        if (pi >= 0 && gguf_kv_str(f, (uint64_t)pi, &pname)) pname.len = 0;
+        if (pretok_from_name(pname.ptr, pname.len, &pre)) {
+            gem_err_set(err, "%s: pre-tokenizer '%.*s' is not supported (gem supports qwen35)", gguf_path(f),
+                        (int)(pname.len > 40 ? 40 : pname.len), pname.ptr);
+            return NULL;
+        }
+        if (key_index(f, "tokenizer.ggml.merges") < 0) {
+            gem_err_set(err, "%s: a gpt2 tokenizer needs tokenizer.ggml.merges", gguf_path(f));
+            return NULL;
+        }
+    } else {
+        gem_err_set(err, "%s: tokenizer model '%.*s' is not supported (gem supports gemma4 and gpt2)", gguf_path(f),
                     (int)(model.len > 40 ? 40 : model.len), model.ptr);
         return NULL;
     }
@@ -300,6 +328,8 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         gem_err_set(err, "out of memory");
         return NULL;
     }
+    t->model = kind;
+    t->pre = pre;
     t->seed = hash_seed(t);
     t->n_vocab = (uint32_t)gguf_kv_arr_len(f, (uint64_t)ki);
     t->text = malloc(t->n_vocab * sizeof *t->text);
@@ -315,13 +345,13 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         gguf_kv_arr_str(f, (uint64_t)ki, i, &t->text[i]);
         uint32_t cps = 0, cp;
         for (size_t k = 0; k < t->text[i].len; cps++)
-            k += decode_lenient((const unsigned char *)t->text[i].ptr + k, t->text[i].len - k, &cp);
+            k += tok_decode_lenient((const unsigned char *)t->text[i].ptr + k, t->text[i].len - k, &cp);
         if (cps > t->max_cps) t->max_cps = cps;
         /* later duplicates win, as in the reference's text -> id map */
         uint64_t h = hash_bytes(t, t->text[i].ptr, t->text[i].len) & t->text_mask;
         for (;;) {
             uint32_t id = t->text_index[h];
-            if (id == EMPTY_SLOT) { t->text_index[h] = i; break; }
+            if (id == TOK_EMPTY_SLOT) { t->text_index[h] = i; break; }
             if (t->text[id].len == t->text[i].len && !memcmp(t->text[id].ptr, t->text[i].ptr, t->text[i].len)) {
                 t->text_index[h] = i;
                 break;
@@ -329,15 +359,21 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
             h = (h + 1) & t->text_mask;
         }
     }
-    t->bos = 2;
-    t->eos = 1;
-    t->add_bos = 1;
+    /* the reference's defaults per model, before the file's keys */
+    if (kind == TOK_MODEL_SPM) {
+        t->bos = 2;
+        t->eos = 1;
+        t->add_bos = 1;
+    } else {
+        t->bos = t->eos = 11;
+        t->add_bos = 0;
+    }
     if (load_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos, err) ||
         load_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos, err) ||
         load_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, err) ||
         load_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos, err))
         goto fail;
-    t->add_bos = 1; /* forced for Gemma 4, as the reference does */
+    if (kind == TOK_MODEL_SPM) t->add_bos = 1; /* forced for Gemma 4, as the reference does */
     if (t->bos >= (int32_t)t->n_vocab) t->bos = -1;
     if (t->eos >= (int32_t)t->n_vocab) t->eos = -1;
     if (build_attrs(t, f, err) || build_merges(t, f, err)) goto fail;
@@ -352,6 +388,7 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
         char ch = (char)c;
         t->ascii_id[c] = tok_find(t, &ch, 1);
     }
+    if (kind == TOK_MODEL_BBPE) tok_bbpe_init(t);
     return t;
 oom:
     gem_err_set(err, "out of memory loading the tokenizer");
@@ -417,209 +454,6 @@ void tok_ids_free(tok_ids *ids) {
 }
 
 typedef struct {
-    int32_t *id, *len, *prev;
-    uint64_t *heap;
-    size_t cap, heap_n, heap_cap;
-} bpe_scratch;
-
-static int scratch_reserve(bpe_scratch *s, size_t n) {
-    if (n <= s->cap) return 0;
-    size_t c = n < 256 ? 256 : n;
-    int32_t *a = realloc(s->id, c * 4), *b = NULL, *d = NULL;
-    if (a) s->id = a;
-    b = realloc(s->len, c * 4);
-    if (b) s->len = b;
-    d = realloc(s->prev, c * 4);
-    if (d) s->prev = d;
-    if (!a || !b || !d) return -1;
-    s->cap = c;
-    return 0;
-}
-
-static int heap_push(bpe_scratch *s, uint64_t key) {
-    if (s->heap_n == s->heap_cap) {
-        size_t c = s->heap_cap ? s->heap_cap * 2 : 256;
-        uint64_t *h = realloc(s->heap, c * sizeof *h);
-        if (!h) return -1;
-        s->heap = h;
-        s->heap_cap = c;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (s->heap[p] <= key) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = key;
-    return 0;
-}
-
-static uint64_t heap_pop(bpe_scratch *s) {
-    uint64_t top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && s->heap[c + 1] < s->heap[c]) c++;
-        if (last <= s->heap[c]) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
-
-static size_t utf8_len_of(unsigned char b) {
-    static const uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[b >> 4];
-}
-
-static int push_pair(const tok *t, bpe_scratch *s, int32_t left, int32_t n) {
-    int32_t right = left + s->len[left];
-    if (right >= n || s->id[left] < 0 || s->id[right] < 0) return 0;
-    const merge_slot *m = merge_find(t, s->id[left], s->id[right]);
-    if (!m) return 0;
-    return heap_push(s, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)left);
-}
-
-/* BPE over one run w[0..n) of well-formed text. */
-static int bpe_run(const tok *t, const char *w, int32_t n, bpe_scratch *s, tok_ids *out) {
-    if (scratch_reserve(s, (size_t)n)) return -1;
-    s->heap_n = 0;
-    int32_t prev = -1;
-    for (int32_t i = 0; i < n;) {
-        int32_t l = (int32_t)utf8_len_of((unsigned char)w[i]);
-        if (l > n - i) l = n - i;
-        s->len[i] = l;
-        s->prev[i] = prev;
-        s->id[i] = l == 1 && (unsigned char)w[i] < 128 ? t->ascii_id[(unsigned char)w[i]] : tok_find(t, w + i, (size_t)l);
-        prev = i;
-        i += l;
-    }
-    for (int32_t i = 0; i < n; i += s->len[i])
-        if (push_pair(t, s, i, n)) return -1;
-    while (s->heap_n) {
-        uint64_t key = heap_pop(s);
-        int32_t left = (int32_t)(uint32_t)key, rank = (int32_t)(key >> 32);
-        if (s->len[left] == 0) continue;
-        int32_t right = left + s->len[left];
-        if (right >= n || s->id[left] < 0 || s->id[right] < 0) continue;
-        const merge_slot *m = merge_find(t, s->id[left], s->id[right]);
-        if (!m || m->rank != rank) continue; /* stale */
-        int32_t after = right + s->len[right];
-        s->len[left] += s->len[right];
-        s->len[right] = 0;
-        s->id[left] = m->merged;
-        if (after < n) s->prev[after] = left;
-        if (s->prev[left] >= 0 && push_pair(t, s, s->prev[left], n)) return -1;
-        if (push_pair(t, s, left, n)) return -1;
-    }
-    for (int32_t i = 0; i < n; i += s->len[i]) {
-        if (s->id[i] >= 0) {
-            if (tok_ids_push(out, s->id[i])) return -1;
-            continue;
-        }
-        for (int32_t k = 0; k < s->len[i]; k++) {
-            int32_t b = t->byte_id[(unsigned char)w[i + k]];
-            if (b >= 0 && tok_ids_push(out, b)) return -1;
-        }
-    }
-    return 0;
-}
-
-/* Encoding maps each code point of the input to one symbol (a space to
- * U+2581, an invalid byte to U+FFFD, a special token's text to itself),
- * and a token is a run of symbols whose text it spells: a token covers at
- * most max_cps code points. Every code point but a stray continuation
- * byte's holds exactly one byte outside 0x80-0xBF, so those bytes count
- * code points from below. */
-size_t tok_min_tokens(const tok *t, const char *text, size_t len) {
-    size_t cps = 0;
-    for (size_t i = 0; i < len; i++) cps += ((unsigned char)text[i] & 0xc0) != 0x80;
-    return t->max_cps ? (cps + t->max_cps - 1) / t->max_cps : 0;
-}
-
-static size_t decode_lenient(const unsigned char *p, size_t n, uint32_t *cp) {
-    unsigned char b = p[0];
-    if (b < 0x80) { *cp = b; return 1; }
-    if (!(b & 0x40)) goto bad;
-    if (!(b & 0x20)) {
-        if (n < 2 || (p[1] & 0xc0) != 0x80) goto bad;
-        *cp = (uint32_t)(b & 0x1f) << 6 | (p[1] & 0x3f);
-        return 2;
-    }
-    if (!(b & 0x10)) {
-        if (n < 3 || (p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80) goto bad;
-        *cp = (uint32_t)(b & 0x0f) << 12 | (uint32_t)(p[1] & 0x3f) << 6 | (p[2] & 0x3f);
-        return 3;
-    }
-    if (!(b & 0x08)) {
-        if (n < 4 || (p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80 || (p[3] & 0xc0) != 0x80) goto bad;
-        *cp = (uint32_t)(b & 0x07) << 18 | (uint32_t)(p[1] & 0x3f) << 12 | (uint32_t)(p[2] & 0x3f) << 6 | (p[3] & 0x3f);
-        return 4;
-    }
-bad:
-    *cp = 0xfffd;
-    return 1;
-}
-
-static size_t encode_cp(uint32_t cp, char *o) {
-    if (cp > 0x10ffff) cp = 0xfffd; /* the reference throws here; a replacement character is the sane reading */
-    if (cp <= 0x7f) { o[0] = (char)cp; return 1; }
-    if (cp <= 0x7ff) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp <= 0xffff) {
-        o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* One fragment of plain text: escape spaces, normalise, split into newline
- * and non-newline runs, BPE each run. */
-static int encode_raw(const tok *t, const char *text, size_t len, bpe_scratch *s, tok_ids *out) {
-    if (len == 0) return 0;
-    if (len > (size_t)INT32_MAX / 4) return -1;
-    /* a space grows to 3 bytes, an invalid byte to 3 (U+FFFD): 3x bounds both */
-    char *norm = malloc(len * 3);
-    if (!norm) return -1;
-    size_t m = 0;
-    const unsigned char *p = (const unsigned char *)text;
-    for (size_t i = 0; i < len;) {
-        if (p[i] == ' ') {
-            memcpy(norm + m, "\xe2\x96\x81", 3);
-            m += 3;
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        size_t k = decode_lenient(p + i, len - i, &cp);
-        m += encode_cp(cp, norm + m);
-        i += k;
-    }
-    int rc = 0;
-    for (size_t i = 0; i < m && !rc;) {
-        int nl = norm[i] == '\n';
-        size_t j = i;
-        while (j < m && (norm[j] == '\n') == nl) j++;
-        if (nl) {
-            int32_t id = tok_find(t, norm + i, j - i);
-            if (id >= 0) {
-                rc = tok_ids_push(out, id);
-                i = j;
-                continue;
-            }
-        }
-        rc = bpe_run(t, norm + i, (int32_t)(j - i), s, out);
-        i = j;
-    }
-    free(norm);
-    return rc;
-}
-
-typedef struct {
     size_t off, len;
     int32_t id; /* -1: raw text */
 } fragment;
@@ -639,6 +473,19 @@ static int frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
     }
     l->v[l->n++] = (fragment){off, len, id};
     return 0;
+}
+
+/* Each model maps the input to symbols a token text spells, one code point
+ * of its text per code point (SPM: a space to U+2581, an invalid byte to
+ * U+FFFD) or per byte (BBPE) of the input, a special token's text to
+ * itself; fallbacks cover less. So a token covers at most max_cps code
+ * points, or bytes, of the input. Every code point but a stray
+ * continuation byte's holds exactly one byte outside 0x80-0xBF, so those
+ * bytes count code points, and bytes, from below. */
+size_t tok_min_tokens(const tok *t, const char *text, size_t len) {
+    size_t cps = 0;
+    for (size_t i = 0; i < len; i++) cps += ((unsigned char)text[i] & 0xc0) != 0x80;
+    return t->max_cps ? (cps + t->max_cps - 1) / t->max_cps : 0;
 }
 
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int parse_special, tok_ids *out) {
@@ -676,13 +523,11 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int pars
     bpe_scratch s = {0};
     for (size_t f = 0; f < cur.n && !rc; f++) {
         if (cur.v[f].id >= 0) rc = tok_ids_push(out, cur.v[f].id);
-        else rc = encode_raw(t, text + cur.v[f].off, cur.v[f].len, &s, out);
+        else if (t->model == TOK_MODEL_SPM) rc = tok_spm_encode(t, text + cur.v[f].off, cur.v[f].len, &s, out);
+        else rc = tok_bbpe_encode(t, text + cur.v[f].off, cur.v[f].len, &s, out);
     }
     if (!rc && add_bos && t->add_eos && t->eos >= 0) rc = tok_ids_push(out, t->eos);
-    free(s.id);
-    free(s.len);
-    free(s.prev);
-    free(s.heap);
+    bpe_scratch_free(&s);
     free(cur.v);
     free(next.v);
     return rc ? -1 : 0;

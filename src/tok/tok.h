@@ -1,15 +1,24 @@
-/* Gemma 4 tokenizer: "SPM-style" BPE over code points, loaded from the
- * tokenizer keys of a GGUF file.
+/* Tokenizers loaded from the tokenizer keys of a GGUF file, matching the
+ * pinned reference's ids exactly. tokenizer.ggml.model picks the model:
  *
- * Encoding follows the pinned reference exactly: special and user-defined
- * tokens are split out first (user-defined ones always, control ones only
- * when parse_special is set; longest token text first), every ' ' of the
- * remaining text becomes U+2581, the text is decoded leniently into code
- * points (an invalid byte becomes U+FFFD, overlong forms are accepted and
- * re-encoded canonically), split into runs of newlines and runs of
- * non-newlines, and each run is merged by BPE rank (lowest rank first, then
- * leftmost). A run of newlines that is itself a token stays whole. A symbol
- * that is not a token falls back to one <0xXX> token per byte.
+ * gemma4: "SPM-style" BPE over code points. Every ' ' becomes U+2581, the
+ * text is decoded leniently into code points (an invalid byte becomes
+ * U+FFFD, overlong forms are accepted and re-encoded canonically), split
+ * into runs of newlines and runs of non-newlines, and each run is merged by
+ * BPE rank (lowest rank first, then leftmost). A run of newlines that is
+ * itself a token stays whole. A symbol that is not a token falls back to
+ * one <0xXX> token per byte. BOS is always added when asked for.
+ *
+ * gpt2: GPT-2-style byte-level BPE. The text is decoded leniently the same
+ * way, cut into words by the pre-tokenizer tokenizer.ggml.pre names (qwen35,
+ * pretok.h), and each word is merged by rank from one symbol per byte;
+ * token texts spell bytes in GPT-2's byte-to-unicode alphabet, which
+ * tok_piece maps back. BOS only when the file's add_bos_token says so.
+ *
+ * For both, special and user-defined tokens are split out first
+ * (user-defined ones always, control ones only when parse_special is set;
+ * longest token text first), and attributes and end-of-generation tokens
+ * follow the reference's rules on token texts.
  *
  * Lifetime: the tokenizer points into the gguf_file (token texts), which
  * must outlive it. All functions are thread-safe on a loaded tokenizer. */
@@ -47,7 +56,8 @@ uint32_t tok_attr(const tok *t, int32_t id);
 /* The id of a token text, or -1. */
 int32_t tok_find(const tok *t, const char *text, size_t len);
 
-/* Raw token text as stored (U+2581 for spaces); NULL for a bad id. */
+/* Raw token text as stored (U+2581 for spaces, or the byte alphabet);
+ * NULL for a bad id. */
 const char *tok_text(const tok *t, int32_t id, size_t *len);
 
 typedef struct {
@@ -68,8 +78,10 @@ size_t tok_min_tokens(const tok *t, const char *text, size_t len);
  * vocabulary asks for it. Returns 0, or -1 when memory runs out. */
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int parse_special, tok_ids *out);
 
-/* The text a token stands for: U+2581 back to spaces, byte tokens as their
- * byte. Control and unknown tokens give "" unless special is set;
+/* The bytes a token stands for: U+2581 back to spaces (gemma4), the byte
+ * alphabet back to bytes (gpt2), byte tokens as their byte. A piece may
+ * end inside a UTF-8 character: tok_stream reassembles them. Control and
+ * unknown tokens give "" unless special is set;
  * user-defined tokens are always rendered. NULL for an id out of range. */
 const char *tok_piece(const tok *t, int32_t id, int special, size_t *len);
 

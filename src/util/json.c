@@ -182,7 +182,10 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
     return 0;
 }
 
-static int parse_number(parser *p, json *v) {
+/* Reads the number at p->pos (p->pos past it): its value and whether it
+ * has a fraction or exponent; *start and *len delimit its literal. No
+ * allocation unless the literal is over 63 bytes. */
+static int scan_number(parser *p, double *num, int *has_frac, size_t *start_out, size_t *len_out) {
     size_t start = p->pos, i = p->pos;
     int frac = 0;
     if (i < p->n && p->s[i] == '-') i++;
@@ -217,11 +220,25 @@ static int parse_number(parser *p, json *v) {
     }
     memcpy(txt, p->s + start, len);
     txt[len] = 0;
-    v->num = strtod(txt, NULL);
+    *num = strtod(txt, NULL);
     free(heap);
-    (void)frac;
-    v->is_int = isfinite(v->num) && v->num == floor(v->num) && fabs(v->num) <= 9.2e18; /* < 2^63: an int64 */
+    *has_frac = frac;
+    *start_out = start;
+    *len_out = len;
     p->pos = i;
+    return 0;
+}
+
+static int parse_number(parser *p, json *v) {
+    size_t start, len;
+    if (scan_number(p, &v->num, &v->num_frac, &start, &len)) return -1;
+    /* the literal, for renderers that print numbers as another language
+     * parsed them (Python: an integer keeps its digits, 1.0 stays a float) */
+    v->str = malloc(len + 1);
+    if (!v->str) return fail(p, "out of memory");
+    memcpy(v->str, p->s + start, len);
+    v->str[len] = 0;
+    v->is_int = isfinite(v->num) && v->num == floor(v->num) && fabs(v->num) <= 9.2e18; /* < 2^63: an int64 */
     return 0;
 }
 
@@ -242,9 +259,10 @@ static json *node(parser *p, json_type t) {
 }
 
 /* The array at p->pos as packed int32s (p->pos past it): 1 when packed,
- * 0 when an element is not an int32 integer (or the array is empty, or
- * malformed: the node parse then reports it) with p->pos unchanged, -1
- * out of memory. */
+ * 0 when an element is not an integer literal (no fraction or exponent:
+ * a renderer would print 1.0 otherwise than 1) in the int32 range, or
+ * the array is empty or malformed (the node parse then reports it), with
+ * p->pos unchanged; -1 out of memory. */
 static int parse_packed(parser *p, json *v) {
     const size_t start = p->pos;
     /* elements: at most one more than the commas before the first ']'
@@ -266,9 +284,11 @@ static int parse_packed(parser *p, json *v) {
     for (;;) {
         skip_ws(p);
         if (p->pos >= p->n || !(p->s[p->pos] == '-' || (p->s[p->pos] >= '0' && p->s[p->pos] <= '9'))) break;
-        json num = {0};
-        if (parse_number(p, &num) || !num.is_int || num.num < INT32_MIN || num.num > INT32_MAX || n == cap) break;
-        ints[n++] = (int32_t)num.num;
+        double num;
+        int frac;
+        size_t at, len;
+        if (scan_number(p, &num, &frac, &at, &len) || frac || !(num >= INT32_MIN && num <= INT32_MAX) || n == cap) break;
+        ints[n++] = (int32_t)num;
         skip_ws(p);
         if (p->pos < p->n && p->s[p->pos] == ',') {
             p->pos++;
@@ -598,6 +618,27 @@ void json_quote(const char *s, size_t n, strbuf *out) {
     sb_putc(out, '"');
 }
 
+/* The shortest decimal digits that read back as d (finite, nonzero):
+ * d = 0.DIGITS * 10^point; returns the digit count. */
+static int shortest_digits(double d, char digits[24], int *point, int *neg) {
+    char buf[40];
+    int prec;
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    /* buf = [-]D.DDDDe[+-]XX: collect digits and exponent */
+    int nd = 0;
+    *neg = buf[0] == '-';
+    const char *q = buf + *neg;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
+    int e = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    *point = e + 1;
+    return nd;
+}
+
 void json_num_js(double d, strbuf *out) {
     if (!isfinite(d)) {
         sb_puts(out, isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
@@ -607,22 +648,8 @@ void json_num_js(double d, strbuf *out) {
         sb_putc(out, '0');
         return;
     }
-    /* shortest digits that read back as the same double */
-    char buf[40];
-    int prec;
-    for (prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
-        if (strtod(buf, NULL) == d) break;
-    }
-    /* buf = [-]D.DDDDe[+-]XX: collect digits and exponent */
     char digits[24];
-    int nd = 0, neg = buf[0] == '-';
-    const char *q = buf + neg;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
-    int e = atoi(q + 1); /* value = 0.DIGITS * 10^(e+1) */
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    int point = e + 1; /* position of the decimal point after `point` digits */
+    int point, neg, nd = shortest_digits(d, digits, &point, &neg);
     if (neg) sb_putc(out, '-');
     if (point > 21 || point < -5) { /* JS switches to exponent notation here */
         sb_putc(out, digits[0]);
@@ -642,6 +669,124 @@ void json_num_js(double d, strbuf *out) {
         sb_put(out, digits, (size_t)point);
         sb_putc(out, '.');
         sb_put(out, digits + point, (size_t)(nd - point));
+    }
+}
+
+
+/* Python's repr(float): shortest digits, exponent form (two digits at
+ * least) when the point falls before -4 or after 16 digits, otherwise
+ * fixed with ".0" for an integral value. */
+void json_num_py(double d, strbuf *out) {
+    if (!isfinite(d)) {
+        sb_puts(out, isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    if (d == 0) {
+        sb_puts(out, signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
+    char digits[24];
+    int point, neg, nd = shortest_digits(d, digits, &point, &neg);
+    if (neg) sb_putc(out, '-');
+    if (point > 16 || point < -3) {
+        sb_putc(out, digits[0]);
+        if (nd > 1) {
+            sb_putc(out, '.');
+            sb_put(out, digits + 1, (size_t)nd - 1);
+        }
+        sb_printf(out, "e%c%02d", point - 1 >= 0 ? '+' : '-', abs(point - 1));
+    } else if (point <= 0) {
+        sb_puts(out, "0.");
+        for (int i = 0; i < -point; i++) sb_putc(out, '0');
+        sb_put(out, digits, (size_t)nd);
+    } else if (point >= nd) {
+        sb_put(out, digits, (size_t)nd);
+        for (int i = nd; i < point; i++) sb_putc(out, '0');
+        sb_puts(out, ".0");
+    } else {
+        sb_put(out, digits, (size_t)point);
+        sb_putc(out, '.');
+        sb_put(out, digits + point, (size_t)(nd - point));
+    }
+}
+
+/* A number as Python prints what json.loads made of it: an integer literal
+ * as its digits ("-0" is 0), anything else as a float. */
+static void num_py(const json *v, strbuf *out) {
+    if (v->str && !v->num_frac) {
+        sb_puts(out, strcmp(v->str, "-0") ? v->str : "0");
+    } else if (!v->str && v->is_int) {
+        sb_printf(out, "%lld", (long long)v->num);
+    } else {
+        json_num_py(v->num, out);
+    }
+}
+
+void json_str_py(const json *v, strbuf *out) {
+    if (!v || v->type == JSON_NULL) sb_puts(out, "None");
+    else if (v->type == JSON_BOOL) sb_puts(out, v->boolean ? "True" : "False");
+    else if (v->type == JSON_NUMBER) num_py(v, out);
+    else if (v->type == JSON_STRING) sb_put(out, v->str, v->len);
+    else json_dump_py(v, out);
+}
+
+/* json.dumps' string escapes with ensure_ascii=False: quote, backslash and
+ * control characters; everything else as it is. */
+static void quote_py(const char *s, size_t n, strbuf *out) {
+    sb_putc(out, '"');
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sb_put(out, s + run, i - run);
+        run = i + 1;
+        switch (c) {
+        case '"': sb_puts(out, "\\\""); break;
+        case '\\': sb_puts(out, "\\\\"); break;
+        case '\n': sb_puts(out, "\\n"); break;
+        case '\r': sb_puts(out, "\\r"); break;
+        case '\t': sb_puts(out, "\\t"); break;
+        case '\b': sb_puts(out, "\\b"); break;
+        case '\f': sb_puts(out, "\\f"); break;
+        default: sb_printf(out, "\\u%04x", c); break;
+        }
+    }
+    sb_put(out, s + run, n - run);
+    sb_putc(out, '"');
+}
+
+void json_dump_py(const json *v, strbuf *out) {
+    if (!v) {
+        sb_puts(out, "null");
+        return;
+    }
+    switch (v->type) {
+    case JSON_NULL: sb_puts(out, "null"); break;
+    case JSON_BOOL: sb_puts(out, v->boolean ? "true" : "false"); break;
+    case JSON_NUMBER:
+        if (isfinite(v->num) || (v->str && !v->num_frac)) num_py(v, out);
+        else sb_puts(out, isnan(v->num) ? "NaN" : v->num > 0 ? "Infinity" : "-Infinity");
+        break;
+    case JSON_STRING: quote_py(v->str, v->len, out); break;
+    case JSON_ARRAY:
+        sb_putc(out, '[');
+        for (size_t i = 0; i < v->len; i++) {
+            if (i) sb_puts(out, ", ");
+            if (v->ints) sb_printf(out, "%d", (int)v->ints[i]);
+            else json_dump_py(v->items[i], out);
+        }
+        sb_putc(out, ']');
+        break;
+    case JSON_OBJECT:
+        sb_putc(out, '{');
+        for (size_t i = 0; i < v->len; i++) {
+            if (i) sb_puts(out, ", ");
+            quote_py(v->keys[i], v->key_lens[i], out);
+            sb_puts(out, ": ");
+            json_dump_py(v->items[i], out);
+        }
+        sb_putc(out, '}');
+        break;
     }
 }
 

@@ -7,15 +7,19 @@
  * position and takes the last value (what JavaScript's JSON.parse does, so
  * templates rendered from parsed requests agree with JS Jinja engines).
  * Numbers are doubles, with `is_int` recording an integral value in the
- * int64 range. Strings may hold NUL bytes (len is authoritative).
+ * int64 range; a parsed number also keeps its literal (str) and whether it
+ * was written with a fraction or exponent (num_frac), so a renderer can
+ * print it as another language's parser read it. Strings may hold NUL
+ * bytes (len is authoritative).
  *
  * Bounded parsing (json_parse_limited, for request bodies): a budget of
  * values, and packed integer arrays. A value costs a node of about a
- * hundred bytes, so an 8 MB body of "[1,1,1,...]" would otherwise become
- * 400 MB; inside one named member of the top-level object, an array whose
- * elements are all integers in the int32 range is held as one int32 array
- * instead (`ints`, no element nodes: 4 bytes an element, at most twice the
- * text). Only that member's readers see packed arrays. */
+ * hundred bytes (and a number its literal), so an 8 MB body of
+ * "[1,1,1,...]" would otherwise become 400 MB; inside one named member of
+ * the top-level object, an array whose elements are all integers in the
+ * int32 range is held as one int32 array instead (`ints`, no element
+ * nodes and no literals: 4 bytes an element, at most twice the text).
+ * Only that member's readers see packed arrays. */
 #ifndef GEM_UTIL_JSON_H
 #define GEM_UTIL_JSON_H
 
@@ -35,7 +39,9 @@ struct json {
     int boolean;
     double num;
     int is_int;       /* num is integral and fits int64 */
-    char *str;        /* JSON_STRING: NUL-terminated, len bytes */
+    int num_frac;     /* parsed number written with '.', 'e' or 'E' */
+    char *str;        /* JSON_STRING: NUL-terminated, len bytes; parsed
+                         JSON_NUMBER: its literal (NULL when built) */
     size_t len;       /* string bytes, or array/object element count */
     json **items;     /* array elements / object values */
     char **keys;      /* object keys (NUL-terminated) */
@@ -78,6 +84,14 @@ void json_dump(const json *v, strbuf *out);
 /* A JavaScript-style number rendering: integers without a fraction,
  * otherwise the shortest round-trip digits (what String(n) gives). */
 void json_num_js(double d, strbuf *out);
+/* Python's renderings of what json.loads returns (what Jinja templates
+ * rendered by transformers print): json_dump_py is json.dumps with its
+ * default separators (", ", ": ") and ensure_ascii=False; json_str_py is
+ * str() of a scalar (True, None, 1.0) and json.dumps of a container;
+ * json_num_py is repr() of a float. */
+void json_dump_py(const json *v, strbuf *out);
+void json_str_py(const json *v, strbuf *out);
+void json_num_py(double d, strbuf *out);
 /* Appends s as a JSON string literal with quotes. */
 void json_quote(const char *s, size_t n, strbuf *out);
 

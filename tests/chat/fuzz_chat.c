@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json *conv = json_parse((const char *)data, size, &err);
     if (conv) {
         chat_render_opts o = {json_get(conv, "messages"), json_get(conv, "tools"),
-                              json_truthy(json_get(conv, "enable_thinking")), 1, "<bos>"};
+                              json_truthy(json_get(conv, "enable_thinking")), 1, "<bos>", CHAT_FORMAT_GEMMA4};
         strbuf out = {0};
         chat_render(&o, &out, &err);
         sb_free(&out);

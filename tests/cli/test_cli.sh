@@ -57,6 +57,24 @@ expect 0 "key gemma4.attention.sliding_window              32" -- $GEM inspect -
 expect 0 "tensor blk.5.attn_q.weight" -- $GEM inspect --tensors "$tmp/tiny-q4_0.gguf"
 expect 0 "context:       4096" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
 expect 0 "tokenizer:     262144 tokens, bos 2, eos 1" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+# --ctx: the KV plan, each kind per layer and in all (tiny: 5 sliding
+# layers of 2 KV heads in rings of 32 + 16, 1 full layer of 1 KV head)
+expect 0 "kv plan:       context 4096 tokens, --kv-type f16-full" -- \
+    $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4096 --kv-type f16-full
+for line in "  sliding:     5 layers x 48 ring slots (window 32 + 16) x 2 kv heads x 256 dims, K and V f32: 192.00 KiB (196608 bytes) per layer, 960.00 KiB (983040 bytes) in all" \
+            "  full:        1 layer x 4096 positions x 1 kv heads x 512 dims, K and V f16: 8.00 MiB (8388608 bytes) per layer, 8.00 MiB (8388608 bytes) in all" \
+            "  kv caches:   8.94 MiB (9371648 bytes)" "  checkpoint:  " "  weights:     "; do
+    if grep -qF -- "$line" "$tmp/out"; then ok; else bad "gem inspect --ctx 4096 --kv-type f16-full lacks '$line'"; fi
+done
+expect 0 "  kv caches:   16.94 MiB (17760256 bytes)" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4096
+expect 0 "  kv caches:   8.47 MiB (8880128 bytes)" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4096 --kv-type f16
+expect 0 "activations: 2.94 MiB (3081220 bytes) for prompt tiles of 64 tokens" -- \
+    $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 100 --tile 64
+expect 1 "kv plan:       REFUSED: a context of 4097 exceeds the model's trained context of 4096" -- \
+    $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4097
+expect 2 "--kv-type plans a context: give --ctx N too" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --kv-type f16
+expect 2 "--kv-type wants f32, f16 or f16-full, not 'f4'" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 64 --kv-type f4
+expect 2 "bad value for --ctx" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 0
 # a vocabulary `gem run` refuses is no "OK" for inspect either: byte token
 # <0x41> renamed <0xZ1> (same length, so the file stays well formed)
 python3 -c "import sys; d = open(sys.argv[1], 'rb').read(); i = d.index(b'<0x41>')
@@ -111,10 +129,17 @@ expect 1 "a context of 4097 exceeds the model's trained context of 4096" -- $GEM
 expect 0 "" -- $GEM run -m "$M" -p x -n 1 --ctx 4096
 expect 1 "cannot open" -- $GEM run -m "$tmp/none.gguf" -p x
 expect 1 "unknown backend 'tpu'" -- $GEM run -m "$M" -p x --backend tpu
-# --kv-type: a bad value names the choices; f16 is a CUDA option
-expect 2 "--kv-type wants f32 or f16, not 'f8'" -- $GEM run -m "$M" -p x --kv-type f8
-expect 2 "bad value 'q8' for --kv-type" -- $GEM bench -m "$M" --kv-type q8
-expect 1 "the CPU backend keeps its KV cache in f32" -- $GEM run -m "$M" -p x --kv-type f16
+# --kv-type: a bad value names the choices; f16 and f16-full are CUDA
+# options, refused on the CPU before anything is loaded
+expect 2 "gem run: error: --kv-type wants f32, f16 or f16-full, not 'f8'" -- $GEM run -m "$M" -p x --kv-type f8
+expect 2 "gem bench: error: --kv-type wants f32, f16 or f16-full, not 'q8'" -- $GEM bench -m "$M" --kv-type q8
+expect 2 "gem serve: error: --kv-type wants f32, f16 or f16-full, not 'f16full'" -- $GEM serve -m "$M" --kv-type f16full
+expect 1 "--kv-type f16: backend 'cpu' keeps its KV caches in f32 (f16 caches are a CUDA option)" -- \
+    $GEM run -m "$M" -p x --kv-type f16
+expect 1 "--kv-type f16-full: backend 'cpu' keeps its KV caches in f32" -- $GEM run -m "$M" -p x --kv-type f16-full
+expect 1 "--kv-type f16-full: backend 'cpu' keeps its KV caches in f32" -- \
+    $GEM serve -m "$M" --port 0 --kv-type f16-full
+expect 1 "--kv-type f16-full: backend 'cpu' keeps its KV caches in f32" -- $GEM bench -m "$M" --kv-type f16-full
 expect 0 "" -- $GEM run -m "$M" -p x -n 2 --kv-type f32
 # gem bench: every depth reported (the depth is filled once, runs continue)
 expect 0 "decode at depth      4" -- $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0,4 --reps 2

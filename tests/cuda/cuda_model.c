@@ -1,11 +1,14 @@
 /* Model-level CUDA checks (make test-cuda): the same GGUF through the engine
  * on the CPU fast path and on the GPU.
- *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL] [tbt-agree=PCT]
+ *   cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16|kv-f16-full] [layers=N] [tbt=TOL] [tbt-agree=PCT]
  *              [cpu-agree=PCT]
  * kv-f16: the GPU's caches hold f16 entries (--kv-type f16: k_attn_tc for
  * one-token steps), keys and values rounded to 11 bits; checked with the
  * int8 criteria, and token-by-token also against the CPU (see criterion 2's
- * check).
+ * check). kv-f16-full: only the full-attention layers' caches are f16
+ * (--kv-type f16-full), the sliding rings f32: both kinds of one-token
+ * kernel (k_attn_tc, the staged k_attn_dec) in one recorded step, under
+ * the same criteria as kv-f16.
  * tbt-agree=PCT: criterion 2's agreement for int8 models instead of 98%.
  * cpu-agree=PCT: token-by-token against the CPU at PCT% of its clear
  * positions (with kv-f16 that check always runs, at 90% unless given; an
@@ -55,7 +58,8 @@
 #include "model/gemma4.h"
 #include "test.h"
 
-static int kv_f16, layers; /* set once from argv before any session opens */
+static gemma4_kv_type kv_type; /* the GPU's (kv-f16, kv-f16-full); set once from argv before any session opens */
+static int layers;
 static double tbt_tol = 1e-4; /* criterion 2's bound for strict models (tbt=TOL) */
 static int tbt_agree = 98;     /* criterion 2's argmax agreement for int8 models, percent (tbt-agree=PCT) */
 static int cpu_agree = 90;     /* token-by-token against the CPU, percent (cpu-agree=PCT) */
@@ -70,7 +74,7 @@ static gem_session *open_session(const char *path, const char *backend, int tile
     o.threads = 0;
     o.n_ctx = 1024;
     o.tile = tile;
-    o.kv_f16 = kv_f16 && !strcmp(backend, "cuda");
+    o.kv_type = !strcmp(backend, "cuda") ? kv_type : GEMMA4_KV_F32;
     o.layers = layers;
     *e = gem_engine_open(&o, &err);
     if (!*e) {
@@ -111,7 +115,8 @@ static int parse_pct(const char *s, int *out) {
 int main(int argc, char **argv) {
     int bad_args = argc < 5, tbt_set = 0, agree_set = 0, cpu_agree_set = 0;
     for (int i = 5; i < argc; i++) {
-        if (!strcmp(argv[i], "kv-f16")) kv_f16 = 1;
+        if (!strcmp(argv[i], "kv-f16")) kv_type = GEMMA4_KV_F16;
+        else if (!strcmp(argv[i], "kv-f16-full")) kv_type = GEMMA4_KV_F16_FULL;
         else if (!strncmp(argv[i], "layers=", 7) && (layers = atoi(argv[i] + 7)) > 0) continue;
         else if (!strncmp(argv[i], "tbt=", 4)) {
             char *end;
@@ -127,7 +132,7 @@ int main(int argc, char **argv) {
         } else bad_args = 1;
     }
     if (bad_args) {
-        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16] [layers=N] [tbt=TOL (<= 1e-2)] "
+        fprintf(stderr, "usage: cuda_model FILE PROMPT_LEN GEN strict|int8 [kv-f16|kv-f16-full] [layers=N] [tbt=TOL (<= 1e-2)] "
                         "[tbt-agree=PCT (50-100)] [cpu-agree=PCT (50-100, int8)]\n");
         return 2;
     }
@@ -143,9 +148,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuda_model: cpu-agree=PCT bounds the int8 criteria only\n");
         return 2;
     }
-    cpu_check = kv_f16 || cpu_agree_set;
-    if (kv_f16 && !strcmp(argv[4], "strict")) {
-        fprintf(stderr, "cuda_model: kv-f16 takes the int8 criteria (f16 entries are not exact)\n");
+    cpu_check = kv_type != GEMMA4_KV_F32 || cpu_agree_set;
+    if (kv_type != GEMMA4_KV_F32 && !strcmp(argv[4], "strict")) {
+        fprintf(stderr, "cuda_model: kv-%s takes the int8 criteria (f16 entries are not exact)\n",
+                gemma4_kv_type_name(kv_type));
         return 2;
     }
     const char *path = argv[1];

@@ -15,7 +15,7 @@
 
 static const struct {
     const char *name;
-    void (*run)(const backend_opts *g, const backend_opts *gh);
+    void (*run)(const backend_opts *g);
 } families[] = {
     {"embed", ops_embed}, {"norm", ops_norm},           {"elementwise", ops_elementwise}, {"rope", ops_rope},
     {"matmul", ops_matmul}, {"attention", ops_attention}, {"topk", ops_topk},                {"graph", ops_graph},
@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
         want[f] = 1;
     }
     gem_err err;
-    backend_opts ref = {1, 1, 0, 0}, fast = {2, 0, 0, 0}, g = {0, 0, 0, 0}, gh = {0, 0, 0, 1};
+    backend_opts ref = {1, 1, 0}, fast = {2, 0, 0}, g = {0, 0, 0};
     static const char *const switches[] = {"GEM_CUDA_MV_SPLIT", "GEM_CUDA_MMH",       "GEM_CUDA_ATTN_DEC",
                                            "GEM_CUDA_MV_STAGGER", "GEM_CUDA_NORM_WIDE", "GEM_CUDA_MV_LEVELS",
                                            "GEM_CUDA_ATTN_FUSE"};
@@ -44,15 +44,16 @@ int main(int argc, char **argv) {
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
     gpu = backend_create("cuda", &g, &err);
-    gpu_f16 = gpu ? backend_create("cuda", &gh, &err) : NULL;
+    gpu_f16 = gpu ? backend_create("cuda", &g, &err) : NULL;
+    if (gpu_f16) mark_f16(gpu_f16);
     int attention = 0; /* the attention family also runs the other one-token kernels */
     for (int f = 0; f < N_FAMILIES; f++) attention |= want[f] && families[f].run == ops_attention;
     if (gpu && attention) {
         gpu_split = variant("GEM_CUDA_ATTN_DEC", "0", &g);
-        gpu_split_f16 = variant("GEM_CUDA_ATTN_DEC", "0", &gh);
+        gpu_split_f16 = variant_f16("GEM_CUDA_ATTN_DEC", "0", &g);
         gpu_reg = variant("GEM_CUDA_ATTN_DEC", "1", &g);
-        gpu_reg_f16 = variant("GEM_CUDA_ATTN_DEC", "1", &gh);
-        gpu_staged_f16 = variant("GEM_CUDA_ATTN_DEC", "2", &gh);
+        gpu_reg_f16 = variant_f16("GEM_CUDA_ATTN_DEC", "1", &g);
+        gpu_staged_f16 = variant_f16("GEM_CUDA_ATTN_DEC", "2", &g);
     }
     if (!gpu) {
         fprintf(stderr, "cuda_ops: %s\n", err.msg);
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
     progress(NULL); /* the clock starts */
     for (int f = 0; f < N_FAMILIES; f++)
         if (want[f]) {
-            families[f].run(&g, &gh);
+            families[f].run(&g);
             progress(families[f].name);
         }
     CHECKF(gpu->status(gpu, &err) == 0, "%s", err.msg);

@@ -18,7 +18,7 @@ static void test_wide_handoff(backend *gb, int window) {
     tensor W = make_tensor(QT_Q4_0, K, 128);
     gem_err err;
     be_weight *wg = gb->weight(gb, &W.t, &err);
-    be_kv *kv = gb->kv_new(gb, kvh, d, window ? window : 512, window > 0, &err);
+    be_kv *kv = kv_make(gb, kvh, d, window ? window : 512, window > 0, &err);
     int32_t ids[100] = {0};
     for (int n = depth; n >= 1; n = n == depth ? 1 : 0) {
         const int pos = n == depth ? 0 : depth;
@@ -56,10 +56,10 @@ static void test_wide_handoff(backend *gb, int window) {
 static void test_attention_case_on(backend *const *gk, const double *tol, int nb, int n_head, int kvh, int d,
                                    int window, int cap, const int *tiles, int n_tiles) {
     gem_err err;
-    be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cap, window > 0, &err), *kg[ATT_MAX];
+    be_kv *kc = kv_make(cpu_ref, kvh, d, cap, window > 0, &err), *kg[ATT_MAX];
     int ok[ATT_MAX];
     for (int i = 0; i < nb; i++) {
-        kg[i] = gk[i]->kv_new(gk[i], kvh, d, cap, window > 0, &err);
+        kg[i] = kv_make(gk[i], kvh, d, cap, window > 0, &err);
         CHECKF(kg[i] != NULL, "%s", err.msg);
         ok[i] = kg[i] != NULL;
     }
@@ -169,7 +169,7 @@ static void test_attention_deep(void) {
         while (nb < 4 && bs[nb]) nb++; /* the backends present, in order */
         gem_err err;
         be_kv *kv[4];
-        for (int b = 0; b < nb; b++) kv[b] = bs[b]->kv_new(bs[b], kvh, d, cap, 0, &err);
+        for (int b = 0; b < nb; b++) kv[b] = kv_make(bs[b], kvh, d, cap, 0, &err);
         int pos = 0, ok = 1;
         for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
             const int n = tiles[t];
@@ -307,7 +307,7 @@ static void test_attention_qkv(backend *gf, backend *gp, const char *what) {
         for (int b = 0; b < 2; b++) {
             c.qw[b] = bs[b]->weight(bs[b], &qn.t, &err), c.kw[b] = bs[b]->weight(bs[b], &kn.t, &err);
             c.ff[b] = full && c.kasv ? bs[b]->weight(bs[b], &ff.t, &err) : NULL;
-            c.kv[b] = bs[b]->kv_new(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
+            c.kv[b] = kv_make(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
         }
         int pos = 0, ok = 1;
         for (int left = cases[ci].prompt; ok && left > 0;) {
@@ -363,7 +363,7 @@ static void test_attention_tiles(backend *ga, backend *gb, const char *what) {
         for (int b = 0; b < 2; b++) {
             c.qw[b] = bs[b]->weight(bs[b], &qn.t, &err), c.kw[b] = bs[b]->weight(bs[b], &kn.t, &err);
             c.ff[b] = full && c.kasv ? bs[b]->weight(bs[b], &ff.t, &err) : NULL;
-            c.kv[b] = bs[b]->kv_new(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
+            c.kv[b] = kv_make(bs[b], c.kvh, d, cases[ci].cap, !full, &err);
         }
         int pos = 0, ok = 1;
         for (int left = cases[ci].prompt; ok && left > 0;) {
@@ -403,7 +403,7 @@ static void test_quantized_handoff(void) {
         tensor W = make_tensor(QT_Q4_0, K, 128);
         gem_err err;
         be_weight *wg = gpu->weight(gpu, &W.t, &err);
-        be_kv *kv = gpu->kv_new(gpu, kvh, d, 512, 0, &err);
+        be_kv *kv = kv_make(gpu, kvh, d, 512, 0, &err);
         float *q = rand_vec((size_t)n * K, 1.0f), *k = rand_vec((size_t)n * kvh * d, 1.0f), *v = rand_vec((size_t)n * kvh * d, 1.0f);
         be_buf *qg = put(gpu, q, (size_t)n * K), *kg = put(gpu, k, (size_t)n * kvh * d), *vg = put(gpu, v, (size_t)n * kvh * d);
         be_buf *att = put(gpu, NULL, (size_t)n * K), *copy = put(gpu, NULL, (size_t)n * K);
@@ -445,8 +445,8 @@ static void test_attention_cached(void) {
             backend *g = gs[gi];
             if (!g || !g->attention_cached) continue;
             gem_err err;
-            be_kv *kc = cpu_ref->kv_new(cpu_ref, kvh, d, cs[c].cap, w > 0, &err);
-            be_kv *kg = kc ? g->kv_new(g, kvh, d, cs[c].cap, w > 0, &err) : NULL;
+            be_kv *kc = kv_make(cpu_ref, kvh, d, cs[c].cap, w > 0, &err);
+            be_kv *kg = kc ? kv_make(g, kvh, d, cs[c].cap, w > 0, &err) : NULL;
             CHECKF(kc && kg, "attention_cached case %zu: %s", c, err.msg);
             if (!kc || !kg) {
                 if (kc) cpu_ref->kv_free(cpu_ref, kc);
@@ -495,13 +495,220 @@ static void test_attention_cached(void) {
     }
 }
 
-void ops_attention(const backend_opts *g, const backend_opts *gh) {
+/* ---- caches of both entry types on one backend (--kv-type f16-full) ----
+ * A model with f32 sliding rings and f16 full-attention caches runs both
+ * kinds' kernels side by side on one backend, in one recorded decode step:
+ * a sliding layer (8 query heads over 2 KV heads of 256, window 16 in a
+ * ring of 16 + BE_EXACT_ROWS, f32: the staged k_attn_dec, the q/k/v norms
+ * as their own launch) and a full layer (8 over 1 of 512, K as V, rope
+ * factors, f16: k_attn_tc with the norms folded in), each through
+ * attention_qkv, then attention_cached over both caches (an MTP drafter's
+ * reads). Backend A holds both; B1 only the sliding layer, B2 only the
+ * full one. The same calls (a prefill tile of 40: flash attention or the
+ * split kernel; a row-exact tile of 5; 24 one-token steps replayed from a
+ * graph) give A's outputs and caches bit for bit what B1's and
+ * B2's give: no kernel choice, scratch or layout leaks from one cache's
+ * type into the other's. Then A's two caches are stashed into one buffer
+ * (the f16 cache at the f32 one's byte offset), 3 steps run, the caches
+ * come back from the stash and the same 3 steps give the same bits again
+ * (a checkpoint of mixed caches, kv_stash/kv_unstash): the
+ * last 3 calls on all three backends then agree as before. */
+#define MX_NH 8
+#define MX_MAXN 40
+typedef struct {
+    backend *b;
+    int has[2]; /* [0] the sliding layer, [1] the full layer */
+    be_kv *kv[2];
+    be_weight *qw[2], *kw[2], *ff;
+    /* the inputs as uploaded (qin, kin, vin), copied by the body into the
+     * buffers attention_qkv may rewrite, so that the body repeats
+     * exactly (a capture runs it twice) */
+    be_buf *qin[2], *kin[2], *vin[2], *q[2], *k[2], *v[2], *qc[2], *out[2], *cached[2];
+    be_graph *graph;
+    int n, pos;
+} mixed_run;
+static const int mx_kvh[2] = {2, 1}, mx_d[2] = {256, 512}, mx_window[2] = {16, 0}, mx_kasv[2] = {0, 1};
+static const int mx_cap[2] = {16 + BE_EXACT_ROWS, 256};
+
+static void mixed_body(void *ctx) {
+    mixed_run *r = ctx;
+    backend *b = r->b;
+    for (int l = 0; l < 2; l++) {
+        if (!r->has[l]) continue;
+        const size_t nq = (size_t)r->n * MX_NH * mx_d[l], nk = (size_t)r->n * mx_kvh[l] * mx_d[l];
+        b->copy(b, r->qin[l], 0, r->q[l], 0, nq);
+        b->copy(b, r->kin[l], 0, r->k[l], 0, nk);
+        b->copy(b, r->vin[l], 0, r->v[l], 0, nk);
+        b->attention_qkv(b, r->q[l], r->qw[l], r->k[l], r->kw[l], r->v[l], mx_kasv[l], r->kv[l], r->n, r->pos, MX_NH,
+                         mx_kvh[l], mx_d[l], 1e-6f, l ? 1e6f : 1e4f, l ? r->ff : NULL, mx_window[l], r->out[l]);
+        if (r->n == 1)
+            b->attention_cached(b, r->qc[l], r->kv[l], 1, r->pos, MX_NH, mx_kvh[l], mx_d[l], mx_window[l],
+                                r->cached[l]);
+    }
+}
+
+/* One call of n tokens at pos with inputs in[l] (q, k, v, then the cached
+ * query, each at its size); the outputs come back in got[l]. */
+static void mixed_call(mixed_run *r, float *const in[2][4], int n, int pos, float *got[2][2]) {
+    backend *b = r->b;
+    int32_t ids[MX_MAXN] = {0};
+    r->n = n, r->pos = pos;
+    for (int l = 0; l < 2; l++) {
+        if (!r->has[l]) continue;
+        const size_t nq = (size_t)n * MX_NH * mx_d[l], nk = (size_t)n * mx_kvh[l] * mx_d[l];
+        b->upload(b, r->qin[l], 0, in[l][0], nq);
+        b->upload(b, r->kin[l], 0, in[l][1], nk);
+        b->upload(b, r->vin[l], 0, in[l][2], nk);
+        b->upload(b, r->qc[l], 0, in[l][3], (size_t)MX_NH * mx_d[l]);
+    }
+    b->set_step(b, ids, n, pos);
+    gem_err err;
+    if (n == 1) CHECKF(backend_run_recorded(b, &r->graph, mixed_body, r, &err) == 0, "mixed caches: %s", err.msg);
+    else mixed_body(r);
+    for (int l = 0; l < 2; l++) {
+        got[l][0] = got[l][1] = NULL;
+        if (!r->has[l]) continue;
+        got[l][0] = get(b, r->out[l], (size_t)n * MX_NH * mx_d[l]);
+        if (n == 1) got[l][1] = get(b, r->cached[l], (size_t)MX_NH * mx_d[l]);
+    }
+}
+
+static void test_attention_mixed(const backend_opts *o) {
+    gem_err err;
+    mixed_run runs[3];
+    memset(runs, 0, sizeof runs);
+    tensor nw[2][2], ff = make_tensor(QT_F32, mx_d[1] / 2, 1);
+    for (int j = 0; j < mx_d[1] / 2; j++) ((float *)ff.data)[j] = j < mx_d[1] / 8 ? 1.0f : 1e30f; /* as rope_freqs */
+    for (int l = 0; l < 2; l++)
+        for (int w = 0; w < 2; w++) nw[l][w] = make_tensor(QT_F32, mx_d[l], 1);
+    int ok = 1;
+    for (int ri = 0; ri < 3; ri++) {
+        mixed_run *r = &runs[ri];
+        r->b = ri == 0 ? gpu : backend_create("cuda", o, &err);
+        CHECKF(r->b != NULL, "mixed caches: %s", err.msg);
+        if (!r->b) {
+            ok = 0;
+            break;
+        }
+        r->has[0] = ri != 2, r->has[1] = ri != 1;
+        for (int l = 0; l < 2; l++) {
+            if (!r->has[l]) continue;
+            const size_t nq = (size_t)MX_MAXN * MX_NH * mx_d[l], nk = (size_t)MX_MAXN * mx_kvh[l] * mx_d[l];
+            r->kv[l] = r->b->kv_new(r->b, mx_kvh[l], mx_d[l], mx_cap[l], !l, l ? BE_KV_F16 : BE_KV_F32, &err);
+            CHECKF(r->kv[l] != NULL, "mixed caches: %s", err.msg);
+            r->qw[l] = r->b->weight(r->b, &nw[l][0].t, &err), r->kw[l] = r->b->weight(r->b, &nw[l][1].t, &err);
+            r->q[l] = put(r->b, NULL, nq), r->k[l] = put(r->b, NULL, nk), r->v[l] = put(r->b, NULL, nk);
+            r->qin[l] = put(r->b, NULL, nq), r->kin[l] = put(r->b, NULL, nk), r->vin[l] = put(r->b, NULL, nk);
+            r->qc[l] = put(r->b, NULL, (size_t)MX_NH * mx_d[l]), r->out[l] = put(r->b, NULL, nq);
+            r->cached[l] = put(r->b, NULL, (size_t)MX_NH * mx_d[l]);
+            ok &= r->kv[l] != NULL;
+        }
+        if (r->has[1]) r->ff = r->b->weight(r->b, &ff.t, &err);
+    }
+    /* the calls: 40, 5, 21 single tokens, then 3 more, run after the stash
+     * below */
+    int calls[26] = {40, 5};
+    for (int i = 2; i < 26; i++) calls[i] = 1;
+    int pos = 0;
+    for (int ci = 0; ci < 26 && ok; ci++) {
+        const int n = calls[ci];
+        if (ci == 23) { /* stash A's caches, both into one buffer */
+            backend *a = runs[0].b;
+            const size_t b0 = a->kv_bytes(a, runs[0].kv[0], pos), b1 = a->kv_bytes(a, runs[0].kv[1], pos);
+            be_buf *st = a->alloc(a, (b0 + b1 + 3) / 4, &err);
+            CHECKF(st != NULL, "mixed caches: stash: %s", err.msg);
+            if (!st) break;
+            a->kv_stash(a, runs[0].kv[0], pos, st, 0);
+            a->kv_stash(a, runs[0].kv[1], pos, st, b0);
+            /* three steps on A alone, then back to the stash */
+            float *in3[3][2][4];
+            for (int t = 0; t < 3; t++)
+                for (int l = 0; l < 2; l++) {
+                    const size_t nq = (size_t)MX_NH * mx_d[l], nk = (size_t)mx_kvh[l] * mx_d[l];
+                    in3[t][l][0] = rand_vec(nq, 3.0f), in3[t][l][1] = rand_vec(nk, 0.5f);
+                    in3[t][l][2] = rand_vec(nk, 2.0f), in3[t][l][3] = rand_vec(nq, 1.0f);
+                }
+            for (int t = 0; t < 3; t++) {
+                float *got[2][2];
+                mixed_call(&runs[0], in3[t], 1, pos + t, got);
+                for (int l = 0; l < 2; l++) free(got[l][0]), free(got[l][1]);
+            }
+            a->kv_unstash(a, runs[0].kv[0], pos, st, 0);
+            a->kv_unstash(a, runs[0].kv[1], pos, st, b0);
+            a->buf_free(a, st);
+            for (int t = 0; t < 3; t++)
+                for (int l = 0; l < 2; l++)
+                    for (int j = 0; j < 4; j++) free(in3[t][l][j]);
+            /* the ring's every slot came back (pos is past its capacity);
+             * the full cache's positions from pos on hold the three steps'
+             * keys until the calls below rewrite them, unseen before */
+        }
+        float *in[2][4];
+        for (int l = 0; l < 2; l++) {
+            const size_t nq = (size_t)n * MX_NH * mx_d[l], nk = (size_t)n * mx_kvh[l] * mx_d[l];
+            in[l][0] = rand_vec(nq, 3.0f), in[l][1] = rand_vec(nk, 0.5f), in[l][2] = rand_vec(nk, 2.0f);
+            in[l][3] = rand_vec((size_t)MX_NH * mx_d[l], 3.0f / sqrtf(sqrtf((float)mx_d[l])));
+        }
+        float *got[3][2][2];
+        for (int ri = 0; ri < 3; ri++) mixed_call(&runs[ri], in, n, pos, got[ri]);
+        for (int l = 0; l < 2 && ok; l++) {
+            const int ref = l ? 2 : 1;
+            const size_t nq = (size_t)n * MX_NH * mx_d[l];
+            ok &= close_enough("mixed caches", got[0][l][0], got[ref][l][0], nq, 0, 0);
+            if (n == 1)
+                ok &= close_enough("mixed caches (cached keys)", got[0][l][1], got[ref][l][1],
+                                   (size_t)MX_NH * mx_d[l], 0, 0);
+            CHECKF(ok, "mixed caches: the %s layer's %s differ from its own backend's (%d tokens at %d)",
+                   l ? "full (f16)" : "sliding (f32)", n == 1 ? "step" : "tile", n, pos);
+        }
+        for (int ri = 0; ri < 3; ri++)
+            for (int l = 0; l < 2; l++) free(got[ri][l][0]), free(got[ri][l][1]);
+        for (int l = 0; l < 2; l++)
+            for (int j = 0; j < 4; j++) free(in[l][j]);
+        pos += n;
+    }
+    /* the caches themselves, bit for bit */
+    for (int l = 0; l < 2 && ok; l++) {
+        mixed_run *a = &runs[0], *r = &runs[l ? 2 : 1];
+        const int held = l || pos < mx_cap[l] ? pos : mx_cap[l];
+        const size_t bytes = a->b->kv_bytes(a->b, a->kv[l], held);
+        CHECK(bytes == r->b->kv_bytes(r->b, r->kv[l], held));
+        CHECK(bytes == (size_t)2 * held * mx_kvh[l] * mx_d[l] * (l ? 2 : 4));
+        unsigned char *c0 = malloc(bytes), *c1 = malloc(bytes);
+        a->b->kv_save(a->b, a->kv[l], held, c0);
+        r->b->kv_save(r->b, r->kv[l], held, c1);
+        CHECKF(!memcmp(c0, c1, bytes), "mixed caches: the %s cache differs after %d positions", l ? "full" : "sliding",
+               pos);
+        free(c0), free(c1);
+    }
+    for (int ri = 0; ri < 3; ri++) {
+        mixed_run *r = &runs[ri];
+        if (!r->b) continue;
+        CHECKF(r->b->status(r->b, &err) == 0, "mixed caches: %s", err.msg);
+        if (r->graph) r->b->graph_free(r->b, r->graph);
+        for (int l = 0; l < 2; l++) {
+            if (!r->has[l]) continue;
+            if (r->kv[l]) r->b->kv_free(r->b, r->kv[l]);
+            r->b->weight_free(r->b, r->qw[l]), r->b->weight_free(r->b, r->kw[l]);
+            be_buf *bufs[] = {r->qin[l], r->kin[l], r->vin[l], r->q[l],   r->k[l],
+                              r->v[l],   r->qc[l],  r->out[l], r->cached[l]};
+            for (int i = 0; i < 9; i++) r->b->buf_free(r->b, bufs[i]);
+        }
+        if (r->ff) r->b->weight_free(r->b, r->ff);
+        if (ri) r->b->destroy(r->b);
+    }
+    for (int l = 0; l < 2; l++) free_tensor(&nw[l][0]), free_tensor(&nw[l][1]);
+    free_tensor(&ff);
+}
+
+void ops_attention(const backend_opts *g) {
     test_quantized_handoff();
     test_attention();
     test_attention_deep();
     test_attention_cached();
+    test_attention_mixed(g);
     if (gpu_f16) {
-        backend *gnf = variant("GEM_CUDA_ATTN_FUSE", "0", gh);
+        backend *gnf = variant_f16("GEM_CUDA_ATTN_FUSE", "0", g);
         if (gnf) test_attention_qkv(gpu_f16, gnf, "two launches (GEM_CUDA_ATTN_FUSE=0)");
         variant_done(gnf);
     }
@@ -518,8 +725,8 @@ void ops_attention(const backend_opts *g, const backend_opts *gh) {
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) {
         if (tv[i].f16 && !gpu_f16) continue;
         if (tv[i].var) setenv(tv[i].var, tv[i].val, 1);
-        backend *ga = variant("GEM_CUDA_ATTN_ROWS", "1", tv[i].f16 ? gh : g);
-        backend *gb = variant("GEM_CUDA_ATTN_ROWS", "0", tv[i].f16 ? gh : g);
+        backend *ga = (tv[i].f16 ? variant_f16 : variant)("GEM_CUDA_ATTN_ROWS", "1", g);
+        backend *gb = (tv[i].f16 ? variant_f16 : variant)("GEM_CUDA_ATTN_ROWS", "0", g);
         if (tv[i].var) unsetenv(tv[i].var);
         char what[96];
         snprintf(what, sizeof what, "row by row (%s caches%s%s%s)", tv[i].f16 ? "f16" : "f32", tv[i].var ? ", " : "",

@@ -23,8 +23,8 @@ static void test_graph(void) {
     gem_err err;
     be_weight *eg = gpu->weight(gpu, &E.t, &err), *ec = cpu_ref->weight(cpu_ref, &E.t, &err);
     rec_ctx g = {eg, put(gpu, NULL, 512), put(gpu, NULL, 512), NULL, put(gpu, NULL, 512), NULL};
-    g.kv = gpu->kv_new(gpu, 1, 256, 16, 1, &err);
-    be_kv *kc = cpu_ref->kv_new(cpu_ref, 1, 256, 16, 1, &err);
+    g.kv = kv_make(gpu, 1, 256, 16, 1, &err);
+    be_kv *kc = kv_make(cpu_ref, 1, 256, 16, 1, &err);
     be_buf *xc = put(cpu_ref, NULL, 512), *kcb = put(cpu_ref, NULL, 256), *oc = put(cpu_ref, NULL, 512);
     int32_t first = 3;
     gpu->set_step(gpu, &first, 1, 0);
@@ -53,7 +53,7 @@ static void test_graph(void) {
     free_tensor(&E);
 }
 
-void ops_graph(const backend_opts *g, const backend_opts *gh) {
-    (void)g, (void)gh;
+void ops_graph(const backend_opts *g) {
+    (void)g;
     test_graph();
 }

@@ -15,7 +15,7 @@ float frand(void) {
 uint8_t brand(void) { return (uint8_t)(frand() * 127.0f + 128.0f); }
 
 backend *cpu_ref, *cpu_fast, *gpu;
-backend *gpu_f16; /* caches in f16 (--kv-type f16) */
+backend *gpu_f16; /* caches in f16 (--kv-type f16): kv_make's type for it */
 backend *gpu_split, *gpu_split_f16, *gpu_reg, *gpu_reg_f16, *gpu_staged_f16;
 
 /* GEM_CUDA_MMA=0 keeps prefill on the f32-exact kernels (dp4a products,
@@ -155,10 +155,40 @@ backend *variant(const char *var, const char *value, const backend_opts *o) {
     return b;
 }
 
+backend *variant_f16(const char *var, const char *value, const backend_opts *o) {
+    backend *b = variant(var, value, o);
+    if (b) mark_f16(b);
+    return b;
+}
+
+/* The backends whose caches under test are f16. */
+static backend *f16_set[32];
+
+void mark_f16(backend *b) {
+    for (int i = 0; i < 32; i++)
+        if (!f16_set[i]) {
+            f16_set[i] = b;
+            return;
+        }
+    CHECKF(0, "mark_f16: more than 32 f16 backends");
+}
+
+void unmark_f16(backend *b) {
+    for (int i = 0; i < 32; i++)
+        if (f16_set[i] == b) f16_set[i] = NULL;
+}
+
+be_kv *kv_make(backend *b, int n_kv_head, int head_dim, int capacity, int ring, gem_err *err) {
+    int f16 = 0;
+    for (int i = 0; i < 32; i++) f16 |= b && f16_set[i] == b;
+    return b->kv_new(b, n_kv_head, head_dim, capacity, ring, f16 ? BE_KV_F16 : BE_KV_F32, err);
+}
+
 /* A variant's sticky error state is clean after its tests; then it goes. */
 void variant_done(backend *b) {
     gem_err err;
     if (!b) return;
+    unmark_f16(b);
     CHECKF(b->status(b, &err) == 0, "%s", err.msg);
     b->destroy(b);
 }

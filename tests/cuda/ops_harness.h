@@ -31,7 +31,8 @@
 #include "test.h"
 
 /* the backends: CPU scalar reference and fast path; the CUDA defaults
- * with f32 caches (gpu) and f16 caches (gpu_f16) */
+ * with f32 caches (gpu) and f16 caches (gpu_f16: kv_make gives it f16
+ * caches; the entry type is a cache's, chosen at kv_new) */
 extern backend *cpu_ref, *cpu_fast, *gpu, *gpu_f16;
 /* One-token attention: the defaults are the staged k_attn_dec for f32
  * caches (gpu) and k_attn_tc on the tensor cores for f16 ones (gpu_f16);
@@ -63,21 +64,32 @@ int close_enough(const char *what, const float *a, const float *b, size_t n, dou
 void step_both(const int32_t *ids, int n, int pos0); /* set_step on cpu_ref and gpu */
 double seconds_now(void);
 
-/* a CUDA backend created with VAR=VALUE set; its status checked, then destroyed */
+/* a CUDA backend created with VAR=VALUE set (variant_f16: one whose
+ * caches from kv_make hold f16 entries); its status checked, then
+ * destroyed */
 backend *variant(const char *var, const char *value, const backend_opts *o);
+backend *variant_f16(const char *var, const char *value, const backend_opts *o);
 void variant_done(backend *b);
+/* b's caches under test hold f16 entries (gpu_f16 and the f16 variants):
+ * mark_f16 says so, unmark_f16 before b is destroyed (a later backend may
+ * come at the same address) */
+void mark_f16(backend *b);
+void unmark_f16(backend *b);
+/* b->kv_new with the entry type b's checks use (f16 where marked, else
+ * f32) */
+be_kv *kv_make(backend *b, int n_kv_head, int head_dim, int capacity, int ring, gem_err *err);
 /* a line on stderr as a family ends (its checks so far, its seconds) */
 void progress(const char *group);
 
-/* The families, in cuda_ops' order: g the default options, gh with f16
- * caches (the variants each family creates use them). */
-void ops_embed(const backend_opts *g, const backend_opts *gh);       /* ops_elementwise.c */
-void ops_norm(const backend_opts *g, const backend_opts *gh);        /* ops_norm.c */
-void ops_elementwise(const backend_opts *g, const backend_opts *gh); /* ops_elementwise.c */
-void ops_rope(const backend_opts *g, const backend_opts *gh);        /* ops_rope.c */
-void ops_matmul(const backend_opts *g, const backend_opts *gh);      /* ops_matmul.c */
-void ops_attention(const backend_opts *g, const backend_opts *gh);   /* ops_attention.c */
-void ops_topk(const backend_opts *g, const backend_opts *gh);        /* ops_topk.c */
-void ops_graph(const backend_opts *g, const backend_opts *gh);       /* ops_graph.c */
+/* The families, in cuda_ops' order: g the default options (the variants
+ * each family creates use them). */
+void ops_embed(const backend_opts *g);       /* ops_elementwise.c */
+void ops_norm(const backend_opts *g);        /* ops_norm.c */
+void ops_elementwise(const backend_opts *g); /* ops_elementwise.c */
+void ops_rope(const backend_opts *g);        /* ops_rope.c */
+void ops_matmul(const backend_opts *g);      /* ops_matmul.c */
+void ops_attention(const backend_opts *g);   /* ops_attention.c */
+void ops_topk(const backend_opts *g);        /* ops_topk.c */
+void ops_graph(const backend_opts *g);       /* ops_graph.c */
 
 #endif

@@ -474,8 +474,7 @@ static void test_matmul_tiles_exact(void) {
         }
 }
 
-void ops_matmul(const backend_opts *g, const backend_opts *gh) {
-    (void)gh;
+void ops_matmul(const backend_opts *g) {
     test_matmul();
     test_matmul_tiles_exact();
     test_matmul_ranges(gpu);

@@ -101,8 +101,7 @@ static void test_norm_handoff(backend *g) {
                 }
 }
 
-void ops_norm(const backend_opts *g, const backend_opts *gh) {
-    (void)gh;
+void ops_norm(const backend_opts *g) {
     test_norms(gpu);
     test_norm_handoff(gpu);
     backend *gnw = variant("GEM_CUDA_NORM_WIDE", "0", g);

@@ -4,7 +4,8 @@
 # model-level checks of cuda_model on synthetic models: the tiny profile in
 # q8_0, q4_0, f32 and f16, gemma4-1b in f32 and q4_0 (prompts of three
 # sliding windows and more), the tiny and 1b models in f32 and q4_0 with
-# f16 caches, and synthetic gemma4-12b in f16 (with 256-thread one-token
+# f16 caches and in f32 with f16 full-attention caches beside f32 rings
+# (--kv-type f16-full), and synthetic gemma4-12b in f16 (with 256-thread one-token
 # norms and with the defaults: cuda_model.c, criterion 2) and q4_0 (its
 # first 12 layers) (GEM_TEST_SKIP_12B=1 skips those: 24 and 7 GB on disk;
 # GEM_TEST_ONLY_12B=1 runs them alone; GEM_TEST_SKIP_OPS=1 skips cuda_ops;
@@ -55,6 +56,18 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # speculative decoding: row-exact verification tiles (the answer and the
     # last logits bit for bit plain decoding's), the MTP drafter on the GPU
     run "engine speculative (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec
+    # parallel sessions: batched steps of several sequences (attention_seqs)
+    # bit for bit one-token steps, concurrent answers equal answers alone
+    run "engine parallel sessions (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_parallel
+    # the same with f32 rings beside f16 full-attention caches (--kv-type
+    # f16-full): verification tiles, checkpoints and the drafter's reads
+    # over caches of both entry types, still plain decoding bit for bit
+    run "engine speculative (cuda, f16-full)" env GEM_TEST_BACKEND=cuda GEM_TEST_KV_TYPE=f16-full \
+        build/tests/engine/test_spec
+    # the KV plan against the device memory the caches take (31B and 12B
+    # shapes at 128K and 256K, every KV type; no weights needed), and the
+    # demo model's weights + plan against what a session takes
+    run "KV plan vs device memory (cuda)" build/tests/cuda/cuda_kvplan data/models/default.gguf
     # the MTP drafter's forward pass against transformers' (f32 tiny pair)
     run "MTP drafter vs transformers (cuda)" env GEM_TEST_BACKEND=cuda build/tests/model/test_hf_mtp
     # the trained demo drafter's proposals against llama.cpp's
@@ -73,13 +86,16 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     done
     # kv-f16: f16 caches (k_attn_tc for one-token steps), with the int8
     # criteria (keys and values rounded to 11 bits) and token-by-token also
-    # against the CPU (90%); the 1b q4_0 model's token-by-token steps
+    # against the CPU (90%); kv-f16-full: f16 only in the full-attention
+    # layers (k_attn_tc there, the staged k_attn_dec on the f32 rings, in
+    # one recorded step), the same criteria; the 1b q4_0 model's token-by-token steps
     # against its tiled prefill and the CPU at 80% (tbt-agree=80
     # cpu-agree=80: two attention precisions, see cuda_model.c). Each
     # model is synthesised once for its runs.
     made=
     for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny q4_0 2 int8 kv-f16" "tiny f32 3 strict" \
-                "tiny f32 3 int8 kv-f16" "tiny f16 4 strict" "1b f32 5 strict" "1b f32 5 int8 kv-f16" \
+                "tiny f32 3 int8 kv-f16" "tiny f32 3 int8 kv-f16-full" "tiny f16 4 strict" "1b f32 5 strict" \
+                "1b f32 5 int8 kv-f16" "1b f32 5 int8 kv-f16-full" \
                 "1b q4_0 6 int8" "1b q4_0 6 int8 kv-f16 tbt-agree=80 cpu-agree=80"; do
         set -- $spec
         [ "$made" = "$1 $2 $3" ] || ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null

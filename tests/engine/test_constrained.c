@@ -43,7 +43,7 @@ static int on_text(void *ctx, const char *p, size_t n) {
 static gem_gen_callbacks callbacks(seen *w) {
     w->n_ids = w->n_end = 0;
     w->text.len = 0;
-    gem_gen_callbacks cb = {w, on_token, on_text, NULL};
+    gem_gen_callbacks cb = {w, on_token, on_text, NULL, NULL};
     return cb;
 }
 

@@ -125,6 +125,8 @@ typedef struct {
     strbuf text;
     long polls, cancel_at; /* poll returns 1 on call cancel_at (0: never) */
     int stop_text;         /* on_text asks to stop once the text holds this many bytes (0: never) */
+    long prefill[16][2];   /* on_prefill's (done, total), the first 16 calls */
+    int n_prefill;
 } seen;
 
 static void on_token(void *ctx, const gem_gen_token *t) {
@@ -145,12 +147,19 @@ static int on_poll(void *ctx) {
     return ++w->polls == w->cancel_at;
 }
 
+static void on_prefill(void *ctx, long done, long total) {
+    seen *w = ctx;
+    if (w->n_prefill < 16) w->prefill[w->n_prefill][0] = done, w->prefill[w->n_prefill][1] = total;
+    w->n_prefill++;
+}
+
 static gem_gen_callbacks callbacks(seen *w) {
     memset(w->ids, 0, sizeof w->ids);
     w->n_ids = w->n_end = 0;
     w->text.len = 0;
     w->polls = 0;
-    gem_gen_callbacks cb = {w, on_token, on_text, on_poll};
+    w->n_prefill = 0;
+    gem_gen_callbacks cb = {w, on_token, on_text, on_poll, on_prefill};
     return cb;
 }
 
@@ -256,6 +265,11 @@ int main(void) {
     CHECK(r.finish == GEM_FINISH_LENGTH && r.n_generated == 24 && w.n_ids == 24);
     CHECK(!memcmp(w.ids, want, sizeof want));
     CHECKF(w.polls == 4 + 24, "polls %ld: 4 tiles and 24 tokens", w.polls);
+    /* progress: before each tile (0, 16, 32, 48 of 50), then 50 once it is in */
+    CHECKF(w.n_prefill == 5, "on_prefill called %d times", w.n_prefill);
+    for (int i = 0; i < 5 && i < w.n_prefill; i++)
+        CHECKF(w.prefill[i][0] == (i < 4 ? 16 * i : 50) && w.prefill[i][1] == 50, "on_prefill %d: %ld of %ld", i,
+               w.prefill[i][0], w.prefill[i][1]);
     CHECK(r.n_prompt == 50 && r.n_cached == 0 && r.prompt_s > 0 && r.first_s >= r.prompt_s && r.decode_s > 0);
     size_t held;
     gem_session_tokens(s, &held);
@@ -338,6 +352,46 @@ int main(void) {
     cb = callbacks(&w);
     CHECK(gem_session_sync(s, t1, 60, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
     CHECK(gem_session_sync(s, t2, 100, &err) == 0);
+    gp.no_checkpoint = 0;
+
+    /* rewinding the live state: a next prompt that leaves the held tokens
+     * 3 before their end (a re-rendered answer whose last tokens differ)
+     * continues from there, the rings still holding that point; the answer
+     * is a fresh session's. 18 back is more than the rings keep beyond the
+     * window (16): nothing kept (no checkpoint) */
+    gem_session_reset(s);
+    gp.no_checkpoint = 1;
+    gp.max_tokens = 10;
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    int32_t q[90];
+    const int32_t *held_ids = gem_session_tokens(s, &held);
+    CHECK(held == 59);
+    memcpy(q, held_ids, 56 * sizeof(int32_t));
+    for (int i = 56; i < 80; i++) q[i] = prompt[i - 30] + 3;
+    gp.want_logits = 1;
+    gp.max_tokens = 5;
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, q, 80, &err) == 56);
+    CHECK(!gem_session_generate(s, &gp, &cb, &r, &err) && r.n_cached == 56);
+    memcpy(ref, w.logits, V * sizeof(float));
+    memcpy(cont, w.ids, 5 * sizeof(int32_t));
+    gem_session_reset(s);
+    cb = callbacks(&w);
+    CHECK(gem_session_sync(s, q, 80, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    same_run("rewound live state", exact, cont, &w, 5, ref);
+    gp.max_tokens = 10;
+    gem_session_reset(s);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    memcpy(q, gem_session_tokens(s, &held), 41 * sizeof(int32_t));
+    q[41] = q[41] + 1;
+    CHECK(gem_session_sync(s, q, 80, &err) == 0); /* 59 - 41 = 18 back */
+    /* a prompt inside the held tokens: rewound to its last token, whose
+     * logits are computed again */
+    gem_session_reset(s);
+    CHECK(gem_session_sync(s, prompt, 50, &err) == 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
+    CHECK(gem_session_sync(s, prompt, 45, &err) == 44);
+    gp.want_logits = 0;
     gp.no_checkpoint = 0;
 
     /* a prompt the session holds entirely (the last request generated one

@@ -14,7 +14,11 @@
  *    session length;
  *  - a drafter that does not fit, or a drafter given as the model, is
  *    refused with a message naming the field or the file.
- * GEM_TEST_BACKEND selects the backend (the CPU by default). */
+ * GEM_TEST_BACKEND selects the backend (the CPU by default), GEM_TEST_KV_TYPE
+ * the KV type (f32 by default; tests/cuda/run.sh runs f16-full on the GPU:
+ * the verification tiles and checkpoints over f32 rings beside f16 full
+ * caches must still reproduce plain decoding bit for bit). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,12 @@
 static const char *backend_name(void) {
     const char *b = getenv("GEM_TEST_BACKEND");
     return b && *b ? b : "cpu";
+}
+
+/* GEM_TEST_KV_TYPE, f32 when unset; -1 for a value that is no KV type. */
+static int kv_type_env(void) {
+    const char *t = getenv("GEM_TEST_KV_TYPE");
+    return gemma4_kv_type_parse(t && *t ? t : "f32");
 }
 
 typedef struct {
@@ -68,6 +78,7 @@ static int on_poll_p(void *ctx) {
 static gem_engine *open_engine(const char *model, const char *mtp, int n_ctx, gem_err *err) {
     gem_engine_opts eo = {0};
     eo.backend = backend_name();
+    eo.kv_type = (gemma4_kv_type)kv_type_env();
     eo.model_path = model;
     eo.mtp_path = mtp;
     eo.n_ctx = n_ctx;
@@ -80,7 +91,7 @@ static int run(gem_session *s, const int32_t *prompt, int n, const gem_gen_param
     gem_err err = {{0}};
     w->n = 0;
     w->text.len = 0;
-    gem_gen_callbacks cb = {w, on_token, on_text, NULL};
+    gem_gen_callbacks cb = {w, on_token, on_text, NULL, NULL};
     CHECKF(gem_session_sync(s, prompt, (size_t)n, &err) >= 0, "%s", err.msg);
     int rc = gem_session_generate(s, gp, &cb, r, &err);
     CHECKF(rc == 0, "%s", err.msg);
@@ -95,6 +106,10 @@ static int synth(const char *profile, uint64_t seed, const char *path) {
 }
 
 int main(void) {
+    if (kv_type_env() < 0) {
+        fprintf(stderr, "test_spec: GEM_TEST_KV_TYPE wants " GEMMA4_KV_TYPE_CHOICES "\n");
+        return 2;
+    }
     char model[] = "/tmp/gem-spec-XXXXXX", asst[] = "/tmp/gem-spec-a-XXXXXX", other[] = "/tmp/gem-spec-d-XXXXXX";
     if (test_tmp_file(model) || test_tmp_file(asst) || test_tmp_file(other)) return 1;
     if (synth("gemma4-tiny", 42, model) || synth("gemma4-tiny-assistant", 43, asst) ||
@@ -181,6 +196,46 @@ int main(void) {
             }
             gem_session_free(s);
         }
+    }
+
+    /* a rewind after rounds whose rejected rows wrote into the rings (the
+     * next prompt leaves the held tokens d before their end): whatever the
+     * sync keeps (a rewound live state where the rings still hold the
+     * point, else nothing), the next logits are a fresh session's. The
+     * fresh run prefills in other tiles: bit for bit on the CPU only. */
+    {
+        const int exact = !strcmp(backend_name(), "cpu");
+        static const int ds[] = {2, 6, 12, 17};
+        float *fresh = malloc(V * sizeof(float));
+        int rewound = 0;
+        for (int pi = 1; pi < 3; pi++)
+            for (int di = 0; di < 4; di++) {
+                s = gem_session_new(e, &err);
+                CHECK(s && !gem_session_set_replay(s, full, NP + NG, probs[pi], 11, &err));
+                gem_gen_params g = gp;
+                g.draft_max = 8;
+                g.draft_fixed = 1;
+                run(s, prompt, NP, &g, &w, &r);
+                const int keep = NP + NG - 1 - ds[di];
+                int32_t q[NP + NG + 8];
+                memcpy(q, full, (size_t)keep * sizeof *q);
+                for (int i = 0; i < 8; i++) q[keep + i] = prompt[i + 1] + 5;
+                run(s, q, keep + 8, &one, &w, &r);
+                rewound += r.n_cached == keep;
+                CHECKF(r.n_cached == keep || r.n_cached == 0, "d=%d: %ld kept", ds[di], r.n_cached);
+                memcpy(fresh, gem_session_logits(s), V * sizeof(float));
+                gem_session *f = gem_session_new(e, &err);
+                run(f, q, keep + 8, &one, &w, &r);
+                const float *lf = gem_session_logits(f);
+                double d = 0;
+                for (size_t i = 0; i < V; i++) d = fmax(d, fabs((double)fresh[i] - lf[i]));
+                CHECKF(exact ? d == 0 : d < 4e-3, "p=%.1f d=%d: logits after the rewind differ by %g", probs[pi],
+                       ds[di], d);
+                gem_session_free(f);
+                gem_session_free(s);
+            }
+        CHECKF(rewound >= 2, "only %d of 8 syncs rewound", rewound);
+        free(fresh);
     }
 
     /* limits inside a round: max_tokens and a stop string end the answer
@@ -348,7 +403,7 @@ int main(void) {
                 s = gem_session_new(e, &err);
                 if (v) CHECK(!gem_session_set_replay(s, full, NP + NG, 1.0, 22, &err));
                 poll_ctx pc = {{{0}, 0, {0}}, 0, cancel_at};
-                gem_gen_callbacks cb = {&pc, on_token_p, NULL, on_poll_p};
+                gem_gen_callbacks cb = {&pc, on_token_p, NULL, on_poll_p, NULL};
                 CHECK(gem_session_sync(s, prompt, NP, &err) >= 0 && !gem_session_generate(s, &gp, &cb, &r, &err));
                 CHECK(r.finish == GEM_FINISH_CANCELLED);
                 gem_session_tokens(s, &lens[v]);

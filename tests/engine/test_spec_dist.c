@@ -166,7 +166,7 @@ int main(void) {
             g.draft_fixed = 1;
             g.no_checkpoint = 0;
             seen w = {{0}, 0};
-            gem_gen_callbacks cb = {&w, on_token, NULL, NULL};
+            gem_gen_callbacks cb = {&w, on_token, NULL, NULL, NULL};
             gem_gen_result r;
             if (gem_session_sync(s, seq, NP, &err) < 0 || gem_session_generate(s, &g, &cb, &r, &err) || w.n != 3) {
                 CHECKF(0, "drafter %d seed %d: %s (%d tokens)", v, seed, err.msg, w.n);

@@ -119,7 +119,11 @@ static void check_golden(const char *path, uint64_t seed_t, uint64_t seed_a) {
         bo.reference = ref;
         const char *name = gpu ? gpu : ref ? "cpu-ref" : "cpu";
         backend *b = backend_create(gpu ? gpu : "cpu", &bo, &err);
-        gemma4_state *st = b ? gemma4_state_new(tm, b, 128, 64, 0, &err) : NULL;
+        gemma4_kv_plan plan;
+        gemma4_state *st =
+            b && !gemma4_kv_plan_make(tm->profile, 128, GEMMA4_KV_F32, gemma4_ring_slack(b), 64, &plan, &err)
+                ? gemma4_state_new(tm, b, &plan, 0, &err)
+                : NULL;
         gemma4_drafter *d = st ? gemma4_drafter_new(am, st, &err) : NULL;
         CHECKF(d != NULL, "%s", err.msg);
         double worst = 0, worst_v0_past = 0;

@@ -86,7 +86,10 @@ int main(void) {
     const char *bname = getenv("GEM_TEST_BACKEND");
     backend_opts bo = {0};
     backend *b = am ? backend_create(bname && *bname ? bname : "cpu", &bo, &err) : NULL;
-    gemma4_state *st = b ? gemma4_state_new(tm, b, 1024, 64, 0, &err) : NULL;
+    gemma4_kv_plan plan;
+    gemma4_state *st = b && !gemma4_kv_plan_make(tm->profile, 1024, GEMMA4_KV_F32, gemma4_ring_slack(b), 64, &plan, &err)
+                           ? gemma4_state_new(tm, b, &plan, 0, &err)
+                           : NULL;
     gemma4_drafter *d = st ? gemma4_drafter_new(am, st, &err) : NULL;
     CHECKF(d != NULL, "%s", err.msg);
     float *l = malloc(V * sizeof *l);

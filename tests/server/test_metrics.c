@@ -23,7 +23,7 @@ int main(void) {
     metrics_answer_add(m, &a);
     metrics_answer_add(m, &b);
     strbuf o = {0};
-    const metrics_now now = {1, 2, 3, 42, 4096, 0};
+    const metrics_now now = {1, 2, 3, 42, 4096, 0, 4, 10, 37};
     metrics_render(m, &now, &o);
     has(&o, "# TYPE gem_requests_total counter\n");
     has(&o, "\ngem_requests_total{status=\"200\"} 2\n");
@@ -52,9 +52,12 @@ int main(void) {
     has(&o, "\ngem_connections_open 3\n");
     has(&o, "\ngem_cache_tokens 42\n");
     has(&o, "\ngem_context_tokens 4096\n");
+    has(&o, "\ngem_slots 4\n");
+    has(&o, "\ngem_decode_steps_total 10\n");
+    has(&o, "\ngem_decode_step_rows_total 37\n");
     CHECK(!strstr(sb_cstr(&o), "gem_draft_tokens_total"));
     o.len = 0;
-    const metrics_now spec = {0, 0, 0, 0, 4096, 1};
+    const metrics_now spec = {0, 0, 0, 0, 4096, 1, 1, 0, 0};
     metrics_render(m, &spec, &o);
     has(&o, "\ngem_draft_tokens_total 6\n");
     has(&o, "\ngem_draft_tokens_accepted_total 3\n");

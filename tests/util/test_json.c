@@ -60,8 +60,9 @@ static void test_limited(void) {
     json_free(v);
     /* not packed, read as nodes: a non-integer, an int32 overflow, a
      * string (with a bracket that ends the element count early), nesting,
-     * the empty array; 1.0 and 1e2 are integers */
-    static const char *const plain[] = {"[1,2.5]", "[1,2147483648]", "[1,\"]\"]", "[[1],[2]]", "[]", "[1,null]"};
+     * the empty array, and integers written with a fraction or exponent
+     * (their literal is kept: a renderer prints 1.0 otherwise than 1) */
+    static const char *const plain[] = {"[1,2.5]", "[1,2147483648]", "[1,\"]\"]", "[[1],[2]]", "[]", "[1,null]", "[1,1.0]", "[1e2]"};
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         char body[64];
         snprintf(body, sizeof body, "{\"ids\":%s}", plain[i]);
@@ -73,8 +74,9 @@ static void test_limited(void) {
     v = json_parse_limited("{\"ids\":[[1,2],[3]]}", 19, &lim, &err);
     CHECK(v && json_get(v, "ids")->items[0]->ints && json_get(v, "ids")->items[1]->ints[0] == 3);
     json_free(v);
-    v = json_parse_limited("{\"ids\":[1.0,1e2, 7 ]}", 21, &lim, &err);
-    CHECK(v && json_get(v, "ids")->ints && json_get(v, "ids")->ints[1] == 100 && json_get(v, "ids")->len == 3);
+    const char *two = "{\"ids\":[7, 8 ]}";
+    v = json_parse_limited(two, strlen(two), &lim, &err);
+    CHECK(v && json_get(v, "ids")->ints && json_get(v, "ids")->ints[1] == 8 && json_get(v, "ids")->len == 2);
     json_free(v);
     /* malformed packed candidates fail as the plain parser does */
     static const char *const broken[][2] = {{"{\"ids\":[1,2", "unterminated array"},
@@ -107,6 +109,61 @@ static void test_limited(void) {
     v = json_parse_limited(big.p, big.len, &k, &err);
     CHECK(!v && k.over);
     sb_free(&big);
+    /* a packed list renders as its nodes would (Python's dump included) */
+    const char *neg = "{\"ids\":[3,-1]}";
+    v = json_parse_limited(neg, strlen(neg), &lim, &err);
+    strbuf py = {0};
+    json_dump_py(v, &py);
+    CHECKF(v && json_get(v, "ids")->ints && !strcmp(sb_cstr(&py), "{\"ids\": [3, -1]}"), "%s", sb_cstr(&py));
+    sb_free(&py);
+    json_free(v);
+}
+
+/* Python's renderings: json.dumps and str() of what json.loads returns,
+ * repr() of floats (expected strings printed by CPython 3.11). */
+static void py(const char *in, const char *want_dump, const char *want_str) {
+    gem_err err;
+    json *v = json_parse(in, strlen(in), &err);
+    CHECKF(v != NULL, "%s", in);
+    if (!v) return;
+    strbuf a = {0}, b = {0};
+    json_dump_py(v, &a);
+    json_str_py(v, &b);
+    CHECKF(!strcmp(sb_cstr(&a), want_dump), "%s: dump '%s'", in, sb_cstr(&a));
+    CHECKF(!strcmp(sb_cstr(&b), want_str), "%s: str '%s'", in, sb_cstr(&b));
+    sb_free(&a);
+    sb_free(&b);
+    json_free(v);
+}
+
+static void num_py(double d, const char *want) {
+    strbuf b = {0};
+    json_num_py(d, &b);
+    CHECKF(!strcmp(sb_cstr(&b), want), "%.17g: '%s'", d, sb_cstr(&b));
+    sb_free(&b);
+}
+
+static void test_python(void) {
+    py("1", "1", "1");
+    py("-0", "0", "0");
+    py("1.0", "1.0", "1.0");
+    py("-0.0", "-0.0", "-0.0");
+    py("1e2", "100.0", "100.0");
+    py("12345678901234567890", "12345678901234567890", "12345678901234567890");
+    py("true", "true", "True");
+    py("null", "null", "None");
+    py("\"a\\u00e9\\n\\\"\\u0001\\u007f\"", "\"a\u00e9\\n\\\"\\u0001\x7f\"", "a\u00e9\n\"\001\x7f");
+    py("{\"b\": [1, 2.5, {}], \"a\": []}", "{\"b\": [1, 2.5, {}], \"a\": []}", "{\"b\": [1, 2.5, {}], \"a\": []}");
+    num_py(1e16, "1e+16");
+    num_py(1e15, "1000000000000000.0");
+    num_py(0.0001, "0.0001");
+    num_py(0.00001, "1e-05");
+    num_py(1.5e-7, "1.5e-07");
+    num_py(123456789.125, "123456789.125");
+    num_py(1.2345678901234568e+17, "1.2345678901234568e+17");
+    num_py(0.1, "0.1");
+    num_py(-2.5, "-2.5");
+    num_py(1e300, "1e+300");
 }
 
 int main(void) {
@@ -205,5 +262,6 @@ int main(void) {
     CHECK(v && v->len == 1000 && json_get(v, "k5")->num == 199005);
     json_free(v);
     sb_free(&big);
+    test_python();
     return test_report("test_json");
 }

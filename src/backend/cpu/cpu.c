@@ -332,8 +332,11 @@ static void cpu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, i
 
 /* ---- KV cache and attention ---- */
 
-static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
-    (void)b;
+static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err) {
+    if (type != BE_KV_F32) {
+        gem_err_set(err, "backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)", b->name);
+        return NULL;
+    }
     be_kv *kv = calloc(1, sizeof *kv);
     size_t n = (size_t)capacity * n_kv_head * d;
     if (kv) {
@@ -368,6 +371,10 @@ typedef struct {
     float *out;
     int n, pos0, n_head, n_kv_head, d, window;
     int cached; /* attention_cached: every query at pos0, keys [.., pos0) from the cache only */
+    /* attention_seqs: row i is its own sequence's one-token step, at pos[i]
+     * over kvs[i] (kv and pos0 unused) */
+    const be_kv *const *kvs;
+    const int *pos;
     /* the kernels' dot and axpy: the scalar ones (plain loops in order) on
      * the reference path; SIMD on the fast path, where a scalar dependency
      * chain made decode slow down as the context grew */
@@ -379,7 +386,13 @@ typedef struct {
 static void att_task(void *ctx, int t) {
     const att_job *j = ctx;
     const int i = t / j->n_head, h = t % j->n_head, g = h / (j->n_head / j->n_kv_head), d = j->d;
-    const int qp = j->cached ? j->pos0 : j->pos0 + i;
+    /* this call's keys start at position pos0 (for a sequence row: its own
+     * position, its key the call's row i) */
+    const be_kv *kv = j->kvs ? j->kvs[i] : j->kv;
+    const int pos0 = j->kvs ? j->pos[i] : j->pos0;
+    const float *ck = j->kvs ? j->k + (size_t)i * j->n_kv_head * d : j->k;
+    const float *cv = j->kvs ? j->v + (size_t)i * j->n_kv_head * d : j->v;
+    const int qp = j->cached || j->kvs ? pos0 : pos0 + i;
     const int first = j->window > 0 && qp - j->window + 1 > 0 ? qp - j->window + 1 : 0;
     const int last = j->cached ? qp - 1 : qp; /* a drafted token's key is not in the cache */
     const int count = last - first + 1;
@@ -393,8 +406,8 @@ static void att_task(void *ctx, int t) {
     if (!s) return;
     float mx = -INFINITY;
     for (int p = first; p <= last; p++) {
-        const float *k = p < j->pos0 ? j->kv->k + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
-                                     : j->k + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
+        const float *k = p < pos0 ? kv->k + (kv_slot(kv, p) * j->n_kv_head + g) * d
+                                  : ck + ((size_t)(p - pos0) * j->n_kv_head + g) * d;
         const float acc = j->dot(q, k, d);
         s[p - first] = acc;
         if (acc > mx) mx = acc;
@@ -406,8 +419,8 @@ static void att_task(void *ctx, int t) {
     }
     for (int e = 0; e < d; e++) o[e] = 0;
     for (int p = first; p <= last; p++) {
-        const float *v = p < j->pos0 ? j->kv->v + (kv_slot(j->kv, p) * j->n_kv_head + g) * d
-                                     : j->v + ((size_t)(p - j->pos0) * j->n_kv_head + g) * d;
+        const float *v = p < pos0 ? kv->v + (kv_slot(kv, p) * j->n_kv_head + g) * d
+                                  : cv + ((size_t)(p - pos0) * j->n_kv_head + g) * d;
         j->axpy(o, s[p - first] / sum, v, d);
     }
     free(s);
@@ -416,7 +429,8 @@ static void att_task(void *ctx, int t) {
 static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                           int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window, 0, c->k.dot, c->k.axpy};
+    att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window, 0, NULL, NULL, c->k.dot,
+                 c->k.axpy};
     if (c->reference) {
         for (int t = 0; t < n * n_head; t++) att_task(&j, t);
     } else {
@@ -431,10 +445,43 @@ static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be
     }
 }
 
+/* Rows of n sequences (backend.h attention_seqs): the model's one-token
+ * path per row (K as V from the raw k, the q/k norms, the weightless v
+ * norm, rope at the row's own position, attention), with the row-wise ops
+ * run over all rows at once (each row computed alone either way). */
+static void cpu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                               int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head,
+                               int d, float eps, float theta, const be_weight *ff, int window, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    const size_t qrow = (size_t)n_head * d, krow = (size_t)n_kv_head * d;
+    if (v_from_k) cpu_copy(b, k, 0, v, 0, (size_t)n * krow);
+    cpu_rmsnorm(b, q, qw, n * n_head, d, eps, q);
+    cpu_rmsnorm(b, k, kw, n * n_kv_head, d, eps, k);
+    cpu_rmsnorm(b, v, NULL, n * n_kv_head, d, eps, v);
+    for (int i = 0; i < n; i++) {
+        be_buf qi = {q->p + (size_t)i * qrow, qrow}, ki = {k->p + (size_t)i * krow, krow};
+        cpu_rope(b, &qi, 1, n_head, d, d, pos[i], theta, ff);
+        cpu_rope(b, &ki, 1, n_kv_head, d, d, pos[i], theta, ff);
+    }
+    att_job j = {q->p, k->p, v->p, NULL, out->p, n, 0, n_head, n_kv_head, d, window, 0,
+                 (const be_kv *const *)kvs, pos, c->k.dot, c->k.axpy};
+    if (c->reference) {
+        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
+    } else {
+        pool_run(c->pool, att_task, &j, n * n_head);
+    }
+    for (int i = 0; i < n; i++) {
+        const size_t slot = kv_slot(kvs[i], pos[i]);
+        memcpy(kvs[i]->k + slot * krow, k->p + (size_t)i * krow, krow * sizeof(float));
+        memcpy(kvs[i]->v + slot * krow, v->p + (size_t)i * krow, krow * sizeof(float));
+    }
+}
+
 static void cpu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head,
                                  int n_kv_head, int d, int window, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    att_job j = {q->p, NULL, NULL, kv, out->p, n, pos, n_head, n_kv_head, d, window, 1, c->k.dot, c->k.axpy};
+    att_job j = {q->p, NULL, NULL, kv, out->p, n, pos, n_head, n_kv_head, d, window, 1, NULL, NULL, c->k.dot,
+                 c->k.axpy};
     if (c->reference) {
         for (int t = 0; t < n * n_head; t++) att_task(&j, t);
     } else {
@@ -545,10 +592,6 @@ static void cpu_destroy(backend *b) {
 }
 
 backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
-    if (o && o->kv_f16) {
-        gem_err_set(err, "--kv-type f16: the CPU backend keeps its KV cache in f32 (f16 is a CUDA option)");
-        return NULL;
-    }
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) {
         gem_err_set(err, "out of memory");
@@ -587,9 +630,15 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->scale = cpu_scale;
     b->softcap = cpu_softcap;
     b->kv_new = cpu_kv_new;
+    b->kv_f16 = 0; /* f32 entries only: the kernels read float rows */
+    /* the scratch that grows lazily: matmul_geglu's up projection (tile x
+     * ffn floats: 5.5 MB for the 31B at the CPU's tile of 64) and the
+     * quantized activations (a byte per value and a scale per 32) */
+    b->work_reserve = (size_t)64 << 20;
     b->kv_free = cpu_kv_free;
     b->attention = cpu_attention;
     b->attention_cached = cpu_attention_cached;
+    b->attention_seqs = cpu_attention_seqs;
     b->rows_exact = 1; /* every op computes a row alone (threads split rows, never a row's sum) */
     b->kv_bytes = cpu_kv_bytes;
     b->kv_save = cpu_kv_save;

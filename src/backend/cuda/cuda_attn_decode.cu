@@ -1043,6 +1043,24 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
 }
 
+/* One-token steps of n sequences (backend.h attention_seqs): each row on
+ * the one-token path (attention_rows: the row's own step from
+ * set_step_seqs), over its own cache. */
+void cu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                       int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head, int d,
+                       float eps, float theta, const be_weight *ff, int window, be_buf *out) {
+    cuda_backend *c = cu_of(b);
+    if (n < 1 || n > BE_EXACT_ROWS) {
+        cu_check(c, cudaErrorInvalidValue, "attention_seqs: rows outside 1..BE_EXACT_ROWS");
+        return;
+    }
+    attention_rows(c, q, k, v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
+        const int i = c->att_row;
+        cu_attention_qkv(b, &r.q, qw, &r.k, kw, &r.v, v_from_k, kvs[i], 1, pos[i], n_head, n_kv_head, d, eps, theta,
+                         ff, window, &r.out);
+    });
+}
+
 /* ---- attention_cached: an MTP drafter's queries over its target's cache ----
  * One block per (query head, query row), all queries at position pos (read
  * from the step buffer): keys [pos - window + 1, pos) (or [0, pos)) from

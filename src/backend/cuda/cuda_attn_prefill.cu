@@ -462,17 +462,25 @@ int attn_fa_run(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf 
     return 1;
 }
 
-be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err) {
+be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err) {
     cuda_backend *c = cu_of(b);
+    if (type != BE_KV_F32 && type != BE_KV_F16) {
+        gem_err_set(err, "KV cache entry type %d is not one the CUDA backend keeps (f32, f16)", (int)type);
+        return NULL;
+    }
+    const int f16 = type == BE_KV_F16;
     be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
-    const size_t bytes = (size_t)capacity * n_kv_head * d * (c->kv_f16 ? sizeof(__half) : sizeof(float));
+    /* exactly cu_kv_bytes(kv, capacity) / 2 each for keys and values (the
+     * KV plan counts on it) */
+    const size_t bytes = (size_t)capacity * n_kv_head * d * (f16 ? sizeof(__half) : sizeof(float));
     cudaError_t e = kv ? cudaMalloc(&kv->k, bytes) : cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaMalloc(&kv->v, bytes);
     if (e == cudaSuccess) e = cudaMemsetAsync(kv->k, 0, bytes, c->st);
     if (e == cudaSuccess) e = cudaMemsetAsync(kv->v, 0, bytes, c->st);
     if (e != cudaSuccess) {
-        gem_err_set(err, "cannot allocate a KV cache of %d positions (%.1f MiB) on the GPU: %s", capacity,
-                    2.0 * bytes / 1048576.0, cudaGetErrorString(e));
+        (void)cudaGetLastError(); /* a refused allocation is an answer, not a sticky fault */
+        gem_err_set(err, "cannot allocate a KV cache of %d positions (%s, %.1f MiB) on the GPU: %s", capacity,
+                    f16 ? "f16" : "f32", 2.0 * bytes / 1048576.0, cudaGetErrorString(e));
         if (kv) {
             cudaFree(kv->k);
             cudaFree(kv->v);
@@ -480,7 +488,7 @@ be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_e
         }
         return NULL;
     }
-    kv->f16 = c->kv_f16;
+    kv->f16 = f16;
     kv->n_kv_head = n_kv_head;
     kv->head_dim = d;
     kv->capacity = capacity;

@@ -63,6 +63,25 @@ static int stage_grow(cuda_backend *c, size_t bytes) {
 
 #define STAGE_BYTES ((size_t)64 << 20)
 
+/* backend.h work_reserve: what the backend takes beyond the weights (whose
+ * page rounding cu_weight_bytes counts), the KV plan and the model's
+ * buffers. Its scratch grows lazily in powers of two from 4 KiB
+ * (cuda_common.h grow); for the 31B at the default tile of 2048: the
+ * 8-bit activation codes of the widest product input (2048 x 21504 bytes:
+ * 64 MiB) with their scales and sums (2 x 8 MiB), k_mm_h's f16
+ * activations (128 MiB), the attention partials of a split-kernel tile
+ * (2048 x 32 heads x 512 floats: 256 MiB, with GEM_CUDA_MMA=0 or tiles of
+ * under 16; a decode step's 256 splits need 16 MiB), matmul_geglu's
+ * unfused up projection (256 MiB), the 64 MiB weight staging buffer:
+ * about 0.8 GiB at most (the README's 31B benchmark left about 0.3 GiB
+ * beyond its rounded weights, caches and buffers). Then the caches' own
+ * page rounding (at most 2 MiB per allocation, two per layer: 0.23 GiB
+ * for the 31B), the recorded graphs, the step buffers, argmax and top-k
+ * partials, an MTP verification's 16 rows of logits and its drafter's
+ * buffers: held to 1.5 GiB. A larger --tile grows the tile-sized scratch
+ * proportionally. */
+#define CU_WORK_RESERVE ((size_t)3 << 29)
+
 static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     cuda_backend *c = cu_of(b);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);
@@ -161,6 +180,32 @@ static void cu_weight_free(backend *b, be_weight *w) {
     free_weight(w);
 }
 
+/* Device memory an allocation of n bytes takes: the driver maps device
+ * memory in 2 MiB pages and gives an allocation of 1 MiB or more pages of
+ * its own, while smaller ones share pages. An estimate of the driver's
+ * policy, not its contract; with it the 31B Q4_0's 1244 weight allocations
+ * come to 17.56 GiB where their bytes are 16.74 GiB, and weights, caches
+ * and tile buffers so rounded to 21.82 GiB beside the 22.1 GiB the
+ * benchmark measured (README's table, f16 caches at 32961 positions), the
+ * rest being scratch. */
+static uint64_t cu_pages(uint64_t n) {
+    const uint64_t page = (uint64_t)2 << 20;
+    return n >= ((uint64_t)1 << 20) ? (n + page - 1) / page * page : n;
+}
+
+/* What cu_weight allocates for t, as the device counts it (cu_pages):
+ * f32/f16/bf16 as stored; q8_0/q4_0 as codes plus f16 scales (the file's
+ * bytes split in two allocations); other types expanded to f16. */
+static uint64_t cu_weight_bytes(backend *b, const gguf_tensor *t) {
+    (void)b;
+    if (t->type == QT_F32 || t->type == QT_F16 || t->type == QT_BF16) return cu_pages(t->n_bytes);
+    if ((t->type == QT_Q8_0 || t->type == QT_Q4_0) && t->ne[0] % 32 == 0) {
+        const uint64_t nblk = t->n_elems / 32;
+        return cu_pages(nblk * (t->type == QT_Q8_0 ? 32 : 16)) + cu_pages(nblk * sizeof(__half));
+    }
+    return cu_pages(t->n_elems * sizeof(__half));
+}
+
 /* ------------------------------------------------------------------ */
 /* buffers                                                             */
 
@@ -256,7 +301,9 @@ static size_t cu_mem_free(backend *b) {
     return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? free_b : 0;
 }
 
-static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
+/* The step buffer for a tile of n tokens: row i at pos0 + i, or at pos[i]
+ * when pos is given (one-token steps of n sequences: set_step_seqs). */
+static void step_write(backend *b, const int32_t *ids, int n, int pos0, const int *pos) {
     cuda_backend *c = cu_of(b);
     if (n > c->step_cap) {
         int cap = c->step_cap ? c->step_cap : 64;
@@ -278,17 +325,27 @@ static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
     /* the previous step's copy must have left the staging area before it is
      * rewritten; this waits at most for the tile before the last one */
     CK(c, cudaEventSynchronize(c->step_copied));
-    c->step_host[0] = pos0;
+    c->step_host[0] = pos ? pos[0] : pos0;
     c->step_host[1] = n;
     memcpy(c->step_host + 2, ids, sizeof(int) * (size_t)n);
     size_t ints = (size_t)n + 2;
-    if (n > 1 && n <= BE_EXACT_ROWS) { /* the rows' own steps (step_rows) */
+    if ((n > 1 && n <= BE_EXACT_ROWS) || pos) { /* the rows' own steps (step_rows) */
         int *r = c->step_host + c->step_cap + 2;
-        for (int i = 0; i < n; i++) r[3 * i] = pos0 + i, r[3 * i + 1] = 1, r[3 * i + 2] = ids[i];
+        for (int i = 0; i < n; i++) r[3 * i] = pos ? pos[i] : pos0 + i, r[3 * i + 1] = 1, r[3 * i + 2] = ids[i];
         ints = (size_t)c->step_cap + 2 + 3 * (size_t)n;
     }
     CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * ints, cudaMemcpyHostToDevice, c->st));
     CK(c, cudaEventRecord(c->step_copied, c->st));
+}
+
+static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) { step_write(b, ids, n, pos0, NULL); }
+
+static void cu_set_step_seqs(backend *b, const int32_t *ids, const int *pos, int n) {
+    if (n > BE_EXACT_ROWS) {
+        cu_check(cu_of(b), cudaErrorInvalidValue, "set_step_seqs: more rows than BE_EXACT_ROWS");
+        return;
+    }
+    step_write(b, ids, n, 0, pos);
 }
 
 /* ------------------------------------------------------------------ */
@@ -470,7 +527,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         return NULL;
     }
     c->gelu_fp16 = o && o->gelu_fp16;
-    c->kv_f16 = o && o->kv_f16;
     backend *b = &c->base;
     b->name = "cuda";
     /* 2048: the 5376-row products of a 31B tile then fill 5 waves of the
@@ -480,6 +536,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->destroy = cu_destroy;
     b->weight = cu_weight;
     b->weight_free = cu_weight_free;
+    b->weight_bytes = cu_weight_bytes;
     b->alloc = cu_alloc;
     b->buf_free = cu_buf_free;
     b->upload = cu_upload;
@@ -506,6 +563,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->scale = cu_scale;
     b->softcap = cu_softcap;
     b->kv_new = cu_kv_new;
+    b->kv_f16 = 1;
+    b->work_reserve = CU_WORK_RESERVE;
     b->kv_free = cu_kv_free;
     b->attention = cu_attention;
     b->kv_bytes = cu_kv_bytes;
@@ -517,6 +576,8 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->argmax_prob = cu_argmax_prob;
     b->topk = cu_topk;
     b->set_step = cu_set_step;
+    b->set_step_seqs = cu_set_step_seqs;
+    b->attention_seqs = cu_attention_seqs;
     /* tensor-core prefill is the default; GEM_CUDA_MMA=0 selects the dp4a
      * kernels (whose f32 order matches the CPU fast path: tests/cuda/run.sh) */
     c->mma = (int)set[CS_MMA];

@@ -29,8 +29,12 @@
  *   launch) equals its epoch: set by a product that quantized its input
  *   and by the ops that produce a product's input (rmsnorm, the residual
  *   add + norm, the attention combine), which write the codes as they go.
- * - KV caches hold f32 entries, or f16 with backend_opts.kv_f16; the
- *   checkpoint blob is the cache's own bytes (f32: the CPU's layout).
+ * - KV caches hold f32 or f16 entries, chosen per cache (kv_new; be_kv.f16),
+ *   so one model may mix them (--kv-type f16-full: f32 rings, f16 full
+ *   caches): every attention entry point dispatches on the cache it is
+ *   given, never on a backend-wide setting, and the scratch the kernels
+ *   share (partials, codes) has one layout for both types. The checkpoint
+ *   blob is the cache's own bytes (f32: the CPU's layout).
  *
  * Numerics: q8_0/q4_0 products of decode steps (and of prefill tiles with
  * GEM_CUDA_MMA=0, K not a multiple of 128 or a scale that is inf/NaN) quantize the activations to 8 bits per 32-value block
@@ -165,7 +169,6 @@ typedef struct {
      * (GEM_CUDA_TRACE=FILE; NULL: no trace) */
     struct cu_trace_rec *trace_ring;
     char *trace_path;
-    int kv_f16; /* new caches hold f16 entries (backend_opts.kv_f16) */
     size_t mem_free0; /* free device memory when the backend was created */
     struct {
         char name[64]; /* room for mv_run's longest label */

@@ -44,12 +44,15 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
 void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                       int v_from_k, be_kv *kv, int n, int pos0, int n_head, int n_kv_head, int d, float eps,
                       float theta, const be_weight *ff, int window, be_buf *out);
+void cu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                       int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head, int d,
+                       float eps, float theta, const be_weight *ff, int window, be_buf *out);
 cudaError_t attn_allow_all(void); /* shared-memory limits of the attention kernels */
 void cu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, int n, int pos, int n_head, int n_kv_head,
                          int d, int window, be_buf *out);
 
 /* cuda_attn_prefill.cu: the KV caches */
-be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, gem_err *err);
+be_kv *cu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err);
 void cu_kv_free(backend *b, be_kv *kv);
 size_t cu_kv_bytes(backend *b, const be_kv *kv, int n_pos);
 void cu_kv_save(backend *b, const be_kv *kv, int n_pos, void *dst);

@@ -1,0 +1,76 @@
+/* The README's capacity table: which KV types fit which contexts for the
+ * 31B and 12B profiles on one GPU, computed (not measured) from the KV plan
+ * (model/gemma4_kvplan.h) and the Q4_0 weights as gem synth --type q4_0
+ * writes them (matrices q4_0, the embedding q8_0, vectors f32; and the 31B
+ * in Q8_0, where the choice of KV type starts to matter), counted as
+ * the CUDA backend counts them (cu_weight_bytes: codes and scales as two
+ * allocations, each of 1 MiB or more rounded to 2 MiB pages), with the
+ * CUDA prompt tile of 2048 and its 1.5 GiB work reserve: the sum gem serve
+ * and gem run check before loading. A card's free memory is taken as 78 GiB (H100 80 GB) and
+ * 139 GiB (H200 141 GB), what cudaMemGetInfo reports free on them with a
+ * CUDA context up.
+ *
+ *   make CUDA=0 lib-objs && cc -std=c11 -D_GNU_SOURCE -O2 -Isrc -o /tmp/kv_fit_table \
+ *       tools/kv_fit_table.c $(cat build/lib-objs) -lm -pthread && /tmp/kv_fit_table */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/gemma4.h"
+#include "model/gemma4_kvplan.h"
+
+#define GIB 1073741824.0
+
+/* cu_pages (cuda_backend.cu): the driver's 2 MiB pages */
+static uint64_t pages(uint64_t n) {
+    const uint64_t page = (uint64_t)2 << 20;
+    return n >= ((uint64_t)1 << 20) ? (n + page - 1) / page * page : n;
+}
+
+/* q8: matrices in q8_0 (else q4_0); the embedding q8_0 either way */
+static uint64_t weights_of(const gemma4_profile *p, int q8) {
+    const size_t n = gemma4_manifest_count(p);
+    gemma4_tensor_spec *s = malloc(n * sizeof *s);
+    uint64_t bytes = 0;
+    if (!s || gemma4_manifest(p, s, n) != n) {
+        fprintf(stderr, "kv_fit_table: no manifest for %s\n", p->name);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t n_el = s[i].ne[0] * (s[i].n_dims > 1 ? s[i].ne[1] : 1), nblk = n_el / 32;
+        if (s[i].kind == G4_KIND_VECTOR) bytes += pages(n_el * 4);                         /* f32 */
+        else bytes += pages(nblk * (q8 || s[i].kind == G4_KIND_EMBD ? 32 : 16)) + pages(nblk * 2); /* codes, scales */
+    }
+    free(s);
+    return bytes;
+}
+
+int main(void) {
+    static const char *const profiles[] = {"gemma4-31b", "gemma4-12b"};
+    static const int ctxs[] = {32768, 65536, 131072, 262144};
+    const double cards[2] = {78.0, 139.0};
+    const uint64_t reserve = (uint64_t)3 << 29; /* CU_WORK_RESERVE */
+    printf("| model (weights) | context | f32 | f16-full | f16 |\n|---|---|---|---|---|\n");
+    for (int m = 0; m < 3; m++) {
+        const int q8 = m == 2; /* the 31B and 12B in Q4_0, then the 31B in Q8_0 */
+        const gemma4_profile *p = gemma4_profile_find(profiles[m == 1]);
+        const uint64_t w = weights_of(p, q8);
+        for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
+            printf("| %s %s (%.1f GiB) | %d |", p->name, q8 ? "q8_0" : "q4_0", w / GIB, ctxs[ci]);
+            static const gemma4_kv_type order[] = {GEMMA4_KV_F32, GEMMA4_KV_F16_FULL, GEMMA4_KV_F16};
+            for (int ti = 0; ti < 3; ti++) {
+                gemma4_kv_plan plan;
+                gem_err err = {{0}};
+                if (gemma4_kv_plan_make(p, ctxs[ci], order[ti], 16, 2048, &plan, &err)) {
+                    fprintf(stderr, "kv_fit_table: %s\n", err.msg);
+                    return 1;
+                }
+                const double need = (w + gemma4_kv_plan_total(&plan) + reserve) / GIB;
+                printf(" %.1f GiB: %s |", need,
+                       need <= cards[0] ? "H100, H200" : need <= cards[1] ? "H200 only" : "neither");
+            }
+            printf("\n");
+        }
+    }
+    return 0;
+}
