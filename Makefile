@@ -124,7 +124,7 @@ FUZZ_BIN  := $(FUZZ_SRC:tests/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -Wno-unknown-warning-option -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
-$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h)
+$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h tests/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -UGEM_CUDA $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) -lm
 

@@ -33,18 +33,26 @@ static const char help[] =
     "  --allow-host NAME,..  Host names a loopback-bound server accepts beside localhost and\n"
     "                        loopback addresses (a DNS-rebinding guard)\n"
     "  --max-body BYTES      request body limit (default 8 MiB)\n"
+    "  --max-inflight BYTES  request bodies held at once over all connections, from head to answer\n"
+    "                        (default 4 x --max-body); a body that would pass it gets 503 unread;\n"
+    "                        bodies up to 64 KiB always pass\n"
     "  -np, --parallel N     slots: requests that run at once (default 1, at most 64). Each slot is a\n"
     "                        session with its own KV caches for --ctx tokens (the memory grows with N);\n"
     "                        a request goes to the free slot holding the longest prefix of its prompt\n"
     "  --queue N             requests that may wait beyond the running ones (default 16; more: 503)\n"
-    "  --max-conns N         open connections (default 128; more: 503 and closed)\n"
-    "  --timeout S           seconds for a request's head and body to arrive (default 30)\n"
+    "  --max-conns N         open connections (default 128); past them, a new connection that sends a\n"
+    "                        complete request head within 1 s takes the place of the one idle, or\n"
+    "                        receiving its request, longest (for at least 1 s; that one gets 408);\n"
+    "                        else it gets 503 and is closed\n"
+    "  --header-timeout S    seconds for a request's head to arrive (default 10; a new connection's\n"
+    "                        from accept)\n"
+    "  --timeout S           seconds for a whole request, head and body, to arrive (default 30)\n"
     "  --idle-timeout S      seconds an idle keep-alive connection stays open (default 60)\n"
     "  --send-timeout S      seconds a blocked send may wait for the client (default 30)\n"
     "  --heartbeat S         seconds between SSE comments while queued or prefilling (default 5; 0: none)\n"
     "  --shutdown-grace S    on SIGTERM or SIGINT, seconds the running answer may still take (default 0);\n"
     "                        then it ends with an error (a stream: an error event and [DONE]); queued\n"
-    "                        requests get 503\n"
+    "                        requests get 503; a second signal ends the grace at once\n"
     "  --mtp FILE            an MTP drafter for speculative decoding (answers unchanged)\n"
     "  --draft-max N         drafts per round at most (0-15, default 8)\n"
     "  --draft-min N         rounds that would draft fewer decode plainly\n"
@@ -61,9 +69,10 @@ static int usage(void) {
             "usage: gem serve -m FILE [--host 127.0.0.1] [--port 8080] [--backend cpu|cuda] [--kv-type f32|f16|f16-full]\n"
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
-            "                 [--max-body BYTES] [--alias NAME]\n"
+            "                 [--max-body BYTES] [--max-inflight BYTES] [--alias NAME]\n"
             "                 [--parallel N] [--queue N]\n"
-            "                 [--max-conns N] [--timeout S] [--idle-timeout S] [--send-timeout S] [--heartbeat S]\n"
+            "                 [--max-conns N] [--header-timeout S] [--timeout S] [--idle-timeout S] [--send-timeout S]\n"
+            "                 [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
             "                 [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P] [--draft-fixed]\n"
             "                 [--test-hooks]\n");
@@ -77,6 +86,7 @@ int cli_serve(int argc, char **argv) {
     o.max_body = 8 << 20;
     o.queue = 16;
     o.max_conns = 128;
+    o.header_timeout = 10;
     o.read_timeout = 30;
     o.idle_timeout = 60;
     o.send_timeout = 30;
@@ -108,9 +118,11 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) { bad = !v || !*v || strpbrk(v, "\r\n"); o.cors = v; i++; }
         else if (!strcmp(a, "--allow-host")) { bad = !v || !*v || strpbrk(v, " \t\r\n"); o.allow_host = v; i++; }
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
+        else if (!strcmp(a, "--max-inflight")) { bad = cli_parse_num(v, 1024, 1ull << 40, &x) || x != (double)(size_t)x; o.max_inflight = (size_t)x; i++; }
         else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) { bad = cli_parse_num(v, 1, 64, &x) || x != (int)x; o.parallel = (int)x; i++; }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
+        else if (!strcmp(a, "--header-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.header_timeout = x; i++; }
         else if (!strcmp(a, "--timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.read_timeout = x; i++; }
         else if (!strcmp(a, "--idle-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.idle_timeout = x; i++; }
         else if (!strcmp(a, "--send-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.send_timeout = x; i++; }
@@ -126,6 +138,12 @@ int cli_serve(int argc, char **argv) {
             fprintf(stderr, "gem serve: error: bad value for %s: '%s'\n", a, v ? v : "");
             return 2;
         }
+    }
+    if (!o.max_inflight) o.max_inflight = 4 * o.max_body;
+    if (o.max_inflight < o.max_body) {
+        fprintf(stderr, "gem serve: error: --max-inflight %zu is below --max-body %zu: a body that large could never be "
+                        "admitted\n", o.max_inflight, o.max_body);
+        return 2;
     }
     char *key_buf = NULL;
     if (o.api_key && key_file) {

@@ -14,7 +14,8 @@
  * trie over them; it is built once per engine and is shared by every
  * grammar: it also owns the mask caches, keyed by the structure of the
  * grammar around a matcher position, so requests that compile the same
- * schema (or merely use JSON strings) reuse each other's work. All
+ * schema (or merely use JSON strings) reuse each other's work, within a
+ * cap in bytes (gram_vocab_set_cache_cap). All
  * functions are thread-safe on distinct states; a gram and a gram_vocab
  * may be shared between threads (their caches take a lock).
  *
@@ -92,6 +93,22 @@ int gram_state_complete(const gram_state *s, strbuf *out);
 gram_vocab *gram_vocab_new(const tok *t, gem_err *err);
 void gram_vocab_free(gram_vocab *v);
 uint32_t gram_vocab_size(const gram_vocab *v);
+
+/* The mask cache's bound: its entries and their table take at most this
+ * many bytes (least recently used entries are evicted; an evicted entry is
+ * rebuilt identically when needed again), so a server seeing many distinct
+ * schemas stays bounded. Entries a mask computation is using when they are
+ * evicted are counted until it ends: once no computation runs, bytes <=
+ * cap. */
+#define GRAM_VOCAB_CACHE_DEFAULT ((size_t)256 << 20)
+/* Sets the cap (the cache starts over, empty). */
+void gram_vocab_set_cache_cap(gram_vocab *v, size_t bytes);
+typedef struct {
+    size_t bytes, cap;   /* held now, and the bound */
+    size_t entries;      /* filed */
+    uint64_t evicted;    /* entries evicted so far */
+} gram_vocab_cache;
+gram_vocab_cache gram_vocab_cache_info(const gram_vocab *v);
 
 /* bits: (gram_vocab_size + 31) / 32 words, overwritten; bit id (word
  * id/32, bit id%32) set for every token whose bytes the state accepts, and

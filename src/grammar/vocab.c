@@ -17,7 +17,18 @@
  * Exactness: the cached results hold as long as the real stacks cannot
  * exceed GRAM_MAX_DEPTH where the cached walk did not; when a group sits
  * too deep for that margin the whole mask falls back to walking the trie
- * on the real state. Invariant: cache entries never change once filed. */
+ * on the real state. Invariant: cache entries never change once filed.
+ *
+ * Bound: the entries filed and the table that files them take at most the
+ * cache's cap in bytes (gram_vocab_set_cache_cap). Filing an entry that
+ * would pass it first evicts the least recently used entries, down to
+ * three quarters of the cap (so evictions come in batches, each paid for
+ * by a quarter of the cap's worth of filings). An entry is pinned while a
+ * mask computation uses it (refs): an evicted entry in use leaves the
+ * table at once and is freed, and its bytes uncounted, by the last user;
+ * an entry larger than the cap alone is built, used once and freed. A
+ * server seeing endless distinct schemas thus keeps the cap, and an
+ * evicted entry is rebuilt, identically, when its key comes back. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +41,10 @@ typedef struct {
     char *key;
     size_t key_len;
     uint64_t h;
+    size_t bytes;              /* what the entry holds: itself, its key, lists and trie */
+    uint64_t last_use;         /* the vocabulary's use clock at its latest lookup */
+    uint32_t refs;             /* mask computations using it now */
+    int filed;                 /* in the table (else freed by its last user) */
     uint32_t growth;           /* deepest stack the cached walk held */
     uint32_t n_acc;            /* tokens accepted inside the frame */
     int32_t *acc;              /* as a list, when few */
@@ -60,9 +75,13 @@ struct gram_vocab {
     uint32_t *nskip;    /* the node after this one's subtree */
     uint32_t *ntok_off; /* tokens ending at node i: ntok[ntok_off[i] .. ntok_off[i+1]) */
     int32_t *ntok;
-    pthread_mutex_t mu; /* guards the cache table and the scratch pool */
+    pthread_mutex_t mu; /* guards the cache table, its accounting and the scratch pool */
     centry **ht;
     size_t ht_cap, n_ent;
+    size_t cache_bytes;   /* filed entries' bytes and the table's, plus evicted entries still in use */
+    size_t cache_cap;     /* the bound on cache_bytes (see the top of this file) */
+    uint64_t clock;       /* lookups so far: the LRU order */
+    uint64_t n_evicted;
     scratch *pool;
 };
 
@@ -91,6 +110,7 @@ gram_vocab *gram_vocab_new(const tok *t, gem_err *err) {
     pthread_mutex_init(&v->mu, NULL);
     uint32_t n = tok_n_vocab(t);
     v->n_vocab = n;
+    v->cache_cap = GRAM_VOCAB_CACHE_DEFAULT;
     v->poff = malloc(((size_t)n + 1) * sizeof *v->poff);
     v->is_eog = calloc(n ? n : 1, 1);
     refs = malloc((n ? n : 1) * sizeof *refs);
@@ -432,15 +452,20 @@ static centry *build_entry(const gram *g, const gram_vocab *v, scratch *sc, cons
     if (u.failed) goto fail;
     c->growth = growth;
     c->n_acc = (uint32_t)n_acc;
+    size_t acc_bytes = cap_acc * sizeof *acc;
     if (n_acc > v->n_vocab / 32) {
         c->acc_bits = calloc((v->n_vocab + 31) / 32, sizeof *c->acc_bits);
         if (!c->acc_bits) goto fail;
         for (size_t k = 0; k < n_acc; k++) set_bit(c->acc_bits, acc[k]);
         free(acc);
+        acc_bytes = (v->n_vocab + 31) / 32 * sizeof *c->acc_bits;
     } else
         c->acc = acc;
     acc = NULL;
     if (build_suffix_trie(v, &u, c)) goto fail;
+    c->bytes = sizeof *c + acc_bytes +
+               (size_t)c->n_sn * (sizeof *c->sn_byte + sizeof *c->sn_depth + sizeof *c->sn_skip + sizeof *c->sn_tok_off) +
+               sizeof *c->sn_tok_off + u.n * sizeof *c->sn_tok;
     free(u.v);
     free(ex);
     return c;
@@ -524,9 +549,73 @@ oom:
     return -1;
 }
 
-/* The cache entry of a group, built on first use. The entry lives as long
- * as the vocabulary. */
-static const centry *entry_for(const gram *cg, gram_vocab *v, scratch *sc, const uint32_t *pos, uint32_t np) {
+/* Files c in the table (v->mu held; the table has room). */
+static void table_put(centry **ht, size_t cap, centry *c) {
+    size_t k = c->h & (cap - 1);
+    while (ht[k]) k = (k + 1) & (cap - 1);
+    ht[k] = c;
+}
+
+/* A table of cap slots holding the filed entries (v->mu held): replaces
+ * v's and updates the accounting. -1 when out of memory (v unchanged). */
+static int table_rebuild(gram_vocab *v, size_t cap) {
+    centry **ht = calloc(cap, sizeof *ht);
+    if (!ht) return -1;
+    for (size_t i = 0; i < v->ht_cap; i++)
+        if (v->ht[i]) table_put(ht, cap, v->ht[i]);
+    v->cache_bytes = v->cache_bytes - v->ht_cap * sizeof *v->ht + cap * sizeof *ht;
+    free(v->ht);
+    v->ht = ht;
+    v->ht_cap = cap;
+    return 0;
+}
+
+/* Takes c out of the table's accounting (v->mu held): freed now, or by
+ * its last user when a mask computation still holds it. */
+static void entry_drop(gram_vocab *v, centry *c) {
+    c->filed = 0;
+    v->n_ent--;
+    v->n_evicted++;
+    if (!c->refs) {
+        v->cache_bytes -= c->bytes;
+        centry_free(c);
+    }
+}
+
+/* The bytes the table grows by to file one more entry (kept at most half
+ * full; it starts at 64 slots). */
+static size_t table_growth(const gram_vocab *v) {
+    if ((v->n_ent + 1) * 2 <= v->ht_cap) return 0;
+    return (v->ht_cap ? v->ht_cap : 64) * sizeof *v->ht;
+}
+
+static int by_last_use(const void *a, const void *b) {
+    const centry *x = *(centry *const *)a, *y = *(centry *const *)b;
+    return x->last_use < y->last_use ? -1 : x->last_use > y->last_use;
+}
+
+/* Evicts the least recently used entries until `need` more bytes fit in
+ * three quarters of the cap (v->mu held). The table is rebuilt without
+ * them (open addressing has no cheap delete). -1 when out of memory. */
+static int evict_for(gram_vocab *v, size_t need) {
+    const size_t goal = v->cache_cap / 4 * 3;
+    centry **all = malloc((v->n_ent ? v->n_ent : 1) * sizeof *all);
+    if (!all) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < v->ht_cap; i++)
+        if (v->ht[i]) all[n++] = v->ht[i];
+    qsort(all, n, sizeof *all, by_last_use);
+    memset(v->ht, 0, v->ht_cap * sizeof *v->ht);
+    size_t i = 0;
+    for (; i < n && v->cache_bytes + need > goal; i++) entry_drop(v, all[i]);
+    for (; i < n; i++) table_put(v->ht, v->ht_cap, all[i]);
+    free(all);
+    return 0;
+}
+
+/* The cache entry of a group, built on a miss, pinned for the caller
+ * (entry_release unpins it). NULL when out of memory. */
+static centry *entry_for(const gram *cg, gram_vocab *v, scratch *sc, const uint32_t *pos, uint32_t np) {
     gram *g = (gram *)cg; /* only the memo changes, under its lock */
     pthread_mutex_lock(&g->mu);
     long mi = memo_find(g, pos, np, v->max_len);
@@ -543,21 +632,8 @@ static const centry *entry_for(const gram *cg, gram_vocab *v, scratch *sc, const
                 found = v->ht[k];
                 break;
             }
-    if (!found && (v->n_ent + 1) * 2 > v->ht_cap) {
-        size_t c = v->ht_cap ? v->ht_cap * 2 : 64;
-        centry **ht = calloc(c, sizeof *ht);
-        if (!ht) goto out;
-        for (size_t i = 0; i < v->ht_cap; i++)
-            if (v->ht[i]) {
-                size_t k = v->ht[i]->h & (c - 1);
-                while (ht[k]) k = (k + 1) & (c - 1);
-                ht[k] = v->ht[i];
-            }
-        free(v->ht);
-        v->ht = ht;
-        v->ht_cap = c;
-    }
     if (!found) {
+        /* built under the lock: two threads never build the same entry */
         centry *c = build_entry(g, v, sc, pos, np);
         if (!c) goto out;
         c->key = malloc(key_len ? key_len : 1);
@@ -568,15 +644,59 @@ static const centry *entry_for(const gram *cg, gram_vocab *v, scratch *sc, const
         memcpy(c->key, key, key_len);
         c->key_len = key_len;
         c->h = h;
-        size_t k = h & (v->ht_cap - 1);
-        while (v->ht[k]) k = (k + 1) & (v->ht_cap - 1);
-        v->ht[k] = c;
-        v->n_ent++;
+        c->bytes += key_len;
+        v->cache_bytes += c->bytes; /* counted while it lives, filed or not */
         found = c;
+        /* filed when it fits the cap with the table's growth (an entry
+         * over the eviction goal alone is used once and freed) */
+        if (c->bytes + table_growth(v) <= v->cache_cap / 4 * 3) {
+            if (v->cache_bytes + table_growth(v) > v->cache_cap) evict_for(v, table_growth(v));
+            const size_t grow = table_growth(v);
+            if (v->cache_bytes + grow <= v->cache_cap &&
+                (!grow || table_rebuild(v, v->ht_cap ? v->ht_cap * 2 : 64) == 0)) {
+                table_put(v->ht, v->ht_cap, c);
+                c->filed = 1;
+                v->n_ent++;
+            }
+        }
     }
+    found->refs++;
+    found->last_use = ++v->clock;
 out:
     pthread_mutex_unlock(&v->mu);
     return found;
+}
+
+/* Unpins an entry from entry_for; one no longer filed is freed by its
+ * last user. */
+static void entry_release(gram_vocab *v, centry *c) {
+    pthread_mutex_lock(&v->mu);
+    if (!--c->refs && !c->filed) {
+        v->cache_bytes -= c->bytes;
+        centry_free(c);
+    }
+    pthread_mutex_unlock(&v->mu);
+}
+
+void gram_vocab_set_cache_cap(gram_vocab *v, size_t bytes) {
+    pthread_mutex_lock(&v->mu);
+    v->cache_cap = bytes;
+    /* the cache starts over: every entry evicted, the table freed */
+    for (size_t i = 0; i < v->ht_cap; i++)
+        if (v->ht[i]) entry_drop(v, v->ht[i]);
+    v->cache_bytes -= v->ht_cap * sizeof *v->ht;
+    free(v->ht);
+    v->ht = NULL;
+    v->ht_cap = 0;
+    pthread_mutex_unlock(&v->mu);
+}
+
+gram_vocab_cache gram_vocab_cache_info(const gram_vocab *cv) {
+    gram_vocab *v = (gram_vocab *)cv; /* the lock only */
+    pthread_mutex_lock(&v->mu);
+    gram_vocab_cache c = {v->cache_bytes, v->cache_cap, v->n_ent, v->n_evicted};
+    pthread_mutex_unlock(&v->mu);
+    return c;
 }
 
 /* ---- masks ---- */
@@ -632,9 +752,10 @@ int gram_mask(const gram_state *s, const gram_vocab *cv, uint32_t *bits) {
             tops[j - i] = refs[j].st[nb];
             j++;
         }
-        const centry *c = entry_for(g, v, sc, tops, j - i);
+        centry *c = entry_for(g, v, sc, tops, j - i);
         if (!c) goto out;
         if (nb + c->growth + DEPTH_MARGIN > GRAM_MAX_DEPTH) {
+            entry_release(v, c);
             slow = 1;
             break;
         }
@@ -649,11 +770,13 @@ int gram_mask(const gram_state *s, const gram_vocab *cv, uint32_t *bits) {
             sset_reset(&sc->ctx);
             gram_expand(g, st, nb, &sc->ctx);
             if (sc->ctx.failed) {
+                entry_release(v, c);
                 slow = 1;
                 break;
             }
             walk_suffixes(g, c, sc, &sc->ctx, bits);
         }
+        entry_release(v, c);
         i = j;
     }
     if (slow) {

@@ -538,10 +538,8 @@ int anth_parse(const char *body, size_t n, const api_opts *o, int count_only, ap
     r->sampling.top_k = 64;
     r->sampling.top_p = 0.95f;
     r->max_tokens = -1;
-    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
-    gem_err err = {{0}};
-    json *b = json_parse(body, n, &err);
-    if (!b) return api_fail(e, 400, INVALID, NULL, NULL, "invalid JSON in the request body: %s", err.msg);
+    json *b = api_parse_body(body, n, NULL, e);
+    if (!b) return -1;
     if (!(r->root = json_new(JSON_OBJECT))) {
         json_free(b);
         return oom(e);

@@ -54,6 +54,24 @@ int api_bad_type(api_error *e, const char *param, const char *want, const json *
     return api_fail(e, 400, INVALID, param, NULL, "'%s' must be %s, not %s", param, want, api_type_name(v));
 }
 
+json *api_parse_body(const char *body, size_t n, const char *packed, api_error *e) {
+    if (!n) {
+        api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
+        return NULL;
+    }
+    gem_err err = {{0}};
+    json_limits lim = {API_MAX_JSON_VALUES, packed, 0};
+    json *root = json_parse_limited(body, n, &lim, &err);
+    if (!root && lim.over)
+        api_fail(e, 400, INVALID, NULL, "too_many_values",
+                 "the request body holds more than %d JSON values, the most gem accepts (a list of token ids counts "
+                 "as one)",
+                 API_MAX_JSON_VALUES);
+    else if (!root)
+        api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    return root;
+}
+
 /* Present and not null. */
 static const json *field(const json *o, const char *key) {
     const json *v = json_get(o, key);
@@ -492,29 +510,35 @@ static int parse_chat(json *root, api_request *r, api_error *e) {
 
 #define PROMPT_FORMS "a string, an array of strings, an array of token ids or an array of token id arrays"
 
-/* A token id list (ids already known to be an array). */
-static int parse_ids(const json *a, const char *param, api_prompt *p, api_error *e) {
+/* A token id list (ids already known to be an array; packed when every
+ * element is an int32 integer). One the context cannot hold is refused
+ * before its ids are copied. */
+static int parse_ids(const json *a, const char *param, const api_opts *o, api_prompt *p, api_error *e) {
     if (!a->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'%s' must not be empty", param);
+    if (o->n_ctx > 0 && a->len >= (size_t)o->n_ctx)
+        return api_fail(e, 400, INVALID, "prompt", "context_length_exceeded",
+                        "%s has %zu tokens; the context holds %d (start the server with a larger --ctx)",
+                        strcmp(param, "prompt") ? param : "the prompt", a->len, o->n_ctx);
     if (!(p->ids = malloc(a->len * sizeof *p->ids))) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     p->n_ids = a->len;
     for (size_t i = 0; i < a->len; i++) {
-        const json *id = a->items[i];
-        if (id->type != JSON_NUMBER || !id->is_int || id->num < 0 || id->num > INT32_MAX)
+        const json *id = a->ints ? NULL : a->items[i];
+        if (a->ints ? a->ints[i] < 0 : id->type != JSON_NUMBER || !id->is_int || id->num < 0 || id->num > INT32_MAX)
             return api_fail(e, 400, INVALID, "prompt", NULL, "'%s' must be an array of token ids (element %zu is not)",
                             param, i);
-        p->ids[i] = (int32_t)id->num;
+        p->ids[i] = a->ints ? a->ints[i] : (int32_t)id->num;
     }
     return 0;
 }
 
 /* prompt: a string, an id list, or a list of either (one prompt each);
  * a list is all strings or all id lists, never a mix. */
-static int parse_prompts(const json *p, api_request *r, api_error *e) {
+static int parse_prompts(const json *p, const api_opts *o, api_request *r, api_error *e) {
     if (!p) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' is required");
     if (p->type != JSON_STRING && p->type != JSON_ARRAY) return api_bad_type(e, "prompt", PROMPT_FORMS, p);
     if (p->type == JSON_ARRAY && !p->len) return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must not be empty");
     /* one prompt: a string or ids; else a list of prompts */
-    const int one = p->type == JSON_STRING || p->items[0]->type == JSON_NUMBER;
+    const int one = p->type == JSON_STRING || p->ints || p->items[0]->type == JSON_NUMBER;
     const size_t n = one ? 1 : p->len;
     if (n > API_MAX_CHOICES)
         return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' has %zu prompts; at most %d are allowed", n,
@@ -529,7 +553,7 @@ static int parse_prompts(const json *p, api_request *r, api_error *e) {
         r->prompts[0].len = p->len;
         return 0;
     }
-    if (one) return parse_ids(p, "prompt", &r->prompts[0], e);
+    if (one) return parse_ids(p, "prompt", o, &r->prompts[0], e);
     const int strings = p->items[0]->type == JSON_STRING;
     char name[32];
     for (size_t i = 0; i < n; i++) {
@@ -539,7 +563,7 @@ static int parse_prompts(const json *p, api_request *r, api_error *e) {
             r->prompts[i].text = it->str;
             r->prompts[i].len = it->len;
         } else if (!strings && it->type == JSON_ARRAY) {
-            if (parse_ids(it, name, &r->prompts[i], e)) return -1;
+            if (parse_ids(it, name, o, &r->prompts[i], e)) return -1;
         } else {
             return api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' must be %s (element %zu is %s)", PROMPT_FORMS, i,
                             api_type_name(it));
@@ -548,8 +572,8 @@ static int parse_prompts(const json *p, api_request *r, api_error *e) {
     return 0;
 }
 
-static int parse_completion(json *root, api_request *r, api_error *e) {
-    if (parse_prompts(field(root, "prompt"), r, e)) return -1;
+static int parse_completion(json *root, const api_opts *o, api_request *r, api_error *e) {
+    if (parse_prompts(field(root, "prompt"), o, r, e)) return -1;
     if (get_bool(root, "echo", &r->echo, e) < 0) return -1;
     if (field(root, "suffix")) return api_fail(e, 400, INVALID, "suffix", NULL, "'suffix' is not supported");
     /* legacy logprobs: how many alternatives per token (0 lists the chosen
@@ -581,15 +605,13 @@ int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_
     r->sampling.temp = 0.8f;
     r->sampling.top_k = 64;
     r->sampling.top_p = 0.95f;
-    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
-    gem_err err = {{0}};
-    r->root = json_parse(body, n, &err);
-    if (!r->root) return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    /* a completion's token id lists are packed (no node per id) */
+    if (!(r->root = api_parse_body(body, n, kind == API_COMPLETION ? "prompt" : NULL, e))) return -1;
     if (r->root->type != JSON_OBJECT)
         return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object, not %s",
                         api_type_name(r->root));
     if (parse_common(r->root, o, r, e)) return -1;
-    return kind == API_CHAT ? parse_chat(r->root, r, e) : parse_completion(r->root, r, e);
+    return kind == API_CHAT ? parse_chat(r->root, r, e) : parse_completion(r->root, o, r, e);
 }
 
 void api_request_free(api_request *r) {
@@ -647,10 +669,7 @@ int api_grammar(const api_request *r, gram **out, api_error *e) {
 int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e) {
     memset(t, 0, sizeof *t);
     t->parse_special = 1;
-    gem_err err = {{0}};
-    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
-    if (!(t->root = json_parse(body, n, &err)))
-        return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    if (!(t->root = api_parse_body(body, n, NULL, e))) return -1;
     if (t->root->type != JSON_OBJECT)
         return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
     const json *c = json_get(t->root, "content");
@@ -664,28 +683,33 @@ int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e
     return 0;
 }
 
-int api_parse_detokenize(const char *body, size_t n, uint32_t n_vocab, int32_t **ids, size_t *n_ids, api_error *e) {
+int api_parse_detokenize(const char *body, size_t n, const api_opts *o, int32_t **ids, size_t *n_ids, api_error *e) {
     *ids = NULL;
     *n_ids = 0;
-    gem_err err = {{0}};
-    if (!n) return api_fail(e, 400, INVALID, NULL, NULL, "the request body is empty; send a JSON object");
-    json *root = json_parse(body, n, &err);
-    if (!root) return api_fail(e, 400, INVALID, NULL, "invalid_json", "invalid JSON in the request body: %s", err.msg);
+    json *root = api_parse_body(body, n, "tokens", e);
+    if (!root) return -1;
     int rc = -1;
     const json *t = json_get(root, "tokens");
     if (root->type != JSON_OBJECT) api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
     else if (!t) api_fail(e, 400, INVALID, "tokens", NULL, "'tokens' is required");
     else if (t->type != JSON_ARRAY) api_bad_type(e, "tokens", "an array", t);
+    /* the text grows with the ids (up to 48 bytes each, more once quoted):
+     * no more of them than a context holds */
+    else if (o->n_ctx > 0 && t->len > (size_t)o->n_ctx)
+        api_fail(e, 400, INVALID, "tokens", "context_length_exceeded",
+                 "'tokens' has %zu ids; at most %d (the context) are detokenized", t->len, o->n_ctx);
     else if (!(*ids = malloc((t->len ? t->len : 1) * sizeof **ids))) api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     else {
         rc = 0;
         for (size_t i = 0; i < t->len; i++) {
-            const json *v = t->items[i];
-            if (v->type != JSON_NUMBER || !v->is_int || v->num < 0 || v->num >= n_vocab) {
-                rc = api_fail(e, 400, INVALID, "tokens", NULL, "'tokens[%zu]' is not a token id below %u", i, n_vocab);
+            const json *v = t->ints ? NULL : t->items[i];
+            const int ok = t->ints ? t->ints[i] >= 0 && (uint32_t)t->ints[i] < o->n_vocab
+                                   : v->type == JSON_NUMBER && v->is_int && v->num >= 0 && v->num < o->n_vocab;
+            if (!ok) {
+                rc = api_fail(e, 400, INVALID, "tokens", NULL, "'tokens[%zu]' is not a token id below %u", i, o->n_vocab);
                 break;
             }
-            (*ids)[i] = (int32_t)v->num;
+            (*ids)[i] = t->ints ? t->ints[i] : (int32_t)v->num;
         }
         *n_ids = t->len;
     }

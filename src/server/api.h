@@ -52,7 +52,19 @@ enum { API_JSON_OBJECT = 1, API_JSON_SCHEMA = 2 };
 typedef struct {
     int allow_forced_output; /* accept the test-only field "gem_forced_output" */
     uint32_t n_vocab;        /* token ids (logit_bias keys) must be below it; 0: unchecked */
+    int n_ctx;               /* the context: longer token id lists are refused before they are copied; 0: unchecked */
 } api_opts;
+
+/* Values a request body may hold (json_parse_limited): what a parse may
+ * allocate stays near API_MAX_JSON_VALUES nodes, whatever the body. A list
+ * of token ids (completions' prompt, detokenize's tokens) is packed and
+ * counts as one. */
+#define API_MAX_JSON_VALUES (1 << 18)
+
+/* A request body parsed within API_MAX_JSON_VALUES, integer arrays under
+ * the top-level member `packed` packed (NULL: none); NULL with e filled (an
+ * empty body, invalid JSON, too many values: 400). */
+json *api_parse_body(const char *body, size_t n, const char *packed, api_error *e);
 
 #define API_MAX_BIAS 1024 /* logit_bias entries */
 /* choices: n per prompt, and n times the prompts of a completion request
@@ -137,7 +149,8 @@ typedef struct {
 } api_tokenize;
 int api_parse_tokenize(const char *body, size_t n, api_tokenize *t, api_error *e);
 
-/* POST /detokenize {"tokens": [ids]}; ids are checked against n_vocab. */
-int api_parse_detokenize(const char *body, size_t n, uint32_t n_vocab, int32_t **ids, size_t *n_ids, api_error *e);
+/* POST /detokenize {"tokens": [ids]}; ids are checked against o->n_vocab,
+ * and at most o->n_ctx of them are taken (0: any number). */
+int api_parse_detokenize(const char *body, size_t n, const api_opts *o, int32_t **ids, size_t *n_ids, api_error *e);
 
 #endif

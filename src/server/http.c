@@ -143,7 +143,7 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
     size_t len;
     if (next_line(b, end, &pos, &line, &len)) return fail(r, 400, "malformed request line");
     if (parse_request_line(line, len, r) == HTTP_ERROR) return HTTP_ERROR;
-    int have_length = 0, conn_close = 0, conn_keep = 0;
+    int have_length = 0, conn_close = 0, conn_keep = 0, n_host = 0;
     for (;;) {
         if (next_line(b, end, &pos, &line, &len)) return fail(r, 400, "malformed header line");
         if (len == 0) break;
@@ -162,6 +162,8 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
         } else if (h->name_len == 10 && !strncasecmp(h->name, "Connection", 10)) {
             conn_close |= token_has(h->value, h->value_len, "close");
             conn_keep |= token_has(h->value, h->value_len, "keep-alive");
+        } else if (h->name_len == 4 && !strncasecmp(h->name, "Host", 4)) {
+            n_host++;
         } else if (h->name_len == 6 && !strncasecmp(h->name, "Expect", 6)) {
             if (h->value_len == 12 && !strncasecmp(h->value, "100-continue", 12)) r->expect_continue = 1;
             else return fail(r, 417, "unsupported expectation");
@@ -169,6 +171,10 @@ int http_parse(const char *buf, size_t n, const http_limits *lim, http_req *r) {
     }
     if (r->chunked && have_length) return fail(r, 400, "both Content-Length and Transfer-Encoding");
     if (r->chunked && r->minor == 0) return fail(r, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host (the Host
+     * guard and any proxy in front must agree on which name was meant) */
+    if (r->minor >= 1 && n_host == 0) return fail(r, 400, "no Host header (HTTP/1.1 requires one)");
+    if (n_host > 1) return fail(r, 400, "more than one Host header");
     r->head_len = skip + end;
     r->keep_alive = r->minor >= 1 ? !conn_close : (conn_keep && !conn_close);
     if (r->chunked) return HTTP_HEAD;

@@ -14,7 +14,8 @@
  * by Content-Length (repeated values must agree) or by "Transfer-Encoding:
  * chunked", decoded incrementally by http_dechunk_feed. A request with both
  * is refused (400: the classic smuggling ambiguity), as is any other
- * transfer coding (501). */
+ * transfer coding (501). An HTTP/1.1 request needs exactly one Host header,
+ * an HTTP/1.0 one at most one (400 otherwise, RFC 9112 3.2). */
 #ifndef GEM_SERVER_HTTP_H
 #define GEM_SERVER_HTTP_H
 

@@ -2,9 +2,13 @@
  * queue and the engine worker.
  *
  * Threads. The main thread accepts connections and starts one detached
- * thread per connection (at most max_conns; beyond that a connection gets a
- * 503 and is closed at once). A connection thread reads requests with
- * deadlines (a slow or endless head is answered 408 or 431 and closed),
+ * thread per connection (at most max_conns open; when that many are, a
+ * connection that sends a complete head within a second takes the place
+ * of one idle or receiving its request longest, else it gets 503: see
+ * conn_evict and the probation set). A connection thread reads requests
+ * with deadlines (a head within --header-timeout, the whole request within
+ * --timeout, else 408; an endless head 431), charges each body to the
+ * in-flight budget (--max-inflight: 503 unread when it would pass it),
  * answers everything that needs no engine itself (health, models, props,
  * tokenize, errors) and turns a completion request into a job: validated,
  * rendered and tokenized, so a bad request never waits for the engine.
@@ -101,6 +105,11 @@ struct server {
     int n_waiting;
     atomic_int ready, stop, n_conns, failed;
     atomic_ullong counter;
+    atomic_size_t inflight; /* request body bytes charged to --max-inflight (budget_charge) */
+    /* the open connections (--max-conns places, NULL where free), each
+     * with its phase; guarded by conn_mu (see conn_evict) */
+    pthread_mutex_t conn_mu;
+    struct conn **conns;
     uint64_t id_base;
     char load_error[1024];
     /* engine state: set by the loader before ready */
@@ -149,11 +158,15 @@ static void slot_held(slot *sl) {
     if (sl->n_held) memcpy(sl->held, t, sl->n_held * sizeof *t);
 }
 
+/* SIGINT and SIGTERM received so far, counted up to 2: the first stops the
+ * accept loop and starts --shutdown-grace, a second ends the grace at once
+ * (gen_poll). A global because a signal handler reaches nothing else; only
+ * the handler writes it. */
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig) {
     (void)sig;
-    got_signal = 1;
+    if (got_signal < 2) got_signal++;
 }
 
 static void logf_(const char *fmt, ...) GEM_PRINTF(1, 2);
@@ -403,7 +416,14 @@ static int gen_poll(void *ctx) {
         else if (between_tiles && gem_now_s() - g->last_send >= g->s->o.heartbeat) send_sse_comment(g, "prefill");
     }
     if (!g->gone && client_gone(g->j->fd)) g->gone = 1;
-    if (!g->gone && !g->shutdown && atomic_load(&g->s->stop) && gem_now_s() >= g->s->stop_deadline) g->shutdown = 1;
+    if (!g->gone && !g->shutdown && atomic_load(&g->s->stop)) {
+        if (got_signal > 1) {
+            g->shutdown = 1;
+            logf_("%s %s: a second signal ended the shutdown grace period", g->j->peer, g->j->path);
+        } else if (gem_now_s() >= g->s->stop_deadline) {
+            g->shutdown = 1;
+        }
+    }
     return g->gone || g->shutdown;
 }
 
@@ -909,11 +929,90 @@ static void *worker_main(void *arg) {
 
 /* ---- connection threads ---- */
 
-typedef struct {
+/* A connection's phase, for eviction (conn_evict): waiting for a
+ * request, receiving its head, its body, or being answered (never
+ * evicted). */
+enum { CONN_IDLE, CONN_HEAD, CONN_BODY, CONN_BUSY };
+
+typedef struct conn {
     server *s;
     int fd;
     char peer[64];
+    /* under the server's conn_mu */
+    strbuf pre;    /* request bytes read before its thread started (probation), or empty */
+    int place;     /* its index in conns, -1 once evicted (or never admitted) */
+    int phase;
+    double since;  /* when the phase began (a request's head and body: its first byte) */
+    atomic_int evicted;
 } conn;
+
+/* Sets c's phase (since: when it began). */
+static void conn_phase(conn *c, int phase, double since) {
+    pthread_mutex_lock(&c->s->conn_mu);
+    c->phase = phase;
+    c->since = since;
+    pthread_mutex_unlock(&c->s->conn_mu);
+}
+
+/* Slow clients must not lock others out (128 sockets sending a header byte
+ * a second held every place for the whole read timeout, and /health
+ * answered 503). When every place is taken, a new connection takes the place
+ * of one that has sat idle, or received its request, for at least
+ * EVICT_AGE seconds: the idle one idle longest, else the one whose request
+ * began first (a client sending its request slowly). The victim is marked
+ * and its reading side shut down, which wakes its thread: it answers 408
+ * (a request in progress) and closes. Fresh connections are never taken:
+ * a burst of ordinary requests completes its heads in milliseconds.
+ * Returns the place for c, or -1 when every place is busy answering or too
+ * young (conn_mu held). */
+#define EVICT_AGE 1.0
+static int conn_evict(server *s, double now) {
+    int best = -1;
+    for (int i = 0; i < s->o.max_conns; i++) { /* every place is taken (conn_admit looked, under conn_mu) */
+        const conn *v = s->conns[i];
+        if (v->phase == CONN_BUSY || now - v->since < EVICT_AGE) continue;
+        const conn *b = best >= 0 ? s->conns[best] : NULL;
+        if (!b || (v->phase == CONN_IDLE) > (b->phase == CONN_IDLE) ||
+            ((v->phase == CONN_IDLE) == (b->phase == CONN_IDLE) && v->since < b->since))
+            best = i;
+    }
+    if (best < 0) return -1;
+    conn *v = s->conns[best];
+    atomic_store(&v->evicted, 1);
+    v->place = -1;
+    s->conns[best] = NULL;
+    shutdown(v->fd, SHUT_RD); /* its fd stays open until its thread, which no longer holds a place, closes it */
+    logf_("%s evicted: %s for %.1f s while all %d connections (--max-conns) were open", v->peer,
+          v->phase == CONN_IDLE ? "idle" : "receiving its request", now - v->since, s->o.max_conns);
+    return best;
+}
+
+/* A place for c (the accept loop): a free one, or with evict an evicted
+ * one's. 0, or -1 when none can be had. */
+static int conn_admit(server *s, conn *c, int evict) {
+    pthread_mutex_lock(&s->conn_mu);
+    int place = -1;
+    for (int i = 0; i < s->o.max_conns && place < 0; i++)
+        if (!s->conns[i]) place = i;
+    if (place < 0 && evict) place = conn_evict(s, gem_now_s());
+    if (place >= 0) {
+        s->conns[place] = c;
+        c->place = place;
+        c->phase = CONN_IDLE;
+        c->since = gem_now_s();
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return place < 0 ? -1 : 0;
+}
+
+/* Gives c's place back (unless it was evicted). Before its fd closes:
+ * conn_evict touches only the fds of connections in conns. */
+static void conn_leave(conn *c) {
+    pthread_mutex_lock(&c->s->conn_mu);
+    if (c->place >= 0) c->s->conns[c->place] = NULL;
+    c->place = -1;
+    pthread_mutex_unlock(&c->s->conn_mu);
+}
 
 static int path_is(const http_req *r, const char *p) {
     size_t n = strlen(p);
@@ -1060,7 +1159,8 @@ static int handle_detokenize(server *s, int fd, const http_req *r, int keep) {
     int32_t *ids;
     size_t n;
     api_error e;
-    if (api_parse_detokenize(r->body, r->content_length, s->n_vocab, &ids, &n, &e))
+    const api_opts ao = {0, s->n_vocab, s->n_ctx};
+    if (api_parse_detokenize(r->body, r->content_length, &ao, &ids, &n, &e))
         return respond_error(s, fd, &e, keep, NULL);
     strbuf text = {0}, b = {0};
     for (size_t i = 0; i < n; i++) {
@@ -1139,6 +1239,18 @@ static void wait_job(conn *c, job *j) {
     }
 }
 
+/* A prompt text that cannot fit the context whatever its tokens (more of
+ * them than tok_min_tokens' lower bound): the 400 in e, 1. Checked before
+ * encoding, whose scratch grows with the text. */
+static int too_long(server *s, const char *text, size_t len, const char *param, const char *what, api_error *e) {
+    const size_t least = tok_min_tokens(s->tk, text, len);
+    if (least < (size_t)s->n_ctx) return 0;
+    api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
+             "%s has at least %zu tokens; the context holds %d (start the server with a larger --ctx)", what, least,
+             s->n_ctx);
+    return 1;
+}
+
 /* Validates, renders and tokenizes; queues the job and waits for it.
  * Returns 1 to keep the connection, 0 to close it. */
 static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) {
@@ -1147,7 +1259,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
-    api_opts ao = {s->o.test_hooks, s->n_vocab};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
     strbuf prompt = {0};
     int ok = 0;
     if (!j) {
@@ -1169,6 +1281,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
         if (j->n_prompts > 1) snprintf(name, sizeof name, "prompt[%zu]", p);
         if (kind == API_CHAT) {
             if (api_render(&j->req, &prompt, &e)) goto fail;
+            if (too_long(s, prompt.p, prompt.len, "messages", "the prompt", &e)) goto fail;
             if (prompt.failed || tok_encode(s->tk, prompt.p, prompt.len, 0, 1, ids)) {
                 api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
                 goto fail;
@@ -1188,6 +1301,9 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
             }
             memcpy(ids->v, ap->ids, ap->n_ids * sizeof *ids->v); /* the request keeps its own (an echo's text) */
             ids->n = ids->cap = ap->n_ids;
+        } else if (too_long(s, j->req.prompts[p].text, j->req.prompts[p].len, "prompt",
+                            j->n_prompts > 1 ? name : "the prompt", &e)) {
+            goto fail;
         } else if (tok_encode(s->tk, j->req.prompts[p].text, j->req.prompts[p].len, 1, 1, ids)) {
             api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
@@ -1259,7 +1375,7 @@ out:
  * On a loopback bind (the address bound, not --host's spelling) the Host
  * header must name the machine: localhost, a loopback address, the bound
  * host, or a name in --allow-host, with any port; a request without Host
- * (HTTP/1.0) is let through. */
+ * (HTTP/1.0: http_parse refuses an HTTP/1.1 one) is let through. */
 static int json_body(const http_req *r) {
     size_t n;
     const char *v = http_header_get(r, "Content-Type", &n);
@@ -1338,7 +1454,7 @@ static int host_allowed(const server *s, const http_req *r) {
 static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
     api_request rq;
     api_error e;
-    api_opts ao = {s->o.test_hooks, s->n_vocab};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
     strbuf prompt = {0}, b = {0};
     tok_ids ids = {0};
     int rc;
@@ -1544,19 +1660,51 @@ static void linger_close(int fd) {
     close(fd);
 }
 
+/* ---- the in-flight budget (--max-inflight) ----
+ *
+ * A request's body is charged from the moment its head is complete until
+ * the request is answered (the body and what was parsed from it live that
+ * long, a queued job's included). Parsing keeps what a body can become
+ * near its size (api_parse_body's value bound, packed token ids, prompts
+ * refused by length before they are encoded), so the budget bounds the
+ * memory all requests take together. */
+
+/* Raises a request's charge (*held bytes so far) to want: 0, or -1 when
+ * the budget cannot take the difference. Bodies up to SERVER_FREE_BODY
+ * are free. */
+static int budget_charge(server *s, size_t *held, size_t want) {
+    if (want <= SERVER_FREE_BODY || want <= *held) return 0;
+    size_t add = want - *held, cur = atomic_load(&s->inflight);
+    do {
+        if (cur + add > s->o.max_inflight) return -1;
+    } while (!atomic_compare_exchange_weak(&s->inflight, &cur, cur + add));
+    *held = want;
+    return 0;
+}
+
+static void budget_release(server *s, size_t *held) {
+    if (*held) atomic_fetch_sub(&s->inflight, *held);
+    *held = 0;
+}
+
 static void *conn_main(void *arg) {
     conn *c = arg;
     server *s = c->s;
     http_limits lim = {MAX_HEAD, s->o.max_body};
-    strbuf in = {0}, body = {0};
+    strbuf in = c->pre, body = {0};
+    memset(&c->pre, 0, sizeof c->pre);
     char buf[16384];
-    for (;;) {
+    size_t charged = 0; /* the current request's bytes of the in-flight budget */
+    /* the head's deadline, within the whole request's */
+    const double head_limit = s->o.header_timeout < s->o.read_timeout ? s->o.header_timeout : s->o.read_timeout;
+    for (long served = 0;; served++) {
         http_req r;
         int st, sent_continue = 0;
         double start = gem_now_s(), first = in.len ? start : 0;
         http_dechunk dc = {0};
         size_t fed = 0; /* chunked body bytes consumed after the head */
         body.len = 0;
+        conn_phase(c, first ? CONN_HEAD : CONN_IDLE, start);
         for (;;) {
             st = http_parse(in.p, in.len, &lim, &r);
             if (st == HTTP_HEAD && r.chunked) {
@@ -1577,7 +1725,29 @@ static void *conn_main(void *arg) {
                     st = HTTP_ERROR;
                 }
             }
-            if (st == HTTP_DONE || st == HTTP_ERROR) break;
+            if (st == HTTP_ERROR) break;
+            /* the body, charged once the head is complete: by its length,
+             * or a chunked one by what it holds so far (raw and decoded);
+             * one the budget cannot take is refused unread (a request
+             * without its key gets its 401 instead) */
+            const size_t want = st == HTTP_PARTIAL ? 0 : r.chunked ? in.len - r.head_len + body.len : r.content_length;
+            if (want && (key_exempt(&r) || authorized(s, &r)) && budget_charge(s, &charged, want)) {
+                api_error e;
+                api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
+                         "the server holds %zu bytes of request bodies; this one's %zu would pass --max-inflight "
+                         "%zu; retry later",
+                         atomic_load(&s->inflight), want, s->o.max_inflight);
+                respond_error_as(s, c->fd, &e, anth_route(&r), 0, "Retry-After: 1\r\n", 0);
+                logf_("%s 503: a body of %zu bytes would pass --max-inflight (%zu bytes held)", c->peer, want,
+                      atomic_load(&s->inflight));
+                if (st == HTTP_HEAD) {
+                    const size_t have = in.len - r.head_len;
+                    discard_input(c->fd, r.chunked ? s->o.max_body : r.content_length - have, s->o.read_timeout);
+                }
+                goto out;
+            }
+            if (st == HTTP_DONE) break;
+            if (st == HTTP_HEAD && c->phase == CONN_HEAD) conn_phase(c, CONN_BODY, first);
             /* a request that will be refused for its key is refused on its
              * head: reading (and buffering) up to max_body first, and a
              * 100 Continue, would serve anyone without the key */
@@ -1596,14 +1766,36 @@ static void *conn_main(void *arg) {
                 sent_continue = 1;
             }
             double t = gem_now_s();
-            double deadline = first ? first + s->o.read_timeout : start + s->o.idle_timeout;
+            if (atomic_load(&c->evicted)) { /* its place went to a new connection (conn_evict) */
+                if (first) {
+                    api_error e;
+                    api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                             "the request was still arriving after %.1f s while all %d connections (--max-conns) "
+                             "were open: the connection was closed to make room for a new one",
+                             t - first, s->o.max_conns);
+                    respond_error(s, c->fd, &e, 0, NULL);
+                }
+                goto out;
+            }
+            /* a new connection's head is due within the head limit from
+             * accept, a kept-alive one's first byte within the idle
+             * timeout; a head within the head limit from its first byte,
+             * the whole request within --timeout */
+            const int in_head = st == HTTP_PARTIAL;
+            double deadline = !first ? start + (served ? s->o.idle_timeout : head_limit)
+                              : in_head ? first + head_limit
+                                        : first + s->o.read_timeout;
             if (t >= deadline || atomic_load(&s->stop)) {
                 if (first && !atomic_load(&s->stop)) {
                     api_error e;
-                    api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
-                             "the request did not arrive within %g s", s->o.read_timeout);
+                    if (in_head)
+                        api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                                 "the request head did not arrive within %g s", head_limit);
+                    else
+                        api_fail(&e, 408, "invalid_request_error", NULL, "request_timeout",
+                                 "the request did not arrive within %g s", s->o.read_timeout);
                     respond_error(s, c->fd, &e, 0, NULL);
-                    logf_("%s 408: request timeout", c->peer);
+                    logf_("%s 408: request %s timeout", c->peer, in_head ? "head" : "body");
                 }
                 goto out;
             }
@@ -1614,8 +1806,16 @@ static void *conn_main(void *arg) {
             if (pr <= 0) continue;
             ssize_t k = recv(c->fd, buf, sizeof buf, 0);
             if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (k == 0 && atomic_load(&c->evicted)) continue; /* answered above */
             if (k <= 0) goto out;
-            if (!first) first = gem_now_s();
+            if (!first) {
+                first = gem_now_s();
+                conn_phase(c, CONN_HEAD, first);
+            }
+            /* a body of known length is received into exactly its size
+             * (growing by doubling would hold up to twice as much); r
+             * points into `in`, so only once r is no longer read */
+            if (st == HTTP_HEAD && !r.chunked && sb_room(&in, r.head_len + r.content_length - in.len)) goto out;
             sb_put(&in, buf, (size_t)k);
             if (in.failed) goto out;
         }
@@ -1626,7 +1826,10 @@ static void *conn_main(void *arg) {
             logf_("%s %d: %s", c->peer, r.status, r.error);
             goto out;
         }
-        if (!handle(c, &r)) goto out;
+        conn_phase(c, CONN_BUSY, gem_now_s());
+        const int keep = handle(c, &r);
+        budget_release(s, &charged);
+        if (!keep) goto out;
         size_t used = r.total_len;
         memmove(in.p, in.p + used, in.len - used);
         in.len -= used;
@@ -1639,8 +1842,10 @@ static void *conn_main(void *arg) {
         if (body.cap > 1 << 20) sb_free(&body);
     }
 out:
+    budget_release(s, &charged);
     sb_free(&in);
     sb_free(&body);
+    conn_leave(c);
     linger_close(c->fd);
     atomic_fetch_sub(&s->n_conns, 1);
     free(c);
@@ -1697,6 +1902,135 @@ static void peer_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
     else snprintf(out, cap, "%s:%s", host, serv);
 }
 
+/* Connections that arrived while every place was taken (conn_admit). Such a
+ * connection may evict a place's holder only once it has sent a complete
+ * request head, within PROBATION_S: else a client reconnecting in a loop
+ * would take each evicted place itself, while a request that arrives whole
+ * (a /health probe, an ordinary completion) gets one at once. The accept
+ * loop reads their heads (up to MAX_HEAD each) as it polls them with the
+ * listening socket, and hands the bytes to the connection's thread;
+ * beyond PROBATION_MAX waiting, or past the deadline, they get 503. */
+#define PROBATION_MAX 64
+#define PROBATION_S 1.0
+typedef struct {
+    struct {
+        int fd;
+        double until;
+        char peer[64];
+        strbuf head;
+    } v[PROBATION_MAX];
+    int n;
+} probation;
+
+static void refuse_busy(server *s, int fd) {
+    api_error e;
+    api_fail(&e, 503, "unavailable_error", NULL, "server_busy",
+             "all %d connections (--max-conns) are busy; retry later", s->o.max_conns);
+    respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
+    close(fd);
+}
+
+/* Starts fd's connection thread with the bytes already read (pre, taken
+ * over), in a free place or with evict an evicted one's; refused (503) when
+ * there is none. */
+static void start_conn(server *s, pthread_attr_t *attr, int fd, const char *peer, strbuf *pre, int evict) {
+    conn *c = calloc(1, sizeof *c);
+    pthread_t t;
+    if (!c) {
+        close(fd);
+        sb_free(pre);
+        return;
+    }
+    c->s = s;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->pre = *pre;
+    memset(pre, 0, sizeof *pre);
+    if (conn_admit(s, c, evict)) {
+        refuse_busy(s, fd);
+        sb_free(&c->pre);
+        free(c);
+        return;
+    }
+    atomic_fetch_add(&s->n_conns, 1);
+    if (pthread_create(&t, attr, conn_main, c)) {
+        atomic_fetch_sub(&s->n_conns, 1);
+        conn_leave(c);
+        close(fd);
+        sb_free(&c->pre);
+        free(c);
+    }
+}
+
+/* One round of the accept loop: waits (at most 200 ms) for a connection
+ * or for bytes from one in probation, and serves what came. */
+static void accept_round(server *s, pthread_attr_t *attr, probation *pb) {
+    struct pollfd p[1 + PROBATION_MAX];
+    double now = gem_now_s(), wait = 0.2;
+    p[0] = (struct pollfd){s->lfd, POLLIN, 0};
+    for (int i = 0; i < pb->n; i++) {
+        p[1 + i] = (struct pollfd){pb->v[i].fd, POLLIN, 0};
+        if (pb->v[i].until - now < wait) wait = pb->v[i].until - now;
+    }
+    if (poll(p, (nfds_t)(1 + pb->n), wait > 0 ? (int)(wait * 1000) + 1 : 0) < 0) return;
+    now = gem_now_s();
+    /* probation: a complete head (or a malformed one, answered by its
+     * thread) is admitted, evicting; a closed or expired one is dropped */
+    for (int i = pb->n - 1; i >= 0; i--) {
+        int gone = 0;
+        if (p[1 + i].revents) {
+            char buf[4096];
+            const ssize_t k = recv(pb->v[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (k > 0) sb_put(&pb->v[i].head, buf, (size_t)k);
+            gone = k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR) || pb->v[i].head.failed;
+        }
+        http_req r;
+        const http_limits lim = {MAX_HEAD, s->o.max_body};
+        const int st = gone ? HTTP_PARTIAL : http_parse(pb->v[i].head.p, pb->v[i].head.len, &lim, &r);
+        if (st != HTTP_PARTIAL) {
+            start_conn(s, attr, pb->v[i].fd, pb->v[i].peer, &pb->v[i].head, 1);
+        } else if (gone || now >= pb->v[i].until) {
+            if (gone) close(pb->v[i].fd);
+            else refuse_busy(s, pb->v[i].fd);
+            sb_free(&pb->v[i].head);
+        } else {
+            continue;
+        }
+        pb->v[i] = pb->v[--pb->n];
+    }
+    if (!(p[0].revents & POLLIN)) return;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) usleep(50000); /* out of descriptors: let connections close */
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const double st = s->o.send_timeout;
+    struct timeval tv = {(time_t)st, (suseconds_t)((st - (time_t)st) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    char peer[64];
+    peer_name(&ss, sl, peer, sizeof peer);
+    strbuf none = {0};
+    pthread_mutex_lock(&s->conn_mu);
+    int free_place = 0;
+    for (int i = 0; i < s->o.max_conns && !free_place; i++) free_place = !s->conns[i];
+    pthread_mutex_unlock(&s->conn_mu);
+    if (free_place) {
+        start_conn(s, attr, fd, peer, &none, 0);
+    } else if (pb->n < PROBATION_MAX) {
+        pb->v[pb->n].fd = fd;
+        pb->v[pb->n].until = now + PROBATION_S;
+        snprintf(pb->v[pb->n].peer, sizeof pb->v[pb->n].peer, "%s", peer);
+        memset(&pb->v[pb->n].head, 0, sizeof pb->v[pb->n].head);
+        pb->n++;
+    } else {
+        refuse_busy(s, fd);
+    }
+}
+
 int server_run(const server_opts *o) {
     server *s = calloc(1, sizeof *s);
     if (!s) return 1;
@@ -1707,7 +2041,10 @@ int server_run(const server_opts *o) {
     s->started = (long long)time(NULL);
     s->id_base = rng_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     pthread_mutex_init(&s->mu, NULL);
-    if (!(s->m = metrics_new())) {
+    pthread_mutex_init(&s->conn_mu, NULL);
+    s->conns = calloc((size_t)o->max_conns, sizeof *s->conns);
+    if (!s->conns || !(s->m = metrics_new())) {
+        free(s->conns);
         free(s);
         return 1;
     }
@@ -1728,42 +2065,11 @@ int server_run(const server_opts *o) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1 << 20);
-    while (!got_signal && !atomic_load(&s->failed)) {
-        struct pollfd p = {s->lfd, POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0) continue;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) usleep(50000); /* out of descriptors: let connections close */
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        struct timeval tv = {(time_t)o->send_timeout, (suseconds_t)((o->send_timeout - (time_t)o->send_timeout) * 1e6)};
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (atomic_load(&s->n_conns) >= o->max_conns) {
-            api_error e;
-            api_fail(&e, 503, "unavailable_error", NULL, "server_busy", "too many open connections; retry later");
-            respond_error(s, fd, &e, 0, "Retry-After: 1\r\n");
-            close(fd);
-            continue;
-        }
-        conn *c = calloc(1, sizeof *c);
-        pthread_t t;
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->s = s;
-        c->fd = fd;
-        peer_name(&ss, sl, c->peer, sizeof c->peer);
-        atomic_fetch_add(&s->n_conns, 1);
-        if (pthread_create(&t, &attr, conn_main, c)) {
-            atomic_fetch_sub(&s->n_conns, 1);
-            close(fd);
-            free(c);
-        }
+    probation pb = {0};
+    while (!got_signal && !atomic_load(&s->failed)) accept_round(s, &attr, &pb);
+    for (int i = 0; i < pb.n; i++) {
+        close(pb.v[i].fd);
+        sb_free(&pb.v[i].head);
     }
     pthread_attr_destroy(&attr);
     rc = atomic_load(&s->failed) ? 1 : 0;
@@ -1791,6 +2097,7 @@ done:
         free(s->slots);
         gem_engine_close(s->e);
         metrics_free(s->m);
+        free(s->conns);
         free(s);
     }
     return rc;

@@ -7,6 +7,10 @@
 
 #include "model/gemma4_kvplan.h"
 
+/* Bodies this small are admitted whatever --max-inflight holds, so small
+ * requests keep flowing while large uploads fill the budget. */
+#define SERVER_FREE_BODY ((size_t)64 << 10)
+
 typedef struct {
     const char *model_path;
     const char *alias;      /* the model id clients see; NULL: the file's base name */
@@ -21,9 +25,18 @@ typedef struct {
      * accepts beside localhost and loopback addresses (NULL: none) */
     const char *allow_host;
     size_t max_body;        /* request body limit in bytes */
+    /* request body bytes held at once over all connections (received,
+     * parsed or waiting for the engine); bodies up to SERVER_FREE_BODY do
+     * not count. A body that would pass it is refused (503) unread. */
+    size_t max_inflight;
     int queue;              /* requests waiting for the engine beyond the running one */
-    int max_conns;          /* open connections; more are answered 503 and closed */
-    double read_timeout;    /* seconds for a request head and body to arrive */
+    /* open connections at most: one more that sends a complete request
+     * head within a second takes the place of the one idle, or receiving
+     * its request, longest (for at least a second); else it is answered
+     * 503 and closed */
+    int max_conns;
+    double header_timeout;  /* seconds for a request head to arrive (a new connection's: from accept) */
+    double read_timeout;    /* seconds for a whole request, head and body, to arrive */
     double idle_timeout;    /* seconds a keep-alive connection may sit idle */
     double send_timeout;    /* seconds a blocked send may wait for the client */
     double heartbeat;       /* seconds between SSE comments during a prefill */

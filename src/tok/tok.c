@@ -343,6 +343,10 @@ tok *tok_load(const gguf_file *f, gem_err *err) {
     memset(t->text_index, 0xff, cap * sizeof *t->text_index);
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         gguf_kv_arr_str(f, (uint64_t)ki, i, &t->text[i]);
+        uint32_t cps = 0, cp;
+        for (size_t k = 0; k < t->text[i].len; cps++)
+            k += tok_decode_lenient((const unsigned char *)t->text[i].ptr + k, t->text[i].len - k, &cp);
+        if (cps > t->max_cps) t->max_cps = cps;
         /* later duplicates win, as in the reference's text -> id map */
         uint64_t h = hash_bytes(t, t->text[i].ptr, t->text[i].len) & t->text_mask;
         for (;;) {
@@ -469,6 +473,19 @@ static int frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
     }
     l->v[l->n++] = (fragment){off, len, id};
     return 0;
+}
+
+/* Each model maps the input to symbols a token text spells, one code point
+ * of its text per code point (SPM: a space to U+2581, an invalid byte to
+ * U+FFFD) or per byte (BBPE) of the input, a special token's text to
+ * itself; fallbacks cover less. So a token covers at most max_cps code
+ * points, or bytes, of the input. Every code point but a stray
+ * continuation byte's holds exactly one byte outside 0x80-0xBF, so those
+ * bytes count code points, and bytes, from below. */
+size_t tok_min_tokens(const tok *t, const char *text, size_t len) {
+    size_t cps = 0;
+    for (size_t i = 0; i < len; i++) cps += ((unsigned char)text[i] & 0xc0) != 0x80;
+    return t->max_cps ? (cps + t->max_cps - 1) / t->max_cps : 0;
 }
 
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int parse_special, tok_ids *out) {

@@ -68,6 +68,12 @@ typedef struct {
 void tok_ids_free(tok_ids *ids);
 int tok_ids_push(tok_ids *ids, int32_t id); /* 0, or -1 out of memory */
 
+/* A lower bound on the tokens tok_encode gives for text[0..len) (BOS and
+ * EOS not counted): its code points over the most any token covers. O(len)
+ * and allocation-free, where encoding takes some 25 bytes of scratch per
+ * byte of text: a prompt that cannot fit a context is refused unencoded. */
+size_t tok_min_tokens(const tok *t, const char *text, size_t len);
+
 /* Appends the tokens of text[0..len) to out. add_bos prepends BOS when the
  * vocabulary asks for it. Returns 0, or -1 when memory runs out. */
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int parse_special, tok_ids *out);

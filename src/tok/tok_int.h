@@ -48,6 +48,7 @@ struct tok {
     uint32_t n_specials;
     char *pieces;          /* rendered pieces, concatenated */
     uint64_t *piece_off;   /* n_vocab + 1 offsets */
+    uint32_t max_cps;      /* the most code points in a token text (tok_min_tokens) */
 };
 
 #define TOK_EMPTY_SLOT 0xffffffffu

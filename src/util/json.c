@@ -1,5 +1,9 @@
 /* JSON (see json.h). Recursive descent with an explicit depth bound; every
- * read checks the remaining length first. */
+ * read checks the remaining length first. Under json_parse_limited every
+ * node is counted before it is allocated, and a candidate packed array is
+ * parsed in one pass into exactly sized storage; an element that does not
+ * fit (not an integer, outside int32) sends the parse back to the array's
+ * start to read it as nodes, so each byte is read at most twice. */
 #include "util/json.h"
 
 #include <math.h>
@@ -14,6 +18,9 @@ typedef struct {
     size_t n, pos;
     gem_err *err;
     int depth;
+    json_limits *lim; /* NULL: unbounded, nothing packed */
+    size_t values;    /* nodes made so far */
+    int packing;      /* inside the packed member */
 } parser;
 
 static int fail(parser *p, const char *what) {
@@ -36,6 +43,7 @@ json *json_new(json_type t) {
 
 void json_free(json *v) {
     if (!v) return;
+    free(v->ints);
     for (size_t i = 0; i < v->len && v->items; i++) json_free(v->items[i]);
     if (v->keys)
         for (size_t i = 0; i < v->len; i++) free(v->keys[i]);
@@ -174,7 +182,10 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
     return 0;
 }
 
-static int parse_number(parser *p, json *v) {
+/* Reads the number at p->pos (p->pos past it): its value and whether it
+ * has a fraction or exponent; *start and *len delimit its literal. No
+ * allocation unless the literal is over 63 bytes. */
+static int scan_number(parser *p, double *num, int *has_frac, size_t *start_out, size_t *len_out) {
     size_t start = p->pos, i = p->pos;
     int frac = 0;
     if (i < p->n && p->s[i] == '-') i++;
@@ -209,23 +220,93 @@ static int parse_number(parser *p, json *v) {
     }
     memcpy(txt, p->s + start, len);
     txt[len] = 0;
-    v->num = strtod(txt, NULL);
+    *num = strtod(txt, NULL);
     free(heap);
+    *has_frac = frac;
+    *start_out = start;
+    *len_out = len;
+    p->pos = i;
+    return 0;
+}
+
+static int parse_number(parser *p, json *v) {
+    size_t start, len;
+    if (scan_number(p, &v->num, &v->num_frac, &start, &len)) return -1;
     /* the literal, for renderers that print numbers as another language
      * parsed them (Python: an integer keeps its digits, 1.0 stays a float) */
     v->str = malloc(len + 1);
     if (!v->str) return fail(p, "out of memory");
     memcpy(v->str, p->s + start, len);
     v->str[len] = 0;
-    v->num_frac = frac;
     v->is_int = isfinite(v->num) && v->num == floor(v->num) && fabs(v->num) <= 9.2e18; /* < 2^63: an int64 */
-    p->pos = i;
     return 0;
 }
 
 static json *parse_value(parser *p);
 
 static int sort_and_dedupe(json *o);
+
+/* A new node, counted against the value budget. */
+static json *node(parser *p, json_type t) {
+    if (p->lim && p->lim->max_values && ++p->values > p->lim->max_values) {
+        p->lim->over = 1;
+        fail(p, "too many values");
+        return NULL;
+    }
+    json *v = json_new(t);
+    if (!v) fail(p, "out of memory");
+    return v;
+}
+
+/* The array at p->pos as packed int32s (p->pos past it): 1 when packed,
+ * 0 when an element is not an integer literal (no fraction or exponent:
+ * a renderer would print 1.0 otherwise than 1) in the int32 range, or
+ * the array is empty or malformed (the node parse then reports it), with
+ * p->pos unchanged; -1 out of memory. */
+static int parse_packed(parser *p, json *v) {
+    const size_t start = p->pos;
+    /* elements: at most one more than the commas before the first ']'
+     * (a ']' inside a string ends the count early, but a string is no
+     * integer: the array is not packed then) */
+    const char *close = memchr(p->s + p->pos, ']', p->n - p->pos);
+    if (!close) return 0;
+    size_t cap = 1;
+    for (const char *q = p->s + p->pos; q < close; q++) cap += *q == ',';
+    p->pos++;
+    skip_ws(p);
+    if (p->pos < p->n && p->s[p->pos] == ']') goto not_packed;
+    int32_t *ints = malloc(cap * sizeof *ints);
+    if (!ints) {
+        fail(p, "out of memory");
+        return -1;
+    }
+    size_t n = 0;
+    for (;;) {
+        skip_ws(p);
+        if (p->pos >= p->n || !(p->s[p->pos] == '-' || (p->s[p->pos] >= '0' && p->s[p->pos] <= '9'))) break;
+        double num;
+        int frac;
+        size_t at, len;
+        if (scan_number(p, &num, &frac, &at, &len) || frac || !(num >= INT32_MIN && num <= INT32_MAX) || n == cap) break;
+        ints[n++] = (int32_t)num;
+        skip_ws(p);
+        if (p->pos < p->n && p->s[p->pos] == ',') {
+            p->pos++;
+            continue;
+        }
+        if (p->pos < p->n && p->s[p->pos] == ']') {
+            p->pos++;
+            v->ints = ints;
+            v->len = n;
+            return 1;
+        }
+        break;
+    }
+    free(ints);
+not_packed:
+    p->pos = start;
+    return 0;
+}
 
 static json *parse_value(parser *p) {
     skip_ws(p);
@@ -241,8 +322,17 @@ static json *parse_value(parser *p) {
             return NULL;
         }
         int obj = c == '{';
-        v = json_new(obj ? JSON_OBJECT : JSON_ARRAY);
-        if (!v) { fail(p, "out of memory"); return NULL; }
+        v = node(p, obj ? JSON_OBJECT : JSON_ARRAY);
+        if (!v) return NULL;
+        if (!obj && p->packing) {
+            const int k = parse_packed(p, v);
+            if (k) {
+                p->depth--;
+                if (k > 0) return v;
+                json_free(v);
+                return NULL;
+            }
+        }
         p->pos++;
         skip_ws(p);
         if (p->pos < p->n && p->s[p->pos] == (obj ? '}' : ']')) {
@@ -261,7 +351,13 @@ static json *parse_value(parser *p) {
                 if (p->pos >= p->n || p->s[p->pos] != ':') { free(key); fail(p, "':' expected"); goto bad; }
                 p->pos++;
             }
+            /* the packed member: a value of the top-level object by that name */
+            const int was_packing = p->packing;
+            if (obj && p->depth == 1 && p->lim && p->lim->packed_member &&
+                klen == strlen(p->lim->packed_member) && !memcmp(key, p->lim->packed_member, klen))
+                p->packing = 1;
             json *item = parse_value(p);
+            p->packing = was_packing;
             if (!item || grow(v)) {
                 if (item) fail(p, "out of memory");
                 json_free(item);
@@ -290,17 +386,17 @@ static json *parse_value(parser *p) {
         return NULL;
     }
     if (c == '"') {
-        v = json_new(JSON_STRING);
-        if (!v || parse_string(p, &v->str, &v->len)) {
-            if (!v) fail(p, "out of memory");
-            else v->len = 0;
+        v = node(p, JSON_STRING);
+        if (!v) return NULL;
+        if (parse_string(p, &v->str, &v->len)) {
+            v->len = 0;
             json_free(v);
             return NULL;
         }
         return v;
     }
     if (c == '-' || (c >= '0' && c <= '9')) {
-        v = json_new(JSON_NUMBER);
+        v = node(p, JSON_NUMBER);
         if (!v || parse_number(p, v)) { json_free(v); return NULL; }
         return v;
     }
@@ -310,9 +406,8 @@ static json *parse_value(parser *p) {
         size_t l = strlen(lits[i].lit);
         if (p->n - p->pos >= l && !memcmp(p->s + p->pos, lits[i].lit, l)) {
             p->pos += l;
-            v = json_new(lits[i].t);
+            v = node(p, lits[i].t);
             if (v) v->boolean = lits[i].b;
-            else fail(p, "out of memory");
             return v;
         }
     }
@@ -388,8 +483,11 @@ static int sort_and_dedupe(json *o) {
     return 0;
 }
 
-json *json_parse(const char *s, size_t n, gem_err *err) {
-    parser p = {s, n, 0, err, 0};
+json *json_parse(const char *s, size_t n, gem_err *err) { return json_parse_limited(s, n, NULL, err); }
+
+json *json_parse_limited(const char *s, size_t n, json_limits *lim, gem_err *err) {
+    if (lim) lim->over = 0;
+    parser p = {s, n, 0, err, 0, lim, 0, 0};
     json *v = parse_value(&p);
     if (!v) return NULL;
     skip_ws(&p);
@@ -410,7 +508,7 @@ json *json_get(const json *o, const char *key) {
 }
 
 json *json_at(const json *a, size_t i) {
-    if (!a || (a->type != JSON_ARRAY && a->type != JSON_OBJECT) || i >= a->len) return NULL;
+    if (!a || (a->type != JSON_ARRAY && a->type != JSON_OBJECT) || i >= a->len || !a->items) return NULL;
     return a->items[i];
 }
 
@@ -674,7 +772,8 @@ void json_dump_py(const json *v, strbuf *out) {
         sb_putc(out, '[');
         for (size_t i = 0; i < v->len; i++) {
             if (i) sb_puts(out, ", ");
-            json_dump_py(v->items[i], out);
+            if (v->ints) sb_printf(out, "%d", (int)v->ints[i]);
+            else json_dump_py(v->items[i], out);
         }
         sb_putc(out, ']');
         break;
@@ -708,7 +807,8 @@ void json_dump(const json *v, strbuf *out) {
         sb_putc(out, '[');
         for (size_t i = 0; i < v->len; i++) {
             if (i) sb_putc(out, ',');
-            json_dump(v->items[i], out);
+            if (v->ints) sb_printf(out, "%d", (int)v->ints[i]);
+            else json_dump(v->items[i], out);
         }
         sb_putc(out, ']');
         break;

@@ -10,7 +10,16 @@
  * int64 range; a parsed number also keeps its literal (str) and whether it
  * was written with a fraction or exponent (num_frac), so a renderer can
  * print it as another language's parser read it. Strings may hold NUL
- * bytes (len is authoritative). */
+ * bytes (len is authoritative).
+ *
+ * Bounded parsing (json_parse_limited, for request bodies): a budget of
+ * values, and packed integer arrays. A value costs a node of about a
+ * hundred bytes (and a number its literal), so an 8 MB body of
+ * "[1,1,1,...]" would otherwise become 400 MB; inside one named member of
+ * the top-level object, an array whose elements are all integers in the
+ * int32 range is held as one int32 array instead (`ints`, no element
+ * nodes and no literals: 4 bytes an element, at most twice the text).
+ * Only that member's readers see packed arrays. */
 #ifndef GEM_UTIL_JSON_H
 #define GEM_UTIL_JSON_H
 
@@ -38,12 +47,22 @@ struct json {
     char **keys;      /* object keys (NUL-terminated) */
     size_t *key_lens;
     size_t cap;
+    int32_t *ints;    /* JSON_ARRAY packed by json_parse_limited: len integers, items NULL */
 };
 
 json *json_parse(const char *s, size_t n, gem_err *err);
+
+typedef struct {
+    size_t max_values;         /* nodes at most (a packed array is one); 0: no bound */
+    const char *packed_member; /* a top-level object member whose integer arrays are packed, or NULL */
+    int over;                  /* out: the parse failed because max_values was reached */
+} json_limits;
+/* json_parse within lim (see the top of this file). */
+json *json_parse_limited(const char *s, size_t n, json_limits *lim, gem_err *err);
 void json_free(json *v);
 
-/* Lookups (NULL when absent or when v is not an object/array). */
+/* Lookups (NULL when absent or when v is not an object/array; json_at is
+ * NULL on a packed array, whose elements are ints[]). */
 json *json_get(const json *obj, const char *key);
 json *json_at(const json *arr, size_t i);
 const char *json_get_str(const json *obj, const char *key); /* NULL unless a string */

@@ -21,6 +21,19 @@ static int sb_reserve(strbuf *b, size_t extra) {
     return 0;
 }
 
+int sb_room(strbuf *b, size_t n) {
+    if (b->failed) return -1;
+    if (b->len + n + 1 <= b->cap) return 0;
+    char *p = realloc(b->p, b->len + n + 1);
+    if (!p) {
+        b->failed = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = b->len + n + 1;
+    return 0;
+}
+
 void sb_put(strbuf *b, const void *p, size_t n) {
     if (!n || sb_reserve(b, n)) return;
     memcpy(b->p + b->len, p, n);

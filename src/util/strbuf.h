@@ -15,6 +15,10 @@ typedef struct {
 } strbuf;
 
 void sb_put(strbuf *b, const void *p, size_t n);
+/* Room for n more bytes; a buffer that must grow for them gets exactly
+ * that capacity (no doubling: for a size known in advance, such as a
+ * request body). 0, or -1 (and failed) when out of memory. */
+int sb_room(strbuf *b, size_t n);
 void sb_puts(strbuf *b, const char *s);
 void sb_putc(strbuf *b, char c);
 void sb_printf(strbuf *b, const char *fmt, ...) GEM_PRINTF(2, 3);

@@ -10,22 +10,9 @@
 #include <string.h>
 
 #include "chat/chat.h"
+#include "fuzz_checks.h"
 #include "server/anthropic.h"
 #include "util/utf8.h"
-
-static void check_json(const char *p, size_t n) {
-    json *v = json_parse(p, n, NULL);
-    if (!v) abort();
-    json_free(v);
-}
-
-static void check_error(const api_error *e) {
-    if (e->status < 400 || e->status > 599 || !e->message[0]) abort();
-    strbuf o = {0};
-    anth_error_json(e, &o);
-    check_json(o.p, o.len);
-    sb_free(&o);
-}
 
 /* "event: NAME\ndata: {"type":"NAME",...}\n\n", each */
 static void check_sse(const strbuf *s) {
@@ -56,7 +43,7 @@ static void generated(const char *s, size_t n) {
         anth_reply_finish(r, n % 3 == 0, n % 3 == 1 ? s : NULL, n % 3 == 1 ? n / 2 : 0, &u);
         strbuf *out = anth_reply_out(r);
         if (stream) check_sse(out);
-        else check_json(out->p, out->len);
+        else fz_check_json(out->p, out->len);
         if (!utf8_valid(out->p, out->len)) abort();
         chat_parser_free(p);
         anth_reply_free(r);
@@ -68,28 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144};
+    api_opts ao = {1, 262144, 64};
     switch (data[0]) {
     case 'r':
     case 'c': {
         api_request r;
         if (anth_parse(b, n, &ao, data[0] == 'c', &r, &e)) {
-            check_error(&e);
+            fz_check_error(&e, anth_error_json);
         } else {
             if (r.kind != API_CHAT || !r.messages || (data[0] == 'r' && r.max_tokens < 1)) abort();
-            strbuf p = {0};
-            gram *g = NULL;
-            if (api_render(&r, &p, &e)) {
-                if (e.status != 400) abort();
-                check_error(&e);
-            } else if (p.len < 5 || memcmp(p.p, "<bos>", 5)) {
-                abort();
-            } else if (api_grammar(&r, &g, &e)) { /* the request's schemas through the grammar compiler */
-                if (e.status != 400) abort();
-                check_error(&e);
-            }
-            gram_free(g);
-            sb_free(&p);
+            fz_check_chat(&r, anth_error_json);
         }
         api_request_free(&r);
         break;

@@ -13,23 +13,11 @@
 
 #include "chat/chat.h"
 #include "engine/stop.h"
+#include "fuzz_checks.h"
 #include "server/api.h"
 #include "server/reply.h"
 #include "util/utf8.h"
 
-static void check_json(const char *p, size_t n) {
-    json *v = json_parse(p, n, NULL);
-    if (!v) abort();
-    json_free(v);
-}
-
-static void check_error(const api_error *e) {
-    if (e->status < 400 || e->status > 599 || !e->message[0]) abort();
-    strbuf o = {0};
-    api_error_json(e, &o);
-    check_json(o.p, o.len);
-    sb_free(&o);
-}
 
 /* Each "data: " event of an SSE stream is JSON, or [DONE] last. */
 static void check_sse(const strbuf *s) {
@@ -37,7 +25,7 @@ static void check_sse(const strbuf *s) {
     while (p < end) {
         const char *e = memmem(p, (size_t)(end - p), "\n\n", 2);
         if (!e || memcmp(p, "data: ", 6)) abort();
-        if (!(e - p - 6 == 6 && !memcmp(p + 6, "[DONE]", 6))) check_json(p + 6, (size_t)(e - p - 6));
+        if (!(e - p - 6 == 6 && !memcmp(p + 6, "[DONE]", 6))) fz_check_json(p + 6, (size_t)(e - p - 6));
         p = e + 2;
     }
 }
@@ -92,7 +80,7 @@ static void generated(const char *s, size_t n) {
         reply_usage u = {.prompt_tokens = 1, .completion_tokens = 2};
         reply_finish(r, n % 2 ? "stop" : "length", &u);
         if (stream) check_sse(reply_out(r));
-        else check_json(reply_out(r)->p, reply_out(r)->len);
+        else fz_check_json(reply_out(r)->p, reply_out(r)->len);
         if (!utf8_valid(reply_out(r)->p, reply_out(r)->len)) abort();
         stopper_free(&st);
         chat_parser_free(k.p);
@@ -105,28 +93,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144};
+    api_opts ao = {1, 262144, 64};
     switch (data[0]) {
     case 'c':
     case 'p': {
         api_request r;
         const int parsed = !api_parse(data[0] == 'c' ? API_CHAT : API_COMPLETION, b, n, &ao, &r, &e);
         if (!parsed) {
-            check_error(&e);
+            fz_check_error(&e, api_error_json);
         } else if (r.kind == API_CHAT) {
-            strbuf p = {0};
-            gram *g = NULL;
-            if (api_render(&r, &p, &e)) {
-                if (e.status != 400) abort();
-                check_error(&e);
-            } else if (p.len < 5 || memcmp(p.p, "<bos>", 5)) {
-                abort();
-            } else if (api_grammar(&r, &g, &e)) { /* the request's schemas through the grammar compiler */
-                if (e.status != 400) abort();
-                check_error(&e);
-            }
-            gram_free(g);
-            sb_free(&p);
+            fz_check_chat(&r, api_error_json);
         } else {
             /* a parsed completion has 1 to API_MAX_CHOICES prompts, each text or non-empty ids */
             if (!r.n_prompts || r.n_prompts * (size_t)r.n > API_MAX_CHOICES) abort();
@@ -142,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     case 't': {
         api_tokenize t;
-        if (api_parse_tokenize(b, n, &t, &e)) check_error(&e);
+        if (api_parse_tokenize(b, n, &t, &e)) fz_check_error(&e, api_error_json);
         else if (!t.content) abort();
         json_free(t.root);
         break;
@@ -150,7 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'd': {
         int32_t *ids;
         size_t k;
-        if (api_parse_detokenize(b, n, 1000, &ids, &k, &e)) check_error(&e);
+        const api_opts dao = {0, 1000, 64};
+        if (api_parse_detokenize(b, n, &dao, &ids, &k, &e)) fz_check_error(&e, api_error_json);
         else
             for (size_t i = 0; i < k; i++)
                 if (ids[i] < 0 || ids[i] >= 1000) abort();

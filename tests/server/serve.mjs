@@ -1,7 +1,8 @@
 // Starts `gem serve` on a free loopback port for the Node test suites
 // (openai/, anthropic/, schema/): resolves once the model is loaded and
 // the port is known, rejects when the server exits or does not start in
-// 20 s. No dependencies, so each suite's package imports it by path.
+// 20 s; serverPool keeps a suite's servers to stop them together. No
+// dependencies, so each suite's package imports it by path.
 import { spawn } from "node:child_process";
 
 export function startServer(gem, model, args = []) {
@@ -19,4 +20,20 @@ export function startServer(gem, model, args = []) {
     });
     p.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)));
   });
+}
+
+// The servers of one suite, stopped together at its end (those still
+// running get `signal`).
+export function serverPool(gem, model) {
+  const procs = [];
+  return {
+    async start(args) {
+      const srv = await startServer(gem, model, args);
+      procs.push(srv.proc);
+      return srv;
+    },
+    stopAll(signal = "SIGTERM") {
+      for (const p of procs) if (p.exitCode === null) p.kill(signal);
+    },
+  };
 }

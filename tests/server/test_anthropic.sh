@@ -7,58 +7,11 @@
 # (tests/server/anthropic/test.mjs, installed from its package-lock.json
 # when node_modules is missing). Prints one "test_anthropic: N passed,
 # M failed" line, the SDK test's checks included.
-GEM=${GEM:-./gem}
+NAME=test_anthropic
+. tests/server/lib.sh
 dir=tests/server/anthropic
-pass=0 fail=0
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    for p in $pids; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "test_anthropic: FAIL: $*" >&2; }
-finish() {
-    echo "test_anthropic: $pass passed, $fail failed"
-    [ "$fail" = 0 ]
-    exit
-}
-if ! command -v node >/dev/null 2>&1; then
-    bad "node is not installed (.ci/run installs it)"
-    finish
-fi
-curl() { command curl -H 'Content-Type: application/json' "$@"; }
-# jget PATH: a field of the JSON on stdin (strings raw, others as JSON)
-jget() {
-    node -e '
-let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
-  let v; try { v = JSON.parse(s); } catch (e) { console.log("<not json>"); return; }
-  for (const k of process.argv[1].split(".").filter(Boolean)) v = v == null ? undefined : v[k];
-  console.log(typeof v === "string" ? v : JSON.stringify(v));
-});' "$1"
-}
-
-M="$tmp/tiny.gguf"
-$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || { bad "synth"; finish; }
-
-# start NAME ARGS...: starts a server, sets PORT and PID (log in $tmp/NAME.log)
-start() {
-    local name=$1
-    shift
-    $GEM serve -m "$M" --port 0 "$@" 2>"$tmp/$name.log" &
-    PID=$!
-    pids="$pids $PID"
-    PORT=""
-    for _ in $(seq 100); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
-        [ -n "$PORT" ] && grep -q "loaded in" "$tmp/$name.log" && return 0
-        sleep 0.1
-    done
-    bad "server $name did not start: $(cat "$tmp/$name.log")"
-    return 1
-}
+need_node
+tiny_model
 
 start main --test-hooks --max-body 65536 --alias tiny || finish
 U="http://127.0.0.1:$PORT"
@@ -202,17 +155,11 @@ tail -c 60 "$tmp/queued" | grep -q 'event: message_stop' && ok || bad "queued st
 kill $PID
 
 kill -0 $MAIN_PID 2>/dev/null && ok || bad "the server died"
-if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
-    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
-else
-    ok
-fi
+no_sanitizer_reports
 
 # ---- the official SDK ----
-if [ ! -d "$dir/node_modules/@anthropic-ai/sdk" ]; then
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) || { bad "npm ci in $dir"; finish; }
-fi
-node "$dir/test.mjs" "$(cd "$(dirname "$GEM")" && pwd)/$(basename "$GEM")" "$M" >"$tmp/sdk" 2>&1
+need_node "$dir" @anthropic-ai/sdk
+node "$dir/test.mjs" "$(gem_abs)" "$M" >"$tmp/sdk" 2>&1
 rc=$?
 cat "$tmp/sdk"
 line=$(grep -E '^test_anthropic_sdk: [0-9]+ passed, [0-9]+ failed$' "$tmp/sdk" | tail -1)

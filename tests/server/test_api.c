@@ -11,7 +11,7 @@
 #include "chat/chat.h"
 #include "test.h"
 
-static api_opts hooks_off = {0, 0}, hooks_on = {1, 0};
+static api_opts hooks_off = {0, 0, 0}, hooks_on = {1, 0, 0};
 
 static int parse(api_kind k, const char *body, api_request *r, api_error *e) {
     return api_parse(k, body, strlen(body), &hooks_off, r, e);
@@ -410,7 +410,7 @@ static void test_logprobs_n(void) {
 static void test_logit_bias(void) {
     api_request r;
     api_error e = {0};
-    api_opts vo = {0, 1000};
+    api_opts vo = {0, 1000, 0};
     const char *ok = "{\"prompt\":\"x\",\"logit_bias\":{\"528\":-100,\"7\":2.5}}";
     CHECK(api_parse(API_COMPLETION, ok, strlen(ok), &vo, &r, &e) == 0);
     CHECK(r.sampling.n_bias == 2 && r.sampling.bias_ids[0] == 528 && r.sampling.bias[0] == -100.0f &&
@@ -470,15 +470,58 @@ static void test_tokenize_requests(void) {
     json_free(t.root);
     int32_t *ids;
     size_t n;
+    const api_opts o = {0, 100, 4};
     b = "{\"tokens\":[2,5]}";
-    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == 0 && n == 2 && ids[1] == 5);
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == 0 && n == 2 && ids[1] == 5);
     free(ids);
     b = "{\"tokens\":[2,100]}";
-    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == -1 && !ids);
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == -1 && !ids);
+    CHECK_ERR(e.message, "'tokens[1]' is not a token id below 100");
+    b = "{\"tokens\":[2,1.5]}"; /* not packed: read as nodes */
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == -1 && !ids);
     CHECK_ERR(e.message, "'tokens[1]' is not a token id below 100");
     b = "{\"tokens\":\"x\"}";
-    CHECK(api_parse_detokenize(b, strlen(b), 100, &ids, &n, &e) == -1);
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == -1);
     CHECK_ERR(e.message, "'tokens' must be an array");
+    /* more ids than the context: refused before they are copied */
+    b = "{\"tokens\":[1,2,3,4,5]}";
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == -1 && !ids && !strcmp(e.code, "context_length_exceeded"));
+    CHECK_ERR(e.message, "'tokens' has 5 ids; at most 4 (the context) are detokenized");
+    b = "{\"tokens\":[1,2,3,4]}";
+    CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == 0 && n == 4);
+    free(ids);
+}
+
+/* Request bodies within API_MAX_JSON_VALUES, token id lists packed: a
+ * prompt of ids past the context refused before its ids are copied */
+static void test_body_bounds(void) {
+    api_request r;
+    api_error e = {0};
+    const api_opts o = {0, 1000, 8};
+    strbuf b = {0};
+    sb_puts(&b, "{\"prompt\":[");
+    for (int i = 0; i < 300000; i++) sb_puts(&b, i ? ",7" : "7"); /* more ids than values allowed: one packed list */
+    sb_puts(&b, "]}");
+    CHECK(api_parse(API_COMPLETION, b.p, b.len, &o, &r, &e) == -1 && e.status == 400 && !strcmp(e.code, "context_length_exceeded"));
+    CHECK_ERR(e.message, "the prompt has 300000 tokens; the context holds 8 (start the server with a larger --ctx)");
+    CHECK(r.n_prompts == 1 && !r.prompts[0].ids);
+    api_request_free(&r);
+    const char *lst = "{\"prompt\":[[1,2],[1,2,3,4,5,6,7,8,9]]}";
+    CHECK(api_parse(API_COMPLETION, lst, strlen(lst), &o, &r, &e) == -1 && !strcmp(e.code, "context_length_exceeded"));
+    CHECK_ERR(e.message, "prompt[1] has 9 tokens; the context holds 8");
+    api_request_free(&r);
+    const char *fits = "{\"prompt\":[1,2,3,4,5,6,7]}";
+    CHECK(api_parse(API_COMPLETION, fits, strlen(fits), &o, &r, &e) == 0 && r.prompts[0].n_ids == 7 && r.prompts[0].ids[6] == 7);
+    api_request_free(&r);
+    /* any other list of that length is nodes, past the value bound */
+    b.len = 0;
+    sb_puts(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[");
+    for (int i = 0; i < 300000; i++) sb_puts(&b, i ? ",7" : "7");
+    sb_puts(&b, "]}");
+    CHECK(api_parse(API_CHAT, b.p, b.len, &o, &r, &e) == -1 && e.status == 400 && !strcmp(e.code, "too_many_values"));
+    CHECK_ERR(e.message, "the request body holds more than 262144 JSON values");
+    api_request_free(&r);
+    sb_free(&b);
 }
 
 static void test_error_json(void) {
@@ -804,6 +847,7 @@ int main(void) {
     test_logit_bias();
     test_unsupported_fields();
     test_tokenize_requests();
+    test_body_bounds();
     test_error_json();
     test_reply_chat();
     test_reply_chat_stream();

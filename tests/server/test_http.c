@@ -30,7 +30,7 @@ static void test_complete(void) {
     CHECK(v && n == 1 && *v == 'a');
     CHECK(http_header_get(&r, "Content-Type", &n) == NULL);
 
-    const char *post = "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\nX-Pad:   spaced value \t\r\n\r\nhelloGET";
+    const char *post = "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-Pad:   spaced value \t\r\n\r\nhelloGET";
     CHECK(parse(post, &r) == HTTP_DONE);
     CHECK(r.body && !memcmp(r.body, "hello", 5) && r.content_length == 5);
     CHECK(r.total_len == strlen(post) - 3); /* "GET" belongs to the next request */
@@ -46,15 +46,15 @@ static void test_complete(void) {
 
 static void test_keep_alive(void) {
     http_req r;
-    CHECK(parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", &r) == HTTP_DONE && !r.keep_alive);
-    CHECK(parse("GET / HTTP/1.1\r\nConnection: Upgrade, CLOSE\r\n\r\n", &r) == HTTP_DONE && !r.keep_alive);
+    CHECK(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", &r) == HTTP_DONE && !r.keep_alive);
+    CHECK(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, CLOSE\r\n\r\n", &r) == HTTP_DONE && !r.keep_alive);
     CHECK(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r) == HTTP_DONE && r.keep_alive);
-    CHECK(parse("GET / HTTP/1.1\r\nConnection: closed\r\n\r\n", &r) == HTTP_DONE && r.keep_alive);
+    CHECK(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: closed\r\n\r\n", &r) == HTTP_DONE && r.keep_alive);
 }
 
 static void test_partial(void) {
     http_req r;
-    const char *full = "POST /x HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\nbody";
+    const char *full = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\nbody";
     size_t n = strlen(full), head = n - 4;
     for (size_t k = 0; k < n; k++) {
         int rc = http_parse(full, k, &lim, &r);
@@ -100,7 +100,22 @@ static void test_errors(void) {
     expect_error("POST / HTTP/1.1\r\nExpect: something\r\n\r\n", 417, "unsupported expectation");
     /* same Content-Length twice is fine */
     http_req r;
-    CHECK(parse("POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nok", &r) == HTTP_DONE);
+    CHECK(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nok", &r) == HTTP_DONE);
+}
+
+/* RFC 9112 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0 */
+static void test_host(void) {
+    http_req r;
+    expect_error("GET / HTTP/1.1\r\n\r\n", 400, "no Host header (HTTP/1.1 requires one)");
+    expect_error("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nok", 400, "no Host header");
+    expect_error("GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n", 400, "more than one Host header");
+    expect_error("GET / HTTP/1.1\r\nHost: a\r\nX: y\r\nHOST: b\r\n\r\n", 400, "more than one Host header");
+    expect_error("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400, "more than one Host header");
+    /* a missing Host is an error of the complete head only: a head still
+     * arriving is partial, not refused before its Host line comes */
+    CHECK(parse("GET / HTTP/1.1\r\n", &r) == HTTP_PARTIAL);
+    CHECK(parse("GET / HTTP/1.0\r\n\r\n", &r) == HTTP_DONE);
+    CHECK(parse("GET / HTTP/1.1\r\nHost:\r\n\r\n", &r) == HTTP_DONE); /* empty: allowed (no authority) */
 }
 
 static void test_limits(void) {
@@ -114,7 +129,7 @@ static void test_limits(void) {
     CHECK(http_parse(big, sizeof big, &lim, &r) == HTTP_ERROR && r.status == 431);
     /* too many header fields */
     strbuf s = {0};
-    sb_puts(&s, "GET / HTTP/1.1\r\n");
+    sb_puts(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
     for (int i = 0; i < HTTP_MAX_HEADERS + 1; i++) sb_puts(&s, "A: b\r\n");
     sb_puts(&s, "\r\n");
     http_limits wide = {1 << 16, 10};
@@ -142,7 +157,7 @@ static int dechunk(const char *s, size_t step, size_t max, strbuf *body, size_t 
 
 static void test_chunked(void) {
     http_req r;
-    const char *head = "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
+    const char *head = "POST /tokenize HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n";
     CHECK(parse(head, &r) == HTTP_HEAD && r.chunked && r.head_len == strlen(head) && r.content_length == 0);
     const char *good = "5\r\nhello\r\nB;ext=1\r\n, world! 12\r\n0\r\nX-Trailer: t\r\n\r\nGET";
     strbuf b = {0};
@@ -227,6 +242,7 @@ int main(void) {
     test_keep_alive();
     test_partial();
     test_errors();
+    test_host();
     test_limits();
     test_chunked();
     test_heads();

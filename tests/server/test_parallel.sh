@@ -4,54 +4,14 @@
 # steps were batched (/metrics), /slots and /props show the slots, and a
 # conversation's next request goes back to the slot that holds its prefix
 # while other prompts take the idle slots.
-GEM=${GEM:-./gem}
-pass=0 fail=0
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    for p in $pids; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "test_parallel.sh: FAIL: $*" >&2; }
-curl() { command curl -s -H 'Content-Type: application/json' "$@"; }
-# jget PATH: a field of the JSON on stdin
-jget() {
-    node -e '
-let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
-  let v; try { v = JSON.parse(s); } catch (e) { console.log("<not json>"); return; }
-  for (const k of process.argv[1].split(".").filter(Boolean)) v = v == null ? undefined : v[k];
-  console.log(typeof v === "string" ? v : JSON.stringify(v));
-});' "$1"
-}
+NAME=test_parallel
+. tests/server/lib.sh
+need_node
+tiny_model
 
-M="$tmp/tiny.gguf"
-$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || {
-    echo "test_parallel.sh: 0 passed, 1 failed (synth)"
-    exit 1
-}
-
-# start NAME ARGS...: starts a server, sets PORT (log in $tmp/NAME.log)
-start() {
-    local name=$1
-    shift
-    $GEM serve -m "$M" --port 0 --heartbeat 0 "$@" 2>"$tmp/$name.log" &
-    pids="$pids $!"
-    PORT=""
-    for _ in $(seq 100); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
-        [ -n "$PORT" ] && grep -q "loaded in" "$tmp/$name.log" && return 0
-        sleep 0.1
-    done
-    bad "server $name did not start: $(cat "$tmp/$name.log")"
-    return 1
-}
-
-start one || exit 1
+start one --heartbeat 0 || finish
 U1="http://127.0.0.1:$PORT"
-start three --parallel 3 --queue 8 || exit 1
+start three --heartbeat 0 --parallel 3 --queue 8 || finish
 U3="http://127.0.0.1:$PORT"
 grep -q "3 slots" "$tmp/three.log" && ok || bad "the load line names the slots"
 
@@ -66,10 +26,10 @@ body() { # i
             $((16 + i)) $((100 + i))
     fi
 }
-for i in 0 1 2 3 4 5; do curl "$U1/v1/completions" -d "$(body $i)" | jget choices.0.text >"$tmp/alone$i"; done
+for i in 0 1 2 3 4 5; do curl -s "$U1/v1/completions" -d "$(body $i)" | jget choices.0.text >"$tmp/alone$i"; done
 clients=""
 for i in 0 1 2 3 4 5; do
-    curl "$U3/v1/completions" -d "$(body $i)" | jget choices.0.text >"$tmp/together$i" &
+    curl -s "$U3/v1/completions" -d "$(body $i)" | jget choices.0.text >"$tmp/together$i" &
     clients="$clients $!"
 done
 wait $clients
@@ -78,29 +38,29 @@ for i in 0 1 2 3 4 5; do
         bad "request $i: '$(head -c 80 "$tmp/together$i")' at once, '$(head -c 80 "$tmp/alone$i")' alone"
     fi
 done
-m=$(curl "$U3/metrics")
+m=$(curl -s "$U3/metrics")
 steps=$(echo "$m" | sed -n 's/^gem_decode_steps_total \([0-9]*\)$/\1/p')
 rows=$(echo "$m" | sed -n 's/^gem_decode_step_rows_total \([0-9]*\)$/\1/p')
 [ -n "$steps" ] && [ "$steps" -gt 0 ] && [ "$rows" -gt "$steps" ] && ok || bad "no batched steps: $steps steps, $rows rows"
 echo "$m" | grep -q '^gem_slots 3$' && ok || bad "/metrics gem_slots"
-[ "$(curl "$U3/props" | jget total_slots)" = 3 ] && ok || bad "/props total_slots"
-[ "$(curl "$U3/slots" | jget length)" = 3 ] && ok || bad "/slots lists 3 slots"
-[ "$(curl "$U3/slots" | jget 2.id)" = 2 ] && ok || bad "/slots ids"
+[ "$(curl -s "$U3/props" | jget total_slots)" = 3 ] && ok || bad "/props total_slots"
+[ "$(curl -s "$U3/slots" | jget length)" = 3 ] && ok || bad "/slots lists 3 slots"
+[ "$(curl -s "$U3/slots" | jget 2.id)" = 2 ] && ok || bad "/slots ids"
 
 # prefix routing: a conversation comes back to its slot after two other
 # prompts took the idle ones
-start route --parallel 3 || exit 1
+start route --heartbeat 0 --parallel 3 || finish
 U="http://127.0.0.1:$PORT"
 long=""
 for w in $(seq 60); do long="$long l$w"; done
-n1=$(curl "$U/v1/completions" -d '{"prompt":"'"$long"'","max_tokens":4,"temperature":0}' | jget usage.prompt_tokens)
-curl "$U/v1/completions" -d '{"prompt":"other one","max_tokens":4,"temperature":0}' >/dev/null
-curl "$U/v1/completions" -d '{"prompt":"other two","max_tokens":4,"temperature":0}' >/dev/null
-c=$(curl "$U/v1/completions" -d '{"prompt":"'"$long"' and more","max_tokens":4,"temperature":0}' |
+n1=$(curl -s "$U/v1/completions" -d '{"prompt":"'"$long"'","max_tokens":4,"temperature":0}' | jget usage.prompt_tokens)
+curl -s "$U/v1/completions" -d '{"prompt":"other one","max_tokens":4,"temperature":0}' >/dev/null
+curl -s "$U/v1/completions" -d '{"prompt":"other two","max_tokens":4,"temperature":0}' >/dev/null
+c=$(curl -s "$U/v1/completions" -d '{"prompt":"'"$long"' and more","max_tokens":4,"temperature":0}' |
     jget usage.prompt_tokens_details.cached_tokens)
 [ -n "$n1" ] && [ "$c" -ge $((n1 - 1)) ] 2>/dev/null && ok || bad "the conversation's slot: $c of $n1 tokens cached"
-busy=$(curl "$U/slots" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).filter(x=>x.n_cached_tokens>0).length))')
+busy=$(curl -s "$U/slots" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).filter(x=>x.n_cached_tokens>0).length))')
 [ "$busy" = 3 ] && ok || bad "three slots hold prompts ($busy)"
 
-echo "test_parallel.sh: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+no_sanitizer_reports
+finish

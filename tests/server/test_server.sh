@@ -6,67 +6,11 @@
 # (tests/server/bad), slow and endless heads, oversized bodies, the API key
 # and CORS, and a client that disconnects mid-stream. JSON fields are read
 # with node (installed by .ci/run for the SDK test).
-GEM=${GEM:-./gem}
-pass=0 fail=0
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    for p in $pids; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "test_server: FAIL: $*" >&2; }
-check() { # description, then a command that must succeed
-    local what=$1
-    shift
-    if "$@"; then ok; else bad "$what"; fi
-}
+NAME=test_server
+. tests/server/lib.sh
+tiny_model
 
-# every request these tests send declares a JSON body, as the server
-# requires of POSTs (the checks of that requirement call curl_bare)
-curl_bare() { command curl "$@"; }
-curl() { command curl -H 'Content-Type: application/json' "$@"; }
-
-# jget PATH: a field of the JSON on stdin (strings raw, others as JSON)
-jget() {
-    node -e '
-let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
-  let v; try { v = JSON.parse(s); } catch (e) { console.log("<not json>"); return; }
-  for (const k of process.argv[1].split(".").filter(Boolean)) v = v == null ? undefined : v[k];
-  console.log(typeof v === "string" ? v : JSON.stringify(v));
-});' "$1"
-}
-
-M="$tmp/tiny.gguf"
-$GEM synth --profile gemma4-tiny --type q8_0 --seed 1 -o "$M" >/dev/null 2>&1 || { bad "synth"; # no sanitizer report in any server log (when GEM is the ASan build)
-if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
-    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
-else
-    ok
-fi
-
-echo "test_server: $pass passed, $fail failed"; exit 1; }
-
-# start NAME ARGS...: starts a server, sets PORT and PID (log in $tmp/NAME.log)
-start() {
-    local name=$1
-    shift
-    $GEM serve -m "$M" --port 0 "$@" 2>"$tmp/$name.log" &
-    PID=$!
-    pids="$pids $PID"
-    PORT=""
-    for _ in $(seq 100); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
-        [ -n "$PORT" ] && grep -q "loaded in" "$tmp/$name.log" && return 0
-        sleep 0.1
-    done
-    bad "server $name did not start: $(cat "$tmp/$name.log")"
-    return 1
-}
-
-start main --test-hooks --timeout 1 --max-body 65536 --heartbeat 0 --alias tiny || exit 1
+start main --test-hooks --timeout 1 --max-body 65536 --heartbeat 0 --alias tiny || finish
 U="http://127.0.0.1:$PORT"
 MAIN_PID=$PID
 grep -q "listening on http://127.0.0.1:" "$tmp/main.log" && ok || bad "binds 127.0.0.1 by default"
@@ -449,7 +393,7 @@ grep -q "^HTTP/1.1 501" "$tmp/raw" && ok || bad "gzip request body: $(head -1 "$
 raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "Content-Length with Transfer-Encoding: $(head -1 "$tmp/raw")"
 # a chunked body, arriving in two parts
-raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
+raw 'POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{"conte\r\n' 3 '10;x=1\r\nnt":"Hello world\r\n2\r\n"}\r\n0\r\n\r\n'
 grep -q '{"tokens":\[9259,1902\]}' "$tmp/raw" && ok || bad "chunked request: $(cat "$tmp/raw")"
 # curl streams a body from stdin chunked
 [ "$(printf '{"content":"Hello world"}' | curl -s "$U/tokenize" -H 'Transfer-Encoding: chunked' --data-binary @- | jget tokens)" = "[9259,1902]" ] && ok || bad "curl chunked upload"
@@ -458,6 +402,13 @@ raw 'HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\nHEAD /v1/completions HTTP/1
 [ "$(grep -c '^HTTP/1.1 200' "$tmp/raw")" = 2 ] && grep -q '^HTTP/1.1 405' "$tmp/raw" &&
     [ "$(grep -o '{"status":"ok"}' "$tmp/raw" | wc -l)" = 1 ] && [ "$(grep -c '"error"' "$tmp/raw")" = 0 ] &&
     tail -c 15 "$tmp/raw" | grep -q '{"status":"ok"}' && ok || bad "HEAD: $(cat "$tmp/raw")"
+# RFC 9112 3.2: an HTTP/1.1 request without a Host header, or with two, is refused
+raw 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && grep -q "no Host header (HTTP/1.1 requires one)" "$tmp/raw" && ok || bad "HTTP/1.1 without Host: $(cat "$tmp/raw")"
+raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n' 3
+grep -q "^HTTP/1.1 400" "$tmp/raw" && grep -q "more than one Host header" "$tmp/raw" && ok || bad "two Host headers: $(cat "$tmp/raw")"
+raw 'GET /health HTTP/1.0\r\n\r\n' 3
+grep -q '{"status":"ok"}' "$tmp/raw" && ok || bad "HTTP/1.0 without Host: $(cat "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header: y\r\n\r\n' 3
 grep -q "^HTTP/1.1 400" "$tmp/raw" && ok || bad "bad header name: $(head -1 "$tmp/raw")"
 raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' 3
@@ -467,7 +418,7 @@ raw 'GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ' 5
 t1=$(date +%s%N)
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow head: no 408: $(head -1 "$tmp/raw")"
 [ $(((t1 - t0) / 1000000)) -lt 4000 ] && ok || bad "slow head took $(((t1 - t0) / 1000000)) ms to time out"
-raw "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
+raw "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":" 5
 grep -q "^HTTP/1.1 408" "$tmp/raw" && ok || bad "slow body: no 408"
 endless=$(head -c 20000 /dev/zero | tr '\0' 'a')
 raw "GET /health HTTP/1.1\r\nX-Endless: $endless" 5
@@ -480,7 +431,7 @@ raw 'POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-
 grep -q "^HTTP/1.1 200" "$tmp/raw" && ! grep -qi "^Transfer-Encoding" "$tmp/raw" && grep -qi "^Connection: close" "$tmp/raw" \
     && [ "$(tail -c 14 "$tmp/raw")" = "$(printf 'data: [DONE]\n\n')" ] && ok || bad "HTTP/1.0 stream: $(cat "$tmp/raw")"
 # Expect: 100-continue (the body follows the interim answer)
-raw 'POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
+raw 'POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n' 3 '{"content":"a"}'
 grep -q "^HTTP/1.1 100 Continue" "$tmp/raw" && grep -q '"tokens":\[' "$tmp/raw" && ok || bad "100-continue"
 
 # ---- a client that leaves mid-stream cancels its request ----
@@ -530,12 +481,12 @@ wait $busy
 [ "$(grep -c "cancelled: the client left while queued" "$tmp/main.log")" -gt "$before" ] && ok || bad "half-closed client not logged"
 
 # ---- the Host guard follows the address bound: 0x7f.0.0.1 is 127.0.0.1 ----
-start hexhost --host 0x7f.0.0.1 || exit 1
+start hexhost --host 0x7f.0.0.1 || finish
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health" -H 'Host: attacker.example')" = 403 ] && ok || bad "loopback bound as 0x7f.0.0.1: foreign Host served"
 kill $PID
 
 # ---- --allow-host: names a loopback server accepts beside its own ----
-start allow --allow-host my.box,other.box || exit 1
+start allow --allow-host my.box,other.box || finish
 for h in "my.box:$PORT" "OTHER.box" "localhost"; do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H "Host: $h")" = 200 ] && ok || bad "--allow-host: Host $h"
 done
@@ -545,7 +496,7 @@ $GEM serve -m "$M" --port 0 --allow-host 'a b' >"$tmp/o" 2>&1
 [ $? = 2 ] && grep -q "bad value for --allow-host" "$tmp/o" && ok || bad "--allow-host with a space: $(cat "$tmp/o")"
 
 # ---- the queue: heartbeats while waiting, a waiting client that leaves frees its place ----
-start queue --queue 1 --heartbeat 0.3 || exit 1
+start queue --queue 1 --heartbeat 0.3 || finish
 Q="http://127.0.0.1:$PORT"
 curl -s "$Q/v1/completions" -d '{"prompt":"Once","max_tokens":400,"temperature":0}' >"$tmp/long1" &
 lp=$!
@@ -566,7 +517,7 @@ wait $lp
 [ "$(jget usage.completion_tokens <"$tmp/long2")" = 400 ] && ok || bad "the long request"
 
 # ---- API key and CORS ----
-start auth --api-key s3cret --cors http://example.test || exit 1
+start auth --api-key s3cret --cors http://example.test || finish
 A="http://127.0.0.1:$PORT"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$A/health")" = 200 ] && ok || bad "health needs no key"
 for route in /v1/models /props; do
@@ -600,12 +551,12 @@ grep -q "^HTTP/1.1 204" "$tmp/ch" && grep -qi "^Access-Control-Allow-Headers: Au
 kill $PID
 # the key from a file (its first line) or from GEM_API_KEY, not the command line
 printf '\357\273\277  f1le-key  \nsecond line\n' >"$tmp/key"
-start keyfile --api-key-file "$tmp/key" || exit 1
+start keyfile --api-key-file "$tmp/key" || finish
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer f1le-key')" = 200 ] && ok || bad "--api-key-file key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" = 401 ] && ok || bad "--api-key-file: no key"
 grep -q "f1le-key" /proc/$PID/cmdline && bad "the key is on the command line" || ok
 kill $PID
-GEM_API_KEY=env-key start envkey || exit 1
+GEM_API_KEY=env-key start envkey || finish
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer env-key')" = 200 ] && ok || bad "GEM_API_KEY key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models" -H 'Authorization: Bearer other')" = 401 ] && ok || bad "GEM_API_KEY: wrong key"
 kill $PID
@@ -627,7 +578,7 @@ done
 # drafts (llama-server's draft_n / draft_n_accepted); /props names it
 MA="$tmp/mtp.gguf"
 if $GEM synth --profile gemma4-tiny-assistant --type q8_0 --seed 2 -o "$MA" >/dev/null 2>&1; then
-    start mtp --mtp "$MA" --draft-max 4 || exit 1
+    start mtp --mtp "$MA" --draft-max 4 || finish
     S="http://127.0.0.1:$PORT"
     body='{"prompt":"The quick brown fox","max_tokens":24,"temperature":0,"ignore_eos":true}'
     curl -s "$S/v1/completions" -d "$body" >"$tmp/mtp_r"
@@ -695,7 +646,7 @@ rc=$?
 # SIGTERM during a stream: it ends with an error event and [DONE], never
 # cut; a request waiting behind it gets 503; with --shutdown-grace a short
 # answer finishes normally
-start term --heartbeat 0 || exit 1
+start term --heartbeat 0 || finish
 curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":100000,"n":8,"ignore_eos":true,"stream":true}' >"$tmp/term1" &
 c1=$!
 sleep 1
@@ -709,21 +660,32 @@ wait $c1 $c2
 [ $rc = 0 ] && ok || bad "SIGTERM during a stream: exit status $rc"
 tail -c 300 "$tmp/term1" | grep -q "the server is shutting down" && [ "$(tail -c 14 "$tmp/term1" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "the stream's end after SIGTERM: $(tail -c 400 "$tmp/term1")"
 [ "$(cat "$tmp/term2code")" = 503 ] && grep -q "shutting down" "$tmp/term2" && ok || bad "the queued request after SIGTERM: $(cat "$tmp/term2code") $(cat "$tmp/term2")"
-start grace --heartbeat 0 --shutdown-grace 20 || exit 1
-curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":600,"ignore_eos":true,"stream":true}' >"$tmp/grace" &
+# (150 tokens: about 1.5 s, 7 s under ASan; 600 took 29 s there, past the grace)
+start grace --heartbeat 0 --shutdown-grace 20 || finish
+curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":150,"ignore_eos":true,"stream":true}' >"$tmp/grace" &
 c1=$!
 sleep 0.3
 kill -TERM $PID
 wait $PID
 wait $c1
 grep -q '"finish_reason":"length"' "$tmp/grace" && ! grep -q "shutting down" "$tmp/grace" && [ "$(tail -c 14 "$tmp/grace" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "a stream within the grace period: $(tail -c 400 "$tmp/grace")"
+# a second SIGTERM (or SIGINT) during the grace period ends it at once:
+# the stream gets its error event and [DONE], the server exits promptly
+start grace2 --heartbeat 0 --shutdown-grace 20 || finish
+curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"x","max_tokens":100000,"n":8,"ignore_eos":true,"stream":true}' >"$tmp/grace2" &
+c1=$!
+sleep 0.5
+kill -TERM $PID
+sleep 0.5
+t0=$(date +%s%N)
+kill -INT $PID
+wait $PID
+rc=$?
+t1=$(date +%s%N)
+wait $c1
+[ $rc = 0 ] && [ $(((t1 - t0) / 1000000)) -lt 3000 ] && ok || bad "a second signal: exit status $rc after $(((t1 - t0) / 1000000)) ms"
+tail -c 300 "$tmp/grace2" | grep -q "the server is shutting down" && [ "$(tail -c 14 "$tmp/grace2" | tr -d '\r\n')" = "data: [DONE]" ] && ok || bad "the stream's end after a second signal: $(tail -c 400 "$tmp/grace2")"
+grep -q "a second signal ended the shutdown grace period" "$tmp/grace2.log" && ok || bad "the second signal not logged: $(tail -3 "$tmp/grace2.log")"
 
-# no sanitizer report in any server log (when GEM is the ASan build)
-if grep -l -E "Sanitizer|runtime error" "$tmp"/*.log >/dev/null 2>&1; then
-    bad "sanitizer reports: $(grep -h -A5 -E "Sanitizer|runtime error" "$tmp"/*.log | head -40)"
-else
-    ok
-fi
-
-echo "test_server: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+no_sanitizer_reports
+finish

@@ -11,6 +11,7 @@
 #include "test.h"
 #include "gguf/gguf_write.h"
 #include "tok/tok.h"
+
 #include "tok/vectors.h"
 
 static int ids_eq(const tok *t, const char *text, int bos, int special, const int32_t *want, size_t n) {
@@ -24,6 +25,24 @@ static int ids_eq(const tok *t, const char *text, int bos, int special, const in
     }
     tok_ids_free(&ids);
     return ok;
+}
+
+/* tok_min_tokens: a lower bound, and near the count where the text is
+ * made of the longest tokens (runs of spaces: 31 a token) */
+static void test_min_tokens(const tok *t) {
+    char spaces[3100];
+    memset(spaces, ' ', sizeof spaces);
+    tok_ids ids = {0};
+    tok_encode(t, spaces, sizeof spaces, 0, 1, &ids);
+    const size_t least = tok_min_tokens(t, spaces, sizeof spaces);
+    CHECKF(least <= ids.n && least * 4 >= ids.n, "3100 spaces: %zu tokens, bound %zu", ids.n, least);
+    tok_ids_free(&ids);
+    /* stray continuation bytes and overlong forms count no code point from below */
+    const char odd[] = "\x80\x80\xc0\xaf\xe0\x80\xaf<|turn>";
+    tok_encode(t, odd, sizeof odd - 1, 0, 1, &ids);
+    CHECK(tok_min_tokens(t, odd, sizeof odd - 1) <= ids.n);
+    tok_ids_free(&ids);
+    CHECK(tok_min_tokens(t, "", 0) == 0);
 }
 
 static void test_basics(const tok *t) {
@@ -270,6 +289,7 @@ int main(int argc, char **argv) {
     CHECKF(t != NULL, "%s", err.msg);
     if (!t) return test_report("test_tok");
     test_basics(t);
+    test_min_tokens(t);
     test_attr_table(t);
     check_vectors(t, "tests/data/tok/ggml-vocab-gemma-4.gguf.inp", "tests/data/tok/ggml-vocab-gemma-4.gguf.out", 0);
     /* the large corpus, unpacked by the Makefile into build/ */

@@ -1,5 +1,6 @@
 /* JSON: strict parsing with named errors, JavaScript semantics for
- * duplicate keys and number printing, escaping, builders. */
+ * duplicate keys and number printing, escaping, builders; bounded parsing
+ * (a value budget, packed integer arrays in one member). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,88 @@ static void num(double d, const char *want) {
     json_num_js(d, &o);
     CHECKF(!strcmp(sb_cstr(&o), want), "%.17g printed %s, want %s", d, sb_cstr(&o), want);
     sb_free(&o);
+}
+
+/* json_parse_limited: the packed member's integer arrays without element
+ * nodes (and as nodes whenever an element is not an int32 integer, so
+ * the array reads the same), the value budget counting everything else */
+static void test_limited(void) {
+    gem_err err = {{0}};
+    json_limits lim = {0, "ids", 0};
+    const char *in = "{\"ids\":[1, -2 ,2147483647,-2147483648],\"more\":{\"ids\":[1,2]},\"x\":[3]}";
+    json *v = json_parse_limited(in, strlen(in), &lim, &err);
+    CHECKF(v != NULL, "%s", err.msg);
+    const json *ids = json_get(v, "ids");
+    CHECK(ids && ids->type == JSON_ARRAY && ids->ints && !ids->items && ids->len == 4);
+    CHECK(ids && ids->ints && ids->ints[1] == -2 && ids->ints[2] == INT32_MAX && ids->ints[3] == INT32_MIN);
+    CHECK(ids && json_at(ids, 0) == NULL);
+    /* only the top-level member: the nested one and other members have nodes */
+    CHECK(!json_get(json_get(v, "more"), "ids")->ints && !json_get(v, "x")->ints && json_get(v, "x")->items[0]->num == 3);
+    strbuf o = {0};
+    json_dump(v, &o);
+    CHECKF(!strcmp(sb_cstr(&o), "{\"ids\":[1,-2,2147483647,-2147483648],\"more\":{\"ids\":[1,2]},\"x\":[3]}"), "%s",
+           sb_cstr(&o));
+    sb_free(&o);
+    json_free(v);
+    /* not packed, read as nodes: a non-integer, an int32 overflow, a
+     * string (with a bracket that ends the element count early), nesting,
+     * the empty array, and integers written with a fraction or exponent
+     * (their literal is kept: a renderer prints 1.0 otherwise than 1) */
+    static const char *const plain[] = {"[1,2.5]", "[1,2147483648]", "[1,\"]\"]", "[[1],[2]]", "[]", "[1,null]", "[1,1.0]", "[1e2]"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"ids\":%s}", plain[i]);
+        v = json_parse_limited(body, strlen(body), &lim, &err);
+        const json *a = json_get(v, "ids");
+        CHECKF(a && !a->ints && (a->len == 0 || a->items), "%s", plain[i]);
+        json_free(v);
+    }
+    v = json_parse_limited("{\"ids\":[[1,2],[3]]}", 19, &lim, &err);
+    CHECK(v && json_get(v, "ids")->items[0]->ints && json_get(v, "ids")->items[1]->ints[0] == 3);
+    json_free(v);
+    const char *two = "{\"ids\":[7, 8 ]}";
+    v = json_parse_limited(two, strlen(two), &lim, &err);
+    CHECK(v && json_get(v, "ids")->ints && json_get(v, "ids")->ints[1] == 8 && json_get(v, "ids")->len == 2);
+    json_free(v);
+    /* malformed packed candidates fail as the plain parser does */
+    static const char *const broken[][2] = {{"{\"ids\":[1,2", "unterminated array"},
+                                           {"{\"ids\":[1,]}", "unexpected character"},
+                                           {"{\"ids\":[1 2]}", "',' or ']' expected"},
+                                           {"{\"ids\":[-]}", "bad number"}};
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
+        v = json_parse_limited(broken[i][0], strlen(broken[i][0]), &lim, &err);
+        CHECKF(!v, "accepted %s", broken[i][0]);
+        CHECK_ERR(err.msg, broken[i][1]);
+        json_free(v);
+    }
+    /* the budget: every node counts, a packed array once */
+    json_limits small = {5, "ids", 0};
+    const char *five = "{\"a\":[1,2],\"ids\":[1,2,3,4,5,6]}"; /* object, a, 1, 2, ids */
+    v = json_parse_limited(five, strlen(five), &small, &err);
+    CHECKF(v && !small.over, "%s", err.msg);
+    json_free(v);
+    const char *six = "{\"a\":[1,2,3],\"ids\":[1]}";
+    v = json_parse_limited(six, strlen(six), &small, &err);
+    CHECK(!v && small.over);
+    CHECK_ERR(err.msg, "too many values");
+    json_free(v);
+    /* the attack the budget is for: a million nulls stop at the budget */
+    strbuf big = {0};
+    sb_puts(&big, "{\"x\":[");
+    for (int i = 0; i < 1000000; i++) sb_puts(&big, i ? ",null" : "null");
+    sb_puts(&big, "]}");
+    json_limits k = {1000, NULL, 0};
+    v = json_parse_limited(big.p, big.len, &k, &err);
+    CHECK(!v && k.over);
+    sb_free(&big);
+    /* a packed list renders as its nodes would (Python's dump included) */
+    const char *neg = "{\"ids\":[3,-1]}";
+    v = json_parse_limited(neg, strlen(neg), &lim, &err);
+    strbuf py = {0};
+    json_dump_py(v, &py);
+    CHECKF(v && json_get(v, "ids")->ints && !strcmp(sb_cstr(&py), "{\"ids\": [3, -1]}"), "%s", sb_cstr(&py));
+    sb_free(&py);
+    json_free(v);
 }
 
 /* Python's renderings: json.dumps and str() of what json.loads returns,
@@ -84,6 +167,7 @@ static void test_python(void) {
 }
 
 int main(void) {
+    test_limited();
     roundtrip(" {\"a\": [1, 2.5, -0.125, true, false, null, \"x\"], \"b\": {}} ",
               "{\"a\":[1,2.5,-0.125,true,false,null,\"x\"],\"b\":{}}");
     roundtrip("\"\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/\"", "\"é😀\\n\\t\\\"\\\\/\"");

@@ -8,35 +8,15 @@
 // as x-api-key. Servers are real processes on loopback with the tiny model.
 // Prints "test_anthropic_sdk: N passed, M failed" (test_anthropic.sh adds it).
 //   node test.mjs GEM MODEL
-import { startServer as serve } from "../serve.mjs";
+import { checker } from "../check.mjs";
+import { serverPool } from "../serve.mjs";
 import Anthropic from "@anthropic-ai/sdk";
 
 const [gem, model] = process.argv.slice(2);
-let passed = 0, failed = 0;
-function check(cond, what, detail) {
-  if (cond) passed++;
-  else {
-    failed++;
-    console.error(`test_anthropic_sdk: FAIL: ${what}${detail === undefined ? "" : ": " + JSON.stringify(detail).slice(0, 600)}`);
-  }
-}
-async function expectThrow(fn, Class, status, what, substring) {
-  try {
-    await fn();
-    check(false, `${what}: no exception`);
-  } catch (e) {
-    check(e instanceof Class, `${what}: ${e.constructor.name}, want ${Class.name}`, e.message);
-    check(e.status === status, `${what}: status ${e.status}, want ${status}`);
-    if (substring) check(String(e.message).includes(substring), `${what}: message`, e.message);
-  }
-}
+const { check, expectThrow, report } = checker("test_anthropic_sdk");
 
-const servers = [];
-async function startServer(args) {
-  const srv = await serve(gem, model, args);
-  servers.push(srv.proc);
-  return srv;
-}
+const servers = serverPool(gem, model);
+const startServer = servers.start;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // a content block as the API defines it
@@ -200,7 +180,6 @@ try {
 } catch (e) {
   check(false, "uncaught", String(e && e.stack || e));
 } finally {
-  for (const p of servers) p.kill();
+  servers.stopAll();
 }
-console.log(`test_anthropic_sdk: ${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+report();

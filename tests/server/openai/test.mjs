@@ -6,37 +6,17 @@
 // and a stable RSS. Servers are real processes on loopback with the tiny
 // model. Prints "test_openai: N passed, M failed" (tests/run.sh sums it).
 //   node test.mjs GEM MODEL
-import { startServer as serve } from "../serve.mjs";
+import { checker } from "../check.mjs";
+import { serverPool } from "../serve.mjs";
 import fs from "node:fs";
 import http from "node:http";
 import OpenAI from "openai";
 
 const [gem, model] = process.argv.slice(2);
-let passed = 0, failed = 0;
-function check(cond, what, detail) {
-  if (cond) passed++;
-  else {
-    failed++;
-    console.error(`test_openai: FAIL: ${what}${detail === undefined ? "" : ": " + JSON.stringify(detail).slice(0, 400)}`);
-  }
-}
-async function expectThrow(fn, Class, status, what, substring) {
-  try {
-    await fn();
-    check(false, `${what}: no exception`);
-  } catch (e) {
-    check(e instanceof Class, `${what}: ${e.constructor.name}, want ${Class.name}`, e.message);
-    check(e.status === status, `${what}: status ${e.status}, want ${status}`);
-    if (substring) check(String(e.message).includes(substring), `${what}: message`, e.message);
-  }
-}
+const { check, expectThrow, report } = checker("test_openai", 400);
 
-const servers = [];
-async function startServer(args) {
-  const srv = await serve(gem, model, args);
-  servers.push(srv.proc);
-  return srv;
-}
+const servers = serverPool(gem, model);
+const startServer = servers.start;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -296,7 +276,7 @@ try {
 } catch (e) {
   check(false, "uncaught", e.stack || String(e));
 } finally {
-  for (const p of servers) if (p.exitCode === null) p.kill("SIGKILL");
+  servers.stopAll("SIGKILL");
 }
-console.log(`test_openai: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+report();
+process.exit(); /* with report's status, whatever handles are still open */

@@ -9,6 +9,7 @@
 // Validation is ajv's (draft 2020-12 with the formats), never gem's.
 // Prints "test_schemas: N passed, M failed" (tests/run.sh sums it).
 //   node test.mjs GEM MODEL_NAME=MODEL_FILE ...
+import { checker } from "../check.mjs";
 import { startServer } from "../serve.mjs";
 import fs from "node:fs";
 import Ajv2020 from "ajv/dist/2020.js";
@@ -16,14 +17,7 @@ import addFormats from "ajv-formats";
 
 const [gem, ...models] = process.argv.slice(2);
 const schemas = JSON.parse(fs.readFileSync("tests/data/grammar/schemas.json", "utf8"));
-let passed = 0, failed = 0;
-function check(cond, what, detail) {
-  if (cond) passed++;
-  else {
-    failed++;
-    console.error(`test_schemas: FAIL: ${what}${detail === undefined ? "" : ": " + String(detail).slice(0, 600)}`);
-  }
-}
+const { check, report } = checker("test_schemas");
 
 async function post(port, body) {
   const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
@@ -87,5 +81,5 @@ for (const spec of models) {
   }
   console.log(`test_schemas: ${name}: ${tally.json} of ${schemas.length} response_format answers and ${tally.tool} tool calls valid (${tally.undeclarable} schemas not declarable as Gemma tools); ${tally.closed} closed at the token limit`);
 }
-console.log(`test_schemas: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+report();
+process.exit(); /* with report's status, whatever handles are still open */
