@@ -100,14 +100,20 @@ if cpu:
         lines.append(f"| gemma4-1b {t} | {g['pp_tok_s']:.1f} | {r['pp_tok_s']:.1f} | {v['ratio']['pp']:.2f}x | "
                      f"{g['tg_tok_s']:.1f} | {r['tg_tok_s']:.1f} | {v['ratio']['tg']:.2f}x | {g['peak_rss_mib']:.0f} MiB |")
     lines.append("")
-tok = newest("bench/results/tok-encode-*.json")
-if tok:
+# tokenizer encode speed: Gemma's SentencePiece BPE (tok-encode-DATE) and
+# Qwen3.5's byte-level BPE (tok-encode-qwen35-DATE), the newest of each
+for pattern, title, corpus in (("bench/results/tok-encode-2*.json", "Tokenizer encode throughput", "4.4 MB golden corpus"),
+                               ("bench/results/tok-encode-qwen35-*.json", "Qwen3.5 byte-level BPE encode throughput",
+                                "5.4 MB golden corpus")):
+    tok = newest(pattern)
+    if not tok:
+        continue
     d = json.load(open(tok))
-    lines.append(f"Tokenizer encode throughput (`{tok}`, commit {d['commit'][:10]}):")
+    lines.append(f"{title} (`{tok}`, commit {d['commit'][:10]}):")
     lines.append("")
     lines.append("| input | gem MB/s | reference MB/s | ratio |")
     lines.append("|---|---|---|---|")
-    for k, name in (("corpus", "4.4 MB golden corpus"), ("line_10mb", "10 MB line, no newlines")):
+    for k, name in (("corpus", corpus), ("line_10mb", "10 MB line, no newlines")):
         g = max(x["mb_per_s"] for x in d[k]["gem"])
         r = max(x["mb_per_s"] for x in d[k]["reference"])
         lines.append(f"| {name} | {g:.2f} | {r:.2f} | {g / r:.1f}x |")
@@ -211,6 +217,23 @@ if f:
         lines.append(f"| {who} | " + " | ".join(cs) + " |")
     note = d.get("table_note")
     lines += ["", note, ""] if note else [""]
+# many clients at once (bench/load.py against gem serve --parallel N): the newest file
+f = newest("bench/results/serve-parallel-*.json")
+if f:
+    d = json.load(open(f))
+    one = {r["clients"]: r for r in d.get("parallel1", [])}
+    fmt = lambda v, f_: (f_ % v) if v is not None else "-"  # noqa: E731
+    lines += [f"Many clients at once, {d['hardware'].split(',')[0]}: `gem serve --parallel 16` on a synthetic 31B "
+              "Q4_0, each client a 2-turn streaming chat (64-token answers), measured by `bench/load.py`; the "
+              f"one-slot server beside it (`{f}`, {d['commit'].split()[0]}):", "",
+              "| clients | aggregate tok/s | TTFT p50 s | TTFT p95 s | per-stream tok/s p50 | one slot: aggregate tok/s | "
+              "one slot: TTFT p50 s |", "|---|---|---|---|---|---|---|"]
+    for r in d["parallel16"]:
+        o = one.get(r["clients"], {})
+        lines.append(f"| {r['clients']} | {r['aggregate_tok_s']:.1f} | {fmt(r['ttft_p50_s'], '%.3f')} | "
+                     f"{fmt(r['ttft_p95_s'], '%.3f')} | {fmt(r['stream_tok_s_p50'], '%.1f')} | "
+                     f"{fmt(o.get('aggregate_tok_s'), '%.1f')} | {fmt(o.get('ttft_p50_s'), '%.3f')} |")
+    lines += [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
