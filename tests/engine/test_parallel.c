@@ -199,7 +199,8 @@ static void test_tiny(const char *path) {
         gem_engine_batch_stats(e, &steps1, &rows1, &rmax);
         const double mean = steps1 > steps0 ? (double)(rows1 - rows0) / (double)(steps1 - steps0) : 0;
         printf("  %ld steps carried %ld rows (mean %.2f, at most %d)\n", steps1 - steps0, rows1 - rows0, mean, rmax);
-        CHECKF(mean > 1.5, "batched steps carried %.2f rows on average", mean); /* 18 decoding: 3-7 seen */
+        /* 18 decoding at once: 3.5-7 rows seen here (2-core VM, loaded), 4.7-6.8 on an H100 */
+        CHECKF(mean > 1.3, "batched steps carried %.2f rows on average", mean);
         CHECK(rmax == BE_EXACT_ROWS);
     }
     /* staggered starts, stop strings: sessions join and leave batches */
