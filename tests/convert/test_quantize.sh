@@ -20,7 +20,7 @@ while read -r name stype seed qtype etype profile; do
     set -- $GEM quantize "$in" "$tmp/out.gguf" --type "$qtype"
     [ "$etype" = - ] || set -- "$@" --embd-type "$etype"
     threads="2"
-    [ "$name" = f32-q4_k ] && threads="1 2 3" # the output never depends on the split
+    case "$name" in f32-q4_k|f32-q5_k) threads="1 2 3" ;; esac # the output never depends on the split
     for t in $threads; do
         rm -f "$tmp/out.gguf"
         "$@" -t "$t" 2>"$tmp/err" || cat "$tmp/err" >&2
@@ -42,9 +42,10 @@ expect_fail() {
     fi
 }
 f32=$tmp/f32-3.gguf
-expect_fail "unknown type" "unknown type (q8_0, q4_0, q4_k, q6_k): q5_k" 2 "$f32" "$tmp/bad.gguf" --type q5_k
+expect_fail "unknown type" "unknown type (q8_0, q4_0, q4_k_m (q4_k), q4_k_s, q5_k_m (q5_k), q5_k_s, q6_k): q3_k" 2 \
+    "$f32" "$tmp/bad.gguf" --type q3_k
 expect_fail "unknown embedding type" "unknown embedding type: q9" 2 "$f32" "$tmp/bad.gguf" --type q8_0 --embd-type q9
-expect_fail "embedding type gem cannot make" "embedding type q5_k cannot be produced" 1 "$f32" "$tmp/bad.gguf" --type q8_0 --embd-type q5_k
+expect_fail "embedding type gem cannot make" "embedding type q2_k cannot be produced" 1 "$f32" "$tmp/bad.gguf" --type q8_0 --embd-type q2_k
 expect_fail "missing type" "usage: gem quantize" 2 "$f32" "$tmp/bad.gguf"
 expect_fail "bad thread count" "-t needs a thread count" 2 "$f32" "$tmp/bad.gguf" --type q8_0 -t 0
 expect_fail "not gemma 4" "not a supported Gemma 4 model" 1 tests/data/seeds/valid_small.gguf "$tmp/bad.gguf" --type q8_0
