@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/kernels_k.h"
 #include "quant/quant.h"
 
 /* ---- portable ---- */
@@ -429,8 +430,9 @@ static int have_avx2(void) {
 #endif
 
 int kernels_variant(const char *name, cpu_kernels *out) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL,
-                     axpy_scalar, geglu_scalar, softcap_scalar};
+    cpu_kernels k = {.name = "scalar", .q8_0 = q8_0_scalar, .q4_0 = q4_0_scalar, .f16 = f16_scalar, .f32 = f32_scalar,
+                     .dot = dot_scalar, .axpy = axpy_scalar, .geglu = geglu_scalar, .softcap = softcap_scalar};
+    kernels_k_portable(&k);
     int ok = !strcmp(name, "scalar");
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!ok && have_avx2()) {
@@ -446,6 +448,7 @@ int kernels_variant(const char *name, cpu_kernels *out) {
         k.axpy = axpy_avx2;
         k.geglu = geglu_avx2;
         k.softcap = softcap_avx2;
+        kernels_k_avx2(&k);
         ok = !strcmp(name, "avx2");
         if (!ok && have_vnni()) {
             k.name = "avx512vnni";
