@@ -308,35 +308,56 @@ static void k_variant(const cpu_kernels *k, const cpu_kernels *portable) {
     free(xa.d), free(xa.q), free(xa.bs), free(xp.d), free(xp.q), free(xp.bs);
 }
 
+static mm_q8k_fn k_mm(const cpu_kernels *k, uint32_t type) {
+    return type == QT_Q4_K ? k->q4_k_mm : type == QT_Q5_K ? k->q5_k_mm : k->q6_k_mm;
+}
+
 /* The tile contract for k-quants: tokens quantized together or one at a
- * time, each row's dot the same bits (the kernels take one row and token
- * at a time, so this guards the activation layout: block0 offsets). */
+ * time, a whole tile or one token per call, each (row, token) the same
+ * bits, and those of the canonical sum; where the variant has multi-row
+ * kernels they run as cpu_matmul runs them (row ranges, short panels
+ * included), else one kernel call per row and token. */
 static void k_tile_contract(const cpu_kernels *k) {
     static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
-    enum { R = 5 };
-    uint8_t *rows = malloc((size_t)KN / 256 * 210 * R);
-    float *x = malloc(sizeof(float) * KN * KTOK);
-    act_q8k all = {malloc(sizeof(float) * KN / 256 * KTOK), malloc((size_t)KN * KTOK),
-                   malloc(sizeof(int16_t) * KN / 16 * KTOK)};
-    act_q8k one = {malloc(sizeof(float) * KN / 256), malloc(KN), malloc(sizeof(int16_t) * KN / 16)};
-    for (int64_t i = 0; i < (int64_t)KN * KTOK; i++) x[i] = frand() * (float)(i / KN + 1);
-    for (int t = 0; t < KTOK; t++) k->quantize_act_k(x + (size_t)t * KN, KN, &all, (int64_t)t * (KN / 256));
+    enum { R = 37, NB = KN / 256 }; /* two panels of 16 and a short one */
+    uint8_t *rows = malloc((size_t)NB * 210 * R);
+    float *x = malloc(sizeof(float) * KN * KTOK), *tile = malloc(sizeof(float) * R * KTOK), *one = malloc(sizeof(float) * R);
+    act_q8k all = {malloc(sizeof(float) * NB * KTOK), malloc((size_t)KN * KTOK), malloc(sizeof(int16_t) * KN / 16 * KTOK)};
+    act_q8k alone = {malloc(sizeof(float) * NB), malloc(KN), malloc(sizeof(int16_t) * KN / 16)};
+    for (int64_t i = 0; i < (int64_t)KN * KTOK; i++) x[i] = frand() * (float)(i / KN + 1) * (i % 101 == 0 ? 30.0f : 1.0f);
+    for (int t = 0; t < KTOK; t++) k->quantize_act_k(x + (size_t)t * KN, KN, &all, (int64_t)t * NB);
     for (size_t ti = 0; ti < 3; ti++) {
-        const uint64_t rb = (uint64_t)quant_type_size(types[ti]) * (KN / 256);
-        for (int r = 0; r < R; r++) make_k_row(types[ti], rows + rb * (uint64_t)r, KN);
-        int same = 1;
+        const uint32_t type = types[ti];
+        const uint64_t rb = (uint64_t)quant_type_size(type) * NB;
+        const mm_q8k_fn mm = k_mm(k, type);
+        const dot_q8k_fn dot = k_kernel(k, type);
+        for (int r = 0; r < R; r++) make_k_row(type, rows + rb * (uint64_t)r, KN);
+        /* the whole tile, rows split 0..16, 16..21, 21..R as threads may split them */
+        static const int cuts[] = {0, 16, 21, R};
+        for (int c = 0; c < 3; c++) {
+            const int r0 = cuts[c], r1 = cuts[c + 1];
+            if (mm) mm(rows + rb * (uint64_t)r0, rb, r1 - r0, &all, NB, KTOK, tile + r0, R);
+            else
+                for (int r = r0; r < r1; r++)
+                    for (int t = 0; t < KTOK; t++) tile[(size_t)t * R + r] = dot(rows + rb * (uint64_t)r, &all, (int64_t)t * NB, KN);
+        }
+        int same = 1, canon = 1;
         for (int t = 0; t < KTOK; t++) {
-            k->quantize_act_k(x + (size_t)t * KN, KN, &one, 0);
+            k->quantize_act_k(x + (size_t)t * KN, KN, &alone, 0);
+            if (mm) mm(rows, rb, R, &alone, NB, 1, one, R);
+            else
+                for (int r = 0; r < R; r++) one[r] = dot(rows + rb * (uint64_t)r, &alone, 0, KN);
             for (int r = 0; r < R; r++) {
-                const float a = k_kernel(k, types[ti])(rows + rb * (uint64_t)r, &all, (int64_t)t * (KN / 256), KN);
-                const float b = k_kernel(k, types[ti])(rows + rb * (uint64_t)r, &one, 0, KN);
-                if (memcmp(&a, &b, 4)) same = 0;
+                const float want = k_canonical(type, rows + rb * (uint64_t)r, KN, &alone, 0);
+                if (memcmp(&one[r], &tile[(size_t)t * R + r], 4)) same = 0;
+                if (memcmp(&one[r], &want, 4)) canon = 0;
             }
         }
-        CHECKF(same, "%s %s: a token's dot depends on the tile", k->name, quant_type_name(types[ti]));
+        CHECKF(same, "%s %s: a token's row depends on the tile", k->name, quant_type_name(type));
+        CHECKF(canon, "%s %s%s: rows differ from the canonical sum", k->name, quant_type_name(type), mm ? " (multi-row)" : "");
     }
-    free(rows), free(x);
-    free(all.d), free(all.q), free(all.bs), free(one.d), free(one.q), free(one.bs);
+    free(rows), free(x), free(tile), free(one);
+    free(all.d), free(all.q), free(all.bs), free(alone.d), free(alone.q), free(alone.bs);
 }
 
 int main(void) {

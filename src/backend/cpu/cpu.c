@@ -224,6 +224,7 @@ typedef struct {
     mm_q8_fn mm;   /* its multi-row form for every tile size, or NULL */
     const act_q8 *xq;
     dot_q8k_fn q8k; /* k-quant kernel on act_q8k activations, or NULL */
+    mm_q8k_fn mmk;  /* its multi-row form for every tile size, or NULL */
     const act_q8k *xk;
 } mm_job;
 
@@ -239,6 +240,11 @@ static void mm_task(void *ctx, int t) {
     if (j->mm) { /* one token and a tile alike: the same bits per token (kernels.h) */
         j->mm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xq, in / 32, j->n, j->out + r0,
               (size_t)W->ne1);
+        return;
+    }
+    if (j->mmk) {
+        j->mmk(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xk, in / 256, j->n, j->out + r0,
+               (size_t)W->ne1);
         return;
     }
     const int direct = j->fused || j->q8 || j->q8k; /* reads the stored row itself */
@@ -283,7 +289,7 @@ static int prep_act_k(cpu_backend *c, const be_buf *x, int64_t ne0, int n, mm_jo
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL};
     switch (W->type) {
     case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; break;
     case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; break;
@@ -291,14 +297,14 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     case QT_F32: j.fused = c->k.f32; break;
     /* k-quants: integer kernels on the fast path; the reference path
      * dequantizes each row and takes the f32 dot (the oracle) */
-    case QT_Q4_K: j.q8k = c->reference ? NULL : c->k.q4_k_q8k; break;
-    case QT_Q5_K: j.q8k = c->reference ? NULL : c->k.q5_k_q8k; break;
-    case QT_Q6_K: j.q8k = c->reference ? NULL : c->k.q6_k_q8k; break;
+    case QT_Q4_K: j.q8k = c->k.q4_k_q8k; j.mmk = c->k.q4_k_mm; break;
+    case QT_Q5_K: j.q8k = c->k.q5_k_q8k; j.mmk = c->k.q5_k_mm; break;
+    case QT_Q6_K: j.q8k = c->k.q6_k_q8k; j.mmk = c->k.q6_k_mm; break;
     default: break;
     }
-    if (j.q8k && !prep_act_k(c, x, W->ne0, n, &j)) j.q8k = NULL; /* no scratch: the f32 path */
+    if (c->reference || (j.q8k && !prep_act_k(c, x, W->ne0, n, &j))) j.q8k = NULL, j.mmk = NULL; /* the f32 path */
     /* the multi-row kernels gather the rows' scales with 32-bit offsets */
-    if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL;
+    if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL, j.mmk = NULL;
     act_q8 xq = {0};
     if (j.q8) {
         /* quantize the activations once per call (scratch grows to the
@@ -328,7 +334,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.mm) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
+    if (j.mm || j.mmk) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);

@@ -66,6 +66,13 @@ typedef struct {
  * SIMD variants can be checked against the portable one for equality. */
 typedef float (*dot_q8k_fn)(const uint8_t *row, const act_q8k *x, int64_t block0, int64_t n);
 
+/* Rows [0, nrows) (row_bytes apart) of a q4_k/q5_k/q6_k matrix against
+ * ntok tokens of act_q8k activations (token t's blocks start at t * nb), nb
+ * super-blocks per row: out[t * out_stride + r], each the canonical sum
+ * above (so equal to the one-row kernels' bits). */
+typedef void (*mm_q8k_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8k *x, int64_t nb,
+                          int ntok, float *out, size_t out_stride);
+
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
@@ -78,6 +85,7 @@ typedef struct {
     /* k-quants on act_q8k activations: set in every variant (the portable
      * ones define the canonical sum above; kernels_k.c) */
     dot_q8k_fn q4_k_q8k, q5_k_q8k, q6_k_q8k;
+    mm_q8k_fn q4_k_mm, q5_k_mm, q6_k_mm; /* every tile size where set (AVX512-VNNI) */
     void (*quantize_act_k)(const float *x, int64_t n, act_q8k *out, int64_t block0); /* n: whole blocks */
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
     /* out = gelu_tanh(g) * u and x = cap tanh(x / cap): tanhf in the
