@@ -1,11 +1,12 @@
 /* Dot products of one stored weight row with f32 activations: the CPU fast
  * path's inner loop. kernels_pick() chooses, once, the best variant the CPU
  * supports (AVX512-VNNI, AVX2 + FMA + F16C, else portable C). The portable
- * variants equal the reference dequantize-then-dot; the SIMD ones differ
- * only in summation order (eight lanes, fused multiply-add). In every
- * variant a token's output row does not depend on the other tokens of the
- * call: a tile of n tokens gives, row for row, the bits of n one-token
- * calls. */
+ * f32-path kernels equal the reference dequantize-then-dot; the SIMD ones
+ * differ only in summation order (eight lanes, fused multiply-add). The
+ * integer kernels on quantized activations (q8_0/q4_0 on act_q8, the
+ * k-quants on act_q8k) have canonical sums defined below. In every variant
+ * a token's output row does not depend on the other tokens of the call: a
+ * tile of n tokens gives, row for row, the bits of n one-token calls. */
 #ifndef GEM_BACKEND_CPU_KERNELS_H
 #define GEM_BACKEND_CPU_KERNELS_H
 
