@@ -419,7 +419,9 @@ int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *er
     const int ftype = gem_quantize_ftype(o->type ? o->type : "");
     if (ftype < 0) return gem_err_set(err, "unknown type '%s' (%s)", o->type ? o->type : "", GEM_QUANTIZE_TYPES);
     if (o->embd_type >= 0 && !quant_can_quantize((uint32_t)o->embd_type))
-        return gem_err_set(err, "embedding type %s cannot be produced (q8_0, q6_k, q5_k, q4_k, q5_1, q5_0, q4_0, f16, bf16, f32)",
+        return gem_err_set(err,
+                           "embedding type %s cannot be produced (q8_0, q6_k, q5_k, q4_k, q5_1, q5_0, q4_0, f16, bf16, "
+                           "f32)",
                            quant_type_name((uint32_t)o->embd_type) ? quant_type_name((uint32_t)o->embd_type) : "?");
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;

@@ -321,10 +321,13 @@ static void k_tile_contract(const cpu_kernels *k) {
     static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
     enum { R = 37, NB = KN / 256 }; /* two panels of 16 and a short one */
     uint8_t *rows = malloc((size_t)NB * 210 * R);
-    float *x = malloc(sizeof(float) * KN * KTOK), *tile = malloc(sizeof(float) * R * KTOK), *one = malloc(sizeof(float) * R);
-    act_q8k all = {malloc(sizeof(float) * NB * KTOK), malloc((size_t)KN * KTOK), malloc(sizeof(int16_t) * KN / 16 * KTOK)};
+    float *x = malloc(sizeof(float) * KN * KTOK), *tile = malloc(sizeof(float) * R * KTOK);
+    float *one = malloc(sizeof(float) * R);
+    act_q8k all = {malloc(sizeof(float) * NB * KTOK), malloc((size_t)KN * KTOK),
+                   malloc(sizeof(int16_t) * KN / 16 * KTOK)};
     act_q8k alone = {malloc(sizeof(float) * NB), malloc(KN), malloc(sizeof(int16_t) * KN / 16)};
-    for (int64_t i = 0; i < (int64_t)KN * KTOK; i++) x[i] = frand() * (float)(i / KN + 1) * (i % 101 == 0 ? 30.0f : 1.0f);
+    for (int64_t i = 0; i < (int64_t)KN * KTOK; i++)
+        x[i] = frand() * (float)(i / KN + 1) * (i % 101 == 0 ? 30.0f : 1.0f);
     for (int t = 0; t < KTOK; t++) k->quantize_act_k(x + (size_t)t * KN, KN, &all, (int64_t)t * NB);
     for (size_t ti = 0; ti < 3; ti++) {
         const uint32_t type = types[ti];
@@ -339,7 +342,8 @@ static void k_tile_contract(const cpu_kernels *k) {
             if (mm) mm(rows + rb * (uint64_t)r0, rb, r1 - r0, &all, NB, KTOK, tile + r0, R);
             else
                 for (int r = r0; r < r1; r++)
-                    for (int t = 0; t < KTOK; t++) tile[(size_t)t * R + r] = dot(rows + rb * (uint64_t)r, &all, (int64_t)t * NB, KN);
+                    for (int t = 0; t < KTOK; t++)
+                        tile[(size_t)t * R + r] = dot(rows + rb * (uint64_t)r, &all, (int64_t)t * NB, KN);
         }
         int same = 1, canon = 1;
         for (int t = 0; t < KTOK; t++) {
@@ -354,7 +358,8 @@ static void k_tile_contract(const cpu_kernels *k) {
             }
         }
         CHECKF(same, "%s %s: a token's row depends on the tile", k->name, quant_type_name(type));
-        CHECKF(canon, "%s %s%s: rows differ from the canonical sum", k->name, quant_type_name(type), mm ? " (multi-row)" : "");
+        CHECKF(canon, "%s %s%s: rows differ from the canonical sum", k->name, quant_type_name(type),
+               mm ? " (multi-row)" : "");
     }
     free(rows), free(x), free(tile), free(one);
     free(all.d), free(all.q), free(all.bs), free(alone.d), free(alone.q), free(alone.bs);

@@ -96,8 +96,8 @@ int main(void) {
     CHECK_ERR(err.msg, "not a supported Gemma 4 model");
     CHECK(gem_quantize_ftype("Q4_K") == 15 && gem_quantize_ftype("q4_k_m") == 15 && gem_quantize_ftype("q6_k") == 18 &&
           gem_quantize_ftype("q8_0") == 7 && gem_quantize_ftype("q4_0") == 2 && gem_quantize_ftype("f16") == -1);
-    CHECK(gem_quantize_ftype("q4_k_s") == 14 && gem_quantize_ftype("Q5_K") == 17 && gem_quantize_ftype("q5_k_m") == 17 &&
-          gem_quantize_ftype("q5_k_s") == 16 && gem_quantize_ftype("q3_k_m") == -1);
+    CHECK(gem_quantize_ftype("q4_k_s") == 14 && gem_quantize_ftype("Q5_K") == 17 &&
+          gem_quantize_ftype("q5_k_m") == 17 && gem_quantize_ftype("q5_k_s") == 16 && gem_quantize_ftype("q3_k_m") == -1);
 
     /* The K mixes' per-tensor types (the embedding kept f32: only the
      * layers are quantized). gemma4-tiny has six ffn_down and five attn_v
@@ -124,7 +124,8 @@ int main(void) {
         for (int il = 0; il < 6; il++) {
             const gguf_tensor *t;
             snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
-            if ((t = gguf_find_tensor(g, name)) && (il >= 5 || strcmp(quant_type_name(t->type), mixes[m].v[il]))) ok = 0;
+            t = gguf_find_tensor(g, name);
+            if (t && (il >= 5 || strcmp(quant_type_name(t->type), mixes[m].v[il]))) ok = 0;
             if (!t && il < 5) ok = 0;
             snprintf(name, sizeof name, "blk.%d.ffn_down.weight", il);
             if (!(t = gguf_find_tensor(g, name)) || strcmp(quant_type_name(t->type), mixes[m].down[il])) ok = 0;

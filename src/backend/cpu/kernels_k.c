@@ -68,7 +68,9 @@ static void quantize_act_k_portable(const float *x, int64_t n, act_q8k *o, int64
     }
 }
 
-/* q4_k and q5_k: qh NULL for q4_k */
+/* q4_k (q5 = 0) and q5_k: per 64 values the low nibbles against
+ * a[64c..) with scale 2c and the high ones against a[64c + 32..) with
+ * scale 2c + 1, each code plus 16 where its fifth bit is set (q5_k) */
 static float k45_portable(const uint8_t *row, size_t bytes, int q5, const act_q8k *x, int64_t block0, int64_t n) {
     float acc = 0;
     for (int64_t b = 0; b < n / QK; b++) {
@@ -114,7 +116,7 @@ static float q6_k_portable(const uint8_t *row, const act_q8k *x, int64_t block0,
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
             for (int k = 0; k < 4; k++) {
-                int32_t s0 = 0, s1 = 0; /* values 16 apart share no scale */
+                int32_t s0 = 0, s1 = 0; /* the 32 values' first and second 16 have scales 2k, 2k + 1 */
                 for (int l = 0; l < 32; l++) {
                     const int lowbits = k < 2 ? ql[l + 32 * k] & 15 : ql[l + 32 * (k - 2)] >> 4;
                     const int q = (lowbits | ((qh[l] >> (2 * k) & 3) << 4)) - 32;
@@ -178,9 +180,9 @@ AVX2 static void quantize_act_k_avx2(const float *x, int64_t n, act_q8k *o, int6
             _mm256_storeu_si256((__m256i *)(q + i), s8);
             /* sums of the two 16-code groups: byte pairs, then pairs of those */
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), s8), _mm256_set1_epi16(1));
-            const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm_shuffle_epi32(_mm256_castsi256_si128(p), 0x4e));
-            const __m128i g = _mm_add_epi32(_mm256_extracti128_si256(p, 1),
-                                            _mm_shuffle_epi32(_mm256_extracti128_si256(p, 1), 0x4e));
+            const __m128i p0 = _mm256_castsi256_si128(p), p1 = _mm256_extracti128_si256(p, 1);
+            const __m128i h = _mm_add_epi32(p0, _mm_shuffle_epi32(p0, 0x4e));
+            const __m128i g = _mm_add_epi32(p1, _mm_shuffle_epi32(p1, 0x4e));
             o->bs[(block0 + b) * 16 + i / 16] = (int16_t)(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 1));
             o->bs[(block0 + b) * 16 + i / 16 + 1] = (int16_t)(_mm_cvtsi128_si32(g) + _mm_extract_epi32(g, 1));
         }
@@ -277,7 +279,8 @@ AVX2 static float q6_k_avx2(const uint8_t *row, const act_q8k *x, int64_t block0
         __m256i s = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             /* this half's 8 scales as int16 in both lanes */
-            const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(blk + 192 + 8 * h))));
+            const __m128i sc8h = _mm_loadl_epi64((const __m128i *)(blk + 192 + 8 * h));
+            const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
@@ -352,7 +355,8 @@ VNNI static inline __attribute__((always_inline)) void kpack45(const int q5, con
         const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
                       top = _mm512_set1_epi32(0x30303030);
         const __m512i sc_lo = _mm512_and_si512(u0, m6), m_lo = _mm512_and_si512(u1, m6);
-        const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
+        const __m512i sc_hi =
+            _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
         const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
                                              _mm512_and_si512(_mm512_srli_epi32(u1, 2), top));
         for (int j = 0; j < 4; j++) {
@@ -376,9 +380,10 @@ VNNI static inline __attribute__((always_inline)) void kpack45(const int q5, con
                     const int g = 4 * hh + k;
                     __m512i lo = _mm512_and_si512(o[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(o[k], 4), low);
                     if (q5) {
-                        lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q), one), 4));
-                        hi = _mm512_or_si512(hi,
-                                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q + 1), one), 4));
+                        const __m512i f0 = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q), one);
+                        const __m512i f1 = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q + 1), one);
+                        lo = _mm512_or_si512(lo, _mm512_slli_epi16(f0, 4));
+                        hi = _mm512_or_si512(hi, _mm512_slli_epi16(f1, 4));
                     }
                     c->w[b][8 * (2 * q) + g] = lo;
                     c->w[b][8 * (2 * q + 1) + g] = hi;
@@ -399,7 +404,8 @@ VNNI static inline void kpack6(const uint8_t *const *rows, __m512i roff, int64_t
         const uint8_t *base = rows[0] + off;
         /* bytes 206..209: the last two scales and d (a gather at 208 would
          * read past the block) */
-        c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_i32gather_epi32(roff, base + 206, 1), 16)));
+        const __m512i dw = _mm512_i32gather_epi32(roff, base + 206, 1);
+        c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dw, 16)));
         for (int q = 0; q < 4; q++) {
             const __m512i s4 = _mm512_i32gather_epi32(roff, base + 192 + 4 * q, 1);
             for (int i = 0; i < 4; i++) /* byte i of the word, sign-extended */
@@ -415,7 +421,8 @@ VNNI static inline void kpack6(const uint8_t *const *rows, __m512i roff, int64_t
                     const int j = 8 * half + 2 * k + part;
                     for (int g = 0; g < 4; g++) {
                         const __m512i lb = k & 1 ? l1[g] : l0[g];
-                        const __m512i lo4 = k < 2 ? _mm512_and_si512(lb, low) : _mm512_and_si512(_mm512_srli_epi16(lb, 4), low);
+                        const __m512i lo4 =
+                            _mm512_and_si512(k < 2 ? lb : _mm512_srli_epi16(lb, 4), low);
                         const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(qh[g], 2 * k), two);
                         c->w[b][4 * j + g] = _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4));
                     }
