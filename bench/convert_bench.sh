@@ -2,7 +2,7 @@
 # Conversion and quantization throughput on this machine, gem against the
 # pinned reference where the reference can run here:
 #   - gem quantize vs llama-quantize, same f32 input, same thread count,
-#     for q8_0, q4_0, q4_k and q6_k (A/B order alternating per type); the
+#     for q8_0, q4_0, q4_k, q5_k and q6_k (A/B order alternating per type); the
 #     two outputs must have the same SHA-256;
 #   - gem convert of a Hugging Face checkpoint (exported from the same model
 #     by tools/gguf_to_hf.py) to f32, bf16 and f16 (the reference converter
@@ -21,7 +21,7 @@ now() { date +%s.%N; }
 results=$tmp/results.txt
 : > "$results"
 i=0
-for t in q8_0 q4_0 q4_k q6_k; do
+for t in q8_0 q4_0 q4_k q5_k q6_k; do
     T=$(echo $t | tr a-z A-Z)
     for who in gem ref; do
         # alternate which side goes first

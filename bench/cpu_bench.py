@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """CPU speed, gem against the pinned llama.cpp reference, side by side in one
 run on this machine: prompt processing and decode tok/s on synthetic
-gemma4-1b files (Q4_0 and Q8_0 matrices, Q8_0 embedding), same file, same
+gemma4-1b files (Q4_0 and Q8_0 matrices, Q8_0 embedding; a K-quant mix such
+as q4_k_m: a bf16 synth quantized by gem quantize, byte-identical to
+llama-quantize's, with its q6_k tied embedding), same file, same
 thread count, greedy, EOS ignored; both measured in-process after a warm-up
 (`gem bench` and `llama-bench`: each prompt length from an empty context,
 decode from depth 0). Order A/B/B/A per repetition (A/B/C/C/B/A with
@@ -16,6 +18,7 @@ usage: bench/cpu_bench.py [--reps 3] [--threads 2] [--prompt 64[,N..]] [--gen 32
                       in one batch of up to 512)
   --gem-tile T        gem's prompt tile (gem bench --tile), e.g. 512 for one
                       512-row product per matrix like llama-bench's batch
+  --types q4_0,q4_k_m synth types, or gem quantize types (q4_k_m, q5_k_m, ...)
   --gem-base PATH     a second gem binary (an older build) measured in the
                       same interleaving: before/after numbers from one run
 Needs the reference (bench/reference/build.sh cpu) and ./gem.
@@ -88,8 +91,15 @@ def run_ref(model):
 results = {}
 for t in a.types.split(","):
     model = f"{a.dir}/gemma4-1b-{t}.gguf"
-    if not os.path.exists(model):
+    if not os.path.exists(model) and t in ("q4_0", "q8_0", "f16", "bf16", "f32"):
         subprocess.run(["./gem", "synth", "--profile", "gemma4-1b", "--type", t, "--seed", "1", "-o", model], check=True,
+                       capture_output=True)
+    elif not os.path.exists(model):  # a quantize type: from a bf16 synth
+        src = f"{a.dir}/gemma4-1b-bf16.gguf"
+        if not os.path.exists(src):
+            subprocess.run(["./gem", "synth", "--profile", "gemma4-1b", "--type", "bf16", "--seed", "1", "-o", src],
+                           check=True, capture_output=True)
+        subprocess.run(["./gem", "quantize", src, model, "--type", t, "-t", str(a.threads)], check=True,
                        capture_output=True)
     run_gem(model)  # warm-up: page cache and CPU clocks
     run_ref(model)

@@ -1,8 +1,9 @@
 /* Golden-file maker for the row-quantizer tests: quantizes every 256-value
  * row of an f32 file with the pinned reference's ggml_quantize_chunk (the
  * path llama-quantize takes without an importance matrix) and writes
- * PREFIX.TYPE for q8_0, q4_0, q4_k and q6_k. Built against the reference
- * in .ref/ by tools/quant_golden.sh; never part of gem. */
+ * PREFIX.TYPE for q8_0, q4_0, q5_0, q5_1, q4_k, q5_k and q6_k. Built
+ * against the reference in .ref/ by tools/quant_golden.sh; never part of
+ * gem. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,7 +25,8 @@ int main(int argc, char **argv) {
     fclose(f);
     const int64_t rows = n / (long)sizeof(float) / ne0;
     const struct { enum ggml_type t; const char *name; } types[] = {
-        {GGML_TYPE_Q8_0, "q8_0"}, {GGML_TYPE_Q4_0, "q4_0"}, {GGML_TYPE_Q4_K, "q4_k"}, {GGML_TYPE_Q6_K, "q6_k"}};
+        {GGML_TYPE_Q8_0, "q8_0"}, {GGML_TYPE_Q4_0, "q4_0"}, {GGML_TYPE_Q5_0, "q5_0"}, {GGML_TYPE_Q5_1, "q5_1"},
+        {GGML_TYPE_Q4_K, "q4_k"}, {GGML_TYPE_Q5_K, "q5_k"}, {GGML_TYPE_Q6_K, "q6_k"}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         size_t sz = ggml_row_size(types[i].t, ne0) * (size_t)rows;
         void *q = malloc(sz);

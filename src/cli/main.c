@@ -26,7 +26,7 @@ static void usage(FILE *out) {
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
             "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
-            "  quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k|q6_k [--embd-type T] [-t N]\n"
+            "  quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k|... [--embd-type T] [-t N]\n"
             "                                      quantize an f32/f16/bf16 model (same bytes as llama-quantize)\n"
             "  convert HF_DIR -o FILE.gguf [--type f32|bf16|f16]\n"
             "                                      Hugging Face safetensors checkpoint to GGUF\n"

@@ -1,5 +1,5 @@
-/* gem quantize: a Gemma 4 GGUF in f32/f16/bf16 to q8_0, q4_0, q4_k or q6_k,
- * byte-identical to the pinned llama-quantize (see convert/quantize.h). */
+/* gem quantize: a Gemma 4 GGUF in f32/f16/bf16 to q8_0, q4_0, a K-quant
+ * mix or q6_k, byte-identical to the pinned llama-quantize (see convert/quantize.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,7 +9,9 @@
 #include "model/gemma4.h"
 #include "quant/quant.h"
 
-#define USAGE "usage: gem quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k|q6_k [--embd-type TYPE] [-t THREADS]"
+#define USAGE \
+    "usage: gem quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q4_k_s|q5_k_m|q5_k_s|q6_k [--embd-type TYPE] " \
+    "[-t THREADS]"
 
 static int fail(const char *msg, const char *arg) { return cli_fail("quantize", msg, arg); }
 
@@ -46,7 +48,7 @@ int cli_quantize(int argc, char **argv) {
     o.type = type;
     o.embd_type = -1;
     o.threads = (int)threads;
-    if (gem_quantize_ftype(type) < 0) return fail("unknown type (q8_0, q4_0, q4_k, q6_k)", type);
+    if (gem_quantize_ftype(type) < 0) return fail("unknown type (" GEM_QUANTIZE_TYPES ")", type);
     if (embd) {
         o.embd_type = quant_type_from_name(embd);
         if (o.embd_type < 0) return fail("unknown embedding type", embd);

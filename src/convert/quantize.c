@@ -30,18 +30,19 @@
 #define MAX_THREADS 64
 #define QUANT_VERSION 2        /* GGML_QNT_VERSION of the reference */
 
-enum { FT_Q4_0 = 2, FT_Q8_0 = 7, FT_Q4_K_M = 15, FT_Q6_K = 18 };
+/* The reference's file-type codes (llama.h llama_ftype) gem can write. */
+enum { FT_Q4_0 = 2, FT_Q8_0 = 7, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18 };
 
+/* --type names, as llama-quantize spells them (case-insensitive): "q4_k"
+ * and "q5_k" are its aliases of the _M mixes. */
 static const struct {
     const char *name;
     int ftype;
-    uint32_t type;
+    uint32_t type; /* the file type's default tensor type */
 } ftypes[] = {
-    {"q8_0", FT_Q8_0, QT_Q8_0},
-    {"q4_0", FT_Q4_0, QT_Q4_0},
-    {"q4_k", FT_Q4_K_M, QT_Q4_K}, /* llama-quantize's "Q4_K" is an alias of Q4_K_M */
-    {"q4_k_m", FT_Q4_K_M, QT_Q4_K},
-    {"q6_k", FT_Q6_K, QT_Q6_K},
+    {"q8_0", FT_Q8_0, QT_Q8_0},     {"q4_0", FT_Q4_0, QT_Q4_0},     {"q4_k", FT_Q4_K_M, QT_Q4_K},
+    {"q4_k_m", FT_Q4_K_M, QT_Q4_K}, {"q4_k_s", FT_Q4_K_S, QT_Q4_K}, {"q5_k", FT_Q5_K_M, QT_Q5_K},
+    {"q5_k_m", FT_Q5_K_M, QT_Q5_K}, {"q5_k_s", FT_Q5_K_S, QT_Q5_K}, {"q6_k", FT_Q6_K, QT_Q6_K},
 };
 
 static int ieq(const char *a, const char *b) {
@@ -135,24 +136,44 @@ typedef struct {
     int n_layer, i_ffn_down;
 } selector;
 
+/* The reference's "more bits" layers: the first and last eighth, and every
+ * third layer in between. */
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-/* The reference's per-category adjustments, for the file types gem offers. */
+/* The reference's per-tensor choice (llama_tensor_get_type_impl) for the
+ * file types gem offers, on a dense model without an importance matrix:
+ *   - the output head (output.weight, or a tied token_embd.weight /
+ *     per_layer_token_embd.weight when there is no output.weight): q6_k
+ *     for every type but q8_0, which keeps q8_0; q8_0 too when the row is
+ *     not a whole block of the default type;
+ *   - attn_v-like tensors (attn_v, attn_qkv, attn_kv_b), counted in the
+ *     sorted order over all of them: q6_k in the "more bits" layers for
+ *     Q4_K_M and Q5_K_M; q5_k for the first four for Q4_K_S;
+ *   - ffn_down, counted per tensor in sorted order over n_layer: q6_k in
+ *     the "more bits" layers for Q4_K_M and Q5_K_M; q5_k in the first
+ *     eighth for Q4_K_S;
+ *   - everything else keeps the default (Q4_K_x: q4_k, Q5_K_x: q5_k). The
+ *     reference's "attn_qkv becomes q5_k for Q4_K_M" branch sits after the
+ *     attn_v-like one in its if-chain and never fires: attn_qkv follows the
+ *     attn_v rule. Q5_K_S and Q6_K have no rule besides the output head.
+ * A row the chosen type's blocks do not divide falls back afterwards
+ * (fallback). */
 static uint32_t mix_type(selector *s, const item *it, category cat, uint32_t t) {
+    const int km = s->ftype == FT_Q4_K_M || s->ftype == FT_Q5_K_M;
     if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) {
         if (it->t->ne[0] % quant_block_size(t)) t = QT_Q8_0;
         else if (t != QT_Q8_0) t = QT_Q6_K;
     } else if (cat == CAT_TOKEN_EMBD) {
         /* no rule for these file types */
     } else if (is_attn_v(cat)) {
-        if (s->ftype == FT_Q4_K_M && use_more_bits(s->i_attn_v, s->n_attn_v)) t = QT_Q6_K;
+        if (km && use_more_bits(s->i_attn_v, s->n_attn_v)) t = QT_Q6_K;
+        else if (s->ftype == FT_Q4_K_S && s->i_attn_v < 4) t = QT_Q5_K;
         s->i_attn_v++;
     } else if (cat == CAT_FFN_DOWN) {
         /* the layer index is the counter, in sorted order, not the name's */
-        if (s->ftype == FT_Q4_K_M && use_more_bits(s->i_ffn_down, s->n_layer)) t = QT_Q6_K;
+        if (km && use_more_bits(s->i_ffn_down, s->n_layer)) t = QT_Q6_K;
+        else if (s->ftype == FT_Q4_K_S && s->i_ffn_down < s->n_layer / 8) t = QT_Q5_K;
         s->i_ffn_down++;
-    } else if (cat == CAT_ATTN_QKV) {
-        if (s->ftype == FT_Q4_K_M) t = QT_Q5_K;
     }
     return t;
 }
@@ -164,6 +185,7 @@ static uint32_t fallback(const item *it, uint32_t t) {
     uint32_t r = t;
     switch (t) {
     case QT_Q4_K: r = QT_Q5_0; break;
+    case QT_Q5_K: r = QT_Q5_1; break;
     case QT_Q6_K: r = QT_Q8_0; break;
     default: break;
     }
@@ -395,9 +417,11 @@ static int plan(const gguf_file *f, const gemma4_profile *p, const gem_quantize_
 
 int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *err) {
     const int ftype = gem_quantize_ftype(o->type ? o->type : "");
-    if (ftype < 0) return gem_err_set(err, "unknown type '%s' (q8_0, q4_0, q4_k, q6_k)", o->type ? o->type : "");
+    if (ftype < 0) return gem_err_set(err, "unknown type '%s' (%s)", o->type ? o->type : "", GEM_QUANTIZE_TYPES);
     if (o->embd_type >= 0 && !quant_can_quantize((uint32_t)o->embd_type))
-        return gem_err_set(err, "embedding type %s cannot be produced (q8_0, q6_k, q4_0, q4_k, f16, bf16, f32)",
+        return gem_err_set(err,
+                           "embedding type %s cannot be produced (q8_0, q6_k, q5_k, q4_k, q5_1, q5_0, q4_0, f16, bf16, "
+                           "f32)",
                            quant_type_name((uint32_t)o->embd_type) ? quant_type_name((uint32_t)o->embd_type) : "?");
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;

@@ -208,12 +208,14 @@ int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
     switch (kind) {
     case G4_KIND_VECTOR: return type == QT_F32;
     /* k-quants are what published Q4_K_M / Q5_K_M / Q6_K files (and
-     * `gem quantize --type q4_k|q6_k`) contain: every backend runs them (the
-     * CPU through its dequantizers, CUDA expanded to f16 at load) */
+     * `gem quantize --type q4_k_m|q5_k_m|q6_k|...`) contain, with q5_0 and
+     * q5_1 where a row is not whole super-blocks: every backend runs them
+     * (the CPU with its k-quant kernels or dequantizers, CUDA expanded to
+     * f16 at load) */
     case G4_KIND_MATRIX:
     case G4_KIND_EMBD:
-        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q5_0 || type == QT_Q4_K || type == QT_Q5_K ||
-               type == QT_Q6_K || type == QT_F16 || type == QT_BF16 || type == QT_F32;
+        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q5_0 || type == QT_Q5_1 || type == QT_Q4_K ||
+               type == QT_Q5_K || type == QT_Q6_K || type == QT_F16 || type == QT_BF16 || type == QT_F32;
     }
     return 0;
 }
@@ -221,7 +223,7 @@ int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
 static const char *kind_types(gemma4_kind kind) {
     switch (kind) {
     case G4_KIND_VECTOR: return "f32";
-    default: return "q4_0, q8_0, q5_0, q4_k, q5_k, q6_k, f16, bf16 or f32";
+    default: return "q4_0, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16 or f32";
     }
 }
 

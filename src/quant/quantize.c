@@ -70,6 +70,59 @@ static void q4_0_block(const float *x, uint8_t *y) {
     }
 }
 
+/* ---- q5_0 / q5_1: 32 values of 5-bit codes (the fallbacks of q4_k and
+ * q5_k for rows that are not whole super-blocks) ---- */
+
+/* Codes c[0..32) (0..31) as 16 bytes of nibbles (value j low, j + 16 high)
+ * and a little-endian 32-bit mask of fifth bits (bit j: value j). */
+static void put_q5_codes(const uint8_t *c, uint8_t *qh, uint8_t *qs) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((c[j] & 15) | ((c[j + 16] & 15) << 4));
+        h |= (uint32_t)(c[j] >> 4 & 1) << j;
+        h |= (uint32_t)(c[j + 16] >> 4 & 1) << (j + 16);
+    }
+    memcpy(qh, &h, 4);
+}
+
+/* d = (signed value of largest magnitude) / -16; codes x / d + 16.5 truncated
+ * (through int8, like the reference), at most 31. Layout: d, qh[4], qs[16]. */
+static void q5_0_block(const float *x, uint8_t *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / -16;
+    const float id = d ? 1.0f / d : 0.0f;
+    quant_put_f16(y, d);
+    uint8_t c[32];
+    for (int j = 0; j < 32; j++) {
+        const int8_t v = trunc_to_i8(x[j] * id + 16.5f);
+        c[j] = (uint8_t)(v < 31 ? v : 31);
+    }
+    put_q5_codes(c, y + 2, y + 6);
+}
+
+/* d = (max - min) / 31, m = min; codes (x - min) / d + 0.5 truncated.
+ * Layout: d, m, qh[4], qs[16]. */
+static void q5_1_block(const float *x, uint8_t *y) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < 32; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 31;
+    const float id = d ? 1.0f / d : 0.0f;
+    quant_put_f16(y, d);
+    quant_put_f16(y + 2, min);
+    uint8_t c[32];
+    for (int j = 0; j < 32; j++) c[j] = (uint8_t)trunc_to_i8((x[j] - min) * id + 0.5f);
+    put_q5_codes(c, y + 4, y + 8);
+}
+
 /* ---- q4_k: 8 sub-blocks of 32 with 6-bit scales and mins ---- */
 
 /* Weighted least-squares search for a scale and min of n values quantized to
@@ -151,18 +204,24 @@ static void k4_get_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     }
 }
 
-/* Layout: d (f16), dmin (f16), scales[12], qs[128]. */
-static void q4_k_block(const float *x, uint8_t *y) {
-    uint8_t L[QK_K], Laux[32];
+/* The part q4_k and q5_k share: per 32-value sub-block a scale and min
+ * search for codes in [0, nmax] (nmax 15 or 31, with the reference's
+ * per-type grid: rmin -1 / 20 steps for q4_k, -0.5 / 15 steps for q5_k),
+ * the scales and mins quantized to 6 bits against their maxima and packed
+ * into head[4..16), d and dmin (f16) into head[0..4), then every code
+ * chosen again against the stored (fp16-rounded, 6-bit) scales. A sub-block
+ * whose stored scale is 0 keeps its search codes. */
+static void kmin_scales_codes(const float *x, uint8_t *head, uint8_t *L, int nmax, float rmin, int nstep) {
+    uint8_t Laux[32];
     float weights[32], mins[QK_K / 32], scales[QK_K / 32];
-    uint8_t *sc = y + 4, *qs = y + 16;
+    uint8_t *sc = head + 4;
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / 32; ++j) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -174,6 +233,7 @@ static void q4_k_block(const float *x, uint8_t *y) {
         uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
         ls = ls < 63 ? ls : 63;
         lm = lm < 63 ? lm : 63;
+        /* j < 4 writes bytes 0..7 before j >= 4 ors its high bits into them */
         if (j < 4) {
             sc[j] = ls;
             sc[j + 4] = lm;
@@ -183,10 +243,10 @@ static void q4_k_block(const float *x, uint8_t *y) {
             sc[j - 0] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    quant_put_f16(y, max_scale / 63.f);
-    quant_put_f16(y + 2, max_min / 63.f);
+    quant_put_f16(head, max_scale / 63.f);
+    quant_put_f16(head + 2, max_min / 63.f);
     /* codes are chosen against the fp16-rounded scales actually stored */
-    const float dd = quant_get_f16(y), dmin = quant_get_f16(y + 2);
+    const float dd = quant_get_f16(head), dmin = quant_get_f16(head + 2);
     for (int j = 0; j < QK_K / 32; ++j) {
         uint8_t s, m;
         k4_get_scale_min(j, sc, &s, &m);
@@ -195,12 +255,39 @@ static void q4_k_block(const float *x, uint8_t *y) {
         const float dm = dmin * m;
         for (int ii = 0; ii < 32; ++ii) {
             int l = nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+            L[32 * j + ii] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
         }
     }
+}
+
+/* Layout: d (f16), dmin (f16), scales[12], qs[128]; byte 32c + l of qs holds
+ * value 64c + l in its low nibble and value 64c + 32 + l in its high one. */
+static void q4_k_block(const float *x, uint8_t *y) {
+    uint8_t L[QK_K];
+    kmin_scales_codes(x, y, L, 15, -1.f, 20);
+    uint8_t *qs = y + 16;
     for (int j = 0; j < QK_K; j += 64) {
         for (int l = 0; l < 32; ++l) qs[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
         qs += 32;
+    }
+}
+
+/* ---- q5_k: q4_k's sub-blocks with 5-bit codes ---- */
+
+/* Layout: d, dmin, scales[12], qh[32], qs[128]: q4_k's nibbles, and bit
+ * 2c (value 64c + l) and 2c + 1 (value 64c + 32 + l) of qh[l] the fifth
+ * bits. */
+static void q5_k_block(const float *x, uint8_t *y) {
+    uint8_t L[QK_K];
+    kmin_scales_codes(x, y, L, 31, -0.5f, 15);
+    uint8_t *qh = y + 16, *qs = y + 48;
+    memset(qh, 0, 32);
+    for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+            qs[32 * c + l] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
+            qh[l] |= (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+        }
     }
 }
 
@@ -313,7 +400,8 @@ static void q6_k_block(const float *x, uint8_t *y) {
 
 int quant_can_quantize(uint32_t type) {
     switch (type) {
-    case QT_Q8_0: case QT_Q4_0: case QT_Q4_K: case QT_Q6_K: case QT_F16: case QT_BF16: case QT_F32:
+    case QT_Q8_0: case QT_Q4_0: case QT_Q5_0: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_F16: case QT_BF16: case QT_F32:
         return 1;
     default:
         return 0;
@@ -346,7 +434,10 @@ int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         switch (type) {
         case QT_Q8_0: q8_0_block(x, y); break;
         case QT_Q4_0: q4_0_block(x, y); break;
+        case QT_Q5_0: q5_0_block(x, y); break;
+        case QT_Q5_1: q5_1_block(x, y); break;
         case QT_Q4_K: q4_k_block(x, y); break;
+        case QT_Q5_K: q5_k_block(x, y); break;
         case QT_Q6_K: q6_k_block(x, y); break;
         default: return -1;
         }

@@ -1,7 +1,7 @@
-/* Row quantizers: float rows to q8_0, q4_0, q4_k and q6_k blocks, bit-exact
- * with the pinned reference's deterministic ("_ref", no importance matrix)
- * quantizers, plus the block sanity check the reference applies to every row
- * it reads or writes.
+/* Row quantizers: float rows to q8_0, q4_0, q5_0, q5_1, q4_k, q5_k and q6_k
+ * blocks, bit-exact with the pinned reference's deterministic ("_ref", no
+ * importance matrix) quantizers, plus the block sanity check the reference
+ * applies to every row it reads or writes.
  *
  * Bit-exactness is the whole point (gem quantize must write the same bytes
  * as llama-quantize), so every routine evaluates the same float expressions
@@ -17,8 +17,8 @@
 
 #include <stdint.h>
 
-/* 1 when quant_quantize_row can produce the type (q8_0, q4_0, q4_k, q6_k,
- * f16, bf16, f32). */
+/* 1 when quant_quantize_row can produce the type (q8_0, q4_0, q5_0, q5_1,
+ * q4_k, q5_k, q6_k, f16, bf16, f32). */
 int quant_can_quantize(uint32_t type);
 
 /* Quantizes n floats (a whole number of blocks of type) into dst.

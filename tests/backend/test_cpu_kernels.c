@@ -4,10 +4,16 @@
  * (half a step per value: sum |w| * max|x| / 254 per block). Then the tile
  * contract, on every variant this CPU has: a product of n tokens gives each
  * token's row bit for bit as n one-token products do, and the multi-row
- * integer kernels compute kernels.h's canonical sum exactly. */
+ * integer kernels compute kernels.h's canonical sum exactly. The k-quant
+ * kernels (q4_k, q5_k, q6_k on 256-value activation blocks) are checked
+ * on random blocks against their canonical sum computed here from blocks
+ * decoded value by value (bit for bit, every variant), the dequantizer
+ * against the same decoding, and the dots against the exact product
+ * within the activation rounding bound (amax / 254 per value). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/kernels.h"
 #include "quant/quant.h"
@@ -123,6 +129,242 @@ static void tile_contract(const cpu_kernels *k, uint32_t type) {
     free(all.d), free(all.q), free(all.s), free(alone.d), free(alone.q), free(alone.s);
 }
 
+/* ---- k-quants (q4_k, q5_k, q6_k) on act_q8k activations ---- */
+
+/* A row of n values of a k-quant type: random bytes everywhere (every code,
+ * scale and fifth-bit pattern, q6_k scales -128..127), the f16 scales set
+ * to small positive values so products stay finite. */
+static void make_k_row(uint32_t type, uint8_t *row, int64_t n) {
+    const uint32_t ts = quant_type_size(type);
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t *blk = row + b * ts;
+        for (uint32_t k = 0; k < ts; k++) blk[k] = (uint8_t)(st = st * 6364136223846793005ull + 1, st >> 56);
+        const uint16_t d = quant_f32_to_f16(0.001f + 0.002f * fabsf(frand()));
+        const uint16_t dmin = quant_f32_to_f16(0.001f + 0.004f * fabsf(frand()));
+        if (type == QT_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+        }
+    }
+}
+
+/* The integer content of one block, decoded here from the format
+ * description value by value (not the kernels' grouping): code[v], the
+ * scale and min that apply to value v, d and dmin. q6_k codes include the
+ * -32 offset and have no min. */
+static void k_decode(uint32_t type, const uint8_t *blk, int *code, int *scale, int *min, float *d, float *dmin) {
+    if (type == QT_Q6_K) {
+        *d = quant_get_f16(blk + 208);
+        *dmin = 0;
+        for (int v = 0; v < 256; v++) {
+            const int half = v / 128, k = v % 128 / 32, l = v % 32;
+            const uint8_t lb = blk[64 * half + l + (k % 2 ? 32 : 0)];
+            const int low = k < 2 ? lb & 15 : lb >> 4;
+            const int high = blk[128 + 32 * half + l] >> (2 * k) & 3;
+            code[v] = (low | high << 4) - 32;
+            scale[v] = (int8_t)blk[192 + v / 16];
+            min[v] = 0;
+        }
+        return;
+    }
+    const int q5 = type == QT_Q5_K;
+    const uint8_t *s = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+    *d = quant_get_f16(blk);
+    *dmin = quant_get_f16(blk + 2);
+    for (int v = 0; v < 256; v++) {
+        const int j = v / 32, c = v / 64, l = v % 32, upper = j % 2;
+        int sc, m;
+        if (j < 4) {
+            sc = s[j] & 63;
+            m = s[j + 4] & 63;
+        } else {
+            sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+            m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        }
+        int q = upper ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+        if (q5 && qh[l] >> j & 1) q += 16; /* bit 2c (low half) or 2c + 1 (high half) = bit j */
+        code[v] = q;
+        scale[v] = sc;
+        min[v] = m;
+    }
+}
+
+/* kernels.h's canonical k-quant sum, from the decoded values */
+static float k_canonical(uint32_t type, const uint8_t *row, int64_t n, const act_q8k *x, int64_t block0) {
+    float acc = 0;
+    int code[256], scale[256], min[256];
+    for (int64_t b = 0; b < n / 256; b++) {
+        float d, dmin;
+        k_decode(type, row + b * quant_type_size(type), code, scale, min, &d, &dmin);
+        int64_t S = 0, M = 0;
+        for (int v = 0; v < 256; v++) {
+            const int a = x->q[(block0 + b) * 256 + v];
+            S += (int64_t)scale[v] * code[v] * a;
+            M += (int64_t)min[v] * a;
+        }
+        const float dx = x->d[block0 + b];
+        acc = fmaf((float)S, d * dx, acc);
+        if (type != QT_Q6_K) acc = fmaf(-(float)M, dmin * dx, acc);
+    }
+    return acc;
+}
+
+static dot_q8k_fn k_kernel(const cpu_kernels *k, uint32_t type) {
+    return type == QT_Q4_K ? k->q4_k_q8k : type == QT_Q5_K ? k->q5_k_q8k : k->q6_k_q8k;
+}
+
+enum { KN = 2304, KTOK = 9 }; /* 9 super-blocks */
+
+/* One variant: its activation quantization is the portable one bit for
+ * bit (codes, scales, 16-code sums), its dots are the canonical sums bit
+ * for bit, dequantization agrees with the decoded values, and the dots
+ * are within the activation rounding's bound of the exact product of the
+ * dequantized row with the float activations. */
+static void k_variant(const cpu_kernels *k, const cpu_kernels *portable) {
+    static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    uint8_t *row = malloc((size_t)KN / 256 * 210);
+    float *x = malloc(sizeof(float) * KN * KTOK), *w = malloc(sizeof(float) * KN);
+    act_q8k xa = {malloc(sizeof(float) * KN / 256 * KTOK), malloc((size_t)KN * KTOK),
+                  malloc(sizeof(int16_t) * KN / 16 * KTOK)};
+    act_q8k xp = {malloc(sizeof(float) * KN / 256 * KTOK), malloc((size_t)KN * KTOK),
+                  malloc(sizeof(int16_t) * KN / 16 * KTOK)};
+    int act_same = 1, sums_ok = 1, canon = 1, deq = 1, bound_ok = 1, nonzero = 0;
+    double worst = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        for (int64_t i = 0; i < (int64_t)KN * KTOK; i++)
+            x[i] = frand() * (trial % 5 == 0 ? 300.0f : 1.0f) * (i % 89 == 0 ? 40.0f : 1.0f) * (float)(i / KN % 3 + 1);
+        if (trial == 1) x[7] = 0, memset(x, 0, sizeof(float) * 256); /* an all-zero block: scale 0 */
+        for (int t = 0; t < KTOK; t++) {
+            k->quantize_act_k(x + (size_t)t * KN, KN, &xa, (int64_t)t * (KN / 256));
+            portable->quantize_act_k(x + (size_t)t * KN, KN, &xp, (int64_t)t * (KN / 256));
+        }
+        if (memcmp(xa.q, xp.q, (size_t)KN * KTOK) || memcmp(xa.d, xp.d, sizeof(float) * KN / 256 * KTOK) ||
+            memcmp(xa.bs, xp.bs, sizeof(int16_t) * KN / 16 * KTOK))
+            act_same = 0;
+        for (int64_t g = 0; g < (int64_t)KN / 16 * KTOK; g++) {
+            int s16 = 0;
+            for (int i = 0; i < 16; i++) s16 += xa.q[g * 16 + i];
+            if (s16 != xa.bs[g]) sums_ok = 0;
+        }
+        for (size_t ti = 0; ti < 3; ti++) {
+            const uint32_t type = types[ti];
+            make_k_row(type, row, KN);
+            quant_dequant_row(type, row, w, KN);
+            int code[256], scale[256], min[256];
+            for (int64_t b = 0; b < KN / 256; b++) {
+                float d, dmin;
+                k_decode(type, row + b * quant_type_size(type), code, scale, min, &d, &dmin);
+                for (int v = 0; v < 256; v++) {
+                    /* the reference's evaluation order: (d * sc) * q - dmin * m */
+                    const float want = type == QT_Q6_K ? d * (float)scale[v] * (float)code[v]
+                                                       : d * (float)scale[v] * (float)code[v] - dmin * (float)min[v];
+                    if (memcmp(&want, &w[b * 256 + v], 4)) deq = 0;
+                }
+            }
+            for (int t = 0; t < KTOK; t++) {
+                const float *xt = x + (size_t)t * KN;
+                const int64_t b0 = (int64_t)t * (KN / 256);
+                const float got = k_kernel(k, type)(row, &xa, b0, KN);
+                const float want = k_canonical(type, row, KN, &xa, b0);
+                if (memcmp(&got, &want, 4)) canon = 0;
+                nonzero |= got != 0;
+                /* exact product, the bound of the activation rounding (half a
+                 * step, amax/254, per value) and f32 slack on the magnitudes
+                 * the kernel sums (the scale and min terms apart) */
+                double exact = 0, bound = 0, mag = 0;
+                for (int64_t b = 0; b < KN / 256; b++) {
+                    float d, dmin;
+                    k_decode(type, row + b * quant_type_size(type), code, scale, min, &d, &dmin);
+                    double sw = 0, amax = 0;
+                    for (int v = 0; v < 256; v++) {
+                        const int64_t i = b * 256 + v;
+                        exact += (double)w[i] * xt[i];
+                        sw += fabs(w[i]);
+                        amax = fmax(amax, fabs(xt[i]));
+                        mag += (fabs((double)d * scale[v] * code[v]) + fabs((double)dmin * min[v])) * fabs(xt[i]);
+                    }
+                    bound += sw * amax / 254.0 * 1.0001;
+                }
+                const double err = fabs(got - exact), tol = bound + 1e-5 * mag + 1e-6;
+                if (!(err <= tol)) {
+                    if (bound_ok) fprintf(stderr, "%s %s token %d: %g vs exact %g (bound %g)\n", k->name,
+                                          quant_type_name(type), t, got, exact, tol);
+                    bound_ok = 0;
+                }
+                if (tol > 0) worst = fmax(worst, err / tol);
+            }
+        }
+    }
+    CHECKF(act_same, "%s: quantize_act_k differs from the portable one", k->name);
+    CHECKF(sums_ok, "%s: 16-code sums", k->name);
+    CHECKF(canon, "%s: k-quant dots differ from the canonical sum", k->name);
+    CHECKF(deq, "dequantized k-quant values differ from the decoded blocks");
+    CHECKF(bound_ok, "%s: k-quant dots outside the activation rounding bound", k->name);
+    CHECKF(nonzero, "%s: k-quant dots all zero", k->name);
+    printf("%s k-quants: worst error %.3f of the bound\n", k->name, worst);
+    free(row), free(x), free(w);
+    free(xa.d), free(xa.q), free(xa.bs), free(xp.d), free(xp.q), free(xp.bs);
+}
+
+static mm_q8k_fn k_mm(const cpu_kernels *k, uint32_t type) {
+    return type == QT_Q4_K ? k->q4_k_mm : type == QT_Q5_K ? k->q5_k_mm : k->q6_k_mm;
+}
+
+/* The tile contract for k-quants: tokens quantized together or one at a
+ * time, a whole tile or one token per call, each (row, token) the same
+ * bits, and those of the canonical sum; where the variant has multi-row
+ * kernels they run as cpu_matmul runs them (row ranges, short panels
+ * included), else one kernel call per row and token. */
+static void k_tile_contract(const cpu_kernels *k) {
+    static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    enum { R = 37, NB = KN / 256 }; /* two panels of 16 and a short one */
+    uint8_t *rows = malloc((size_t)NB * 210 * R);
+    float *x = malloc(sizeof(float) * KN * KTOK), *tile = malloc(sizeof(float) * R * KTOK);
+    float *one = malloc(sizeof(float) * R);
+    act_q8k all = {malloc(sizeof(float) * NB * KTOK), malloc((size_t)KN * KTOK),
+                   malloc(sizeof(int16_t) * KN / 16 * KTOK)};
+    act_q8k alone = {malloc(sizeof(float) * NB), malloc(KN), malloc(sizeof(int16_t) * KN / 16)};
+    for (int64_t i = 0; i < (int64_t)KN * KTOK; i++)
+        x[i] = frand() * (float)(i / KN + 1) * (i % 101 == 0 ? 30.0f : 1.0f);
+    for (int t = 0; t < KTOK; t++) k->quantize_act_k(x + (size_t)t * KN, KN, &all, (int64_t)t * NB);
+    for (size_t ti = 0; ti < 3; ti++) {
+        const uint32_t type = types[ti];
+        const uint64_t rb = (uint64_t)quant_type_size(type) * NB;
+        const mm_q8k_fn mm = k_mm(k, type);
+        const dot_q8k_fn dot = k_kernel(k, type);
+        for (int r = 0; r < R; r++) make_k_row(type, rows + rb * (uint64_t)r, KN);
+        /* the whole tile, rows split 0..16, 16..21, 21..R as threads may split them */
+        static const int cuts[] = {0, 16, 21, R};
+        for (int c = 0; c < 3; c++) {
+            const int r0 = cuts[c], r1 = cuts[c + 1];
+            if (mm) mm(rows + rb * (uint64_t)r0, rb, r1 - r0, &all, NB, KTOK, tile + r0, R);
+            else
+                for (int r = r0; r < r1; r++)
+                    for (int t = 0; t < KTOK; t++)
+                        tile[(size_t)t * R + r] = dot(rows + rb * (uint64_t)r, &all, (int64_t)t * NB, KN);
+        }
+        int same = 1, canon = 1;
+        for (int t = 0; t < KTOK; t++) {
+            k->quantize_act_k(x + (size_t)t * KN, KN, &alone, 0);
+            if (mm) mm(rows, rb, R, &alone, NB, 1, one, R);
+            else
+                for (int r = 0; r < R; r++) one[r] = dot(rows + rb * (uint64_t)r, &alone, 0, KN);
+            for (int r = 0; r < R; r++) {
+                const float want = k_canonical(type, rows + rb * (uint64_t)r, KN, &alone, 0);
+                if (memcmp(&one[r], &tile[(size_t)t * R + r], 4)) same = 0;
+                if (memcmp(&one[r], &want, 4)) canon = 0;
+            }
+        }
+        CHECKF(same, "%s %s: a token's row depends on the tile", k->name, quant_type_name(type));
+        CHECKF(canon, "%s %s%s: rows differ from the canonical sum", k->name, quant_type_name(type),
+               mm ? " (multi-row)" : "");
+    }
+    free(rows), free(x), free(tile), free(one);
+    free(all.d), free(all.q), free(all.bs), free(alone.d), free(alone.q), free(alone.bs);
+}
+
 int main(void) {
     const int64_t n = 1536;
     cpu_kernels ref = kernels_pick(1), fast = kernels_pick(0);
@@ -222,6 +464,8 @@ int main(void) {
         }
         tile_contract(&k, QT_Q4_0);
         tile_contract(&k, QT_Q8_0);
+        k_variant(&k, &ref);
+        k_tile_contract(&k);
     }
     return test_report("test_cpu_kernels");
 }

@@ -23,10 +23,12 @@ static float frand(void) {
     return (float)((st >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
-enum { K = 2240, N = 200, MAXTOK = 64 }; /* K: 70 blocks (not a multiple of the kernels' chunks); N: not of 16 */
+/* K: 72 blocks of 32 (not a multiple of the kernels' 32-block chunks), 9
+ * super-blocks of 256 for the k-quants; N: not a multiple of 16 */
+enum { K = 2304, N = 200, MAXTOK = 64 };
 
 int main(void) {
-    static const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16, QT_F32};
+    static const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_F16, QT_F32};
     static const int ns[] = {2, 3, 8, 9, 16, 64};
     float *w = malloc(sizeof(float) * K * N), *x = malloc(sizeof(float) * K * MAXTOK);
     float *tile = malloc(sizeof(float) * N * MAXTOK), *one = malloc(sizeof(float) * N);

@@ -1,7 +1,8 @@
 /* gem quantize in process (so the ASan run covers it): the output does not
  * depend on the thread count, follows the reference's layout (tensors by
  * layer then name, file_type and quantization_version last, types per
- * tensor), passes the Gemma 4 contract for q4_0 with a q8_0 embedding, is
+ * tensor), passes the Gemma 4 contract for q4_0 with a q8_0 embedding and
+ * for the K mixes (whose per-tensor types follow the reference's rule), is
  * idempotent, and bad requests fail with clear messages. Byte identity with
  * llama-quantize itself is tests/convert/test_quantize.sh. */
 #include <stdio.h>
@@ -87,14 +88,55 @@ int main(void) {
     CHECK(quantize(out1, out3, "q4_0", -1, 2, &err) == -1);
     CHECK_ERR(err.msg, "tensor 'token_embd.weight' is already quantized (q8_0)");
     CHECK(access(out3, F_OK) != 0);
-    CHECK(quantize(in_path, out3, "q5_k", -1, 2, &err) == -1);
-    CHECK_ERR(err.msg, "unknown type 'q5_k' (q8_0, q4_0, q4_k, q6_k)");
-    CHECK(quantize(in_path, out3, "q8_0", QT_Q5_K, 2, &err) == -1);
-    CHECK_ERR(err.msg, "embedding type q5_k cannot be produced");
+    CHECK(quantize(in_path, out3, "q3_k", -1, 2, &err) == -1);
+    CHECK_ERR(err.msg, "unknown type 'q3_k' (q8_0, q4_0, q4_k_m (q4_k), q4_k_s, q5_k_m (q5_k), q5_k_s, q6_k)");
+    CHECK(quantize(in_path, out3, "q8_0", QT_Q2_K, 2, &err) == -1);
+    CHECK_ERR(err.msg, "embedding type q2_k cannot be produced");
     CHECK(quantize("data/vocab/gemma-4.gguf", out3, "q8_0", -1, 2, &err) == -1);
     CHECK_ERR(err.msg, "not a supported Gemma 4 model");
     CHECK(gem_quantize_ftype("Q4_K") == 15 && gem_quantize_ftype("q4_k_m") == 15 && gem_quantize_ftype("q6_k") == 18 &&
           gem_quantize_ftype("q8_0") == 7 && gem_quantize_ftype("q4_0") == 2 && gem_quantize_ftype("f16") == -1);
+    CHECK(gem_quantize_ftype("q4_k_s") == 14 && gem_quantize_ftype("Q5_K") == 17 &&
+          gem_quantize_ftype("q5_k_m") == 17 && gem_quantize_ftype("q5_k_s") == 16 && gem_quantize_ftype("q3_k_m") == -1);
+
+    /* The K mixes' per-tensor types (the embedding kept f32: only the
+     * layers are quantized). gemma4-tiny has six ffn_down and five attn_v
+     * (the last layer's V is its K); "more bits" of i among n is i < n/8,
+     * i >= 7n/8 or (i - n/8) % 3 == 2: ffn_down 2 and 5, attn_v 2 and 4
+     * (the counter runs over the attn_v tensors, not the layers). */
+    static const struct {
+        const char *type;
+        const char *v[5], *down[6];
+    } mixes[] = {
+        {"q4_k_m", {"q4_k", "q4_k", "q6_k", "q4_k", "q6_k"}, {"q4_k", "q4_k", "q6_k", "q4_k", "q4_k", "q6_k"}},
+        {"q4_k_s", {"q5_k", "q5_k", "q5_k", "q5_k", "q4_k"}, {"q4_k", "q4_k", "q4_k", "q4_k", "q4_k", "q4_k"}},
+        {"q5_k_m", {"q5_k", "q5_k", "q6_k", "q5_k", "q6_k"}, {"q5_k", "q5_k", "q6_k", "q5_k", "q5_k", "q6_k"}},
+        {"q5_k_s", {"q5_k", "q5_k", "q5_k", "q5_k", "q5_k"}, {"q5_k", "q5_k", "q5_k", "q5_k", "q5_k", "q5_k"}},
+    };
+    for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
+        remove(out3);
+        CHECKF(!quantize(in_path, out3, mixes[m].type, QT_F32, 2, &err), "%s: %s", mixes[m].type, err.msg);
+        gguf_file *g = gguf_open(out3, &err);
+        CHECKF(g != NULL, "%s", err.msg);
+        if (!g) continue;
+        int ok = 1;
+        char name[64];
+        for (int il = 0; il < 6; il++) {
+            const gguf_tensor *t;
+            snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
+            t = gguf_find_tensor(g, name);
+            if (t && (il >= 5 || strcmp(quant_type_name(t->type), mixes[m].v[il]))) ok = 0;
+            if (!t && il < 5) ok = 0;
+            snprintf(name, sizeof name, "blk.%d.ffn_down.weight", il);
+            if (!(t = gguf_find_tensor(g, name)) || strcmp(quant_type_name(t->type), mixes[m].down[il])) ok = 0;
+            snprintf(name, sizeof name, "blk.%d.attn_q.weight", il);
+            if (!(t = gguf_find_tensor(g, name)) || t->type != (mixes[m].type[1] == '4' ? QT_Q4_K : QT_Q5_K)) ok = 0;
+        }
+        CHECKF(ok, "%s: per-tensor types differ from the reference's rule", mixes[m].type);
+        const gemma4_profile *p;
+        CHECKF(!gemma4_validate(g, &p, &err), "%s: %s", mixes[m].type, err.msg);
+        gguf_close(g);
+    }
 
     remove(in_path);
     remove(out1);

@@ -58,11 +58,14 @@ static void check_file(const char *input, const char *type_name) {
 static void test_args(void) {
     float x[256] = {0};
     uint8_t out[1024];
-    CHECK(quant_can_quantize(QT_Q4_K) && quant_can_quantize(QT_Q6_K) && quant_can_quantize(QT_Q8_0) &&
-          quant_can_quantize(QT_Q4_0));
-    CHECK(!quant_can_quantize(QT_Q5_K) && !quant_can_quantize(QT_Q2_K) && !quant_can_quantize(QT_IQ2_XXS));
-    CHECK(quant_quantize_row(QT_Q5_K, x, out, 256) == -1);
+    CHECK(quant_can_quantize(QT_Q4_K) && quant_can_quantize(QT_Q5_K) && quant_can_quantize(QT_Q6_K) &&
+          quant_can_quantize(QT_Q8_0) && quant_can_quantize(QT_Q4_0) && quant_can_quantize(QT_Q5_0) &&
+          quant_can_quantize(QT_Q5_1));
+    CHECK(!quant_can_quantize(QT_Q4_1) && !quant_can_quantize(QT_Q2_K) && !quant_can_quantize(QT_IQ2_XXS));
+    CHECK(quant_quantize_row(QT_Q2_K, x, out, 256) == -1);
     CHECK(quant_quantize_row(QT_Q4_K, x, out, 128) == -1); /* partial super-block */
+    CHECK(quant_quantize_row(QT_Q5_K, x, out, 128) == -1);
+    CHECK(quant_quantize_row(QT_Q5_1, x, out, 48) == -1);
     CHECK(quant_quantize_row(QT_Q8_0, x, out, 33) == -1);
     CHECK(quant_quantize_row(QT_Q8_0, x, out, -32) == -1);
     CHECK(quant_quantize_row(QT_Q8_0, x, out, 0) == 0);
@@ -96,6 +99,13 @@ static void test_validate(void) {
     q4k[2] = 0x00;
     q4k[3] = 0x7c; /* dmin = inf */
     CHECK(quant_validate_row(QT_Q4_K, q4k, 144, &where) == -1 && where == 0);
+    uint8_t q5k[2 * 176] = {0};
+    q5k[176 + 1] = 0x7c; /* d of block 1 = inf */
+    CHECK(quant_validate_row(QT_Q5_K, q5k, 2 * 176, &where) == -1 && where == 1);
+    uint8_t q51[24] = {0};
+    CHECK(quant_validate_row(QT_Q5_1, q51, 24, NULL) == 0);
+    q51[3] = 0xfe; /* m = NaN */
+    CHECK(quant_validate_row(QT_Q5_1, q51, 24, NULL) == -1);
     uint8_t q6k[210] = {0};
     CHECK(quant_validate_row(QT_Q6_K, q6k, 210, NULL) == 0);
     q6k[209] = 0xfc; /* d = -inf */
@@ -104,8 +114,8 @@ static void test_validate(void) {
 }
 
 int main(void) {
-    const char *types[] = {"q8_0", "q4_0", "q4_k", "q6_k"};
-    for (int i = 0; i < 4; i++) {
+    const char *types[] = {"q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         check_file("rows", types[i]);
         check_file("input", types[i]);
     }

@@ -43,6 +43,8 @@ typedef struct {
     cpu_kernels k;
     act_q8 act; /* quantized-activation scratch (one matmul at a time) */
     size_t act_cap;
+    act_q8k act_k; /* the same for k-quant weights (256-value blocks) */
+    size_t act_k_cap;
     be_buf up; /* matmul_geglu's up projection */
     size_t up_cap;
 } cpu_backend;
@@ -221,6 +223,9 @@ typedef struct {
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
     mm_q8_fn mm;   /* its multi-row form for every tile size, or NULL */
     const act_q8 *xq;
+    dot_q8k_fn q8k; /* k-quant kernel on act_q8k activations, or NULL */
+    mm_q8k_fn mmk;  /* its multi-row form for every tile size, or NULL */
+    const act_q8k *xk;
 } mm_job;
 
 /* Rows [r0, r1) of out for every token: stored rows are read once per row
@@ -237,15 +242,22 @@ static void mm_task(void *ctx, int t) {
               (size_t)W->ne1);
         return;
     }
-    float *row = j->fused || j->q8 ? NULL : malloc(sizeof(float) * (size_t)in);
-    if (!j->fused && !j->q8 && !row) return;
+    if (j->mmk) {
+        j->mmk(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xk, in / 256, j->n, j->out + r0,
+               (size_t)W->ne1);
+        return;
+    }
+    const int direct = j->fused || j->q8 || j->q8k; /* reads the stored row itself */
+    float *row = direct ? NULL : malloc(sizeof(float) * (size_t)in);
+    if (!direct && !row) return;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = W->data + (uint64_t)r * W->row_bytes;
         if (row) quant_dequant_row(W->type, src, row, in);
         for (int i = 0; i < j->n; i++) {
             const float *xi = j->x + (size_t)i * (size_t)in;
             float v;
-            if (j->q8) v = j->q8(src, j->xq, (int64_t)i * (in / 32), in);
+            if (j->q8k) v = j->q8k(src, j->xk, (int64_t)i * (in / 256), in);
+            else if (j->q8) v = j->q8(src, j->xq, (int64_t)i * (in / 32), in);
             else if (j->fused) v = j->fused(src, xi, in);
             else v = j->dot(row, xi, in);
             j->out[(size_t)i * (size_t)W->ne1 + (size_t)r] = v;
@@ -254,18 +266,45 @@ static void mm_task(void *ctx, int t) {
     free(row);
 }
 
+/* Quantizes the n tokens of x (ne0 values each) for the k-quant kernels
+ * into the backend's scratch (grown to the largest tile seen and reused)
+ * and points the job at it; 0 when the scratch cannot be allocated. */
+static int prep_act_k(cpu_backend *c, const be_buf *x, int64_t ne0, int n, mm_job *j) {
+    const size_t blocks = (size_t)n * (size_t)(ne0 / 256);
+    if (blocks > c->act_k_cap) {
+        free(c->act_k.d);
+        free(c->act_k.q);
+        free(c->act_k.bs);
+        c->act_k.d = malloc(blocks * sizeof(float));
+        c->act_k.q = malloc(blocks * 256);
+        c->act_k.bs = malloc(blocks * 16 * sizeof(int16_t));
+        c->act_k_cap = c->act_k.d && c->act_k.q && c->act_k.bs ? blocks : 0;
+    }
+    if (c->act_k_cap < blocks) return 0;
+    for (int i = 0; i < n; i++)
+        c->k.quantize_act_k(x->p + (size_t)i * (size_t)ne0, ne0, &c->act_k, (int64_t)i * (ne0 / 256));
+    j->xk = &c->act_k;
+    return 1;
+}
+
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL};
     switch (W->type) {
     case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; break;
     case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
+    /* k-quants: integer kernels on the fast path; the reference path
+     * dequantizes each row and takes the f32 dot (the oracle) */
+    case QT_Q4_K: j.q8k = c->k.q4_k_q8k; j.mmk = c->k.q4_k_mm; break;
+    case QT_Q5_K: j.q8k = c->k.q5_k_q8k; j.mmk = c->k.q5_k_mm; break;
+    case QT_Q6_K: j.q8k = c->k.q6_k_q8k; j.mmk = c->k.q6_k_mm; break;
     default: break;
     }
+    if (c->reference || (j.q8k && !prep_act_k(c, x, W->ne0, n, &j))) j.q8k = NULL, j.mmk = NULL; /* the f32 path */
     /* the multi-row kernels gather the rows' scales with 32-bit offsets */
-    if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL;
+    if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL, j.mmk = NULL;
     act_q8 xq = {0};
     if (j.q8) {
         /* quantize the activations once per call (scratch grows to the
@@ -295,7 +334,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.mm) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
+    if (j.mm || j.mmk) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);
@@ -586,6 +625,9 @@ static void cpu_destroy(backend *b) {
     free(c->act.d);
     free(c->act.q);
     free(c->act.s);
+    free(c->act_k.d);
+    free(c->act_k.q);
+    free(c->act_k.bs);
     free(c->up.p);
     pool_free(c->pool);
     free(c);
@@ -633,7 +675,8 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->kv_f16 = 0; /* f32 entries only: the kernels read float rows */
     /* the scratch that grows lazily: matmul_geglu's up projection (tile x
      * ffn floats: 5.5 MB for the 31B at the CPU's tile of 64) and the
-     * quantized activations (a byte per value and a scale per 32) */
+     * quantized activations (a byte per value, and a scale per 32 or a
+     * scale and 16 sums per 256 for k-quants) */
     b->work_reserve = (size_t)64 << 20;
     b->kv_free = cpu_kv_free;
     b->attention = cpu_attention;

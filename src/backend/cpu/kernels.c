@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/kernels_k.h"
 #include "quant/quant.h"
 
 /* ---- portable ---- */
@@ -58,6 +59,7 @@ static void softcap_scalar(float *x, int64_t n, float cap) {
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "backend/cpu/panel16.h"
 #include "util/vexp.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -279,29 +281,7 @@ Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
  * on the other rows or tokens of the call, so a token of a tile gets the bits
  * it gets alone. Weights stay in the mapping: the rearranged chunk lives on
  * the stack and serves every token of the call. */
-#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
-#define MM_ROWS 16
 #define MM_KC 32 /* blocks per rearranged chunk: 18 KiB, in L1 while the tokens pass */
-
-/* bytes [off, off + 16) of rows r, r + 4, r + 8, r + 12, one per 128-bit lane */
-VNNI static inline __m512i lanes4(const uint8_t *const *rows, int r, uint64_t off) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[r] + off)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 4] + off)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 8] + off)), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[r + 12] + off)), 3);
-}
-
-/* bytes [off, off + 16) of the sixteen rows: o[k] = 4-byte group k of rows
- * 0..15 (a 4 x 4 transpose of 32-bit groups inside each 128-bit lane) */
-VNNI static inline void groups16x4(const uint8_t *const *rows, uint64_t off, __m512i o[4]) {
-    const __m512i a = lanes4(rows, 0, off), b = lanes4(rows, 1, off), c = lanes4(rows, 2, off), d = lanes4(rows, 3, off);
-    const __m512i t0 = _mm512_unpacklo_epi32(a, b), t1 = _mm512_unpackhi_epi32(a, b);
-    const __m512i t2 = _mm512_unpacklo_epi32(c, d), t3 = _mm512_unpackhi_epi32(c, d);
-    o[0] = _mm512_unpacklo_epi64(t0, t2);
-    o[1] = _mm512_unpackhi_epi64(t0, t2);
-    o[2] = _mm512_unpacklo_epi64(t1, t3);
-    o[3] = _mm512_unpackhi_epi64(t1, t3);
-}
 
 /* Blocks [b0, b0 + nkc) of a panel: pw[b][g] group g (values 4g..4g+3) of
  * rows 0..15 as unsigned codes, pd[b] the rows' scales. roff: each row's
@@ -382,11 +362,7 @@ VNNI static inline __attribute__((always_inline)) void mm_panels(const int q4, c
         const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
         const uint8_t *rows[MM_ROWS];
         int32_t roff[MM_ROWS];
-        for (int r = 0; r < MM_ROWS; r++) { /* a short panel repeats its last row (results not stored) */
-            const int rr = r < nr ? r : nr - 1;
-            rows[r] = w + (uint64_t)(r0 + rr) * row_bytes;
-            roff[r] = (int32_t)((uint64_t)rr * row_bytes);
-        }
+        panel_rows(w, row_bytes, r0, nr, rows, roff);
         const __m512i vroff = _mm512_loadu_si512(roff);
         const __mmask16 mask = (__mmask16)((1u << nr) - 1);
         float *o = out + r0;
@@ -429,8 +405,9 @@ static int have_avx2(void) {
 #endif
 
 int kernels_variant(const char *name, cpu_kernels *out) {
-    cpu_kernels k = {"scalar", q8_0_scalar, q4_0_scalar, f16_scalar, f32_scalar, dot_scalar, NULL, NULL, NULL, NULL, NULL,
-                     axpy_scalar, geglu_scalar, softcap_scalar};
+    cpu_kernels k = {.name = "scalar", .q8_0 = q8_0_scalar, .q4_0 = q4_0_scalar, .f16 = f16_scalar, .f32 = f32_scalar,
+                     .dot = dot_scalar, .axpy = axpy_scalar, .geglu = geglu_scalar, .softcap = softcap_scalar};
+    kernels_k_portable(&k);
     int ok = !strcmp(name, "scalar");
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!ok && have_avx2()) {
@@ -446,11 +423,13 @@ int kernels_variant(const char *name, cpu_kernels *out) {
         k.axpy = axpy_avx2;
         k.geglu = geglu_avx2;
         k.softcap = softcap_avx2;
+        kernels_k_avx2(&k);
         ok = !strcmp(name, "avx2");
         if (!ok && have_vnni()) {
             k.name = "avx512vnni";
             k.q8_0_mm = mm_q8_0_vnni;
             k.q4_0_mm = mm_q4_0_vnni;
+            kernels_k_vnni(&k);
             ok = !strcmp(name, "avx512vnni");
         }
     }

@@ -1,11 +1,12 @@
 /* Dot products of one stored weight row with f32 activations: the CPU fast
  * path's inner loop. kernels_pick() chooses, once, the best variant the CPU
  * supports (AVX512-VNNI, AVX2 + FMA + F16C, else portable C). The portable
- * variants equal the reference dequantize-then-dot; the SIMD ones differ
- * only in summation order (eight lanes, fused multiply-add). In every
- * variant a token's output row does not depend on the other tokens of the
- * call: a tile of n tokens gives, row for row, the bits of n one-token
- * calls. */
+ * f32-path kernels equal the reference dequantize-then-dot; the SIMD ones
+ * differ only in summation order (eight lanes, fused multiply-add). The
+ * integer kernels on quantized activations (q8_0/q4_0 on act_q8, the
+ * k-quants on act_q8k) have canonical sums defined below. In every variant
+ * a token's output row does not depend on the other tokens of the call: a
+ * tile of n tokens gives, row for row, the bits of n one-token calls. */
 #ifndef GEM_BACKEND_CPU_KERNELS_H
 #define GEM_BACKEND_CPU_KERNELS_H
 
@@ -39,6 +40,40 @@ typedef float (*dot_q8_fn)(const uint8_t *row, const act_q8 *x, int64_t block0, 
 typedef void (*mm_q8_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
                          float *out, size_t out_stride);
 
+/* Activations quantized for k-quant weights (q4_k, q5_k, q6_k): per
+ * 256-value block one scale d = max|x| / 127, the 256 codes round(x / d)
+ * (to nearest even) and the sums of each 16 consecutive codes (the k-quant
+ * mins and q6_k's code offset apply per 16 or 32 values). The reference's
+ * Q8_K layout in spirit: one scale per super-block keeps the integer dot
+ * of a whole super-block exact. */
+typedef struct {
+    float *d;    /* per 256-value block */
+    int8_t *q;   /* codes, 256 per block */
+    int16_t *bs; /* 16 sums per block */
+} act_q8k;
+
+/* A row of n values (whole super-blocks) of a q4_k, q5_k or q6_k matrix
+ * against one token's quantized activations (its blocks start at block0).
+ * Every variant computes the canonical sum, bit for bit:
+ *     acc = 0; for each super-block b:
+ *       q4_k/q5_k: S = sum_j sc_j (sum_{i in j} q_i a_i),
+ *                  M = sum_j m_j (sum_{i in j} a_i)     (j: 8 sub-blocks of 32)
+ *                  acc = fma((float)S, d_b * d_x, acc); acc = fma(-(float)M, dmin_b * d_x, acc)
+ *       q6_k:      S = sum_j sc_j (sum_{i in j} (q_i - 32) a_i)  (j: 16 of 16)
+ *                  acc = fma((float)S, d_b * d_x, acc)
+ * with S and M exact integers (|S| < 2^28), the products of scales
+ * rounded to f32 and one rounding per fma. A token's result therefore
+ * never depends on the other tokens, rows or threads of a call, and the
+ * SIMD variants can be checked against the portable one for equality. */
+typedef float (*dot_q8k_fn)(const uint8_t *row, const act_q8k *x, int64_t block0, int64_t n);
+
+/* Rows [0, nrows) (row_bytes apart) of a q4_k/q5_k/q6_k matrix against
+ * ntok tokens of act_q8k activations (token t's blocks start at t * nb), nb
+ * super-blocks per row: out[t * out_stride + r], each the canonical sum
+ * above (so equal to the one-row kernels' bits). */
+typedef void (*mm_q8k_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8k *x, int64_t nb,
+                          int ntok, float *out, size_t out_stride);
+
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
@@ -48,6 +83,11 @@ typedef struct {
      * one-row kernels above are then not used for these types */
     mm_q8_fn q8_0_mm, q4_0_mm;
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
+    /* k-quants on act_q8k activations: set in every variant (the portable
+     * ones define the canonical sum above; kernels_k.c) */
+    dot_q8k_fn q4_k_q8k, q5_k_q8k, q6_k_q8k;
+    mm_q8k_fn q4_k_mm, q5_k_mm, q6_k_mm; /* every tile size where set (AVX512-VNNI) */
+    void (*quantize_act_k)(const float *x, int64_t n, act_q8k *out, int64_t block0); /* n: whole blocks */
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
     /* out = gelu_tanh(g) * u and x = cap tanh(x / cap): tanhf in the
      * portable variants; the SIMD ones evaluate tanh from their own exp
