@@ -4,7 +4,7 @@
 # clients (so the ratio is side by side). Writes $OUT/load-gem.json,
 # $OUT/load-llama.json and the servers' logs.
 #   MODEL=file.gguf LLAMA_SERVER=path [N=4] [CLIENTS=1,4,16] [TURNS=3]
-#   [WORDS=120] [MAXTOK=64] [CTX=4096 per slot] [GEM_ARGS=...] [LLAMA_ARGS=...]
+#   [WORDS=120] [MAXTOK=64] [CTX=4096 per slot] [THINKING=on|off] [GEM_ARGS=...] [LLAMA_ARGS=...]
 #   [OUT=dir] bench/load_compare.sh
 # Without LLAMA_SERVER only gem runs. GEM_ARGS / LLAMA_ARGS add backend
 # flags (e.g. "--backend cuda --kv-type f16" and "-ngl 99 -fa on").
@@ -37,7 +37,7 @@ wait_health() { # url
 
 load() { # label url
     $PY bench/load.py --url "$2" --clients "$CLIENTS" --turns "$TURNS" --words "$WORDS" --max-tokens "$MAXTOK" \
-        --ignore-eos --label "$1" --json "$OUT/load-$1.json"
+        --ignore-eos ${THINKING:+--thinking $THINKING} --label "$1" --json "$OUT/load-$1.json"
 }
 
 # shellcheck disable=SC2086 # the ARGS are word lists
