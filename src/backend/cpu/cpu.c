@@ -465,16 +465,22 @@ static void att_task(void *ctx, int t) {
     free(s);
 }
 
+/* Every (query, head) task of j: in order on the reference path, on the
+ * thread pool otherwise (each task alone either way). */
+static void att_run(cpu_backend *c, att_job *j) {
+    if (c->reference) {
+        for (int t = 0; t < j->n * j->n_head; t++) att_task(j, t);
+    } else {
+        pool_run(c->pool, att_task, j, j->n * j->n_head);
+    }
+}
+
 static void cpu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n, int pos0,
                           int n_head, int n_kv_head, int d, int window, be_buf *out) {
     cpu_backend *c = cpu_of(b);
     att_job j = {q->p, k->p, v->p, kv, out->p, n, pos0, n_head, n_kv_head, d, window, 0, NULL, NULL, c->k.dot,
                  c->k.axpy};
-    if (c->reference) {
-        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
-    } else {
-        pool_run(c->pool, att_task, &j, n * n_head);
-    }
+    att_run(c, &j);
     /* store this call's keys and values (after all queries read the old ring) */
     const size_t row = (size_t)n_kv_head * d;
     for (int i = 0; i < n; i++) {
@@ -504,11 +510,7 @@ static void cpu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_bu
     }
     att_job j = {q->p, k->p, v->p, NULL, out->p, n, 0, n_head, n_kv_head, d, window, 0,
                  (const be_kv *const *)kvs, pos, c->k.dot, c->k.axpy};
-    if (c->reference) {
-        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
-    } else {
-        pool_run(c->pool, att_task, &j, n * n_head);
-    }
+    att_run(c, &j);
     for (int i = 0; i < n; i++) {
         const size_t slot = kv_slot(kvs[i], pos[i]);
         memcpy(kvs[i]->k + slot * krow, k->p + (size_t)i * krow, krow * sizeof(float));
@@ -521,11 +523,7 @@ static void cpu_attention_cached(backend *b, const be_buf *q, const be_kv *kv, i
     cpu_backend *c = cpu_of(b);
     att_job j = {q->p, NULL, NULL, kv, out->p, n, pos, n_head, n_kv_head, d, window, 1, NULL, NULL, c->k.dot,
                  c->k.axpy};
-    if (c->reference) {
-        for (int t = 0; t < n * n_head; t++) att_task(&j, t);
-    } else {
-        pool_run(c->pool, att_task, &j, n * n_head);
-    }
+    att_run(c, &j);
 }
 
 static size_t cpu_kv_bytes(backend *b, const be_kv *kv, int n_pos) {
