@@ -67,6 +67,10 @@ struct backend {
     /* kv_new takes BE_KV_F16 (every attention op then reads and writes
      * both entry types, caches of both types side by side). */
     int kv_f16;
+    /* A batched step of sequences may be recorded (capture) and replayed
+     * for other sequences: attention_seqs then reads the rows' caches from
+     * set_step_seqs, not from its own arguments, when it replays. */
+    int seqs_replay;
     /* Bytes of memory the backend may take beyond weights, KV caches and
      * the buffers the model allocates: its lazily grown scratch (quantized
      * activations, attention partials, graphs). Capacity checks add it to
@@ -199,8 +203,10 @@ struct backend {
      * them from here instead, so one recording serves every position. */
     void (*set_step)(backend *b, const int32_t *ids, int n, int pos0);
     /* As set_step for a tile of one-token steps of n sequences (row i at
-     * pos[i]: attention_seqs); required with set_step and attention_seqs. */
-    void (*set_step_seqs)(backend *b, const int32_t *ids, const int *pos, int n);
+     * pos[i]: attention_seqs); required with set_step and attention_seqs.
+     * kvs[i * nkv + l]: row i's cache for the l-th attention_seqs call of
+     * the tile (its layers in order), which a replay reads. */
+    void (*set_step_seqs)(backend *b, const int32_t *ids, const int *pos, int n, be_kv *const *kvs, int nkv);
     /* Optional (NULL when unsupported): run fn once (its ops take effect, as
      * for a direct call) and record the ops it enqueues (no host round trips
      * inside) as a graph; replay runs them again for the latest set_step.

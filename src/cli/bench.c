@@ -25,8 +25,14 @@
  * (bench_verify_cost).
  *
  * --json-schema FILE or --json-object: constrained decoding (structured
- * output) against free decoding at the first depth (bench_grammar). */
+ * output) against free decoding at the first depth (bench_grammar).
+ *
+ * --parallel N,N,..: N generations at once, each on its own session of
+ * the engine (whose gate runs their decode steps as batched steps), at
+ * the first depth: aggregate decode tok/s against the one-stream figure
+ * of the same run (bench_parallel). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +63,7 @@ static int usage(void) {
             "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
             "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16|f16-full] [--peak-gbs G] [--json OUT]\n"
             "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
-            "                 [--draft-fixed] [--verify-cost] [--json-schema FILE | --json-object]\n");
+            "                 [--draft-fixed] [--verify-cost] [--json-schema FILE | --json-object] [--parallel N,N,...]\n");
     return 2;
 }
 
@@ -346,12 +352,128 @@ static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int nee
     return rc;
 }
 
+/* One stream of --parallel: its session, forced tokens and timestamps. */
+typedef struct {
+    gem_session *s;
+    gem_gen_params gp;
+    bench_clock bc;
+    pthread_barrier_t *go;
+    gem_err err;
+    int rc;
+} par_stream;
+
+static void *par_main(void *arg) {
+    par_stream *p = arg;
+    gem_gen_result res;
+    const gem_gen_callbacks cb = {&p->bc, on_step_token, NULL, NULL, NULL};
+    pthread_barrier_wait(p->go);
+    p->rc = gem_session_generate(p->s, &p->gp, &cb, &res, &p->err);
+    if (!p->rc && res.n_generated != p->gp.max_tokens)
+        p->rc = gem_err_set(&p->err, "a stream generated %ld of %ld steps", res.n_generated, p->gp.max_tokens);
+    return NULL;
+}
+
+/* --parallel: for each N, N streams each prefilled to depth D, then
+ * generating (reps + 1) gen forced tokens at once. Window k (k = 1 ..
+ * reps; window 0 is the warm-up) runs from the moment every stream has
+ * passed token k gen to the first moment one reaches token (k + 1) gen;
+ * its rate is every token chosen inside it over its length (streams in
+ * one batch move in step, so this is their aggregate rate without the
+ * ramps). The median window is reported, beside the mean rows of the
+ * engine's batched steps over the whole run. */
+static int bench_parallel(gem_engine *e, const int32_t *ids, int need, int D, const int *ns, int n_ns, int gen,
+                          int reps, double one_tps, FILE *js, gem_err *err) {
+    int rc = 0, nmax = 0;
+    for (int i = 0; i < n_ns; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
+    const long steps = (long)(reps + 1) * gen;
+    par_stream *ps = calloc((size_t)nmax, sizeof *ps);
+    pthread_t *th = calloc((size_t)nmax, sizeof *th);
+    int32_t *forced = malloc(sizeof(int32_t) * (size_t)steps * (size_t)nmax);
+    double *win = malloc(sizeof(double) * (size_t)reps);
+    if (!ps || !th || !forced || !win) rc = gem_err_set(err, "out of memory");
+    for (int i = 0; i < nmax && !rc; i++) {
+        if (!(ps[i].s = gem_session_new(e, err)) || !(ps[i].bc.t = malloc(sizeof(double) * (size_t)steps))) {
+            if (ps[i].s) rc = gem_err_set(err, "out of memory");
+            rc = -1;
+        }
+        for (long k = 0; k < steps; k++) forced[(size_t)i * steps + k] = ids[(D + 7 * i + k) % need];
+    }
+    for (int ni = 0; ni < n_ns && !rc; ni++) {
+        const int N = ns[ni];
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, (unsigned)N);
+        for (int i = 0; i < N && !rc; i++) {
+            gem_session_reset(ps[i].s);
+            if (gem_session_sync(ps[i].s, ids, (size_t)(D > 0 ? D : 1), err) < 0) rc = -1;
+            ps[i].gp = gem_gen_params_default();
+            ps[i].gp.max_tokens = steps;
+            ps[i].gp.n_force = steps;
+            ps[i].gp.force = forced + (size_t)i * steps;
+            ps[i].gp.ignore_eos = 1;
+            ps[i].go = &go;
+            ps[i].rc = 0;
+        }
+        long st0 = 0, ro0 = 0, st1 = 0, ro1 = 0;
+        int rmax = 0;
+        gem_engine_batch_stats(e, &st0, &ro0, &rmax);
+        int started = 0;
+        for (int i = 0; i < N && !rc; i++, started++)
+            if (pthread_create(&th[i], NULL, par_main, &ps[i])) rc = gem_err_set(err, "cannot start a thread");
+        if (rc) /* the started ones wait at the barrier for the rest: unblock them by joining never; give up */
+            break;
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&go);
+        gem_engine_batch_stats(e, &st1, &ro1, &rmax);
+        for (int i = 0; i < N && !rc; i++)
+            if (ps[i].rc) {
+                *err = ps[i].err;
+                rc = -1;
+            }
+        if (rc) break;
+        for (int k = 1; k <= reps; k++) {
+            double ta = 0, tb = 1e300;
+            for (int i = 0; i < N; i++) {
+                const double a = ps[i].bc.t[(long)k * gen - 1], b = ps[i].bc.t[(long)(k + 1) * gen - 1];
+                ta = a > ta ? a : ta;
+                tb = b < tb ? b : tb;
+            }
+            long tokens = 0;
+            for (int i = 0; i < N; i++)
+                for (long j = 0; j < steps; j++) tokens += ps[i].bc.t[j] > ta && ps[i].bc.t[j] <= tb;
+            win[k - 1] = tb > ta ? tokens / (tb - ta) : 0;
+        }
+        stats st = summarize(win, reps);
+        const double mean_rows = st1 > st0 ? (double)(ro1 - ro0) / (double)(st1 - st0) : 0;
+        char rows_txt[48] = "no batched steps";
+        if (mean_rows > 0) snprintf(rows_txt, sizeof rows_txt, "batched steps of %.2f rows on average", mean_rows);
+        printf("parallel %2d streams at depth %6d: %8.2f tok/s aggregate (median of %d windows of %d steps; spread "
+               "%.2f-%.2f), %.2f per stream, %.2fx one stream; %s\n",
+               N, D, st.median, reps, gen, st.min, st.max, st.median / N, one_tps > 0 ? st.median / one_tps : 0,
+               rows_txt);
+        if (js)
+            fprintf(js, "%s\n  {\"streams\": %d, \"depth\": %d, \"gen\": %d, \"tok_s_aggregate\": %.3f, "
+                        "\"tok_s_per_stream\": %.3f, \"spread\": [%.3f, %.3f], \"vs_one_stream\": %.4f, "
+                        "\"one_stream_tok_s\": %.3f, \"mean_step_rows\": %.3f}",
+                    ni ? "," : "", N, D, gen, st.median, st.median / N, st.min, st.max,
+                    one_tps > 0 ? st.median / one_tps : 0, one_tps, mean_rows);
+    }
+    for (int i = 0; i < nmax && ps; i++) {
+        gem_session_free(ps[i].s);
+        free(ps[i].bc.t);
+    }
+    free(ps);
+    free(th);
+    free(forced);
+    free(win);
+    return rc;
+}
+
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *json_path = NULL;
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
     gemma4_kv_type kv_type = GEMMA4_KV_F32;
-    int n_spec = 0, verify_cost = 0, grammar_on = 0;
+    int n_spec = 0, verify_cost = 0, grammar_on = 0, par[16], n_par = 0;
     const char *schema = NULL; /* --json-schema FILE; with grammar_on and NULL: --json-object */
     double spec_p[16];
     cli_mtp mtp;
@@ -393,6 +515,7 @@ int cli_bench(int argc, char **argv) {
         else if (!strcmp(a, "--kv-type")) { if (cli_kv_type_arg("bench", v, &kv_type)) return 2; }
         else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 16, 1, 1 << 20)) < 1) goto bad; }
+        else if (!strcmp(a, "--parallel")) { if ((n_par = parse_list(v, par, 16, 1, 256)) < 1) goto bad; }
         else if (!strcmp(a, "--depth")) { if ((n_depths = parse_list(v, depths, 16, 0, 1 << 20)) < 1) goto bad; }
         else if (!strcmp(a, "--gen")) { if (cli_parse_num(v, 1, 1 << 20, &x)) goto bad; gen = (int)x; }
         else if (!strcmp(a, "--reps")) { if (cli_parse_num(v, 1, 1000, &x)) goto bad; reps = (int)x; }
@@ -448,6 +571,8 @@ int cli_bench(int argc, char **argv) {
     eo.threads = threads;
     eo.n_ctx = need;
     eo.tile = tile;
+    for (int i = 0; i < n_par; i++) /* the streams' sessions beside the main one */
+        eo.sessions = par[i] + 1 > eo.sessions ? par[i] + 1 : eo.sessions;
     char mtp_buf[8];
     eo.mtp_path = cli_mtp_path(&mtp, model, 0, mtp_buf, sizeof mtp_buf);
     double t0 = gem_now_s();
@@ -551,6 +676,7 @@ int cli_bench(int argc, char **argv) {
     /* decode: the runs' tokens are forced (fixed ids: the same work on every
      * engine) and each run's time is read off the steps' timestamps */
     const long steps = (long)(reps + 1) * gen + 1;
+    double first_tps = 0; /* decode at the first depth: --parallel's one stream */
     int32_t *forced = malloc(sizeof(int32_t) * (size_t)steps);
     bench_clock bc = {malloc(sizeof(double) * (size_t)steps)};
     if (!forced || !bc.t) rc = 1;
@@ -577,6 +703,7 @@ int cli_bench(int argc, char **argv) {
             if (k > 0) samples[k - 1] = (bc.t[(k + 1) * gen] - bc.t[k * gen]) / gen; /* run 0 is the warm-up */
         stats st = summarize(samples, reps);
         const double tps = 1.0 / st.median, gbs = wbytes / st.median / 1e9;
+        if (di == 0) first_tps = tps;
         char frac[40] = "", frac_js[24] = "null";
         if (peak > 0) {
             snprintf(frac, sizeof frac, ", %.1f%% of peak", 100 * gbs / peak);
@@ -589,6 +716,11 @@ int cli_bench(int argc, char **argv) {
             fprintf(js, "%s\n  {\"depth\": %d, \"gen\": %d, \"tok_s\": %.3f, \"tok_s_p95\": %.3f, \"spread\": [%.3f, %.3f], "
                         "\"weight_gbs\": %.1f, \"roofline_fraction\": %s}",
                     di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
+    }
+    if (js) fprintf(js, "],\n \"parallel\": [");
+    if (!rc && n_par) {
+        const int D = depths[0];
+        rc = bench_parallel(e, ids, need, D, par, n_par, gen, reps, first_tps, js, &err);
     }
     if (js) fprintf(js, "],\n \"speculative\": [");
     strbuf vjs = {0};

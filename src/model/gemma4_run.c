@@ -41,8 +41,14 @@ struct gemma4_core {
     layer_w *L;
     be_buf *h, *a, *q, *k, *v, *att, *o, *act, *down;
     /* a batched step of sequences (gemma4_step_seqs): every row's normed
-     * hidden state, logits and argmax */
+     * hidden state, logits and argmax; the rows' caches for set_step_seqs
+     * (BE_EXACT_ROWS x n_layer); a recorded step per row count, for
+     * states of one context and KV type (sgraph_ctx, sgraph_kv) */
     be_buf *bhid, *blogits, *bbest;
+    be_kv **bkvs;
+    be_graph *sgraph[BE_EXACT_ROWS + 1];
+    int sgraph_ctx;
+    gemma4_kv_type sgraph_kv;
 };
 
 struct gemma4_state {
@@ -51,6 +57,7 @@ struct gemma4_state {
     const gemma4_model *m;
     backend *b;
     int n_ctx, max_tile, n_past;
+    gemma4_kv_type kv_type; /* with n_ctx, the shape of every cache (the plan's) */
     /* the highest position written into the caches since the rings last
      * held exactly [n_past - capacity, n_past): a verification's dropped
      * rows overwrote ring slots below it (gemma4_rewind_ok) */
@@ -123,6 +130,9 @@ void gemma4_core_free(gemma4_core *c) {
     be_buf *bufs[] = {c->h, c->a, c->q, c->k, c->v, c->att, c->o, c->act, c->down, c->bhid, c->blogits, c->bbest};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
+    for (int i = 0; i <= BE_EXACT_ROWS; i++)
+        if (c->sgraph[i]) b->graph_free(b, c->sgraph[i]);
+    free(c->bkvs);
     free(c);
 }
 
@@ -224,6 +234,7 @@ gemma4_state *gemma4_state_on(gemma4_core *c, const gemma4_kv_plan *plan, gem_er
     s->b = b;
     s->top = -1;
     s->n_ctx = plan->n_ctx;
+    s->kv_type = plan->type;
     s->max_tile = c->max_tile;
     s->n_run = c->n_run;
     s->embd = c->embd;
@@ -494,20 +505,45 @@ int gemma4_topk(gemma4_state *s, int k, float *vals, int32_t *ids, gem_err *err)
 
 /* ---- batched steps of several sequences ---- */
 
+/* A batched step's tile and the head of every row as a verification
+ * computes it (row-exact: each row's logits are a one-token step's,
+ * head_dev's), as one recordable body: the rows' ids, positions and
+ * caches come from set_step_seqs on backends that replay. */
+typedef struct {
+    gemma4_core *c;
+    const tile_rows *t;
+    const int32_t *ids;
+    int n;
+} seqs_ctx;
+
+static void seqs_body(void *ctx) {
+    seqs_ctx *d = ctx;
+    gemma4_core *c = d->c;
+    backend *b = c->b;
+    const int H = (int)c->m->profile->n_embd, n = d->n;
+    forward_rows(c, d->t, d->ids, n);
+    b->rmsnorm(b, c->h, c->out_norm, n, H, EPS, c->bhid);
+    b->matmul(b, c->embd, c->bhid, n, c->blogits);
+    b->softcap(b, c->blogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
+    b->argmax(b, c->blogits, n, GEMMA4_N_VOCAB, c->bbest);
+}
+
 int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t *best, gem_err *err) {
     if (n < 1 || n > BE_EXACT_ROWS) return gem_err_set(err, "a batched step of %d sequences (1..%d)", n, BE_EXACT_ROWS);
     gemma4_core *c = ss[0]->c;
     backend *b = c->b;
+    const uint32_t L = c->m->profile->n_layer;
     if (!b->attention_seqs || (b->set_step && !b->set_step_seqs))
         return gem_err_set(err, "backend '%s' has no batched steps of several sequences", b->name);
     if (n > c->max_tile) return gem_err_set(err, "a batched step of %d rows exceeds the tile of %d", n, c->max_tile);
-    int pos[BE_EXACT_ROWS];
+    int pos[BE_EXACT_ROWS], same = 1;
     for (int i = 0; i < n; i++) {
         if (ss[i]->c != c) return gem_err_set(err, "a batched step over states of different models or backends");
         for (int j = 0; j < i; j++)
             if (ss[j] == ss[i]) return gem_err_set(err, "a batched step names one sequence twice");
         if (check_tile(ss[i], ids + i, 1, err)) return -1;
         pos[i] = ss[i]->n_past;
+        same &= ss[i]->n_ctx == ss[0]->n_ctx && ss[i]->kv_type == ss[0]->kv_type;
     }
     const size_t H = c->m->profile->n_embd;
     if (!c->bhid && (!(c->bhid = b->alloc(b, BE_EXACT_ROWS * H, err)) ||
@@ -519,15 +555,28 @@ int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t
         c->bhid = c->blogits = c->bbest = NULL;
         return -1;
     }
-    if (b->set_step_seqs) b->set_step_seqs(b, ids, pos, n);
+    if (!c->bkvs && !(c->bkvs = malloc(sizeof *c->bkvs * BE_EXACT_ROWS * L))) return gem_err_set(err, "out of memory");
+    for (int i = 0; i < n; i++) memcpy(c->bkvs + (size_t)i * L, ss[i]->kv, sizeof *c->bkvs * L);
+    if (b->set_step_seqs) b->set_step_seqs(b, ids, pos, n, c->bkvs, (int)L);
     const tile_rows t = {NULL, ss, pos, 0};
-    forward_rows(c, &t, ids, n);
-    /* the head of every row as a verification computes it (row-exact: each
-     * row's logits are a one-token step's, head_dev's) */
-    b->rmsnorm(b, c->h, c->out_norm, n, (int)H, EPS, c->bhid);
-    b->matmul(b, c->embd, c->bhid, n, c->blogits);
-    b->softcap(b, c->blogits, (size_t)n * GEMMA4_N_VOCAB, SOFTCAP);
-    b->argmax(b, c->blogits, n, GEMMA4_N_VOCAB, c->bbest);
+    seqs_ctx d = {c, &t, ids, n};
+    /* recorded once per row count: a replay attends over the caches
+     * set_step_seqs named, which are of the recording's shapes while the
+     * states share a context and KV type */
+    if (b->capture && b->seqs_replay && same) {
+        if (c->sgraph_ctx != ss[0]->n_ctx || c->sgraph_kv != ss[0]->kv_type) {
+            for (int i = 0; i <= BE_EXACT_ROWS; i++)
+                if (c->sgraph[i]) {
+                    b->graph_free(b, c->sgraph[i]);
+                    c->sgraph[i] = NULL;
+                }
+            c->sgraph_ctx = ss[0]->n_ctx;
+            c->sgraph_kv = ss[0]->kv_type;
+        }
+        if (backend_run_recorded(b, &c->sgraph[n], seqs_body, &d, err)) return -1;
+    } else {
+        seqs_body(&d);
+    }
     for (int i = 0; i < n; i++) { /* each sequence as its own one-token eval leaves it */
         gemma4_state *s = ss[i];
         b->copy(b, c->blogits, (size_t)i * GEMMA4_N_VOCAB, s->logits, 0, GEMMA4_N_VOCAB);

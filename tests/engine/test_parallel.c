@@ -226,16 +226,20 @@ static void test_tiny(const char *path) {
 }
 
 /* gemma4_step_seqs against one-token steps, bit for bit, on states past
- * the sliding window (their rings wrapped). */
-static void test_step_seqs(const char *path) {
+ * the sliding window (their rings wrapped), for a KV type: every row
+ * count twice in changing compositions (a backend that records batched
+ * steps replays a row count's recording for other sequences), and once a
+ * batch mixing states of two contexts (not one recording's shapes). */
+static void test_step_seqs_kv(const char *path, gemma4_kv_type kt) {
     gem_err err = {{0}};
     gguf_file *f = gguf_open(path, &err);
     gemma4_model *m = f ? gemma4_bind(f, &err) : NULL;
     backend_opts bo = {0};
     backend *b = m ? backend_create(backend_name(), &bo, &err) : NULL;
     CHECKF(b != NULL, "%s", err.msg);
-    gemma4_kv_plan plan;
-    gemma4_core *c = b && !gemma4_kv_plan_make(m->profile, 256, GEMMA4_KV_F32, gemma4_ring_slack(b), 32, &plan, &err)
+    gemma4_kv_plan plan, plan2;
+    gemma4_core *c = b && !gemma4_kv_plan_make(m->profile, 256, kt, gemma4_ring_slack(b), 32, &plan, &err) &&
+                             !gemma4_kv_plan_make(m->profile, 320, kt, gemma4_ring_slack(b), 32, &plan2, &err)
                          ? gemma4_core_new(m, b, &plan, 0, &err)
                          : NULL;
     CHECKF(c != NULL, "%s", err.msg);
@@ -244,8 +248,9 @@ static void test_step_seqs(const char *path) {
     float *la = malloc(GEMMA4_N_VOCAB * sizeof(float)), *lz = malloc(GEMMA4_N_VOCAB * sizeof(float));
     int ok = c && la && lz;
     for (int i = 0; ok && i < NS; i++) {
-        a[i] = gemma4_state_on(c, &plan, &err);
-        z[i] = gemma4_state_on(c, &plan, &err);
+        /* the last state of another context: the mixed batches below */
+        a[i] = gemma4_state_on(c, i == NS - 1 ? &plan2 : &plan, &err);
+        z[i] = gemma4_state_on(c, i == NS - 1 ? &plan2 : &plan, &err);
         ok = a[i] && z[i];
         int32_t ids[120];
         const int n = 20 + 23 * i; /* 20..112: the later ones past the window */
@@ -254,18 +259,22 @@ static void test_step_seqs(const char *path) {
     }
     CHECKF(ok, "setup: %s", err.msg);
     int steps_equal = 0, rows = 0;
-    for (int step = 0; ok && step < 6; step++) {
-        const int n = 1 + step % NS; /* 1..NS rows, in a changing order */
+    for (int step = 0; ok && step < 2 * (NS - 1) + 1; step++) {
+        /* 1..NS-1 rows of the first NS-1 states, twice in changing orders;
+         * the last step all NS, the other context's state among them */
+        const int n = step < 2 * (NS - 1) ? 1 + step % (NS - 1) : NS, k = n == NS ? NS : NS - 1;
         gemma4_state *ss[NS];
         int32_t ids[NS], best[NS];
+        int who[NS];
         for (int i = 0; i < n; i++) {
-            ss[i] = a[(i + step) % NS];
+            who[i] = (i + step) % k;
+            ss[i] = a[who[i]];
             ids[i] = (int32_t)(500 + step * 13 + i * 7);
         }
         ok = !gemma4_step_seqs(ss, ids, n, best, &err);
         CHECKF(ok, "step_seqs: %s", err.msg);
         for (int i = 0; ok && i < n; i++) {
-            gemma4_state *alone = z[(i + step) % NS];
+            gemma4_state *alone = z[who[i]];
             int32_t nb = -1;
             ok = !gemma4_eval_greedy(alone, &ids[i], 1, &nb, &err) && !gemma4_logits(ss[i], la, &err) &&
                  !gemma4_logits(alone, lz, &err);
@@ -274,8 +283,9 @@ static void test_step_seqs(const char *path) {
                            gemma4_n_past(alone) == gemma4_n_past(ss[i]);
         }
     }
-    printf("step_seqs: %d of %d rows bitwise equal to one-token steps\n", steps_equal, rows);
-    CHECK(ok && rows > 0 && steps_equal == rows);
+    printf("step_seqs (--kv-type %s): %d of %d rows bitwise equal to one-token steps\n", gemma4_kv_type_name(kt),
+           steps_equal, rows);
+    CHECK(ok && rows == 2 * (1 + 2 + 3 + 4) + NS && steps_equal == rows);
     /* refused: a repeated state, too many rows */
     if (ok) {
         gemma4_state *ss[2] = {a[0], a[0]};
@@ -295,6 +305,21 @@ static void test_step_seqs(const char *path) {
     if (b) b->destroy(b);
     gemma4_free(m);
     gguf_close(f);
+}
+
+/* Every KV type the backend keeps (f16 caches are a GPU option). */
+static void test_step_seqs(const char *path) {
+    gem_err err = {{0}};
+    backend_opts bo = {0};
+    backend *b = backend_create(backend_name(), &bo, &err);
+    CHECKF(b != NULL, "%s", err.msg);
+    const int f16 = b && b->kv_f16;
+    if (b) b->destroy(b);
+    test_step_seqs_kv(path, GEMMA4_KV_F32);
+    if (f16) {
+        test_step_seqs_kv(path, GEMMA4_KV_F16);
+        test_step_seqs_kv(path, GEMMA4_KV_F16_FULL);
+    }
 }
 
 /* The trained demo model with its drafter: concurrent answers equal the

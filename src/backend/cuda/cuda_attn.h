@@ -181,6 +181,13 @@ void attn_split_launch(cuda_backend *c, const be_buf *q, const be_buf *k, const 
 void attn_combine_launch(cuda_backend *c, int n, int n_head, int d, int nsplit, int QB, int window, int quant,
                          be_buf *out);
 void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d);
+/* cu_qkv_norm_rope, with rpos (device, stride 3) giving row i's position
+ * rpos[3 i] (the rows of a batched step of sequences), else pos0 + i. */
+void qkv_norm_rope_launch(cuda_backend *c, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                          int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, float base,
+                          const be_weight *ff, const int *rpos);
+void kv_store_rows(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d,
+                   const kv_row *rkv);
 cudaError_t attn_prefill_allow(int d); /* flash attention's shared-memory limits, head size d */
 
 #endif

@@ -235,10 +235,11 @@ template <int D, typename KT, int VW, int KU, bool STAGED, bool ROWS>
 __global__ void __launch_bounds__(AD_WARPS * 32, STAGED ? 2 : 1)
     k_attn_dec(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n_head,
                int kvh, int cap, int ring, int window, int nsplit, int GB, float *part, float *pml, KT *store_k,
-               KT *store_v) {
+               KT *store_v, const kv_row *rkv) {
     CU_TRACE(CT_ATTN_DEC);
     if (ROWS) { /* row blockIdx.z of a row-exact tile (as k_attn_tc's) */
         const int row = blockIdx.z;
+        if (rkv) ck = (const KT *)rkv[row].k, cv = (const KT *)rkv[row].v; /* a sequence's own caches */
         step += 3 * row;
         q += (size_t)row * n_head * D;
         k += (size_t)row * kvh * D;
@@ -526,10 +527,11 @@ template <int D, bool NR, bool ROWS>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_attn_tc(const float *q, const float *k, const float *v, const __half *ck, const __half *cv, const int *step,
               int n_head, int kvh, int cap, int ring, int window, int nsplit, float *part, float *pml, __half *store_k,
-              __half *store_v, tc_nr nr) {
+              __half *store_v, tc_nr nr, const kv_row *rkv) {
     CU_TRACE(CT_ATTN_TC);
     if (ROWS) { /* row blockIdx.z of a row-exact tile: its own step, inputs and partials (attn_tc_rows) */
         const int row = blockIdx.z;
+        if (rkv) ck = (const __half *)rkv[row].k, cv = (const __half *)rkv[row].v; /* a sequence's own caches */
         step += 3 * row;
         q += (size_t)row * n_head * D;
         k += (size_t)row * kvh * D;
@@ -711,9 +713,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 template <int D>
 __global__ void __launch_bounds__(TC_WARPS * 32)
     k_kv_store_nr(const float *k, const float *v, const int *step_rows, int kvh, int cap, int ring, __half *store_k,
-                  __half *store_v, tc_nr nr) {
+                  __half *store_v, tc_nr nr, const kv_row *rkv) {
     __shared__ __align__(16) float cs[D / 2], sn[D / 2], nk[D], nv[D];
     const int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (rkv) store_k = (__half *)rkv[i].k, store_v = (__half *)rkv[i].v; /* row i's sequence's caches */
     const int pos0 = step_rows[3 * i];
     for (int j = threadIdx.x; j < D / 2; j += TC_WARPS * 32) {
         const float a = rope_angle((float)pos0, nr.theta_scale, j, nr.ff);
@@ -733,7 +736,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
  * registers). */
 template <typename KT>
 using ad_fn = void (*)(const float *, const float *, const float *, const KT *, const KT *, const int *, int, int, int,
-                       int, int, int, int, float *, float *, KT *, KT *);
+                       int, int, int, int, float *, float *, KT *, KT *, const kv_row *);
 template <int D, typename KT> static ad_fn<KT> ad_kernel(bool staged, bool rows = false) {
     constexpr int VW = sizeof(KT) == 2 && D % 256 == 0 ? 8 : 4, KU = D >= 384 ? 2 : 4;
     if (rows) return staged ? k_attn_dec<D, KT, VW, KU, true, true> : k_attn_dec<D, KT, VW, KU, false, true>;
@@ -844,7 +847,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
     launch(c, k_attn_tc<DIM, NR, false>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d,    \
            k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, c->step, n_head, n_kv_head, kv->capacity,         \
            kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)kv->k, (__half *)kv->v,          \
-           nr ? *nr : none)
+           nr ? *nr : none, (const kv_row *)NULL)
 #define TC_LAUNCH(DIM)             \
     if (nr)                        \
         TC_LAUNCH_NR(DIM, true);   \
@@ -858,7 +861,7 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
 #define DEC_LAUNCH_T(DIM, KT)                                                                                     \
     launch(c, ad_kernel<DIM, KT>(staged), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, v->d, \
            (const KT *)kv->k, (const KT *)kv->v, c->step, n_head, n_kv_head, kv->capacity, kv->ring, window, nsplit, gb, \
-           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v)
+           (float *)c->part.p, (float *)c->pml.p, (KT *)kv->k, (KT *)kv->v, (const kv_row *)NULL)
         HEAD_DIM_KV_SWITCH(d, kv->f16, DEC_LAUNCH_T);
 #undef DEC_LAUNCH_T
     } else {
@@ -891,16 +894,20 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
  * beyond the window so that no row's store reaches a slot an earlier row
  * still reads (the model's rings keep BE_EXACT_ROWS: gemma4_run.c). 0 when
  * the one-token kernel is one without a row form (k_attn_split) or the
- * ring is too small: the caller then runs attention_rows. */
+ * ring is too small: the caller then runs attention_rows.
+ * rkv (device, n entries): the rows are one-token steps of n sequences,
+ * row r over its own caches rkv[r] (of kv's shape: capacity, ring, type,
+ * splits), so no row's store reaches another's keys. */
 static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
-                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr) {
+                          int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr,
+                          const kv_row *rkv) {
     const int tc = attn_tc_step(c, kv, 1);
     if (!c->attn_rows || (!tc && !c->attn_dec) || (nr && !tc) || !attn_split_group(n_head, n_kv_head, d) ||
         d % 32)
         return 0;
     /* a row's store evicts position pos - capacity, which a row up to n - 1
      * before it still reads unless the ring has n - 1 slots past the window */
-    if (kv->ring && kv->capacity < window + n - 1) return 0;
+    if (!rkv && kv->ring && kv->capacity < window + n - 1) return 0;
     c->att_quant_last = 0;
     const int nsplit = attn_splits(kv, 1);
     const size_t rows = (size_t)n * n_head * nsplit;
@@ -913,12 +920,12 @@ static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, con
     if (nr) {
 #define NR_STORE(DIM)                                                                                                \
     launch(c, k_kv_store_nr<DIM>, dim3(n_kv_head, n), TC_WARPS * 32, 0, k->d, v->d, (const int *)c->step_rows,     \
-           n_kv_head, kv->capacity, kv->ring, (__half *)kv->k, (__half *)kv->v, *nr)
+           n_kv_head, kv->capacity, kv->ring, (__half *)kv->k, (__half *)kv->v, *nr, rkv)
         HEAD_DIM_SWITCH(d, NR_STORE);
 #undef NR_STORE
         LAUNCHED(c, "kv store (tile rows, norm+rope)");
     } else {
-        kv_store_tile(c, k, v, kv, n, n_kv_head, d);
+        kv_store_rows(c, k, v, kv, n, n_kv_head, d, rkv);
     }
     const int gall = n_head / n_kv_head;
     if (tc) {
@@ -928,7 +935,7 @@ static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, con
     launch(c, k_attn_tc<DIM, NR, true>, tgrid, TC_WARPS * 32, NR ? tc_geom<DIM>::SMEM_NR : tc_geom<DIM>::SMEM, q->d, \
            k->d, v->d, (const __half *)kv->k, (const __half *)kv->v, (const int *)c->step_rows, n_head, n_kv_head,    \
            kv->capacity, kv->ring, window, nsplit, (float *)c->part.p, (float *)c->pml.p, (__half *)NULL,              \
-           (__half *)NULL, nr ? *nr : none)
+           (__half *)NULL, nr ? *nr : none, rkv)
 #define TC_ROWS(DIM)             \
     if (nr)                      \
         TC_ROWS_NR(DIM, true);   \
@@ -944,7 +951,7 @@ static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, con
 #define DEC_ROWS_T(DIM, KT)                                                                                          \
     launch(c, ad_kernel<DIM, KT>(staged, true), dgrid, AD_WARPS * 32, staged ? ad_geom<DIM, KT>::SMEM : 0, q->d, k->d, \
            v->d, (const KT *)kv->k, (const KT *)kv->v, (const int *)c->step_rows, n_head, n_kv_head, kv->capacity,   \
-           kv->ring, window, nsplit, gb, (float *)c->part.p, (float *)c->pml.p, (KT *)NULL, (KT *)NULL)
+           kv->ring, window, nsplit, gb, (float *)c->part.p, (float *)c->pml.p, (KT *)NULL, (KT *)NULL, rkv)
         HEAD_DIM_KV_SWITCH(d, kv->f16, DEC_ROWS_T);
 #undef DEC_ROWS_T
     }
@@ -1000,7 +1007,7 @@ void cu_attention(backend *b, const be_buf *q, const be_buf *k, const be_buf *v,
     (void)pos0; /* read from the step buffer */
     cuda_backend *c = cu_of(b);
     if (n > 1 && n <= BE_EXACT_ROWS) {
-        if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL)) return;
+        if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, NULL, NULL)) return;
         attention_rows(c, (be_buf *)q, (be_buf *)k, (be_buf *)v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {
             attention_run(c, &r.q, &r.k, &r.v, kv, 1, n_head, n_kv_head, d, window, &r.out, NULL);
         });
@@ -1021,7 +1028,7 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
         if (c->attn_fuse && c->attn_rows && attn_tc_step(c, kv, 1)) {
             const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
                               ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
-            if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr)) return;
+            if (attention_tile(c, q, k, v, kv, n, n_head, n_kv_head, d, window, out, &nr, NULL)) return;
         } else if (c->attn_rows) {
             cu_qkv_norm_rope(b, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, pos0, theta, ff);
             cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
@@ -1043,15 +1050,57 @@ void cu_attention_qkv(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     cu_attention(b, q, k, v, kv, n, pos0, n_head, n_kv_head, d, window, out);
 }
 
-/* One-token steps of n sequences (backend.h attention_seqs): each row on
- * the one-token path (attention_rows: the row's own step from
- * set_step_seqs), over its own cache. */
+/* The slot of set_step_seqs' table holding exactly these n caches in
+ * row order, all of one shape, or -1 (not set for this step, another row
+ * order, or shapes a tile cannot mix: then row by row). */
+static int seqs_slot(const cuda_backend *c, be_kv *const *kvs, int n) {
+    if (!c->seqs || c->seq_n != n || !c->seq_nkv) return -1;
+    for (int l = 0; l < c->seq_nkv; l++) {
+        if (c->seq_of[l * n] != kvs[0]) continue;
+        const be_kv *k0 = kvs[0];
+        for (int i = 0; i < n; i++) {
+            const be_kv *k = kvs[i];
+            if (c->seq_of[l * n + i] != k || k->f16 != k0->f16 || k->capacity != k0->capacity || k->ring != k0->ring ||
+                k->nsplit != k0->nsplit || k->n_kv_head != k0->n_kv_head || k->head_dim != k0->head_dim)
+                return -1;
+        }
+        return l;
+    }
+    return -1;
+}
+
+/* One-token steps of n sequences (backend.h attention_seqs): as a
+ * row-exact tile (attention_tile) whose row r reads and writes its own
+ * caches through set_step_seqs' table, so one launch per kernel serves
+ * every sequence and a recorded step replays for other sequences
+ * (seqs_replay); else each row on the one-token path (attention_rows:
+ * the row's own step from set_step_seqs), over its own cache. */
 void cu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
                        int v_from_k, be_kv *const *kvs, const int *pos, int n, int n_head, int n_kv_head, int d,
                        float eps, float theta, const be_weight *ff, int window, be_buf *out) {
     cuda_backend *c = cu_of(b);
     if (n < 1 || n > BE_EXACT_ROWS) {
         cu_check(c, cudaErrorInvalidValue, "attention_seqs: rows outside 1..BE_EXACT_ROWS");
+        return;
+    }
+    const int slot = c->attn_rows ? seqs_slot(c, kvs, n) : -1;
+    if (slot >= 0) {
+        const kv_row *rkv = c->seq_tab + (size_t)slot * n;
+        if (c->attn_fuse && attn_tc_step(c, kvs[0], 1)) {
+            const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
+                              ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
+            if (attention_tile(c, q, k, v, kvs[0], n, n_head, n_kv_head, d, window, out, &nr, rkv)) return;
+        } else if ((c->attn_dec || attn_tc_step(c, kvs[0], 1)) && attn_split_group(n_head, n_kv_head, d) && d % 32 == 0) {
+            /* the rows' norms and rope at their own positions, then the tile */
+            qkv_norm_rope_launch(c, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, theta, ff, c->step_rows);
+            if (attention_tile(c, q, k, v, kvs[0], n, n_head, n_kv_head, d, window, out, NULL, rkv)) return;
+            cu_check(c, cudaErrorInvalidValue, "attention_seqs: the tile refused rows it was checked for");
+            return;
+        }
+    }
+    if (c->capturing && b->seqs_replay) {
+        /* a recording would keep these sequences' caches (backend.h seqs_replay) */
+        cu_check(c, cudaErrorInvalidValue, "attention_seqs: a recorded batched step needs the caches of set_step_seqs");
         return;
     }
     attention_rows(c, q, k, v, out, n, n_head, n_kv_head, d, [&](att_rows &r) {

@@ -415,6 +415,40 @@ __global__ void k_kv_store(const float *k, const float *v, KT *ck, KT *cv, const
     }
 }
 
+/* Row i of a tile of one-token steps of sequences (rkv: row i's caches,
+ * step_rows: its position) into its cache: the bits k_kv_store stores. */
+template <typename KT>
+__global__ void k_kv_store_rows(const float *k, const float *v, const kv_row *rkv, const int *step_rows, int row,
+                                int cap, int ring) {
+    CU_TRACE(CT_KV_STORE);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    const int i = blockIdx.x, p = step_rows[3 * i];
+    KT *ck = (KT *)rkv[i].k, *cv = (KT *)rkv[i].v;
+    const size_t slot = (size_t)(ring ? p % cap : p);
+    for (int e = threadIdx.x; e < row; e += blockDim.x) {
+        kv_st(ck + slot * row + e, k[(size_t)i * row + e]);
+        kv_st(cv + slot * row + e, v[(size_t)i * row + e]);
+    }
+}
+
+/* kv_store_tile, or with rkv the rows of one-token steps of sequences
+ * into their own caches (kv: their common shape). */
+void kv_store_rows(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d,
+                   const kv_row *rkv) {
+    if (!rkv) {
+        kv_store_tile(c, k, v, kv, n, n_kv_head, d);
+        return;
+    }
+    if (kv->f16)
+        launch(c, k_kv_store_rows<__half>, n, 256, 0, k->d, v->d, rkv, (const int *)c->step_rows, n_kv_head * d,
+               kv->capacity, kv->ring);
+    else
+        launch(c, k_kv_store_rows<float>, n, 256, 0, k->d, v->d, rkv, (const int *)c->step_rows, n_kv_head * d,
+               kv->capacity, kv->ring);
+    LAUNCHED(c, "kv store (rows of sequences)");
+}
+
 /* A tile's keys and values into the cache, after every query read the old
  * ring (one-token steps store inside the attention kernel). */
 void kv_store_tile(cuda_backend *c, const be_buf *k, const be_buf *v, be_kv *kv, int n, int n_kv_head, int d) {

@@ -302,8 +302,9 @@ static size_t cu_mem_free(backend *b) {
 }
 
 /* The step buffer for a tile of n tokens: row i at pos0 + i, or at pos[i]
- * when pos is given (one-token steps of n sequences: set_step_seqs). */
-static void step_write(backend *b, const int32_t *ids, int n, int pos0, const int *pos) {
+ * when pos is given (one-token steps of n sequences: set_step_seqs, whose
+ * rows' caches kvs, nkv per row, go to the seq table in the same wait). */
+static void step_write(backend *b, const int32_t *ids, int n, int pos0, const int *pos, be_kv *const *kvs, int nkv) {
     cuda_backend *c = cu_of(b);
     if (n > c->step_cap) {
         int cap = c->step_cap ? c->step_cap : 64;
@@ -322,8 +323,27 @@ static void step_write(backend *b, const int32_t *ids, int n, int pos0, const in
         c->step_rows = c->step + cap + 2;
         c->generation++;
     }
-    /* the previous step's copy must have left the staging area before it is
-     * rewritten; this waits at most for the tile before the last one */
+    const int entries = pos && kvs ? n * nkv : 0;
+    if (entries > c->seq_cap) { /* recorded steps hold the table's address */
+        CK(c, cudaStreamSynchronize(c->st));
+        cudaFree(c->seq_tab);
+        cudaFreeHost(c->seq_tab_host);
+        free(c->seq_of);
+        c->seq_tab = c->seq_tab_host = NULL;
+        c->seq_of = NULL;
+        c->seq_cap = 0;
+        if (CK(c, cudaMalloc(&c->seq_tab, sizeof(kv_row) * (size_t)entries)) ||
+            CK(c, cudaMallocHost(&c->seq_tab_host, sizeof(kv_row) * (size_t)entries)))
+            return;
+        if (!(c->seq_of = (const be_kv **)malloc(sizeof(be_kv *) * (size_t)entries))) {
+            cu_check(c, cudaErrorMemoryAllocation, "set_step_seqs: the rows' cache table");
+            return;
+        }
+        c->seq_cap = entries;
+        c->generation++;
+    }
+    /* the previous step's copies must have left the staging areas before
+     * they are rewritten; this waits at most for the tile before the last */
     CK(c, cudaEventSynchronize(c->step_copied));
     c->step_host[0] = pos ? pos[0] : pos0;
     c->step_host[1] = n;
@@ -335,17 +355,33 @@ static void step_write(backend *b, const int32_t *ids, int n, int pos0, const in
         ints = (size_t)c->step_cap + 2 + 3 * (size_t)n;
     }
     CK(c, cudaMemcpyAsync(c->step, c->step_host, sizeof(int) * ints, cudaMemcpyHostToDevice, c->st));
+    c->seqs = pos != NULL;
+    c->seq_n = n;
+    c->seq_nkv = entries ? nkv : 0;
+    if (entries) {
+        for (int l = 0; l < nkv; l++)
+            for (int i = 0; i < n; i++) {
+                const be_kv *kv = kvs[(size_t)i * nkv + l];
+                c->seq_of[l * n + i] = kv;
+                c->seq_tab_host[l * n + i].k = kv->k;
+                c->seq_tab_host[l * n + i].v = kv->v;
+            }
+        CK(c, cudaMemcpyAsync(c->seq_tab, c->seq_tab_host, sizeof(kv_row) * (size_t)entries, cudaMemcpyHostToDevice,
+                              c->st));
+    }
     CK(c, cudaEventRecord(c->step_copied, c->st));
 }
 
-static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) { step_write(b, ids, n, pos0, NULL); }
+static void cu_set_step(backend *b, const int32_t *ids, int n, int pos0) {
+    step_write(b, ids, n, pos0, NULL, NULL, 0);
+}
 
-static void cu_set_step_seqs(backend *b, const int32_t *ids, const int *pos, int n) {
+static void cu_set_step_seqs(backend *b, const int32_t *ids, const int *pos, int n, be_kv *const *kvs, int nkv) {
     if (n > BE_EXACT_ROWS) {
         cu_check(cu_of(b), cudaErrorInvalidValue, "set_step_seqs: more rows than BE_EXACT_ROWS");
         return;
     }
-    step_write(b, ids, n, 0, pos);
+    step_write(b, ids, n, 0, pos, kvs, nkv);
 }
 
 /* ------------------------------------------------------------------ */
@@ -451,6 +487,9 @@ static void cu_destroy(backend *b) {
     cudaFree(c->dmax);
     cudaFree(c->step);
     cudaFreeHost(c->step_host);
+    cudaFree(c->seq_tab);
+    cudaFreeHost(c->seq_tab_host);
+    free(c->seq_of);
     cudaEventDestroy(c->step_copied);
     if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]);
     if (c->prof_ev[1]) cudaEventDestroy(c->prof_ev[1]);
@@ -586,6 +625,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];
+    b->seqs_replay = c->attn_rows; /* cu_attention_seqs reads the rows' caches from set_step_seqs */
     /* the first wave of a one-token product starts over 8 steps of 500 ns
      * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
     c->mv_stagger = (int)set[CS_MV_STAGGER];

@@ -86,6 +86,12 @@ struct be_kv {
     int nsplit; /* attention splits of a one-token step */
 };
 
+/* A row's caches in a batched step of sequences (set_step_seqs): the
+ * device table the row-exact attention kernels read a row's cache from. */
+typedef struct {
+    void *k, *v;
+} kv_row;
+
 struct be_graph {
     cudaGraphExec_t exec;
     unsigned generation;
@@ -122,6 +128,14 @@ typedef struct {
      * i's own one-token step {pos0 + i, 1, ids[i]}; attention runs such a
      * tile row by row on the one-token kernels (rows_exact, backend.h) */
     int *step_rows;
+    /* a batched step of sequences (set_step_seqs, until the next
+     * set_step): its n rows' caches for each of nkv cache slots, entry
+     * l * n + i = row i's cache for slot l, on the device (seq_tab, copied
+     * with the step buffer, so a recorded step replays for other
+     * sequences) and as the host's be_kv (seq_of, to find a call's slot) */
+    int seqs, seq_n, seq_nkv, seq_cap;
+    kv_row *seq_tab, *seq_tab_host;
+    const be_kv **seq_of;
     int att_row;        /* the row being attended: its output's 8-bit codes go there */
     int att_quant_last; /* the last attention left its output's codes */
     scratch xq, xd, xs;     /* quantized activations: codes, scales, code sums */

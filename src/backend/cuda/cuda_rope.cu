@@ -88,7 +88,8 @@ __global__ void k_rmsnorm_rope(float *x, const float *w, int heads, int d, float
  * kernel ran several times as long as the sliding layers' in a decode
  * step's trace). */
 __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float *kw, float *v, int v_from_k, int n,
-                                int nh, int kvh, int d, float eps, const int *step, float theta_scale, const float *ff) {
+                                int nh, int kvh, int d, float eps, const int *step, float theta_scale, const float *ff,
+                                const int *rpos) {
     CU_TRACE(CT_QKV_NORM_ROPE);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -97,12 +98,14 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
     int bid = blockIdx.x;
     const int pos0 = step[0];
     if (bid < n * nh) {
-        head_norm_rope(q + (size_t)bid * d, qw, d, eps, (float)(pos0 + bid / nh), theta_scale, ff, true, row, sh, NULL);
+        const int tok = bid / nh, p = rpos ? rpos[3 * tok] : pos0 + tok;
+        head_norm_rope(q + (size_t)bid * d, qw, d, eps, (float)p, theta_scale, ff, true, row, sh, NULL);
         return;
     }
     bid -= n * nh;
     if (bid < n * kvh) {
-        head_norm_rope(k + (size_t)bid * d, kw, d, eps, (float)(pos0 + bid / kvh), theta_scale, ff, true, row, sh,
+        const int tok = bid / kvh, p = rpos ? rpos[3 * tok] : pos0 + tok;
+        head_norm_rope(k + (size_t)bid * d, kw, d, eps, (float)p, theta_scale, ff, true, row, sh,
                        v_from_k ? v + (size_t)bid * d : NULL);
         return;
     }
@@ -126,7 +129,7 @@ __global__ void k_qkv_norm_rope(float *q, const float *qw, float *k, const float
 template <int D>
 __global__ void __launch_bounds__(128)
     k_qkv_norm_rope_e(float *q, const float *qw, float *k, const float *kw, float *v, int v_from_k, int n, int nh,
-                      int kvh, float eps, const int *step, float theta_scale, const float *ff) {
+                      int kvh, float eps, const int *step, float theta_scale, const float *ff, const int *rpos) {
     CU_TRACE(CT_QKV_NORM_ROPE);
     constexpr int E = D / 128, P = D / 256, HALF = D / 2;
     const int t = threadIdx.x;
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int e = 0; e < E; e++) we[e] = w ? w[t + 128 * e] : 1.0f;
     if (rope) {
-        const float pos = (float)(step[0] + tok);
+        const float pos = (float)(rpos ? rpos[3 * tok] : step[0] + tok);
 #pragma unroll
         for (int p = 0; p < P; p++) {
             const float a = rope_angle(pos, theta_scale, t + 128 * p, ff);
@@ -182,18 +185,18 @@ __global__ void __launch_bounds__(128)
     for (int p = 0; p < P; p++) rope_rotate(x[p], x[p + P], cs[p], sn[p], row[t + 128 * p], row[t + 128 * p + HALF]);
 }
 
-void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
-                             int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
-                             const be_weight *ff) {
-    cuda_backend *c = cu_of(b);
-    (void)pos0; /* read from the step buffer */
+/* rpos (device, stride 3): row i's position rpos[3 i] (the rows of a
+ * batched step of sequences, step_rows), else the step buffer's pos0 + i. */
+void qkv_norm_rope_launch(cuda_backend *c, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                          int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, float base,
+                          const be_weight *ff, const int *rpos) {
     const float theta_scale = rope_theta_scale(base, d);
     const int blocks = n * (n_head + (v_from_k ? 1 : 2) * n_kv_head);
     if (d == 256 || d == 512) {
 #define QKV_E(D)                                                                                                       \
     launch(c, k_qkv_norm_rope_e<D>, blocks, 128, 0, q->d, qw ? (const float *)qw->q : NULL, k->d,                      \
            kw ? (const float *)kw->q : NULL, v->d, v_from_k, n, n_head, n_kv_head, eps, c->step, theta_scale,             \
-           ff ? (const float *)ff->q : NULL)
+           ff ? (const float *)ff->q : NULL, rpos)
         if (d == 256) QKV_E(256);
         else QKV_E(512);
 #undef QKV_E
@@ -202,8 +205,15 @@ void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
     }
     launch(c, k_qkv_norm_rope, blocks, 128, sizeof(float) * (size_t)d, q->d, qw ? (const float *)qw->q : NULL, k->d,
            kw ? (const float *)kw->q : NULL, v->d, v_from_k, n, n_head, n_kv_head, d, eps, c->step, theta_scale,
-           ff ? (const float *)ff->q : NULL);
+           ff ? (const float *)ff->q : NULL, rpos);
     LAUNCHED(c, "q/k/v norm+rope");
+}
+
+void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, const be_weight *kw, be_buf *v,
+                      int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
+                      const be_weight *ff) {
+    (void)pos0; /* read from the step buffer */
+    qkv_norm_rope_launch(cu_of(b), q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, base, ff, NULL);
 }
 
 void cu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, int heads, int d, float eps, int pos0,
