@@ -32,11 +32,13 @@ static uint32_t file_type(uint32_t t) {
     }
 }
 
-int qwen35_write_arch_keys(gguf_writer *w, const qwen35_profile *p, uint32_t n_ctx, uint32_t ftype, gem_err *err) {
+int qwen35_write_arch_keys(gguf_writer *w, const qwen35_profile *p, uint32_t n_ctx, uint32_t ftype,
+                           const int32_t *sec, gem_err *err) {
     char k[Q35K_COUNT][80];
     for (int i = 0; i < Q35K_COUNT; i++) qwen35_key(i, k[i], sizeof k[i]);
     /* the converter's default mrope_section, padded to 4 */
-    const int32_t sections[4] = {11, 11, 10, 0};
+    const int32_t dflt[4] = {11, 11, 10, 0};
+    const int32_t *sections = sec ? sec : dflt;
     uint8_t recurrent[1024];
     for (uint32_t il = 0; il < p->n_layer && il < 1024; il++) recurrent[il] = !qwen35_layer_is_attn(il);
     if (gguf_w_u32(w, k[Q35K_BLOCK_COUNT], p->n_layer, err) || gguf_w_u32(w, k[Q35K_CONTEXT_LENGTH], n_ctx, err) ||
@@ -303,7 +305,7 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
              (unsigned long long)o->seed);
     if (gguf_w_str(w, "general.architecture", QWEN35_ARCH, err) || gguf_w_str(w, "general.type", "model", err) ||
         gguf_w_str(w, "general.name", name, err) ||
-        qwen35_write_arch_keys(w, p, p->n_ctx_train, file_type(o->type), err) ||
+        qwen35_write_arch_keys(w, p, p->n_ctx_train, file_type(o->type), NULL, err) ||
         gguf_w_u32(w, "general.quantization_version", 2, err) || qwen35_write_vocab(w, vocab, p->n_vocab, err))
         goto done;
     uint64_t total = 0;

@@ -39,8 +39,10 @@ int qwen35_write_vocab(gguf_writer *w, const gguf_file *vocab, uint32_t n_vocab,
 
 /* The architecture keys of profile p, in the converter's order (general.*
  * and the tokenizer are the caller's; file_type goes where the converter
- * puts it, after value_length). */
+ * puts it, after value_length). sections: the MRoPE split (4 ints, the
+ * checkpoint's mrope_section padded), NULL for the converter's default
+ * [11, 11, 10, 0]. */
 int qwen35_write_arch_keys(gguf_writer *w, const qwen35_profile *p, uint32_t n_ctx, uint32_t file_type,
-                           gem_err *err);
+                           const int32_t *sections, gem_err *err);
 
 #endif
