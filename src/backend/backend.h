@@ -23,7 +23,8 @@
  *   geglu:      out = gelu_tanh(gate) * up
  *   scale:      x *= s[0] (a 1-element weight)
  *   softcap:    x = cap * tanh(x / cap)
- */
+ * The Gated DeltaNet hybrids' ops (Qwen3.5) are optional and described
+ * where they are declared. */
 #ifndef GEM_BACKEND_BACKEND_H
 #define GEM_BACKEND_BACKEND_H
 
@@ -128,6 +129,48 @@ struct backend {
                           float theta, const be_weight *freq_factors);
     void (*scale)(backend *b, be_buf *x, size_t n, const be_weight *s);
     void (*softcap)(backend *b, be_buf *x, size_t n, float cap);
+
+    /* ---- Gated DeltaNet hybrids (Qwen3.5, model/qwen35_run.h). Optional:
+     * NULL on a backend without them, which such a model refuses by name.
+     * Buffers are row-major as everywhere; the recurrent state buffers are
+     * the model's (it allocates, checkpoints and restores them). ---- */
+    /* Causal depthwise conv of kernel 4 (no bias) over n rows of ch
+     * channels, then SiLU: out[t][c] = silu(sum_k w[c][k] xe[t + k][c]),
+     * where xe is the 3 rows of `state` followed by x's n rows and w the
+     * [4, ch] tensor (4 taps per channel). state (3 x ch) then holds the
+     * last 3 rows of xe: the next call continues the sequence. */
+    void (*conv_silu)(backend *b, const be_buf *x, be_buf *state, const be_weight *w, int n, int ch, be_buf *out);
+    /* In place, for each of n rows (stride floats apart) the first `heads`
+     * heads of d values: x = x / sqrt(sum x^2 + eps). */
+    void (*l2norm)(backend *b, be_buf *x, int n, int heads, int d, int stride, float eps);
+    /* The gated delta rule over n tokens. Row t of qkv (stride
+     * 2 n_k d + n_v d) holds q (n_k heads of d), k (n_k heads), v (n_v
+     * heads), q and k already L2-normed; alpha and beta are n x n_v. V head
+     * h reads QK head h % n_k (the converter's tiled order). Per token and
+     * V head, with g = a[h] softplus(alpha + dt_bias[h]) (a = -exp(A_log),
+     * as stored) and b = sigmoid(beta):
+     *   S = exp(g) S;  S += k (b (v - S^T k))^T;  out = S^T q / sqrt(d)
+     * S the head's d x d state (key index i, value index j), kept in
+     * `state` (n_v x d x d floats) as S^T: element (i, j) at (h d + j) d + i.
+     * out is n x n_v x d. A backend may evaluate a call of more than
+     * BE_EXACT_ROWS tokens in the chunked form (the same rule, reassociated),
+     * which the recurrence bounds within the tolerance it states. */
+    void (*gated_delta)(backend *b, const be_buf *qkv, const be_buf *alpha, const be_buf *beta, const be_weight *a,
+                        const be_weight *dt_bias, be_buf *state, int n, int n_k, int n_v, int d, be_buf *out);
+    /* out[r] = rmsnorm(x[r]) * w * silu(z[r]) for rows of d (the GDN output
+     * norm gated by z). */
+    void (*rmsnorm_gated)(backend *b, const be_buf *x, const be_buf *z, const be_weight *w, int rows, int d, float eps,
+                          be_buf *out);
+    /* Gated attention: qg rows are `heads` blocks of [query d | gate d].
+     * split_q copies the queries to q (n x heads x d); attn_gate then
+     * multiplies the attention output x (n x heads x d) by sigmoid(gate). */
+    void (*split_q)(backend *b, const be_buf *qg, int n, int heads, int d, be_buf *q);
+    void (*attn_gate)(backend *b, be_buf *x, const be_buf *qg, int n, int heads, int d);
+    /* out = silu(gate) * up (a SiLU-gated FFN's activation). */
+    void (*swiglu)(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+    /* x += y; and x *= s for a scale the model computes (1/sqrt(head_dim)). */
+    void (*add)(backend *b, be_buf *x, const be_buf *y, size_t n);
+    void (*scale_f)(backend *b, be_buf *x, size_t n, float s);
 
     /* KV cache of one layer: `capacity` positions of n_kv_head x head_dim
      * keys and as many values, entries of `type`; a ring (slot = pos %

@@ -7,21 +7,22 @@
 #include "convert/hf.h"
 #include "quant/quant.h"
 
-#define USAGE "usage: gem convert HF_DIR -o FILE.gguf [--type f32|bf16|f16] [--name NAME] [-t THREADS]"
+#define USAGE "usage: gem convert HF_DIR -o FILE.gguf [--type f32|bf16|f16] [--name NAME] [--vocab FILE] [-t THREADS]"
 
 static int fail(const char *msg, const char *arg) { return cli_fail("convert", msg, arg); }
 
 int cli_convert(int argc, char **argv) {
-    const char *dir = NULL, *out = NULL, *type = NULL, *name = NULL;
+    const char *dir = NULL, *out = NULL, *type = NULL, *name = NULL, *vocab = NULL;
     double threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--type") || !strcmp(a, "--name") ||
-            !strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            !strcmp(a, "--vocab") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!v) return fail("missing value for", a);
             if (!strcmp(a, "--type")) type = v;
             else if (!strcmp(a, "--name")) name = v;
+            else if (!strcmp(a, "--vocab")) vocab = v;
             else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
                 if (cli_parse_num(v, 1, 1024, &threads) || threads != (int)threads)
                     return fail("-t needs a thread count (1-1024)", v);
@@ -45,6 +46,10 @@ int cli_convert(int argc, char **argv) {
     o.name = name;
     o.type = -1;
     o.threads = (int)threads;
+    /* Qwen3.5 checkpoints take their tokenizer keys from a vocabulary GGUF
+     * (convert/hf_qwen35.h); Gemma's come from the checkpoint */
+    char vbuf[4096];
+    o.vocab_path = vocab ? vocab : cli_data_path("vocab/qwen35.gguf", vbuf, sizeof vbuf);
     if (type) {
         o.type = quant_type_from_name(type);
         if (o.type != QT_F32 && o.type != QT_F16 && o.type != QT_BF16) return fail("--type must be f32, bf16 or f16", type);

@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "model/gemma4.h"
 #include "model/gemma4_kvplan.h"
+#include "model/qwen35.h"
 #include "quant/quant.h"
 #include "tok/tok.h"
 
@@ -112,6 +113,40 @@ static int print_plan(const gguf_file *f, const gemma4_model *m, const char *pat
     return 0;
 }
 
+/* A Qwen3.5 hybrid (qwen35.h): the profile, its layer kinds and the
+ * per-sequence state that does not grow with the context. */
+static int inspect_qwen35(const gguf_file *f) {
+    gem_err err = {{0}};
+    qwen35_model *m = qwen35_bind(f, &err);
+    if (!m) {
+        printf("verdict:       REJECTED: %s\n", err.msg);
+        fprintf(stderr, "gem inspect: error: %s\n", err.msg);
+        return 1;
+    }
+    const qwen35_profile *p = m->profile;
+    const uint32_t n_attn = p->n_layer / QWEN35_ATTN_INTERVAL;
+    printf("profile:       %s (%s)\n", p->name, p->description);
+    printf("shape:         %u layers (%u Gated DeltaNet, %u gated attention), hidden %u, ffn %u, heads %u, kv heads %u, "
+           "head dim %u (%u rotated), GDN heads %u qk / %u v of dim %u, vocab %u%s\n",
+           p->n_layer, p->n_layer - n_attn, n_attn, p->n_embd, p->n_ff, p->n_head, p->n_head_kv, p->head_dim, p->n_rot,
+           p->n_k_heads, p->n_v_heads, p->d_state, p->n_vocab, p->tied ? ", tied head" : "");
+    printf("parameters:    %" PRIu64 " (%.3f B)\n", qwen35_param_count(p), qwen35_param_count(p) / 1e9);
+    printf("embedding:     %s, head %s\n", quant_type_name(m->token_embd->type), quant_type_name(m->output->type));
+    const uint64_t rec = (uint64_t)(p->n_layer - n_attn) *
+                         ((uint64_t)p->n_v_heads * p->d_state * p->d_state + 3ull * qwen35_conv_dim(p)) * 4;
+    const uint64_t kv_tok = (uint64_t)n_attn * 2 * p->n_head_kv * p->head_dim * 4;
+    printf("state:         %" PRIu64 " bytes of recurrent state per sequence (f32), plus %" PRIu64
+           " bytes of f32 KV per token\n", rec, kv_tok);
+    uint64_t db = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) db += gguf_tensor_at(f, i)->n_bytes;
+    db += m->token_embd->n_bytes / m->token_embd->ne[1];
+    if (p->tied) db += m->token_embd->n_bytes - m->token_embd->n_bytes / m->token_embd->ne[1];
+    printf("decode bytes:  %" PRIu64 " per token (%.3f GiB)\n", db, db / 1073741824.0);
+    printf("verdict:       OK: supported (%s) by the CPU backend's qwen35 layer loop\n", p->name);
+    qwen35_free(m);
+    return 0;
+}
+
 int cli_inspect(int argc, char **argv) {
     const char *path = NULL;
     int show_keys = 0, show_tensors = 0, ctx = -1, tile = 2048; /* ctx -1: no plan asked for */
@@ -194,6 +229,14 @@ int cli_inspect(int argc, char **argv) {
         }
     }
 
+    /* a Qwen3.5 file is described by its own contract */
+    int64_t ai = gguf_find_key(f, "general.architecture");
+    gguf_str arch;
+    if (ai >= 0 && !gguf_kv_str(f, (uint64_t)ai, &arch) && gguf_str_eq(arch, QWEN35_ARCH)) {
+        const int qrc = inspect_qwen35(f);
+        gguf_close(f);
+        return qrc;
+    }
     gemma4_model *m = gemma4_bind(f, &err);
     if (!m) {
         printf("verdict:       REJECTED: %s\n", err.msg);

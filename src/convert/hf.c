@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "convert/hf_qwen35.h"
 #include "convert/hf_tok.h"
 #include "convert/safetensors.h"
 #include "gguf/gguf.h"
@@ -695,6 +696,11 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
             json_free(cfg);
             return gem_err_set(err, "%s/config.json: invalid JSON: %s", o->dir, cfg ? "not an object" : e2.msg);
         }
+    }
+    if (hf_is_qwen35(cfg)) {
+        rc = hf_convert_qwen35(o, cfg, st, err);
+        json_free(cfg);
+        return rc;
     }
     if (read_config(o->dir, cfg, &h, err)) goto done;
     const gemma4_profile *p = gemma4_profile_match(h.n_layer, h.n_embd, h.assistant ? h.n_embd_out : 0, h.window);

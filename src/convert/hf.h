@@ -39,6 +39,7 @@ typedef struct {
     const char *out_path;
     int type;         /* QT_F32, QT_F16 or QT_BF16; -1 = the reference's "auto" (bf16/f16 as stored, else f16) */
     const char *name; /* general.name; NULL = from the folder name */
+    const char *vocab_path; /* Qwen3.5: the vocabulary GGUF for the tokenizer keys (hf_qwen35.h) */
     int threads;      /* 0 = all online CPUs */
     void (*progress)(uint64_t done, uint64_t total, void *ctx);
     void *progress_ctx;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/hybrid.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
 #include "quant/quant.h"
@@ -371,6 +372,182 @@ static void cpu_rmsnorm_rope(backend *b, be_buf *x, const be_weight *w, int n, i
 
 /* ---- KV cache and attention ---- */
 
+/* ---- Gated DeltaNet hybrids (backend.h); the kernels are in hybrid.c ---- */
+
+/* Rows [t * rows_per, ...) of an elementwise op over `rows` rows on the
+ * pool (one task on the reference path): each row is computed alone, so
+ * both paths give the same bits. */
+typedef struct {
+    void (*fn)(void *ctx, int r0, int r1);
+    void *ctx;
+    int rows, per;
+} rows_job;
+
+static void rows_task(void *ctx, int t) {
+    const rows_job *j = ctx;
+    const int r0 = t * j->per, r1 = r0 + j->per < j->rows ? r0 + j->per : j->rows;
+    if (r0 < r1) j->fn(j->ctx, r0, r1);
+}
+
+static void run_rows(cpu_backend *c, void (*fn)(void *, int, int), void *ctx, int rows) {
+    if (rows <= 0) return;
+    const int tasks = c->reference ? 1 : pool_threads(c->pool) * 4;
+    rows_job j = {fn, ctx, rows, (rows + tasks - 1) / tasks};
+    if (c->reference) fn(ctx, 0, rows);
+    else pool_run(c->pool, rows_task, &j, (rows + j.per - 1) / j.per);
+}
+
+typedef struct {
+    const float *x, *w;
+    float *state, *out;
+    int n, ch;
+} conv_job;
+
+static void conv_rows(void *ctx, int c0, int c1) {
+    const conv_job *j = ctx;
+    hyb_conv_silu(j->x, j->state, j->w, j->n, j->ch, c0, c1, j->out);
+}
+
+static void cpu_conv_silu(backend *b, const be_buf *x, be_buf *state, const be_weight *w, int n, int ch, be_buf *out) {
+    conv_job j = {x->p, vec_f32(w), state->p, out->p, n, ch};
+    run_rows(cpu_of(b), conv_rows, &j, ch); /* channels are independent */
+}
+
+typedef struct {
+    float *x;
+    int heads, d, stride;
+    float eps;
+} l2_job;
+
+static void l2_rows(void *ctx, int r0, int r1) {
+    const l2_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        float *v = j->x + (size_t)(r / j->heads) * j->stride + (size_t)(r % j->heads) * j->d;
+        float ss = 0;
+        for (int e = 0; e < j->d; e++) ss += v[e] * v[e];
+        const float s = 1.0f / sqrtf(ss + j->eps);
+        for (int e = 0; e < j->d; e++) v[e] *= s;
+    }
+}
+
+static void cpu_l2norm(backend *b, be_buf *x, int n, int heads, int d, int stride, float eps) {
+    l2_job j = {x->p, heads, d, stride, eps};
+    run_rows(cpu_of(b), l2_rows, &j, n * heads);
+}
+
+typedef struct {
+    hyb_gdn g;
+    int chunked;
+} gdn_job;
+
+static void gdn_task(void *ctx, int h) {
+    const gdn_job *j = ctx;
+    if (!j->chunked) {
+        hyb_gdn_recurrent(&j->g, h);
+        return;
+    }
+    float *scratch = malloc(hyb_gdn_scratch(j->g.d) * sizeof(float));
+    if (!scratch) { /* no memory for the chunk: the definition needs none */
+        hyb_gdn_recurrent(&j->g, h);
+        return;
+    }
+    hyb_gdn_chunked(&j->g, h, scratch);
+    free(scratch);
+}
+
+/* Heads are independent: one task each. A tile of more than BE_EXACT_ROWS
+ * tokens takes the chunked form on the fast path (its intra-chunk work is
+ * matrix-shaped); smaller ones the recurrence, so that rows stay exact. */
+static void cpu_gated_delta(backend *b, const be_buf *qkv, const be_buf *alpha, const be_buf *beta, const be_weight *a,
+                            const be_weight *dt, be_buf *state, int n, int n_k, int n_v, int d, be_buf *out) {
+    cpu_backend *c = cpu_of(b);
+    gdn_job j = {{qkv->p, alpha->p, beta->p, vec_f32(a), vec_f32(dt), state->p, out->p, n, n_k, n_v, d, c->k.dot,
+                  c->k.axpy},
+                 !c->reference && n > BE_EXACT_ROWS};
+    if (c->reference)
+        for (int h = 0; h < n_v; h++) gdn_task(&j, h);
+    else
+        pool_run(c->pool, gdn_task, &j, n_v);
+}
+
+typedef struct {
+    const float *x, *z, *w;
+    float *out;
+    int d;
+    float eps;
+} gnorm_job;
+
+static void gnorm_rows(void *ctx, int r0, int r1) {
+    const gnorm_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        const float *x = j->x + (size_t)r * j->d, *z = j->z + (size_t)r * j->d;
+        float *o = j->out + (size_t)r * j->d;
+        rms_row(x, j->w, j->d, j->eps, o);
+        for (int e = 0; e < j->d; e++) o[e] *= hyb_silu(z[e]);
+    }
+}
+
+static void cpu_rmsnorm_gated(backend *b, const be_buf *x, const be_buf *z, const be_weight *w, int rows, int d,
+                              float eps, be_buf *out) {
+    gnorm_job j = {x->p, z->p, vec_f32(w), out->p, d, eps};
+    run_rows(cpu_of(b), gnorm_rows, &j, rows);
+}
+
+typedef struct {
+    const float *qg;
+    float *x;
+    int d;
+} gate_job;
+
+static void split_rows(void *ctx, int r0, int r1) {
+    const gate_job *j = ctx;
+    for (int r = r0; r < r1; r++) memcpy(j->x + (size_t)r * j->d, j->qg + (size_t)r * 2 * j->d, sizeof(float) * j->d);
+}
+
+static void gate_rows(void *ctx, int r0, int r1) {
+    const gate_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        const float *g = j->qg + (size_t)r * 2 * j->d + j->d;
+        float *x = j->x + (size_t)r * j->d;
+        for (int e = 0; e < j->d; e++) x[e] *= hyb_sigmoid(g[e]);
+    }
+}
+
+static void cpu_split_q(backend *b, const be_buf *qg, int n, int heads, int d, be_buf *q) {
+    gate_job j = {qg->p, q->p, d};
+    run_rows(cpu_of(b), split_rows, &j, n * heads);
+}
+
+static void cpu_attn_gate(backend *b, be_buf *x, const be_buf *qg, int n, int heads, int d) {
+    gate_job j = {qg->p, x->p, d};
+    run_rows(cpu_of(b), gate_rows, &j, n * heads);
+}
+
+typedef struct {
+    const float *g, *u;
+    float *out;
+} swiglu_job;
+
+static void swiglu_rows(void *ctx, int i0, int i1) {
+    const swiglu_job *j = ctx;
+    for (int i = i0; i < i1; i++) j->out[i] = hyb_silu(j->g[i]) * j->u[i];
+}
+
+static void cpu_swiglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out) {
+    swiglu_job j = {gate->p, up->p, out->p};
+    run_rows(cpu_of(b), swiglu_rows, &j, (int)n);
+}
+
+static void cpu_add(backend *b, be_buf *x, const be_buf *y, size_t n) {
+    (void)b;
+    for (size_t i = 0; i < n; i++) x->p[i] += y->p[i];
+}
+
+static void cpu_scale_f(backend *b, be_buf *x, size_t n, float s) {
+    (void)b;
+    for (size_t i = 0; i < n; i++) x->p[i] *= s;
+}
+
 static be_kv *cpu_kv_new(backend *b, int n_kv_head, int d, int capacity, int ring, be_kv_type type, gem_err *err) {
     if (type != BE_KV_F32) {
         gem_err_set(err, "backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)", b->name);
@@ -669,6 +846,15 @@ backend *backend_cpu_create(const backend_opts *o, gem_err *err) {
     b->geglu = cpu_geglu;
     b->scale = cpu_scale;
     b->softcap = cpu_softcap;
+    b->conv_silu = cpu_conv_silu;
+    b->l2norm = cpu_l2norm;
+    b->gated_delta = cpu_gated_delta;
+    b->rmsnorm_gated = cpu_rmsnorm_gated;
+    b->split_q = cpu_split_q;
+    b->attn_gate = cpu_attn_gate;
+    b->swiglu = cpu_swiglu;
+    b->add = cpu_add;
+    b->scale_f = cpu_scale_f;
     b->kv_new = cpu_kv_new;
     b->kv_f16 = 0; /* f32 entries only: the kernels read float rows */
     /* the scratch that grows lazily: matmul_geglu's up projection (tile x
