@@ -48,6 +48,14 @@ typedef enum { BE_KV_F32, BE_KV_F16 } be_kv_type;
 
 #define BE_TOPK_MAX 128
 
+/* One op's device time (op_times): its label names the kernels and the
+ * shape, so each stage of a step has its own row. */
+typedef struct {
+    char op[64];
+    long calls;
+    double seconds;
+} be_op_time;
+
 /* Rows a call may carry and still be row-exact (below). */
 #define BE_EXACT_ROWS 16
 
@@ -259,6 +267,17 @@ struct backend {
     be_graph *(*capture)(backend *b, void (*fn)(void *ctx), void *ctx, gem_err *err);
     int (*replay)(backend *b, be_graph *g);
     void (*graph_free)(backend *b, be_graph *g);
+
+    /* Optional (NULL: none on this backend): per-op device times (gem
+     * profile). While on, every op waits for the device and adds the
+     * device time from its first launch to its last to its label's row,
+     * and nothing is recorded or replayed (capture reads NULL meanwhile):
+     * the ops run alone, without a replay's overlapping launches, and give
+     * the same results (the same kernels). op_times copies up to cap rows
+     * in first-use order, emptying the table when clear; returns the
+     * rows copied. */
+    void (*op_timing)(backend *b, int on);
+    int (*op_times)(backend *b, be_op_time *rows, int cap, int clear);
 
     /* 0, or -1 with the first device error since creation (asynchronous
      * failures surface here; after one, results are undefined). */

@@ -19,6 +19,7 @@ int cli_quantize(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
+int cli_profile(int argc, char **argv);
 
 /* "gem 0.1.0": the version string (also the server's build info). */
 const char *cli_version(void);

@@ -36,6 +36,8 @@ static void usage(FILE *out) {
             "                                      prefill and decode speed (median of R runs)\n"
             "  perplexity -m FILE -f TEXT [-c N] [--chunks N] [--backend B] [--json OUT]\n"
             "                                      perplexity of a text, as llama-perplexity computes it\n"
+            "  profile -m FILE --backend cuda [--depth N] [--rows N] [--samples S] [--json OUT]\n"
+            "                                      device time of one decode step (or prefill tile) per stage\n"
             "  devices                             list the compute backends and devices\n"
             "  help                                this text\n"
             "  version                             print the version\n"
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "convert")) return cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cli_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "profile")) return cli_profile(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

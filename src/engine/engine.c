@@ -151,6 +151,28 @@ void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_ma
     pthread_mutex_unlock(&e->mu);
 }
 
+int gem_engine_op_timing(gem_engine *e, int on, gem_err *err) {
+    if (!e->be->op_timing) return gem_err_set(err, "backend '%s' has no per-op timings (gem profile needs --backend cuda)", e->be->name);
+    gate_enter(e, 0); /* between other sessions' op sequences */
+    e->be->op_timing(e->be, on);
+    gate_leave(e);
+    return 0;
+}
+
+int gem_engine_op_times(gem_engine *e, gem_op_time *rows, int cap, int clear) {
+    if (!e->be->op_times || cap < 1) return 0;
+    be_op_time t[64];
+    gate_enter(e, 0);
+    const int n = e->be->op_times(e->be, t, cap < 64 ? cap : 64, clear);
+    gate_leave(e);
+    for (int i = 0; i < n; i++) {
+        memcpy(rows[i].op, t[i].op, sizeof rows[i].op);
+        rows[i].calls = t[i].calls;
+        rows[i].seconds = t[i].seconds;
+    }
+    return n;
+}
+
 gem_session *gem_session_new(gem_engine *e, gem_err *err) {
     gem_session *s = calloc(1, sizeof *s);
     if (!s) {

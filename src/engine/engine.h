@@ -85,6 +85,20 @@ const char *gem_engine_mtp(const gem_engine *e);
  * is the batch a step had); rows_max: the most a step may carry. */
 void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max);
 
+/* Per-op device times (gem profile): with timing on, every op of the
+ * engine's backend waits for the device and adds its device time to its
+ * label's row; nothing is recorded or replayed meanwhile, and results are
+ * unchanged. -1 with err when the backend has no per-op timings (the
+ * CPU). gem_engine_op_times copies up to cap rows in first-use order
+ * (emptying the table when clear) and returns how many. */
+typedef struct {
+    char op[64];
+    long calls;
+    double seconds;
+} gem_op_time;
+int gem_engine_op_timing(gem_engine *e, int on, gem_err *err);
+int gem_engine_op_times(gem_engine *e, gem_op_time *rows, int cap, int clear);
+
 gem_session *gem_session_new(gem_engine *e, gem_err *err);
 void gem_session_free(gem_session *s);
 /* Appends tokens; afterwards gem_session_logits holds the next-token logits. */

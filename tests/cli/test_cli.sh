@@ -156,6 +156,14 @@ expect 2 "--draft-p-min wants a probability in [0, 1], not '-0.5'" -- $GEM run -
 expect 0 "verify  3 rows" -- $GEM bench -m "$M" --prompt 8 --gen 12 --depth 0 --reps 1 --draft-max 2 --verify-cost --json "$tmp/v.json"
 n=$(grep -o '"verify_rows": [0-9]*' "$tmp/v.json" | tr -d ' ' | tr '\n' ' ')
 [ "$n" = '"verify_rows":2 "verify_rows":3 ' ] && ok || bad "gem bench --verify-cost JSON rows: $n"
+# --parallel N,..: N streams at once, aggregate against one stream, in the JSON too
+expect 0 "parallel  2 streams at depth      0" -- $GEM bench -m "$M" --prompt 8 --gen 4 --depth 0 --reps 1 --parallel 2 --json "$tmp/p.json"
+grep -qF '"streams": 2, "depth": 0, "gen": 4' "$tmp/p.json" && ok || bad "gem bench --parallel JSON lacks its row"
+expect 2 "bad value '0' for --parallel" -- $GEM bench -m "$M" --parallel 0
+# gem profile: per-op device times need a backend that has them
+expect 1 "backend 'cpu' has no per-op timings (gem profile needs --backend cuda)" -- $GEM profile -m "$M"
+expect 2 "usage: gem profile" -- $GEM profile --depth 3
+expect 2 "bad value 'x' for --rows" -- $GEM profile -m "$M" --rows x
 # and the kernel choices in force (GEM_CUDA_* variables; this one is inert on the CPU)
 expect 0 "" -- env GEM_CUDA_ATTN_DEC=2 $GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 --json "$tmp/b.json"
 if grep -qE '"env": "[^"]*GEM_CUDA_ATTN_DEC=2' "$tmp/b.json"; then ok; else bad "gem bench --json lacks the GEM_CUDA_ variables"; fi

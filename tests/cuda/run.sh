@@ -76,6 +76,12 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # shows in the acceptance counts) and the sampled distribution
     run "demo pair speculative (cuda)" env GEM_BACKEND=cuda tests/engine/test_spec_demo.sh
     run "sampled MTP distribution (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_spec_dist
+    # gem profile: per-op times of a decode step and of a 9-row tile at
+    # depth, each profiled step's logits bit for bit the ordinary step's
+    # (gem profile exits 1 otherwise)
+    run "gem profile (cuda, decode step)" ./gem profile -m data/models/default.gguf --backend cuda --depth 300 --samples 2
+    run "gem profile (cuda, 9-row tile, f16)" ./gem profile -m data/models/default.gguf --backend cuda --depth 300 \
+        --rows 9 --samples 2 --kv-type f16
     run "demo model (dp4a prefill)" env BACKEND=cuda GEM_CUDA_MMA=0 tests/model/test_demo.sh
     run "demo model (tensor-core prefill)" env BACKEND=cuda tests/model/test_demo.sh
     # the other one-token attention kernels inside replayed graphs, where a

@@ -431,6 +431,29 @@ static void cu_graph_free(backend *b, be_graph *g) {
     free(g);
 }
 
+/* op timing on (off): what runs before (after) is not timed; while on,
+ * no graph is recorded or replayed (backend.h op_timing) */
+static void cu_op_timing(backend *b, int on) {
+    cuda_backend *c = cu_of(b);
+    if (on && !c->prof_ev[0] && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1]))))
+        return;
+    CK(c, cudaStreamSynchronize(c->st));
+    c->profile = on || c->profile_env;
+    b->capture = c->profile ? NULL : cu_capture;
+}
+
+static int cu_op_times(backend *b, be_op_time *rows, int cap, int clear) {
+    cuda_backend *c = cu_of(b);
+    int n = 0;
+    for (int i = 0; i < CU_PROF_ROWS && c->prof[i].name[0] && n < cap; i++, n++) {
+        snprintf(rows[n].op, sizeof rows[n].op, "%s", c->prof[i].name);
+        rows[n].calls = c->prof[i].calls;
+        rows[n].seconds = c->prof[i].s;
+    }
+    if (clear) memset(c->prof, 0, sizeof c->prof);
+    return n;
+}
+
 static int cu_status(backend *b, gem_err *err) {
     cuda_backend *c = cu_of(b);
     if (!c->failed) {
@@ -472,11 +495,11 @@ static void cu_destroy(backend *b) {
         cudaFree(c->trace_ring);
     }
     free(c->trace_path);
-    if (c->profile) {
+    if (c->profile_env) {
         double total = 0;
-        for (int i = 0; i < 48 && c->prof[i].name[0]; i++) total += c->prof[i].s;
+        for (int i = 0; i < CU_PROF_ROWS && c->prof[i].name[0]; i++) total += c->prof[i].s;
         fprintf(stderr, "gem cuda profile (GPU time per op, each op run alone; no graph, no launch overlap):\n");
-        for (int i = 0; i < 48 && c->prof[i].name[0]; i++)
+        for (int i = 0; i < CU_PROF_ROWS && c->prof[i].name[0]; i++)
             fprintf(stderr, "  %-34s %8ld calls %10.3f ms %5.1f%%  %8.2f us/call\n", c->prof[i].name, c->prof[i].calls,
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
@@ -654,7 +677,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
                         "make CUDA=1 build/gem-trace)\n");
 #endif
     }
-    c->profile = (int)set[CS_PROFILE];
+    c->profile = c->profile_env = (int)set[CS_PROFILE];
     if (c->profile && (CK(c, cudaEventCreate(&c->prof_ev[0])) || CK(c, cudaEventCreate(&c->prof_ev[1])))) {
         gem_err_set(err, "backend 'cuda': %s", c->why);
         cu_destroy(b);
@@ -668,5 +691,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->replay = cu_replay;
     b->graph_free = cu_graph_free;
     b->status = cu_status;
+    b->op_timing = cu_op_timing;
+    b->op_times = cu_op_times;
     return b;
 }

@@ -112,6 +112,8 @@ typedef struct {
     unsigned epoch;
 } act_cache;
 
+#define CU_PROF_ROWS 64 /* op labels timed; later ones are dropped (a step has about 20) */
+
 typedef struct {
     backend base;
     cudaStream_t st;
@@ -148,11 +150,12 @@ typedef struct {
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
-    /* GEM_CUDA_PROFILE=1: every op waits for the GPU; the GPU time between
+    /* op timing (op_timing, or GEM_CUDA_PROFILE=1 for the whole run,
+     * printed at exit): every op waits for the GPU; the GPU time between
      * an event recorded before its first launch and one after its last is
-     * added to its op's row, printed at exit (no graphs then, so the launch
-     * gaps of graph replay are not in these numbers) */
-    int profile;
+     * added to its op's row (no graphs then, so the launch gaps of graph
+     * replay are not in these numbers) */
+    int profile, profile_env;
     int prof_open; /* prof_ev[0] recorded, op not yet LAUNCHED */
     cudaEvent_t prof_ev[2];
     unsigned epoch;  /* bumped by every launch (see act_cache) */
@@ -188,7 +191,7 @@ typedef struct {
         char name[64]; /* room for mv_run's longest label */
         double s;
         long calls;
-    } prof[48];
+    } prof[CU_PROF_ROWS];
 } cuda_backend;
 
 static inline cuda_backend *cu_of(backend *b) { return (cuda_backend *)b; }
@@ -212,7 +215,7 @@ static inline void launched(cuda_backend *c, const char *name) {
     cudaEventRecord(c->prof_ev[1], c->st);
     cudaEventSynchronize(c->prof_ev[1]);
     cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]);
-    for (int i = 0; i < 48; i++) {
+    for (int i = 0; i < CU_PROF_ROWS; i++) {
         if (!c->prof[i].name[0]) snprintf(c->prof[i].name, sizeof c->prof[i].name, "%s", name);
         if (!strcmp(c->prof[i].name, name)) {
             c->prof[i].s += ms * 1e-3;
