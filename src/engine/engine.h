@@ -120,8 +120,7 @@ void gem_checkpoint_free(gem_checkpoint *c);
  * gem_session_park copies what the session offers gem_session_sync (its
  * live state and its turn checkpoint) into host memory, never the
  * backend's: many parked sessions take no device memory. The session
- * keeps its live state and forgets its turn checkpoint (the next
- * conversation it serves is another one). NULL with err set when out of
+ * is left as it was. NULL with err set when out of
  * memory or when the session holds nothing.
  *
  * gem_session_unpark gives a parked state to any session of the same

@@ -53,27 +53,15 @@ gem_park *gem_session_park(gem_session *s, gem_err *err) {
     if (s->n_tokens) {
         rc = !(p->live = ck_with(s->tokens, s->n_tokens, err)) || gemma4_snap_save_host(s->st, &p->live->snap, err);
     }
-    gem_checkpoint *c = s->ck;
+    const gem_checkpoint *c = s->ck;
     const int covered = p->live && c && c->n_tokens >= (size_t)gemma4_rewind_min(s->st) &&
                         is_prefix(c->tokens, c->n_tokens, s->tokens, s->n_tokens);
-    int moved = 0;
-    if (!rc && c && c->n_tokens && !covered) {
-        if (gemma4_snap_is_host(c->snap)) { /* restored from a park itself: it moves */
-            p->turn = c;
-            moved = 1;
-        } else {
-            rc = !(p->turn = ck_with(c->tokens, c->n_tokens, err)) ||
-                 gemma4_snap_to_host(c->snap, s->st, &p->turn->snap, err);
-        }
-    }
-    if (!rc) { /* the session goes on without it (its next conversation is another one) */
-        if (moved) s->ck = NULL;
-        else if (c) c->n_tokens = 0, c->next_ok = 0;
-    }
+    if (!rc && c && c->n_tokens && !covered)
+        rc = !(p->turn = ck_with(c->tokens, c->n_tokens, err)) ||
+             gemma4_snap_to_host(c->snap, s->st, &p->turn->snap, err);
     gate_leave(s->e);
     if (!rc && !p->live && !p->turn) rc = gem_err_set(err, "the session holds nothing to park");
     if (rc) {
-        if (moved) p->turn = NULL; /* still the session's */
         gem_park_free(p);
         return NULL;
     }

@@ -653,8 +653,7 @@ int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
 
 int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_snap **snap, gem_err *err) {
     backend *b = src->b;
-    if (src->host) return gem_err_set(err, "internal: the checkpoint is in host memory already");
-    const size_t head = snap_head_floats(s) * sizeof(float);
+    const size_t head = src->host ? 0 : snap_head_floats(s) * sizeof(float);
     size_t need = 0;
     for (uint32_t il = 0; il < s->n_run; il++) need += b->kv_bytes(b, s->kv[il], src->n_past);
     gemma4_snap *p = calloc(1, sizeof *p);
@@ -667,7 +666,8 @@ int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_sn
     p->n_past = src->n_past;
     p->top = src->top;
     p->rewind_min = src->rewind_min;
-    b->download(b, src->buf, head / sizeof(float), p->host, need / sizeof(float));
+    if (src->host) memcpy(p->host, src->host, need);
+    else b->download(b, src->buf, head / sizeof(float), p->host, need / sizeof(float));
     if (b->status(b, err)) {
         gemma4_snap_free(p);
         return -1;

@@ -165,7 +165,7 @@ void gemma4_snap_free(gemma4_snap *snap);
  * Loading one leaves the logits and hidden state undefined until the next
  * eval (they are not kept: a parked state is always extended). save_host
  * makes *snap (new) from the state; to_host makes *snap (new) from src, a
- * backend snapshot of state s (its layout). gemma4_snap_save over a host
+ * snapshot of state s of either kind (a host one is copied). gemma4_snap_save over a host
  * snapshot turns it back into a backend one. */
 int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err);
 int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_snap **snap, gem_err *err);

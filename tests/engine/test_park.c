@@ -6,8 +6,9 @@
  *    parked live state is continued, rewound a few tokens, or its turn
  *    checkpoint is used;
  *  - the turn checkpoint is parked only where the live state's rings do
- *    not reach it (the park is then larger), and the parking session
- *    forgets it but keeps its live state;
+ *    not reach it (the park is then larger); parking leaves the session
+ *    as it was; a park of a restored session (its checkpoint in host
+ *    memory) parks that checkpoint again;
  *  - an unparked session forgets its own earlier checkpoint;
  *  - a session holding nothing is refused. */
 #include <math.h>
@@ -112,12 +113,11 @@ int main(void) {
     const int32_t *pt = gem_park_tokens(pk, &n_pt);
     CHECK(n_pt == 67 && !memcmp(pt, held1, sizeof held1));
     /* the checkpoint at 45 is below what the live rings rewind to (top 66,
-     * 40 slots: 58), so it was parked too; the session forgot it and kept
-     * its live state */
+     * 40 slots: 58), so it was parked too; the session is unchanged */
     const size_t both = gem_park_bytes(pk);
     memcpy(q, p1, 45 * sizeof(int32_t));
     for (int i = 45; i < 70; i++) q[i] = p1[i % 60] + 5;
-    CHECK(gem_session_keeps(a, q, 70) == 0);
+    CHECK(gem_session_keeps(a, q, 70) == 45);
     CHECK(gem_park_keeps(pk, q, 70) == 45);
     memcpy(q, held1, sizeof held1);
     for (int i = 67; i < 80; i++) q[i] = p1[i - 60] + 9;
@@ -147,8 +147,15 @@ int main(void) {
     memcpy(q, p1, 45 * sizeof(int32_t));
     for (int i = 45; i < 90; i++) q[i] = p1[i % 60] + 13;
     same_as_fresh("parked turn checkpoint", b, pk, f, q, 90, 45);
-    /* the unparked checkpoint (host memory) serves again, and b's next
-     * checkpoint replaces it on the backend */
+    /* b's checkpoint is the unparked one (host memory): parked again, it
+     * serves another session */
+    gem_park *again = gem_session_park(b, &err);
+    CHECK(again != NULL);
+    memcpy(q, p1, 45 * sizeof(int32_t));
+    for (int i = 45; i < 90; i++) q[i] = p1[i % 60] + 29;
+    same_as_fresh("a restored checkpoint parked again", a, again, f, q, 90, 45);
+    /* b's own checkpoint serves again, and its next checkpoint replaces it
+     * on the backend */
     for (int i = 0; i < 45; i++) q[i] = p1[i];
     for (int i = 45; i < 90; i++) q[i] = p1[i % 60] + 17;
     CHECK(gem_session_keeps(b, q, 90) == 45);
