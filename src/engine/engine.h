@@ -123,8 +123,9 @@ void gem_checkpoint_free(gem_checkpoint *c);
  * is left as it was. NULL with err set when out of
  * memory or when the session holds nothing.
  *
- * gem_session_unpark gives a parked state to any session of the same
- * engine, in place of what it held, and frees the park: the next
+ * gem_session_unpark copies a parked state into any session of the same
+ * engine, in place of what it held (the park stays the caller's; -1 with
+ * err set and the session emptied when out of memory): the next
  * gem_session_sync then keeps of a prompt what the parked session would
  * have kept, exactly (the same caches; only the logits after the last
  * token are not kept, so a prompt equal to the parked tokens evaluates its
@@ -134,7 +135,7 @@ void gem_checkpoint_free(gem_checkpoint *c);
  * live state was empty). gem_park_bytes: the host memory it holds. */
 typedef struct gem_park gem_park;
 gem_park *gem_session_park(gem_session *s, gem_err *err);
-void gem_session_unpark(gem_session *s, gem_park *p);
+int gem_session_unpark(gem_session *s, const gem_park *p, gem_err *err);
 long gem_session_keeps(const gem_session *s, const int32_t *ids, size_t n);
 long gem_park_keeps(const gem_park *p, const int32_t *ids, size_t n);
 const int32_t *gem_park_tokens(const gem_park *p, size_t *n);

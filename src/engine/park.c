@@ -69,20 +69,26 @@ gem_park *gem_session_park(gem_session *s, gem_err *err) {
     return p;
 }
 
-void gem_session_unpark(gem_session *s, gem_park *p) {
+int gem_session_unpark(gem_session *s, const gem_park *p, gem_err *err) {
+    gem_checkpoint *turn = NULL;
     gate_enter(s->e, 0);
-    if (p->turn) {
+    int rc = p->turn && (!(turn = ck_with(p->turn->tokens, p->turn->n_tokens, err)) ||
+                         gemma4_snap_to_host(p->turn->snap, s->st, &turn->snap, err));
+    if (rc) {
+        gem_checkpoint_free(turn);
+        turn = NULL;
+    }
+    if (turn) {
         gem_checkpoint_free(s->ck); /* the backend's buffer, freed under the gate */
-        s->ck = p->turn;
-        p->turn = NULL;
+        s->ck = turn;
     } else if (s->ck) { /* another conversation's: forgotten, its memory kept */
         s->ck->n_tokens = 0;
         s->ck->next_ok = 0;
     }
-    if (p->live) sess_restore(s, p->live);
+    if (p->live && !rc) sess_restore(s, p->live);
     else session_clear(s);
     gate_leave(s->e);
-    gem_park_free(p);
+    return rc ? -1 : 0;
 }
 
 long gem_park_keeps(const gem_park *p, const int32_t *ids, size_t n) {

@@ -96,6 +96,7 @@ typedef struct job {
      * of the prompt cache), when set */
     int park;
     gem_park *unpark;
+    int unpark_moved; /* unpark was taken out of the cache (else it is pinned there) */
     /* set by the slot that runs it */
     int done, close_conn, status;
     pthread_cond_t cond;
@@ -793,10 +794,17 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 }
 
 /* A chat's next turn drops a few of the tokens its slot holds (the
- * answer's last tokens re-rendered: trimmed whitespace): a slot that keeps
- * all but this many of them still holds the job's conversation, and is
- * not parked. */
+ * answer's last tokens re-rendered: trimmed whitespace): a slot, or a
+ * parked state, of which a job keeps all but this many (and most) holds
+ * the job's conversation (the slot is not parked; the state moves out of the
+ * cache). A parked state is restored only when it keeps at least this
+ * many tokens more than the slot: fewer are not worth a copy of its
+ * caches. */
 #define PARK_SLACK 16
+
+/* Whether a state of held tokens of which a job keeps keep is the job's
+ * conversation: all but PARK_SLACK, and most, of it kept. */
+static int holds(long keep, size_t held) { return held && keep + PARK_SLACK >= (long)held && 2 * keep >= (long)held; }
 
 /* Hands queued jobs to free slots, oldest job first, each to the free slot
  * whose session holds the longest prefix of its (first) prompt, so that
@@ -834,9 +842,10 @@ static void dispatch(server *s) {
         if (s->pc) {
             /* the slot is free: its session is idle, and read here */
             const long keep = p->n ? gem_session_keeps(best->sess, p->v, p->n) : 0;
-            if (keep + PARK_SLACK < (long)best->n_held || !best->n_held) {
+            if (!holds(keep, best->n_held)) {
                 long kept = 0;
-                if (j->req.cache_prompt) j->unpark = pcache_take(s->pc, p->v, p->n, keep, &kept);
+                if (j->req.cache_prompt)
+                    j->unpark = pcache_take(s->pc, p->v, p->n, keep, PARK_SLACK, PARK_SLACK, &kept, &j->unpark_moved);
                 j->park = best->n_held > 0;
             }
         }
@@ -849,6 +858,20 @@ static void dispatch(server *s) {
         best->assigned = j;
         pthread_cond_signal(&best->cv);
     }
+}
+
+/* The parked state a job continued is no longer needed there: freed when
+ * it was moved out of the cache, else unpinned. */
+static void unpark_done(server *s, job *j) {
+    if (!j->unpark) return;
+    if (j->unpark_moved) {
+        gem_park_free(j->unpark);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        pcache_unpin(s->pc, j->unpark);
+        pthread_mutex_unlock(&s->mu);
+    }
+    j->unpark = NULL;
 }
 
 /* Before a job: the slot's state into the prompt cache (dispatch's park),
@@ -867,8 +890,9 @@ static void slot_swap(server *s, slot *sl, job *j) {
         }
     }
     if (j->unpark) {
-        gem_session_unpark(sl->sess, j->unpark);
-        j->unpark = NULL;
+        gem_err err = {{0}};
+        if (gem_session_unpark(sl->sess, j->unpark, &err)) logf_("slot %d: a parked state was not restored: %s", sl->id, err.msg);
+        unpark_done(s, j);
     }
 }
 
@@ -893,8 +917,7 @@ static void *slot_main(void *arg) {
             slot_swap(s, sl, j);
             run_job(s, sl, j);
         }
-        gem_park_free(j->unpark); /* not restored (shutting down) */
-        j->unpark = NULL;
+        unpark_done(s, j); /* not restored (shutting down) */
         metrics_request(s->m, j->status);
         pthread_mutex_lock(&s->mu);
         slot_held(sl);

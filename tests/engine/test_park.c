@@ -9,7 +9,8 @@
  *    not reach it (the park is then larger); parking leaves the session
  *    as it was; a park of a restored session (its checkpoint in host
  *    memory) parks that checkpoint again;
- *  - an unparked session forgets its own earlier checkpoint;
+ *  - an unparked session forgets its own earlier checkpoint; a park is
+ *    copied, so two sessions can continue it;
  *  - a session holding nothing is refused. */
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +60,9 @@ static void same_as_fresh(const char *what, gem_session *s, gem_park *pk, gem_se
     seen a = {{0}, 0, malloc(V * sizeof(float))}, b = {{0}, 0, malloc(V * sizeof(float))};
     const long predicted = gem_park_keeps(pk, p, np);
     CHECKF(predicted == want_kept, "%s: gem_park_keeps %ld, want %ld", what, predicted, want_kept);
-    gem_session_unpark(s, pk);
+    gem_err err = {{0}};
+    CHECKF(!gem_session_unpark(s, pk, &err), "%s: unpark: %s", what, err.msg);
+    gem_park_free(pk);
     CHECKF(gem_session_keeps(s, p, np) == predicted, "%s: the unparked session keeps %ld, the park said %ld", what,
            gem_session_keeps(s, p, np), predicted);
     const long kept = answer(s, p, np, 6, &a);
@@ -184,6 +187,22 @@ int main(void) {
     memcpy(q, held1, sizeof held1);
     for (int i = 67; i < 75; i++) q[i] = p1[i - 60] + 23;
     same_as_fresh("park of a freed session", b, pk, f, q, 75, 67);
+
+    /* a park is copied: given to two sessions, both continue it alike */
+    answer(b, p1, 60, 8, &w);
+    gem_park *twice = gem_session_park(b, &err);
+    CHECK(twice != NULL);
+    answer(b, other, 40, 4, &w);
+    gem_session *c = gem_session_new(e, &err);
+    CHECK(c && !gem_session_unpark(b, twice, &err) && !gem_session_unpark(c, twice, &err));
+    gem_park_free(twice);
+    memcpy(q, held1, sizeof held1);
+    for (int i = 67; i < 77; i++) q[i] = p1[i - 60] + 31;
+    seen w2 = {{0}, 0, malloc(V * sizeof(float))};
+    CHECK(answer(b, q, 77, 5, &w) == 67 && answer(c, q, 77, 5, &w2) == 67);
+    CHECK(!memcmp(w.ids, w2.ids, 5 * sizeof(int32_t)) && !memcmp(w.logits, w2.logits, V * sizeof(float)));
+    free(w2.logits);
+    gem_session_free(c);
 
     /* freed unused */
     answer(b, p1, 60, 2, &w);

@@ -8,6 +8,8 @@
 #    (the whole earlier prompt cached), one evicted for room does not;
 #    the bytes held stay within the bound, the least recently used state
 #    goes first, and /metrics and /props report it;
+#  - a request that shares only the prompt of a parked state (a branch)
+#    copies it; the state stays for its own conversation;
 #  - bad --cache-ram values are refused with a message naming the flag;
 #    --cache-ram 0 turns it off (/props null, the load line says so).
 NAME=test_pcache
@@ -108,6 +110,28 @@ ev=$(echo "$m" | sed -n 's/^gem_prompt_cache_evictions_total \([0-9]*\)$/\1/p')
 [ -n "$ev" ] && [ "$ev" -ge 2 ] && ok || bad "evictions: '$ev'"
 echo "$m" | grep -q '^gem_prompt_cache_limit_bytes 3145728$' && ok || bad "/metrics limit"
 [ "$(curl -s "$U/props" | jget prompt_cache.limit_bytes)" = 3145728 ] && ok || bad "/props limit"
+
+# a branch: a request that shares only the prompt of a parked state (not
+# its answer) copies that state, which stays for its own conversation
+start branch --heartbeat 0 --cache-ram 64 || finish
+U="http://127.0.0.1:$PORT"
+X=""
+for w in $(seq 40); do X="$X s$w"; done
+ask_json() { # prompt [more]: the response to prompt + more, 40 tokens
+    curl -s "$U/v1/completions" -d "$(node -e 'console.log(JSON.stringify({prompt: process.argv[1] + (process.argv[2] || ""),
+        max_tokens: 40, temperature: 0, ignore_eos: true}))' "$1" "$2")"
+}
+r=$(ask_json "$X")
+nx=$(echo "$r" | jget usage.prompt_tokens)
+ans=$(echo "$r" | jget choices.0.text)
+ask_json "something unrelated entirely" >/dev/null
+r=$(ask_json "$X" " but z1 z2 z3 z4 z5")
+cz=$(echo "$r" | jget usage.prompt_tokens_details.cached_tokens)
+[ "$cz" -ge $((nx - 1)) ] 2>/dev/null && ok || bad "the branch: $cz cached of the shared $nx"
+[ "$(curl -s "$U/props" | jget prompt_cache.entries)" = 2 ] && ok || bad "the branched state stays beside the unrelated one"
+r=$(ask_json "$X" "$ans and more")
+cx=$(echo "$r" | jget usage.prompt_tokens_details.cached_tokens)
+[ "$cx" -ge "$nx" ] 2>/dev/null && ok || bad "the copied state's own conversation: $cx cached of its first $nx"
 
 no_sanitizer_reports
 finish
