@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "server/server.h"
 #include "util/file.h"
+#include "util/sysmem.h"
 
 static const char help[] =
     "gem serve: an OpenAI-compatible HTTP/1.1 server (chat and text completions, SSE streaming, /tokenize,\n"
@@ -39,6 +40,10 @@ static const char help[] =
     "  -np, --parallel N     slots: requests that run at once (default 1, at most 64). Each slot is a\n"
     "                        session with its own KV caches for --ctx tokens (the memory grows with N);\n"
     "                        a request goes to the free slot holding the longest prefix of its prompt\n"
+    "  --cache-ram MiB       host memory for the prompt cache (default 8192, at most half of the memory\n"
+    "                        available at start; 0: off): a slot given to another conversation parks its\n"
+    "                        state there first, and a request continues the parked state that keeps more\n"
+    "                        of its prompt than its slot would (least recently used states evicted)\n"
     "  --queue N             requests that may wait beyond the running ones (default 16; more: 503)\n"
     "  --max-conns N         open connections (default 128); past them, a new connection that sends a\n"
     "                        complete request head within 1 s takes the place of the one idle, or\n"
@@ -70,7 +75,7 @@ static int usage(void) {
             "                 [--ctx N] [-t THREADS]\n"
             "                 [--api-key KEY | --api-key-file FILE] [--cors ORIGIN] [--allow-host NAME,...]\n"
             "                 [--max-body BYTES] [--max-inflight BYTES] [--alias NAME]\n"
-            "                 [--parallel N] [--queue N]\n"
+            "                 [--parallel N] [--cache-ram MiB] [--queue N]\n"
             "                 [--max-conns N] [--header-timeout S] [--timeout S] [--idle-timeout S] [--send-timeout S]\n"
             "                 [--heartbeat S]\n"
             "                 [--shutdown-grace S]\n"
@@ -85,6 +90,7 @@ int cli_serve(int argc, char **argv) {
     o.port = 8080;
     o.max_body = 8 << 20;
     o.queue = 16;
+    o.cache_ram_mib = -1;
     o.max_conns = 128;
     o.header_timeout = 10;
     o.read_timeout = 30;
@@ -120,6 +126,15 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-body")) { bad = cli_parse_num(v, 1024, 1 << 30, &x) || x != (int)x; o.max_body = (size_t)x; i++; }
         else if (!strcmp(a, "--max-inflight")) { bad = cli_parse_num(v, 1024, 1ull << 40, &x) || x != (double)(size_t)x; o.max_inflight = (size_t)x; i++; }
         else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) { bad = cli_parse_num(v, 1, 64, &x) || x != (int)x; o.parallel = (int)x; i++; }
+        else if (!strcmp(a, "--cache-ram")) {
+            if (cli_parse_num(v, 0, 1 << 30, &x) || x != (long)x) {
+                fprintf(stderr, "gem serve: error: --cache-ram takes whole MiB of host memory, 0 (off) to %d: '%s'\n",
+                        1 << 30, v ? v : "");
+                return 2;
+            }
+            o.cache_ram_mib = (long)x;
+            i++;
+        }
         else if (!strcmp(a, "--queue")) { bad = cli_parse_num(v, 1, 4096, &x) || x != (int)x; o.queue = (int)x; i++; }
         else if (!strcmp(a, "--max-conns")) { bad = cli_parse_num(v, 1, 65536, &x) || x != (int)x; o.max_conns = (int)x; i++; }
         else if (!strcmp(a, "--header-timeout")) { bad = cli_parse_num(v, 0.1, 86400, &x); o.header_timeout = x; i++; }
@@ -140,6 +155,12 @@ int cli_serve(int argc, char **argv) {
         }
     }
     if (!o.max_inflight) o.max_inflight = 4 * o.max_body;
+    uint64_t avail;
+    if (o.cache_ram_mib > 0 && !sysmem_available(&avail) && ((uint64_t)o.cache_ram_mib << 20) > avail) {
+        fprintf(stderr, "gem serve: error: --cache-ram %ld MiB is more than this machine's available memory (%llu MiB)\n",
+                o.cache_ram_mib, (unsigned long long)(avail >> 20));
+        return 2;
+    }
     if (o.max_inflight < o.max_body) {
         fprintf(stderr, "gem serve: error: --max-inflight %zu is below --max-body %zu: a body that large could never be "
                         "admitted\n", o.max_inflight, o.max_body);

@@ -129,6 +129,33 @@ gem_checkpoint *gem_session_save(gem_session *s, gem_err *err);
 void gem_session_restore(gem_session *s, const gem_checkpoint *c);
 void gem_checkpoint_free(gem_checkpoint *c);
 
+/* ---- parked sessions (a server's prompt cache) ----
+ *
+ * gem_session_park copies what the session offers gem_session_sync (its
+ * live state and its turn checkpoint) into host memory, never the
+ * backend's: many parked sessions take no device memory. The session
+ * is left as it was. NULL with err set when out of
+ * memory or when the session holds nothing.
+ *
+ * gem_session_unpark copies a parked state into any session of the same
+ * engine, in place of what it held (the park stays the caller's; -1 with
+ * err set and the session emptied when out of memory): the next
+ * gem_session_sync then keeps of a prompt what the parked session would
+ * have kept, exactly (the same caches; only the logits after the last
+ * token are not kept, so a prompt equal to the parked tokens evaluates its
+ * last token again). gem_park_keeps says how many tokens of ids that is
+ * (gem_session_keeps: the same for a session as it is), evaluating
+ * nothing. gem_park_tokens: the live tokens (the checkpoint's when the
+ * live state was empty). gem_park_bytes: the host memory it holds. */
+typedef struct gem_park gem_park;
+gem_park *gem_session_park(gem_session *s, gem_err *err);
+int gem_session_unpark(gem_session *s, const gem_park *p, gem_err *err);
+long gem_session_keeps(const gem_session *s, const int32_t *ids, size_t n);
+long gem_park_keeps(const gem_park *p, const int32_t *ids, size_t n);
+const int32_t *gem_park_tokens(const gem_park *p, size_t *n);
+size_t gem_park_bytes(const gem_park *p);
+void gem_park_free(gem_park *p);
+
 /* ---- generation ---- */
 
 /* Makes ids[0..n) the prompt of the next gem_session_generate and brings

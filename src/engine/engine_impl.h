@@ -117,6 +117,20 @@ const float *sess_logits(gem_session *s);
 int32_t sess_sample(gem_session *s, sampler *smp, gem_err *err);
 void sess_restore(gem_session *s, const gem_checkpoint *c);
 
+/* The prefix policy (generate.c, engine.h gem_session_sync) over what a
+ * session, live or parked, offers: its live tokens (whether the logits
+ * after them are held; the lowest point its rings rewind to exactly,
+ * gemma4_rewind_min) and its turn checkpoint (or NULL). How many of
+ * ids[0..n) (n > 0) it keeps, and how. */
+typedef struct {
+    const int32_t *t;
+    size_t n;
+    int next_ok, rewind_min;
+    const gem_checkpoint *ck;
+} keep_src;
+typedef enum { KEEP_NONE, KEEP_LIVE, KEEP_REWIND, KEEP_CK } keep_how;
+size_t keep_plan(const keep_src *k, const int32_t *ids, size_t n, keep_how *how);
+
 /* Appends ids to the session's history. */
 int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err);
 /* Evaluates ids without computing logits (a prompt's tiles before its last). */

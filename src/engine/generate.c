@@ -43,6 +43,53 @@ static int is_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     return na <= nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
 }
 
+size_t keep_plan(const keep_src *k, const int32_t *ids, size_t n, keep_how *how) {
+    /* a state that holds the whole prompt must hold the logits after it */
+    const size_t have = k->n;
+    const gem_checkpoint *c = k->ck;
+    const int live = have && is_prefix(k->t, have, ids, n) && (have < n || k->next_ok);
+    const int ck = c && c->n_tokens && is_prefix(c->tokens, c->n_tokens, ids, n) && (c->n_tokens < n || c->next_ok);
+    /* else the live state rewound to where the prompt leaves it (a chat's
+     * re-rendered answer often differs from the generated one only in its
+     * last tokens: whitespace the template trims), where its rings still
+     * hold that point exactly; one token before the prompt's end at most,
+     * so the logits after it are computed */
+    size_t back = 0;
+    if (!live && have) {
+        size_t l = 0;
+        while (l < have && l < n && k->t[l] == ids[l]) l++;
+        if (l == n) l = n - 1;
+        if (l > 0 && l >= (size_t)(k->rewind_min > 0 ? k->rewind_min : 0)) back = l;
+    }
+    if (live && (!ck || have >= c->n_tokens)) {
+        *how = KEEP_LIVE;
+        return have;
+    }
+    if (back && (!ck || back >= c->n_tokens)) {
+        *how = KEEP_REWIND;
+        return back;
+    }
+    if (ck) {
+        *how = KEEP_CK;
+        return c->n_tokens;
+    }
+    *how = KEEP_NONE;
+    return 0;
+}
+
+/* The session as keep_plan sees it. */
+static keep_src session_src(const gem_session *s) {
+    keep_src k = {s->tokens, s->n_tokens, s->logits_dev || s->logits_valid, gemma4_rewind_min(s->st), s->ck};
+    return k;
+}
+
+long gem_session_keeps(const gem_session *s, const int32_t *ids, size_t n) {
+    if (n == 0) return 0;
+    keep_how how;
+    const keep_src k = session_src(s);
+    return (long)keep_plan(&k, ids, n, &how);
+}
+
 long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err) {
     s->synced = 0;
     if (n == 0) return gem_err_set(err, "empty prompt");
@@ -59,37 +106,19 @@ long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err
     }
     memcpy(s->prompt, ids, n * sizeof *ids);
     s->n_prompt = n;
-    /* a state that holds the whole prompt must hold the logits after it */
-    const size_t have = s->n_tokens;
-    const gem_checkpoint *c = s->ck;
-    const int live = have && is_prefix(s->tokens, have, ids, n) && (have < n || s->logits_dev || s->logits_valid);
-    const int ck = c && c->n_tokens && is_prefix(c->tokens, c->n_tokens, ids, n) && (c->n_tokens < n || c->next_ok);
-    /* else the live state rewound to where the prompt leaves it (a chat's
-     * re-rendered answer often differs from the generated one only in its
-     * last tokens: whitespace the template trims), where its rings still
-     * hold that point exactly; one token before the prompt's end at most,
-     * so the logits after it are computed */
-    size_t back = 0;
-    if (!live && have) {
-        size_t l = 0;
-        while (l < have && l < n && s->tokens[l] == ids[l]) l++;
-        if (l == n) l = n - 1;
-        if (l > 0 && gemma4_rewind_ok(s->st, (int)l)) back = l;
-    }
-    if (live && (!ck || have >= c->n_tokens)) {
-        s->n_kept = have;
-    } else if (back && (!ck || back >= c->n_tokens)) {
-        gemma4_rewind(s->st, (int)back);
-        s->n_tokens = back;
+    keep_how how;
+    const keep_src k = session_src(s);
+    const size_t keep = keep_plan(&k, ids, n, &how);
+    if (how == KEEP_REWIND) {
+        gemma4_rewind(s->st, (int)keep);
+        s->n_tokens = keep;
         s->logits_valid = s->logits_dev = 0;
-        s->n_kept = back;
-    } else if (ck) {
-        gem_session_restore(s, c);
-        s->n_kept = c->n_tokens;
-    } else {
+    } else if (how == KEEP_CK) {
+        gem_session_restore(s, s->ck);
+    } else if (how == KEEP_NONE) {
         session_clear(s);
-        s->n_kept = 0;
     }
+    s->n_kept = keep;
     s->synced = 1;
     return (long)s->n_kept;
 }

@@ -282,16 +282,18 @@ static void wrote(gemma4_state *s) {
     if (s->n_past - 1 > s->top) s->top = s->n_past - 1;
 }
 
-int gemma4_rewind_ok(const gemma4_state *s, int n) {
-    if (n < 0 || n > s->n_past) return 0;
+int gemma4_rewind_min(const gemma4_state *s) {
     const gemma4_profile *p = s->m->profile;
     const int window = (int)p->window, cap = window + (s->b->rows_exact ? BE_EXACT_ROWS : 0);
     /* the queries from n on need keys from n - window + 1; the rings still
      * hold every position above top - cap (later writes went to the slots
      * of positions below it) */
-    const int need = n - window + 1 > 0 ? n - window + 1 : 0;
     const int intact = s->top + 1 - cap > 0 ? s->top + 1 - cap : 0;
-    return need >= intact;
+    return intact ? intact + window - 1 : 0;
+}
+
+int gemma4_rewind_ok(const gemma4_state *s, int n) {
+    return n >= 0 && n <= s->n_past && n >= gemma4_rewind_min(s);
 }
 
 int gemma4_rewind(gemma4_state *s, int n) {
@@ -598,12 +600,16 @@ int gemma4_step_seqs(gemma4_state *const *ss, const int32_t *ids, int n, int32_t
 
 /* A snapshot is one backend buffer: the last token's logits, then each
  * layer's cache bytes for positions [0, n_past) (kv_stash's layout). It
- * only grows: a session's next checkpoint reuses it. */
+ * only grows: a session's next checkpoint reuses it. A host snapshot
+ * (gemma4_snap_save_host) is the caches' part alone, in host memory. */
 struct gemma4_snap {
     backend *b;
     be_buf *buf;
-    size_t cap; /* bytes */
+    void *host;  /* a host snapshot's bytes (then buf is NULL) */
+    size_t cap;  /* bytes */
     int n_past;
+    int top;     /* the state's top: what rewinding the loaded state may reach */
+    int rewind_min;
     int hid_valid;
 };
 
@@ -613,10 +619,18 @@ struct gemma4_snap {
 /* logits, then the hidden state (an MTP drafter's next input), then the caches */
 static size_t snap_head_floats(const gemma4_state *s) { return GEMMA4_N_VOCAB + s->m->profile->n_embd; }
 
-static size_t snap_bytes(const gemma4_state *s) {
-    size_t n = snap_head_floats(s) * sizeof(float);
+static size_t snap_kv_bytes(const gemma4_state *s) {
+    size_t n = 0;
     for (uint32_t il = 0; il < s->n_run; il++) n += s->b->kv_bytes(s->b, s->kv[il], s->n_past);
     return n;
+}
+
+static size_t snap_bytes(const gemma4_state *s) { return snap_head_floats(s) * sizeof(float) + snap_kv_bytes(s); }
+
+static void snap_mark(gemma4_snap *p, const gemma4_state *s) {
+    p->n_past = s->n_past;
+    p->top = s->top;
+    p->rewind_min = gemma4_rewind_min(s);
 }
 
 int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
@@ -626,6 +640,11 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
         if (!(p = calloc(1, sizeof *p))) return gem_err_set(err, "out of memory for a checkpoint");
         p->b = b;
         *snap = p;
+    }
+    if (p->host) { /* a host snapshot becomes a backend one (a restored session's next checkpoint) */
+        free(p->host);
+        p->host = NULL;
+        p->cap = 0;
     }
     const size_t need = snap_bytes(s);
     if (need > p->cap) {
@@ -653,18 +672,76 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
         b->kv_stash(b, s->kv[il], s->n_past, p->buf, off);
         off += b->kv_bytes(b, s->kv[il], s->n_past);
     }
-    p->n_past = s->n_past;
+    snap_mark(p, s);
     return b->status(b, err);
+}
+
+int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
+    backend *b = s->b;
+    const size_t need = snap_kv_bytes(s);
+    gemma4_snap *p = calloc(1, sizeof *p);
+    if (!p || !(p->host = malloc(need ? need : 1))) {
+        free(p);
+        return gem_err_set(err, "out of memory for a host checkpoint of %zu bytes", need);
+    }
+    p->b = b;
+    p->cap = need;
+    size_t off = 0;
+    for (uint32_t il = 0; il < s->n_run; il++) {
+        b->kv_save(b, s->kv[il], s->n_past, (char *)p->host + off);
+        off += b->kv_bytes(b, s->kv[il], s->n_past);
+    }
+    snap_mark(p, s);
+    if (b->status(b, err)) {
+        gemma4_snap_free(p);
+        return -1;
+    }
+    *snap = p;
+    return 0;
+}
+
+int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_snap **snap, gem_err *err) {
+    backend *b = src->b;
+    const size_t head = src->host ? 0 : snap_head_floats(s) * sizeof(float);
+    size_t need = 0;
+    for (uint32_t il = 0; il < s->n_run; il++) need += b->kv_bytes(b, s->kv[il], src->n_past);
+    gemma4_snap *p = calloc(1, sizeof *p);
+    if (!p || !(p->host = malloc(need ? need : 1))) {
+        free(p);
+        return gem_err_set(err, "out of memory for a host checkpoint of %zu bytes", need);
+    }
+    p->b = b;
+    p->cap = need;
+    p->n_past = src->n_past;
+    p->top = src->top;
+    p->rewind_min = src->rewind_min;
+    if (src->host) memcpy(p->host, src->host, need);
+    else b->download(b, src->buf, head / sizeof(float), p->host, need / sizeof(float));
+    if (b->status(b, err)) {
+        gemma4_snap_free(p);
+        return -1;
+    }
+    *snap = p;
+    return 0;
 }
 
 void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
     backend *b = s->b;
     s->n_past = p->n_past;
-    s->top = p->n_past - 1; /* the rings hold exactly the snapshot's positions */
-    b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
-    if (p->hid_valid) b->copy(b, p->buf, GEMMA4_N_VOCAB, s->last, 0, s->m->profile->n_embd);
+    s->top = p->top; /* the rings hold exactly what they held at the save */
     s->hid = s->last;
     s->hid_off = 0;
+    if (p->host) { /* the caches alone: logits and hidden state undefined until the next eval */
+        s->hid_valid = 0;
+        size_t off = 0;
+        for (uint32_t il = 0; il < s->n_run; il++) {
+            b->kv_load(b, s->kv[il], s->n_past, (const char *)p->host + off);
+            off += b->kv_bytes(b, s->kv[il], s->n_past);
+        }
+        return;
+    }
+    b->copy(b, p->buf, 0, s->logits, 0, GEMMA4_N_VOCAB);
+    if (p->hid_valid) b->copy(b, p->buf, GEMMA4_N_VOCAB, s->last, 0, s->m->profile->n_embd);
     s->hid_valid = p->hid_valid;
     size_t off = snap_head_floats(s) * sizeof(float);
     for (uint32_t il = 0; il < s->n_run; il++) {
@@ -674,10 +751,14 @@ void gemma4_snap_load(gemma4_state *s, const gemma4_snap *p) {
 }
 
 int gemma4_snap_n_past(const gemma4_snap *p) { return p->n_past; }
+int gemma4_snap_rewind_min(const gemma4_snap *p) { return p->rewind_min; }
+int gemma4_snap_is_host(const gemma4_snap *p) { return p->host != NULL; }
+size_t gemma4_snap_bytes(const gemma4_snap *p) { return p->cap; }
 
 void gemma4_snap_free(gemma4_snap *p) {
     if (!p) return;
     if (p->buf) p->b->buf_free(p->b, p->buf);
+    free(p->host);
     free(p);
 }
 

@@ -102,6 +102,9 @@ void gemma4_reset(gemma4_state *s);
  * eval. */
 int gemma4_rewind_ok(const gemma4_state *s, int n);
 int gemma4_rewind(gemma4_state *s, int n);
+/* The lowest n gemma4_rewind_ok allows (up to n_past): a prefix policy
+ * can weigh a rewind without the state at hand (gemma4_snap_rewind_min). */
+int gemma4_rewind_min(const gemma4_state *s);
 
 /* ---- speculative verification ----
  *
@@ -148,8 +151,26 @@ const gemma4_model *gemma4_state_model(const gemma4_state *s);
  * to one state's backend. */
 typedef struct gemma4_snap gemma4_snap;
 int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err);
+/* Loads a snapshot of either kind (below). The state's rings come back
+ * exactly, with the reach of a later rewind (gemma4_rewind_min) the saved
+ * state's. */
 void gemma4_snap_load(gemma4_state *s, const gemma4_snap *snap);
 int gemma4_snap_n_past(const gemma4_snap *snap);
+/* gemma4_rewind_min of the state the snapshot was taken from. */
+int gemma4_snap_rewind_min(const gemma4_snap *snap);
 void gemma4_snap_free(gemma4_snap *snap);
+
+/* Host snapshots: the caches' bytes alone (kv_save's), in host memory, so
+ * that many of them (a server's parked sessions) take no device memory.
+ * Loading one leaves the logits and hidden state undefined until the next
+ * eval (they are not kept: a parked state is always extended). save_host
+ * makes *snap (new) from the state; to_host makes *snap (new) from src, a
+ * snapshot of state s of either kind (a host one is copied). gemma4_snap_save over a host
+ * snapshot turns it back into a backend one. */
+int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err);
+int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_snap **snap, gem_err *err);
+int gemma4_snap_is_host(const gemma4_snap *snap);
+/* The memory a snapshot takes: a host one's bytes, a backend one's buffer. */
+size_t gemma4_snap_bytes(const gemma4_snap *snap);
 
 #endif

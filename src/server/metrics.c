@@ -122,4 +122,16 @@ void metrics_render(metrics *m, const metrics_now *now, strbuf *o) {
             (unsigned long long)(now->batched_steps > 0 ? now->batched_steps : 0));
     counter(o, "gem_decode_step_rows_total", "Tokens those steps carried (over gem_decode_steps_total: the mean batch).",
             (unsigned long long)(now->batched_rows > 0 ? now->batched_rows : 0));
+    if (now->pcache) {
+        counter(o, "gem_prompt_cache_hits_total",
+                "Requests whose slot did not hold their conversation that continued a parked state.", now->pc_hits);
+        counter(o, "gem_prompt_cache_misses_total",
+                "Requests whose slot did not hold their conversation that found no parked state keeping more.",
+                now->pc_misses);
+        counter(o, "gem_prompt_cache_evictions_total", "Parked states dropped for room (least recently used first).",
+                now->pc_evicted);
+        gauge(o, "gem_prompt_cache_bytes", "Host memory the parked states hold.", (long)now->pc_bytes);
+        gauge(o, "gem_prompt_cache_limit_bytes", "The bound on it (--cache-ram).", (long)now->pc_limit);
+        gauge(o, "gem_prompt_cache_entries", "Parked states.", now->pc_entries);
+    }
 }

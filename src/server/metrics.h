@@ -39,6 +39,11 @@ typedef struct {
     int speculative; /* the server has a drafter: the draft counters are shown */
     int slots;       /* sessions (--parallel) */
     long batched_steps, batched_rows; /* the engine's decode steps and the rows they carried */
+    /* the prompt cache (pcache.h), shown when pcache is set */
+    int pcache;
+    size_t pc_limit, pc_bytes;
+    long pc_entries;
+    unsigned long long pc_hits, pc_misses, pc_evicted;
 } metrics_now;
 void metrics_render(metrics *m, const metrics_now *now, strbuf *out);
 

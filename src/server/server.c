@@ -65,9 +65,11 @@
 #include "server/api.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/pcache.h"
 #include "server/reply.h"
 #include "util/rng.h"
 #include "util/clock.h"
+#include "util/sysmem.h"
 
 #define MAX_HEAD (16 * 1024)
 
@@ -89,6 +91,12 @@ typedef struct job {
      * the job; until then only the connection thread writes to the socket
      * (the SSE head and ": queued" comments), and head_sent says so */
     int started, head_sent;
+    /* set by dispatch: the slot parks its state first (a conversation
+     * this job does not continue), then continues from unpark (taken out
+     * of the prompt cache), when set */
+    int park;
+    gem_park *unpark;
+    int unpark_moved; /* unpark was taken out of the cache (else it is pinned there) */
     /* set by the slot that runs it */
     int done, close_conn, status;
     pthread_cond_t cond;
@@ -123,6 +131,7 @@ struct server {
     int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
     int loopback; /* the listening socket's address is a loopback one (the Host guard applies) */
     metrics *m;   /* /metrics */
+    pcache *pc;   /* the prompt cache (--cache-ram; NULL: off), under mu */
     /* when a running answer is ended after SIGTERM (--shutdown-grace);
      * written before stop is set, read after stop is seen */
     double stop_deadline;
@@ -784,6 +793,19 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
     return i;
 }
 
+/* A chat's next turn drops a few of the tokens its slot holds (the
+ * answer's last tokens re-rendered: trimmed whitespace): a slot, or a
+ * parked state, of which a job keeps all but this many (and most) holds
+ * the job's conversation (the slot is not parked; the state moves out of the
+ * cache). A parked state is restored only when it keeps at least this
+ * many tokens more than the slot: fewer are not worth a copy of its
+ * caches. */
+#define PARK_SLACK 16
+
+/* Whether a state of held tokens of which a job keeps keep is the job's
+ * conversation: all but PARK_SLACK, and most, of it kept. */
+static int holds(long keep, size_t held) { return held && keep + PARK_SLACK >= (long)held && 2 * keep >= (long)held; }
+
 /* Hands queued jobs to free slots, oldest job first, each to the free slot
  * whose session holds the longest prefix of its (first) prompt, so that
  * slot evaluates the least; unless that prefix is less than half of what
@@ -791,7 +813,9 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
  * slot used longest ago (an empty one first), so a conversation's cache
  * is not given up for a small gain. A slot still sending the end of its
  * answer (finishing) whose session matches better keeps the job waiting
- * for it. Under the mutex. */
+ * for it. With a prompt cache, a slot that does not hold the job's
+ * conversation is parked first, and a parked state that keeps more of the
+ * prompt than the slot would is restored into it. Under the mutex. */
 static void dispatch(server *s) {
     while (s->head) {
         job *j = s->head;
@@ -813,6 +837,18 @@ static void dispatch(server *s) {
          * ends, before that slot is free: it waits for its own slot */
         if (!best || finishing_len > best_len) return;
         if (best_len == 0 || 2 * best_len < best->n_held) best = lru;
+        j->park = 0;
+        j->unpark = NULL;
+        if (s->pc) {
+            /* the slot is free: its session is idle, and read here */
+            const long keep = p->n ? gem_session_keeps(best->sess, p->v, p->n) : 0;
+            if (!holds(keep, best->n_held)) {
+                long kept = 0;
+                if (j->req.cache_prompt)
+                    j->unpark = pcache_take(s->pc, p->v, p->n, keep, PARK_SLACK, PARK_SLACK, &kept, &j->unpark_moved);
+                j->park = best->n_held > 0;
+            }
+        }
         best->last_used = ++s->dispatched;
         s->head = j->next;
         if (!s->head) s->tail = NULL;
@@ -821,6 +857,42 @@ static void dispatch(server *s) {
         j->started = 1;
         best->assigned = j;
         pthread_cond_signal(&best->cv);
+    }
+}
+
+/* The parked state a job continued is no longer needed there: freed when
+ * it was moved out of the cache, else unpinned. */
+static void unpark_done(server *s, job *j) {
+    if (!j->unpark) return;
+    if (j->unpark_moved) {
+        gem_park_free(j->unpark);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        pcache_unpin(s->pc, j->unpark);
+        pthread_mutex_unlock(&s->mu);
+    }
+    j->unpark = NULL;
+}
+
+/* Before a job: the slot's state into the prompt cache (dispatch's park),
+ * then the parked state the job continues into the slot. Outside the
+ * mutex: parking copies the caches. */
+static void slot_swap(server *s, slot *sl, job *j) {
+    if (j->park) {
+        gem_err err = {{0}};
+        gem_park *pk = gem_session_park(sl->sess, &err);
+        if (pk) {
+            pthread_mutex_lock(&s->mu);
+            pcache_put(s->pc, pk);
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            logf_("slot %d: its state was not parked: %s", sl->id, err.msg);
+        }
+    }
+    if (j->unpark) {
+        gem_err err = {{0}};
+        if (gem_session_unpark(sl->sess, j->unpark, &err)) logf_("slot %d: a parked state was not restored: %s", sl->id, err.msg);
+        unpark_done(s, j);
     }
 }
 
@@ -842,8 +914,10 @@ static void *slot_main(void *arg) {
             j->close_conn = 1;
             j->status = 503;
         } else {
+            slot_swap(s, sl, j);
             run_job(s, sl, j);
         }
+        unpark_done(s, j); /* not restored (shutting down) */
         metrics_request(s->m, j->status);
         pthread_mutex_lock(&s->mu);
         slot_held(sl);
@@ -896,9 +970,19 @@ static void *worker_main(void *arg) {
         atomic_store(&s->failed, 1); /* the accept loop sees it and stops */
         return NULL;
     }
+    /* the prompt cache's bound: as asked, or the default within half of
+     * the memory available now (the entries are made as slots are parked) */
+    size_t pc_limit = s->o.cache_ram_mib > 0 ? (size_t)s->o.cache_ram_mib << 20 : 0;
+    if (s->o.cache_ram_mib < 0) {
+        uint64_t avail;
+        pc_limit = (size_t)SERVER_CACHE_RAM_MIB << 20;
+        if (!sysmem_available(&avail) && avail / 2 < pc_limit) pc_limit = (size_t)(avail / 2);
+    }
+    pcache *pc = pc_limit ? pcache_new(pc_limit) : NULL;
     pthread_mutex_lock(&s->mu);
     s->slots = slots;
     s->n_slots = n;
+    s->pc = pc;
     pthread_mutex_unlock(&s->mu);
     s->tk = gem_engine_tok(s->e);
     s->n_ctx = gem_engine_n_ctx(s->e);
@@ -912,12 +996,13 @@ static void *worker_main(void *arg) {
     atomic_store(&s->ready, 1);
     const size_t mem = gem_engine_mem_used(s->e);
     const gemma4_kv_plan *plan = gem_engine_kv_plan(s->e);
-    char memtxt[64] = "", kvb[32];
+    char memtxt[64] = "", kvb[32], pctxt[80] = "; prompt cache off";
     if (mem) snprintf(memtxt, sizeof memtxt, "; %.2f GiB of device memory", (double)mem / (1 << 30));
-    logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s per slot (--kv-type %s); %d slot%s%s",
+    if (pc) snprintf(pctxt, sizeof pctxt, "; prompt cache up to %zu MiB of host memory", pc_limit >> 20);
+    logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s per slot (--kv-type %s); %d slot%s%s%s",
           gem_engine_profile(s->e), gem_engine_backend(s->e), gem_now_s() - t0, s->n_ctx,
           gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(plan->type), n, n > 1 ? "s" : "",
-          memtxt);
+          pctxt, memtxt);
     pthread_mutex_lock(&s->mu);
     dispatch(s); /* jobs that arrived while the slots were made */
     pthread_mutex_unlock(&s->mu);
@@ -1109,8 +1194,22 @@ static void props_json(server *s, strbuf *b) {
             "\"supports_tools\":true,\"supports_typed_content\":true},"
             "\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\",\"build_info\":");
     json_quote(s->o.version, strlen(s->o.version), b);
-    sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false,\"mtp\":", gem_engine_backend(s->e),
-              gem_engine_profile(s->e));
+    sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false,\"prompt_cache\":",
+              gem_engine_backend(s->e), gem_engine_profile(s->e));
+    /* the prompt cache (--cache-ram): its bound, what it holds, hits and misses; null when off */
+    pthread_mutex_lock(&s->mu);
+    if (s->pc) {
+        pcache_stats ps;
+        pcache_get_stats(s->pc, &ps);
+        sb_printf(b,
+                  "{\"limit_bytes\":%zu,\"bytes\":%zu,\"entries\":%ld,\"hits\":%llu,\"misses\":%llu,"
+                  "\"evicted\":%llu}",
+                  ps.limit, ps.bytes, ps.entries, ps.hits, ps.misses, ps.evicted);
+    } else {
+        sb_puts(b, "null");
+    }
+    pthread_mutex_unlock(&s->mu);
+    sb_puts(b, ",\"mtp\":");
     /* the drafter: its file and profile, or null */
     if (gem_engine_mtp(s->e)) {
         sb_puts(b, "{\"draft_model\":");
@@ -1557,10 +1656,21 @@ static int handle(conn *c, const http_req *r) {
         pthread_mutex_lock(&s->mu);
         const int ready = atomic_load(&s->ready); /* n_ctx and the engine are the loader's until then */
         metrics_now now = {0, s->n_waiting, atomic_load(&s->n_conns), 0, ready ? s->n_ctx : 0,
-                           ready && gem_engine_mtp(s->e) != NULL, s->n_slots, 0, 0};
+                           ready && gem_engine_mtp(s->e) != NULL, s->n_slots, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         for (int i = 0; i < s->n_slots; i++) {
             now.running += s->slots[i].running;
             now.session_tokens += (long)s->slots[i].n_held;
+        }
+        if (s->pc) {
+            pcache_stats ps;
+            pcache_get_stats(s->pc, &ps);
+            now.pcache = 1;
+            now.pc_limit = ps.limit;
+            now.pc_bytes = ps.bytes;
+            now.pc_entries = ps.entries;
+            now.pc_hits = ps.hits;
+            now.pc_misses = ps.misses;
+            now.pc_evicted = ps.evicted;
         }
         pthread_mutex_unlock(&s->mu);
         if (ready) {
@@ -2095,6 +2205,7 @@ done:
             pthread_cond_destroy(&s->slots[i].cv);
         }
         free(s->slots);
+        pcache_free(s->pc); /* parked states: host memory, the engine's sessions gone */
         gem_engine_close(s->e);
         metrics_free(s->m);
         free(s->conns);

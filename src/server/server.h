@@ -11,6 +11,9 @@
  * requests keep flowing while large uploads fill the budget. */
 #define SERVER_FREE_BODY ((size_t)64 << 10)
 
+/* The prompt cache's default bound in MiB (llama-server's --cache-ram). */
+#define SERVER_CACHE_RAM_MIB 8192
+
 typedef struct {
     const char *model_path;
     const char *alias;      /* the model id clients see; NULL: the file's base name */
@@ -49,6 +52,10 @@ typedef struct {
     double draft_p_min, draft_p_prod; /* < 0: the engine's defaults */
     int draft_fixed;        /* draft draft_max every round */
     int parallel;           /* slots: sessions that run requests at once (0: 1) */
+    /* --cache-ram: MiB of host memory for parked slot states (the prompt
+     * cache, pcache.h); 0: off; < 0: SERVER_CACHE_RAM_MIB, or half of
+     * MemAvailable at start when that is less */
+    long cache_ram_mib;
 } server_opts;
 
 /* Serves until SIGINT or SIGTERM. Returns the process exit status; errors

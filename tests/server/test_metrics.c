@@ -1,6 +1,7 @@
 /* /metrics' text (server/metrics.h): counters by status, the answers'
  * token and time sums, cumulative histogram buckets, the draft counters
- * only with a drafter, the gauges as given. */
+ * only with a drafter, the prompt cache's only with one, the gauges as
+ * given. */
 #include <string.h>
 
 #include "server/metrics.h"
@@ -23,7 +24,7 @@ int main(void) {
     metrics_answer_add(m, &a);
     metrics_answer_add(m, &b);
     strbuf o = {0};
-    const metrics_now now = {1, 2, 3, 42, 4096, 0, 4, 10, 37};
+    const metrics_now now = {1, 2, 3, 42, 4096, 0, 4, 10, 37, 0, 0, 0, 0, 0, 0, 0};
     metrics_render(m, &now, &o);
     has(&o, "# TYPE gem_requests_total counter\n");
     has(&o, "\ngem_requests_total{status=\"200\"} 2\n");
@@ -56,11 +57,18 @@ int main(void) {
     has(&o, "\ngem_decode_steps_total 10\n");
     has(&o, "\ngem_decode_step_rows_total 37\n");
     CHECK(!strstr(sb_cstr(&o), "gem_draft_tokens_total"));
+    CHECK(!strstr(sb_cstr(&o), "gem_prompt_cache"));
     o.len = 0;
-    const metrics_now spec = {0, 0, 0, 0, 4096, 1, 1, 0, 0};
+    const metrics_now spec = {0, 0, 0, 0, 4096, 1, 1, 0, 0, 1, 8 << 20, 3 << 20, 2, 5, 7, 1};
     metrics_render(m, &spec, &o);
     has(&o, "\ngem_draft_tokens_total 6\n");
     has(&o, "\ngem_draft_tokens_accepted_total 3\n");
+    has(&o, "\ngem_prompt_cache_hits_total 5\n");
+    has(&o, "\ngem_prompt_cache_misses_total 7\n");
+    has(&o, "\ngem_prompt_cache_evictions_total 1\n");
+    has(&o, "\ngem_prompt_cache_bytes 3145728\n");
+    has(&o, "\ngem_prompt_cache_limit_bytes 8388608\n");
+    has(&o, "\ngem_prompt_cache_entries 2\n");
     /* every sample line is NAME{labels} VALUE or NAME VALUE */
     int lines = 0, bad = 0;
     for (char *l = o.p; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
