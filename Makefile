@@ -131,7 +131,7 @@ $(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard src/*/*.h src/*/*/*.h tests/*/*
 test: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(TEST_BIN) $(ASAN_TEST_BIN) $(ASAN_DIR)/gem $(FUZZ_BIN) $(TRACE_BIN)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
-test-cuda: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(CUDA_TEST_BIN) $(BUILD)/tests/engine/test_generate $(BUILD)/tests/engine/test_spec $(BUILD)/tests/engine/test_parallel $(BUILD)/tests/engine/test_spec_dist $(BUILD)/tests/model/test_hf_mtp $(BUILD)/tests/model/test_mtp_ref
+test-cuda: gem $(DEFAULT_MODEL) $(DEFAULT_MTP) $(CUDA_TEST_BIN) $(BUILD)/tests/engine/test_generate $(BUILD)/tests/engine/test_spec $(BUILD)/tests/engine/test_parallel $(BUILD)/tests/engine/test_park $(BUILD)/tests/engine/test_spec_dist $(BUILD)/tests/model/test_hf_mtp $(BUILD)/tests/model/test_mtp_ref
 	@if [ "$(CUDA)" != 1 ]; then echo "make test-cuda needs nvcc (CUDA=1)"; exit 1; fi
 	@tests/cuda/run.sh
 

@@ -59,6 +59,8 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # parallel sessions: batched steps of several sequences (attention_seqs)
     # bit for bit one-token steps, concurrent answers equal answers alone
     run "engine parallel sessions (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_parallel
+    # parked states (the server's prompt cache): device caches to host and back
+    run "engine parked states (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_park
     # the same with f32 rings beside f16 full-attention caches (--kv-type
     # f16-full): verification tiles, checkpoints and the drafter's reads
     # over caches of both entry types, still plain decoding bit for bit

@@ -84,6 +84,8 @@ int main(void) {
     eo.model_path = path;
     eo.n_ctx = 256;
     eo.tile = 16;
+    const char *be = getenv("GEM_TEST_BACKEND"); /* cuda: tests/cuda/run.sh (host parks of device caches) */
+    if (be && *be) eo.backend = be;
     gem_engine *e = gem_engine_open(&eo, &err);
     CHECKF(e != NULL, "%s", err.msg);
     if (!e) return test_report("test_park");
