@@ -352,12 +352,20 @@ static int bench_spec(gem_session *s, gem_engine *e, const int32_t *ids, int nee
     return rc;
 }
 
+/* The streams' start: every thread waits until go is 1 (start) or -1
+ * (a thread could not be made: return without generating). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} par_start;
+
 /* One stream of --parallel: its session, forced tokens and timestamps. */
 typedef struct {
     gem_session *s;
     gem_gen_params gp;
     bench_clock bc;
-    pthread_barrier_t *go;
+    par_start *start;
     gem_err err;
     int rc;
 } par_stream;
@@ -366,7 +374,11 @@ static void *par_main(void *arg) {
     par_stream *p = arg;
     gem_gen_result res;
     const gem_gen_callbacks cb = {&p->bc, on_step_token, NULL, NULL, NULL};
-    pthread_barrier_wait(p->go);
+    pthread_mutex_lock(&p->start->mu);
+    while (!p->start->go) pthread_cond_wait(&p->start->cv, &p->start->mu);
+    const int go = p->start->go;
+    pthread_mutex_unlock(&p->start->mu);
+    if (go < 0) return NULL;
     p->rc = gem_session_generate(p->s, &p->gp, &cb, &res, &p->err);
     if (!p->rc && res.n_generated != p->gp.max_tokens)
         p->rc = gem_err_set(&p->err, "a stream generated %ld of %ld steps", res.n_generated, p->gp.max_tokens);
@@ -400,8 +412,7 @@ static int bench_parallel(gem_engine *e, const int32_t *ids, int need, int D, co
     }
     for (int ni = 0; ni < n_ns && !rc; ni++) {
         const int N = ns[ni];
-        pthread_barrier_t go;
-        pthread_barrier_init(&go, NULL, (unsigned)N);
+        par_start start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
         for (int i = 0; i < N && !rc; i++) {
             gem_session_reset(ps[i].s);
             if (gem_session_sync(ps[i].s, ids, (size_t)(D > 0 ? D : 1), err) < 0) rc = -1;
@@ -410,19 +421,24 @@ static int bench_parallel(gem_engine *e, const int32_t *ids, int need, int D, co
             ps[i].gp.n_force = steps;
             ps[i].gp.force = forced + (size_t)i * steps;
             ps[i].gp.ignore_eos = 1;
-            ps[i].go = &go;
+            ps[i].start = &start;
             ps[i].rc = 0;
         }
         long st0 = 0, ro0 = 0, st1 = 0, ro1 = 0;
         int rmax = 0;
         gem_engine_batch_stats(e, &st0, &ro0, &rmax);
         int started = 0;
-        for (int i = 0; i < N && !rc; i++, started++)
-            if (pthread_create(&th[i], NULL, par_main, &ps[i])) rc = gem_err_set(err, "cannot start a thread");
-        if (rc) /* the started ones wait at the barrier for the rest: unblock them by joining never; give up */
-            break;
+        for (; started < N && !rc; started++)
+            if (pthread_create(&th[started], NULL, par_main, &ps[started])) {
+                rc = gem_err_set(err, "cannot start a thread");
+                break;
+            }
+        pthread_mutex_lock(&start.mu);
+        start.go = rc ? -1 : 1;
+        pthread_cond_broadcast(&start.cv);
+        pthread_mutex_unlock(&start.mu);
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-        pthread_barrier_destroy(&go);
+        if (rc) break;
         gem_engine_batch_stats(e, &st1, &ro1, &rmax);
         for (int i = 0; i < N && !rc; i++)
             if (ps[i].rc) {

@@ -39,6 +39,7 @@ static int cmp_d(const void *a, const void *b) {
 /* One sample: the checkpoint, then the step's rows; its wall time. */
 static int sample(gem_session *s, const gem_checkpoint *ck, const int32_t *ids, int rows, double *t, gem_err *err) {
     gem_session_restore(s, ck);
+    (void)gem_session_logits(s); /* reads the restored logits back: the restore's copies are done */
     int32_t next;
     const double t0 = gem_now_s();
     if (gem_session_eval_greedy(s, ids, rows, &next, err)) return -1; /* reads the argmax back: the step is done */
@@ -138,9 +139,8 @@ int cli_profile(int argc, char **argv) {
     printf("gem profile: %s on %s (%s), %s of %d token%s at depth %d (filled in %.2f s), --kv-type %s\n",
            gem_engine_profile(e), backend, hw, rows == 1 ? "one decode step" : "one prefill tile", rows,
            rows == 1 ? "" : "s", depth, fill_s, gemma4_kv_type_name(kv_type));
-    printf("ordinary step: %.3f ms (median of %d, recorded and replayed as gem run and serve do); its ops run "
-           "alone: %.3f ms\n",
-           step_s * 1e3, samples, total * 1e3);
+    printf("ordinary step: %.3f ms (median of %d, %s); its ops run alone: %.3f ms\n", step_s * 1e3, samples,
+           rows == 1 ? "recorded and replayed as gem run and serve do" : "the prompt-tile path", total * 1e3);
     printf("  %-50s %8s %11s %7s\n", "op (kernels, shape)", "calls", "ms/step", "share");
     for (int i = 0; i < n_tab; i++)
         printf("  %-50s %8.1f %11.4f %6.1f%%\n", tab[i].op, (double)tab[i].calls / samples,

@@ -155,8 +155,9 @@ int gem_engine_op_timing(gem_engine *e, int on, gem_err *err) {
     if (!e->be->op_timing) return gem_err_set(err, "backend '%s' has no per-op timings (gem profile needs --backend cuda)", e->be->name);
     gate_enter(e, 0); /* between other sessions' op sequences */
     e->be->op_timing(e->be, on);
+    const int rc = e->be->status(e->be, err);
     gate_leave(e);
-    return 0;
+    return rc;
 }
 
 int gem_engine_op_times(gem_engine *e, gem_op_time *rows, int cap, int clear) {

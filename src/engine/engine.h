@@ -88,7 +88,8 @@ void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_ma
 /* Per-op device times (gem profile): with timing on, every op of the
  * engine's backend waits for the device and adds its device time to its
  * label's row; nothing is recorded or replayed meanwhile, and results are
- * unchanged. -1 with err when the backend has no per-op timings (the
+ * unchanged. Timing covers every session's ops while on (meant for one
+ * session alone). -1 with err when the backend has no per-op timings (the
  * CPU). gem_engine_op_times copies up to cap rows in first-use order
  * (emptying the table when clear) and returns how many. */
 typedef struct {

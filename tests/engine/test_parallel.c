@@ -267,7 +267,9 @@ static void test_step_seqs_kv(const char *path, gemma4_kv_type kt) {
         int32_t ids[NS], best[NS];
         int who[NS];
         for (int i = 0; i < n; i++) {
-            who[i] = (i + step) % k;
+            /* the second pass rotated one further: each row count replays
+             * its recording for other sequences in other rows */
+            who[i] = (i + step + step / (NS - 1)) % k;
             ss[i] = a[who[i]];
             ids[i] = (int32_t)(500 + step * 13 + i * 7);
         }

@@ -323,8 +323,10 @@ static void step_write(backend *b, const int32_t *ids, int n, int pos0, const in
         c->step_rows = c->step + cap + 2;
         c->generation++;
     }
+    c->seqs = 0; /* until this step's table is in place */
     const int entries = pos && kvs ? n * nkv : 0;
-    if (entries > c->seq_cap) { /* recorded steps hold the table's address */
+    if (entries > c->seq_cap) { /* recorded steps hold the table's address: sized once for the most rows */
+        const int want = BE_EXACT_ROWS * nkv;
         CK(c, cudaStreamSynchronize(c->st));
         cudaFree(c->seq_tab);
         cudaFreeHost(c->seq_tab_host);
@@ -332,14 +334,14 @@ static void step_write(backend *b, const int32_t *ids, int n, int pos0, const in
         c->seq_tab = c->seq_tab_host = NULL;
         c->seq_of = NULL;
         c->seq_cap = 0;
-        if (CK(c, cudaMalloc(&c->seq_tab, sizeof(kv_row) * (size_t)entries)) ||
-            CK(c, cudaMallocHost(&c->seq_tab_host, sizeof(kv_row) * (size_t)entries)))
+        if (CK(c, cudaMalloc(&c->seq_tab, sizeof(kv_row) * (size_t)want)) ||
+            CK(c, cudaMallocHost(&c->seq_tab_host, sizeof(kv_row) * (size_t)want)))
             return;
-        if (!(c->seq_of = (const be_kv **)malloc(sizeof(be_kv *) * (size_t)entries))) {
+        if (!(c->seq_of = (const be_kv **)malloc(sizeof(be_kv *) * (size_t)want))) {
             cu_check(c, cudaErrorMemoryAllocation, "set_step_seqs: the rows' cache table");
             return;
         }
-        c->seq_cap = entries;
+        c->seq_cap = want;
         c->generation++;
     }
     /* the previous step's copies must have left the staging areas before
@@ -648,7 +650,10 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];
-    b->seqs_replay = c->attn_rows; /* cu_attention_seqs reads the rows' caches from set_step_seqs */
+    /* cu_attention_seqs reads the rows' caches from set_step_seqs on the
+     * row-exact tile, which the split kernel (GEM_CUDA_ATTN_DEC=0) has no
+     * form of: then row by row, never recorded */
+    b->seqs_replay = c->attn_rows && c->attn_dec;
     /* the first wave of a one-token product starts over 8 steps of 500 ns
      * (see k_mv_q); GEM_CUDA_MV_STAGGER=0 starts it at once */
     c->mv_stagger = (int)set[CS_MV_STAGGER];
