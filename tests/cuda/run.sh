@@ -59,6 +59,13 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # parallel sessions: batched steps of several sequences (attention_seqs)
     # bit for bit one-token steps, concurrent answers equal answers alone
     run "engine parallel sessions (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_parallel
+    # the batched step on the other attention paths: the q/k/v norms not
+    # folded into k_attn_tc (rows' positions in the norm+rope launch), and
+    # the split kernel, which has no row form (row by row, never recorded)
+    run "engine parallel sessions (cuda, GEM_CUDA_ATTN_FUSE=0)" env GEM_TEST_BACKEND=cuda GEM_CUDA_ATTN_FUSE=0 \
+        build/tests/engine/test_parallel
+    run "engine parallel sessions (cuda, GEM_CUDA_ATTN_DEC=0)" env GEM_TEST_BACKEND=cuda GEM_CUDA_ATTN_DEC=0 \
+        build/tests/engine/test_parallel
     # parked states (the server's prompt cache): device caches to host and back
     run "engine parked states (cuda)" env GEM_TEST_BACKEND=cuda build/tests/engine/test_park
     # the same with f32 rings beside f16 full-attention caches (--kv-type
