@@ -214,6 +214,8 @@ typedef struct {
      * stop_skip_close (both set: a reasoning channel's markers, so a stop
      * string never ends an answer inside its thought) */
     const char *stop_skip_open, *stop_skip_close;
+    int stop_skip_inside;    /* the answer starts between them (a prompt that
+                              * opens the thought: Qwen3.5's <think>) */
     const int32_t *force;    /* the first n_force tokens are these, not drawn */
     long n_force;
     int want_logits;         /* on_token sees each step's logits (the whole

@@ -301,7 +301,8 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     const int greedy = sampler_is_greedy(smp) && !p->want_logits;
     const double t0 = gem_now_s();
     double t_first = t0;
-    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, 0, 0}, 0};
+    const int in_skip = p->stop_skip_inside && p->stop_skip_open && p->stop_skip_close;
+    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, in_skip, 0}, 0};
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;

@@ -589,6 +589,9 @@ static void run_job(server *s, slot *sl, job *j) {
     gp.n_stop = rq->n_stop;
     gp.stop_skip_open = chat_format_markers(s->chat)->reasoning_open; /* no stop string inside the thought */
     gp.stop_skip_close = chat_format_markers(s->chat)->reasoning_close;
+    /* Qwen3.5's generation prompt opens <think>: the answer starts in its thought */
+    const int opens = chat && api_opens_reasoning(rq);
+    gp.stop_skip_inside = opens;
     if (s->o.draft_max >= 0) gp.draft_max = s->o.draft_max;
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
@@ -642,8 +645,6 @@ static void run_job(server *s, slot *sl, job *j) {
                 fail = "out of memory";
                 break;
             }
-            /* Qwen3.5's generation prompt opens <think>: the answer starts in its thought */
-            const int opens = chat && api_opens_reasoning(rq);
             if (opens) chat_parser_in_reasoning(g.cp);
             if (g.cp) chat_parser_set_tools(g.cp, rq->tools);
             if (g.cp && rq->single_call) chat_parser_max_calls(g.cp, 1); /* parallel_tool_calls: false */
