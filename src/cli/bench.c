@@ -565,20 +565,6 @@ int cli_bench(int argc, char **argv) {
         if (d < (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK) d = (depths[i] > 0 ? depths[i] : 1) + gen + SPEC_SLACK;
         need = d > need ? d : need;
     }
-    /* bytes one decode step reads, from the model's own tensor table */
-    uint64_t wbytes = 0;
-    {
-        gguf_file *f = gguf_open(model, &err);
-        gemma4_model *m = f ? gemma4_bind(f, &err) : NULL;
-        if (m) wbytes = gemma4_decode_bytes(m);
-        gemma4_free(m);
-        gguf_close(f);
-        if (!m) {
-            fprintf(stderr, "gem bench: error: %s\n", err.msg);
-            gram_free(grammar);
-            return 1;
-        }
-    }
     gem_engine_opts eo;
     memset(&eo, 0, sizeof eo);
     eo.model_path = model;
@@ -609,10 +595,16 @@ int cli_bench(int argc, char **argv) {
         return 1;
     }
     const double t_load = gem_now_s() - t0;
+    /* bytes one decode step reads, from the model's own tensor table */
+    const uint64_t wbytes = gem_engine_decode_bytes(e);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)need);
     uint64_t r = 0x9E3779B97F4A7C15ull;
+    /* ordinary ids of the vocabulary (Gemma's: 1000..200999; a small test
+     * vocabulary: any but 0) */
+    const uint32_t V = gem_engine_n_vocab(e);
+    const uint32_t span = V > 201000 ? 200000 : V - 1, base = V > 201000 ? 1000 : 1;
     ids[0] = 2;
-    for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % 200000) + 1000;
+    for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % span) + (int32_t)base;
     double *samples = malloc(sizeof(double) * (size_t)(reps + 1));
     FILE *js = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !js) {
@@ -629,12 +621,12 @@ int cli_bench(int argc, char **argv) {
         snprintf(peak_txt, sizeof peak_txt, "peak %.0f GB/s", peak);
         snprintf(peak_js, sizeof peak_js, "%.0f", peak);
     }
-    const gemma4_kv_plan *plan = gem_engine_kv_plan(e);
+    const gem_mem_plan *plan = gem_engine_plan(e);
     char kvb[32];
     printf("gem bench: %s on %s, load %.2f s, %.2f GB read per decode step (weights), %s; context %d, KV caches %s "
            "(--kv-type %s)\n",
            gem_engine_profile(e), gem_engine_backend(e), t_load, wbytes / 1e9, peak_txt, plan->n_ctx,
-           gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(kv_type));
+           gemma4_human_bytes(plan->state_bytes, kvb, sizeof kvb), plan->kv_type);
     if (js) {
         /* self-describing: the command, when, on what (commit and file hash
          * are the caller's: bench/ab records both) */
@@ -663,8 +655,8 @@ int cli_bench(int argc, char **argv) {
         fprintf(js, ", \"date\": \"%s\", \"profile\": \"%s\", \"backend\": \"%s\", \"kv_type\": \"%s\", \"n_ctx\": %d, "
                     "\"kv_bytes\": %llu, \"load_s\": %.3f, "
                     "\"weight_bytes_per_token\": %llu, \"peak_gbs\": %s, \"reps\": %d,\n \"prefill\": [",
-                when, gem_engine_profile(e), gem_engine_backend(e), gemma4_kv_type_name(kv_type), plan->n_ctx,
-                (unsigned long long)plan->kv_bytes, t_load, (unsigned long long)wbytes, peak_js, reps);
+                when, gem_engine_profile(e), gem_engine_backend(e), plan->kv_type, plan->n_ctx,
+                (unsigned long long)plan->state_bytes, t_load, (unsigned long long)wbytes, peak_js, reps);
         sb_free(&cmd);
         sb_free(&q);
     }

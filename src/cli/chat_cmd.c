@@ -141,7 +141,7 @@ int cli_chat(int argc, char **argv) {
         json_set(m, "content", json_new_str(line, len));
         json_push(msgs, m);
         strbuf text = {0};
-        chat_render_opts ro = {msgs, NULL, think, 1, "<bos>", CHAT_FORMAT_GEMMA4};
+        chat_render_opts ro = {msgs, NULL, think, 1, "<bos>", gem_engine_chat_format(e)};
         tok_ids ids = {0};
         if (chat_render(&ro, &text, &err) || tok_encode(tk, text.p, text.len, 0, 1, &ids)) {
             fprintf(stderr, "gem chat: error: %s\n", err.msg);
@@ -150,7 +150,8 @@ int cli_chat(int argc, char **argv) {
         }
         sb_free(&text);
         answer ans = {{0}};
-        chat_parser *cp = chat_parser_new(on_event, &ans);
+        chat_parser *cp = chat_parser_new_format(ro.format, on_event, &ans);
+        if (cp && chat_render_opens_reasoning(&ro)) chat_parser_in_reasoning(cp); /* the prompt ends inside <think> */
         gem_gen_params gp = gem_gen_params_default();
         gp.sampling = sp;
         gp.max_tokens = max_tokens;

@@ -165,7 +165,7 @@ int cli_perplexity(int argc, char **argv) {
     const int n_chunk_max = (int)(ids.n / (size_t)n_ctx);
     const int n_chunk = max_chunks < 0 || max_chunks > n_chunk_max ? n_chunk_max : max_chunks;
     const int first = n_ctx / 2;
-    const uint32_t V = GEMMA4_N_VOCAB;
+    const uint32_t V = gem_engine_n_vocab(e);
     if (!(s = gem_session_new(e, &err))) {
         fprintf(stderr, "gem perplexity: error: %s\n", err.msg);
         goto done;

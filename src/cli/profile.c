@@ -92,7 +92,7 @@ int cli_profile(int argc, char **argv) {
     const int need = depth + rows;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)need);
     double *wall = malloc(sizeof(double) * (size_t)samples);
-    const size_t nv = GEMMA4_N_VOCAB;
+    const size_t nv = gem_engine_n_vocab(e);
     float *plain = malloc(sizeof(float) * nv);
     gem_op_time *tab = malloc(sizeof(gem_op_time) * PROF_MAX_ROWS);
     gem_checkpoint *ck = NULL;

@@ -140,7 +140,7 @@ int cli_run(int argc, char **argv) {
     sp.top_p = 0.95f;
     const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL;
     double n_predict = 128, top_logprobs = 0;
-    int chat = 0, ignore_eos = 0, print_ids = 0, json_out = 0;
+    int chat = 0, ignore_eos = 0, print_ids = 0, json_out = 0, opens_reasoning = 0;
     const char *schema = NULL; /* --json-schema FILE; with json_out and NULL: --json-object */
     char mbuf[4096], mtp_buf[4096];
     cli_mtp mtp;
@@ -249,8 +249,9 @@ int cli_run(int argc, char **argv) {
         json_set(m, "content", json_new_str(prompt, strlen(prompt)));
         json_push(msgs, m);
         strbuf text = {0};
-        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>", CHAT_FORMAT_GEMMA4};
+        chat_render_opts ro = {msgs, NULL, -1, 1, "<bos>", gem_engine_chat_format(e)};
         int r = chat_render(&ro, &text, &err);
+        opens_reasoning = chat_render_opens_reasoning(&ro);
         json_free(msgs);
         if (r || tok_encode(tk, text.p, text.len, 0, 1, &enc)) {
             fprintf(stderr, "gem run: error: %s\n", r ? err.msg : "out of memory");
@@ -278,7 +279,8 @@ int cli_run(int argc, char **argv) {
     }
     io = (run_io){tk, NULL, NULL, 0, n_top, top, top_lp, {0}};
     io.out = malloc(((size_t)n_predict + 1) * sizeof *io.out);
-    if (chat) io.cp = chat_parser_new(chat_event_out, NULL);
+    if (chat && (io.cp = chat_parser_new_format(gem_engine_chat_format(e), chat_event_out, NULL)) && opens_reasoning)
+        chat_parser_in_reasoning(io.cp); /* the prompt ends inside <think> */
     if (!io.out || (chat && !io.cp)) goto done;
     gem_gen_params gp = gem_gen_params_default();
     gp.sampling = sp;

@@ -45,14 +45,13 @@ static int engine_fit_check(gem_engine *e, const gem_engine_opts *o, gem_err *er
         if (device) free_b = b->mem_free(b);
         else if (sysmem_available(&free_b)) return 0;
     }
-    const uint64_t weights = device ? weights_resident(b, e->file) + weights_resident(b, e->mtp_file) : 0;
-    /* every session the caller will make keeps its own caches; the tile
-     * buffers are shared (gemma4_core) */
-    gemma4_kv_plan all = e->plan;
+    const uint64_t weights =
+        device ? weights_resident(b, e->file) + weights_resident(b, model_mtp_file(e->model)) : 0;
+    /* every session the caller will make keeps its own caches (the model
+     * says what its sessions share) */
     const int n = o->sessions > 1 ? o->sessions : 1;
-    all.kv_bytes *= (uint64_t)n;
-    if (gemma4_fit_check(&all, weights, b->work_reserve, free_b, device ? "the GPU" : "this machine (MemAvailable)",
-                         err))
+    if (model_fit_check(e->model, n, weights, b->work_reserve, free_b,
+                        device ? "the GPU" : "this machine (MemAvailable)", err))
         return n > 1 ? gem_err_wrap(err, "%d sessions", n) : -1;
     return 0;
 }
@@ -69,45 +68,46 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the batch wait's deadlines */
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
+    const char *be_name = o->backend ? o->backend : "cpu";
     if (!(e->file = gguf_open(o->model_path, err))) goto fail;
-    if (!(e->model = gemma4_bind(e->file, err))) goto fail;
-    if (gemma4_is_assistant(e->model->profile)) {
-        gem_err_set(err, "%s is an MTP drafter (%s), not a model to run: pass it with --mtp beside its target",
-                    o->model_path, e->model->profile->name);
-        goto fail;
-    }
-    if (o->mtp_path) {
-        if (!(e->mtp_file = gguf_open(o->mtp_path, err)) || !(e->mtp = gemma4_bind(e->mtp_file, err))) {
-            gem_err_wrap(err, "--mtp");
-            goto fail;
-        }
-        if (gemma4_pair_check(e->model, e->mtp, err)) goto fail;
-    }
+    if (!(e->model = model_open(e->file, o->model_path, err))) goto fail;
+    e->info = model_info_of(e->model);
+    e->n_vocab = e->info->n_vocab;
+    /* what the family cannot do is refused before anything is made */
+    if (model_backend_ok(e->model, be_name, err)) goto fail;
+    if (o->mtp_path && model_mtp_attach(e->model, o->mtp_path, err)) goto fail;
+    if (chat_format_for_arch(e->info->arch, &e->chat)) e->chat = CHAT_FORMAT_GEMMA4;
     if (!(e->tok = tok_load(e->file, err))) goto fail;
+    if (tok_n_vocab(e->tok) != e->n_vocab) {
+        gem_err_set(err, "%s: the tokenizer has %u tokens, the model's logits %u", o->model_path, tok_n_vocab(e->tok),
+                    e->n_vocab);
+        goto fail;
+    }
     backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama};
-    if (!(e->be = backend_create(o->backend ? o->backend : "cpu", &bo, err))) goto fail;
-    if (e->mtp && (!e->be->rows_exact || !e->be->attention_cached)) {
-        gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
-                    e->be->name);
-        goto fail;
-    }
-    if (gemma4_ctx_resolve(o->n_ctx, gemma4_trained_ctx(e->file, e->model->profile), o->model_path, &e->n_ctx, err))
-        goto fail;
+    if (!(e->be = backend_create(be_name, &bo, err))) goto fail;
+    if (model_backend_check(e->model, e->be, err)) goto fail;
     e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;
-    if (gemma4_kv_plan_make(e->model->profile, e->n_ctx, o->kv_type, gemma4_ring_slack(e->be), e->tile, &e->plan, err))
-        goto fail;
-    if (!e->be->kv_f16 && (e->plan.kind[GEMMA4_KV_SLIDING].f16 || e->plan.kind[GEMMA4_KV_FULL].f16)) {
-        gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
-                    gemma4_kv_type_name(o->kv_type), e->be->name);
-        goto fail;
-    }
+    model_plan_opts po = {o->n_ctx, (int)o->kv_type, gemma4_kv_type_name(o->kv_type), e->tile, o->layers};
+    model_plan mp;
+    if (model_plan_make(e->model, e->be, &po, &mp, err)) goto fail;
+    e->n_ctx = mp.n_ctx;
+    e->plan = (gem_mem_plan){mp.n_ctx, mp.tile, mp.kv_type, mp.state_bytes, mp.act_bytes, mp.checkpoint_bytes};
     if (engine_fit_check(e, o, err)) goto fail;
-    e->layers = o->layers;
-    e->turn_id = tok_find(e->tok, "<|turn>", 7);
+    if (e->info->turn_marker) { /* as the marker is tokenized in a rendered prompt (special tokens parsed) */
+        tok_ids t = {0};
+        if (!tok_encode(e->tok, e->info->turn_marker, strlen(e->info->turn_marker), 0, 1, &t) && t.n &&
+            t.n <= ENGINE_TURN_MAX) {
+            memcpy(e->turn_ids, t.v, t.n * sizeof *t.v);
+            e->n_turn = (int)t.n;
+        }
+        tok_ids_free(&t);
+    }
     /* batched steps: the backend's row-exact rows (a session's answer must
-     * not depend on what else runs), within the tile's buffers */
+     * not depend on what else runs), within the tile's buffers, for a
+     * model that steps several sequences at once */
     e->batch_rows = 1;
-    if (e->be->rows_exact && e->be->attention_seqs && (!e->be->set_step || e->be->set_step_seqs)) {
+    if ((e->info->caps & MODEL_CAP_STEP_SEQS) && e->be->rows_exact && e->be->attention_seqs &&
+        (!e->be->set_step || e->be->set_step_seqs)) {
         int r = o->batch_rows > 0 ? o->batch_rows : BE_EXACT_ROWS;
         if (r > BE_EXACT_ROWS) r = BE_EXACT_ROWS;
         if (r > e->tile) r = e->tile;
@@ -121,15 +121,12 @@ fail:
 
 void gem_engine_close(gem_engine *e) {
     if (!e) return;
-    gemma4_draft_weights_free(e->mtp_w); /* the sessions' drafters are gone */
-    gemma4_core_free(e->core);
+    model_release(e->model); /* the sessions are gone; before the backend */
     if (e->be) e->be->destroy(e->be);
     gram_vocab_free(e->gv); /* before the tokenizer it was built from */
     tok_free(e->tok);
-    gemma4_free(e->model);
+    model_free(e->model);
     gguf_close(e->file);
-    gemma4_free(e->mtp);
-    gguf_close(e->mtp_file);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -137,11 +134,15 @@ void gem_engine_close(gem_engine *e) {
 
 const tok *gem_engine_tok(const gem_engine *e) { return e->tok; }
 const char *gem_engine_backend(const gem_engine *e) { return e->be->name; }
-const char *gem_engine_profile(const gem_engine *e) { return e->model->profile->name; }
+const char *gem_engine_profile(const gem_engine *e) { return e->info->profile; }
 size_t gem_engine_mem_used(const gem_engine *e) { return e->be->mem_used ? e->be->mem_used(e->be) : 0; }
 int gem_engine_n_ctx(const gem_engine *e) { return e->n_ctx; }
-const gemma4_kv_plan *gem_engine_kv_plan(const gem_engine *e) { return &e->plan; }
-const char *gem_engine_mtp(const gem_engine *e) { return e->mtp ? e->mtp->profile->name : NULL; }
+const gem_mem_plan *gem_engine_plan(const gem_engine *e) { return &e->plan; }
+const char *gem_engine_mtp(const gem_engine *e) { return model_mtp_name(e->model); }
+const char *gem_engine_arch(const gem_engine *e) { return e->info->arch; }
+uint32_t gem_engine_n_vocab(const gem_engine *e) { return e->n_vocab; }
+chat_format gem_engine_chat_format(const gem_engine *e) { return e->chat; }
+uint64_t gem_engine_decode_bytes(const gem_engine *e) { return model_decode_bytes(e->model); }
 
 void gem_engine_batch_stats(gem_engine *e, long *steps, long *rows, int *rows_max) {
     pthread_mutex_lock(&e->mu);
@@ -181,20 +182,14 @@ gem_session *gem_session_new(gem_engine *e, gem_err *err) {
         return NULL;
     }
     s->e = e;
-    s->logits = calloc(GEMMA4_N_VOCAB, sizeof(float));
+    s->logits = calloc(e->n_vocab, sizeof(float));
     if (!s->logits) {
         gem_err_set(err, "out of memory");
         free(s);
         return NULL;
     }
     gate_enter(e, 0); /* allocations beside other sessions' work */
-    if (!e->core && !(e->core = gemma4_core_new(e->model, e->be, &e->plan, e->layers, err))) {
-        gate_leave(e);
-        free(s->logits);
-        free(s);
-        return NULL;
-    }
-    s->st = gemma4_state_on(e->core, &e->plan, err);
+    s->st = model_state_new(e->model, e->be, err);
     int bad = !s->st || spec_session_init(s, err);
     if (!bad) e->n_sessions++;
     gate_leave(e);
@@ -213,7 +208,7 @@ void gem_session_free(gem_session *s) {
     spec_session_free(s); /* the drafter reads the state: freed first */
     if (s->st) {
         e->n_sessions--;
-        gemma4_state_free(s->st);
+        model_state_free(s->st);
     }
     gate_leave(e);
     free(s->tokens);
@@ -273,12 +268,12 @@ static void run_batch(gem_engine *e) {
     int rc;
     gem_err err = {{0}};
     if (n == 1) {
-        rc = gemma4_eval_greedy(r[0]->s->st, &r[0]->id, 1, &r[0]->best, &err);
+        rc = model_eval_greedy(r[0]->s->st, &r[0]->id, 1, &r[0]->best, &err);
     } else {
-        gemma4_state *ss[BE_EXACT_ROWS];
+        model_state *ss[BE_EXACT_ROWS];
         int32_t ids[BE_EXACT_ROWS], best[BE_EXACT_ROWS];
         for (int i = 0; i < n; i++) ss[i] = r[i]->s->st, ids[i] = r[i]->id;
-        rc = gemma4_step_seqs(ss, ids, n, best, &err);
+        rc = model_step_seqs(ss, ids, n, best, &err);
         for (int i = 0; i < n; i++) r[i]->best = best[i];
     }
     pthread_mutex_lock(&e->mu);
@@ -343,7 +338,7 @@ int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err) {
         while (e->gate_busy) pthread_cond_wait(&e->cv, &e->mu);
         e->gate_busy = 1;
         pthread_mutex_unlock(&e->mu);
-        r.rc = gemma4_eval_greedy(s->st, &id, 1, &r.best, err);
+        r.rc = model_eval_greedy(s->st, &id, 1, &r.best, err);
         gate_leave(e);
     } else {
         r.t = gem_now_s();
@@ -383,7 +378,7 @@ int session_remember(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 int sess_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_eval(s->st, ids, n, NULL, 0, err)) return -1;
+    if (model_eval(s->st, ids, n, NULL, 0, err)) return -1;
     s->logits_dev = 1;
     return session_remember(s, ids, n, err);
 }
@@ -398,7 +393,7 @@ int gem_session_eval(gem_session *s, const int32_t *ids, int n, gem_err *err) {
 int sess_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_eval_greedy(s->st, ids, n, next, err)) return -1;
+    if (model_eval_greedy(s->st, ids, n, next, err)) return -1;
     s->logits_dev = 1;
     return session_remember(s, ids, n, err);
 }
@@ -413,7 +408,7 @@ int gem_session_eval_greedy(gem_session *s, const int32_t *ids, int n, int32_t *
 int session_prefill(gem_session *s, const int32_t *ids, int n, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
     gate_enter(s->e, 1);
-    const int rc = gemma4_prefill(s->st, ids, n, err);
+    const int rc = model_prefill(s->st, ids, n, err);
     gate_leave(s->e);
     if (rc) return -1;
     return session_remember(s, ids, n, err);
@@ -423,10 +418,11 @@ int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, 
     s->synced = 0; /* a sync is followed by generate, not by raw evals */
     s->logits_valid = s->logits_dev = 0;
     gate_enter(s->e, 1);
-    const int rc = gemma4_eval(s->st, ids, n, out, 1, err);
+    const int rc = model_eval(s->st, ids, n, out, 1, err);
     gate_leave(s->e);
     if (rc) return -1;
-    memcpy(s->logits, out + (size_t)(n - 1) * GEMMA4_N_VOCAB, GEMMA4_N_VOCAB * sizeof(float));
+    const size_t V = s->e->n_vocab;
+    memcpy(s->logits, out + (size_t)(n - 1) * V, V * sizeof(float));
     s->logits_valid = s->logits_dev = 1;
     return session_remember(s, ids, n, err);
 }
@@ -437,7 +433,7 @@ int gem_session_eval_all(gem_session *s, const int32_t *ids, int n, float *out, 
 const float *sess_logits(gem_session *s) {
     if (!s->logits_valid && s->logits_dev) {
         gem_err err;
-        if (gemma4_logits(s->st, s->logits, &err) == 0) s->logits_valid = 1;
+        if (model_logits(s->st, s->logits, &err) == 0) s->logits_valid = 1;
         else s->logits_dev = 0;
     }
     return s->logits_valid ? s->logits : NULL;
@@ -464,7 +460,7 @@ int32_t sess_sample(gem_session *s, sampler *smp, gem_err *err) {
     if (k > 0 && k <= BE_TOPK_MAX && !s->logits_valid && s->logits_dev) {
         float vals[BE_TOPK_MAX];
         int32_t ids[BE_TOPK_MAX];
-        if (gemma4_topk(s->st, k, vals, ids, err)) return -1;
+        if (model_topk(s->st, k, vals, ids, err)) return -1;
         return sampler_sample_top(smp, vals, ids, k);
     }
     const float *l = sess_logits(s);
@@ -489,7 +485,7 @@ void session_wait(gem_session *s) {
 }
 
 void session_clear(gem_session *s) {
-    gemma4_reset(s->st);
+    model_reset(s->st);
     s->n_tokens = 0;
     s->logits_valid = s->logits_dev = 0;
     s->synced = 0;
@@ -513,7 +509,7 @@ int checkpoint_fill(gem_session *s, gem_checkpoint *c, gem_err *err) {
     }
     c->n_tokens = 0;
     gate_enter(s->e, 0);
-    const int rc = gemma4_snap_save(s->st, &c->snap, err);
+    const int rc = model_snap_save(s->st, &c->snap, err);
     gate_leave(s->e);
     if (rc) return -1;
     memcpy(c->tokens, s->tokens, s->n_tokens * sizeof(int32_t));
@@ -549,14 +545,14 @@ void sess_restore(gem_session *s, const gem_checkpoint *c) {
         session_clear(s);
         return;
     }
-    gemma4_snap_load(s->st, c->snap);
+    model_snap_load(s->st, c->snap);
     s->logits_valid = 0;
     s->logits_dev = c->next_ok;
 }
 
 void gem_checkpoint_free(gem_checkpoint *c) {
     if (!c) return;
-    gemma4_snap_free(c->snap); /* (a session's own, freed under its gate by gem_session_free) */
+    model_snap_free(c->snap); /* (a session's own, freed under its gate by gem_session_free) */
     free(c->tokens);
     free(c);
 }

@@ -1,7 +1,8 @@
 /* The engine API the CLI and server use: opaque handles, no tensors.
  *
- * A gem_engine is one loaded model: the mmapped file, its validated Gemma 4
- * binding, tokenizer and backend. A gem_session is one sequence on it: KV
+ * A gem_engine is one loaded model: the mmapped file, its validated
+ * binding (a family behind model/model.h: Gemma 4, Qwen3.5), its
+ * tokenizer, chat format and backend. A gem_session is one sequence on it: KV
  * state, the token history and the logits of the last evaluated token.
  * Sessions share the engine's weights. Different sessions may be used from
  * different threads at once (one session from one thread at a time): the
@@ -22,9 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/chat.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
-#include "model/gemma4_kvplan.h" /* gemma4_kv_type, gemma4_kv_plan: what a context costs */
+#include "model/gemma4_kvplan.h" /* gemma4_kv_type: the --kv-type values */
 #include "tok/tok.h"
 #include "util/err.h"
 
@@ -36,7 +38,7 @@ typedef struct {
     int n_ctx;           /* 0: 4096, capped at the model's trained context; more than it: refused */
     int tile;            /* prompt tile, 0: the backend's (CPU 64, CUDA 2048) */
     int compat_llama;    /* reproduce llama.cpp's CPU GELU table (backend_opts.gelu_fp16) */
-    gemma4_kv_type kv_type; /* --kv-type: f32 (0, the default), f16, f16-full (gemma4_kvplan.h) */
+    gemma4_kv_type kv_type; /* --kv-type: f32 (0, the default), f16, f16-full (gemma4_kvplan.h; Qwen3.5: f32 only) */
     /* Testing: run only the first `layers` layers, then the output norm and
      * head (0 or less: all). Lets backends be compared at a depth where
      * random quantized models have not yet amplified rounding into chaos
@@ -61,9 +63,21 @@ typedef struct {
 typedef struct gem_engine gem_engine;
 typedef struct gem_session gem_session;
 
+/* What a session costs (the model's plan of its context, KV type and
+ * prompt tile): state_bytes its caches and recurrent state (each session
+ * its own), act_bytes a prompt tile's buffers, checkpoint_bytes an exact
+ * checkpoint of a full context. */
+typedef struct {
+    int n_ctx, tile;
+    const char *kv_type; /* "f32", "f16", "f16-full" */
+    uint64_t state_bytes, act_bytes, checkpoint_bytes;
+} gem_mem_plan;
+
 /* Opens the model and its backend, and plans the session's memory (the KV
  * plan of the context, KV type and prompt tile); refuses, before any
- * weight is loaded, a context beyond the trained one, a KV type the
+ * weight is loaded, a backend or option the model's family cannot run
+ * (Qwen3.5: any backend but the CPU, --mtp, f16 caches), a context beyond
+ * the trained one, a KV type the
  * backend does not keep, and a plan that does not fit the memory free now
  * (on a GPU: weights + plan + the backend's work reserve against its free
  * memory; on the CPU: the plan + work reserve against MemAvailable, the
@@ -77,8 +91,16 @@ const char *gem_engine_profile(const gem_engine *e);
 /* Device memory held by the engine's backend (0 on the CPU). */
 size_t gem_engine_mem_used(const gem_engine *e);
 int gem_engine_n_ctx(const gem_engine *e);
-/* The engine's KV plan (gemma4_kvplan.h): what its sessions allocate. */
-const gemma4_kv_plan *gem_engine_kv_plan(const gem_engine *e);
+/* The engine's plan: what its sessions allocate. */
+const gem_mem_plan *gem_engine_plan(const gem_engine *e);
+/* The model's family (general.architecture: "gemma4", "qwen35"), its
+ * vocabulary size (logits per token) and chat format (the template and
+ * the answer parser to use). */
+const char *gem_engine_arch(const gem_engine *e);
+uint32_t gem_engine_n_vocab(const gem_engine *e);
+chat_format gem_engine_chat_format(const gem_engine *e);
+/* Bytes of weights one decode step reads (benchmarks). */
+uint64_t gem_engine_decode_bytes(const gem_engine *e);
 /* The MTP drafter's profile name, or NULL without one. */
 const char *gem_engine_mtp(const gem_engine *e);
 /* Batched decode steps run so far, and the rows they carried (their mean
@@ -193,6 +215,8 @@ typedef struct {
      * stop_skip_close (both set: a reasoning channel's markers, so a stop
      * string never ends an answer inside its thought) */
     const char *stop_skip_open, *stop_skip_close;
+    int stop_skip_inside;    /* the answer starts between them (a prompt that
+                              * opens the thought: Qwen3.5's <think>) */
     const int32_t *force;    /* the first n_force tokens are these, not drawn */
     long n_force;
     int want_logits;         /* on_token sees each step's logits (the whole

@@ -10,9 +10,10 @@
 #include "engine/engine.h"
 #include "engine/spec_policy.h"
 #include "gguf/gguf.h"
-#include "model/gemma4.h"
-#include "model/gemma4_draft.h"
-#include "model/gemma4_run.h"
+#include "model/model.h"
+
+/* Tokens a turn marker may take. */
+#define ENGINE_TURN_MAX 16
 
 /* A session's one-token decode step waiting to be run in a batch. */
 typedef struct step_req {
@@ -26,19 +27,19 @@ typedef struct step_req {
 
 struct gem_engine {
     gguf_file *file;
-    gemma4_model *model;
+    gem_model *model; /* the family behind the seam (model/model.h), its MTP drafter and shared weights */
+    const model_info *info;
+    uint32_t n_vocab;
+    chat_format chat;
     tok *tok;
     backend *be;
     int n_ctx, tile;
-    gemma4_kv_plan plan; /* what a session allocates (gem_engine_open checked it fits) */
-    int layers; /* gem_engine_opts.layers */
-    int32_t turn_id; /* <|turn>, where gem_session_sync's checkpoints go; -1: none */
-    gguf_file *mtp_file; /* the MTP drafter (gem_engine_opts.mtp_path), or NULL */
-    gemma4_model *mtp;
-    /* the weights and tile buffers every session shares, made with the
-     * first session */
-    gemma4_core *core;
-    gemma4_draft_weights *mtp_w; /* the drafter's weights, made with the first session's drafter */
+    gem_mem_plan plan; /* what a session allocates (gem_engine_open checked it fits) */
+    /* the turn marker's tokens (<|turn>, <|im_start|>: one special token;
+     * a test vocabulary without it spells it in several), where
+     * gem_session_sync's checkpoints go; n_turn 0: none */
+    int32_t turn_ids[ENGINE_TURN_MAX];
+    int n_turn;
     int n_sessions;
     /* The gate (engine.c): sessions may run on different threads, and the
      * backend runs one op sequence at a time: a thread holds the gate
@@ -61,7 +62,7 @@ struct gem_engine {
 };
 
 struct gem_checkpoint {
-    gemma4_snap *snap;
+    model_snap *snap;
     int32_t *tokens;
     size_t n_tokens, cap;
     int next_ok; /* the snapshot holds the logits after its last token */
@@ -69,7 +70,7 @@ struct gem_checkpoint {
 
 struct gem_session {
     gem_engine *e;
-    gemma4_state *st;
+    model_state *st;
     int32_t *tokens;
     size_t n_tokens, cap;
     float *logits;
@@ -82,7 +83,7 @@ struct gem_session {
     size_t n_prompt, prompt_cap, n_kept;
     int synced;
     /* speculative decoding (spec.c): the MTP drafter, or the test drafter */
-    gemma4_drafter *mtp;
+    model_drafter *mtp;
     int32_t *replay;
     size_t n_replay;
     double replay_p;
@@ -102,7 +103,7 @@ void gate_leave(gem_engine *e);
 /* The one-token step of id (the session's newest token) with the greedy
  * choice after it in *next: the ordinary step while this is the only
  * generation decoding, else posted and run in a batch with the other
- * sessions' steps (the same result: gemma4_step_seqs). Called without the
+ * sessions' steps (the same result: model_step_seqs). Called without the
  * gate. */
 int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err);
 /* A generation enters (+1) or leaves (-1) its decode phase. */
@@ -119,8 +120,8 @@ void sess_restore(gem_session *s, const gem_checkpoint *c);
 
 /* The prefix policy (generate.c, engine.h gem_session_sync) over what a
  * session, live or parked, offers: its live tokens (whether the logits
- * after them are held; the lowest point its rings rewind to exactly,
- * gemma4_rewind_min) and its turn checkpoint (or NULL). How many of
+ * after them are held; the lowest point it rewinds to exactly,
+ * model_rewind_min: its n_past where the model cannot rewind) and its turn checkpoint (or NULL). How many of
  * ids[0..n) (n > 0) it keeps, and how. */
 typedef struct {
     const int32_t *t;
@@ -151,7 +152,7 @@ int spec_session_init(gem_session *s, gem_err *err);
 void spec_session_free(gem_session *s);
 int spec_has_drafter(const gem_session *s);
 /* Up to m drafts after id (fewer when the verification tile is smaller:
- * gemma4_spec_rows - 1), the next token at the session's position; returns
+ * model_spec_rows - 1), the next token at the session's position; returns
  * how many (0..m), or -1 with err set. */
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int32_t *out, gem_err *err);
 /* Evaluates ids[0..n) as one verification tile: best[i] is the target's

@@ -1,13 +1,15 @@
 /* The one generation loop (engine.h: gem_session_sync, gem_session_generate).
  *
  * Prefix policy. A session holds the tokens it evaluated and, apart from
- * them, one checkpoint: the exact state at the last turn start (<|turn>) of
+ * them, one checkpoint: the exact state at the last turn start (the
+ * model's turn marker: <|turn>, <|im_start|>) of
  * the last generated prompt, or at that prompt's end when it has none. A
  * new prompt continues the live state when it begins with everything the
  * session holds, or from the longest common prefix when the live state can
- * be rewound there exactly (gemma4_rewind_ok: the sliding rings keep a few
- * positions beyond the window; a chat's next turn usually re-renders the
- * answer with its last whitespace trimmed); else from the checkpoint, which
+ * be rewound there exactly (model_rewind_min: Gemma's sliding rings keep a
+ * few positions beyond the window, a recurrent state rewinds nowhere; a
+ * chat's next turn usually re-renders the answer with its last whitespace
+ * trimmed); else from the checkpoint, which
  * a thinking answer needs (it is re-rendered without its thought channel,
  * but the next turn repeats everything before its generation prompt,
  * which is where the checkpoint stands); whichever keeps more.
@@ -79,7 +81,7 @@ size_t keep_plan(const keep_src *k, const int32_t *ids, size_t n, keep_how *how)
 
 /* The session as keep_plan sees it. */
 static keep_src session_src(const gem_session *s) {
-    keep_src k = {s->tokens, s->n_tokens, s->logits_dev || s->logits_valid, gemma4_rewind_min(s->st), s->ck};
+    keep_src k = {s->tokens, s->n_tokens, s->logits_dev || s->logits_valid, model_rewind_min(s->st), s->ck};
     return k;
 }
 
@@ -96,7 +98,7 @@ long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err
     if (n > (size_t)s->e->n_ctx)
         return gem_err_set(err, "the prompt (%zu tokens) exceeds the context of %d", n, s->e->n_ctx);
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || (uint32_t)ids[i] >= GEMMA4_N_VOCAB)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->e->n_vocab)
             return gem_err_set(err, "token id %d at prompt position %zu is out of the vocabulary", ids[i], i);
     if (n > s->prompt_cap) {
         int32_t *p = realloc(s->prompt, n * sizeof *p);
@@ -110,7 +112,7 @@ long gem_session_sync(gem_session *s, const int32_t *ids, size_t n, gem_err *err
     const keep_src k = session_src(s);
     const size_t keep = keep_plan(&k, ids, n, &how);
     if (how == KEEP_REWIND) {
-        gemma4_rewind(s->st, (int)keep);
+        model_rewind(s->st, (int)keep);
         s->n_tokens = keep;
         s->logits_valid = s->logits_dev = 0;
     } else if (how == KEEP_CK) {
@@ -245,22 +247,24 @@ static int32_t constrained_draw(gem_session *s, sampler *smp, constraint *c, int
      * positions allow a handful); otherwise the logits are copied under
      * the mask word by word (whole words allowed or refused at once: the
      * mask's cost is a copy of the logits, not a branch per token) */
+    const uint32_t V = s->e->n_vocab;
     if (sampler_is_greedy(smp) && n_ok <= GEN_FEW_ALLOWED) {
         int32_t best = -1;
-        for (uint32_t w = 0; w < (GEMMA4_N_VOCAB + 31) / 32; w++)
+        for (uint32_t w = 0; w < (V + 31) / 32; w++)
             for (uint32_t b = c->bits[w]; b; b &= b - 1) {
                 const int32_t i = (int32_t)(32 * w + (uint32_t)__builtin_ctz(b));
                 if (best < 0 || l[i] > l[best]) best = i; /* ascending ids: ties keep the lowest, as gem_argmax */
             }
         return best;
     }
-    for (uint32_t w = 0; w < GEMMA4_N_VOCAB / 32; w++) {
+    for (uint32_t w = 0; w < (V + 31) / 32; w++) {
         const uint32_t b = c->bits[w];
         float *m = c->masked + 32 * w;
         const float *src = l + 32 * w;
-        if (b == 0xffffffffu) memcpy(m, src, 32 * sizeof *m);
+        const uint32_t width = V - 32 * w < 32 ? V - 32 * w : 32; /* a vocabulary's last, partial word */
+        if (b == 0xffffffffu && width == 32) memcpy(m, src, 32 * sizeof *m);
         else
-            for (int k = 0; k < 32; k++) m[k] = b >> k & 1 ? src[k] : -INFINITY;
+            for (uint32_t k = 0; k < width; k++) m[k] = b >> k & 1 ? src[k] : -INFINITY;
     }
     size_t nh;
     const int32_t *hist = gem_session_tokens(s, &nh);
@@ -282,21 +286,23 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     r->stop_index = -1;
     if (!s->synced) return gem_err_set(err, "nothing to generate from: gem_session_sync sets the prompt");
     s->synced = 0;
+    const uint32_t V = e->n_vocab;
     for (long i = 0; i < p->n_force; i++)
-        if (p->force[i] < 0 || (uint32_t)p->force[i] >= GEMMA4_N_VOCAB)
+        if (p->force[i] < 0 || (uint32_t)p->force[i] >= V)
             return gem_err_set(err, "forced token id %d is out of the vocabulary", p->force[i]);
     const int32_t *prompt = s->prompt;
     const size_t n = s->n_prompt;
     r->n_prompt = (long)n;
     r->n_cached = (long)s->n_kept;
-    sampler *smp = sampler_new(&p->sampling, GEMMA4_N_VOCAB);
+    sampler *smp = sampler_new(&p->sampling, V);
     if (!smp) return gem_err_set(err, "out of memory");
     /* greedy without penalties: the argmax is taken on the backend and only
      * the chosen id comes back (a GPU then skips reading the vocabulary) */
     const int greedy = sampler_is_greedy(smp) && !p->want_logits;
     const double t0 = gem_now_s();
     double t_first = t0;
-    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, 0, 0}, 0};
+    const int in_skip = p->stop_skip_inside && p->stop_skip_open && p->stop_skip_close;
+    text_sink text = {cb, {p->stop, p->stop_len, p->n_stop, p->stop_skip_open, p->stop_skip_close, {0}, 0, in_skip, 0}, 0};
     tok_stream ts = {{0}, 0};
     const int detok = cb->on_text || p->n_stop > 0;
     int rc = -1;
@@ -308,15 +314,14 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
         if (!e->gv) e->gv = gram_vocab_new(e->tok, err);
         pthread_mutex_unlock(&e->mu);
         if (!e->gv) goto out;
-        if (gram_vocab_size(e->gv) != GEMMA4_N_VOCAB) {
-            gem_err_set(err, "the grammar vocabulary has %u tokens, the model %u", gram_vocab_size(e->gv),
-                        (unsigned)GEMMA4_N_VOCAB);
+        if (gram_vocab_size(e->gv) != V) {
+            gem_err_set(err, "the grammar vocabulary has %u tokens, the model %u", gram_vocab_size(e->gv), (unsigned)V);
             goto out;
         }
         con.gv = e->gv;
         con.st = gram_state_new(p->grammar);
-        con.bits = malloc((GEMMA4_N_VOCAB + 31) / 32 * sizeof *con.bits);
-        con.masked = malloc(GEMMA4_N_VOCAB * sizeof *con.masked);
+        con.bits = malloc((V + 31) / 32 * sizeof *con.bits);
+        con.masked = malloc((size_t)(V + 31) / 32 * 32 * sizeof *con.masked);
         if (!con.st || !con.bits || !con.masked) {
             gem_err_set(err, "out of memory");
             goto out;
@@ -324,9 +329,10 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
     }
 
     size_t ck_at = p->no_checkpoint ? (size_t)-1 : n; /* the last turn start, or the end */
-    if (e->turn_id >= 0 && !p->no_checkpoint)
+    const size_t nt = (size_t)e->n_turn;
+    if (nt && !p->no_checkpoint)
         for (size_t i = n; i-- > 1;)
-            if (prompt[i] == e->turn_id) {
+            if (i + nt <= n && !memcmp(prompt + i, e->turn_ids, nt * sizeof *prompt)) {
                 ck_at = i;
                 break;
             }
@@ -506,7 +512,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
             rows[0] = id;
             memcpy(rows + 1, drafts, (size_t)m * sizeof *drafts);
             if (!greedy && !row_logits &&
-                !(row_logits = malloc((size_t)SPEC_ROWS * GEMMA4_N_VOCAB * sizeof *row_logits))) {
+                !(row_logits = malloc((size_t)SPEC_ROWS * V * sizeof *row_logits))) {
                 gate_leave(e);
                 gem_err_set(err, "out of memory");
                 goto fail;
@@ -523,7 +529,7 @@ int gem_session_generate(gem_session *s, const gem_gen_params *p, const gem_gen_
                 const int32_t *hist = gem_session_tokens(s, &nh);
                 const size_t base = nh - (size_t)(m + 1);
                 for (;; acc++) {
-                    best[acc] = sampler_sample(smp, row_logits + (size_t)acc * GEMMA4_N_VOCAB, hist, base + (size_t)acc + 1);
+                    best[acc] = sampler_sample(smp, row_logits + (size_t)acc * V, hist, base + (size_t)acc + 1);
                     if (acc == m || best[acc] != drafts[acc]) break;
                 }
             }

@@ -1,13 +1,14 @@
 /* Parked sessions (engine.h gem_session_park): a session's reusable state
  * copied into host memory, to be given back to any session of the engine
  * later. A server keeps a pool of them (its prompt cache), so it must not
- * take device memory: the snapshots are host ones (gemma4_snap_save_host,
- * the backend's kv_save), whatever the backend.
+ * take device memory: the snapshots are host ones (model_snap_save_host),
+ * whatever the backend.
  *
  * What is parked is what gem_session_sync chooses from: the live state
  * and the turn checkpoint. The checkpoint is left out when the live
- * state's rings rewind to it exactly (the live state then keeps at least
- * as much of any prompt that continues it), so a chat parked after an
+ * state rewinds to it exactly (Gemma's rings can; a recurrent state
+ * never does) (the live state then keeps at least as much of any prompt
+ * that continues it), so a chat parked after an
  * answer re-rendered as generated costs one copy, and one whose answer is
  * re-rendered differently (a thought dropped) keeps the checkpoint at its
  * last turn start too. */
@@ -35,7 +36,7 @@ static gem_checkpoint *ck_with(const int32_t *t, size_t n, gem_err *err) {
 }
 
 static size_t ck_bytes(const gem_checkpoint *c) {
-    return c ? sizeof *c + c->cap * sizeof(int32_t) + (c->snap ? gemma4_snap_bytes(c->snap) : 0) : 0;
+    return c ? sizeof *c + c->cap * sizeof(int32_t) + (c->snap ? model_snap_bytes(c->snap) : 0) : 0;
 }
 
 static int is_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
@@ -51,14 +52,14 @@ gem_park *gem_session_park(gem_session *s, gem_err *err) {
     gate_enter(s->e, 0);
     int rc = 0;
     if (s->n_tokens) {
-        rc = !(p->live = ck_with(s->tokens, s->n_tokens, err)) || gemma4_snap_save_host(s->st, &p->live->snap, err);
+        rc = !(p->live = ck_with(s->tokens, s->n_tokens, err)) || model_snap_save_host(s->st, &p->live->snap, err);
     }
     const gem_checkpoint *c = s->ck;
-    const int covered = p->live && c && c->n_tokens >= (size_t)gemma4_rewind_min(s->st) &&
+    const int covered = p->live && c && c->n_tokens >= (size_t)model_rewind_min(s->st) &&
                         is_prefix(c->tokens, c->n_tokens, s->tokens, s->n_tokens);
     if (!rc && c && c->n_tokens && !covered)
         rc = !(p->turn = ck_with(c->tokens, c->n_tokens, err)) ||
-             gemma4_snap_to_host(c->snap, s->st, &p->turn->snap, err);
+             model_snap_to_host(c->snap, s->st, &p->turn->snap, err);
     gate_leave(s->e);
     if (!rc && !p->live && !p->turn) rc = gem_err_set(err, "the session holds nothing to park");
     if (rc) {
@@ -73,7 +74,7 @@ int gem_session_unpark(gem_session *s, const gem_park *p, gem_err *err) {
     gem_checkpoint *turn = NULL;
     gate_enter(s->e, 0);
     int rc = p->turn && (!(turn = ck_with(p->turn->tokens, p->turn->n_tokens, err)) ||
-                         gemma4_snap_to_host(p->turn->snap, s->st, &turn->snap, err));
+                         model_snap_to_host(p->turn->snap, s->st, &turn->snap, err));
     if (rc) {
         gem_checkpoint_free(turn);
         turn = NULL;
@@ -97,7 +98,7 @@ long gem_park_keeps(const gem_park *p, const int32_t *ids, size_t n) {
     if (p->live) {
         k.t = p->live->tokens;
         k.n = p->live->n_tokens;
-        k.rewind_min = gemma4_snap_rewind_min(p->live->snap);
+        k.rewind_min = model_snap_rewind_min(p->live->snap);
     }
     keep_how how;
     return (long)keep_plan(&k, ids, n, &how);

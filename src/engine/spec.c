@@ -7,7 +7,8 @@
  * of the kept tokens would have left (history, positions, caches, the last
  * token's logits and hidden state): the target's rows are row-exact
  * (backend.h) and its sliding rings keep SPEC_ROWS slots beyond the
- * window (gemma4_spec_init). */
+ * window (gemma4_spec_init, behind model_spec_init). Models without
+ * exact verification tiles (MODEL_CAP_SPEC) get no drafter. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,20 +16,16 @@
 #include "util/rng.h"
 
 int spec_session_init(gem_session *s, gem_err *err) {
-    if (!s->e->mtp) return 0;
-    if (s->e->layers > 0 && (uint32_t)s->e->layers < s->e->model->profile->n_layer)
-        return gem_err_set(err, "--mtp: the drafter reads the target's last layers, which a run of %d of %u layers "
-                           "never fills", s->e->layers, s->e->model->profile->n_layer);
-    if (gemma4_spec_init(s->st, SPEC_ROWS, err)) return -1;
-    /* one copy of the drafter's weights for every session (under the gate:
+    if (!model_mtp_name(s->e->model)) return 0;
+    if (model_spec_init(s->st, SPEC_ROWS, err)) return -1;
+    /* the drafters share one copy of its weights (made under the gate:
      * gem_session_new) */
-    if (!s->e->mtp_w && !(s->e->mtp_w = gemma4_draft_weights_new(s->e->mtp, s->e->be, err))) return -1;
-    if (!(s->mtp = gemma4_drafter_on(s->e->mtp_w, s->st, err))) return -1;
+    if (!(s->mtp = model_drafter_new(s->st, err))) return -1;
     return 0;
 }
 
 void spec_session_free(gem_session *s) {
-    gemma4_drafter_free(s->mtp);
+    model_drafter_free(s->mtp);
     s->mtp = NULL;
     free(s->replay);
     s->replay = NULL;
@@ -44,7 +41,7 @@ int gem_session_set_replay(gem_session *s, const int32_t *ids, size_t n, double 
     s->n_replay = 0;
     if (n == 0) return 0;
     if (!(p_right >= 0 && p_right <= 1)) return gem_err_set(err, "replay drafter: p_right %g is not in [0, 1]", p_right);
-    if (gemma4_spec_init(s->st, SPEC_ROWS, err)) return -1;
+    if (model_spec_init(s->st, SPEC_ROWS, err)) return -1;
     if (!(s->replay = malloc(n * sizeof *ids))) return gem_err_set(err, "out of memory");
     memcpy(s->replay, ids, n * sizeof *ids);
     s->n_replay = n;
@@ -60,14 +57,14 @@ static int replay_draft(gem_session *s, int m, int32_t *out) {
     for (; k < m && pos + 1 + (size_t)k < s->n_replay; k++) {
         const int32_t want = s->replay[pos + 1 + (size_t)k];
         const double u = (double)(rng_splitmix64(&s->replay_rng) >> 11) * (1.0 / 9007199254740992.0);
-        out[k] = u < s->replay_p ? want : (int32_t)((uint32_t)(want + 1) % GEMMA4_N_VOCAB);
+        out[k] = u < s->replay_p ? want : (int32_t)((uint32_t)(want + 1) % s->e->n_vocab);
     }
     return k;
 }
 
 int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int32_t *out, gem_err *err) {
     if (m <= 0) return 0;
-    if (m > gemma4_spec_rows(s->st) - 1) m = gemma4_spec_rows(s->st) - 1;
+    if (m > model_spec_rows(s->st) - 1) m = model_spec_rows(s->st) - 1;
     if (s->n_replay) return replay_draft(s, m, out);
     if (!s->mtp) return 0;
     const int want_p = p_min > 0 || p_prod > 0;
@@ -75,7 +72,7 @@ int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int
     int k = 0;
     for (int32_t prev = id; k < m; k++) {
         float p = 1;
-        if (gemma4_draft_step(s->mtp, prev, k == 0, &out[k], want_p ? &p : NULL, NULL, err)) return -1;
+        if (model_draft_step(s->mtp, prev, k == 0, &out[k], want_p ? &p : NULL, err)) return -1;
         prev = out[k];
         run *= p;
         /* an unsure drafter's next proposals are rarely accepted: stop when
@@ -94,12 +91,12 @@ int spec_draft(gem_session *s, int32_t id, int m, float p_min, float p_prod, int
 int spec_verify(gem_session *s, const int32_t *ids, int n, int32_t *best, float *logits, gem_err *err) {
     s->synced = 0;
     s->logits_valid = s->logits_dev = 0;
-    if (gemma4_verify(s->st, ids, n, best, logits, err)) return -1;
+    if (model_verify(s->st, ids, n, best, logits, err)) return -1;
     return session_remember(s, ids, n, err);
 }
 
 void spec_keep(gem_session *s, int n, int keep) {
-    gemma4_spec_keep(s->st, keep);
+    model_spec_keep(s->st, keep);
     s->n_tokens -= (size_t)(n - keep);
     s->logits_dev = 1; /* the kept row's logits are the backend's last */
     s->logits_valid = 0;

@@ -38,15 +38,35 @@ struct qwen35_state {
     be_kv **kv;              /* attention layers' caches (NULL elsewhere) */
     be_buf **conv, **ssm;    /* GDN layers' recurrent state (NULL elsewhere) */
     be_buf *h, *a, *mix, *qkvr, *qkv, *z, *al, *be, *o, *o2, *qg, *q, *k, *v, *att, *fg, *fu, *act;
-    be_buf *last, *logits, *all; /* all: the head over a tile (all_logits), made on first use */
+    be_buf *last, *logits, *topk;
+    be_buf *all; /* the head over a tile (all_logits), made on first use */
 };
 
+/* A checkpoint's floats (snap_floats' layout) on the backend (buf) or, for
+ * a host snapshot, in host memory (host). */
 struct qwen35_snap {
     backend *b;
     be_buf *buf;
+    float *host;
     size_t cap; /* floats */
     int n_past;
 };
+
+/* The tile buffers of a state, in floats, in the order it allocates them
+ * (qwen35_plan counts the same). */
+enum {
+    Q35T_H, Q35T_A, Q35T_MIX, Q35T_QKVR, Q35T_QKV, Q35T_Z, Q35T_AL, Q35T_BE, Q35T_O, Q35T_O2, Q35T_QG, Q35T_Q,
+    Q35T_K, Q35T_V, Q35T_ATT, Q35T_FG, Q35T_FU, Q35T_ACT, Q35T_LAST, Q35T_LOGITS, Q35T_TOPK, Q35T_COUNT
+};
+
+static void tile_floats(const qwen35_profile *p, int tile, size_t nf[Q35T_COUNT]) {
+    const size_t T = (size_t)tile, H = p->n_embd, C = qwen35_conv_dim(p), Vd = qwen35_value_dim(p);
+    const size_t qd = (size_t)p->n_head * p->head_dim, kvd = (size_t)p->n_head_kv * p->head_dim;
+    const size_t v[Q35T_COUNT] = {T * H, T * H, T * H, T * C, T * C, T * Vd, T * p->n_v_heads, T * p->n_v_heads,
+                                  T * Vd, T * Vd, T * 2 * qd, T * qd, T * kvd, T * kvd, T * qd, T * p->n_ff,
+                                  T * p->n_ff, T * p->n_ff, H, p->n_vocab, 2 * BE_TOPK_MAX};
+    memcpy(nf, v, sizeof v);
+}
 
 int qwen35_backend_check(const backend *b, gem_err *err) {
     const struct {
@@ -95,7 +115,7 @@ void qwen35_state_free(qwen35_state *s) {
     free(s->conv);
     free(s->ssm);
     be_buf *bufs[] = {s->h, s->a, s->mix, s->qkvr, s->qkv, s->z, s->al, s->be, s->o, s->o2, s->qg, s->q, s->k, s->v,
-                      s->att, s->fg, s->fu, s->act, s->last, s->logits, s->all};
+                      s->att, s->fg, s->fu, s->act, s->last, s->logits, s->topk, s->all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) b->buf_free(b, bufs[i]);
     free(s);
@@ -103,6 +123,24 @@ void qwen35_state_free(qwen35_state *s) {
 
 static size_t conv_floats(const qwen35_profile *p) { return (size_t)(QWEN35_CONV_KERNEL - 1) * qwen35_conv_dim(p); }
 static size_t ssm_floats(const qwen35_profile *p) { return (size_t)p->n_v_heads * p->d_state * p->d_state; }
+
+void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, qwen35_mem *out) {
+    memset(out, 0, sizeof *out);
+    uint64_t kv = 0, rec = 0;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        /* f32 keys and values of n_ctx positions (kv_new's linear cache) */
+        if (qwen35_layer_is_attn(il)) kv += 2ull * (uint64_t)n_ctx * p->n_head_kv * p->head_dim * 4;
+        else rec += (uint64_t)(conv_floats(p) + ssm_floats(p)) * 4;
+    }
+    size_t nf[Q35T_COUNT];
+    tile_floats(p, tile, nf);
+    for (int i = 0; i < Q35T_COUNT; i++) out->act_bytes += (uint64_t)nf[i] * 4;
+    out->kv_bytes = kv;
+    out->recurrent_bytes = rec;
+    /* a checkpoint of a full context: the caches' filled positions, the
+     * recurrent states and the last logits */
+    out->checkpoint_bytes = kv + rec + (uint64_t)p->n_vocab * 4;
+}
 
 qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int tile, gem_err *err) {
     if (qwen35_backend_check(b, err)) return NULL;
@@ -155,19 +193,13 @@ qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int
         }
     }
 #undef UP
-    const size_t T = (size_t)s->tile, H = p->n_embd, C = qwen35_conv_dim(p), Vd = qwen35_value_dim(p);
-    const size_t qd = (size_t)p->n_head * p->head_dim, kvd = (size_t)p->n_head_kv * p->head_dim;
-    const struct {
-        be_buf **dst;
-        size_t n;
-    } want[] = {
-        {&s->h, T * H}, {&s->a, T * H}, {&s->mix, T * H}, {&s->qkvr, T * C}, {&s->qkv, T * C}, {&s->z, T * Vd},
-        {&s->al, T * p->n_v_heads}, {&s->be, T * p->n_v_heads}, {&s->o, T * Vd}, {&s->o2, T * Vd},
-        {&s->qg, T * 2 * qd}, {&s->q, T * qd}, {&s->k, T * kvd}, {&s->v, T * kvd}, {&s->att, T * qd},
-        {&s->fg, T * p->n_ff}, {&s->fu, T * p->n_ff}, {&s->act, T * p->n_ff}, {&s->last, H}, {&s->logits, p->n_vocab},
-    };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!(*want[i].dst = b->alloc(b, want[i].n, err))) goto fail;
+    size_t nf[Q35T_COUNT];
+    tile_floats(p, s->tile, nf);
+    be_buf **dst[Q35T_COUNT] = {&s->h, &s->a, &s->mix, &s->qkvr, &s->qkv, &s->z, &s->al, &s->be, &s->o, &s->o2,
+                                &s->qg, &s->q, &s->k, &s->v, &s->att, &s->fg, &s->fu, &s->act, &s->last, &s->logits,
+                                &s->topk};
+    for (int i = 0; i < Q35T_COUNT; i++)
+        if (!(*dst[i] = b->alloc(b, nf[i], err))) goto fail;
     qwen35_reset(s);
     return s;
 fail:
@@ -230,8 +262,9 @@ static void attn_layer(qwen35_state *s, uint32_t il, int n, int pos0) {
 }
 
 /* One tile of n <= s->tile tokens; the head on the last row (into
- * s->logits) or every row (into s->all). */
-static void tile(qwen35_state *s, const int32_t *ids, int n, int all_rows) {
+ * s->logits, HEAD_LAST), every row (into s->all, HEAD_ALL) or none. */
+enum { HEAD_NONE, HEAD_LAST, HEAD_ALL };
+static void tile(qwen35_state *s, const int32_t *ids, int n, int head) {
     backend *b = s->b;
     const qwen35_profile *p = s->m->profile;
     const int H = (int)p->n_embd, F = (int)p->n_ff;
@@ -250,11 +283,11 @@ static void tile(qwen35_state *s, const int32_t *ids, int n, int all_rows) {
         b->matmul(b, s->L[il].down, s->act, n, s->mix);
         b->add(b, s->h, s->mix, (size_t)n * H);
     }
-    if (all_rows) {
+    if (head == HEAD_ALL) {
         b->rmsnorm(b, s->h, s->out_norm, n, H, EPS, s->a);
         b->matmul(b, s->head, s->a, n, s->all);
         b->copy(b, s->all, (size_t)(n - 1) * p->n_vocab, s->logits, 0, p->n_vocab);
-    } else {
+    } else if (head == HEAD_LAST) {
         b->copy(b, s->h, (size_t)(n - 1) * H, s->last, 0, (size_t)H);
         b->rmsnorm(b, s->last, s->out_norm, 1, H, EPS, s->last);
         b->matmul(b, s->head, s->last, 1, s->logits);
@@ -262,7 +295,8 @@ static void tile(qwen35_state *s, const int32_t *ids, int n, int all_rows) {
     s->n_past += n;
 }
 
-int qwen35_eval(qwen35_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+/* The checks every evaluation makes before changing anything. */
+static int eval_check(const qwen35_state *s, const int32_t *ids, int n, gem_err *err) {
     const qwen35_profile *p = s->m->profile;
     if (n < 1) return gem_err_set(err, "nothing to evaluate");
     if (n > s->n_ctx - s->n_past)
@@ -271,16 +305,60 @@ int qwen35_eval(qwen35_state *s, const int32_t *ids, int n, float *logits, int a
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= p->n_vocab)
             return gem_err_set(err, "token id %d at %d is outside the vocabulary of %u", ids[i], i, p->n_vocab);
+    return 0;
+}
+
+int qwen35_eval(qwen35_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err) {
+    const qwen35_profile *p = s->m->profile;
+    if (eval_check(s, ids, n, err)) return -1;
     backend *b = s->b;
     if (all_logits && logits && !s->all && !(s->all = b->alloc(b, (size_t)s->tile * p->n_vocab, err))) return -1;
     for (int t = 0; t < n; t += s->tile) {
         const int m = n - t < s->tile ? n - t : s->tile;
         const int rows = all_logits && logits;
-        tile(s, ids + t, m, rows);
+        /* tiles before the last need no head unless every row's logits are asked for */
+        tile(s, ids + t, m, rows ? HEAD_ALL : t + m == n ? HEAD_LAST : HEAD_NONE);
         if (rows) b->download(b, s->all, 0, logits + (size_t)t * p->n_vocab, (size_t)m * p->n_vocab);
     }
     if (logits && !all_logits) b->download(b, s->logits, 0, logits, p->n_vocab);
     if (!logits) b->sync(b);
+    return b->status ? b->status(b, err) : 0;
+}
+
+int qwen35_eval_greedy(qwen35_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err) {
+    if (qwen35_eval(s, ids, n, NULL, 0, err)) return -1;
+    backend *b = s->b;
+    float f;
+    b->argmax(b, s->logits, 1, (int)s->m->profile->n_vocab, s->topk);
+    b->download(b, s->topk, 0, &f, 1);
+    *next = (int32_t)f;
+    return b->status ? b->status(b, err) : 0;
+}
+
+int qwen35_prefill(qwen35_state *s, const int32_t *ids, int n, gem_err *err) {
+    if (eval_check(s, ids, n, err)) return -1;
+    for (int t = 0; t < n; t += s->tile) tile(s, ids + t, n - t < s->tile ? n - t : s->tile, HEAD_NONE);
+    s->b->sync(s->b);
+    return s->b->status ? s->b->status(s->b, err) : 0;
+}
+
+int qwen35_logits(qwen35_state *s, float *dst, gem_err *err) {
+    s->b->download(s->b, s->logits, 0, dst, s->m->profile->n_vocab);
+    return s->b->status ? s->b->status(s->b, err) : 0;
+}
+
+int qwen35_topk(qwen35_state *s, int k, float *vals, int32_t *ids, gem_err *err) {
+    backend *b = s->b;
+    const uint32_t V = s->m->profile->n_vocab;
+    if (k < 1 || k > BE_TOPK_MAX || (uint32_t)k > V) return gem_err_set(err, "top-k of %d (1..%d)", k, BE_TOPK_MAX);
+    if (!b->topk) return gem_err_set(err, "backend '%s' has no top-k op", b->name);
+    float out[2 * BE_TOPK_MAX];
+    b->topk(b, s->logits, (int)V, k, s->topk);
+    b->download(b, s->topk, 0, out, 2 * (size_t)k);
+    for (int i = 0; i < k; i++) {
+        vals[i] = out[i];
+        ids[i] = (int32_t)out[k + i];
+    }
     return b->status ? b->status(b, err) : 0;
 }
 
@@ -305,6 +383,21 @@ static size_t snap_floats(const qwen35_state *s, int n_past) {
     return n;
 }
 
+/* Makes sn a backend snapshot of at least `need` floats (a host one turns
+ * into a backend one). */
+static int snap_room(qwen35_state *s, qwen35_snap *sn, size_t need, gem_err *err) {
+    backend *b = s->b;
+    free(sn->host);
+    sn->host = NULL;
+    if (sn->buf && sn->cap >= need) return 0;
+    if (sn->buf) b->buf_free(b, sn->buf);
+    sn->buf = NULL;
+    sn->cap = 0;
+    if (!(sn->buf = b->alloc(b, need, err))) return -1;
+    sn->cap = need;
+    return 0;
+}
+
 int qwen35_snap_save(qwen35_state *s, qwen35_snap **snap, gem_err *err) {
     backend *b = s->b;
     const qwen35_profile *p = s->m->profile;
@@ -312,12 +405,7 @@ int qwen35_snap_save(qwen35_state *s, qwen35_snap **snap, gem_err *err) {
     if (!*snap && !(*snap = calloc(1, sizeof **snap))) return gem_err_set(err, "out of memory");
     qwen35_snap *sn = *snap;
     sn->b = b;
-    if (sn->cap < need) {
-        if (sn->buf) b->buf_free(b, sn->buf);
-        sn->cap = 0;
-        if (!(sn->buf = b->alloc(b, need, err))) return -1;
-        sn->cap = need;
-    }
+    if (snap_room(s, sn, need, err)) return -1;
     size_t off = 0;
     for (uint32_t il = 0; il < p->n_layer; il++) {
         if (s->kv[il]) {
@@ -335,29 +423,82 @@ int qwen35_snap_save(qwen35_state *s, qwen35_snap **snap, gem_err *err) {
     return 0;
 }
 
+/* A host snapshot holds the same floats as a backend one (kv_save writes
+ * kv_stash's bytes), logits included. */
+int qwen35_snap_save_host(qwen35_state *s, qwen35_snap **snap, gem_err *err) {
+    backend *b = s->b;
+    const qwen35_profile *p = s->m->profile;
+    const size_t need = snap_floats(s, s->n_past);
+    qwen35_snap *sn = calloc(1, sizeof *sn);
+    if (!sn || !(sn->host = malloc(need * sizeof(float)))) {
+        free(sn);
+        return gem_err_set(err, "out of memory for a parked session (%zu bytes)", need * sizeof(float));
+    }
+    sn->b = b;
+    sn->cap = need;
+    size_t off = 0;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        if (s->kv[il]) {
+            b->kv_save(b, s->kv[il], s->n_past, sn->host + off);
+            off += (b->kv_bytes(b, s->kv[il], s->n_past) + 3) / 4;
+        } else {
+            b->download(b, s->conv[il], 0, sn->host + off, conv_floats(p));
+            off += conv_floats(p);
+            b->download(b, s->ssm[il], 0, sn->host + off, ssm_floats(p));
+            off += ssm_floats(p);
+        }
+    }
+    b->download(b, s->logits, 0, sn->host + off, p->n_vocab);
+    sn->n_past = s->n_past;
+    *snap = sn;
+    return 0;
+}
+
+int qwen35_snap_to_host(const qwen35_snap *src, qwen35_snap **snap, gem_err *err) {
+    qwen35_snap *sn = calloc(1, sizeof *sn);
+    if (!sn || !(sn->host = malloc(src->cap * sizeof(float)))) {
+        free(sn);
+        return gem_err_set(err, "out of memory for a parked session (%zu bytes)", src->cap * sizeof(float));
+    }
+    sn->b = src->b;
+    sn->cap = src->cap;
+    sn->n_past = src->n_past;
+    if (src->host) memcpy(sn->host, src->host, src->cap * sizeof(float));
+    else src->b->download(src->b, src->buf, 0, sn->host, src->cap);
+    *snap = sn;
+    return 0;
+}
+
 void qwen35_snap_load(qwen35_state *s, const qwen35_snap *sn) {
     backend *b = s->b;
     const qwen35_profile *p = s->m->profile;
     size_t off = 0;
     for (uint32_t il = 0; il < p->n_layer; il++) {
         if (s->kv[il]) {
-            b->kv_unstash(b, s->kv[il], sn->n_past, sn->buf, off * 4);
+            if (sn->host) b->kv_load(b, s->kv[il], sn->n_past, sn->host + off);
+            else b->kv_unstash(b, s->kv[il], sn->n_past, sn->buf, off * 4);
             off += (b->kv_bytes(b, s->kv[il], sn->n_past) + 3) / 4;
         } else {
-            b->copy(b, sn->buf, off, s->conv[il], 0, conv_floats(p));
+            if (sn->host) b->upload(b, s->conv[il], 0, sn->host + off, conv_floats(p));
+            else b->copy(b, sn->buf, off, s->conv[il], 0, conv_floats(p));
             off += conv_floats(p);
-            b->copy(b, sn->buf, off, s->ssm[il], 0, ssm_floats(p));
+            if (sn->host) b->upload(b, s->ssm[il], 0, sn->host + off, ssm_floats(p));
+            else b->copy(b, sn->buf, off, s->ssm[il], 0, ssm_floats(p));
             off += ssm_floats(p);
         }
     }
-    b->copy(b, sn->buf, off, s->logits, 0, p->n_vocab);
+    if (sn->host) b->upload(b, s->logits, 0, sn->host + off, p->n_vocab);
+    else b->copy(b, sn->buf, off, s->logits, 0, p->n_vocab);
     s->n_past = sn->n_past;
 }
 
 int qwen35_snap_n_past(const qwen35_snap *snap) { return snap->n_past; }
+int qwen35_snap_is_host(const qwen35_snap *snap) { return snap->host != NULL; }
+size_t qwen35_snap_bytes(const qwen35_snap *snap) { return snap->cap * sizeof(float); }
 
 void qwen35_snap_free(qwen35_snap *snap) {
     if (!snap) return;
     if (snap->buf) snap->b->buf_free(snap->b, snap->buf);
+    free(snap->host);
     free(snap);
 }

@@ -44,6 +44,29 @@ int qwen35_n_ctx(const qwen35_state *s);
  * would overflow or an id is outside the vocabulary. */
 int qwen35_eval(qwen35_state *s, const int32_t *ids, int n, float *logits, int all_logits, gem_err *err);
 
+/* As qwen35_eval, but only the argmax of the last token's logits (lowest
+ * id on ties) comes back, taken on the backend. */
+int qwen35_eval_greedy(qwen35_state *s, const int32_t *ids, int n, int32_t *next, gem_err *err);
+/* As qwen35_eval without the head (a prompt's tiles before its last): the
+ * state advances exactly as eval's; the backend's logits are undefined
+ * until the next eval. */
+int qwen35_prefill(qwen35_state *s, const int32_t *ids, int n, gem_err *err);
+/* The last evaluated token's logits on the backend: all of them, or the k
+ * largest (k <= BE_TOPK_MAX; value descending, lowest id first among
+ * equals; the backend's topk op). */
+int qwen35_logits(qwen35_state *s, float *dst, gem_err *err);
+int qwen35_topk(qwen35_state *s, int k, float *vals, int32_t *ids, gem_err *err);
+
+/* What a state of n_ctx positions and prompt tiles of `tile` tokens
+ * allocates besides the weights: the attention layers' f32 KV caches
+ * (kv_bytes, grows with the context), the GDN layers' recurrent states
+ * (recurrent_bytes, fixed), the tile's activation buffers (act_bytes);
+ * and what an exact checkpoint of a full context takes. */
+typedef struct {
+    uint64_t kv_bytes, recurrent_bytes, act_bytes, checkpoint_bytes;
+} qwen35_mem;
+void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, qwen35_mem *out);
+
 /* Back to an empty sequence (position 0, zero recurrent state). */
 void qwen35_reset(qwen35_state *s);
 
@@ -60,5 +83,16 @@ int qwen35_snap_save(qwen35_state *s, qwen35_snap **snap, gem_err *err);
 void qwen35_snap_load(qwen35_state *s, const qwen35_snap *snap);
 int qwen35_snap_n_past(const qwen35_snap *snap);
 void qwen35_snap_free(qwen35_snap *snap);
+
+/* Host snapshots: the same contents in host memory, so that many of them
+ * (a server's parked sessions) take no device memory. save_host makes *snap
+ * (new) from the state; to_host makes *snap (new) from src, a snapshot of
+ * either kind. qwen35_snap_load takes either kind; qwen35_snap_save over a
+ * host snapshot turns it back into a backend one. bytes: the memory it
+ * holds. */
+int qwen35_snap_save_host(qwen35_state *s, qwen35_snap **snap, gem_err *err);
+int qwen35_snap_to_host(const qwen35_snap *src, qwen35_snap **snap, gem_err *err);
+int qwen35_snap_is_host(const qwen35_snap *snap);
+size_t qwen35_snap_bytes(const qwen35_snap *snap);
 
 #endif

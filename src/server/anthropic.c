@@ -529,6 +529,7 @@ static int parse_stop(const json *v, api_request *r, api_error *e) {
 int anth_parse(const char *body, size_t n, const api_opts *o, int count_only, api_request *r, api_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = API_CHAT;
+    r->format = o->format;
     r->n = 1; /* one answer (Anthropic has no n) */
     r->enable_thinking = -1;
     r->cache_prompt = 1;

@@ -610,6 +610,7 @@ int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_
     if (r->root->type != JSON_OBJECT)
         return api_fail(e, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object, not %s",
                         api_type_name(r->root));
+    r->format = o->format;
     if (parse_common(r->root, o, r, e)) return -1;
     return kind == API_CHAT ? parse_chat(r->root, r, e) : parse_completion(r->root, o, r, e);
 }
@@ -623,9 +624,14 @@ void api_request_free(api_request *r) {
     memset(r, 0, sizeof *r);
 }
 
+int api_opens_reasoning(const api_request *r) {
+    const chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>", r->format};
+    return chat_render_opens_reasoning(&ro);
+}
+
 int api_render(const api_request *r, strbuf *prompt, api_error *e) {
     gem_err err = {{0}};
-    chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>", CHAT_FORMAT_GEMMA4};
+    chat_render_opts ro = {r->messages, r->tools, r->enable_thinking, 1, "<bos>", r->format};
     /* the renderer also reads the tools' declarations: name the part its error is about */
     const int rc = chat_render(&ro, prompt, &err);
     if (rc) return api_fail(e, 400, INVALID, rc == CHAT_RENDER_BAD_TOOLS ? "tools" : "messages", NULL, "%s", err.msg);

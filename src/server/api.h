@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/chat.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
 #include "util/json.h"
@@ -53,6 +54,7 @@ typedef struct {
     int allow_forced_output; /* accept the test-only field "gem_forced_output" */
     uint32_t n_vocab;        /* token ids (logit_bias keys) must be below it; 0: unchecked */
     int n_ctx;               /* the context: longer token id lists are refused before they are copied; 0: unchecked */
+    chat_format format;      /* the model's chat format (0: Gemma 4), which api_render uses */
 } api_opts;
 
 /* Values a request body may hold (json_parse_limited): what a parse may
@@ -91,6 +93,7 @@ typedef struct {
     api_tool_choice tool_choice;
     const char *tool_name;   /* API_TOOLS_NAMED */
     int enable_thinking;     /* -1 not given */
+    chat_format format;      /* api_opts.format: how api_render renders it */
     int single_call;         /* parallel_tool_calls: false (at most one call per answer) */
     /* completion: one prompt per entry (a list gives several), each text
      * or token ids; choice index = prompt index x n + sample */
@@ -126,8 +129,12 @@ typedef struct {
 int api_parse(api_kind kind, const char *body, size_t n, const api_opts *o, api_request *r, api_error *e);
 void api_request_free(api_request *r);
 
-/* The prompt text of a chat request in the Gemma 4 format (BOS included). */
+/* The prompt text of a chat request in the model's format (api_opts.format
+ * at parse; Gemma 4's with its BOS). */
 int api_render(const api_request *r, strbuf *prompt, api_error *e);
+/* 1 when that prompt leaves the answer inside a reasoning block (Qwen3.5's
+ * generation prompt opens <think>): its parser starts there. */
+int api_opens_reasoning(const api_request *r);
 
 /* The grammar the answer must follow (structured output), or NULL in *out
  * when nothing constrains it: tool_choice "required" or a named tool

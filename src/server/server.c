@@ -128,6 +128,7 @@ struct server {
     const tok *tk;
     int n_ctx;
     uint32_t n_vocab;
+    chat_format chat; /* the model's chat format: template, answer parser, reasoning markers */
     int32_t thought_open, thought_close; /* the reasoning channel's marker tokens (-1: none) */
     int loopback; /* the listening socket's address is a loopback one (the Host guard applies) */
     metrics *m;   /* /metrics */
@@ -586,8 +587,11 @@ static void run_job(server *s, slot *sl, job *j) {
     gp.stop = rq->stop;
     gp.stop_len = rq->stop_len;
     gp.n_stop = rq->n_stop;
-    gp.stop_skip_open = CHAT_REASONING_OPEN; /* no stop string inside the thought */
-    gp.stop_skip_close = CHAT_REASONING_CLOSE;
+    gp.stop_skip_open = chat_format_markers(s->chat)->reasoning_open; /* no stop string inside the thought */
+    gp.stop_skip_close = chat_format_markers(s->chat)->reasoning_close;
+    /* Qwen3.5's generation prompt opens <think>: the answer starts in its thought */
+    const int opens = chat && api_opens_reasoning(rq);
+    gp.stop_skip_inside = opens;
     if (s->o.draft_max >= 0) gp.draft_max = s->o.draft_max;
     if (s->o.draft_min >= 0) gp.draft_min = s->o.draft_min;
     if (s->o.draft_p_min >= 0) gp.draft_p_min = (float)s->o.draft_p_min;
@@ -637,13 +641,15 @@ static void run_job(server *s, slot *sl, job *j) {
             finish = "length";
             chat_parser_free(g.cp);
             g.cp = NULL;
-            if (chat && !(g.cp = chat_parser_new(on_chat_event, &g))) {
+            if (chat && !(g.cp = chat_parser_new_format(s->chat, on_chat_event, &g))) {
                 fail = "out of memory";
                 break;
             }
+            if (opens) chat_parser_in_reasoning(g.cp);
+            if (g.cp) chat_parser_set_tools(g.cp, rq->tools);
             if (g.cp && rq->single_call) chat_parser_max_calls(g.cp, 1); /* parallel_tool_calls: false */
             g.polls = g.n_tokens = 0;
-            g.in_thought = 0;
+            g.in_thought = opens;
             g.text_off = 0;
             if (!rq->cache_prompt && i == 0) gem_session_reset(g.sess);
             if (rq->echo && rq->logprobs && !plp.lp) {
@@ -987,21 +993,23 @@ static void *worker_main(void *arg) {
     s->tk = gem_engine_tok(s->e);
     s->n_ctx = gem_engine_n_ctx(s->e);
     s->n_vocab = tok_n_vocab(s->tk);
-    s->thought_open = tok_find(s->tk, CHAT_REASONING_OPEN, strlen(CHAT_REASONING_OPEN));
-    s->thought_close = tok_find(s->tk, CHAT_REASONING_CLOSE, strlen(CHAT_REASONING_CLOSE));
+    s->chat = gem_engine_chat_format(s->e);
+    const chat_markers *mk = chat_format_markers(s->chat);
+    s->thought_open = tok_find(s->tk, mk->reasoning_open, strlen(mk->reasoning_open));
+    s->thought_close = tok_find(s->tk, mk->reasoning_close, strlen(mk->reasoning_close));
     for (int i = 1; i < n; i++)
         if (!pthread_create(&slots[i].th, NULL, slot_main, &slots[i])) slots[i].started = 1;
     /* ready before the line that says so: a client (the tests) that waits
      * for it must not be answered "loading" */
     atomic_store(&s->ready, 1);
     const size_t mem = gem_engine_mem_used(s->e);
-    const gemma4_kv_plan *plan = gem_engine_kv_plan(s->e);
+    const gem_mem_plan *plan = gem_engine_plan(s->e);
     char memtxt[64] = "", kvb[32], pctxt[80] = "; prompt cache off";
     if (mem) snprintf(memtxt, sizeof memtxt, "; %.2f GiB of device memory", (double)mem / (1 << 30));
     if (pc) snprintf(pctxt, sizeof pctxt, "; prompt cache up to %zu MiB of host memory", pc_limit >> 20);
     logf_("%s on %s loaded in %.2f s; context %d tokens, KV caches %s per slot (--kv-type %s); %d slot%s%s%s",
           gem_engine_profile(s->e), gem_engine_backend(s->e), gem_now_s() - t0, s->n_ctx,
-          gemma4_human_bytes(plan->kv_bytes, kvb, sizeof kvb), gemma4_kv_type_name(plan->type), n, n > 1 ? "s" : "",
+          gemma4_human_bytes(plan->state_bytes, kvb, sizeof kvb), plan->kv_type, n, n > 1 ? "s" : "",
           pctxt, memtxt);
     pthread_mutex_lock(&s->mu);
     dispatch(s); /* jobs that arrived while the slots were made */
@@ -1191,8 +1199,15 @@ static void props_json(server *s, strbuf *b) {
     sb_puts(b,
             ",\"chat_template_caps\":{\"supports_object_arguments\":true,\"supports_parallel_tool_calls\":true,"
             "\"supports_string_content\":true,\"supports_system_role\":true,\"supports_tool_calls\":true,"
-            "\"supports_tools\":true,\"supports_typed_content\":true},"
-            "\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\",\"build_info\":");
+            "\"supports_tools\":true,\"supports_typed_content\":true},\"bos_token\":");
+    /* the vocabulary's own texts (Gemma 4: <bos>, <eos>; a Qwen3.5 file may have no BOS: null) */
+    for (int k = 0; k < 2; k++) {
+        size_t tl;
+        const char *tt = tok_text(s->tk, k ? tok_eos(s->tk) : tok_bos(s->tk), &tl);
+        if (tt) json_quote(tt, tl, b);
+        else sb_puts(b, "null");
+        sb_puts(b, k ? ",\"build_info\":" : ",\"eos_token\":");
+    }
     json_quote(s->o.version, strlen(s->o.version), b);
     sb_printf(b, ",\"backend\":\"%s\",\"profile\":\"%s\",\"is_sleeping\":false,\"prompt_cache\":",
               gem_engine_backend(s->e), gem_engine_profile(s->e));
@@ -1258,7 +1273,7 @@ static int handle_detokenize(server *s, int fd, const http_req *r, int keep) {
     int32_t *ids;
     size_t n;
     api_error e;
-    const api_opts ao = {0, s->n_vocab, s->n_ctx};
+    const api_opts ao = {0, s->n_vocab, s->n_ctx, s->chat};
     if (api_parse_detokenize(r->body, r->content_length, &ao, &ids, &n, &e))
         return respond_error(s, fd, &e, keep, NULL);
     strbuf text = {0}, b = {0};
@@ -1358,7 +1373,7 @@ static int handle_generate(conn *c, const http_req *r, api_kind kind, int keep) 
     if (!atomic_load(&s->ready)) return not_ready(s, c->fd, keep, 0) ? 0 : keep;
     job *j = calloc(1, sizeof *j);
     api_error e = {0};
-    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx, s->chat};
     strbuf prompt = {0};
     int ok = 0;
     if (!j) {
@@ -1553,7 +1568,7 @@ static int host_allowed(const server *s, const http_req *r) {
 static int handle_count_tokens(server *s, int fd, const http_req *r, int keep) {
     api_request rq;
     api_error e;
-    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx};
+    api_opts ao = {s->o.test_hooks, s->n_vocab, s->n_ctx, s->chat};
     strbuf prompt = {0}, b = {0};
     tok_ids ids = {0};
     int rc;

@@ -80,7 +80,7 @@ static void check_session(const char *model, gemma4_kv_type t, size_t b_reserve)
     e = gem_engine_open(&o, &err);
     CHECKF(e != NULL, "%s", err.msg);
     if (!e) return;
-    const gemma4_kv_plan *plan = gem_engine_kv_plan(e);
+    const gem_mem_plan *plan = gem_engine_plan(e);
     /* the weights as the backend keeps them: the file's tensors here
      * (q4_0 and f32, kept as stored) */
     gguf_file *f = gguf_open(model, &err);
@@ -90,7 +90,7 @@ static void check_session(const char *model, gemma4_kv_type t, size_t b_reserve)
     const uint64_t before = gem_engine_mem_used(e);
     gem_session *s = gem_session_new(e, &err);
     CHECKF(s != NULL, "%s", err.msg);
-    const uint64_t took = gem_engine_mem_used(e) - before, want = weights + gemma4_kv_plan_total(plan);
+    const uint64_t took = gem_engine_mem_used(e) - before, want = weights + plan->state_bytes + plan->act_bytes;
     printf("cuda_kvplan: %s, --kv-type %s: weights + plan %" PRIu64 " bytes, a session took %" PRIu64 "\n", model,
            gemma4_kv_type_name(t), want, took);
     CHECKF(took >= want && took <= want + (uint64_t)b_reserve,
