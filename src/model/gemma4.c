@@ -7,11 +7,11 @@
  * order, then the file's tensor table for extras. */
 #include "model/gemma4.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/manifest.h"
 #include "quant/quant.h"
 
 /* The 31B and 12B shapes are the published ones; the small profiles keep the
@@ -174,18 +174,9 @@ size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t 
      * 11, ..., 2, 20, ...), norm. */
     spec_set(p, &out[k++], "rope_freqs.weight", G4_ROPE_FREQS, G4_KIND_VECTOR, -1);
     spec_set(p, &out[k++], "token_embd.weight", G4_TOKEN_EMBD, G4_KIND_EMBD, -1);
-    char keys[256][8];
     uint32_t order[256];
     uint32_t L = p->n_layer < 256 ? p->n_layer : 256;
-    for (uint32_t il = 0; il < L; il++) {
-        snprintf(keys[il], sizeof keys[il], "%u", il);
-        order[il] = il;
-    }
-    for (uint32_t i = 1; i < L; i++) { /* insertion sort by decimal string */
-        uint32_t v = order[i], j = i;
-        while (j > 0 && strcmp(keys[order[j - 1]], keys[v]) > 0) { order[j] = order[j - 1]; j--; }
-        order[j] = v;
-    }
+    mf_layer_order(order, L);
     for (uint32_t oi = 0; oi < L; oi++) {
         uint32_t il = order[oi];
         for (size_t e = 0; e < sizeof layer_entries / sizeof layer_entries[0]; e++) {
@@ -204,28 +195,7 @@ size_t gemma4_manifest(const gemma4_profile *p, gemma4_tensor_spec *out, size_t 
     return k == n ? n : 0;
 }
 
-int gemma4_type_allowed(gemma4_kind kind, uint32_t type) {
-    switch (kind) {
-    case G4_KIND_VECTOR: return type == QT_F32;
-    /* k-quants are what published Q4_K_M / Q5_K_M / Q6_K files (and
-     * `gem quantize --type q4_k_m|q5_k_m|q6_k|...`) contain, with q5_0 and
-     * q5_1 where a row is not whole super-blocks: every backend runs them
-     * (the CPU with its k-quant kernels or dequantizers, CUDA expanded to
-     * f16 at load) */
-    case G4_KIND_MATRIX:
-    case G4_KIND_EMBD:
-        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q5_0 || type == QT_Q5_1 || type == QT_Q4_K ||
-               type == QT_Q5_K || type == QT_Q6_K || type == QT_F16 || type == QT_BF16 || type == QT_F32;
-    }
-    return 0;
-}
-
-static const char *kind_types(gemma4_kind kind) {
-    switch (kind) {
-    case G4_KIND_VECTOR: return "f32";
-    default: return "q4_0, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16 or f32";
-    }
-}
+int gemma4_type_allowed(gemma4_kind kind, uint32_t type) { return mf_type_allowed(kind == G4_KIND_VECTOR, type); }
 
 uint64_t gemma4_param_count(const gemma4_profile *p) {
     size_t n = gemma4_manifest_count(p);
@@ -243,109 +213,42 @@ uint64_t gemma4_param_count(const gemma4_profile *p) {
 
 /* ---- metadata validation ---- */
 
-typedef struct {
-    const gguf_file *f;
-    gem_err *err;
-    const char *arch;  /* the metadata prefix: "gemma4" or "gemma4-assistant" */
-    char key[160];     /* K()'s result: valid until the next K() */
-} vctx;
-
-/* The full name of an architecture key ("<arch>.<suffix>"). */
-static const char *K(vctx *v, const char *suffix) {
-    snprintf(v->key, sizeof v->key, "%s.%s", v->arch, suffix);
-    return v->key;
-}
-
-static int meta_fail(vctx *v, const char *key, const char *fmt, const char *detail) {
-    int64_t i = gguf_find_key(v->f, key);
-    char buf[600];
-    snprintf(buf, sizeof buf, fmt, detail);
-    if (i < 0) return gem_err_set(v->err, "%s: key '%s': %s", gguf_path(v->f), key, buf);
-    return gem_err_set(v->err, "%s: offset %llu: key '%s': %s", gguf_path(v->f),
-                       (unsigned long long)gguf_kv_offset(v->f, (uint64_t)i), key, buf);
-}
-
-static int64_t need_key(vctx *v, const char *key) {
-    int64_t i = gguf_find_key(v->f, key);
-    if (i < 0) gem_err_set(v->err, "%s: missing metadata key '%s'", gguf_path(v->f), key);
-    return i;
-}
-
-/* Reads an integer scalar key. */
-static int get_int(vctx *v, const char *key, int64_t *out) {
-    int64_t i = need_key(v, key);
-    if (i < 0) return -1;
-    if (gguf_kv_int(v->f, (uint64_t)i, out)) {
-        uint64_t u;
-        if (gguf_kv_type(v->f, (uint64_t)i) == GGUF_T_UINT64 && !gguf_kv_uint64(v->f, (uint64_t)i, &u))
-        {
-            char d[32];
-            snprintf(d, sizeof d, "%llu", (unsigned long long)u);
-            return meta_fail(v, key, "is %s, beyond the integers gem reads (2^63 - 1)", d);
-        }
-        return meta_fail(v, key, "has type %s, expected an integer", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
-    }
-    return 0;
-}
-
-static int expect_int(vctx *v, const char *key, int64_t want) {
-    int64_t got;
-    if (get_int(v, key, &got)) return -1;
-    if (got != want) {
-        char d[100];
-        snprintf(d, sizeof d, "%lld, expected %lld", (long long)got, (long long)want);
-        return meta_fail(v, key, "is %s", d);
-    }
-    return 0;
-}
-
-static int expect_float(vctx *v, const char *key, double want, double rel) {
-    int64_t i = need_key(v, key);
-    if (i < 0) return -1;
-    double got;
-    if (gguf_kv_float(v->f, (uint64_t)i, &got))
-        return meta_fail(v, key, "has type %s, expected a float", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
-    if (!(fabs(got - want) <= rel * fabs(want))) {
-        char d[100];
-        snprintf(d, sizeof d, "%g, expected %g", got, want);
-        return meta_fail(v, key, "is %s", d);
-    }
-    return 0;
-}
+/* v->arch is the metadata prefix: "gemma4" or "gemma4-assistant" */
+static const char *K(mf_ctx *v, const char *suffix) { return mf_key(v, suffix); }
 
 /* A per-layer integer: either a scalar (all layers equal) or an array of
  * n_layer integers. want(il) gives the expected value. */
-static int expect_per_layer(vctx *v, const char *key, const gemma4_profile *p,
+static int expect_per_layer(mf_ctx *v, const char *key, const gemma4_profile *p,
                             uint32_t (*want)(const gemma4_profile *, uint32_t)) {
-    int64_t i = need_key(v, key);
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     char d[200];
     if (gguf_kv_type(v->f, (uint64_t)i) == GGUF_T_ARRAY) {
         if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_layer) {
             snprintf(d, sizeof d, "%llu entries, expected one per layer (%u)",
                      (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i), p->n_layer);
-            return meta_fail(v, key, "array has %s", d);
+            return mf_fail(v, key, "array has %s", d);
         }
         for (uint32_t il = 0; il < p->n_layer; il++) {
             int64_t x;
             if (gguf_kv_arr_int(v->f, (uint64_t)i, il, &x))
-                return meta_fail(v, key, "array elements have type %s, expected integers",
-                                 gguf_vtype_name(gguf_kv_arr_type(v->f, (uint64_t)i)));
+                return mf_fail(v, key, "array elements have type %s, expected integers",
+                               gguf_vtype_name(gguf_kv_arr_type(v->f, (uint64_t)i)));
             if (x != want(p, il)) {
                 snprintf(d, sizeof d, "[%u] is %lld, expected %u", il, (long long)x, want(p, il));
-                return meta_fail(v, key, "%s", d);
+                return mf_fail(v, key, "%s", d);
             }
         }
         return 0;
     }
     int64_t x;
     if (gguf_kv_int(v->f, (uint64_t)i, &x))
-        return meta_fail(v, key, "has type %s, expected an integer or an array of integers",
-                         gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
+        return mf_fail(v, key, "has type %s, expected an integer or an array of integers",
+                       gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
     for (uint32_t il = 0; il < p->n_layer; il++) {
         if (x != want(p, il)) {
             snprintf(d, sizeof d, "%lld for every layer, but layer %u needs %u", (long long)x, il, want(p, il));
-            return meta_fail(v, key, "is %s", d);
+            return mf_fail(v, key, "is %s", d);
         }
     }
     return 0;
@@ -354,24 +257,17 @@ static int expect_per_layer(vctx *v, const char *key, const gemma4_profile *p,
 static uint32_t want_ff(const gemma4_profile *p, uint32_t il) { (void)il; return p->n_ff; }
 static uint32_t want_head(const gemma4_profile *p, uint32_t il) { (void)il; return p->n_head; }
 
-static int expect_pattern(vctx *v, const char *key, const gemma4_profile *p) {
-    int64_t i = need_key(v, key);
+static int expect_pattern(mf_ctx *v, const char *key, const gemma4_profile *p) {
+    int64_t i = mf_layer_flags(v, key, p->n_layer, "true = sliding layer");
     if (i < 0) return -1;
-    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_BOOL)
-        return meta_fail(v, key, "%s", "must be an array of bool (true = sliding layer)");
-    char d[200];
-    if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_layer) {
-        snprintf(d, sizeof d, "%llu entries, expected %u", (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i),
-                 p->n_layer);
-        return meta_fail(v, key, "has %s", d);
-    }
     for (uint32_t il = 0; il < p->n_layer; il++) {
         int b;
         gguf_kv_arr_bool(v->f, (uint64_t)i, il, &b);
         if (b != !gemma4_layer_is_full(p, il)) {
+            char d[200];
             snprintf(d, sizeof d, "layer %u is marked %s, the profile has it %s", il, b ? "sliding" : "full",
                      gemma4_layer_is_full(p, il) ? "full" : "sliding");
-            return meta_fail(v, key, "%s", d);
+            return mf_fail(v, key, "%s", d);
         }
     }
     return 0;
@@ -390,37 +286,34 @@ static const char *const known_keys[] = {
 /* ... and, under "gemma4-assistant.", these besides */
 static const char *const assistant_keys[] = {"embedding_length_out", "nextn_predict_layers"};
 
-static int check_tokenizer(vctx *v) {
+static int check_tokenizer(mf_ctx *v) {
     const char *key = "tokenizer.ggml.model";
-    int64_t i = need_key(v, key);
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     gguf_str s;
-    if (gguf_kv_str(v->f, (uint64_t)i, &s)) return meta_fail(v, key, "%s", "must be a string");
+    if (gguf_kv_str(v->f, (uint64_t)i, &s)) return mf_fail(v, key, "%s", "must be a string");
     if (!gguf_str_eq(s, "gemma4")) {
         char d[120];
         snprintf(d, sizeof d, "'%.*s', expected 'gemma4'", (int)(s.len > 64 ? 64 : s.len), s.ptr);
-        return meta_fail(v, key, "is %s", d);
+        return mf_fail(v, key, "is %s", d);
     }
     key = "tokenizer.ggml.tokens";
-    i = need_key(v, key);
-    if (i < 0) return -1;
-    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_STRING)
-        return meta_fail(v, key, "%s", "must be an array of strings");
+    if ((i = mf_string_array(v, key)) < 0) return -1;
     if (gguf_kv_arr_len(v->f, (uint64_t)i) != GEMMA4_N_VOCAB) {
         char d[100];
         snprintf(d, sizeof d, "%llu tokens, expected %u", (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i),
                  GEMMA4_N_VOCAB);
-        return meta_fail(v, key, "has %s", d);
+        return mf_fail(v, key, "has %s", d);
     }
     return 0;
 }
 
-static int identify(vctx *v, const gemma4_profile **out) {
+static int identify(mf_ctx *v, const gemma4_profile **out) {
     const char *key = "general.architecture";
-    int64_t i = need_key(v, key);
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     gguf_str arch;
-    if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return meta_fail(v, key, "%s", "must be a string");
+    if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return mf_fail(v, key, "%s", "must be a string");
     if (gguf_str_eq(arch, GEMMA4_ARCH)) {
         v->arch = GEMMA4_ARCH;
     } else if (gguf_str_eq(arch, GEMMA4_ASSISTANT_ARCH)) {
@@ -429,33 +322,30 @@ static int identify(vctx *v, const gemma4_profile **out) {
         char d[200];
         snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4, gemma4-assistant)",
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-        return meta_fail(v, key, "%s", d);
+        return mf_fail(v, key, "%s", d);
     }
     int64_t x;
     if (gguf_find_key(v->f, K(v, "expert_count")) >= 0)
-        return meta_fail(v, v->key, "%s", "Gemma 4 MoE (26B-A4B) is not supported: gem runs the dense 31B and 12B");
+        return mf_fail(v, v->key, "%s", "Gemma 4 MoE (26B-A4B) is not supported: gem runs the dense 31B and 12B");
     i = gguf_find_key(v->f, K(v, "embedding_length_per_layer_input"));
     if (i >= 0 && !gguf_kv_int(v->f, (uint64_t)i, &x) && x != 0)
-        return meta_fail(v, v->key, "%s",
+        return mf_fail(v, v->key, "%s",
                          "Gemma 4 E2B/E4B (per-layer embeddings) is not supported: gem runs the dense 31B and 12B");
     int64_t n_layer, n_embd, n_out = 0;
-    if (get_int(v, K(v, "block_count"), &n_layer) || get_int(v, K(v, "embedding_length"), &n_embd)) return -1;
+    if (mf_get_int(v, K(v, "block_count"), &n_layer) || mf_get_int(v, K(v, "embedding_length"), &n_embd)) return -1;
     const int assistant = !strcmp(v->arch, GEMMA4_ASSISTANT_ARCH);
     if (assistant) {
-        if (get_int(v, K(v, "embedding_length_out"), &n_out)) return -1;
+        if (mf_get_int(v, K(v, "embedding_length_out"), &n_out)) return -1;
         if (n_out == n_embd || n_out < 1)
-            return meta_fail(v, v->key, "%s", "must carry the target's width (positive, and not the drafter's own)");
+            return mf_fail(v, v->key, "%s", "must carry the target's width (positive, and not the drafter's own)");
     }
     int64_t window = -1;
     i = gguf_find_key(v->f, K(v, "attention.sliding_window"));
     if (i < 0 || gguf_kv_int(v->f, (uint64_t)i, &window)) window = -1;
     if ((*out = gemma4_profile_match(n_layer, n_embd, n_out, window))) return 0;
     char names[512] = "";
-    for (int p = 0; p < gemma4_profile_count(); p++) {
-        if (gemma4_is_assistant(&profiles[p]) != assistant) continue;
-        strncat(names, names[0] ? ", " : "", sizeof names - strlen(names) - 1);
-        strncat(names, profiles[p].name, sizeof names - strlen(names) - 1);
-    }
+    for (int p = 0; p < gemma4_profile_count(); p++)
+        if (gemma4_is_assistant(&profiles[p]) == assistant) mf_list_add(names, sizeof names, profiles[p].name);
     if (assistant)
         return gem_err_set(v->err,
                            "%s: block_count %lld with embedding_length %lld and embedding_length_out %lld matches no "
@@ -466,53 +356,41 @@ static int identify(vctx *v, const gemma4_profile **out) {
                        gguf_path(v->f), (long long)n_layer, (long long)n_embd, names);
 }
 
-static int check_metadata(vctx *v, const gemma4_profile *p) {
+static int check_metadata(mf_ctx *v, const gemma4_profile *p) {
     const int assistant = gemma4_is_assistant(p);
     int64_t ctx;
-    if (get_int(v, K(v, "context_length"), &ctx)) return -1;
-    if (ctx < 1) return meta_fail(v, v->key, "%s", "must be positive");
+    if (mf_get_int(v, K(v, "context_length"), &ctx)) return -1;
+    if (ctx < 1) return mf_fail(v, v->key, "%s", "must be positive");
     if (expect_per_layer(v, K(v, "feed_forward_length"), p, want_ff) ||
         expect_per_layer(v, K(v, "attention.head_count"), p, want_head) ||
         expect_per_layer(v, K(v, "attention.head_count_kv"), p, layer_kv_heads) ||
-        expect_int(v, K(v, "attention.key_length"), GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, K(v, "attention.value_length"), GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, K(v, "attention.key_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
-        expect_int(v, K(v, "attention.value_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
-        expect_int(v, K(v, "attention.sliding_window"), p->window) ||
+        mf_expect_int(v, K(v, "attention.key_length"), GEMMA4_HEAD_DIM_FULL) ||
+        mf_expect_int(v, K(v, "attention.value_length"), GEMMA4_HEAD_DIM_FULL) ||
+        mf_expect_int(v, K(v, "attention.key_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
+        mf_expect_int(v, K(v, "attention.value_length_swa"), GEMMA4_HEAD_DIM_SWA) ||
+        mf_expect_int(v, K(v, "attention.sliding_window"), p->window) ||
         expect_pattern(v, K(v, "attention.sliding_window_pattern"), p) ||
-        expect_float(v, K(v, "attention.layer_norm_rms_epsilon"), 1e-6, 1e-6) ||
-        expect_float(v, K(v, "rope.freq_base"), 1e6, 1e-6) ||
-        expect_float(v, K(v, "rope.freq_base_swa"), 1e4, 1e-6) ||
-        expect_int(v, K(v, "rope.dimension_count"), GEMMA4_HEAD_DIM_FULL) ||
-        expect_int(v, K(v, "rope.dimension_count_swa"), GEMMA4_HEAD_DIM_SWA))
+        mf_expect_float(v, K(v, "attention.layer_norm_rms_epsilon"), 1e-6, 1e-6) ||
+        mf_expect_float(v, K(v, "rope.freq_base"), 1e6, 1e-6) ||
+        mf_expect_float(v, K(v, "rope.freq_base_swa"), 1e4, 1e-6) ||
+        mf_expect_int(v, K(v, "rope.dimension_count"), GEMMA4_HEAD_DIM_FULL) ||
+        mf_expect_int(v, K(v, "rope.dimension_count_swa"), GEMMA4_HEAD_DIM_SWA))
         return -1;
     /* A drafter's logits are never soft-capped (the reference's graph has
      * no cap), so its file may carry the key or not; a target must have 30. */
-    if (!assistant && expect_float(v, K(v, "final_logit_softcapping"), 30.0, 1e-6)) return -1;
+    if (!assistant && mf_expect_float(v, K(v, "final_logit_softcapping"), 30.0, 1e-6)) return -1;
     /* every assistant layer reads shared (the target's) caches */
     if (gguf_find_key(v->f, K(v, "attention.shared_kv_layers")) >= 0 &&
-        expect_int(v, v->key, assistant ? p->n_layer : 0))
+        mf_expect_int(v, v->key, assistant ? p->n_layer : 0))
         return -1;
-    if (assistant && expect_int(v, K(v, "nextn_predict_layers"), p->n_layer)) return -1;
+    if (assistant && mf_expect_int(v, K(v, "nextn_predict_layers"), p->n_layer)) return -1;
     if (gguf_find_key(v->f, K(v, "embedding_length_per_layer_input")) >= 0 &&
-        expect_int(v, v->key, 0))
+        mf_expect_int(v, v->key, 0))
         return -1;
-    if (gguf_find_key(v->f, K(v, "vocab_size")) >= 0 && expect_int(v, v->key, GEMMA4_N_VOCAB)) return -1;
-    const size_t plen = strlen(v->arch);
-    for (uint64_t k = 0; k < gguf_kv_count(v->f); k++) {
-        const char *key = gguf_kv_key(v->f, k);
-        if (strncmp(key, v->arch, plen) || key[plen] != '.') continue;
-        int known = 0;
-        for (size_t j = 0; j < sizeof known_keys / sizeof known_keys[0]; j++)
-            if (!strcmp(key + plen + 1, known_keys[j])) known = 1;
-        for (size_t j = 0; assistant && j < sizeof assistant_keys / sizeof assistant_keys[0]; j++)
-            if (!strcmp(key + plen + 1, assistant_keys[j])) known = 1;
-        if (!known) {
-            char d[80];
-            snprintf(d, sizeof d, "unknown key for the %s contract", v->arch);
-            return meta_fail(v, key, "%s", d);
-        }
-    }
+    if (gguf_find_key(v->f, K(v, "vocab_size")) >= 0 && mf_expect_int(v, v->key, GEMMA4_N_VOCAB)) return -1;
+    if (mf_check_known(v, known_keys, sizeof known_keys / sizeof known_keys[0], assistant_keys,
+                       assistant ? sizeof assistant_keys / sizeof assistant_keys[0] : 0))
+        return -1;
     /* a drafter file may carry the converter's copy of the tokenizer (it
      * then must be the target's kind) or none: it reads no text */
     if (assistant && gguf_find_key(v->f, "tokenizer.ggml.model") < 0) return 0;
@@ -521,53 +399,30 @@ static int check_metadata(vctx *v, const gemma4_profile *p) {
 
 /* ---- tensor validation ---- */
 
-static int check_tensors(vctx *v, const gemma4_profile *p, gemma4_tensor_spec *specs, size_t n) {
+static const char *spec_name(const void *specs, size_t i) { return ((const gemma4_tensor_spec *)specs)[i].name; }
+
+static int check_tensors(mf_ctx *v, const gemma4_profile *p, const gemma4_tensor_spec *specs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (mf_check_tensor(v, p->name, specs[i].name, specs[i].n_dims, specs[i].ne, specs[i].kind == G4_KIND_VECTOR))
+            return -1;
+    const gguf_tensor *t = mf_extra_tensor(v->f, specs, n, spec_name);
+    if (!t) return 0;
     const char *path = gguf_path(v->f);
-    for (size_t i = 0; i < n; i++) {
-        const gemma4_tensor_spec *s = &specs[i];
-        const gguf_tensor *t = gguf_find_tensor(v->f, s->name);
-        if (!t) return gem_err_set(v->err, "%s: missing tensor '%s'", path, s->name);
-        int shape_ok = t->n_dims == s->n_dims && t->ne[0] == s->ne[0] && (s->n_dims < 2 || t->ne[1] == s->ne[1]);
-        if (!shape_ok) {
-            char got[100], want[100];
-            if (t->n_dims == 1) snprintf(got, sizeof got, "[%llu]", (unsigned long long)t->ne[0]);
-            else snprintf(got, sizeof got, "[%llu, %llu%s]", (unsigned long long)t->ne[0],
-                          (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "");
-            if (s->n_dims == 1) snprintf(want, sizeof want, "[%llu]", (unsigned long long)s->ne[0]);
-            else snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)s->ne[0], (unsigned long long)s->ne[1]);
-            return gem_err_set(v->err, "%s: tensor '%s' has shape %s, profile %s needs %s", path, s->name, got,
-                               p->name, want);
-        }
-        if (!gemma4_type_allowed(s->kind, t->type)) {
-            const char *tn = quant_type_name(t->type);
-            return gem_err_set(v->err, "%s: tensor '%s' has storage type %s, the contract allows %s", path,
-                               s->name, tn ? tn : "?", kind_types(s->kind));
-        }
-    }
-    if (gguf_tensor_count(v->f) != n) {
-        for (uint64_t i = 0; i < gguf_tensor_count(v->f); i++) {
-            const gguf_tensor *t = gguf_tensor_at(v->f, i);
-            int found = 0;
-            for (size_t j = 0; j < n && !found; j++) found = !strcmp(specs[j].name, t->name);
-            if (found) continue;
-            unsigned il;
-            char suffix[64];
-            if (gemma4_is_assistant(p) && sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 &&
-                (!strcmp(suffix, "attn_k") || !strcmp(suffix, "attn_v") || !strcmp(suffix, "attn_k_norm")))
-                return gem_err_set(v->err, "%s: unexpected tensor '%s': a drafter's attention reads the target's caches "
-                                   "and has no key or value projections", path, t->name);
-            if (sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 && !strcmp(suffix, "attn_v") &&
-                il < p->n_layer && gemma4_layer_is_full(p, il))
-                return gem_err_set(v->err, "%s: unexpected tensor '%s': full-attention layers use K as V and have no attn_v",
-                                   path, t->name);
-            return gem_err_set(v->err, "%s: unexpected tensor '%s' (not in the %s manifest)", path, t->name, p->name);
-        }
-    }
-    return 0;
+    unsigned il;
+    char suffix[64];
+    if (gemma4_is_assistant(p) && sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 &&
+        (!strcmp(suffix, "attn_k") || !strcmp(suffix, "attn_v") || !strcmp(suffix, "attn_k_norm")))
+        return gem_err_set(v->err, "%s: unexpected tensor '%s': a drafter's attention reads the target's caches "
+                           "and has no key or value projections", path, t->name);
+    if (sscanf(t->name, "blk.%u.%63[^.]", &il, suffix) == 2 && !strcmp(suffix, "attn_v") && il < p->n_layer &&
+        gemma4_layer_is_full(p, il))
+        return gem_err_set(v->err, "%s: unexpected tensor '%s': full-attention layers use K as V and have no attn_v",
+                           path, t->name);
+    return gem_err_set(v->err, "%s: unexpected tensor '%s' (not in the %s manifest)", path, t->name, p->name);
 }
 
 int gemma4_validate(const gguf_file *f, const gemma4_profile **out, gem_err *err) {
-    vctx v = {f, err, GEMMA4_ARCH, ""};
+    mf_ctx v = {f, err, GEMMA4_ARCH, ""};
     const gemma4_profile *p;
     if (identify(&v, &p) || check_metadata(&v, p)) return -1;
     size_t n = gemma4_manifest_count(p);

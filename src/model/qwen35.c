@@ -6,11 +6,11 @@
  * order, then the file's tensor table for extras. */
 #include "model/qwen35.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/manifest.h"
 #include "quant/quant.h"
 
 /* The 27B shape is the published one (shared spec §1.1). qwen35-tiny keeps
@@ -48,14 +48,17 @@ const qwen35_profile *qwen35_profile_match(int64_t n_layer, int64_t n_embd) {
 
 int qwen35_layer_is_attn(uint32_t il) { return (il + 1) % QWEN35_ATTN_INTERVAL == 0; }
 
+/* The Q35K_* suffixes: what synth and convert write, and (with vocab_size)
+ * every "qwen35." key validation knows. */
+static const char *const key_sfx[Q35K_COUNT] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "rope.dimension_sections", "rope.freq_base", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+    "ssm.time_step_rank", "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
+    "rope.dimension_count"};
+
 const char *qwen35_key(int k, char *buf, size_t cap) {
-    static const char *const sfx[Q35K_COUNT] = {
-        "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-        "attention.head_count_kv", "rope.dimension_sections", "rope.freq_base", "attention.layer_norm_rms_epsilon",
-        "attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
-        "ssm.time_step_rank", "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
-        "rope.dimension_count"};
-    snprintf(buf, cap, "%s.%s", QWEN35_ARCH, k >= 0 && k < Q35K_COUNT ? sfx[k] : "?");
+    snprintf(buf, cap, "%s.%s", QWEN35_ARCH, k >= 0 && k < Q35K_COUNT ? key_sfx[k] : "?");
     return buf;
 }
 
@@ -147,18 +150,7 @@ size_t qwen35_manifest(const qwen35_profile *p, qwen35_tensor_spec *out, size_t 
     /* layers in string order of their HF index: 0, 1, 10, 11, ..., 2, ... */
     uint32_t order[1024];
     uint32_t nl = p->n_layer < 1024 ? p->n_layer : 1024;
-    for (uint32_t i = 0; i < nl; i++) order[i] = i;
-    for (uint32_t i = 1; i < nl; i++) {
-        for (uint32_t j = i; j > 0; j--) {
-            char a[16], b[16];
-            snprintf(a, sizeof a, "%u", order[j - 1]);
-            snprintf(b, sizeof b, "%u", order[j]);
-            if (strcmp(a, b) <= 0) break;
-            uint32_t t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    }
+    mf_layer_order(order, nl);
     for (uint32_t i = 0; i < nl; i++) {
         const uint32_t il = order[i];
         for (size_t e = 0; e < N_ENTRIES; e++) {
@@ -172,20 +164,7 @@ size_t qwen35_manifest(const qwen35_profile *p, qwen35_tensor_spec *out, size_t 
     return k == n ? n : 0;
 }
 
-int qwen35_type_allowed(qwen35_kind kind, uint32_t type) {
-    switch (kind) {
-    case Q35_KIND_VECTOR: return type == QT_F32;
-    case Q35_KIND_MATRIX:
-    case Q35_KIND_EMBD:
-        return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q5_0 || type == QT_Q5_1 || type == QT_Q4_K ||
-               type == QT_Q5_K || type == QT_Q6_K || type == QT_F16 || type == QT_BF16 || type == QT_F32;
-    }
-    return 0;
-}
-
-static const char *kind_types(qwen35_kind kind) {
-    return kind == Q35_KIND_VECTOR ? "f32" : "q4_0, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16 or f32";
-}
+int qwen35_type_allowed(qwen35_kind kind, uint32_t type) { return mf_type_allowed(kind == Q35_KIND_VECTOR, type); }
 
 uint64_t qwen35_param_count(const qwen35_profile *p) {
     size_t n = qwen35_manifest_count(p);
@@ -202,82 +181,22 @@ uint64_t qwen35_param_count(const qwen35_profile *p) {
 
 /* ---- metadata validation ---- */
 
-typedef struct {
-    const gguf_file *f;
-    gem_err *err;
-    char key[160];
-} vctx;
-
-static const char *K(vctx *v, int k) { return qwen35_key(k, v->key, sizeof v->key); }
-
-static int meta_fail(vctx *v, const char *key, const char *fmt, const char *detail) {
-    int64_t i = gguf_find_key(v->f, key);
-    char buf[600];
-    snprintf(buf, sizeof buf, fmt, detail);
-    if (i < 0) return gem_err_set(v->err, "%s: key '%s': %s", gguf_path(v->f), key, buf);
-    return gem_err_set(v->err, "%s: offset %llu: key '%s': %s", gguf_path(v->f),
-                       (unsigned long long)gguf_kv_offset(v->f, (uint64_t)i), key, buf);
-}
-
-static int64_t need_key(vctx *v, const char *key) {
-    int64_t i = gguf_find_key(v->f, key);
-    if (i < 0) gem_err_set(v->err, "%s: missing metadata key '%s'", gguf_path(v->f), key);
-    return i;
-}
-
-static int get_int(vctx *v, const char *key, int64_t *out) {
-    int64_t i = need_key(v, key);
-    if (i < 0) return -1;
-    if (gguf_kv_int(v->f, (uint64_t)i, out))
-        return meta_fail(v, key, "has type %s, expected an integer", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
-    return 0;
-}
-
-static int expect_int(vctx *v, const char *key, int64_t want) {
-    int64_t got;
-    if (get_int(v, key, &got)) return -1;
-    if (got != want) {
-        char d[100];
-        snprintf(d, sizeof d, "%lld, expected %lld", (long long)got, (long long)want);
-        return meta_fail(v, key, "is %s", d);
-    }
-    return 0;
-}
-
-static int expect_float(vctx *v, const char *key, double want, double rel) {
-    int64_t i = need_key(v, key);
-    if (i < 0) return -1;
-    double got;
-    if (gguf_kv_float(v->f, (uint64_t)i, &got))
-        return meta_fail(v, key, "has type %s, expected a float", gguf_vtype_name(gguf_kv_type(v->f, (uint64_t)i)));
-    if (!(fabs(got - want) <= rel * fabs(want))) {
-        char d[100];
-        snprintf(d, sizeof d, "%g, expected %g", got, want);
-        return meta_fail(v, key, "is %s", d);
-    }
-    return 0;
-}
+static const char *K(mf_ctx *v, int k) { return qwen35_key(k, v->key, sizeof v->key); }
 
 /* attention.recurrent_layers (optional; the converter writes it from
  * layer_types): one bool per layer, true on the GDN layers. */
-static int expect_recurrent(vctx *v, const char *key, const qwen35_profile *p) {
-    int64_t i = gguf_find_key(v->f, key);
-    if (i < 0) return 0;
-    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_BOOL)
-        return meta_fail(v, key, "%s", "must be an array of bool (true = Gated DeltaNet layer)");
-    char d[160];
-    if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_layer) {
-        snprintf(d, sizeof d, "%llu entries, expected %u", (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i),
-                 p->n_layer);
-        return meta_fail(v, key, "has %s", d);
-    }
+static int expect_recurrent(mf_ctx *v, const char *key, const qwen35_profile *p) {
+    if (gguf_find_key(v->f, key) < 0) return 0;
+    int64_t i = mf_layer_flags(v, key, p->n_layer, "true = Gated DeltaNet layer");
+    if (i < 0) return -1;
     for (uint32_t il = 0; il < p->n_layer; il++) {
         int b;
         gguf_kv_arr_bool(v->f, (uint64_t)i, il, &b);
         if (b != !qwen35_layer_is_attn(il)) {
+            char d[160];
             snprintf(d, sizeof d, "layer %u is marked %s; gem runs attention on every 4th layer only", il,
                      b ? "recurrent" : "attention");
-            return meta_fail(v, key, "%s", d);
+            return mf_fail(v, key, "%s", d);
         }
     }
     return 0;
@@ -286,156 +205,116 @@ static int expect_recurrent(vctx *v, const char *key, const qwen35_profile *p) {
 /* rope.dimension_sections: the MRoPE split of the rotated pairs. For text
  * the three position streams are equal, so the split does not change the
  * rotation; the key must be there (the reference requires it) as 4 ints. */
-static int expect_sections(vctx *v, const char *key) {
-    int64_t i = need_key(v, key);
+static int expect_sections(mf_ctx *v, const char *key) {
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_len(v->f, (uint64_t)i) != 4)
-        return meta_fail(v, key, "%s", "must be an array of 4 integers");
+        return mf_fail(v, key, "%s", "must be an array of 4 integers");
     for (uint64_t k = 0; k < 4; k++) {
         int64_t x;
         if (gguf_kv_arr_int(v->f, (uint64_t)i, k, &x))
-            return meta_fail(v, key, "%s", "must be an array of 4 integers");
+            return mf_fail(v, key, "%s", "must be an array of 4 integers");
     }
     return 0;
 }
 
-static const char *const known_keys[] = {
-    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-    "attention.head_count_kv", "rope.dimension_sections", "rope.freq_base", "attention.layer_norm_rms_epsilon",
-    "attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
-    "ssm.time_step_rank", "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
-    "rope.dimension_count", "vocab_size",
-};
+/* known besides the Q35K_* keys: the converter may write it */
+static const char *const extra_keys[] = {"vocab_size"};
 
-static int check_tokenizer(vctx *v, const qwen35_profile *p) {
+static int check_tokenizer(mf_ctx *v, const qwen35_profile *p) {
     const char *key = "tokenizer.ggml.model";
-    int64_t i = need_key(v, key);
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     gguf_str s;
     if (gguf_kv_str(v->f, (uint64_t)i, &s) || !gguf_str_eq(s, "gpt2"))
-        return meta_fail(v, key, "%s", "must be 'gpt2' (Qwen's byte-level BPE)");
+        return mf_fail(v, key, "%s", "must be 'gpt2' (Qwen's byte-level BPE)");
     key = "tokenizer.ggml.pre";
-    if ((i = need_key(v, key)) < 0) return -1;
+    if ((i = mf_need_key(v, key)) < 0) return -1;
     if (gguf_kv_str(v->f, (uint64_t)i, &s) || !gguf_str_eq(s, "qwen35"))
-        return meta_fail(v, key, "%s", "must be 'qwen35' (the Qwen3.5 pre-tokenizer)");
+        return mf_fail(v, key, "%s", "must be 'qwen35' (the Qwen3.5 pre-tokenizer)");
     key = "tokenizer.ggml.tokens";
-    if ((i = need_key(v, key)) < 0) return -1;
-    if (gguf_kv_type(v->f, (uint64_t)i) != GGUF_T_ARRAY || gguf_kv_arr_type(v->f, (uint64_t)i) != GGUF_T_STRING)
-        return meta_fail(v, key, "%s", "must be an array of strings");
+    if ((i = mf_string_array(v, key)) < 0) return -1;
     if (gguf_kv_arr_len(v->f, (uint64_t)i) != p->n_vocab) {
         char d[100];
         snprintf(d, sizeof d, "%llu tokens, profile %s needs %u",
                  (unsigned long long)gguf_kv_arr_len(v->f, (uint64_t)i), p->name, p->n_vocab);
-        return meta_fail(v, key, "has %s", d);
+        return mf_fail(v, key, "has %s", d);
     }
     return 0;
 }
 
-static int identify(vctx *v, const qwen35_profile **out) {
+static int identify(mf_ctx *v, const qwen35_profile **out) {
     const char *key = "general.architecture";
-    int64_t i = need_key(v, key);
+    int64_t i = mf_need_key(v, key);
     if (i < 0) return -1;
     gguf_str arch;
-    if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return meta_fail(v, key, "%s", "must be a string");
+    if (gguf_kv_str(v->f, (uint64_t)i, &arch)) return mf_fail(v, key, "%s", "must be a string");
     if (!gguf_str_eq(arch, QWEN35_ARCH)) {
         char d[200];
         snprintf(d, sizeof d, "architecture '%.*s' is not the Qwen3.5 contract's '%s'",
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, QWEN35_ARCH);
-        return meta_fail(v, key, "%s", d);
+        return mf_fail(v, key, "%s", d);
     }
     if (gguf_find_key(v->f, "qwen35.nextn_predict_layers") >= 0)
-        return meta_fail(v, "qwen35.nextn_predict_layers", "%s",
-                         "the MTP block is not supported yet (convert with --no-mtp)");
+        return mf_fail(v, "qwen35.nextn_predict_layers", "%s",
+                       "the MTP block is not supported yet (convert with --no-mtp)");
     int64_t n_layer, n_embd;
-    if (get_int(v, K(v, Q35K_BLOCK_COUNT), &n_layer) || get_int(v, K(v, Q35K_EMBEDDING_LENGTH), &n_embd)) return -1;
+    if (mf_get_int(v, K(v, Q35K_BLOCK_COUNT), &n_layer) || mf_get_int(v, K(v, Q35K_EMBEDDING_LENGTH), &n_embd))
+        return -1;
     if ((*out = qwen35_profile_match(n_layer, n_embd))) return 0;
     char names[256] = "";
-    for (int k = 0; k < qwen35_profile_count(); k++) {
-        strncat(names, names[0] ? ", " : "", sizeof names - strlen(names) - 1);
-        strncat(names, profiles[k].name, sizeof names - strlen(names) - 1);
-    }
+    for (int k = 0; k < qwen35_profile_count(); k++) mf_list_add(names, sizeof names, profiles[k].name);
     return gem_err_set(v->err, "%s: block_count %lld with embedding_length %lld matches no supported Qwen3.5 profile (%s)",
                        gguf_path(v->f), (long long)n_layer, (long long)n_embd, names);
 }
 
-static int check_metadata(vctx *v, const qwen35_profile *p) {
+static int check_metadata(mf_ctx *v, const qwen35_profile *p) {
     int64_t ctx;
-    if (get_int(v, K(v, Q35K_CONTEXT_LENGTH), &ctx)) return -1;
-    if (ctx < 1) return meta_fail(v, v->key, "%s", "must be positive");
-    if (expect_int(v, K(v, Q35K_FEED_FORWARD_LENGTH), p->n_ff) ||
-        expect_int(v, K(v, Q35K_HEAD_COUNT), p->n_head) ||
-        expect_int(v, K(v, Q35K_HEAD_COUNT_KV), p->n_head_kv) ||
-        expect_int(v, K(v, Q35K_KEY_LENGTH), p->head_dim) ||
-        expect_int(v, K(v, Q35K_VALUE_LENGTH), p->head_dim) ||
+    if (mf_get_int(v, K(v, Q35K_CONTEXT_LENGTH), &ctx)) return -1;
+    if (ctx < 1) return mf_fail(v, v->key, "%s", "must be positive");
+    if (mf_expect_int(v, K(v, Q35K_FEED_FORWARD_LENGTH), p->n_ff) ||
+        mf_expect_int(v, K(v, Q35K_HEAD_COUNT), p->n_head) ||
+        mf_expect_int(v, K(v, Q35K_HEAD_COUNT_KV), p->n_head_kv) ||
+        mf_expect_int(v, K(v, Q35K_KEY_LENGTH), p->head_dim) ||
+        mf_expect_int(v, K(v, Q35K_VALUE_LENGTH), p->head_dim) ||
         expect_sections(v, K(v, Q35K_ROPE_SECTIONS)) ||
-        expect_float(v, K(v, Q35K_ROPE_FREQ_BASE), 1e7, 1e-6) ||
-        expect_float(v, K(v, Q35K_RMS_EPS), 1e-6, 1e-6) ||
-        expect_int(v, K(v, Q35K_SSM_CONV_KERNEL), QWEN35_CONV_KERNEL) ||
-        expect_int(v, K(v, Q35K_SSM_STATE_SIZE), p->d_state) ||
-        expect_int(v, K(v, Q35K_SSM_GROUP_COUNT), p->n_k_heads) ||
-        expect_int(v, K(v, Q35K_SSM_TIME_STEP_RANK), p->n_v_heads) ||
-        expect_int(v, K(v, Q35K_SSM_INNER_SIZE), qwen35_value_dim(p)) ||
+        mf_expect_float(v, K(v, Q35K_ROPE_FREQ_BASE), 1e7, 1e-6) ||
+        mf_expect_float(v, K(v, Q35K_RMS_EPS), 1e-6, 1e-6) ||
+        mf_expect_int(v, K(v, Q35K_SSM_CONV_KERNEL), QWEN35_CONV_KERNEL) ||
+        mf_expect_int(v, K(v, Q35K_SSM_STATE_SIZE), p->d_state) ||
+        mf_expect_int(v, K(v, Q35K_SSM_GROUP_COUNT), p->n_k_heads) ||
+        mf_expect_int(v, K(v, Q35K_SSM_TIME_STEP_RANK), p->n_v_heads) ||
+        mf_expect_int(v, K(v, Q35K_SSM_INNER_SIZE), qwen35_value_dim(p)) ||
         expect_recurrent(v, K(v, Q35K_RECURRENT_LAYERS), p) ||
-        expect_int(v, K(v, Q35K_ROPE_DIM), p->n_rot))
+        mf_expect_int(v, K(v, Q35K_ROPE_DIM), p->n_rot))
         return -1;
     /* the reference defaults the interval to 4 when the key is absent */
-    if (gguf_find_key(v->f, K(v, Q35K_FULL_ATTN_INTERVAL)) >= 0 && expect_int(v, v->key, QWEN35_ATTN_INTERVAL))
+    if (gguf_find_key(v->f, K(v, Q35K_FULL_ATTN_INTERVAL)) >= 0 && mf_expect_int(v, v->key, QWEN35_ATTN_INTERVAL))
         return -1;
-    if (gguf_find_key(v->f, "qwen35.vocab_size") >= 0 && expect_int(v, "qwen35.vocab_size", p->n_vocab)) return -1;
-    const size_t plen = strlen(QWEN35_ARCH);
-    for (uint64_t k = 0; k < gguf_kv_count(v->f); k++) {
-        const char *key = gguf_kv_key(v->f, k);
-        if (strncmp(key, QWEN35_ARCH, plen) || key[plen] != '.') continue;
-        int known = 0;
-        for (size_t j = 0; j < sizeof known_keys / sizeof known_keys[0]; j++)
-            if (!strcmp(key + plen + 1, known_keys[j])) known = 1;
-        if (!known) return meta_fail(v, key, "%s", "unknown key for the qwen35 contract");
-    }
+    if (gguf_find_key(v->f, "qwen35.vocab_size") >= 0 && mf_expect_int(v, "qwen35.vocab_size", p->n_vocab)) return -1;
+    if (mf_check_known(v, key_sfx, Q35K_COUNT, extra_keys, 1)) return -1;
     return check_tokenizer(v, p);
 }
 
 /* ---- tensor validation ---- */
 
-static int check_tensors(vctx *v, const qwen35_profile *p, const qwen35_tensor_spec *specs, size_t n) {
+static const char *spec_name(const void *specs, size_t i) { return ((const qwen35_tensor_spec *)specs)[i].name; }
+
+static int check_tensors(mf_ctx *v, const qwen35_profile *p, const qwen35_tensor_spec *specs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (mf_check_tensor(v, p->name, specs[i].name, specs[i].n_dims, specs[i].ne, specs[i].kind == Q35_KIND_VECTOR))
+            return -1;
+    const gguf_tensor *t = mf_extra_tensor(v->f, specs, n, spec_name);
+    if (!t) return 0;
     const char *path = gguf_path(v->f);
-    for (size_t i = 0; i < n; i++) {
-        const qwen35_tensor_spec *s = &specs[i];
-        const gguf_tensor *t = gguf_find_tensor(v->f, s->name);
-        if (!t) return gem_err_set(v->err, "%s: missing tensor '%s'", path, s->name);
-        int shape_ok = t->n_dims == s->n_dims && t->ne[0] == s->ne[0] && (s->n_dims < 2 || t->ne[1] == s->ne[1]);
-        if (!shape_ok) {
-            char got[100], want[100];
-            if (t->n_dims == 1) snprintf(got, sizeof got, "[%llu]", (unsigned long long)t->ne[0]);
-            else snprintf(got, sizeof got, "[%llu, %llu%s]", (unsigned long long)t->ne[0],
-                          (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "");
-            if (s->n_dims == 1) snprintf(want, sizeof want, "[%llu]", (unsigned long long)s->ne[0]);
-            else snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)s->ne[0], (unsigned long long)s->ne[1]);
-            return gem_err_set(v->err, "%s: tensor '%s' has shape %s, profile %s needs %s", path, s->name, got,
-                               p->name, want);
-        }
-        if (!qwen35_type_allowed(s->kind, t->type)) {
-            const char *tn = quant_type_name(t->type);
-            return gem_err_set(v->err, "%s: tensor '%s' has storage type %s, the contract allows %s", path, s->name,
-                               tn ? tn : "?", kind_types(s->kind));
-        }
-    }
-    if (gguf_tensor_count(v->f) != n) {
-        for (uint64_t i = 0; i < gguf_tensor_count(v->f); i++) {
-            const gguf_tensor *t = gguf_tensor_at(v->f, i);
-            int found = 0;
-            for (size_t j = 0; j < n && !found; j++) found = !strcmp(specs[j].name, t->name);
-            if (found) continue;
-            if (p->tied && !strcmp(t->name, "output.weight"))
-                return gem_err_set(v->err, "%s: unexpected tensor 'output.weight': profile %s ties its head to token_embd",
-                                   path, p->name);
-            return gem_err_set(v->err, "%s: unexpected tensor '%s' (not in the %s manifest)", path, t->name, p->name);
-        }
-    }
-    return 0;
+    if (p->tied && !strcmp(t->name, "output.weight"))
+        return gem_err_set(v->err, "%s: unexpected tensor 'output.weight': profile %s ties its head to token_embd",
+                           path, p->name);
+    return gem_err_set(v->err, "%s: unexpected tensor '%s' (not in the %s manifest)", path, t->name, p->name);
 }
 
 int qwen35_validate(const gguf_file *f, const qwen35_profile **out, gem_err *err) {
-    vctx v = {f, err, ""};
+    mf_ctx v = {f, err, QWEN35_ARCH, ""};
     const qwen35_profile *p;
     if (identify(&v, &p) || check_metadata(&v, p)) return -1;
     size_t n = qwen35_manifest_count(p);
