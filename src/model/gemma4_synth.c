@@ -1,24 +1,21 @@
 /* Synthetic Gemma 4 writer (see gemma4_synth.h).
  *
- * Tensors are produced in chunks of rows; each chunk is split across worker
- * threads and written once all workers are done. Per-row seeding makes the
- * split irrelevant to the bytes. */
+ * Tensors are produced in chunks of rows by synth_rows.h, each chunk split
+ * across worker threads; per-row seeding makes the split irrelevant to the
+ * bytes. */
 #include "model/gemma4_synth.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gguf/gguf_write.h"
+#include "model/synth_rows.h"
 #include "quant/quant.h"
-#include "util/file.h"
 #include "util/rng.h"
 
 #define CHUNK_BYTES (64u << 20)
-#define MAX_THREADS 64
 
 uint32_t gemma4_file_type(uint32_t t) {
     switch (t) {
@@ -141,41 +138,10 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
     }
 }
 
-/* ---- worker pool over row ranges ---- */
-
-typedef struct {
-    const gen_tensor *g;
-    uint64_t row0, rows;
-    uint8_t *out;
-} job;
-
-static void *run_job(void *arg) {
-    job *j = arg;
-    for (uint64_t r = 0; r < j->rows; r++) gen_row(j->g, j->row0 + r, j->out + r * j->g->row_bytes);
-    return NULL;
-}
-
-static int gen_chunk(const gen_tensor *g, uint64_t row0, uint64_t rows, uint8_t *out, int threads) {
-    pthread_t tid[MAX_THREADS];
-    job jobs[MAX_THREADS];
-    int n = threads;
-    if ((uint64_t)n > rows) n = (int)rows;
-    if (n <= 1) {
-        job j = {g, row0, rows, out};
-        run_job(&j);
-        return 0;
-    }
-    uint64_t per = rows / (uint64_t)n, extra = rows % (uint64_t)n, at = row0;
-    int started[MAX_THREADS];
-    for (int i = 0; i < n; i++) {
-        uint64_t k = per + ((uint64_t)i < extra);
-        jobs[i] = (job){g, at, k, out + (at - row0) * g->row_bytes};
-        at += k;
-        started[i] = pthread_create(&tid[i], NULL, run_job, &jobs[i]) == 0;
-        if (!started[i]) run_job(&jobs[i]); /* no thread available: do it here */
-    }
-    for (int i = 0; i < n; i++)
-        if (started[i]) pthread_join(tid[i], NULL);
+/* synth_rows' fill: rows [row0, row0 + n), each from its own seed */
+static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
+    const gen_tensor *g = ctx;
+    for (uint64_t r = 0; r < n; r++) gen_row(g, row0 + r, out + r * g->row_bytes);
     return 0;
 }
 
@@ -260,10 +226,6 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
         (o->embd_type != QT_Q8_0 && o->embd_type != QT_Q6_K && o->embd_type != QT_Q4_0 && o->embd_type != o->type))
         return gem_err_set(err, "synth: embedding type %s is not allowed (q8_0, q6_k, q4_0, or the matrix type)",
                            quant_type_name(o->embd_type) ? quant_type_name(o->embd_type) : "?");
-    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-
     gguf_file *vocab = gguf_open(o->vocab_path, err);
     if (!vocab) return -1;
     if (check_vocab(vocab, err)) {
@@ -273,8 +235,7 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     size_t n = gemma4_manifest_count(p);
     gemma4_tensor_spec *specs = malloc(n * sizeof *specs);
     gguf_writer *w = gguf_writer_new(GGUF_DEFAULT_ALIGNMENT);
-    uint8_t *buf = NULL;
-    FILE *fp = NULL;
+    sr_out so = {0};
     int rc = -1;
     if (!specs || !w) {
         gem_err_set(err, "out of memory");
@@ -288,50 +249,18 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
         if (gguf_w_tensor(w, specs[i].name, t, specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
-    if (!(fp = file_create(o->out_path, err))) goto done;
-    if (gguf_writer_begin(w, fp, err)) goto done;
-    buf = malloc(CHUNK_BYTES);
-    if (!buf) {
-        gem_err_set(err, "out of memory");
-        goto done;
-    }
-    uint64_t done_bytes = 0;
+    if (sr_begin(&so, w, o->out_path, CHUNK_BYTES, o->threads, total, o->progress, o->progress_ctx, err)) goto done;
     for (size_t i = 0; i < n; i++) {
         const gemma4_tensor_spec *s = &specs[i];
         uint32_t t = s->kind == G4_KIND_VECTOR ? QT_F32 : s->kind == G4_KIND_EMBD ? o->embd_type : o->type;
         gen_tensor g = {s, t, o->seed, i, 0};
         quant_row_bytes(t, (int64_t)s->ne[0], &g.row_bytes);
-        uint64_t rows = s->n_dims == 1 ? 1 : s->ne[1];
-        uint64_t per_chunk = CHUNK_BYTES / g.row_bytes;
-        if (per_chunk == 0) per_chunk = 1;
-        for (uint64_t r = 0; r < rows; r += per_chunk) {
-            uint64_t k = rows - r < per_chunk ? rows - r : per_chunk;
-            uint8_t *dst = buf;
-            uint8_t *big = NULL;
-            if (k * g.row_bytes > CHUNK_BYTES) { /* a single huge row */
-                big = malloc(k * g.row_bytes);
-                if (!big) {
-                    gem_err_set(err, "out of memory");
-                    goto done;
-                }
-                dst = big;
-            }
-            gen_chunk(&g, r, k, dst, threads);
-            int wrc = gguf_writer_data(w, fp, dst, k * g.row_bytes, err);
-            free(big);
-            if (wrc) {
-                gem_err_wrap(err, "%s", o->out_path);
-                goto done;
-            }
-            done_bytes += k * g.row_bytes;
-            if (o->progress) o->progress(done_bytes, total, o->progress_ctx);
-        }
+        const sr_tensor st = {s->name, s->n_dims == 1 ? 1 : s->ne[1], g.row_bytes, fill_rows, &g};
+        if (sr_write(&so, &st, err)) goto done;
     }
-    if (gguf_writer_finish(w, fp, err)) goto done;
     rc = 0;
 done:
-    rc = file_close_output(fp, o->out_path, rc, err);
-    free(buf);
+    rc = sr_end(&so, rc, err);
     free(specs);
     gguf_writer_free(w);
     gguf_close(vocab);

@@ -2,19 +2,16 @@
 #include "model/qwen35_synth.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "model/synth_rows.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
-#include "util/file.h"
 #include "util/rng.h"
 
 #define CHUNK_BYTES (32u << 20)
-#define MAX_THREADS 64
 
 /* llama.cpp's general.file_type for a matrix type */
 static uint32_t file_type(uint32_t t) {
@@ -218,49 +215,20 @@ static void gen_floats(const gen_tensor *g, uint64_t row, float *out) {
     }
 }
 
-typedef struct {
-    const gen_tensor *g;
-    uint64_t row0, rows;
-    uint8_t *out;
-    int rc;
-} job;
-
-static void *run_job(void *arg) {
-    job *j = arg;
-    float *f = malloc(j->g->spec->ne[0] * sizeof *f);
-    if (!f) {
-        j->rc = -1;
-        return NULL;
-    }
-    for (uint64_t r = 0; r < j->rows; r++) {
-        uint8_t *dst = j->out + r * j->g->row_bytes;
-        gen_floats(j->g, j->row0 + r, f);
-        if (j->g->type == QT_F32) memcpy(dst, f, j->g->spec->ne[0] * 4);
-        else if (quant_quantize_row(j->g->type, f, dst, (int64_t)j->g->spec->ne[0])) j->rc = -1;
+/* synth_rows' fill: rows [row0, row0 + n), each from its own seed,
+ * quantized from floats */
+static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
+    const gen_tensor *g = ctx;
+    float *f = malloc(g->spec->ne[0] * sizeof *f);
+    if (!f) return -1;
+    int rc = 0;
+    for (uint64_t r = 0; r < n; r++) {
+        uint8_t *dst = out + r * g->row_bytes;
+        gen_floats(g, row0 + r, f);
+        if (g->type == QT_F32) memcpy(dst, f, g->spec->ne[0] * 4);
+        else if (quant_quantize_row(g->type, f, dst, (int64_t)g->spec->ne[0])) rc = -1;
     }
     free(f);
-    return NULL;
-}
-
-static int gen_chunk(const gen_tensor *g, uint64_t row0, uint64_t rows, uint8_t *out, int threads) {
-    pthread_t tid[MAX_THREADS];
-    job jobs[MAX_THREADS];
-    int started[MAX_THREADS];
-    int n = (uint64_t)threads > rows ? (int)rows : threads;
-    if (n < 1) n = 1;
-    uint64_t per = rows / (uint64_t)n, extra = rows % (uint64_t)n, at = row0;
-    for (int i = 0; i < n; i++) {
-        uint64_t k = per + ((uint64_t)i < extra);
-        jobs[i] = (job){g, at, k, out + (at - row0) * g->row_bytes, 0};
-        at += k;
-        started[i] = n > 1 && pthread_create(&tid[i], NULL, run_job, &jobs[i]) == 0;
-        if (!started[i]) run_job(&jobs[i]);
-    }
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        if (started[i]) pthread_join(tid[i], NULL);
-        rc |= jobs[i].rc;
-    }
     return rc;
 }
 
@@ -284,16 +252,12 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
     if (!qwen35_type_allowed(Q35_KIND_MATRIX, o->type) || !qwen35_type_allowed(Q35_KIND_EMBD, o->embd_type))
         return gem_err_set(err, "synth: the qwen35 contract does not take matrices of %s",
                            quant_type_name(o->type) ? quant_type_name(o->type) : "?");
-    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
     gguf_file *vocab = gguf_open(o->vocab_path, err);
     if (!vocab) return -1;
     size_t n = qwen35_manifest_count(p);
     qwen35_tensor_spec *specs = malloc(n * sizeof *specs);
     gguf_writer *w = gguf_writer_new(GGUF_DEFAULT_ALIGNMENT);
-    uint8_t *buf = NULL;
-    FILE *fp = NULL;
+    sr_out so = {0};
     int rc = -1;
     if (!specs || !w) {
         gem_err_set(err, "out of memory");
@@ -313,38 +277,16 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
         if (gguf_w_tensor(w, specs[i].name, tensor_type(o, &specs[i]), specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
-    if (!(fp = file_create(o->out_path, err))) goto done;
-    if (gguf_writer_begin(w, fp, err)) goto done;
-    if (!(buf = malloc(CHUNK_BYTES))) {
-        gem_err_set(err, "out of memory");
-        goto done;
-    }
-    uint64_t done_bytes = 0;
+    if (sr_begin(&so, w, o->out_path, CHUNK_BYTES, o->threads, total, o->progress, o->progress_ctx, err)) goto done;
     for (size_t i = 0; i < n; i++) {
         gen_tensor g = {&specs[i], tensor_type(o, &specs[i]), o->seed, i, 0};
         quant_row_bytes(g.type, (int64_t)specs[i].ne[0], &g.row_bytes);
-        const uint64_t rows = specs[i].n_dims == 1 ? 1 : specs[i].ne[1];
-        uint64_t per = CHUNK_BYTES / g.row_bytes;
-        if (per == 0) per = 1;
-        for (uint64_t r = 0; r < rows; r += per) {
-            const uint64_t k = rows - r < per ? rows - r : per;
-            if (gen_chunk(&g, r, k, buf, threads)) {
-                gem_err_set(err, "synth: cannot quantize %s", specs[i].name);
-                goto done;
-            }
-            if (gguf_writer_data(w, fp, buf, k * g.row_bytes, err)) {
-                gem_err_wrap(err, "%s", o->out_path);
-                goto done;
-            }
-            done_bytes += k * g.row_bytes;
-            if (o->progress) o->progress(done_bytes, total, o->progress_ctx);
-        }
+        const sr_tensor st = {specs[i].name, specs[i].n_dims == 1 ? 1 : specs[i].ne[1], g.row_bytes, fill_rows, &g};
+        if (sr_write(&so, &st, err)) goto done;
     }
-    if (gguf_writer_finish(w, fp, err)) goto done;
     rc = 0;
 done:
-    rc = file_close_output(fp, o->out_path, rc, err);
-    free(buf);
+    rc = sr_end(&so, rc, err);
     free(specs);
     gguf_writer_free(w);
     gguf_close(vocab);
