@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "convert/hf_out.h"
 #include "convert/hf_qwen35.h"
 #include "convert/hf_tok.h"
 #include "convert/safetensors.h"
@@ -669,6 +670,11 @@ static int write_entry(gguf_writer *w, FILE *fp, const entry *e, int threads, ui
 
 /* ---- driver ---- */
 
+static int validate_out(const gguf_file *f, gem_err *err) {
+    const gemma4_profile *p;
+    return gemma4_validate(f, &p, err);
+}
+
 int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) {
     if (o->type != -1 && o->type != QT_F32 && o->type != QT_F16 && o->type != QT_BF16)
         return gem_err_set(err, "convert: type must be f32, f16 or bf16");
@@ -772,30 +778,10 @@ int gem_convert(const gem_convert_opts *o, gem_convert_stats *st, gem_err *err) 
         if (write_entry(w, fp, &c.e[i], threads, buf, &done_bytes, total, o, err)) goto done;
         out_bytes += gguf_w_tensor_bytes(w, i + 1);
     }
-    if (gguf_writer_finish(w, fp, err)) goto done;
-    int closed = file_close_output(fp, o->out_path, 0, err);
+    const int fin = hf_out_finish(w, fp, o->out_path, "Gemma 4", validate_out, err);
     fp = NULL;
-    if (closed) goto done;
-    {
-        gem_err e2 = {{0}};
-        gguf_file *g = gguf_open(o->out_path, &e2);
-        const gemma4_profile *vp;
-        if (!g || gemma4_validate(g, &vp, &e2)) {
-            gguf_close(g);
-            gem_err_set(err, "the converted file does not meet the Gemma 4 contract: %s", e2.msg);
-            file_discard(o->out_path);
-            goto done;
-        }
-        gguf_close(g);
-    }
-    if (st) {
-        st->in_bytes = total;
-        st->out_bytes = out_bytes;
-        st->n_tensors = (uint32_t)c.n + 1;
-        st->n_shards = c.n_shards;
-        st->type = type;
-        st->profile = p->name;
-    }
+    if (fin) goto done;
+    if (st) *st = (gem_convert_stats){total, out_bytes, (uint32_t)c.n + 1, c.n_shards, type, p->name};
     rc = 0;
 done:
     rc = file_close_output(fp, o->out_path, rc, err);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert/hf_out.h"
 #include "convert/hf_tok.h"
 #include "convert/safetensors.h"
 #include "gguf/gguf.h"
@@ -215,6 +216,11 @@ static const qwen35_profile *read_profile(const json *cfg, const char *dir, gem_
     return p;
 }
 
+static int validate_out(const gguf_file *f, gem_err *err) {
+    const qwen35_profile *p;
+    return qwen35_validate(f, &p, err);
+}
+
 int hf_convert_qwen35(const gem_convert_opts *o, const json *cfg, gem_convert_stats *st, gem_err *err) {
     const char *dir = o->dir;
     const qwen35_profile *p = read_profile(cfg, dir, err);
@@ -392,32 +398,12 @@ int hf_convert_qwen35(const gem_convert_opts *o, const json *cfg, gem_convert_st
         done_bytes += e->t->n_bytes;
         if (o->progress) o->progress(done_bytes, total, o->progress_ctx);
     }
-    if (gguf_writer_finish(w, fp, err)) goto done;
     {
-        int closed = file_close_output(fp, o->out_path, 0, err);
+        const int fin = hf_out_finish(w, fp, o->out_path, "qwen35", validate_out, err);
         fp = NULL;
-        if (closed) goto done;
+        if (fin) goto done;
     }
-    {
-        gem_err e2 = {{0}};
-        gguf_file *g = gguf_open(o->out_path, &e2);
-        const qwen35_profile *vp;
-        if (!g || qwen35_validate(g, &vp, &e2)) {
-            gguf_close(g);
-            gem_err_set(err, "the converted file does not meet the qwen35 contract: %s", e2.msg);
-            file_discard(o->out_path);
-            goto done;
-        }
-        gguf_close(g);
-    }
-    if (st) {
-        st->in_bytes = total;
-        st->out_bytes = out_bytes;
-        st->n_tensors = (uint32_t)n;
-        st->n_shards = n_shards;
-        st->type = type;
-        st->profile = p->name;
-    }
+    if (st) *st = (gem_convert_stats){total, out_bytes, (uint32_t)n, n_shards, type, p->name};
     rc = 0;
 done:
     rc = file_close_output(fp, o->out_path, rc, err);
