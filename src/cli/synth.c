@@ -45,58 +45,43 @@ int cli_synth(int argc, char **argv) {
     if (!profile || !type || !out)
         return fail("usage: gem synth --profile P --type q4_0|q8_0|f16|bf16|f32 [--embd-type q8_0|q6_k|q4_0] "
                     "[--seed N] [-t N] [--vocab FILE] -o FILE", NULL);
-    if (!strncmp(profile, "qwen35", 6)) {
-        qwen35_synth_opts q = {0};
-        q.profile = qwen35_profile_find(profile);
-        if (!q.profile) return fail("unknown profile (qwen35-27b, qwen35-small, qwen35-tiny)", profile);
-        const int qt = quant_type_from_name(type), qe = quant_type_from_name(embd);
-        if (qt < 0) return fail("unknown type", type);
-        if (qe < 0) return fail("unknown embedding type", embd);
-        q.type = (uint32_t)qt;
-        q.embd_type = (uint32_t)qe;
-        int given = 0;
-        for (int i = 0; i < argc; i++) given |= !strcmp(argv[i], "--embd-type");
-        if (!given && (q.type == QT_F32 || q.type == QT_F16 || q.type == QT_BF16)) q.embd_type = q.type;
-        q.seed = seed;
-        q.threads = (int)threads;
-        q.out_path = out;
-        char qbuf[4096];
-        q.vocab_path = vocab ? vocab : cli_data_path("vocab/qwen35.gguf", qbuf, sizeof qbuf);
-        cli_progress qp;
-        cli_progress_start(&qp, "synth", &q.progress, &q.progress_ctx);
-        gem_err qerr = {{0}};
-        if (qwen35_synth(&q, &qerr)) return cli_progress_fail(&qp, qerr.msg);
-        fprintf(stderr, "gem synth: wrote %s (%s, %s matrices, %s embedding, seed %llu) in %.1f s\n", out,
-                q.profile->name, quant_type_name(q.type), quant_type_name(q.embd_type), (unsigned long long)seed,
-                cli_progress_seconds(&qp));
-        return 0;
-    }
-    gemma4_synth_opts o = {0};
-    o.profile = gemma4_profile_find(profile);
-    if (!o.profile) return fail("unknown profile (gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny, qwen35-27b, qwen35-small, qwen35-tiny)", profile);
-    int t = quant_type_from_name(type);
+    /* the family is in the profile's name; everything else is common */
+    const int qwen = !strncmp(profile, "qwen35", 6);
+    const qwen35_profile *qp = qwen ? qwen35_profile_find(profile) : NULL;
+    const gemma4_profile *gp = qwen ? NULL : gemma4_profile_find(profile);
+    if (qwen && !qp) return fail("unknown profile (qwen35-27b, qwen35-small, qwen35-tiny)", profile);
+    if (!qwen && !gp) return fail("unknown profile (gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny, qwen35-27b, qwen35-small, qwen35-tiny)", profile);
+    const int t = quant_type_from_name(type), e = quant_type_from_name(embd);
     if (t < 0) return fail("unknown type", type);
-    int e = quant_type_from_name(embd);
     if (e < 0) return fail("unknown embedding type", embd);
-    o.type = (uint32_t)t;
-    o.embd_type = (uint32_t)e;
+    const uint32_t mt = (uint32_t)t;
+    uint32_t et = (uint32_t)e;
     /* An unquantized model keeps its embedding in the same type unless told. */
-    if ((o.type == QT_F32 || o.type == QT_F16 || o.type == QT_BF16) && !strcmp(embd, "q8_0")) {
+    if (mt == QT_F32 || mt == QT_F16 || mt == QT_BF16) {
         int given = 0;
         for (int i = 0; i < argc; i++) given |= !strcmp(argv[i], "--embd-type");
-        if (!given) o.embd_type = o.type;
+        if (!given) et = mt;
     }
-    o.seed = seed;
-    o.threads = (int)threads;
-    o.out_path = out;
     char vbuf[4096];
-    o.vocab_path = vocab ? vocab : cli_data_path("vocab/gemma-4.gguf", vbuf, sizeof vbuf);
+    const char *vocab_path = vocab ? vocab : cli_data_path(qwen ? "vocab/qwen35.gguf" : "vocab/gemma-4.gguf", vbuf,
+                                                           sizeof vbuf);
     cli_progress pg;
-    cli_progress_start(&pg, "synth", &o.progress, &o.progress_ctx);
     gem_err err = {{0}};
-    if (gemma4_synth(&o, &err)) return cli_progress_fail(&pg, err.msg);
-    double s = cli_progress_seconds(&pg);
+    int rc;
+    if (qwen) {
+        qwen35_synth_opts q = {.profile = qp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
+                               .out_path = out, .threads = (int)threads};
+        cli_progress_start(&pg, "synth", &q.progress, &q.progress_ctx);
+        rc = qwen35_synth(&q, &err);
+    } else {
+        gemma4_synth_opts o = {.profile = gp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
+                               .out_path = out, .threads = (int)threads};
+        cli_progress_start(&pg, "synth", &o.progress, &o.progress_ctx);
+        rc = gemma4_synth(&o, &err);
+    }
+    if (rc) return cli_progress_fail(&pg, err.msg);
     fprintf(stderr, "gem synth: wrote %s (%s, %s matrices, %s embedding, seed %llu) in %.1f s\n", out,
-            o.profile->name, quant_type_name(o.type), quant_type_name(o.embd_type), (unsigned long long)seed, s);
+            qwen ? qp->name : gp->name, quant_type_name(mt), quant_type_name(et), (unsigned long long)seed,
+            cli_progress_seconds(&pg));
     return 0;
 }

@@ -24,8 +24,7 @@
 #include "engine/engine.h"
 #include "model/qwen35.h"
 #include "model/qwen35_run.h"
-#include "model/qwen35_synth.h"
-#include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 #include "util/argmax.h"
 
@@ -267,18 +266,8 @@ static void test_refusals(void) {
 
 int main(void) {
     gem_err err = {{0}};
-    const int fd = mkstemp(path);
-    CHECKF(fd >= 0, "no temporary file");
-    if (fd >= 0) close(fd);
-    qwen35_synth_opts so = {0};
-    so.profile = qwen35_profile_find("qwen35-tiny");
-    so.type = QT_F32;
-    so.embd_type = QT_F32;
-    so.seed = 5;
-    so.vocab_path = "data/vocab/qwen35.gguf";
-    so.out_path = path;
-    so.threads = 2;
-    CHECKF(!qwen35_synth(&so, &err), "%s", err.msg);
+    CHECKF(!test_tmp_file(path), "no temporary file");
+    CHECKF(!test_synth_qwen35_tiny(path, 5, 2, &err), "%s", err.msg);
     gem_engine *e = open_engine(1, &err);
     CHECKF(e != NULL, "%s", err.msg);
     if (e) {

@@ -11,8 +11,8 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "model/qwen35.h"
-#include "model/qwen35_synth.h"
 #include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 static const qwen35_tensor_spec *find_spec(const qwen35_tensor_spec *s, size_t n, const char *name) {
@@ -121,8 +121,7 @@ done:
 
 static void expect_refused(const char *good, const change *c, const char *want) {
     char bad[] = "/tmp/gem-q35bad-XXXXXX";
-    int fd = mkstemp(bad);
-    if (fd >= 0) close(fd);
+    test_tmp_file(bad);
     CHECK(!rewrite(good, bad, c));
     gem_err err = {{0}};
     gguf_file *f = gguf_open(bad, &err);
@@ -138,25 +137,16 @@ static void expect_refused(const char *good, const change *c, const char *want) 
 
 static void test_tiny_file(void) {
     char path[] = "/tmp/gem-q35-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd >= 0) close(fd);
-    qwen35_synth_opts o = {0};
-    o.profile = qwen35_profile_find("qwen35-tiny");
-    o.type = QT_F32;
-    o.embd_type = QT_F32;
-    o.seed = 3;
-    o.vocab_path = "data/vocab/qwen35.gguf";
-    o.out_path = path;
-    o.threads = 2;
+    test_tmp_file(path);
     gem_err err = {{0}};
-    CHECKF(!qwen35_synth(&o, &err), "%s", err.msg);
+    CHECKF(!test_synth_qwen35_tiny(path, 3, 2, &err), "%s", err.msg);
     gguf_file *f = gguf_open(path, &err);
     CHECKF(f != NULL, "%s", err.msg);
     if (!f) return;
     qwen35_model *m = qwen35_bind(f, &err);
     CHECKF(m != NULL, "%s", err.msg);
     if (m) {
-        CHECK(m->profile == o.profile);
+        CHECK(m->profile == qwen35_profile_find("qwen35-tiny"));
         CHECK(!m->layers[0].is_attn && !m->layers[2].is_attn && m->layers[3].is_attn);
         CHECK(m->layers[0].attn_qkv && m->layers[0].ssm_a && !m->layers[0].attn_q);
         CHECK(m->layers[3].attn_q && m->layers[3].attn_k_norm && !m->layers[3].ssm_out);

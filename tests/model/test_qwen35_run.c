@@ -19,8 +19,7 @@
 #include "gguf/gguf.h"
 #include "model/qwen35.h"
 #include "model/qwen35_run.h"
-#include "model/qwen35_synth.h"
-#include "quant/quant.h"
+#include "synth_tiny.h"
 #include "test.h"
 
 #define NTOK 150 /* three 64-token chunks, the last partial */
@@ -57,18 +56,9 @@ static int run(const qwen35_model *m, backend *b, int tile, int step, const int3
 
 int main(void) {
     char path[] = "/tmp/gem-q35run-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd >= 0) close(fd);
-    qwen35_synth_opts o = {0};
-    o.profile = qwen35_profile_find("qwen35-tiny");
-    o.type = QT_F32;
-    o.embd_type = QT_F32;
-    o.seed = 11;
-    o.vocab_path = "data/vocab/qwen35.gguf";
-    o.out_path = path;
-    o.threads = 2;
+    test_tmp_file(path);
     gem_err err = {{0}};
-    CHECKF(!qwen35_synth(&o, &err), "%s", err.msg);
+    CHECKF(!test_synth_qwen35_tiny(path, 11, 2, &err), "%s", err.msg);
     gguf_file *f = gguf_open(path, &err);
     qwen35_model *m = f ? qwen35_bind(f, &err) : NULL;
     CHECKF(m != NULL, "%s", err.msg);
