@@ -263,6 +263,7 @@ static void run_batch(gem_engine *e) {
     if (!e->pending) e->pending_tail = NULL;
     e->n_pending -= n;
     e->gate_busy = 1;
+    e->gate_gen++;
     pthread_mutex_unlock(&e->mu);
     const double t0 = gem_now_s();
     int rc;
@@ -292,6 +293,7 @@ static void run_batch(gem_engine *e) {
 
 void gate_enter(gem_engine *e, int yield) {
     pthread_mutex_lock(&e->mu);
+    e->n_waiting++;
     for (;;) {
         if (!e->gate_busy && yield && e->n_pending > 0) {
             if (batch_due(e)) run_batch(e);
@@ -301,7 +303,9 @@ void gate_enter(gem_engine *e, int yield) {
         if (!e->gate_busy) break;
         pthread_cond_wait(&e->cv, &e->mu);
     }
+    e->n_waiting--;
     e->gate_busy = 1;
+    e->gate_gen++;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -334,9 +338,15 @@ int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err) {
     s->logits_valid = s->logits_dev = 0;
     step_req r = {s, id, -1, 0, 0, 0, {{0}}, NULL};
     pthread_mutex_lock(&e->mu);
-    if (e->batch_rows <= 1 || e->n_decoding <= 1) { /* alone, or no batching: the ordinary step */
-        while (e->gate_busy) pthread_cond_wait(&e->cv, &e->mu);
+    /* alone, or no batching: the ordinary step, once a thread waiting for
+     * the gate (another generation's prompt) has had it: that generation
+     * may then decode beside this one */
+    const unsigned gen0 = e->gate_gen;
+    while ((e->batch_rows <= 1 || e->n_decoding <= 1) && (e->gate_busy || (e->n_waiting > 0 && e->gate_gen == gen0)))
+        pthread_cond_wait(&e->cv, &e->mu);
+    if (e->batch_rows <= 1 || e->n_decoding <= 1) {
         e->gate_busy = 1;
+        e->gate_gen++;
         pthread_mutex_unlock(&e->mu);
         r.rc = model_eval_greedy(s->st, &id, 1, &r.best, err);
         gate_leave(e);

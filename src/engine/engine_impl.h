@@ -50,6 +50,12 @@ struct gem_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int gate_busy;
+    /* threads waiting in gate_enter, and the gate's acquisitions so far: a
+     * generation stepping alone lets such a waiter in before its next
+     * step (session_step), else its back-to-back steps starve the others'
+     * prompts and they never decode beside it */
+    int n_waiting;
+    unsigned gate_gen;
     step_req *pending, *pending_tail;
     int n_pending;
     int n_decoding; /* generations past their prompt, not yet ended */
