@@ -97,11 +97,19 @@ def main():
     for fn in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
         if not hasattr(M, fn):
             die("modeling_qwen3_5 has no %s" % fn)
-    # the pure-torch paths: the fused kernels are not float32-exact
+    # the pure-torch paths: the fused kernels are not float32-exact. In
+    # transformers 5.x the module's causal_conv1d_fn / causal_conv1d_update
+    # are its own torch functions (a hub kernel replaces them only where
+    # one is installed and enabled, and this machine has no network):
+    # only names bound to an imported fused kernel are cleared.
+    os.environ.setdefault("USE_HUB_KERNELS", "0")
     for name in ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
                  "fused_recurrent_gated_delta_rule", "FusedRMSNormGated"):
-        if hasattr(M, name):
+        f = getattr(M, name, None)
+        mod = getattr(f, "__module__", "") or ""
+        if f is not None and (mod.startswith("fla") or mod.startswith("causal_conv1d")):
             setattr(M, name, None)
+        print("modeling_qwen3_5.%s: %r (module %s)" % (name, f, mod))
     if hasattr(M, "is_fast_path_available"):
         M.is_fast_path_available = False
 
