@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144, 64};
+    api_opts ao = {1, 262144, 64, CHAT_FORMAT_GEMMA4};
     switch (data[0]) {
     case 'r':
     case 'c': {

@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *b = (const char *)data + 1;
     size_t n = size - 1;
     api_error e = {0};
-    api_opts ao = {1, 262144, 64};
+    api_opts ao = {1, 262144, 64, CHAT_FORMAT_GEMMA4};
     switch (data[0]) {
     case 'c':
     case 'p': {
@@ -126,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'd': {
         int32_t *ids;
         size_t k;
-        const api_opts dao = {0, 1000, 64};
+        const api_opts dao = {0, 1000, 64, CHAT_FORMAT_GEMMA4};
         if (api_parse_detokenize(b, n, &dao, &ids, &k, &e)) fz_check_error(&e, api_error_json);
         else
             for (size_t i = 0; i < k; i++)

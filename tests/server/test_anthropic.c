@@ -9,7 +9,7 @@
 #include "server/reply.h"
 #include "test.h"
 
-static api_opts hooks_off = {0, 0, 0}, hooks_on = {1, 0, 0};
+static api_opts hooks_off = {.allow_forced_output = 0}, hooks_on = {.allow_forced_output = 1};
 
 static int parse(const char *body, api_request *r, api_error *e) {
     return anth_parse(body, strlen(body), &hooks_off, 0, r, e);

@@ -11,7 +11,7 @@
 #include "chat/chat.h"
 #include "test.h"
 
-static api_opts hooks_off = {0, 0, 0}, hooks_on = {1, 0, 0};
+static api_opts hooks_off = {0, 0, 0, CHAT_FORMAT_GEMMA4}, hooks_on = {1, 0, 0, CHAT_FORMAT_GEMMA4};
 
 static int parse(api_kind k, const char *body, api_request *r, api_error *e) {
     return api_parse(k, body, strlen(body), &hooks_off, r, e);
@@ -410,7 +410,7 @@ static void test_logprobs_n(void) {
 static void test_logit_bias(void) {
     api_request r;
     api_error e = {0};
-    api_opts vo = {0, 1000, 0};
+    api_opts vo = {0, 1000, 0, CHAT_FORMAT_GEMMA4};
     const char *ok = "{\"prompt\":\"x\",\"logit_bias\":{\"528\":-100,\"7\":2.5}}";
     CHECK(api_parse(API_COMPLETION, ok, strlen(ok), &vo, &r, &e) == 0);
     CHECK(r.sampling.n_bias == 2 && r.sampling.bias_ids[0] == 528 && r.sampling.bias[0] == -100.0f &&
@@ -470,7 +470,7 @@ static void test_tokenize_requests(void) {
     json_free(t.root);
     int32_t *ids;
     size_t n;
-    const api_opts o = {0, 100, 4};
+    const api_opts o = {0, 100, 4, CHAT_FORMAT_GEMMA4};
     b = "{\"tokens\":[2,5]}";
     CHECK(api_parse_detokenize(b, strlen(b), &o, &ids, &n, &e) == 0 && n == 2 && ids[1] == 5);
     free(ids);
@@ -497,7 +497,7 @@ static void test_tokenize_requests(void) {
 static void test_body_bounds(void) {
     api_request r;
     api_error e = {0};
-    const api_opts o = {0, 1000, 8};
+    const api_opts o = {0, 1000, 8, CHAT_FORMAT_GEMMA4};
     strbuf b = {0};
     sb_puts(&b, "{\"prompt\":[");
     for (int i = 0; i < 300000; i++) sb_puts(&b, i ? ",7" : "7"); /* more ids than values allowed: one packed list */
