@@ -458,6 +458,13 @@ static int bench_parallel(gem_engine *e, const int32_t *ids, int need, int D, co
                 for (long j = 0; j < steps; j++) tokens += ps[i].bc.t[j] > ta && ps[i].bc.t[j] <= tb;
             win[k - 1] = tb > ta ? tokens / (tb - ta) : 0;
         }
+        int apart = 0; /* windows where the streams did not run together */
+        for (int k = 0; k < reps; k++) apart += win[k] == 0;
+        if (apart) {
+            rc = gem_err_set(err, "--parallel %d: in %d of %d windows the streams did not run together (each "
+                                  "finished a window before another began it)", N, apart, reps);
+            break;
+        }
         stats st = summarize(win, reps);
         const double mean_rows = st1 > st0 ? (double)(ro1 - ro0) / (double)(st1 - st0) : 0;
         char rows_txt[48] = "no batched steps";
