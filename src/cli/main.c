@@ -42,7 +42,7 @@ static void usage(FILE *out) {
             "  help                                this text\n"
             "  version                             print the version\n"
             "\n"
-            "profiles: gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny\n",
+            "profiles: gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny; qwen35-27b, qwen35-small, qwen35-tiny (CPU)\n",
             GEM_VERSION);
 }
 
