@@ -676,16 +676,23 @@ int gemma4_snap_save(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
     return b->status(b, err);
 }
 
-int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
-    backend *b = s->b;
-    const size_t need = snap_kv_bytes(s);
+/* An empty host snapshot of `need` bytes on backend b, or NULL with err. */
+static gemma4_snap *snap_host_new(backend *b, size_t need, gem_err *err) {
     gemma4_snap *p = calloc(1, sizeof *p);
     if (!p || !(p->host = malloc(need ? need : 1))) {
         free(p);
-        return gem_err_set(err, "out of memory for a host checkpoint of %zu bytes", need);
+        gem_err_set(err, "out of memory for a host checkpoint of %zu bytes", need);
+        return NULL;
     }
     p->b = b;
     p->cap = need;
+    return p;
+}
+
+int gemma4_snap_save_host(gemma4_state *s, gemma4_snap **snap, gem_err *err) {
+    backend *b = s->b;
+    gemma4_snap *p = snap_host_new(b, snap_kv_bytes(s), err);
+    if (!p) return -1;
     size_t off = 0;
     for (uint32_t il = 0; il < s->n_run; il++) {
         b->kv_save(b, s->kv[il], s->n_past, (char *)p->host + off);
@@ -705,13 +712,8 @@ int gemma4_snap_to_host(const gemma4_snap *src, const gemma4_state *s, gemma4_sn
     const size_t head = src->host ? 0 : snap_head_floats(s) * sizeof(float);
     size_t need = 0;
     for (uint32_t il = 0; il < s->n_run; il++) need += b->kv_bytes(b, s->kv[il], src->n_past);
-    gemma4_snap *p = calloc(1, sizeof *p);
-    if (!p || !(p->host = malloc(need ? need : 1))) {
-        free(p);
-        return gem_err_set(err, "out of memory for a host checkpoint of %zu bytes", need);
-    }
-    p->b = b;
-    p->cap = need;
+    gemma4_snap *p = snap_host_new(b, need, err);
+    if (!p) return -1;
     p->n_past = src->n_past;
     p->top = src->top;
     p->rewind_min = src->rewind_min;
