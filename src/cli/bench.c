@@ -104,14 +104,25 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+double cli_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void cli_bench_ids(int32_t *ids, int n, uint32_t n_vocab) {
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    const uint32_t span = n_vocab > 201000 ? 200000 : n_vocab - 1, base = n_vocab > 201000 ? 1000 : 1;
+    if (n > 0) ids[0] = 2;
+    for (int i = 1; i < n; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % span) + (int32_t)base;
+}
+
 typedef struct {
     double median, p95, min, max;
 } stats;
 
 static stats summarize(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    stats s = {v[n / 2], v[(int)ceil(0.95 * n) - 1 < 0 ? 0 : (int)ceil(0.95 * n) - 1], v[0], v[n - 1]};
-    if (n % 2 == 0) s.median = 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const double med = cli_median(v, n); /* sorts v */
+    stats s = {med, v[(int)ceil(0.95 * n) - 1 < 0 ? 0 : (int)ceil(0.95 * n) - 1], v[0], v[n - 1]};
     return s;
 }
 
@@ -605,13 +616,7 @@ int cli_bench(int argc, char **argv) {
     /* bytes one decode step reads, from the model's own tensor table */
     const uint64_t wbytes = gem_engine_decode_bytes(e);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)need);
-    uint64_t r = 0x9E3779B97F4A7C15ull;
-    /* ordinary ids of the vocabulary (Gemma's: 1000..200999; a small test
-     * vocabulary: any but 0) */
-    const uint32_t V = gem_engine_n_vocab(e);
-    const uint32_t span = V > 201000 ? 200000 : V - 1, base = V > 201000 ? 1000 : 1;
-    ids[0] = 2;
-    for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % span) + (int32_t)base;
+    if (ids) cli_bench_ids(ids, need, gem_engine_n_vocab(e));
     double *samples = malloc(sizeof(double) * (size_t)(reps + 1));
     FILE *js = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !js) {

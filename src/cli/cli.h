@@ -21,6 +21,14 @@ int cli_serve(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 
+/* gem bench's token ids, the same on every engine and run (gem profile
+ * uses them too): BOS 2, then fixed pseudo-random ordinary ids of an
+ * n_vocab vocabulary (Gemma's: 1000..200999; a small test vocabulary:
+ * any but 0). */
+void cli_bench_ids(int32_t *ids, int n, uint32_t n_vocab);
+/* The median of v[0..n), n >= 1 (v is sorted in place). */
+double cli_median(double *v, int n);
+
 /* "gem 0.1.0": the version string (also the server's build info). */
 const char *cli_version(void);
 

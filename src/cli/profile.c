@@ -31,11 +31,6 @@ static int usage(void) {
     return 2;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* One sample: the checkpoint, then the step's rows; its wall time. */
 static int sample(gem_session *s, const gem_checkpoint *ck, const int32_t *ids, int rows, double *t, gem_err *err) {
     gem_session_restore(s, ck);
@@ -102,9 +97,7 @@ int cli_profile(int argc, char **argv) {
         gem_err_set(&err, "out of memory");
         goto out;
     }
-    uint64_t r = 0x9E3779B97F4A7C15ull; /* gem bench's ids */
-    ids[0] = 2;
-    for (int i = 1; i < need; i++) ids[i] = (int32_t)(((r = r * 6364136223846793005ull + 1) >> 40) % 200000) + 1000;
+    cli_bench_ids(ids, need, gem_engine_n_vocab(e));
     const double tp = gem_now_s();
     if (depth > 0 && gem_session_eval(s, ids, depth, &err)) goto out;
     const double fill_s = gem_now_s() - tp;
@@ -118,8 +111,7 @@ int cli_profile(int argc, char **argv) {
         goto out;
     }
     memcpy(plain, lg, sizeof(float) * nv);
-    qsort(wall, (size_t)samples, sizeof *wall, cmp_d);
-    const double step_s = samples % 2 ? wall[samples / 2] : 0.5 * (wall[samples / 2 - 1] + wall[samples / 2]);
+    const double step_s = cli_median(wall, samples);
     /* profiled: only the step's own ops are timed (the restore is not) */
     gem_engine_op_times(e, tab, PROF_MAX_ROWS, 1);
     for (int k = 0; k < samples; k++) {
