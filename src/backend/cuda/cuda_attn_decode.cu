@@ -898,13 +898,19 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
  * rkv (device, n entries): the rows are one-token steps of n sequences,
  * row r over its own caches rkv[r] (of kv's shape: capacity, ring, type,
  * splits), so no row's store reaches another's keys. */
+/* Whether a tile over caches of kv's kind has a row form of its one-token
+ * kernel (with the norms folded in: k_attn_tc's) and a head shape it takes. */
+static int attention_tile_ok(const cuda_backend *c, const be_kv *kv, int n_head, int n_kv_head, int d, int folded) {
+    const int tc = attn_tc_step(c, kv, 1);
+    return c->attn_rows && (tc || c->attn_dec) && (!folded || tc) && attn_split_group(n_head, n_kv_head, d) &&
+           d % 32 == 0;
+}
+
 static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, const be_buf *v, be_kv *kv, int n,
                           int n_head, int n_kv_head, int d, int window, be_buf *out, const tc_nr *nr,
                           const kv_row *rkv) {
+    if (!attention_tile_ok(c, kv, n_head, n_kv_head, d, nr != NULL)) return 0;
     const int tc = attn_tc_step(c, kv, 1);
-    if (!c->attn_rows || (!tc && !c->attn_dec) || (nr && !tc) || !attn_split_group(n_head, n_kv_head, d) ||
-        d % 32)
-        return 0;
     /* a row's store evicts position pos - capacity, which a row up to n - 1
      * before it still reads unless the ring has n - 1 slots past the window */
     if (!rkv && kv->ring && kv->capacity < window + n - 1) return 0;
@@ -1090,7 +1096,7 @@ void cu_attention_seqs(backend *b, be_buf *q, const be_weight *qw, be_buf *k, co
             const tc_nr nr = {qw ? (const float *)qw->q : NULL, kw ? (const float *)kw->q : NULL,
                               ff ? (const float *)ff->q : NULL, eps, rope_theta_scale(theta, d), v_from_k};
             if (attention_tile(c, q, k, v, kvs[0], n, n_head, n_kv_head, d, window, out, &nr, rkv)) return;
-        } else if ((c->attn_dec || attn_tc_step(c, kvs[0], 1)) && attn_split_group(n_head, n_kv_head, d) && d % 32 == 0) {
+        } else if (attention_tile_ok(c, kvs[0], n_head, n_kv_head, d, 0)) {
             /* the rows' norms and rope at their own positions, then the tile */
             qkv_norm_rope_launch(c, q, qw, k, kw, v, v_from_k, n, n_head, n_kv_head, d, eps, theta, ff, c->step_rows);
             if (attention_tile(c, q, k, v, kvs[0], n, n_head, n_kv_head, d, window, out, NULL, rkv)) return;
