@@ -24,7 +24,7 @@ static void usage(FILE *out) {
             "  serve -m FILE [--host H] [--port P] [--api-key KEY] ...\n"
             "                                      OpenAI-compatible HTTP server (gem serve --help)\n"
             "  inspect FILE [--keys] [--tensors]   describe and validate a GGUF model\n"
-            "  synth --profile P --type T [--embd-type T] [--seed N] [-t N] -o FILE\n"
+            "  synth --profile P --type T [--embd-type T] [--seed N] [--ctx-train N] [-t N] -o FILE\n"
             "                                      write a synthetic model with the exact layout\n"
             "  quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k|... [--embd-type T] [-t N]\n"
             "                                      quantize an f32/f16/bf16 model (same bytes as llama-quantize)\n"

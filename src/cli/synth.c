@@ -22,7 +22,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 
 int cli_synth(int argc, char **argv) {
     const char *profile = NULL, *type = NULL, *embd = "q8_0", *out = NULL, *vocab = NULL;
-    uint64_t seed = 1, threads = 0;
+    uint64_t seed = 1, threads = 0, ctx_train = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -34,6 +34,11 @@ int cli_synth(int argc, char **argv) {
         else if (!strcmp(a, "--vocab")) vocab = v;
         else if (!strcmp(a, "--seed")) {
             if (!v || parse_u64(v, &seed)) return fail("--seed needs a non-negative integer", v);
+        } else if (!strcmp(a, "--ctx-train")) {
+            /* a longer trained context than the profile's, for tests at depth
+             * (positions past 32K on the tiny profile) */
+            if (!v || parse_u64(v, &ctx_train) || ctx_train < 1 || ctx_train > 1048576)
+                return fail("--ctx-train needs a context length of 1 to 1048576 tokens", v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!v || parse_u64(v, &threads) || threads > 1024) return fail("-t needs a thread count", v);
         } else {
@@ -44,7 +49,7 @@ int cli_synth(int argc, char **argv) {
     }
     if (!profile || !type || !out)
         return fail("usage: gem synth --profile P --type q4_0|q8_0|f16|bf16|f32 [--embd-type q8_0|q6_k|q4_0] "
-                    "[--seed N] [-t N] [--vocab FILE] -o FILE", NULL);
+                    "[--seed N] [--ctx-train N] [-t N] [--vocab FILE] -o FILE", NULL);
     /* the family is in the profile's name; everything else is common */
     const int qwen = !strncmp(profile, "qwen35", 6);
     const qwen35_profile *qp = qwen ? qwen35_profile_find(profile) : NULL;
@@ -70,12 +75,12 @@ int cli_synth(int argc, char **argv) {
     int rc;
     if (qwen) {
         qwen35_synth_opts q = {.profile = qp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
-                               .out_path = out, .threads = (int)threads};
+                               .out_path = out, .threads = (int)threads, .n_ctx_train = (uint32_t)ctx_train};
         cli_progress_start(&pg, "synth", &q.progress, &q.progress_ctx);
         rc = qwen35_synth(&q, &err);
     } else {
         gemma4_synth_opts o = {.profile = gp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
-                               .out_path = out, .threads = (int)threads};
+                               .out_path = out, .threads = (int)threads, .n_ctx_train = (uint32_t)ctx_train};
         cli_progress_start(&pg, "synth", &o.progress, &o.progress_ctx);
         rc = gemma4_synth(&o, &err);
     }

@@ -171,7 +171,7 @@ static int write_meta(gguf_writer *w, const gemma4_synth_opts *o, const gguf_fil
         gguf_w_str(w, "general.type", "model", err) ||
         gguf_w_str(w, "general.name", name, err) ||
         gguf_w_u32(w, k[0], p->n_layer, err) ||
-        gguf_w_u32(w, k[1], p->n_ctx_train, err) ||
+        gguf_w_u32(w, k[1], o->n_ctx_train ? o->n_ctx_train : p->n_ctx_train, err) ||
         gguf_w_u32(w, k[2], p->n_embd, err) ||
         gguf_w_u32(w, k[3], p->n_ff, err) ||
         gguf_w_u32(w, k[4], p->n_head, err) ||

@@ -23,6 +23,7 @@ typedef struct {
     uint32_t type;      /* matrices: q4_0, q8_0, f16, bf16 or f32 */
     uint32_t embd_type; /* token_embd: q8_0, q6_k, q4_0, f16, bf16 or f32 */
     uint64_t seed;
+    uint32_t n_ctx_train; /* context_length written; 0: the profile's */
     const char *vocab_path; /* GGUF holding the gemma4 tokenizer keys */
     const char *out_path;
     int threads;        /* 0 = all online CPUs */

@@ -269,7 +269,7 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
              (unsigned long long)o->seed);
     if (gguf_w_str(w, "general.architecture", QWEN35_ARCH, err) || gguf_w_str(w, "general.type", "model", err) ||
         gguf_w_str(w, "general.name", name, err) ||
-        qwen35_write_arch_keys(w, p, p->n_ctx_train, file_type(o->type), NULL, err) ||
+        qwen35_write_arch_keys(w, p, o->n_ctx_train ? o->n_ctx_train : p->n_ctx_train, file_type(o->type), NULL, err) ||
         gguf_w_u32(w, "general.quantization_version", 2, err) || qwen35_write_vocab(w, vocab, p->n_vocab, err))
         goto done;
     uint64_t total = 0;

@@ -21,6 +21,7 @@ typedef struct {
     uint32_t type;      /* matrices: any type quant_quantize_row makes */
     uint32_t embd_type; /* token_embd and output */
     uint64_t seed;
+    uint32_t n_ctx_train; /* context_length written; 0: the profile's */
     const char *vocab_path; /* GGUF with the Qwen3.5 tokenizer keys (data/vocab/qwen35.gguf) */
     const char *out_path;
     int threads; /* 0 = all online CPUs */

@@ -56,6 +56,9 @@ expect 0 "tensor types:  f32 44" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
 expect 0 "key gemma4.attention.sliding_window              32" -- $GEM inspect --keys "$tmp/tiny-q4_0.gguf"
 expect 0 "tensor blk.5.attn_q.weight" -- $GEM inspect --tensors "$tmp/tiny-q4_0.gguf"
 expect 0 "context:       4096" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
+# --ctx-train: the context_length written (tests at depth past 32K)
+expect 0 "context:       40000" -- sh -c "$GEM synth --profile gemma4-tiny --type q4_0 --ctx-train 40000 -o $tmp/ctx.gguf && $GEM inspect $tmp/ctx.gguf"
+expect 2 "--ctx-train needs" -- $GEM synth --profile gemma4-tiny --type q4_0 --ctx-train 0 -o "$tmp/x.gguf"
 expect 0 "tokenizer:     262144 tokens, bos 2, eos 1" -- $GEM inspect "$tmp/tiny-q4_0.gguf"
 # --ctx: the KV plan, each kind per layer and in all (tiny: 5 sliding
 # layers of 2 KV heads in rings of 32 + 16, 1 full layer of 1 KV head)
