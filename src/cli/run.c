@@ -15,6 +15,7 @@
 
 #include "chat/chat.h"
 #include "cli/cli.h"
+#include "util/file.h"
 #include "engine/engine.h"
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
@@ -67,7 +68,7 @@ static int on_text(void *ctx, const char *p, size_t n) {
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: gem run -m FILE (-p PROMPT | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+            "usage: gem run -m FILE (-p PROMPT | -f FILE | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16|f16-full] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
@@ -138,7 +139,8 @@ int cli_run(int argc, char **argv) {
     sp.temp = 0.8f;
     sp.top_k = 64;
     sp.top_p = 0.95f;
-    const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL;
+    const char *prompt = NULL, *prompt_ids = NULL, *force_ids = NULL, *prompt_file = NULL;
+    char *file_text = NULL; /* -f: the prompt read whole */
     double n_predict = 128, top_logprobs = 0;
     int chat = 0, ignore_eos = 0, print_ids = 0, json_out = 0, opens_reasoning = 0;
     const char *schema = NULL; /* --json-schema FILE; with json_out and NULL: --json-object */
@@ -156,6 +158,7 @@ int cli_run(int argc, char **argv) {
         }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return usage(); eo.model_path = v; i++; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return usage(); prompt = v; i++; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) return usage(); prompt_file = v; i++; }
         else if (!strcmp(a, "--prompt-ids")) { if (!v) return usage(); prompt_ids = v; i++; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_num(v, 0, 1e9, &n_predict)) goto bad; i++; }
         else if (!strcmp(a, "--temp")) { if (cli_parse_num(v, 0, 100, &x)) goto bad; sp.temp = (float)x; i++; }
@@ -196,6 +199,26 @@ int cli_run(int argc, char **argv) {
             return 1;
         }
     }
+    if (!!prompt + !!prompt_file + !!prompt_ids > 1) {
+        fprintf(stderr, "gem run: error: give one of -p, -f and --prompt-ids\n");
+        return 2;
+    }
+    if (prompt_file) {
+        /* the whole file, as llama.cpp's -f reads it (one trailing newline dropped) */
+        gem_err ferr = {{0}};
+        size_t len = 0;
+        if (!(file_text = file_read(prompt_file, 0, &len, &ferr))) {
+            fprintf(stderr, "gem run: error: -f: %s\n", ferr.msg);
+            return 1;
+        }
+        if (strlen(file_text) != len) {
+            fprintf(stderr, "gem run: error: -f: %s holds a NUL byte (a prompt is text)\n", prompt_file);
+            free(file_text);
+            return 1;
+        }
+        if (len && file_text[len - 1] == '\n') file_text[len - 1] = 0;
+        prompt = file_text;
+    }
     if (!prompt && !prompt_ids) return usage();
     gem_err err = {{0}};
     /* structured output: the answer follows the schema (gem run's chat
@@ -204,6 +227,7 @@ int cli_run(int argc, char **argv) {
     if (json_out) {
         if (!(grammar = cli_grammar(schema, &err))) {
             fprintf(stderr, "gem run: error: %s\n", err.msg);
+            free(file_text);
             return 1;
         }
     }
@@ -213,6 +237,7 @@ int cli_run(int argc, char **argv) {
     if (!e) {
         fprintf(stderr, "gem run: error: %s\n", err.msg);
         gram_free(grammar);
+        free(file_text);
         return 1;
     }
     const tok *tk = gem_engine_tok(e);
@@ -332,5 +357,6 @@ done:
     tok_ids_free(&enc);
     gem_engine_close(e);
     gram_free(grammar);
+    free(file_text);
     return rc;
 }

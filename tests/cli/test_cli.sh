@@ -113,6 +113,13 @@ M="$tmp/tiny-q8_0.gguf"
 ids=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 8 --temp 0 --ids 2>/dev/null)
 [ "$(echo "$ids" | wc -w)" = 8 ] && ok || bad "run --ids did not print 8 ids: $ids"
 [ "$ids" = "$($GEM run -m "$M" -p "Hello world" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-p and --prompt-ids disagree"
+# -f FILE: the file's text is the prompt, one trailing newline dropped
+printf 'Hello world\n' > "$tmp/prompt.txt"
+[ "$ids" = "$($GEM run -m "$M" -f "$tmp/prompt.txt" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-f and -p disagree"
+expect 1 "-f: $tmp/none.txt: cannot open" -- $GEM run -m "$M" -f "$tmp/none.txt" -n 1
+expect 2 "give one of -p, -f and --prompt-ids" -- $GEM run -m "$M" -f "$tmp/prompt.txt" -p x -n 1
+printf 'a\000b' > "$tmp/nul.txt"
+expect 1 "holds a NUL byte" -- $GEM run -m "$M" -f "$tmp/nul.txt" -n 1
 # id ranges A..B expand in place
 [ "$($GEM run -m "$M" --prompt-ids "2,3..6,9" -n 4 --temp 0 --ids 2>/dev/null)" = \
   "$($GEM run -m "$M" --prompt-ids "2 3 4 5 6 9" -n 4 --temp 0 --ids 2>/dev/null)" ] && ok || bad "--prompt-ids range 3..6"

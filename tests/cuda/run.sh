@@ -123,6 +123,14 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
+    # at depth: 32 positions and 32 greedy tokens after a 33000-token
+    # prompt (the full layer's deep-cache paths past 32K), the CPU oracle
+    # once, the GPU with f32, f16 and f16-full caches (cuda_depth.c); the
+    # dp4a prefill like the float models above
+    ./gem synth --profile gemma4-tiny --type f32 --seed 3 --ctx-train 34000 -o "$tmp/deep.gguf" >/dev/null
+    run "cuda_depth tiny f32 at 33000" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_depth "$tmp/deep.gguf" 33000 32 32
+    grep '^cuda_depth: ' "$lf" | grep -v passed
+    rm -f "$tmp/deep.gguf"
 fi
 if [ -z "${GEM_TEST_SKIP_12B:-}" ]; then
     # the CPU side reads the whole model per greedy step: f16 (24 GB) gets
