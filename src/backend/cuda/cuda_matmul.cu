@@ -628,7 +628,9 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
 #define VR_MT 2 /* m16 tiles per CTA, VR_WARPS warps each: they share the activation stages */
 #endif
 #define VR_ROWS (16 * VR_MT) /* weight rows per CTA */
-#define VR_WARPS 4           /* warps per m16 tile */
+#ifndef VR_WARPS
+#define VR_WARPS 4 /* warps per m16 tile (a tuning build may set 8: half the accumulators per thread) */
+#endif
 #define VR_THREADS (VR_WARPS * 32 * VR_MT)
 #define VR_CPW (32 / VR_WARPS) /* lane classes per warp and part */
 #define VR_CH 16               /* blocks per pipeline stage */
@@ -782,12 +784,19 @@ __device__ __forceinline__ void vr_stage(const uint8_t *st, int b0, int nb, floa
     }
 }
 
-template <int Q4, int NTT, int SP>
 /* at most 128 registers, so 16 warps fit an SM where shared memory allows
- * (q8_0 with 9-16 tokens needs about 116 KiB a CTA: one per SM) */
-__global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
-    k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt, int split,
+ * (q8_0 with 9-16 tokens needs about 116 KiB a CTA: one per SM). SPLIT
+ * (SP > 1 only) is a template parameter: as a run-time flag its extra
+ * state made the 16-token instances spill. */
+#ifndef VR_MINB
+#define VR_MINB (4 / VR_MT) /* CTAs per SM the registers must allow */
+#endif
+template <int Q4, int NTT, int SP, int SPLIT>
+__global__ void __launch_bounds__(VR_THREADS, VR_MINB)
+    k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt,
            float *__restrict__ vpart, unsigned *__restrict__ vcnt) {
+    static_assert(!SPLIT || SP > 1, "only split rows have parts to deal out");
+    constexpr int split = SPLIT;
     CU_TRACE(CT_VR_Q);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -817,6 +826,15 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     const vr_stream<SP> sm(nb);
     /* stages [s0, s1): every part's, or the own part's alone (split) */
     const int s0 = split ? sm.first(sp_own) : 0, s1 = split ? sm.first(sp_own + 1) : sm.begin[SP];
+    /* stage s's part, half and first block (split: the own part's, directly) */
+    auto stage_at = [&](int s, int &P, int &h, int &b0) {
+        if (SPLIT) {
+            const int k = s - s0;
+            P = sp_own, h = k & 1, b0 = VR_CH * (2 * sp_own + h + 2 * SP * (k >> 1));
+        } else {
+            sm.at(s, P, h, b0);
+        }
+    };
     float acc[VR_CPW][NTT][4];
 #pragma unroll
     for (int i = 0; i < VR_CPW; i++)
@@ -833,7 +851,7 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     for (int j = 0; j < VR_ST - 1; j++) {
         if (s0 + j < s1) {
             int P, h, b0;
-            sm.at(s0 + j, P, h, b0);
+            stage_at(s0 + j, P, h, b0);
             vr_load<Q4, NTT>(vr_sh + j * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
@@ -844,16 +862,16 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
         const int nx = s + VR_ST - 1;
         if (nx < s1) {
             int P, h, b0;
-            sm.at(nx, P, h, b0);
+            stage_at(nx, P, h, b0);
             vr_load<Q4, NTT>(vr_sh + ((nx - s0) % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
         int P, h, b0;
-        sm.at(s, P, h, b0);
+        stage_at(s, P, h, b0);
         const uint8_t *st = vr_sh + ((s - s0) % VR_ST) * G::STAGE;
         if (h == 0) vr_stage<Q4, NTT, 0>(st, b0, nb, acc);
         else vr_stage<Q4, NTT, 1>(st, b0, nb, acc);
-        if (s + 1 == sm.first(P + 1)) { /* the part's last stage */
+        if (s + 1 == (SPLIT ? s1 : sm.first(P + 1))) { /* the part's last stage */
 #pragma unroll
             for (int t = 0; t < NTT; t++)
 #pragma unroll
@@ -919,9 +937,11 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     }
 }
 
-typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int, int, float *, unsigned *);
-#define VR_TABLE(Q4) {{k_vr_q<Q4, 1, 1>, k_vr_q<Q4, 1, 2>, k_vr_q<Q4, 1, 4>}, {k_vr_q<Q4, 2, 1>, k_vr_q<Q4, 2, 2>, k_vr_q<Q4, 2, 4>}}
-static const vr_fn vr_q[2][2][3] = {VR_TABLE(0), VR_TABLE(1)}; /* [q4][ntt - 1][sp 1, 2, 4] */
+typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int, float *, unsigned *);
+#define VR_SPS(Q4, NTT, S) {k_vr_q<Q4, NTT, 1, 0>, k_vr_q<Q4, NTT, 2, S>, k_vr_q<Q4, NTT, 4, S>}
+#define VR_TABLE(Q4, S) {VR_SPS(Q4, 1, S), VR_SPS(Q4, 2, S)}
+/* [split][q4][ntt - 1][sp 1, 2, 4] */
+static const vr_fn vr_q[2][2][2][3] = {{VR_TABLE(0, 0), VR_TABLE(1, 0)}, {VR_TABLE(0, 1), VR_TABLE(1, 1)}};
 template <int Q4, int NTT> static size_t vr_smem_of() { return (size_t)vr_geom<Q4, NTT>::SMEM; }
 static size_t vr_smem(int q4, int ntt) {
     return q4 ? (ntt == 1 ? vr_smem_of<1, 1>() : vr_smem_of<1, 2>()) : (ntt == 1 ? vr_smem_of<0, 1>() : vr_smem_of<0, 2>());
@@ -1509,8 +1529,8 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                 /* counters start at zero, and every launch leaves them so */
                 if (c->generation != gen && CK(c, cudaMemsetAsync(c->vr_cnt.p, 0, c->vr_cnt.cap, c->st))) return;
             }
-            launch(c, vr_q[q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt), job,
-                   (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n, split, (float *)c->vr_part.p,
+            launch(c, vr_q[split][q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt),
+                   job, (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n, (float *)c->vr_part.p,
                    (unsigned *)c->vr_cnt.p);
             LAUNCHED(c, label);
             goto quantized_done;
