@@ -72,6 +72,10 @@ static const char *g4_mtp_name(const gem_model *m) { return G(m)->mtp ? G(m)->mt
 static const gguf_file *g4_mtp_file(const gem_model *m) { return G(m)->mtp_file; }
 
 static int g4_backend_check(const gem_model *m, const backend *b, gem_err *err) {
+    /* a drafter reads the target's caches, which a sharded backend splits
+     * by heads, with weights of its own that are not dealt yet */
+    if (G(m)->mtp && b->shards > 1)
+        return gem_err_set(err, "--mtp: speculative decoding does not run tensor-parallel (%d shards) yet", b->shards);
     if (G(m)->mtp && (!b->rows_exact || !b->attention_cached))
         return gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
                            b->name);
