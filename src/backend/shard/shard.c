@@ -712,18 +712,17 @@ static void sh_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *
         bad(s, "internal: argmax over rows of %d of a buffer split in rows of %u", width, x->map.W);
         return;
     }
-    if (stage(s, (size_t)rows)) return;
-    float best_v[BE_EXACT_ROWS * 4];
-    int have = rows <= (int)(sizeof best_v / sizeof *best_v);
-    if (!have) {
-        bad(s, "internal: argmax of %d rows on a sharded backend", rows);
+    /* rows: a verification's or a batched step's (BE_EXACT_ROWS at most) */
+    float best_v[BE_EXACT_ROWS], idx[BE_EXACT_ROWS];
+    if (rows < 1 || rows > BE_EXACT_ROWS) {
+        bad(s, "internal: argmax of %d rows on a sharded backend (1..%d)", rows, BE_EXACT_ROWS);
         return;
     }
+    if (stage(s, (size_t)rows)) return;
     /* shards in vocabulary order: a strictly larger value wins, so among
      * equal values the lowest index stays (the seam's rule) */
     EACH(s, i) {
         s->c[i]->argmax(s->c[i], x->c[i], rows, (int)x->map.len[i], out->c[i]);
-        float idx[BE_EXACT_ROWS * 4];
         s->c[i]->download(s->c[i], out->c[i], 0, idx, (size_t)rows);
         for (int r = 0; r < rows; r++) {
             float v;
