@@ -16,7 +16,7 @@ ifeq ($(origin CUDA), undefined)
 endif
 
 BUILD   := build
-LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c \
+LIB_SRC := $(wildcard src/util/*.c src/quant/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/chat/*.c src/backend/*.c src/backend/cpu/*.c src/backend/shard/*.c src/engine/*.c \
            src/convert/*.c src/server/*.c src/grammar/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)

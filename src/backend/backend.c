@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/shard/shard.h"
 #ifdef GEM_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
@@ -24,11 +25,27 @@ int backend_run_recorded(backend *b, be_graph **g, void (*fn)(void *ctx), void *
     return *g ? 0 : -1;
 }
 
+int be_shard_units(uint32_t units, int G, int s, uint32_t *first, uint32_t *count) {
+    if (G < 1 || s < 0 || s >= G || units < 1) return -1;
+    if (units % (uint32_t)G == 0) {
+        *count = units / (uint32_t)G;
+        *first = (uint32_t)s * *count;
+        return 0;
+    }
+    if ((uint32_t)G % units == 0) {
+        *count = 1;
+        *first = (uint32_t)s / ((uint32_t)G / units);
+        return 0;
+    }
+    return -1;
+}
+
 #define CUDA_NOT_BUILT "not in this build (built without nvcc; the CPU backend is 'cpu')"
 
 static int is_cpu(const char *name) { return !strcmp(name, "cpu") || !strcmp(name, "cpu-ref"); }
 
 backend *backend_create(const char *name, const backend_opts *o, gem_err *err) {
+    if (o && o->shards > 1) return backend_shard_create(name, o, err);
     if (!strcmp(name, "cpu")) return backend_cpu_create(o, err);
     if (!strcmp(name, "cuda")) {
 #ifdef GEM_CUDA

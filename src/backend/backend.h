@@ -24,7 +24,14 @@
  *   scale:      x *= s[0] (a 1-element weight)
  *   softcap:    x = cap * tanh(x / cap)
  * The Gated DeltaNet hybrids' ops (Qwen3.5) are optional and described
- * where they are declared. */
+ * where they are declared.
+ *
+ * Tensor parallelism (docs/tensor-parallel.md): a backend of `shards` > 1
+ * splits each layer over that many devices. The model says how each weight
+ * splits when it makes it resident (weight_split), and calls allreduce
+ * where a row-split matmul left per-shard partial sums (after the
+ * attention output and the FFN down projections); every other op keeps
+ * its meaning above, whatever the shard count. */
 #ifndef GEM_BACKEND_BACKEND_H
 #define GEM_BACKEND_BACKEND_H
 
@@ -56,6 +63,32 @@ typedef struct {
     double seconds;
 } be_op_time;
 
+/* How a weight is dealt over the shards of a tensor-parallel backend
+ * (weight_split). The split dimension is cut into `units` equal units
+ * (attention heads, FFN rows, vocabulary rows), and shard s of G holds the
+ * units be_shard_units gives it:
+ *   BE_SPLIT_NONE: the whole weight on every shard (norms, scales);
+ *   BE_SPLIT_OUT:  output rows (ne[1]): Wq/Wk/Wv by heads, gate/up by FFN
+ *                  rows, the tied embedding and head by vocabulary; a
+ *                  matmul's output is then split the same way;
+ *   BE_SPLIT_IN:   input columns (ne[0]): Wo by heads, down by FFN rows; a
+ *                  matmul reads the split input and leaves partial sums,
+ *                  which allreduce adds up. */
+typedef enum { BE_SPLIT_NONE, BE_SPLIT_OUT, BE_SPLIT_IN } be_split_kind;
+
+typedef struct {
+    be_split_kind kind;
+    uint32_t units;
+} be_split;
+
+/* The units [*first, *first + *count) of `units` that shard s of G holds:
+ * a contiguous G-th when G divides units; one unit when units divides G
+ * (unit s / (G / units): each unit replicated on G / units shards, as the
+ * KV heads of a layer with fewer KV heads than shards are); else -1. Query
+ * heads dealt this way find their KV heads (GQA: q / (n_head / n_kv_head))
+ * on their own shard whenever both counts are dealt by this rule. */
+int be_shard_units(uint32_t units, int G, int s, uint32_t *first, uint32_t *count);
+
 /* Rows a call may carry and still be row-exact (below). */
 #define BE_EXACT_ROWS 16
 
@@ -86,6 +119,10 @@ struct backend {
      * the KV plan before anything is loaded; a stated bound, not a
      * measurement (the backend says how it was derived). */
     size_t work_reserve;
+    /* Devices (shards) each layer is split over: 0 or 1 on a plain backend.
+     * With more, weights are made resident through weight_split and
+     * allreduce is set (docs/tensor-parallel.md). */
+    int shards;
     void (*destroy)(backend *b);
 
     be_weight *(*weight)(backend *b, const gguf_tensor *t, gem_err *err);
@@ -95,6 +132,11 @@ struct backend {
      * (its allocation granularity included), so that a model's resident
      * size is known before it is loaded. */
     uint64_t (*weight_bytes)(backend *b, const gguf_tensor *t);
+    /* Optional (NULL on a backend of one shard: `weight` is the whole
+     * story): t made resident dealt over the shards as `split` says
+     * (be_split); NULL with err when the split does not divide
+     * over the shards (units, quantization blocks). */
+    be_weight *(*weight_split)(backend *b, const gguf_tensor *t, be_split split, gem_err *err);
 
     be_buf *(*alloc)(backend *b, size_t n_floats, gem_err *err);
     void (*buf_free)(backend *b, be_buf *x);
@@ -179,6 +221,13 @@ struct backend {
     /* x += y; and x *= s for a scale the model computes (1/sqrt(head_dim)). */
     void (*add)(backend *b, be_buf *x, const be_buf *y, size_t n);
     void (*scale_f)(backend *b, be_buf *x, size_t n, float s);
+
+    /* Tensor parallelism (NULL on a backend of one shard): x's first n
+     * floats hold per-shard partial sums (a matmul by a BE_SPLIT_IN
+     * weight); afterwards every shard holds their sum, added in shard
+     * order 0, 1, ..., G-1 (one fixed order: the result does not depend
+     * on timing). */
+    void (*allreduce)(backend *b, be_buf *x, size_t n);
 
     /* KV cache of one layer: `capacity` positions of n_kv_head x head_dim
      * keys and as many values, entries of `type`; a ring (slot = pos %
@@ -302,6 +351,11 @@ typedef struct {
      * exact tanh GELU (transformers computes it in f32). On, greedy runs can
      * be compared token for token with the reference. */
     int gelu_fp16;
+    /* Tensor parallelism: split each layer over this many shards (0 or 1:
+     * none). On "cpu" the shards are in-process CPU backends sharing the
+     * machine (the sharded arithmetic, testable anywhere); "cuda" would
+     * put one per GPU (not in this build: refused by name). */
+    int shards;
 } backend_opts;
 
 /* Creates a backend by name ("cpu", "cuda"); NULL with a reason when

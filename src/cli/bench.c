@@ -60,7 +60,7 @@ static void on_step_token(void *ctx, const gem_gen_token *tk) {
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: gem bench -m FILE [--backend cpu|cuda] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
+            "usage: gem bench -m FILE [--backend cpu|cuda] [--gpus N] [-tp N] [--prompt N,N,...] [--gen N] [--depth N,N,...]\n"
             "                 [--reps R] [--tile T] [-t THREADS] [--kv-type f32|f16|f16-full] [--peak-gbs G] [--json OUT]\n"
             "                 [--spec A,A,...] [--mtp FILE] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
             "                 [--draft-fixed] [--verify-cost] [--json-schema FILE | --json-object] [--parallel N,N,...]\n");
@@ -503,7 +503,7 @@ static int bench_parallel(gem_engine *e, const int32_t *ids, int need, int D, co
 }
 
 int cli_bench(int argc, char **argv) {
-    const char *model = NULL, *backend = "cpu", *json_path = NULL;
+    const char *model = NULL, *backend = NULL, *json_path = NULL; /* backend NULL: cpu, or cuda with --gpus */
     int prompts[16] = {512}, n_prompts = 1, depths[16] = {0}, n_depths = 1, gen = 128, reps = 3, tile = 0, threads = 0;
     double peak = 0; /* GB/s; 0: the GPU's figure (backend_peak_gbs) or none */
     gemma4_kv_type kv_type = GEMMA4_KV_F32;
@@ -512,11 +512,19 @@ int cli_bench(int argc, char **argv) {
     double spec_p[16];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
+    cli_tp tp;
+    cli_tp_init(&tp);
+    int shards = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         int used, mr = cli_mtp_arg("bench", &mtp, a, v, &used);
         if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
+        if ((mr = cli_tp_arg("bench", &tp, a, v, &used)) < 0) return 2;
         if (mr > 0) {
             i += used - 1;
             continue;
@@ -567,6 +575,8 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     if (!model) return usage();
+    if (cli_tp_resolve("bench", &tp, &backend, &shards)) return 2;
+    if (!backend) backend = "cpu";
     gem_err err = {{0}};
     gram *grammar = NULL;
     if (grammar_on && !(grammar = cli_grammar(schema, &err))) {
@@ -589,6 +599,7 @@ int cli_bench(int argc, char **argv) {
     eo.backend = backend;
     eo.kv_type = kv_type;
     eo.threads = threads;
+    eo.shards = shards;
     eo.n_ctx = need;
     eo.tile = tile;
     for (int i = 0; i < n_par; i++) /* the streams' sessions beside the main one */

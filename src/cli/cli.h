@@ -75,6 +75,21 @@ void cli_mtp_params(const cli_mtp *m, gem_gen_params *gp);
  * (empty without rounds), for the closing summary lines. */
 const char *cli_mtp_summary(const gem_gen_result *r, char *buf, size_t cap);
 
+/* The tensor-parallel options run, chat, serve and bench share
+ * (docs/cli.md): --gpus N (N CUDA GPUs) and -tp/--tensor-parallel-size N
+ * (N shards on any backend). 0: not given. */
+typedef struct {
+    int gpus, tp;
+} cli_tp;
+void cli_tp_init(cli_tp *t);
+/* As cli_mtp_arg: 1 when a is one of them (*used: 2), 0 when not, -1 for
+ * a bad value (printed). */
+int cli_tp_arg(const char *cmd, cli_tp *t, const char *a, const char *v, int *used);
+/* The engine's shard count into *shards (1: none). --gpus sets *backend to
+ * "cuda" (another named backend is an error) and checks that many GPUs are
+ * present; -1 after the message on stderr. */
+int cli_tp_resolve(const char *cmd, const cli_tp *t, const char **backend, int *shards);
+
 /* The grammar of --json-schema FILE (a JSON Schema file: structured
  * output, grammar/grammar.h) or, with path NULL, of --json-object (any
  * JSON object). NULL with err naming the file and what is wrong. */

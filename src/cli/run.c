@@ -70,7 +70,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gem run -m FILE (-p PROMPT | -f FILE | --prompt-ids IDS) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "               [--min-p P] [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
-            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--kv-type f32|f16|f16-full] [--cpu-ref]\n"
+            "               [--seed S] [--ctx N] [-t THREADS] [--backend cpu|cuda] [--gpus N] [-tp N] [--kv-type f32|f16|f16-full] [--cpu-ref]\n"
             "               [--compat-llama] [--chat]\n"
             "               [--ignore-eos] [--ids] [--top-logprobs K] [--force-ids IDS]\n"
             "               [--mtp FILE | --no-mtp] [--draft-max N] [--draft-min N] [--draft-p-min P] [--draft-p-prod P]\n"
@@ -147,11 +147,18 @@ int cli_run(int argc, char **argv) {
     char mbuf[4096], mtp_buf[4096];
     cli_mtp mtp;
     cli_mtp_init(&mtp);
+    cli_tp tp;
+    cli_tp_init(&tp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         int used, mr = cli_mtp_arg("run", &mtp, a, v, &used);
         if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
+        if ((mr = cli_tp_arg("run", &tp, a, v, &used)) < 0) return 2;
         if (mr > 0) {
             i += used - 1;
             continue;
@@ -191,6 +198,7 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "gem run: error: bad value for %s: '%s'\n", a, v ? v : "");
         return 2;
     }
+    if (cli_tp_resolve("run", &tp, &eo.backend, &eo.shards)) return 2;
     if (!eo.model_path) {
         eo.model_path = cli_data_path("models/default.gguf", mbuf, sizeof mbuf);
         if (access(eo.model_path, R_OK)) {

@@ -22,6 +22,9 @@ static const char help[] =
     "  --host ADDR           address to bind (default 127.0.0.1; 0.0.0.0 for every interface)\n"
     "  --port N              TCP port (default 8080; 0: a free one, named on stderr)\n"
     "  --backend cpu|cuda    compute backend (default cpu)\n"
+    "  --gpus N              split each layer over N CUDA GPUs (tensor parallelism)\n"
+    "  -tp, --tensor-parallel-size N\n"
+    "                        split each layer over N shards (on the CPU: in-process)\n"
     "  --kv-type T           KV cache entries: f32 (default), f16, or f16-full (sliding layers' rings f32,\n"
     "                        the full-attention caches f16); f16 and f16-full: CUDA only\n"
     "  -c, --ctx N           context tokens (default 4096, at most the model's trained context; refused\n"
@@ -102,11 +105,18 @@ int cli_serve(int argc, char **argv) {
     const char *key_file = NULL;
     cli_mtp mtp;
     cli_mtp_init(&mtp);
+    cli_tp tp;
+    cli_tp_init(&tp);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x = 0;
         int bad = 0, used, mr = cli_mtp_arg("serve", &mtp, a, v, &used);
         if (mr < 0) return 2;
+        if (mr > 0) {
+            i += used - 1;
+            continue;
+        }
+        if ((mr = cli_tp_arg("serve", &tp, a, v, &used)) < 0) return 2;
         if (mr > 0) {
             i += used - 1;
             continue;
@@ -154,6 +164,7 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
+    if (cli_tp_resolve("serve", &tp, &o.backend, &o.shards)) return 2;
     if (!o.max_inflight) o.max_inflight = 4 * o.max_body;
     uint64_t avail;
     if (o.cache_ram_mib > 0 && !sysmem_available(&avail) && ((uint64_t)o.cache_ram_mib << 20) > avail) {

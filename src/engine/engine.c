@@ -83,7 +83,7 @@ gem_engine *gem_engine_open(const gem_engine_opts *o, gem_err *err) {
                     e->n_vocab);
         goto fail;
     }
-    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama};
+    backend_opts bo = {o->threads, o->cpu_ref, o->compat_llama, o->shards};
     if (!(e->be = backend_create(be_name, &bo, err))) goto fail;
     if (model_backend_check(e->model, e->be, err)) goto fail;
     e->tile = o->tile > 0 ? o->tile : e->be->prompt_tile > 0 ? e->be->prompt_tile : 64;

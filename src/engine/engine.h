@@ -58,6 +58,11 @@ typedef struct {
     /* Sessions the caller will make (gem serve --parallel; 0: one): each
      * keeps its own caches, which the capacity check counts. */
     int sessions;
+    /* Tensor parallelism (--tensor-parallel-size, --gpus; docs/tensor-
+     * parallel.md): each layer split over this many shards (0 or 1: none).
+     * On the CPU backend the shards are in-process (the sharded arithmetic,
+     * for tests); on CUDA one per GPU. */
+    int shards;
 } gem_engine_opts;
 
 typedef struct gem_engine gem_engine;

@@ -11,7 +11,13 @@
  *
  * Sliding layers rotate all 256 dims with theta 1e4; full layers rotate the
  * 512-dim head with theta 1e6 and the rope_freqs factors (only the first 64
- * pairs move). Attention scale is 1.0. */
+ * pairs move). Attention scale is 1.0.
+ *
+ * On a tensor-parallel backend (b->shards > 1, docs/tensor-parallel.md)
+ * the same loop runs: the weights are dealt by role at upload (q/k/v and
+ * gate/up by output rows, o and down by input columns, the tied embedding
+ * by vocabulary) and an allreduce follows the o and down projections; the
+ * backend keeps everything else. A backend of one shard never sees either. */
 #include "model/gemma4_run.h"
 
 #include <inttypes.h>
@@ -111,6 +117,24 @@ static be_weight *up_w(gemma4_core *c, const gguf_tensor *t, gem_err *err) {
     return t ? c->b->weight(c->b, t, err) : NULL;
 }
 
+/* t dealt over the shards as `kind` in `units` (heads, FFN rows,
+ * vocabulary rows); whole on a backend of one shard. */
+static be_weight *up_split(gemma4_core *c, const gguf_tensor *t, be_split_kind kind, uint32_t units, gem_err *err) {
+    backend *b = c->b;
+    if (!t || b->shards <= 1) return up_w(c, t, err);
+    if (!b->weight_split) {
+        gem_err_set(err, "internal: backend '%s' of %d shards cannot deal weights", b->name, b->shards);
+        return NULL;
+    }
+    return b->weight_split(b, t, (be_split){kind, units}, err);
+}
+
+/* After a matmul by a weight split by its input columns: the shards'
+ * partial sums added (nothing on a backend of one shard). */
+static void reduce(backend *b, be_buf *x, size_t n) {
+    if (b->allreduce) b->allreduce(b, x, n);
+}
+
 void gemma4_core_free(gemma4_core *c) {
     if (!c) return;
     backend *b = c->b;
@@ -165,19 +189,24 @@ gemma4_core *gemma4_core_new(const gemma4_model *m, backend *b, const gemma4_kv_
     c->n_run = layers > 0 && (uint32_t)layers < p->n_layer ? (uint32_t)layers : p->n_layer;
     c->L = calloc(p->n_layer, sizeof *c->L);
     if (!c->L) goto oom;
-    if (!(c->embd = up_w(c, m->token_embd, err)) || !(c->out_norm = up_w(c, m->output_norm, err)) ||
+    const uint32_t vocab = (uint32_t)(m->token_embd->n_elems / m->token_embd->ne[0]);
+    if (!(c->embd = up_split(c, m->token_embd, BE_SPLIT_OUT, vocab, err)) || !(c->out_norm = up_w(c, m->output_norm, err)) ||
         !(c->rope_freqs = up_w(c, m->rope_freqs, err)))
         goto fail;
     for (uint32_t il = 0; il < p->n_layer; il++) {
         const gemma4_layer *g = &m->layers[il];
         layer_w *l = &c->L[il];
 #define UP(dst, src) if (!(l->dst = up_w(c, g->src, err))) goto fail
-        UP(attn_norm, attn_norm); UP(q, attn_q); UP(k, attn_k); UP(o, attn_output); UP(q_norm, attn_q_norm);
+#define UPS(dst, src, kind, units) if (!(l->dst = up_split(c, g->src, kind, units, err))) goto fail
+        UP(attn_norm, attn_norm); UPS(q, attn_q, BE_SPLIT_OUT, p->n_head); UPS(k, attn_k, BE_SPLIT_OUT, g->n_head_kv);
+        UPS(o, attn_output, BE_SPLIT_IN, p->n_head); UP(q_norm, attn_q_norm);
         UP(k_norm, attn_k_norm); UP(post_attn_norm, post_attention_norm); UP(ffn_norm, ffn_norm);
-        UP(gate, ffn_gate); UP(up, ffn_up); UP(down, ffn_down); UP(post_ffw_norm, post_ffw_norm);
+        UPS(gate, ffn_gate, BE_SPLIT_OUT, p->n_ff); UPS(up, ffn_up, BE_SPLIT_OUT, p->n_ff);
+        UPS(down, ffn_down, BE_SPLIT_IN, p->n_ff); UP(post_ffw_norm, post_ffw_norm);
         UP(out_scale, layer_output_scale);
 #undef UP
-        if (g->attn_v && !(l->v = up_w(c, g->attn_v, err))) goto fail;
+#undef UPS
+        if (g->attn_v && !(l->v = up_split(c, g->attn_v, BE_SPLIT_OUT, g->n_head_kv, err))) goto fail;
     }
     /* the tile's shared buffers (the plan's G4T_H..G4T_DOWN; each state
      * keeps the rest) */
@@ -376,9 +405,11 @@ static void forward_rows(gemma4_core *c, const tile_rows *t, const int32_t *ids,
         b->matmul_multi(b, g->is_full ? 2 : 3, W, c->a, n, O);
         attend(c, il, t, n);
         b->matmul(b, l->o, c->att, n, c->o);
+        reduce(b, c->o, (size_t)n * H);
         add_then_norm(c, c->o, l->post_attn_norm, NULL, l->ffn_norm, n);
         b->matmul_geglu(b, l->gate, l->up, c->a, n, c->act);
         b->matmul(b, l->down, c->act, n, c->down);
+        reduce(b, c->down, (size_t)n * H);
         if (il + 1 < c->n_run)
             add_then_norm(c, c->down, l->post_ffw_norm, l->out_scale, c->L[il + 1].attn_norm, n);
         else

@@ -72,6 +72,23 @@ static const char *g4_mtp_name(const gem_model *m) { return G(m)->mtp ? G(m)->mt
 static const gguf_file *g4_mtp_file(const gem_model *m) { return G(m)->mtp_file; }
 
 static int g4_backend_check(const gem_model *m, const backend *b, gem_err *err) {
+    /* a drafter reads the target's caches, which a sharded backend splits
+     * by heads, with weights of its own that are not dealt yet */
+    if (G(m)->mtp && b->shards > 1)
+        return gem_err_set(err, "--mtp: speculative decoding does not run tensor-parallel (%d shards) yet", b->shards);
+    if (b->shards > 1) { /* before any weight is dealt: the heads, KV heads and FFN rows (docs/tensor-parallel.md) */
+        const gemma4_profile *p = G(m)->m->profile;
+        const uint32_t G_ = (uint32_t)b->shards, kv[2] = {p->n_head_kv_swa, p->n_head_kv_full};
+        uint32_t f, c;
+        if (p->n_head % G_)
+            return gem_err_set(err, "%s's %u query heads do not divide over %d shards", p->name, p->n_head, b->shards);
+        for (int i = 0; i < 2; i++)
+            if (be_shard_units(kv[i], b->shards, 0, &f, &c))
+                return gem_err_set(err, "%s's %u KV heads (%s layers) do not divide over %d shards, nor %d over them",
+                                   p->name, kv[i], i ? "full" : "sliding", b->shards, b->shards);
+        if (p->n_ff % G_)
+            return gem_err_set(err, "%s's %u FFN rows do not divide over %d shards", p->name, p->n_ff, b->shards);
+    }
     if (G(m)->mtp && (!b->rows_exact || !b->attention_cached))
         return gem_err_set(err, "--mtp: backend '%s' cannot verify drafts exactly yet (no row-exact small tiles)",
                            b->name);

@@ -68,6 +68,8 @@ static int q35_backend_ok(const gem_model *m, const char *name, gem_err *err) {
 }
 
 static int q35_backend_check(const gem_model *m, const backend *b, gem_err *err) {
+    if (b->shards > 1) /* its layer loop neither deals its weights nor reduces */
+        return gem_err_set(err, "%s (Qwen3.5) does not run tensor-parallel (%d shards) yet", m->info.profile, b->shards);
     return qwen35_backend_check(b, err);
 }
 

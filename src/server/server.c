@@ -948,6 +948,7 @@ static void *worker_main(void *arg) {
     eo.kv_type = s->o.kv_type;
     eo.n_ctx = s->o.n_ctx;
     eo.threads = s->o.threads;
+    eo.shards = s->o.shards;
     eo.mtp_path = s->o.mtp_path;
     gem_err err = {{0}};
     double t0 = gem_now_s();

@@ -22,6 +22,7 @@ typedef struct {
     const char *backend;    /* "cpu" */
     gemma4_kv_type kv_type; /* --kv-type */
     int n_ctx, threads;
+    int shards;             /* --gpus / -tp: each layer over this many shards (0, 1: none) */
     const char *api_key;    /* NULL: no authentication */
     const char *cors;       /* Access-Control-Allow-Origin, or NULL */
     /* --allow-host: comma-separated Host names a loopback-bound server

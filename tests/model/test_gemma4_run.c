@@ -172,7 +172,7 @@ int main(void) {
      * included; the engine's sampling through it draws what the sampler
      * draws from the whole vocabulary */
     {
-        backend_opts bo = {1, 0, 0};
+        backend_opts bo = {1, 0, 0, 0};
         backend *cb = backend_create("cpu", &bo, &err);
         CHECK(cb != NULL);
         be_buf *x = cb ? cb->alloc(cb, V, &err) : NULL, *o = cb ? cb->alloc(cb, 2 * BE_TOPK_MAX, &err) : NULL;

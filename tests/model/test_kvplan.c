@@ -203,7 +203,7 @@ static void test_fit(void) {
 /* The CPU backend holds exactly the plan's bytes, layer by layer. */
 static void test_cpu_alloc(void) {
     gem_err err = {{0}};
-    backend_opts bo = {1, 0, 0};
+    backend_opts bo = {1, 0, 0, 0};
     backend *b = backend_create("cpu", &bo, &err);
     CHECKF(b != NULL, "%s", err.msg);
     if (!b) return;
