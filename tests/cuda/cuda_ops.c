@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
         want[f] = 1;
     }
     gem_err err;
-    backend_opts ref = {1, 1, 0}, fast = {2, 0, 0}, g = {0, 0, 0};
+    backend_opts ref = {.threads = 1, .reference = 1}, fast = {.threads = 2}, g = {0};
     static const char *const switches[] = {"GEM_CUDA_MV_SPLIT", "GEM_CUDA_MMH",       "GEM_CUDA_ATTN_DEC",
                                            "GEM_CUDA_MV_STAGGER", "GEM_CUDA_NORM_WIDE", "GEM_CUDA_MV_LEVELS",
                                            "GEM_CUDA_ATTN_FUSE"};

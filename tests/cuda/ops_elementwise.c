@@ -30,7 +30,7 @@ static void test_elementwise(void) {
     float *g = rand_vec(n, 6.0f), *u = rand_vec(n, 2.0f), *x = rand_vec(n, 80.0f);
     for (int fp16 = 0; fp16 < 2; fp16++) {
         gem_err err;
-        backend_opts o = {1, 1, fp16};
+        backend_opts o = {.threads = 1, .reference = 1, .gelu_fp16 = fp16};
         backend *c = backend_create("cpu", &o, &err), *d = backend_create("cuda", &o, &err);
         be_buf *gc = put(c, g, n), *uc = put(c, u, n), *oc = put(c, NULL, n);
         be_buf *gg = put(d, g, n), *ug = put(d, u, n), *og = put(d, NULL, n);
