@@ -320,7 +320,7 @@ static int identify(mf_ctx *v, const gemma4_profile **out) {
         v->arch = GEMMA4_ASSISTANT_ARCH;
     } else {
         char d[200];
-        snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4, gemma4-assistant)",
+        snprintf(d, sizeof d, "unsupported architecture '%.*s' (gem supports: gemma4, gemma4-assistant, qwen35)",
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         return mf_fail(v, key, "%s", d);
     }

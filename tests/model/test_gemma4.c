@@ -304,7 +304,7 @@ static void test_variants(const char *path) {
         {.name = "kv_scalar", .key = "gemma4.attention.head_count_kv", .set = SET_U32, .u32 = 2,
          .expect = "layer 5 needs 1"},
         {.name = "arch", .key = "general.architecture", .set = SET_STR, .str = "llama",
-         .expect = "unsupported architecture 'llama'"},
+         .expect = "unsupported architecture 'llama' (gem supports: gemma4, gemma4-assistant, qwen35)"},
         {.name = "moe", .key = "gemma4.expert_count", .set = SET_U32, .u32 = 128, .expect = "MoE"},
         {.name = "ple", .key = "gemma4.embedding_length_per_layer_input", .set = SET_U32, .u32 = 256,
          .expect = "E2B/E4B"},
