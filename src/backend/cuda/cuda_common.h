@@ -166,7 +166,7 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int vr_split;  /* k_vr_q's split rows' parts on CTAs of their own (GEM_CUDA_VR_SPLIT=0: one CTA a row tile) */
+    int vr_split;  /* k_vr_q's split rows' parts on CTAs of their own (GEM_CUDA_VR_SPLIT=1; off until measured) */
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int attn_rows;    /* a row-exact tile's attention in one launch per kernel (attention_tile;
