@@ -27,8 +27,7 @@
 #include "engine/engine.h"
 #include "model/gemma4.h"
 #include "test.h"
-
-#define TIE 0.1f /* cuda_model.c's near-tie: a CPU top-2 margin below it is not a clear decision */
+#include "cuda/logits_check.h"
 
 static gem_session *open_session(const char *path, const char *backend, gemma4_kv_type kv, int n_ctx, gem_engine **e) {
     gem_err err;
@@ -47,22 +46,6 @@ static gem_session *open_session(const char *path, const char *backend, gemma4_k
     gem_session *s = gem_session_new(*e, &err);
     if (!s) fprintf(stderr, "cuda_depth: %s\n", err.msg);
     return s;
-}
-
-static int argmax(const float *l) {
-    int best = 0;
-    for (int v = 1; v < (int)GEMMA4_N_VOCAB; v++)
-        if (l[v] > l[best]) best = v;
-    return best;
-}
-
-static float margin(const float *l) {
-    float a = -INFINITY, b = -INFINITY;
-    for (int v = 0; v < (int)GEMMA4_N_VOCAB; v++) {
-        if (l[v] > a) b = a, a = l[v];
-        else if (l[v] > b) b = l[v];
-    }
-    return a - b;
 }
 
 int main(int argc, char **argv) {
@@ -95,8 +78,8 @@ int main(int argc, char **argv) {
         CHECKF(gem_session_eval_all(sc, prompt + depth, n, lc, &err) == 0, "%s", err.msg);
         for (int i = 0; i < gen; i++) {
             const float *l = gem_session_logits(sc);
-            oc[i] = argmax(l);
-            if (first_tie == gen && margin(l) < TIE) first_tie = i;
+            oc[i] = lc_argmax(l);
+            if (first_tie == gen && lc_margin(l) < TIE) first_tie = i;
             if (i + 1 < gen) CHECK(gem_session_eval(sc, &oc[i], 1, &err) == 0);
         }
         gem_session_free(sc);
@@ -121,8 +104,8 @@ int main(int argc, char **argv) {
                 const double d = fabs((double)lc[(size_t)i * V + v] - lg[(size_t)i * V + v]);
                 if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
             }
-            if (margin(lc + (size_t)i * V) >= TIE)
-                clear++, clear_same += argmax(lc + (size_t)i * V) == argmax(lg + (size_t)i * V);
+            if (lc_margin(lc + (size_t)i * V) >= TIE)
+                clear++, clear_same += lc_argmax(lc + (size_t)i * V) == lc_argmax(lg + (size_t)i * V);
         }
         int32_t next = 0;
         gem_session_reset(sg);

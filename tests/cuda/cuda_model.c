@@ -57,6 +57,7 @@
 #include "engine/engine.h"
 #include "model/gemma4.h"
 #include "test.h"
+#include "cuda/logits_check.h"
 
 static gemma4_kv_type kv_type; /* the GPU's (kv-f16, kv-f16-full); set once from argv before any session opens */
 static int layers;
@@ -85,23 +86,6 @@ static gem_session *open_session(const char *path, const char *backend, int tile
     if (!s) fprintf(stderr, "%s: %s\n", backend, err.msg);
     return s;
 }
-
-static int argmax(const float *l) {
-    int b = 0;
-    for (int i = 1; i < (int)GEMMA4_N_VOCAB; i++)
-        if (l[i] > l[b]) b = i;
-    return b;
-}
-
-static float margin(const float *l) {
-    const int b = argmax(l);
-    float second = -INFINITY;
-    for (int i = 0; i < (int)GEMMA4_N_VOCAB; i++)
-        if (i != b && l[i] > second) second = l[i];
-    return l[b] - second;
-}
-
-#define TIE 0.1f
 
 /* An agreement bound in percent, 50 to 100; 1 when s is not one. */
 static int parse_pct(const char *s, int *out) {
@@ -179,9 +163,9 @@ int main(int argc, char **argv) {
             double d = fabs((double)lc[(size_t)i * V + v] - lg[(size_t)i * V + v]);
             if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
         }
-        const int same = argmax(lc + (size_t)i * V) == argmax(lg + (size_t)i * V);
+        const int same = lc_argmax(lc + (size_t)i * V) == lc_argmax(lg + (size_t)i * V);
         argmax_same += same;
-        if (margin(lc + (size_t)i * V) >= TIE) clear++, clear_same += same;
+        if (lc_margin(lc + (size_t)i * V) >= TIE) clear++, clear_same += same;
     }
     printf("cuda_model: %s: %d positions, max |logit diff| gpu vs cpu %.3g, argmax agrees at %d (%d of %d clear)\n",
            path, n, worst, argmax_same, clear_same, clear);
@@ -207,8 +191,8 @@ int main(int argc, char **argv) {
                 double d = fabs((double)l[v] - lg[(size_t)i * V + v]);
                 if (!(d <= w2)) w2 = isnan(d) ? INFINITY : d;
             }
-            if (margin(lg + (size_t)i * V) >= TIE) clear2++, bad += argmax(l) != argmax(lg + (size_t)i * V);
-            if (margin(lc + (size_t)i * V) >= TIE) cpu_same += argmax(l) == argmax(lc + (size_t)i * V);
+            if (lc_margin(lg + (size_t)i * V) >= TIE) clear2++, bad += lc_argmax(l) != lc_argmax(lg + (size_t)i * V);
+            if (lc_margin(lc + (size_t)i * V) >= TIE) cpu_same += lc_argmax(l) == lc_argmax(lc + (size_t)i * V);
         }
         printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g, %d of %d clear argmax differ; "
                "token-by-token vs the CPU: argmax agrees at %d of %d clear\n",
@@ -265,8 +249,8 @@ int main(int argc, char **argv) {
     CHECK(gem_session_eval_greedy(sg, prompt, n, &next_g, &err) == 0);
     for (int i = 0; i < gen; i++) {
         memcpy(ml, gem_session_logits(sc), sizeof(float) * V);
-        oc[i] = argmax(ml);
-        if (first_tie == gen && margin(ml) < TIE) first_tie = i;
+        oc[i] = lc_argmax(ml);
+        if (first_tie == gen && lc_margin(ml) < TIE) first_tie = i;
         og[i] = next_g;
         if (i + 1 < gen) {
             CHECK(gem_session_eval(sc, &oc[i], 1, &err) == 0);
@@ -277,7 +261,7 @@ int main(int argc, char **argv) {
     gem_session_reset(sg);
     CHECK(gem_session_eval(sg, prompt, n, &err) == 0);
     for (int i = 0; i < gen; i++) {
-        ol[i] = argmax(gem_session_logits(sg));
+        ol[i] = lc_argmax(gem_session_logits(sg));
         if (i + 1 < gen) CHECK(gem_session_eval(sg, &ol[i], 1, &err) == 0);
     }
     int same = 0, same_l = 0, distinct = 0, agree = 0;
