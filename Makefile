@@ -103,6 +103,9 @@ $(BUILD)/tests/cuda/cuda_ops: tests/cuda/cuda_ops.c $(CUDA_OPS_SRC) tests/cuda/o
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_OPS_SRC) $(LIB_OBJ) $(CU_OBJ) $(LDLIBS)
 
+# the model-level GPU checks share their decisions' helpers
+$(BUILD)/tests/cuda/cuda_model $(BUILD)/tests/cuda/cuda_depth: tests/cuda/logits_check.h
+
 # The sanitizer and fuzzer builds leave the CUDA backend out (host code only).
 $(ASAN_DIR)/obj/%.o: %.c $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)

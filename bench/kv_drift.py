@@ -48,7 +48,8 @@ def sh(args):
 
 
 def n_tokens(model, path):
-    r = subprocess.run([GEM, "tokenize", "-m", model], stdin=open(path, "rb"), capture_output=True, text=True)
+    with open(path, "rb") as f:
+        r = subprocess.run([GEM, "tokenize", "-m", model], stdin=f, capture_output=True, text=True)
     if r.returncode:
         sys.exit("kv_drift: gem tokenize failed: " + r.stderr.strip())
     return len(r.stdout.split())
@@ -60,7 +61,7 @@ def prompt_file(model, text, depth, tmp):
     lo, hi = 1, len(text)
     chars = min(len(text), depth * 4)
     for _ in range(12):
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text[:chars])
         n = n_tokens(model, path)
         if abs(n - depth) <= depth // 100:
@@ -74,8 +75,10 @@ def prompt_file(model, text, depth, tmp):
 
 
 def patched(model, ctx_train, tmp):
-    """A copy of model with its <arch>.context_length (a u32) set to ctx_train."""
-    data = bytearray(open(model, "rb").read())
+    """A copy of model with its <arch>.context_length (a u32) set to ctx_train
+    (the whole file is read: meant for small models such as the demo's)."""
+    with open(model, "rb") as f:
+        data = bytearray(f.read())
     key = b".context_length"
     at = data.find(key)
     # the key string (u64 length, then the bytes) is followed by its type

@@ -13,7 +13,8 @@
  *    soft-cap (random float weights amplify summation order: 6e-6 measured
  *    after the tiny profile's 6 layers at short depth), the argmax equal at
  *    every position whose CPU top-2 margin is at least TIE, and the GEN
- *    greedy tokens identical;
+ *    greedy tokens identical up to the CPU's first near-tie (the logits
+ *    may differ by up to 1e-2, so a closer call may go either way);
  *  - f16 and f16-full caches (keys and values rounded to 11 bits): the
  *    argmax equal at 90% of the clear positions, the greedy tokens equal up
  *    to the CPU's first near-tie.
@@ -127,13 +128,13 @@ int main(int argc, char **argv) {
         if (exact) {
             CHECKF(worst <= 1e-2, "%s caches: max logit diff %g at depth %d", kn, worst, depth);
             CHECKF(clear_same == clear, "%s caches: argmax differs at %d clear positions", kn, clear - clear_same);
-            CHECKF(agree == gen, "%s caches: greedy tokens differ from the CPU's at %d", kn, agree);
         } else {
             CHECKF(clear_same * 10 >= clear * 9, "%s caches: argmax agrees at only %d of %d clear positions", kn,
                    clear_same, clear);
-            CHECKF(agree >= first_tie, "%s caches: greedy tokens differ at %d before the first near-tie (%d)", kn,
-                   agree, first_tie);
         }
+        /* past a near-tie either pick is right, and with it the rest */
+        CHECKF(agree >= first_tie, "%s caches: greedy tokens differ at %d before the first near-tie (%d)", kn, agree,
+               first_tie);
         CHECKF(clear >= n / 2, "only %d of %d positions are clear: the check proves little", clear, n);
         CHECKF(distinct >= 2, "the continuation is one repeated token: the check proves little");
         gem_session_free(sg);

@@ -51,7 +51,7 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
         run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
         # row-exact tiles with each split row's parts on CTAs of their own
         # (the default keeps them on one CTA: docs/cuda.md)
-        run "cuda_ops matmul (GEM_CUDA_VR_SPLIT=1)" env GEM_CUDA_VR_SPLIT=1 build/tests/cuda/cuda_ops matmul
+        run "cuda_ops matmul, graph (GEM_CUDA_VR_SPLIT=1)" env GEM_CUDA_VR_SPLIT=1 build/tests/cuda/cuda_ops matmul graph
     fi
     # the engine's generation loop on the GPU: prefix reuse through device
     # checkpoints (kv_stash), greedy on the device, polls, stops, limits

@@ -942,6 +942,7 @@ typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int, float *, 
 #define VR_TABLE(Q4, S) {VR_SPS(Q4, 1, S), VR_SPS(Q4, 2, S)}
 /* [split][q4][ntt - 1][sp 1, 2, 4] */
 static const vr_fn vr_q[2][2][2][3] = {{VR_TABLE(0, 0), VR_TABLE(1, 0)}, {VR_TABLE(0, 1), VR_TABLE(1, 1)}};
+static_assert(sizeof vr_q / sizeof(vr_fn) == 24, "mmh_allow opts every entry in");
 template <int Q4, int NTT> static size_t vr_smem_of() { return (size_t)vr_geom<Q4, NTT>::SMEM; }
 static size_t vr_smem(int q4, int ntt) {
     return q4 ? (ntt == 1 ? vr_smem_of<1, 1>() : vr_smem_of<1, 2>()) : (ntt == 1 ? vr_smem_of<0, 1>() : vr_smem_of<0, 2>());
@@ -1374,10 +1375,16 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
-    for (int q4 = 0; q4 < 2; q4++)
-        for (int t = 0; t < 2; t++)
-            for (int sp = 0; sp < 3 && e == cudaSuccess; sp++)
-                e = cudaFuncSetAttribute(vr_q[q4][t][sp], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vr_smem(q4, t + 1));
+    /* every k_vr_q instance: a typed vr_fn, so that indexing the table
+     * with too few subscripts (an array, which the runtime's template
+     * overload would take) fails to compile */
+    for (int s = 0; s < 2; s++)
+        for (int q4 = 0; q4 < 2; q4++)
+            for (int t = 0; t < 2; t++)
+                for (int sp = 0; sp < 3 && e == cudaSuccess; sp++) {
+                    const vr_fn f = vr_q[s][q4][t][sp];
+                    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vr_smem(q4, t + 1));
+                }
     return e;
 }
 
