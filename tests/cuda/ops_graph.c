@@ -53,13 +53,10 @@ static void test_graph(void) {
     free_tensor(&E);
 }
 
-/* A row-exact tile of split rows recorded once and replayed for new inputs
- * equals a direct call bit for bit: K 8192 rows in two parts, which with
- * GEM_CUDA_VR_SPLIT=1 run on CTAs of their own and meet through scratch
- * counters every launch must leave at zero (run.sh runs this family with
- * it). The scale launch before the product makes the input new to the
- * product's activation cache, as the norm before every product of a step
- * does. */
+/* A row-exact tile of split rows (K 8192: two parts, k_vr_q) recorded once
+ * and replayed for new inputs equals a direct call bit for bit. The scale
+ * launch before the product makes the input new to the product's
+ * activation cache, as the norm before every product of a step does. */
 typedef struct {
     be_weight *W[2];
     be_buf *x, *o[2];

@@ -49,9 +49,6 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     if [ -z "${GEM_TEST_SKIP_OPS:-}" ]; then
         run "cuda_ops (dp4a prefill)" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_ops
         run "cuda_ops (tensor-core prefill)" build/tests/cuda/cuda_ops
-        # row-exact tiles with each split row's parts on CTAs of their own
-        # (the default keeps them on one CTA: docs/cuda.md)
-        run "cuda_ops matmul, graph (GEM_CUDA_VR_SPLIT=1)" env GEM_CUDA_VR_SPLIT=1 build/tests/cuda/cuda_ops matmul graph
     fi
     # the engine's generation loop on the GPU: prefix reuse through device
     # checkpoints (kv_stash), greedy on the device, polls, stops, limits

@@ -506,7 +506,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
-                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_cnt};
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
@@ -530,7 +530,7 @@ static void cu_destroy(backend *b) {
  * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
-    CS_PROFILE, CS_ATTN_ROWS, CS_VR_SPLIT, CS_N
+    CS_PROFILE, CS_ATTN_ROWS, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -539,7 +539,7 @@ static const struct cu_setting {
     {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},          {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
-    {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},    {"GEM_CUDA_VR_SPLIT", 0, 1, 0},
+    {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
@@ -647,7 +647,6 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = (int)set[CS_MMA];
     c->mmh_wgmma = set[CS_MMH] != 2;
     c->mv_split = (int)set[CS_MV_SPLIT];
-    c->vr_split = (int)set[CS_VR_SPLIT];
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];

@@ -144,7 +144,6 @@ typedef struct {
     scratch part, pml;      /* attention partials */
     scratch amax_v, amax_i; /* argmax partials */
     scratch up;             /* matmul_geglu's unfused path */
-    scratch vr_part, vr_cnt; /* k_vr_q's split rows: the parts, and per row tile a counter kept at 0 */
     scratch topk_part;      /* top-k: each chunk's first k keys */
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
@@ -166,7 +165,6 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int vr_split;  /* k_vr_q's split rows' parts on CTAs of their own (GEM_CUDA_VR_SPLIT=1; off until measured) */
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int attn_rows;    /* a row-exact tile's attention in one launch per kernel (attention_tile;

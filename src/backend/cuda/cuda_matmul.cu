@@ -628,9 +628,7 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
 #define VR_MT 2 /* m16 tiles per CTA, VR_WARPS warps each: they share the activation stages */
 #endif
 #define VR_ROWS (16 * VR_MT) /* weight rows per CTA */
-#ifndef VR_WARPS
-#define VR_WARPS 4 /* warps per m16 tile (a tuning build may set 8: half the accumulators per thread) */
-#endif
+#define VR_WARPS 4           /* warps per m16 tile */
 #define VR_THREADS (VR_WARPS * 32 * VR_MT)
 #define VR_CPW (32 / VR_WARPS) /* lane classes per warp and part */
 #define VR_CH 16               /* blocks per pipeline stage */
@@ -784,19 +782,11 @@ __device__ __forceinline__ void vr_stage(const uint8_t *st, int b0, int nb, floa
     }
 }
 
+template <int Q4, int NTT, int SP>
 /* at most 128 registers, so 16 warps fit an SM where shared memory allows
- * (q8_0 with 9-16 tokens needs about 116 KiB a CTA: one per SM). SPLIT
- * (SP > 1 only) is a template parameter: as a run-time flag its extra
- * state made the 16-token instances spill. */
-#ifndef VR_MINB
-#define VR_MINB (4 / VR_MT) /* CTAs per SM the registers must allow */
-#endif
-template <int Q4, int NTT, int SP, int SPLIT>
-__global__ void __launch_bounds__(VR_THREADS, VR_MINB)
-    k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt,
-           float *__restrict__ vpart, unsigned *__restrict__ vcnt) {
-    static_assert(!SPLIT || SP > 1, "only split rows have parts to deal out");
-    constexpr int split = SPLIT;
+ * (q8_0 with 9-16 tokens needs about 116 KiB a CTA: one per SM) */
+__global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
+    k_vr_q(mv_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, int K, int nt) {
     CU_TRACE(CT_VR_Q);
     pdl_wait();
     CU_TRACE_RELEASED();
@@ -804,14 +794,10 @@ __global__ void __launch_bounds__(VR_THREADS, VR_MINB)
     constexpr int NTOK = G::NTOK;
     extern __shared__ __align__(16) uint8_t vr_sh[];
     float *red = (float *)(vr_sh + G::STAGE * VR_ST); /* [warp][row][token] */
-    /* this CTA's matrix and rows (selects, never job.m[runtime index]);
-     * split: CTA i takes part i % SP of row tile i / SP (tiles of every
-     * matrix numbered in order, as the blocks are dealt) */
+    /* this CTA's matrix and rows (selects, never job.m[runtime index]) */
     int bid = blockIdx.x, mi = 0;
     if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
     if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
-    const int sp_own = split ? bid % SP : 0; /* the part this CTA streams (split) */
-    if (split) bid /= SP;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
     float *out = mi == 0 ? job.m[0].out : mi == 1 ? job.m[1].out : job.m[2].out;
     const uint8_t *mq = (const uint8_t *)(mi == 0 ? job.m[0].q : mi == 1 ? job.m[1].q : job.m[2].q);
@@ -824,17 +810,7 @@ __global__ void __launch_bounds__(VR_THREADS, VR_MINB)
     const int nb = K / 32, tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const int w = (tid >> 5) % VR_WARPS, mt = tid / (VR_WARPS * 32); /* class owner, m16 tile */
     const vr_stream<SP> sm(nb);
-    /* stages [s0, s1): every part's, or the own part's alone (split) */
-    const int s0 = split ? sm.first(sp_own) : 0, s1 = split ? sm.first(sp_own + 1) : sm.begin[SP];
-    /* stage s's part, half and first block (split: the own part's, directly) */
-    auto stage_at = [&](int s, int &P, int &h, int &b0) {
-        if (SPLIT) {
-            const int k = s - s0;
-            P = sp_own, h = k & 1, b0 = VR_CH * (2 * sp_own + h + 2 * SP * (k >> 1));
-        } else {
-            sm.at(s, P, h, b0);
-        }
-    };
+    const int nst = sm.begin[SP];
     float acc[VR_CPW][NTT][4];
 #pragma unroll
     for (int i = 0; i < VR_CPW; i++)
@@ -848,30 +824,30 @@ __global__ void __launch_bounds__(VR_THREADS, VR_MINB)
     const bool outs = tid < VR_MT * 8 * NTOK;
     float tot[2] = {0, 0};
 #pragma unroll
-    for (int j = 0; j < VR_ST - 1; j++) {
-        if (s0 + j < s1) {
+    for (int s = 0; s < VR_ST - 1; s++) {
+        if (s < nst) {
             int P, h, b0;
-            stage_at(s0 + j, P, h, b0);
-            vr_load<Q4, NTT>(vr_sh + j * G::STAGE, W, xq, xd, nb, K, nt, b0);
+            sm.at(s, P, h, b0);
+            vr_load<Q4, NTT>(vr_sh + s * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
     }
-    for (int s = s0; s < s1; s++) {
+    for (int s = 0; s < nst; s++) {
         cp_async_wait<VR_ST - 2>();
         __syncthreads(); /* stage s landed for all; stage s - 1 is read by nobody */
         const int nx = s + VR_ST - 1;
-        if (nx < s1) {
+        if (nx < nst) {
             int P, h, b0;
-            stage_at(nx, P, h, b0);
-            vr_load<Q4, NTT>(vr_sh + ((nx - s0) % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
+            sm.at(nx, P, h, b0);
+            vr_load<Q4, NTT>(vr_sh + (nx % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
         int P, h, b0;
-        stage_at(s, P, h, b0);
-        const uint8_t *st = vr_sh + ((s - s0) % VR_ST) * G::STAGE;
+        sm.at(s, P, h, b0);
+        const uint8_t *st = vr_sh + (s % VR_ST) * G::STAGE;
         if (h == 0) vr_stage<Q4, NTT, 0>(st, b0, nb, acc);
         else vr_stage<Q4, NTT, 1>(st, b0, nb, acc);
-        if (s + 1 == (SPLIT ? s1 : sm.first(P + 1))) { /* the part's last stage */
+        if (s + 1 == sm.first(P + 1)) { /* the part's last stage */
 #pragma unroll
             for (int t = 0; t < NTT; t++)
 #pragma unroll
@@ -889,40 +865,13 @@ __global__ void __launch_bounds__(VR_THREADS, VR_MINB)
 #pragma unroll
                     for (int q = 0; q < VR_WARPS; q++) v[q] = red[((omt * VR_WARPS + q) * 16 + orow + 8 * k) * NTOK + otok];
                     const float part = vr_tree(v);
-                    tot[k] = P == sp_own ? part : tot[k] + part; /* split: the own part, alone */
+                    tot[k] = P == 0 ? part : tot[k] + part;
                 }
             /* red is written again only after the next part's first stage,
              * behind the barrier at the top of the loop */
         }
     }
     cp_async_wait<0>(); /* no copy may still target shared memory at exit */
-    if (split) {
-        /* the tile's SP CTAs leave their parts in vpart; the last to count
-         * in adds them in k_mv_q's order (p0 + p1) + p2 ... and resets the
-         * counter for the next launch (which touches it only after
-         * pdl_wait, when this grid is complete) */
-        const int tile = blockIdx.x / SP, per = VR_MT * 8 * NTOK;
-        float *tp = vpart + (size_t)tile * SP * 2 * per;
-        if (outs) tp[(sp_own * 2) * per + tid] = tot[0], tp[(sp_own * 2 + 1) * per + tid] = tot[1];
-        __threadfence();
-        __shared__ int vr_last;
-        __syncthreads();
-        if (tid == 0) {
-            vr_last = atomicAdd(&vcnt[tile], 1u) == SP - 1;
-            if (vr_last) vcnt[tile] = 0;
-        }
-        __syncthreads();
-        if (!vr_last) return;
-        __threadfence();
-        if (outs)
-#pragma unroll
-            for (int k = 0; k < 2; k++) {
-                float v = __ldcg(tp + (2 * 0 + k) * per + tid);
-#pragma unroll
-                for (int p = 1; p < SP; p++) v = v + __ldcg(tp + (2 * p + k) * per + tid);
-                tot[k] = v;
-            }
-    }
     if (!outs || otok >= nt) return;
     if (SP > 1) tot[0] = tot[0] + 0.0f, tot[1] = tot[1] + 0.0f; /* k_mv_q's closing warp_sum with zeros */
     if (job.pair) {
@@ -937,12 +886,10 @@ __global__ void __launch_bounds__(VR_THREADS, VR_MINB)
     }
 }
 
-typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int, float *, unsigned *);
-#define VR_SPS(Q4, NTT, S) {k_vr_q<Q4, NTT, 1, 0>, k_vr_q<Q4, NTT, 2, S>, k_vr_q<Q4, NTT, 4, S>}
-#define VR_TABLE(Q4, S) {VR_SPS(Q4, 1, S), VR_SPS(Q4, 2, S)}
-/* [split][q4][ntt - 1][sp 1, 2, 4] */
-static const vr_fn vr_q[2][2][2][3] = {{VR_TABLE(0, 0), VR_TABLE(1, 0)}, {VR_TABLE(0, 1), VR_TABLE(1, 1)}};
-static_assert(sizeof vr_q / sizeof(vr_fn) == 24, "mmh_allow opts every entry in");
+typedef void (*vr_fn)(mv_job, const int8_t *, const float *, int, int);
+#define VR_TABLE(Q4) {{k_vr_q<Q4, 1, 1>, k_vr_q<Q4, 1, 2>, k_vr_q<Q4, 1, 4>}, {k_vr_q<Q4, 2, 1>, k_vr_q<Q4, 2, 2>, k_vr_q<Q4, 2, 4>}}
+static const vr_fn vr_q[2][2][3] = {VR_TABLE(0), VR_TABLE(1)}; /* [q4][ntt - 1][sp 1, 2, 4] */
+static_assert(sizeof vr_q / sizeof(vr_fn) == 12, "mmh_allow opts every entry in");
 template <int Q4, int NTT> static size_t vr_smem_of() { return (size_t)vr_geom<Q4, NTT>::SMEM; }
 static size_t vr_smem(int q4, int ntt) {
     return q4 ? (ntt == 1 ? vr_smem_of<1, 1>() : vr_smem_of<1, 2>()) : (ntt == 1 ? vr_smem_of<0, 1>() : vr_smem_of<0, 2>());
@@ -1378,13 +1325,12 @@ cudaError_t mmh_allow(void) {
     /* every k_vr_q instance: a typed vr_fn, so that indexing the table
      * with too few subscripts (an array, which the runtime's template
      * overload would take) fails to compile */
-    for (int s = 0; s < 2; s++)
-        for (int q4 = 0; q4 < 2; q4++)
-            for (int t = 0; t < 2; t++)
-                for (int sp = 0; sp < 3 && e == cudaSuccess; sp++) {
-                    const vr_fn f = vr_q[s][q4][t][sp];
-                    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vr_smem(q4, t + 1));
-                }
+    for (int q4 = 0; q4 < 2; q4++)
+        for (int t = 0; t < 2; t++)
+            for (int sp = 0; sp < 3 && e == cudaSuccess; sp++) {
+                const vr_fn f = vr_q[q4][t][sp];
+                e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vr_smem(q4, t + 1));
+            }
     return e;
 }
 
@@ -1517,28 +1463,15 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
          * integer work does; they cross at about 4 tokens on the 31B
          * (bench/results/cuda-vr-31b-2026-12-06.json). */
         if (n >= VR_MIN_ROWS && n <= MV_MAXT && c->mma && (K / 32) % 8 == 0 && K / 32 >= 32 * sp) {
-            /* a split row's parts on CTAs of their own (c->vr_split): the
-             * o and down products have too few row tiles to fill the
-             * machine otherwise */
-            const int split = sp > 1 && c->vr_split;
             unsigned vgrid = 0;
             for (int i = 0; i < job.count; i++) {
                 job.m[i].out = outs[i]->d;
-                job.m[i].blocks = (int)blocks_for((size_t)job.m[i].M, pair ? VR_ROWS / 2 : VR_ROWS) * (split ? sp : 1);
+                job.m[i].blocks = (int)blocks_for((size_t)job.m[i].M, pair ? VR_ROWS / 2 : VR_ROWS);
                 vgrid += (unsigned)job.m[i].blocks;
             }
             const int ntt = n > 8 ? 2 : 1, q4 = fmt == DW_Q4_0;
-            if (split) {
-                const unsigned gen = c->generation;
-                if (grow(c, &c->vr_part, (size_t)vgrid * 2 * VR_MT * 8 * 8 * ntt * sizeof(float)) ||
-                    grow(c, &c->vr_cnt, (size_t)vgrid / sp * sizeof(unsigned)))
-                    return;
-                /* counters start at zero, and every launch leaves them so */
-                if (c->generation != gen && CK(c, cudaMemsetAsync(c->vr_cnt.p, 0, c->vr_cnt.cap, c->st))) return;
-            }
-            launch(c, vr_q[split][q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt),
-                   job, (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n, (float *)c->vr_part.p,
-                   (unsigned *)c->vr_cnt.p);
+            launch(c, vr_q[q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt), job,
+                   (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n);
             LAUNCHED(c, label);
             goto quantized_done;
         }
