@@ -113,6 +113,12 @@ M="$tmp/tiny-q8_0.gguf"
 ids=$($GEM run -m "$M" --prompt-ids "2 9259 1902" -n 8 --temp 0 --ids 2>/dev/null)
 [ "$(echo "$ids" | wc -w)" = 8 ] && ok || bad "run --ids did not print 8 ids: $ids"
 [ "$ids" = "$($GEM run -m "$M" -p "Hello world" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-p and --prompt-ids disagree"
+# -tp N: N in-process shards, the same greedy ids as one on this model
+# (test_shard holds the sharded arithmetic); bad counts and absent GPUs refused
+[ "$ids" = "$($GEM run -m "$M" -tp 2 -p "Hello world" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-tp 2 and one shard disagree"
+expect 2 "-tp takes a whole number of devices, 1 to 8: '0'" -- $GEM run -m "$M" -tp 0 -p hi -n 1
+expect 2 "error: --gpus 2: " -- $GEM run -m "$M" --gpus 2 -p hi -n 1
+expect 2 "--gpus needs --backend cuda" -- $GEM bench -m "$M" --gpus 1 --backend cpu
 # -f FILE: the file's text is the prompt, one trailing newline dropped
 printf 'Hello world\n' > "$tmp/prompt.txt"
 [ "$ids" = "$($GEM run -m "$M" -f "$tmp/prompt.txt" -n 8 --temp 0 --ids 2>/dev/null)" ] && ok || bad "-f and -p disagree"
