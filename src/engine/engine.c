@@ -7,7 +7,11 @@
  * generation busy elsewhere, e.g. a client slow to take its stream,
  * delays the others by at most that), it runs up to batch_rows of them,
  * oldest first, as one step: one read of the weights for all rows. A lone
- * step takes the ordinary one-token path (a replayed graph on a GPU). */
+ * step takes the ordinary one-token path (a replayed graph on a GPU).
+ * Prompts and batches alternate: after a batch, one chunk of a waiting
+ * prompt runs before the next batch (last_was_batch), so a stream of
+ * batches never starves a new generation's prompt, and a long prompt
+ * delays the decoding streams by one chunk per step. */
 #include "engine/engine.h"
 
 #include <stdlib.h>
@@ -282,6 +286,7 @@ static void run_batch(gem_engine *e) {
     e->step_s = e->t_free - t0;
     e->n_batches++;
     e->n_batched_rows += n;
+    e->last_was_batch = 1;
     for (int i = 0; i < n; i++) {
         r[i]->rc = rc;
         if (rc) r[i]->err = err;
@@ -295,7 +300,9 @@ void gate_enter(gem_engine *e, int yield) {
     pthread_mutex_lock(&e->mu);
     e->n_waiting++;
     for (;;) {
-        if (!e->gate_busy && yield && e->n_pending > 0) {
+        /* decode steps are waiting: yield to them, unless a batch has just
+         * run (one chunk of this prompt, then the next batch) */
+        if (!e->gate_busy && yield && e->n_pending > 0 && !e->last_was_batch) {
             if (batch_due(e)) run_batch(e);
             else wait_until(e, batch_deadline(e));
             continue;
@@ -304,6 +311,7 @@ void gate_enter(gem_engine *e, int yield) {
         pthread_cond_wait(&e->cv, &e->mu);
     }
     e->n_waiting--;
+    e->last_was_batch = 0;
     e->gate_busy = 1;
     e->gate_gen++;
     pthread_mutex_unlock(&e->mu);
@@ -358,8 +366,12 @@ int session_step(gem_session *s, int32_t id, int32_t *next, gem_err *err) {
         e->n_pending++;
         pthread_cond_broadcast(&e->cv); /* the last poster completes a batch */
         while (!r.done) {
-            if (!e->gate_busy && batch_due(e)) run_batch(e);
-            else if (!e->gate_busy) wait_until(e, batch_deadline(e));
+            /* after a batch, a thread waiting in gate_enter (a prompt's
+             * chunk) has the gate first: its wake-up must not lose the race
+             * to these steps' next batch */
+            const int defer = e->last_was_batch && e->n_waiting > 0;
+            if (!e->gate_busy && !defer && batch_due(e)) run_batch(e);
+            else if (!e->gate_busy && !defer) wait_until(e, batch_deadline(e));
             else pthread_cond_wait(&e->cv, &e->mu);
         }
         pthread_mutex_unlock(&e->mu);

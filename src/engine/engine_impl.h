@@ -62,6 +62,10 @@ struct gem_engine {
     int batch_rows; /* rows a batched step may carry (1: none) */
     long n_batches, n_batched_rows; /* batched steps run, and their rows (stats) */
     double t_free, step_s; /* when the last batched step ended, and how long it took */
+    /* the gate's last holder was a batched step: a yielding gate_enter
+     * (a prompt's chunk) then goes before the next batch, so prompts and
+     * decode batches alternate and neither starves the other */
+    int last_was_batch;
     /* the vocabulary's trie and mask caches for grammars, built on the
      * first constrained generation (under mu; the caches lock themselves) */
     gram_vocab *gv;
