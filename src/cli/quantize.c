@@ -6,7 +6,6 @@
 #include "cli/cli.h"
 #include "convert/quantize.h"
 #include "gguf/gguf.h"
-#include "model/gemma4.h"
 #include "quant/quant.h"
 
 #define USAGE \
@@ -64,9 +63,9 @@ int cli_quantize(int argc, char **argv) {
             s > 0 ? st.in_bytes / s / 1e6 : 0.0);
     /* Say plainly when the result is outside what gem itself runs. */
     gguf_file *f = gguf_open(out, &err);
-    const gemma4_profile *p;
-    if (f && gemma4_validate(f, &p, &err))
-        fprintf(stderr, "gem quantize: note: gem's Gemma 4 contract does not accept this file (%s); llama.cpp loads it\n",
+    int n_layer;
+    if (f && gem_quantize_contract(f, &n_layer, &err))
+        fprintf(stderr, "gem quantize: note: gem's contract does not accept this file (%s); llama.cpp loads it\n",
                 err.msg);
     gguf_close(f);
     return 0;

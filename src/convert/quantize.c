@@ -22,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "model/gemma4.h"
+#include "model/qwen35.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 #include "util/file.h"
@@ -380,7 +381,22 @@ static int write_tensor(gguf_writer *w, FILE *fp, const gguf_file *f, const item
 
 /* ---- driver ---- */
 
-static int plan(const gguf_file *f, const gemma4_profile *p, const gem_quantize_opts *o, int ftype, item *items,
+int gem_quantize_contract(const gguf_file *f, int *n_layer, gem_err *err) {
+    const int64_t k = gguf_find_key(f, "general.architecture");
+    gguf_str a = {0};
+    if (k >= 0 && !gguf_kv_str(f, (uint64_t)k, &a) && a.len == 6 && !memcmp(a.ptr, "qwen35", 6)) {
+        const qwen35_profile *q;
+        if (qwen35_validate(f, &q, err)) return gem_err_wrap(err, "not a supported Qwen3.5 model");
+        *n_layer = (int)q->n_layer;
+        return 0;
+    }
+    const gemma4_profile *p;
+    if (gemma4_validate(f, &p, err)) return gem_err_wrap(err, "not a supported Gemma 4 model");
+    *n_layer = (int)p->n_layer;
+    return 0;
+}
+
+static int plan(const gguf_file *f, int n_layer, const gem_quantize_opts *o, int ftype, item *items,
                 uint64_t n, gem_err *err) {
     for (uint64_t i = 0; i < n; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -392,7 +408,7 @@ static int plan(const gguf_file *f, const gemma4_profile *p, const gem_quantize_
         items[i].n_dims = nd;
     }
     qsort(items, n, sizeof *items, cmp_items);
-    selector s = {ftype, ftype_default(ftype), o->embd_type, 1, 0, 0, (int)p->n_layer, 0};
+    selector s = {ftype, ftype_default(ftype), o->embd_type, 1, 0, 0, n_layer, 0};
     for (uint64_t i = 0; i < n; i++) {
         category c = categorize(items[i].t->name);
         if (c == CAT_OUTPUT) s.tied = 0;
@@ -429,16 +445,13 @@ int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *er
 
     gguf_file *f = gguf_open(o->in_path, err);
     if (!f) return -1;
-    const gemma4_profile *p;
+    int n_layer = 0;
     item *items = NULL;
     gguf_writer *w = NULL;
     uint8_t *scratch = NULL;
     FILE *fp = NULL;
     int rc = -1;
-    if (gemma4_validate(f, &p, err)) {
-        gem_err_wrap(err, "not a supported Gemma 4 model");
-        goto done;
-    }
+    if (gem_quantize_contract(f, &n_layer, err)) goto done;
     if (gguf_alignment(f) != GGUF_DEFAULT_ALIGNMENT) {
         /* the reference writes 32-byte alignment whatever the key says */
         gem_err_set(err, "%s: alignment %u is not supported (only %u)", o->in_path, gguf_alignment(f),
@@ -453,7 +466,7 @@ int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *er
         gem_err_set(err, "out of memory");
         goto done;
     }
-    if (plan(f, p, o, ftype, items, n, err) || write_meta(w, f, ftype, err)) goto done;
+    if (plan(f, n_layer, o, ftype, items, n, err) || write_meta(w, f, ftype, err)) goto done;
     uint64_t total = 0, out_total = 0;
     uint32_t n_quant = 0;
     for (uint64_t i = 0; i < n; i++) {

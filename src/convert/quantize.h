@@ -44,6 +44,12 @@ typedef struct {
 } gem_quantize_stats;
 
 int gem_quantize(const gem_quantize_opts *o, gem_quantize_stats *st, gem_err *err);
+/* The contract of the file's family (general.architecture qwen35: the
+ * Qwen3.5 one, else Gemma 4's, drafters included) and its layer count
+ * (llama-quantize's ffn_down layer rule); -1 with err naming the family
+ * and what is wrong. */
+struct gguf_file;
+int gem_quantize_contract(const struct gguf_file *f, int *n_layer, gem_err *err);
 
 /* The reference's file-type code for a --type name; -1 when unknown. */
 int gem_quantize_ftype(const char *type);
