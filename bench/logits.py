@@ -74,10 +74,31 @@ def sha256(path):
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def gem_tokenize(text):
-    p = subprocess.run(["./gem", "tokenize", "-m", "data/vocab/gemma-4.gguf"], input=text, capture_output=True,
+def gem_tokenize(text, model="data/vocab/gemma-4.gguf"):
+    """The ids of text under a file's own tokenizer (a Qwen file's differ)."""
+    p = subprocess.run(["./gem", "tokenize", "-m", model], input=text, capture_output=True,
                        text=True, check=True)
     return [int(x) for x in p.stdout.split()]
+
+
+def gguf_arch(path):
+    """general.architecture of a GGUF file (the first string key's value in
+    practice; read properly: keys in order until it)."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            return "?"
+        _ver, _nt, nkv = struct.unpack("<IQQ", f.read(20))
+        for _ in range(nkv):
+            klen = struct.unpack("<Q", f.read(8))[0]
+            key = f.read(klen).decode(errors="replace")
+            vtype = struct.unpack("<I", f.read(4))[0]
+            if vtype != 8:  # only strings are skipped over cheaply; the arch key comes first
+                return "?"
+            vlen = struct.unpack("<Q", f.read(8))[0]
+            val = f.read(vlen).decode(errors="replace")
+            if key == "general.architecture":
+                return val
+    return "?"
 
 
 def gem_logprobs(a, model, prompt, n, extra, force=None):
@@ -111,8 +132,11 @@ def free_port():
 def http(url, body=None, timeout=600):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:  # the server's reason, not only the status
+        sys.exit(f"{url}: HTTP {e.code}: {e.read()[:500].decode(errors='replace')}")
 
 
 def reference(a, model, prompt, n, log):
@@ -150,11 +174,25 @@ def reference(a, model, prompt, n, log):
             srv.kill()
             srv.wait()
     probs = r["completion_probabilities"]
-    if len(probs) != n or r.get("tokens_evaluated") != len(prompt):
-        sys.exit(f"reference: {len(probs)} steps, {r.get('tokens_evaluated')} prompt tokens evaluated "
+    # llama-server leaves out the record of a token whose bytes are not
+    # whole UTF-8 on their own (byte tokens of a small vocabulary): the
+    # records are matched to the generated ids in order, and a step without
+    # one is {"id": id, "top": None}: it counts for the greedy prefix, not
+    # for the compared values.
+    toks = r.get("tokens") or [p["id"] for p in probs]
+    if len(toks) != n or r.get("tokens_evaluated") != len(prompt):
+        sys.exit(f"reference: {len(toks)} steps, {r.get('tokens_evaluated')} prompt tokens evaluated "
                  f"(expected {n}, {len(prompt)})")
-    recs = [{"id": p["id"], "logprob": p["logprob"], "top": [(t["id"], t["logprob"]) for t in p["top_logprobs"]]}
-            for p in probs]
+    recs, j = [], 0
+    for t in toks:
+        if j < len(probs) and probs[j]["id"] == t:
+            p = probs[j]
+            recs.append({"id": t, "logprob": p["logprob"], "top": [(x["id"], x["logprob"]) for x in p["top_logprobs"]]})
+            j += 1
+        else:
+            recs.append({"id": t, "logprob": None, "top": None})
+    if j != len(probs):
+        sys.exit(f"reference: {len(probs) - j} probability records match no generated token")
     return recs, props.get("build_info", "?")
 
 
@@ -183,9 +221,13 @@ def compare_ref(g_forced, g_free, ref):
     worst_step = -1
     chosen_worst = 0.0
     agree, disagreements = 0, []
+    missing = 0
     for i in range(n):
         g, r = g_forced[i], ref[i]
         assert g["id"] == r["id"]
+        if r["top"] is None:  # the reference gave no record for this step
+            missing += 1
+            continue
         d, rl, u, b = compare_step(g, r)
         if d and max(d) > worst:
             worst, worst_step = max(d), i
@@ -211,7 +253,7 @@ def compare_ref(g_forced, g_free, ref):
         prefix += 1
     # on the common prefix the free run and the forced run saw the same tokens
     same = all(g_free[i]["top"] == g_forced[i]["top"] for i in range(prefix))
-    return {"steps": n, "max_abs_dlogprob": worst, "max_at_step": worst_step,
+    return {"steps": n, "steps_without_reference_record": missing, "max_abs_dlogprob": worst, "max_at_step": worst_step,
             "mean_abs_dlogprob": total / count if count else None, "values_compared": count,
             "max_abs_dlogprob_rel_top1": worst_rel, "mean_abs_dlogprob_rel_top1": total_rel / count_rel if count_rel else None,
             "unresolved": unresolved, "unresolved_gap_bound": bound, "max_abs_dlogprob_chosen": chosen_worst,
@@ -337,14 +379,17 @@ def main():
         if not os.path.exists(a.server):
             sys.exit("reference missing: run bench/reference/build.sh cpu (or --no-ref)")
         for name, path, how in models:
+            # Gemma files share data/vocab/gemma-4.gguf's ids; others tokenize with their own
+            prompt = gem_tokenize(a.text, path) if gguf_arch(path) != "gemma4" else doc["prompt_ids"]
             ref, build = reference(a, path, prompt, a.steps, os.path.join(tmp, "server.log"))
             doc["reference_build"] = build
             ref_ids = [r["id"] for r in ref]
             for v in variants:
-                forced = gem_logprobs(a, path, prompt, a.steps, VARIANTS[v], force=ref_ids)
-                free = gem_logprobs(a, path, prompt, a.steps, VARIANTS[v])
+                forced = gem_logprobs(a, path, prompt, len(ref), VARIANTS[v], force=ref_ids)
+                free = gem_logprobs(a, path, prompt, len(ref), VARIANTS[v])
                 res = compare_ref(forced, free, ref)
                 res.update({"model": name, "file": path if how is None else how, "model_sha256": sha256(path),
+                            "prompt_ids": prompt,
                             "gem_variant": v, "reference_ids": ref_ids, "gem_free_ids": [g["id"] for g in free]})
                 doc["reference"].append(res)
                 print(f"ref  {name} [{v}]: max |dlogprob| {res['max_abs_dlogprob']:.3g} (mean "
