@@ -11,7 +11,7 @@ decode from depth 0). Order A/B/B/A per repetition (A/B/C/C/B/A with
 gem is measured with /usr/bin/time. Writes bench/results/cpu-DATE.json (or
 --out) and prints a markdown table.
 
-usage: bench/cpu_bench.py [--reps 3] [--threads 2] [--prompt 64[,N..]] [--gen 32]
+usage: bench/cpu_bench.py [--profile gemma4-1b] [--reps 3] [--threads 2] [--prompt 64[,N..]] [--gen 32]
                           [--types q4_0,q8_0] [--gem-base PATH] [--gem-tile T] [--out FILE]
   --prompt 8,64,512   several prompt lengths (prompt tiles; gem's engine
                       evaluates a prompt in tiles of 64 tokens, llama-bench
@@ -37,6 +37,7 @@ root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.chdir(root)
 ap = argparse.ArgumentParser()
 ap.add_argument("--reps", type=int, default=3)
+ap.add_argument("--profile", default="gemma4-1b", help="gem synth profile of the files (e.g. qwen35-small)")
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--prompt", default="64")
 ap.add_argument("--gen", type=int, default=32)
@@ -90,14 +91,14 @@ def run_ref(model):
 
 results = {}
 for t in a.types.split(","):
-    model = f"{a.dir}/gemma4-1b-{t}.gguf"
+    model = f"{a.dir}/{a.profile}-{t}.gguf"
     if not os.path.exists(model) and t in ("q4_0", "q8_0", "f16", "bf16", "f32"):
-        subprocess.run(["./gem", "synth", "--profile", "gemma4-1b", "--type", t, "--seed", "1", "-o", model], check=True,
+        subprocess.run(["./gem", "synth", "--profile", a.profile, "--type", t, "--seed", "1", "-o", model], check=True,
                        capture_output=True)
     elif not os.path.exists(model):  # a quantize type: from a bf16 synth
-        src = f"{a.dir}/gemma4-1b-bf16.gguf"
+        src = f"{a.dir}/{a.profile}-bf16.gguf"
         if not os.path.exists(src):
-            subprocess.run(["./gem", "synth", "--profile", "gemma4-1b", "--type", "bf16", "--seed", "1", "-o", src],
+            subprocess.run(["./gem", "synth", "--profile", a.profile, "--type", "bf16", "--seed", "1", "-o", src],
                            check=True, capture_output=True)
         subprocess.run(["./gem", "quantize", src, model, "--type", t, "-t", str(a.threads)], check=True,
                        capture_output=True)
@@ -133,7 +134,7 @@ commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=
 dirty = subprocess.run(["git", "diff", "--quiet"]).returncode != 0
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 doc = {
-    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, gemma4-1b synthetic, greedy; "
+    "benchmark": f"CPU prompt ({a.prompt} tokens) and decode ({a.gen} tokens) speed, {a.profile} synthetic, greedy; "
                  "gem bench vs llama-bench",
     "date": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty, "backend": "cpu",
     "threads": a.threads, "cpu": cpu, "nproc": os.cpu_count(),
@@ -152,10 +153,10 @@ print(head)
 print("|---" * (head.count("|") - 1) + "|")
 for t, v in results.items():
     for k in tests:
-        line = (f"| gemma4-1b {t} | {k} | {v['gem_median'][k]:.1f} | {v['reference_median'][k]:.1f} | "
+        line = (f"| {a.profile} {t} | {k} | {v['gem_median'][k]:.1f} | {v['reference_median'][k]:.1f} | "
                 f"{v['ratio'][k]:.2f}x |")
         if a.gem_base:
             line += f" {v['gem_base_median'][k]:.1f} | {v['ratio_base'][k]:.2f}x |"
         print(line)
-    print(f"| gemma4-1b {t} | gem peak RSS | {v['gem_peak_rss_mib']:.0f} MiB | | |" + (" | |" if a.gem_base else ""))
+    print(f"| {a.profile} {t} | gem peak RSS | {v['gem_peak_rss_mib']:.0f} MiB | | |" + (" | |" if a.gem_base else ""))
 print(f"wrote {out}")
