@@ -16,7 +16,11 @@ command -v python3 >/dev/null 2>&1 || { bad "python3 is not installed"; finish; 
 tiny_model
 SOAK_RSS_KIB=${SOAK_RSS_KIB:-8192}
 
-start soak --heartbeat 0 --parallel 4 --queue 16 --cache-ram 0 --ctx 512 || finish
+# --ctx 1024: the longest prompt the clients can send (3 user messages of up
+# to 39 words "wN", at most 5 tokens each, 2 answers of 8 tokens, the turn
+# markup) is about 630 tokens; at 512 a rare long conversation was
+# refused (400, context_length_exceeded), correctly but not a soak failure
+start soak --heartbeat 0 --parallel 4 --queue 16 --cache-ram 0 --ctx 1024 || finish
 python3 - "$PORT" "$PID" "$SOAK_RSS_KIB" >"$tmp/soak.out" 2>&1 <<'EOF'
 import http.client, json, random, sys, threading
 port, pid, bound = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
