@@ -232,6 +232,14 @@ out=$($GEM bench -m "$M" --prompt 8 --gen 2 --depth 0 --reps 1 2>&1)
 case "$out" in *inf*|*error*) bad "bench at the smallest settings: $out" ;;
 *"prefill      8 tokens:"*"decode at depth      0:"*) ok ;; *) bad "bench output: $out" ;; esac
 
+# prompts at depth (llama-bench -p P -d D): each run restores the filled
+# context and evaluates exactly P tokens (bench checks it: a run that
+# reused its predecessor's turn checkpoint timed nothing)
+out=$($GEM bench -m "$M" --prompt 16 --gen 2 --depth 0,48 --reps 2 --json "$tmp/bd.json" 2>&1)
+case "$out" in *inf*|*error*) bad "bench at depth: $out" ;;
+*"prefill     16 tokens at depth     48:"*"decode at depth     48:"*) ok ;; *) bad "bench at depth output: $out" ;; esac
+grep -q '"tokens": 16, "depth": 48' "$tmp/bd.json" && ok || bad "bench --json has no prefill at depth 48: $(cat "$tmp/bd.json")"
+
 # chat reuses its history: each turn's prompt repeats the last one up to its
 # generation prompt (which, like the answer, is rendered differently once
 # it is history), and the engine keeps exactly that much; so turn 3 reuses
