@@ -586,10 +586,9 @@ int cli_bench(int argc, char **argv) {
 
     /* a prompt of P needs room for its first token; decode at depth D
      * prefills max(D, 1) tokens and generates (reps + 1) gen + 1 more */
-    int need = 0;
-    for (int i = 0; i < n_prompts; i++) need = prompts[i] + 1 > need ? prompts[i] + 1 : need;
     int p_max = 0;
     for (int i = 0; i < n_prompts; i++) p_max = prompts[i] > p_max ? prompts[i] : p_max;
+    int need = p_max + 1;
     for (int i = 0; i < n_depths; i++) {
         int d = (depths[i] > 0 ? depths[i] : 1) + (reps + 1) * gen + 1;
         /* a prompt at depth D: D + P tokens and the first generated */
@@ -708,47 +707,6 @@ int cli_bench(int argc, char **argv) {
                         "\"spread\": [%.5f, %.5f]}",
                     pi ? "," : "", P, P / st.median, P / st.p95, st.median, st.min, st.max);
     }
-    /* prompts at depth (llama-bench -p P -d D): the context filled to D once
-     * and kept as an exact checkpoint, then each run restores it and times
-     * the next P tokens to their first generated token; decode at D starts
-     * from the same checkpoint */
-    gem_checkpoint **at_depth = calloc((size_t)n_depths, sizeof *at_depth);
-    if (!at_depth) rc = gem_err_set(&err, "out of memory") != 0;
-    for (int di = 0; di < n_depths && !rc; di++) {
-        const int D = depths[di];
-        if (D <= 0) continue;
-        gp.max_tokens = 1;
-        gem_session_reset(s);
-        if (gem_session_sync(s, ids, (size_t)D, &err) < 0 || gem_session_generate(s, &gp, NULL, &res, &err) ||
-            !(at_depth[di] = gem_session_save(s, &err))) {
-            rc = 1;
-            break;
-        }
-        for (int pi = 0; pi < n_prompts && !rc; pi++) {
-            const int P = prompts[pi];
-            for (int k = 0; k <= reps && !rc; k++) {
-                gem_session_reset(s); /* no turn checkpoint of the last run may serve this one */
-                gem_session_restore(s, at_depth[di]);
-                if (gem_session_sync(s, ids, (size_t)(D + P), &err) < 0 || gem_session_generate(s, &gp, NULL, &res, &err))
-                    rc = 1;
-                else if (res.n_generated != 1)
-                    rc = gem_err_set(&err, "a prompt of %d tokens at depth %d gave no first token", P, D) != 0;
-                else if (res.n_prompt - res.n_cached != P) /* each run evaluates exactly its P tokens */
-                    rc = gem_err_set(&err, "a prompt of %d tokens at depth %d evaluated %ld", P, D,
-                                     res.n_prompt - res.n_cached) != 0;
-                if (k > 0) samples[k - 1] = res.first_s;
-            }
-            if (rc) break;
-            stats st = summarize(samples, reps);
-            printf("prefill %6d tokens at depth %6d: %9.1f tok/s (median; p95 %.1f, min %.1f, max %.1f), %.3f s\n", P, D,
-                   P / st.median, P / st.p95, P / st.max, P / st.min, st.median);
-            if (js)
-                fprintf(js, ",\n  {\"tokens\": %d, \"depth\": %d, \"tok_s\": %.2f, \"tok_s_p95\": %.2f, \"ttft_s\": %.5f, "
-                            "\"spread\": [%.5f, %.5f]}",
-                        P, D, P / st.median, P / st.p95, st.median, st.min, st.max);
-        }
-    }
-    if (js) fprintf(js, "],\n \"decode\": [");
     /* decode: the runs' tokens are forced (fixed ids: the same work on every
      * engine) and each run's time is read off the steps' timestamps */
     const long steps = (long)(reps + 1) * gen + 1;
@@ -761,11 +719,56 @@ int cli_bench(int argc, char **argv) {
     gp.force = forced;
     gp.ignore_eos = 1;
     const gem_gen_callbacks cb = {&bc, on_step_token, NULL, NULL, NULL};
+    /* the JSON's prefill entries at depth and decode entries, written after
+     * the loop (one depth's prompts and decode run together, so that one
+     * filled context is kept at a time) */
+    strbuf pjs = {0}, djs = {0};
     for (int di = 0; di < n_depths && !rc; di++) {
         const int D = depths[di];
+        /* prompts at depth (llama-bench -p P -d D): the context filled to D
+         * once and kept as an exact checkpoint; each run restores it and
+         * times the next P tokens to their first generated token, and
+         * decode at D starts from it too */
+        gem_checkpoint *ck = NULL;
+        if (D > 0) {
+            gem_gen_params gp1 = gem_gen_params_default();
+            gp1.max_tokens = 1;
+            gem_session_reset(s);
+            if (gem_session_sync(s, ids, (size_t)D, &err) < 0 || gem_session_generate(s, &gp1, NULL, &res, &err) ||
+                !(ck = gem_session_save(s, &err)))
+                rc = 1;
+            for (int pi = 0; pi < n_prompts && !rc; pi++) {
+                const int P = prompts[pi];
+                for (int k = 0; k <= reps && !rc; k++) {
+                    gem_session_reset(s); /* no turn checkpoint of the last run may serve this one */
+                    gem_session_restore(s, ck);
+                    if (gem_session_sync(s, ids, (size_t)(D + P), &err) < 0 ||
+                        gem_session_generate(s, &gp1, NULL, &res, &err))
+                        rc = 1;
+                    else if (res.n_generated != 1)
+                        rc = gem_err_set(&err, "a prompt of %d tokens at depth %d gave no first token", P, D) != 0;
+                    else if (res.n_prompt - res.n_cached != P) /* each run evaluates exactly its P tokens */
+                        rc = gem_err_set(&err, "a prompt of %d tokens at depth %d evaluated %ld", P, D,
+                                         res.n_prompt - res.n_cached) != 0;
+                    if (k > 0) samples[k - 1] = res.first_s;
+                }
+                if (rc) break;
+                stats st = summarize(samples, reps);
+                printf("prefill %6d tokens at depth %6d: %9.1f tok/s (median; p95 %.1f, min %.1f, max %.1f), %.3f s\n",
+                       P, D, P / st.median, P / st.p95, P / st.max, P / st.min, st.median);
+                sb_printf(&pjs, ",\n  {\"tokens\": %d, \"depth\": %d, \"tok_s\": %.2f, \"tok_s_p95\": %.2f, "
+                                "\"ttft_s\": %.5f, \"spread\": [%.5f, %.5f]}",
+                          P, D, P / st.median, P / st.p95, st.median, st.min, st.max);
+            }
+            if (rc) {
+                gem_checkpoint_free(ck);
+                break;
+            }
+        }
         for (long k = 0; k < steps; k++) forced[k] = ids[(D + k) % need];
         gem_session_reset(s);
-        if (at_depth && at_depth[di]) gem_session_restore(s, at_depth[di]); /* the prompts' fill, not again */
+        if (ck) gem_session_restore(s, ck); /* the prompts' fill, not again */
+        gem_checkpoint_free(ck);
         if (gem_session_sync(s, ids, (size_t)(D > 0 ? D : 1), &err) < 0 ||
             gem_session_generate(s, &gp, &cb, &res, &err)) {
             rc = 1;
@@ -789,14 +792,13 @@ int cli_bench(int argc, char **argv) {
         printf("decode at depth %6d: %8.2f tok/s (median of %d x %d steps; p95 %.2f, spread %.2f-%.2f), %.0f GB/s "
                "weights%s\n",
                D, tps, reps, gen, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac);
-        if (js)
-            fprintf(js, "%s\n  {\"depth\": %d, \"gen\": %d, \"tok_s\": %.3f, \"tok_s_p95\": %.3f, \"spread\": [%.3f, %.3f], "
+        sb_printf(&djs, "%s\n  {\"depth\": %d, \"gen\": %d, \"tok_s\": %.3f, \"tok_s_p95\": %.3f, \"spread\": [%.3f, %.3f], "
                         "\"weight_gbs\": %.1f, \"roofline_fraction\": %s}",
-                    di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
+                  di ? "," : "", D, gen, tps, 1.0 / st.p95, 1.0 / st.max, 1.0 / st.min, gbs, frac_js);
     }
-    for (int di = 0; di < n_depths && at_depth; di++) gem_checkpoint_free(at_depth[di]);
-    free(at_depth);
-    if (js) fprintf(js, "],\n \"parallel\": [");
+    if (js) fprintf(js, "%s],\n \"decode\": [%s],\n \"parallel\": [", sb_cstr(&pjs), sb_cstr(&djs));
+    sb_free(&pjs);
+    sb_free(&djs);
     if (!rc && n_par) {
         const int D = depths[0];
         rc = bench_parallel(e, ids, need, D, par, n_par, gen, reps, first_tps, js, &err);
