@@ -81,26 +81,6 @@ def gem_tokenize(text, model="data/vocab/gemma-4.gguf"):
     return [int(x) for x in p.stdout.split()]
 
 
-def gguf_arch(path):
-    """general.architecture of a GGUF file (the first string key's value in
-    practice; read properly: keys in order until it)."""
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            return "?"
-        _ver, _nt, nkv = struct.unpack("<IQQ", f.read(20))
-        for _ in range(nkv):
-            klen = struct.unpack("<Q", f.read(8))[0]
-            key = f.read(klen).decode(errors="replace")
-            vtype = struct.unpack("<I", f.read(4))[0]
-            if vtype != 8:  # only strings are skipped over cheaply; the arch key comes first
-                return "?"
-            vlen = struct.unpack("<Q", f.read(8))[0]
-            val = f.read(vlen).decode(errors="replace")
-            if key == "general.architecture":
-                return val
-    return "?"
-
-
 def gem_logprobs(a, model, prompt, n, extra, force=None):
     """gem run --top-logprobs: one record per step."""
     cmd = [a.gem, "run", "-m", model, "--prompt-ids", " ".join(map(str, prompt)), "-n", str(n), "--temp", "0",
@@ -135,8 +115,9 @@ def http(url, body=None, timeout=600):
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
-    except urllib.error.HTTPError as e:  # the server's reason, not only the status
-        sys.exit(f"{url}: HTTP {e.code}: {e.read()[:500].decode(errors='replace')}")
+    except urllib.error.HTTPError as e:  # the server's reason, not only the status (an Exception: the
+        # health poll retries on it while the model loads)
+        raise RuntimeError(f"{url}: HTTP {e.code}: {e.read()[:500].decode(errors='replace')}") from None
 
 
 def reference(a, model, prompt, n, log):
@@ -379,8 +360,7 @@ def main():
         if not os.path.exists(a.server):
             sys.exit("reference missing: run bench/reference/build.sh cpu (or --no-ref)")
         for name, path, how in models:
-            # Gemma files share data/vocab/gemma-4.gguf's ids; others tokenize with their own
-            prompt = gem_tokenize(a.text, path) if gguf_arch(path) != "gemma4" else doc["prompt_ids"]
+            prompt = gem_tokenize(a.text, path)  # the file's own tokenizer (a Gemma file's: doc's prompt_ids)
             ref, build = reference(a, path, prompt, a.steps, os.path.join(tmp, "server.log"))
             doc["reference_build"] = build
             ref_ids = [r["id"] for r in ref]
