@@ -240,6 +240,26 @@ template <int D> struct fa_geom {
  * was 16 (head 256) or 32 (head 512) dependent L2 round trips per thread
  * (bench/results/cuda-variants-2026-12-03b.json). */
 #define FA_LB 4
+
+/* An f16 cache's key or value tile (FA_BC rows from position t0, all older
+ * than the call) copied as it is into shared memory with cp.async: no
+ * registers, every load of the tile in flight at once, one commit group.
+ * The caller's pipeline waits for the group when it needs the tile. */
+template <int D>
+__device__ __forceinline__ void fa_issue_tile(__half *dst, const __half *cache, int t0, int kvh, int h, int cap,
+                                              int ring, int tid) {
+    constexpr int LD = fa_geom<D>::LD, CH = D / 8; /* 16-byte chunks per row */
+#pragma unroll 4
+    for (int idx = tid; idx < FA_BC * CH; idx += FA_THREADS) {
+        const int j = idx / CH, e = 8 * (idx % CH), p = t0 + j;
+        const size_t slot = (size_t)(ring ? p % cap : p);
+        cp_async16(dst + j * LD + e, cache + (slot * kvh + h) * D + e);
+    }
+    cp_async_commit();
+}
+template <typename KT> struct fa_is_half { static constexpr bool v = false; };
+template <> struct fa_is_half<__half> { static constexpr bool v = true; };
+
 template <int D, typename KT>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attn_fa(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n,
@@ -285,12 +305,32 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     float o[NO][4];
 #pragma unroll
     for (int t = 0; t < NO; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0;
+    /* Tiles wholly older than the call, from an f16 cache, are pipelined
+     * (fa_issue_tile): K of tile t+1 loads during t's softmax and P V, V of
+     * t+1 during t+1's scores, so the staging that bounds the kernel
+     * overlaps the tensor cores. Groups in flight, oldest first, at the
+     * top of such a tile: K_t, V_t. Other tiles (the call's own keys, f32
+     * caches) load through registers as before. Once a tile is not
+     * pipelined no later one is (t0 + FA_BC <= pos0 only shrinks). */
+    const auto piped = [&](int t) { return fa_is_half<KT>::v && t + FA_BC <= pos0 && t <= qp_last; };
+    if constexpr (fa_is_half<KT>::v) {
+        if (piped(first)) {
+            fa_issue_tile<D>(Ks, (const __half *)ck, first, kvh, h, cap, ring, tid);
+            fa_issue_tile<D>(Vs, (const __half *)cv, first, kvh, h, cap, ring, tid);
+        }
+    }
     for (int t0 = first; t0 <= qp_last; t0 += FA_BC) {
-        __syncthreads(); /* the last tile's K, V and P are read */
-        /* keys past the block's last query load as zeros: masked scores,
-         * and a probability 0 times a finite value */
+        const bool pipe = piped(t0), pipe_next = pipe && piped(t0 + FA_BC);
+        /* a pipelined tile: its K arrived (V_t may still load); the last
+         * tile's readers of Ks and Vs passed the barriers before the
+         * copies were issued. Otherwise: once the last tile's K, V and P
+         * are read, K and V through registers. Keys past the block's last
+         * query load as zeros: masked scores, and a probability 0 times a
+         * finite value. */
+        if (pipe) cp_async_wait<1>();
+        __syncthreads();
 #pragma unroll 1
-        for (int i0 = 0; i0 < FA_BC * D / 4 / FA_THREADS; i0 += FA_LB) {
+        for (int i0 = 0; i0 < (pipe ? 0 : FA_BC * D / 4 / FA_THREADS); i0 += FA_LB) {
             float4 kr[FA_LB], vr[FA_LB];
 #pragma unroll
             for (int u = 0; u < FA_LB; u++) {
@@ -306,7 +346,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 st_half4(Vs + j * F::LD + e, vr[u]);
             }
         }
-        __syncthreads();
+        if (!pipe) __syncthreads();
         {
             float s[NS][4];
 #pragma unroll
@@ -332,7 +372,9 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                     S[row * F::SLD + col] = grow < rows && p >= rf && p <= qp ? s[nt][e] : -INFINITY;
                 }
         }
-        __syncthreads();
+        __syncthreads(); /* the scores are out of Ks: K of the next tile may load */
+        if constexpr (fa_is_half<KT>::v)
+            if (pipe_next) fa_issue_tile<D>(Ks, (const __half *)ck, t0 + FA_BC, kvh, h, cap, ring, tid);
 #pragma unroll 2
         for (int rr = 0; rr < BR / 8; rr++) {
             const int row = warp * (BR / 8) + rr;
@@ -348,6 +390,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 lrow[row] = lrow[row] * a + sum;
                 mrow[row] = mnew;
             }
+        }
+        if (pipe) { /* V_t (K of the next tile may still load) */
+            if (pipe_next) cp_async_wait<1>();
+            else cp_async_wait<0>();
         }
         __syncthreads();
         const float alo = alpha[wr * 16 + g], ahi = alpha[wr * 16 + g + 8];
@@ -367,6 +413,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 mma_f16(o[t + 1], a0, a1, a2, a3, b2, b3);
             }
         }
+        if constexpr (fa_is_half<KT>::v)
+            if (pipe_next) {
+                __syncthreads(); /* every warp's P V is done with Vs */
+                fa_issue_tile<D>(Vs, (const __half *)cv, t0 + FA_BC, kvh, h, cap, ring, tid);
+            }
     }
     __syncthreads();
 #pragma unroll
