@@ -61,10 +61,12 @@ static uint64_t q35_decode_bytes(const gem_model *m) {
     return total + qm->token_embd->n_bytes / qm->token_embd->ne[1];
 }
 
+/* cpu and cuda carry the Gated DeltaNet ops (qwen35_backend_check names
+ * any that a backend lacks once it exists) */
 static int q35_backend_ok(const gem_model *m, const char *name, gem_err *err) {
-    if (!strcmp(name, "cpu")) return 0;
+    if (!strcmp(name, "cpu") || !strcmp(name, "cuda")) return 0;
     return gem_err_set(err, "backend '%s' cannot run %s (Qwen3.5, qwen35) yet: it has no Gated DeltaNet ops "
-                       "(conv_silu, gated_delta, ...); use --backend cpu", name, m->info.profile);
+                       "(conv_silu, gated_delta, ...); use --backend cpu or cuda", name, m->info.profile);
 }
 
 static int q35_backend_check(const gem_model *m, const backend *b, gem_err *err) {
