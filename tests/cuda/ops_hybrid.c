@@ -3,8 +3,8 @@
  * scalar reference on the same random inputs: conv_silu with its rolling
  * state over calls of 1 and 37 tokens, l2norm on q/k heads inside a qkv
  * row, gated_delta (the recurrence) over 1, 5 and 70 tokens with its
- * state carried between calls, in the shapes of qwen35-small and of the
- * 27B's heads (d 128, V heads a multiple of the QK heads), rmsnorm_gated,
+ * state carried between calls, in the shapes of qwen35-small, qwen35-tiny
+ * and the 27B's heads (V heads a multiple of the QK heads), rmsnorm_gated,
  * split_q / attn_gate, swiglu, add and scale_f.
  *
  * Tolerances: every op is f32 with sums in another order (warp and block
@@ -48,7 +48,7 @@ static int same(const char *what, backend *gb, be_buf *ga, backend *cb, be_buf *
 }
 
 static void test_conv(void) {
-    const int ch = 1280; /* qwen35-small's conv channels: 2 x 2 x 128 + 6 x 128 */
+    const int ch = 1000; /* not a multiple of the 128-thread blocks: the tail guard */
     wpair w = wmake(4, ch, 0.5f, 0.0f);
     float *st = rand_vec((size_t)3 * ch, 1.0f);
     be_buf *sc = put(cpu_ref, st, (size_t)3 * ch), *sg = put(gpu, st, (size_t)3 * ch);
@@ -109,7 +109,7 @@ static void test_gdn(int n_k, int n_v, int d) {
 }
 
 static void test_elementwise_hybrid(void) {
-    const int rows = 19, d = 128, heads = 4;
+    const int rows = 19, d = 200, heads = 4; /* d past one 128-thread block's stride */
     const size_t nq = (size_t)rows * heads * d;
     wpair w = wmake(d, 1, 1.0f, 1.0f);
     float *x = rand_vec((size_t)rows * d, 3.0f), *z = rand_vec((size_t)rows * d, 4.0f);
@@ -154,6 +154,7 @@ void ops_hybrid(const backend_opts *g) {
     test_conv();
     test_gdn(2, 6, 128);  /* qwen35-small's heads */
     test_gdn(16, 48, 128); /* the 27B's: 48 V heads over 16 QK heads */
-    test_gdn(1, 2, 64);   /* qwen35-tiny's head dim */
+    test_gdn(2, 4, 64);   /* qwen35-tiny's GDN heads */
+    test_gdn(1, 3, 32);   /* one QK head for every V head, the narrowest state */
     test_elementwise_hybrid();
 }
