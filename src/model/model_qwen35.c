@@ -5,8 +5,9 @@
  * DeltaNet state cannot drop its newest positions: model_rewind_min is
  * n_past, and prefix reuse goes through exact checkpoints), speculative
  * verification and MTP drafters. Its backend must have the hybrid ops
- * (qwen35_backend_check); the CPU is the only one that has them, and any
- * other is refused by name before it is even made. */
+ * (qwen35_backend_check): the CPU and CUDA have them (CUDA within the
+ * head dims q35_backend_ok states); any other is refused by name before
+ * it is even made. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,25 @@ static uint64_t q35_decode_bytes(const gem_model *m) {
     return total + qm->token_embd->n_bytes / qm->token_embd->ne[1];
 }
 
+/* cpu and cuda carry the Gated DeltaNet ops (qwen35_backend_check names
+ * any that a backend lacks once it exists); CUDA's attention kernels take
+ * head dims that are multiples of 128 and its delta rule state dims that
+ * are multiples of 32 up to 256 (qwen35-small and the 27B; not the tiny
+ * test profile's 64-wide attention heads) */
 static int q35_backend_ok(const gem_model *m, const char *name, gem_err *err) {
     if (!strcmp(name, "cpu")) return 0;
+    if (!strcmp(name, "cuda")) {
+        const qwen35_profile *p = Q(m)->m->profile;
+        if (p->head_dim % 128)
+            return gem_err_set(err, "backend 'cuda' cannot run %s: its attention heads are %u wide and CUDA attention "
+                               "takes multiples of 128; use --backend cpu", p->name, p->head_dim);
+        if (p->d_state % 32 || p->d_state > 256)
+            return gem_err_set(err, "backend 'cuda' cannot run %s: its Gated DeltaNet heads are %u wide and the CUDA "
+                               "delta rule takes multiples of 32 up to 256; use --backend cpu", p->name, p->d_state);
+        return 0;
+    }
     return gem_err_set(err, "backend '%s' cannot run %s (Qwen3.5, qwen35) yet: it has no Gated DeltaNet ops "
-                       "(conv_silu, gated_delta, ...); use --backend cpu", name, m->info.profile);
+                       "(conv_silu, gated_delta, ...); use --backend cpu or cuda", name, m->info.profile);
 }
 
 static int q35_backend_check(const gem_model *m, const backend *b, gem_err *err) {

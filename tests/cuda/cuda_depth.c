@@ -79,8 +79,8 @@ int main(int argc, char **argv) {
         CHECKF(gem_session_eval_all(sc, prompt + depth, n, lc, &err) == 0, "%s", err.msg);
         for (int i = 0; i < gen; i++) {
             const float *l = gem_session_logits(sc);
-            oc[i] = lc_argmax(l);
-            if (first_tie == gen && lc_margin(l) < TIE) first_tie = i;
+            oc[i] = lc_argmax(l, GEMMA4_N_VOCAB);
+            if (first_tie == gen && lc_margin(l, GEMMA4_N_VOCAB) < TIE) first_tie = i;
             if (i + 1 < gen) CHECK(gem_session_eval(sc, &oc[i], 1, &err) == 0);
         }
         gem_session_free(sc);
@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
                 const double d = fabs((double)lc[(size_t)i * V + v] - lg[(size_t)i * V + v]);
                 if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
             }
-            if (lc_margin(lc + (size_t)i * V) >= TIE)
-                clear++, clear_same += lc_argmax(lc + (size_t)i * V) == lc_argmax(lg + (size_t)i * V);
+            if (lc_margin(lc + (size_t)i * V, GEMMA4_N_VOCAB) >= TIE)
+                clear++, clear_same += lc_argmax(lc + (size_t)i * V, GEMMA4_N_VOCAB) == lc_argmax(lg + (size_t)i * V, GEMMA4_N_VOCAB);
         }
         int32_t next = 0;
         gem_session_reset(sg);

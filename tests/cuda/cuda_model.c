@@ -140,18 +140,21 @@ int main(int argc, char **argv) {
     }
     const char *path = argv[1];
     const int n = atoi(argv[2]), gen = atoi(argv[3]), strict = !strcmp(argv[4], "strict");
-    const size_t V = GEMMA4_N_VOCAB;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n);
-    uint64_t r = 12345;
-    prompt[0] = 2;
-    for (int i = 1; i < n; i++) prompt[i] = (int32_t)((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 46) % 200000 + 1000;
-
     gem_engine *ec, *eg, *et;
     gem_session *sc = open_session(path, "cpu", 64, &ec), *sg = open_session(path, "cuda", 64, &eg);
     if (!sc || !sg) {
         printf("cuda_model: 0 passed, 1 failed\n");
         return 1;
     }
+    /* the model's vocabulary (Gemma 4's 262144; a Qwen3.5 test profile's
+     * few thousand): the logits' row stride and the prompt's id range */
+    const size_t V = gem_engine_n_vocab(ec);
+    const uint32_t lo = V > 2000 ? (V > 201000 ? 1000 : 100) : 3, span = (uint32_t)(V > 201000 ? 200000 : V - lo);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n);
+    uint64_t r = 12345;
+    prompt[0] = 2;
+    for (int i = 1; i < n; i++)
+        prompt[i] = (int32_t)(((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 46) % span + lo);
     gem_err err;
     float *lc = malloc(sizeof(float) * V * (size_t)n), *lg = malloc(sizeof(float) * V * (size_t)n);
     CHECKF(gem_session_eval_all(sc, prompt, n, lc, &err) == 0, "%s", err.msg);
@@ -163,9 +166,9 @@ int main(int argc, char **argv) {
             double d = fabs((double)lc[(size_t)i * V + v] - lg[(size_t)i * V + v]);
             if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
         }
-        const int same = lc_argmax(lc + (size_t)i * V) == lc_argmax(lg + (size_t)i * V);
+        const int same = lc_argmax(lc + (size_t)i * V, V) == lc_argmax(lg + (size_t)i * V, V);
         argmax_same += same;
-        if (lc_margin(lc + (size_t)i * V) >= TIE) clear++, clear_same += same;
+        if (lc_margin(lc + (size_t)i * V, V) >= TIE) clear++, clear_same += same;
     }
     printf("cuda_model: %s: %d positions, max |logit diff| gpu vs cpu %.3g, argmax agrees at %d (%d of %d clear)\n",
            path, n, worst, argmax_same, clear_same, clear);
@@ -191,8 +194,8 @@ int main(int argc, char **argv) {
                 double d = fabs((double)l[v] - lg[(size_t)i * V + v]);
                 if (!(d <= w2)) w2 = isnan(d) ? INFINITY : d;
             }
-            if (lc_margin(lg + (size_t)i * V) >= TIE) clear2++, bad += lc_argmax(l) != lc_argmax(lg + (size_t)i * V);
-            if (lc_margin(lc + (size_t)i * V) >= TIE) cpu_same += lc_argmax(l) == lc_argmax(lc + (size_t)i * V);
+            if (lc_margin(lg + (size_t)i * V, V) >= TIE) clear2++, bad += lc_argmax(l, V) != lc_argmax(lg + (size_t)i * V, V);
+            if (lc_margin(lc + (size_t)i * V, V) >= TIE) cpu_same += lc_argmax(l, V) == lc_argmax(lc + (size_t)i * V, V);
         }
         printf("cuda_model: token-by-token vs tiled prefill on the GPU: max |diff| %.3g, %d of %d clear argmax differ; "
                "token-by-token vs the CPU: argmax agrees at %d of %d clear\n",
@@ -249,8 +252,8 @@ int main(int argc, char **argv) {
     CHECK(gem_session_eval_greedy(sg, prompt, n, &next_g, &err) == 0);
     for (int i = 0; i < gen; i++) {
         memcpy(ml, gem_session_logits(sc), sizeof(float) * V);
-        oc[i] = lc_argmax(ml);
-        if (first_tie == gen && lc_margin(ml) < TIE) first_tie = i;
+        oc[i] = lc_argmax(ml, V);
+        if (first_tie == gen && lc_margin(ml, V) < TIE) first_tie = i;
         og[i] = next_g;
         if (i + 1 < gen) {
             CHECK(gem_session_eval(sc, &oc[i], 1, &err) == 0);
@@ -261,7 +264,7 @@ int main(int argc, char **argv) {
     gem_session_reset(sg);
     CHECK(gem_session_eval(sg, prompt, n, &err) == 0);
     for (int i = 0; i < gen; i++) {
-        ol[i] = lc_argmax(gem_session_logits(sg));
+        ol[i] = lc_argmax(gem_session_logits(sg), V);
         if (i + 1 < gen) CHECK(gem_session_eval(sg, &ol[i], 1, &err) == 0);
     }
     int same = 0, same_l = 0, distinct = 0, agree = 0;

@@ -5,7 +5,7 @@
  *   cuda_ops [FAMILY...]     every family, or those named (in this order
  *                            whatever the order given): embed, norm,
  *                            elementwise, rope, matmul, attention, topk,
- *                            graph
+ *                            graph, hybrid
  *
  * The backends under test are the defaults, whatever the caller's
  * environment says (GEM_CUDA_MMA excepted: tests/cuda/run.sh runs the
@@ -19,6 +19,7 @@ static const struct {
 } families[] = {
     {"embed", ops_embed}, {"norm", ops_norm},           {"elementwise", ops_elementwise}, {"rope", ops_rope},
     {"matmul", ops_matmul}, {"attention", ops_attention}, {"topk", ops_topk},                {"graph", ops_graph},
+    {"hybrid", ops_hybrid},
 };
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
 
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
         while (f < N_FAMILIES && strcmp(argv[i], families[f].name)) f++;
         if (f == N_FAMILIES) {
             fprintf(stderr, "usage: cuda_ops [FAMILY...] (families: embed, norm, elementwise, rope, matmul, "
-                            "attention, topk, graph)\n");
+                            "attention, topk, graph, hybrid)\n");
             return 2;
         }
         want[f] = 1;

@@ -91,5 +91,6 @@ void ops_matmul(const backend_opts *g);      /* ops_matmul.c */
 void ops_attention(const backend_opts *g);   /* ops_attention.c */
 void ops_topk(const backend_opts *g);        /* ops_topk.c */
 void ops_graph(const backend_opts *g);       /* ops_graph.c */
+void ops_hybrid(const backend_opts *g);      /* ops_hybrid.c */
 
 #endif

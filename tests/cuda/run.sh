@@ -123,6 +123,16 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
                 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4"
     done
     rm -f "$tmp/m.gguf" # the 1b model's 3 GB, before the 12B's 24
+    # Qwen3.5 (the Gated DeltaNet ops of cuda_hybrid.cu in the model): an
+    # f32 file under the strict criteria, prompts over two 64-token chunks,
+    # and a q8_0 file under the int8 ones (qwen35-small: the tiny profile's
+    # 64-wide attention heads are not CUDA's, and cuda is refused for it)
+    for spec in "small f32 1 strict" "small q8_0 2 int8"; do
+        set -- $spec
+        ./gem synth --profile "qwen35-$1" --type "$2" --seed "$3" -o "$tmp/q.gguf" >/dev/null
+        run_model "cuda_model qwen35-$1 $2" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/q.gguf" 150 64 "$4"
+    done
+    rm -f "$tmp/q.gguf"
     # at depth: 32 positions and 32 greedy tokens after a 33000-token
     # prompt (the full layer's deep-cache paths past 32K), the CPU oracle
     # once, the GPU with f32, f16 and f16-full caches (cuda_depth.c); the

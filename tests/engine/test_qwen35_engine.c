@@ -219,10 +219,15 @@ static void test_refusals(void) {
     gem_err err = {{0}};
     gem_engine_opts o = {0};
     o.model_path = path;
-    o.backend = "cuda";
+    o.backend = "metal"; /* a backend without the Gated DeltaNet ops: refused by the model */
     CHECK(gem_engine_open(&o, &err) == NULL);
-    CHECKF(!strcmp(err.msg, "backend 'cuda' cannot run qwen35-tiny (Qwen3.5, qwen35) yet: it has no Gated DeltaNet "
-                            "ops (conv_silu, gated_delta, ...); use --backend cpu"),
+    CHECKF(!strcmp(err.msg, "backend 'metal' cannot run qwen35-tiny (Qwen3.5, qwen35) yet: it has no Gated DeltaNet "
+                            "ops (conv_silu, gated_delta, ...); use --backend cpu or cuda"),
+           "%s", err.msg);
+    o.backend = "cuda"; /* within its head dims only: tiny's attention heads are 64 wide */
+    CHECK(gem_engine_open(&o, &err) == NULL);
+    CHECKF(!strcmp(err.msg, "backend 'cuda' cannot run qwen35-tiny: its attention heads are 64 wide and CUDA "
+                            "attention takes multiples of 128; use --backend cpu"),
            "%s", err.msg);
     o.backend = NULL;
     o.mtp_path = "data/models/mtp-default.gguf";

@@ -78,8 +78,14 @@ check "slot answers at once equal alone" test "$(jget choices.0.message.reasonin
 check "the answers differ (the check can fail)" test "$alone1" != "$alone2"
 
 # ---- refusals before loading ----
+# a backend without the Gated DeltaNet ops is refused by the model, before
+# anything loads
+out=$($GEM serve -m "$M" --port 0 --backend metal 2>&1)
+check "metal refused: $out" grep -qF "backend 'metal' cannot run qwen35-tiny (Qwen3.5, qwen35) yet: it has no Gated DeltaNet ops (conv_silu, gated_delta, ...); use --backend cpu or cuda" <<<"$out"
+# cuda has them, within its head dims: the tiny profile's 64-wide
+# attention heads are refused by name, GPU or not
 out=$($GEM serve -m "$M" --port 0 --backend cuda 2>&1)
-check "cuda refused: $out" grep -qF "backend 'cuda' cannot run qwen35-tiny (Qwen3.5, qwen35) yet: it has no Gated DeltaNet ops (conv_silu, gated_delta, ...); use --backend cpu" <<<"$out"
+check "cuda refused for tiny's heads: $out" grep -qF "backend 'cuda' cannot run qwen35-tiny: its attention heads are 64 wide and CUDA attention takes multiples of 128; use --backend cpu" <<<"$out"
 out=$($GEM serve -m "$M" --port 0 --mtp data/models/mtp-default.gguf 2>&1)
 check "--mtp refused: $out" grep -qF -- "--mtp: qwen35-tiny (qwen35) has no MTP drafter support yet: speculative decoding runs on Gemma 4 models only" <<<"$out"
 no_sanitizer_reports

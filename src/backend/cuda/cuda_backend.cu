@@ -626,6 +626,15 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     b->geglu = cu_geglu;
     b->scale = cu_scale;
     b->softcap = cu_softcap;
+    b->conv_silu = cu_conv_silu;
+    b->l2norm = cu_l2norm;
+    b->gated_delta = cu_gated_delta;
+    b->rmsnorm_gated = cu_rmsnorm_gated;
+    b->split_q = cu_split_q;
+    b->attn_gate = cu_attn_gate;
+    b->swiglu = cu_swiglu;
+    b->add = cu_add;
+    b->scale_f = cu_scale_f;
     b->kv_new = cu_kv_new;
     b->kv_f16 = 1;
     b->work_reserve = CU_WORK_RESERVE;

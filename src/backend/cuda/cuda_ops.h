@@ -17,6 +17,19 @@ void cu_geglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf
 void cu_scale(backend *b, be_buf *x, size_t n, const be_weight *s);
 void cu_softcap(backend *b, be_buf *x, size_t n, float cap);
 
+/* cuda_hybrid.cu: the Gated DeltaNet hybrids' ops (backend.h) */
+void cu_conv_silu(backend *b, const be_buf *x, be_buf *state, const be_weight *w, int n, int ch, be_buf *out);
+void cu_l2norm(backend *b, be_buf *x, int n, int heads, int d, int stride, float eps);
+void cu_gated_delta(backend *b, const be_buf *qkv, const be_buf *alpha, const be_buf *beta, const be_weight *a,
+                    const be_weight *dt_bias, be_buf *state, int n, int n_k, int n_v, int d, be_buf *out);
+void cu_rmsnorm_gated(backend *b, const be_buf *x, const be_buf *z, const be_weight *w, int rows, int d, float eps,
+                      be_buf *out);
+void cu_split_q(backend *b, const be_buf *qg, int n, int heads, int d, be_buf *q);
+void cu_attn_gate(backend *b, be_buf *x, const be_buf *qg, int n, int heads, int d);
+void cu_swiglu(backend *b, const be_buf *gate, const be_buf *up, size_t n, be_buf *out);
+void cu_add(backend *b, be_buf *x, const be_buf *y, size_t n);
+void cu_scale_f(backend *b, be_buf *x, size_t n, float s);
+
 /* cuda_norm.cu: rmsnorm, add_rmsnorm, add_rmsnorm_norm */
 void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out);
 void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
