@@ -214,12 +214,17 @@ void attn_combine_launch(cuda_backend *c, int n, int n_head, int d, int nsplit, 
  * outputs move by the f16 rounding of the operands (relative 2^-11 each),
  * which cuda_ops bounds like the f16 cache. Online softmax per key tile of
  * FA_BC (as the split kernel, expf), masks per row (causal and window),
- * no splits: the block writes the normalised rows. Warps: S = Q K^T and
- * O += P V as BR/16 row groups x WC parts (of the keys, of the head), the
- * softmax BR/8 rows each. BR = 128 rows for heads up to 256 (O of 16 x D
- * per warp in registers), 64 for longer heads (16 x D/2): every staged
- * key and value serves BR rows, and the staging (L2 to shared memory,
- * f32 to f16) is what bounds the kernel. */
+ * no splits: the block writes the normalised rows.
+ * Warps: BR/16 row groups x WC parts. A warp's scores are its 16 rows x
+ * FA_BC/WC keys over the whole head, kept in registers (fragments by
+ * ldmatrix); the softmax runs there too (row maxima over the lane quad,
+ * and between the WC warps of a row group through shared memory), and
+ * each warp's f16 probabilities go to shared memory, where P V reads all
+ * FA_BC keys of its rows for its D/WC output columns. Row sums stay
+ * per-lane partials, scaled by the same alphas, summed at the end.
+ * BR = 128 rows for heads up to 256 (O of 16 x D per warp in registers),
+ * 64 for longer heads (16 x D/2): every staged key and value serves BR
+ * rows. */
 #define FA_BC 64
 #define FA_THREADS 256
 #define FA_MIN_N 16
@@ -228,11 +233,10 @@ template <int D> struct fa_geom {
     static constexpr int BR = D <= 256 ? 128 : 64; /* rows per block */
     static constexpr int WC = 128 / BR;             /* warps per row group */
     static constexpr int LD = D + 8;       /* halves per Q/K/V row: fragment loads conflict-free */
-    static constexpr int SLD = FA_BC + 4;  /* floats per score row */
     static constexpr int PLD = FA_BC + 8;  /* halves per probability row */
     static constexpr size_t K_OFF = (size_t)BR * LD * 2, V_OFF = K_OFF + (size_t)FA_BC * LD * 2,
-                            S_OFF = V_OFF + (size_t)FA_BC * LD * 2, P_OFF = S_OFF + (size_t)BR * SLD * 4,
-                            M_OFF = P_OFF + (size_t)BR * PLD * 2, SMEM = M_OFF + 3 * BR * 4;
+                            P_OFF = V_OFF + (size_t)FA_BC * LD * 2, X_OFF = P_OFF + (size_t)BR * PLD * 2,
+                            SMEM = X_OFF + (size_t)WC * BR * 4;
 };
 
 /* FA_LB float4 loads per array a thread issues before it converts and
@@ -260,6 +264,26 @@ __device__ __forceinline__ void fa_issue_tile(__half *dst, const __half *cache, 
 template <typename KT> struct fa_is_half { static constexpr bool v = false; };
 template <> struct fa_is_half<__half> { static constexpr bool v = true; };
 
+/* Four 8x8 f16 matrices as they are: lane l names row l % 8 of matrix
+ * l / 8 (volatile: shared memory that barriers order). */
+__device__ __forceinline__ void fa_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(s));
+}
+/* mma_f16 without volatile: registers only, so the scheduler may move it */
+__device__ __forceinline__ void fa_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const unsigned *)&h;
+}
+
 template <int D, typename KT>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attn_fa(const float *q, const float *k, const float *v, const KT *ck, const KT *cv, const int *step, int n,
@@ -269,11 +293,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     CU_TRACE_RELEASED();
     typedef fa_geom<D> F;
     constexpr int BR = F::BR, WC = F::WC, NS = FA_BC / WC / 8; /* 8-key score tiles per warp */
+    static_assert(NS % 2 == 0, "key fragments load in pairs of tiles");
     extern __shared__ __align__(16) uint8_t fa_smem[];
     __half *Qs = (__half *)fa_smem, *Ks = (__half *)(fa_smem + F::K_OFF), *Vs = (__half *)(fa_smem + F::V_OFF);
-    float *S = (float *)(fa_smem + F::S_OFF);
     __half *Ps = (__half *)(fa_smem + F::P_OFF);
-    float *mrow = (float *)(fa_smem + F::M_OFF), *lrow = mrow + BR, *alpha = lrow + BR;
+    float *X = (float *)(fa_smem + F::X_OFF); /* [WC][BR]: row maxima, then row sums, of each part */
     const int G = n_head / kvh, h = blockIdx.y, r0 = blockIdx.x * BR, rows = n * G;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int wr = warp / WC, wc = warp % WC;
@@ -297,21 +321,27 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
             st_half4(Qs + r * F::LD + e, qr[u]);
         }
     }
-    if (tid < BR) {
-        mrow[tid] = -INFINITY;
-        lrow[tid] = 0;
+    /* this thread's two rows (g and g + 8 of its row group): the keys each
+     * sees are rf..qp; a row past the tile sees none (qp = -1) */
+    int qp[2], rf[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int grow = r0 + wr * 16 + g + 8 * hi;
+        qp[hi] = grow < rows ? pos0 + grow / G : -1;
+        rf[hi] = window > 0 && qp[hi] - window + 1 > 0 ? qp[hi] - window + 1 : 0;
     }
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0}; /* lrow: this lane's partial */
     constexpr int NO = D / WC / 8; /* 8-wide output tiles per warp */
     float o[NO][4];
 #pragma unroll
     for (int t = 0; t < NO; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0;
     /* Tiles wholly older than the call, from an f16 cache, are pipelined
      * (fa_issue_tile): K of tile t+1 loads during t's softmax and P V, V of
-     * t+1 during t+1's scores, so the staging that bounds the kernel
-     * overlaps the tensor cores. Groups in flight, oldest first, at the
-     * top of such a tile: K_t, V_t. Other tiles (the call's own keys, f32
-     * caches) load through registers as before. Once a tile is not
-     * pipelined no later one is (t0 + FA_BC <= pos0 only shrinks). */
+     * t+1 during t+1's scores, so the staging overlaps the tensor cores.
+     * Groups in flight, oldest first, at the top of such a tile: K_t, V_t.
+     * Other tiles (the call's own keys, f32 caches) load through registers.
+     * Once a tile is not pipelined no later one is (t0 + FA_BC <= pos0
+     * only shrinks). */
     const auto piped = [&](int t) { return fa_is_half<KT>::v && t + FA_BC <= pos0 && t <= qp_last; };
     if constexpr (fa_is_half<KT>::v) {
         if (piped(first)) {
@@ -322,11 +352,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     for (int t0 = first; t0 <= qp_last; t0 += FA_BC) {
         const bool pipe = piped(t0), pipe_next = pipe && piped(t0 + FA_BC);
         /* a pipelined tile: its K arrived (V_t may still load); the last
-         * tile's readers of Ks and Vs passed the barriers before the
-         * copies were issued. Otherwise: once the last tile's K, V and P
-         * are read, K and V through registers. Keys past the block's last
-         * query load as zeros: masked scores, and a probability 0 times a
-         * finite value. */
+         * tile's readers of Ks, Vs and Ps passed the barriers before. Else,
+         * after the barrier, K and V through registers. Keys past the
+         * block's last query load as zeros: masked scores, and a
+         * probability 0 times a finite value. */
         if (pipe) cp_async_wait<1>();
         __syncthreads();
 #pragma unroll 1
@@ -347,70 +376,87 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
             }
         }
         if (!pipe) __syncthreads();
-        {
-            float s[NS][4];
+        /* S = Q K^T for the warp's 16 rows x NS * 8 keys */
+        float s[NS][4];
 #pragma unroll
-            for (int nt = 0; nt < NS; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+        for (int nt = 0; nt < NS; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+        {
+            const __half *qa = Qs + (wr * 16 + (lane & 15)) * F::LD + (lane >> 4) * 8;
+            const __half *kb = Ks + (wc * NS * 8 + (lane & 7) + ((lane >> 4) << 3)) * F::LD + ((lane >> 3) & 1) * 8;
 #pragma unroll 4
             for (int kk = 0; kk < D; kk += 16) {
-                const __half *qa = Qs + (wr * 16 + g) * F::LD + kk + 2 * c;
-                const unsigned a0 = *(const unsigned *)qa, a1 = *(const unsigned *)(qa + 8 * F::LD);
-                const unsigned a2 = *(const unsigned *)(qa + 8), a3 = *(const unsigned *)(qa + 8 * F::LD + 8);
+                unsigned a0, a1, a2, a3;
+                fa_ldsm_x4(a0, a1, a2, a3, qa + kk);
 #pragma unroll
-                for (int nt = 0; nt < NS; nt++) {
-                    const __half *kb = Ks + (wc * NS * 8 + nt * 8 + g) * F::LD + kk + 2 * c;
-                    mma_f16(s[nt], a0, a1, a2, a3, *(const unsigned *)kb, *(const unsigned *)(kb + 8));
+                for (int nt = 0; nt < NS; nt += 2) {
+                    unsigned b0, b1, b2, b3;
+                    fa_ldsm_x4(b0, b1, b2, b3, kb + nt * 8 * F::LD + kk);
+                    fa_mma(s[nt], a0, a1, a2, a3, b0, b1);
+                    fa_mma(s[nt + 1], a0, a1, a2, a3, b2, b3);
                 }
             }
-#pragma unroll
-            for (int nt = 0; nt < NS; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = wr * 16 + g + (e >= 2 ? 8 : 0), col = wc * NS * 8 + nt * 8 + 2 * c + (e & 1);
-                    const int grow = r0 + row, p = t0 + col, qp = pos0 + grow / G;
-                    const int rf = window > 0 && qp - window + 1 > 0 ? qp - window + 1 : 0;
-                    S[row * F::SLD + col] = grow < rows && p >= rf && p <= qp ? s[nt][e] : -INFINITY;
-                }
         }
-        __syncthreads(); /* the scores are out of Ks: K of the next tile may load */
+        /* masks, and the rows' maxima over the warp's keys */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hi = e >> 1, p = t0 + wc * NS * 8 + nt * 8 + 2 * c + (e & 1);
+                if (p < rf[hi] || p > qp[hi]) s[nt][e] = -INFINITY;
+                mx[hi] = fmaxf(mx[hi], s[nt][e]);
+            }
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 1));
+            mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 2));
+        }
+        if constexpr (WC > 1)
+            if (c == 0) X[wc * BR + wr * 16 + g] = mx[0], X[wc * BR + wr * 16 + g + 8] = mx[1];
+        __syncthreads(); /* the maxima are out, the scores out of Ks: K of the next tile may load */
         if constexpr (fa_is_half<KT>::v)
             if (pipe_next) fa_issue_tile<D>(Ks, (const __half *)ck, t0 + FA_BC, kvh, h, cap, ring, tid);
-#pragma unroll 2
-        for (int rr = 0; rr < BR / 8; rr++) {
-            const int row = warp * (BR / 8) + rr;
-            const float x0 = S[row * F::SLD + lane], x1 = S[row * F::SLD + lane + 32];
-            const float mold = mrow[row], mnew = fmaxf(mold, warp_max(fmaxf(x0, x1)));
-            const float p0 = mnew == -INFINITY ? 0.0f : expf(x0 - mnew), p1 = mnew == -INFINITY ? 0.0f : expf(x1 - mnew);
-            Ps[row * F::PLD + lane] = __float2half_rn(p0);
-            Ps[row * F::PLD + lane + 32] = __float2half_rn(p1);
-            const float sum = warp_sum(p0 + p1);
-            if (lane == 0) {
-                const float a = mnew == -INFINITY ? 1.0f : expf(mold - mnew);
-                alpha[row] = a;
-                lrow[row] = lrow[row] * a + sum;
-                mrow[row] = mnew;
+        float alpha[2];
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            float m = mx[hi];
+            if constexpr (WC > 1)
+#pragma unroll
+                for (int w = 0; w < WC; w++) m = fmaxf(m, X[w * BR + wr * 16 + g + 8 * hi]);
+            const float mnew = fmaxf(mrow[hi], m);
+            alpha[hi] = mnew == -INFINITY ? 1.0f : expf(mrow[hi] - mnew);
+            mrow[hi] = mnew;
+            float sum = 0;
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++) {
+                const float p0 = mnew == -INFINITY ? 0.0f : expf(s[nt][2 * hi] - mnew);
+                const float p1 = mnew == -INFINITY ? 0.0f : expf(s[nt][2 * hi + 1] - mnew);
+                sum += p0 + p1;
+                *(unsigned *)(Ps + (wr * 16 + g + 8 * hi) * F::PLD + wc * NS * 8 + nt * 8 + 2 * c) = fa_pack(p0, p1);
             }
+            lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
+#pragma unroll
+        for (int t = 0; t < NO; t++) o[t][0] *= alpha[0], o[t][1] *= alpha[0], o[t][2] *= alpha[1], o[t][3] *= alpha[1];
         if (pipe) { /* V_t (K of the next tile may still load) */
             if (pipe_next) cp_async_wait<1>();
             else cp_async_wait<0>();
         }
-        __syncthreads();
-        const float alo = alpha[wr * 16 + g], ahi = alpha[wr * 16 + g + 8];
+        __syncthreads(); /* the probabilities (and V) are in */
+        {
+            const __half *pa = Ps + (wr * 16 + (lane & 15)) * F::PLD + (lane >> 4) * 8;
 #pragma unroll
-        for (int t = 0; t < NO; t++) o[t][0] *= alo, o[t][1] *= alo, o[t][2] *= ahi, o[t][3] *= ahi;
+            for (int kk = 0; kk < FA_BC; kk += 16) {
+                unsigned a0, a1, a2, a3;
+                fa_ldsm_x4(a0, a1, a2, a3, pa + kk);
+                const __half *vb = Vs + (kk + (lane & 7) + (lane & 8)) * F::LD + wc * (D / WC) + (lane >> 4) * 8;
 #pragma unroll
-        for (int kk = 0; kk < FA_BC; kk += 16) {
-            const __half *pa = Ps + (wr * 16 + g) * F::PLD + kk + 2 * c;
-            const unsigned a0 = *(const unsigned *)pa, a1 = *(const unsigned *)(pa + 8 * F::PLD);
-            const unsigned a2 = *(const unsigned *)(pa + 8), a3 = *(const unsigned *)(pa + 8 * F::PLD + 8);
-            const __half *vb = Vs + (kk + (lane & 7) + (lane & 8)) * F::LD + wc * (D / WC) + (lane >> 4) * 8;
-#pragma unroll
-            for (int t = 0; t < NO; t += 2) {
-                unsigned b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3, vb + t * 8);
-                mma_f16(o[t], a0, a1, a2, a3, b0, b1);
-                mma_f16(o[t + 1], a0, a1, a2, a3, b2, b3);
+                for (int t = 0; t < NO; t += 2) {
+                    unsigned b0, b1, b2, b3;
+                    ldsm_x4_t(b0, b1, b2, b3, vb + t * 8);
+                    fa_mma(o[t], a0, a1, a2, a3, b0, b1);
+                    fa_mma(o[t + 1], a0, a1, a2, a3, b2, b3);
+                }
             }
         }
         if constexpr (fa_is_half<KT>::v)
@@ -419,12 +465,29 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 fa_issue_tile<D>(Vs, (const __half *)cv, t0 + FA_BC, kvh, h, cap, ring, tid);
             }
     }
-    __syncthreads();
+    /* the rows' sums: over the lane quad, then the WC parts in order */
+    float l[2];
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        const int row = wr * 16 + g + 8 * hi, grow = r0 + row;
+        l[hi] = lrow[hi] + __shfl_xor_sync(0xffffffffu, lrow[hi], 1);
+        l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 2);
+    }
+    if constexpr (WC > 1) {
+        __syncthreads(); /* every warp read the last tile's maxima */
+        if (c == 0) X[wc * BR + wr * 16 + g] = l[0], X[wc * BR + wr * 16 + g + 8] = l[1];
+        __syncthreads();
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            l[hi] = 0;
+#pragma unroll
+            for (int w = 0; w < WC; w++) l[hi] += X[w * BR + wr * 16 + g + 8 * hi];
+        }
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int grow = r0 + wr * 16 + g + 8 * hi;
         if (grow >= rows) continue;
-        const float l = lrow[row], inv = l > 0 ? 1.0f / l : 0.0f;
+        const float inv = l[hi] > 0 ? 1.0f / l[hi] : 0.0f;
         float *dst = out + ((size_t)(grow / G) * n_head + h * G + grow % G) * D + wc * (D / WC) + 2 * c;
 #pragma unroll
         for (int t = 0; t < NO; t++) *(float2 *)(dst + t * 8) = make_float2(o[t][2 * hi] * inv, o[t][2 * hi + 1] * inv);
