@@ -27,7 +27,8 @@ trap 'for p in $pids; do kill $p 2>/dev/null; done' EXIT
 wait_health() { # url
     i=0
     while [ $i -lt 600 ]; do
-        curl -s "$1/health" 2>/dev/null | grep -q '"ok"' && return 0
+        $PY -c "import sys, urllib.request as u; sys.exit(b'\"ok\"' not in u.urlopen(sys.argv[1], timeout=2).read())" \
+            "$1/health" 2>/dev/null && return 0
         sleep 0.5
         i=$((i + 1))
     done
