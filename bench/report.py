@@ -218,7 +218,7 @@ if f:
     note = d.get("table_note")
     lines += ["", note, ""] if note else [""]
 # many clients at once (bench/load.py against gem serve --parallel N): the newest file
-f = newest("bench/results/serve-parallel-*.json")
+f = newest("bench/results/serve-parallel-31b-*.json")
 if f:
     d = json.load(open(f))
     one = {r["clients"]: r for r in d.get("parallel1", [])}
@@ -234,6 +234,21 @@ if f:
                      f"{fmt(r['ttft_p95_s'], '%.3f')} | {fmt(r['stream_tok_s_p50'], '%.1f')} | "
                      f"{fmt(o.get('aggregate_tok_s'), '%.1f')} | {fmt(o.get('ttft_p50_s'), '%.3f')} |")
     lines += [""]
+# gem serve --parallel 16 against llama-server -np 16 on the same GPU (bench/load_compare.sh): the newest file
+f = newest("bench/results/serve-parallel16-31b-*.json")
+if f:
+    d = json.load(open(f))
+    lines += [f"gem serve --parallel 16 against llama-server -np 16 (the reference, `-ngl 99 -fa on --jinja`), "
+              f"{d['card'].split(',')[0]}: synthetic 31B Q4_0, f16 caches, each client a 2-turn streaming chat "
+              f"(a 300-word first message, 128-token answers), measured by `bench/load.py` one server after the "
+              f"other in one device call (`{f}`, {d['commit'].split()[0]}):", "",
+              "| clients | gem tok/s | llama-server tok/s | ratio | TTFT p50 s gem / llama | TTFT p95 s gem / llama | "
+              "per-stream tok/s p50 gem / llama |", "|---|---|---|---|---|---|---|"]
+    for r in d["table"]:
+        lines.append(f"| {r['clients']} | {r['gem_tok_s']:.1f} | {r['llama_tok_s']:.1f} | {r['ratio']:.2f}x | "
+                     f"{r['gem_ttft_p50']:.2f} / {r['llama_ttft_p50']:.2f} | {r['gem_ttft_p95']:.2f} / "
+                     f"{r['llama_ttft_p95']:.2f} | {r['gem_stream_p50']:.1f} / {r['llama_stream_p50']:.1f} |")
+    lines += [""] + [n for n in d.get("notes", [])[:1]] + [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
