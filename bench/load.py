@@ -120,8 +120,25 @@ def client(idx, a, results, start_evt):
         msgs.append({"role": "user", "content": text(rng, a.words // 2)})
 
 
+def decode_counters(url):
+    """gem's batched-step counters from /metrics (steps, rows), or None for
+    servers without them: a run's mean batch is the rows over the steps."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            body = r.read().decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - a server without /metrics
+        return None
+    got = {}
+    for line in body.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("gem_decode_steps_total", "gem_decode_step_rows_total"):
+            got[parts[0]] = float(parts[1])
+    return got if len(got) == 2 else None
+
+
 def run(a, n_clients):
     results, start_evt = [], threading.Event()
+    c0 = decode_counters(a.url)
     th = [threading.Thread(target=client, args=(i, a, results, start_evt)) for i in range(n_clients)]
     for t in th:
         t.start()
@@ -142,6 +159,12 @@ def run(a, n_clients):
            "reuse_after_turn1": (round(sum(r["cached_tokens"] for r in later) / sum(r["prompt_tokens"] for r in later), 4)
                                  if later else None),
            "first_error": next((r["error"] for r in results if r["error"]), None)}
+    c1 = decode_counters(a.url) if c0 else None
+    if c1:
+        steps = c1["gem_decode_steps_total"] - c0["gem_decode_steps_total"]
+        rows = c1["gem_decode_step_rows_total"] - c0["gem_decode_step_rows_total"]
+        out["decode_steps"] = int(steps)
+        out["mean_batch_rows"] = round(rows / steps, 2) if steps > 0 else None
     if a.rows:
         out["rows"] = sorted(results, key=lambda r: (r["client"], r["turn"]))
     return out
@@ -173,7 +196,9 @@ def main():
         print("%-10s clients %3d: %6s tok/s aggregate, TTFT p50 %s s p95 %s s, stream p50 %s tok/s, reuse %s, "
               "%d answers, %d errors" % (a.label, n, fmt(r["aggregate_tok_s"], "%.1f"), fmt(r["ttft_p50_s"]),
                                          fmt(r["ttft_p95_s"]), fmt(r["stream_tok_s_p50"], "%.1f"),
-                                         fmt(r["reuse_after_turn1"]), r["answers"], r["errors"]), flush=True)
+                                         fmt(r["reuse_after_turn1"]), r["answers"], r["errors"])
+              + ("" if r.get("mean_batch_rows") is None else
+                 ", %d batched steps of %.2f rows" % (r["decode_steps"], r["mean_batch_rows"])), flush=True)
     res = {"label": a.label, "url": a.url, "turns": a.turns, "words": a.words, "max_tokens": a.max_tokens,
            "temperature": a.temperature, "ignore_eos": a.ignore_eos, "thinking": a.thinking, "runs": runs}
     if a.json:
