@@ -446,6 +446,7 @@ static int check_tensor_data(gguf_file *f, gem_err *err) {
                                f->src.path, t->name, (unsigned long long)t->offset,
                                (unsigned long long)t->n_bytes, (unsigned long long)avail);
         t->data = f->src.data + f->data_offset + t->offset;
+        t->mapped = f->src.mapped;
     }
     uint64_t *idx = malloc(f->n_tensors * sizeof *idx);
     uint64_t *tmp = malloc(f->n_tensors * sizeof *tmp);

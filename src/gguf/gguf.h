@@ -44,6 +44,7 @@ typedef struct {
     uint64_t n_elems;
     uint64_t n_bytes;
     const void *data; /* into the mapping */
+    int mapped;       /* data is in a file mapping (pages a backend may release: re-read on access) */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;

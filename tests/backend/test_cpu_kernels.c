@@ -121,6 +121,32 @@ static void tile_contract(const cpu_kernels *k, uint32_t type) {
             for (int r = 0; r < TROWS; r++)
                 if (!same_bits(parts[(size_t)t * TROWS + r], tile[(size_t)t * TROWS + r])) split = 0;
         free(parts);
+        /* packed at load (kernels.h, q_panels): the same bits as the
+         * unpacked kernel, whole and from a later panel on (a thread's
+         * share), the short last panel included */
+        pack_q8_fn pack = type == QT_Q8_0 ? k->q8_0_pack : k->q4_0_pack;
+        mm_packed_fn mmp = type == QT_Q8_0 ? k->q8_0_mmp : k->q4_0_mmp;
+        CHECKF(!pack == !mmp && !pack == !(type == QT_Q8_0 ? k->q8_0_mm : k->q4_0_mm),
+               "%s %s: packer, packed and unpacked kernels come together", k->name, quant_type_name(type));
+        if (pack && mmp) {
+            const int q4 = type == QT_Q4_0, panels = (TROWS + 15) / 16;
+            void *mem = NULL;
+            const size_t cb = (size_t)panels * TNB * KERNELS_PANEL_BYTES(q4);
+            CHECK(!posix_memalign(&mem, 64, cb + (size_t)panels * TNB * 32));
+            pack(rows, rb, TROWS, TNB, mem, (uint16_t *)((uint8_t *)mem + cb));
+            const q_panels qp = {mem, (const uint16_t *)((uint8_t *)mem + cb)};
+            float *pk = malloc(sizeof(float) * TROWS * TTOK);
+            int packed_same = 1;
+            mmp(&qp, 0, 16, &all, TNB, ntok, pk, TROWS);
+            mmp(&qp, 1, TROWS - 16, &all, TNB, ntok, pk + 16, TROWS);
+            for (int t = 0; t < ntok; t++)
+                for (int r = 0; r < TROWS; r++)
+                    if (!same_bits(pk[(size_t)t * TROWS + r], tile[(size_t)t * TROWS + r])) packed_same = 0;
+            CHECKF(packed_same, "%s %s: %d tokens, the packed matrix's rows differ from the unpacked kernel's", k->name,
+                   quant_type_name(type), ntok);
+            free(pk);
+            free(mem);
+        }
         CHECKF(same, "%s %s: %d tokens, rows differ from one-token products", k->name, quant_type_name(type), ntok);
         CHECKF(split, "%s %s: %d tokens, rows differ when the rows are split", k->name, quant_type_name(type), ntok);
         CHECKF(canon, "%s %s: one-token rows differ from the canonical sum", k->name, quant_type_name(type));

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
@@ -29,6 +30,11 @@ struct be_weight {
     uint32_t type;
     int64_t ne0, ne1;
     uint64_t row_bytes;
+    /* q8_0/q4_0 on the AVX512-VNNI kernels: the matrix packed into panels
+     * at load (kernels.h, q_panels; owned), which the products read;
+     * data stays for row lookups (embeddings) */
+    q_panels packed;
+    void *packed_mem;
 };
 
 struct be_kv {
@@ -54,8 +60,32 @@ static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
 
 /* ---- memory ---- */
 
+/* Packs a q8_0/q4_0 matrix for the VNNI products (cpu_backend.k has the
+ * packer). The copy replaces the file's pages as what the products read:
+ * those of a mapped file are released from this process (MADV_DONTNEED:
+ * read again from the file if a row lookup needs them), so the resident
+ * memory stays about the file's. A matrix that cannot be packed (no
+ * memory) keeps the unpacked kernels. */
+static void cpu_weight_pack(const cpu_backend *c, be_weight *w, const gguf_tensor *t) {
+    const int q4 = w->type == QT_Q4_0;
+    pack_q8_fn pack = q4 ? c->k.q4_0_pack : c->k.q8_0_pack;
+    if (c->reference || !pack || w->ne0 % 32 || w->ne1 < 1) return;
+    const size_t nb = (size_t)(w->ne0 / 32), panels = (size_t)((w->ne1 + 15) / 16);
+    const size_t cbytes = panels * nb * KERNELS_PANEL_BYTES(q4), sbytes = panels * nb * 16 * sizeof(uint16_t);
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, cbytes + sbytes)) return;
+    pack(w->data, w->row_bytes, w->ne1, (int64_t)nb, (uint8_t *)mem, (uint16_t *)((uint8_t *)mem + cbytes));
+    w->packed.codes = mem;
+    w->packed.scales = (const uint16_t *)((const uint8_t *)mem + cbytes);
+    w->packed_mem = mem;
+    if (t->mapped) {
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, e = a + t->n_bytes;
+        const uintptr_t a0 = (a + pg - 1) / pg * pg, e0 = e / pg * pg;
+        if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+    }
+}
+
 static be_weight *cpu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
-    (void)b;
     if (!quant_type_supported(t->type)) {
         gem_err_set(err, "tensor '%s': storage type %s has no CPU kernel", t->name, quant_type_name(t->type));
         return NULL;
@@ -70,11 +100,13 @@ static be_weight *cpu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     w->ne0 = (int64_t)t->ne[0];
     w->ne1 = (int64_t)(t->n_elems / t->ne[0]);
     quant_row_bytes(t->type, w->ne0, &w->row_bytes);
+    if (t->type == QT_Q8_0 || t->type == QT_Q4_0) cpu_weight_pack(cpu_of(b), w, t);
     return w;
 }
 
 static void cpu_weight_free(backend *b, be_weight *w) {
     (void)b;
+    if (w) free(w->packed_mem);
     free(w);
 }
 
@@ -223,6 +255,7 @@ typedef struct {
     dot_f32_fn dot;
     dot_q8_fn q8;  /* integer kernel on quantized activations, or NULL */
     mm_q8_fn mm;   /* its multi-row form for every tile size, or NULL */
+    mm_packed_fn mmp; /* the same on the matrix packed at load, or NULL */
     const act_q8 *xq;
     dot_q8k_fn q8k; /* k-quant kernel on act_q8k activations, or NULL */
     mm_q8k_fn mmk;  /* its multi-row form for every tile size, or NULL */
@@ -238,6 +271,10 @@ static void mm_task(void *ctx, int t) {
     int64_t r0 = (int64_t)t * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task;
     if (r1 > W->ne1) r1 = W->ne1;
+    if (j->mmp) { /* r0 is a multiple of 16 (whole panels per task) */
+        j->mmp(&W->packed, r0 / 16, r1 - r0, j->xq, in / 32, j->n, j->out + r0, (size_t)W->ne1);
+        return;
+    }
     if (j->mm) { /* one token and a tile alike: the same bits per token (kernels.h) */
         j->mm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xq, in / 32, j->n, j->out + r0,
               (size_t)W->ne1);
@@ -290,10 +327,10 @@ static int prep_act_k(cpu_backend *c, const be_buf *x, int64_t ne0, int n, mm_jo
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     switch (W->type) {
-    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; break;
-    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; break;
+    case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; j.mmp = c->k.q8_0_mmp; break;
+    case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; j.mmp = c->k.q4_0_mmp; break;
     case QT_F16: j.fused = c->k.f16; break;
     case QT_F32: j.fused = c->k.f32; break;
     /* k-quants: integer kernels on the fast path; the reference path
@@ -306,6 +343,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     if (c->reference || (j.q8k && !prep_act_k(c, x, W->ne0, n, &j))) j.q8k = NULL, j.mmk = NULL; /* the f32 path */
     /* the multi-row kernels gather the rows' scales with 32-bit offsets */
     if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL, j.mmk = NULL;
+    if (!W->packed.codes) j.mmp = NULL;
     act_q8 xq = {0};
     if (j.q8) {
         /* quantize the activations once per call (scratch grows to the
@@ -327,15 +365,15 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
             j.xq = &xq;
         } else {
             j.q8 = NULL; /* no memory for the scratch: the f32 path still works */
-            j.mm = NULL;
+            j.mm = NULL, j.mmp = NULL;
         }
     } else {
-        j.mm = NULL;
+        j.mm = NULL, j.mmp = NULL;
     }
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.mm || j.mmk) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
+    if (j.mm || j.mmp || j.mmk) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);

@@ -282,6 +282,9 @@ Q8_ROW_DOT(q4_0_q8_avx2, q4_block, 18)
  * it gets alone. Weights stay in the mapping: the rearranged chunk lives on
  * the stack and serves every token of the call. */
 #define MM_KC 32 /* blocks per rearranged chunk: 18 KiB, in L1 while the tokens pass */
+#ifndef MM_PF
+#define MM_PF 1024
+#endif
 
 /* Blocks [b0, b0 + nkc) of a panel: pw[b][g] group g (values 4g..4g+3) of
  * rows 0..15 as unsigned codes, pd[b] the rows' scales. roff: each row's
@@ -291,6 +294,8 @@ VNNI static inline __attribute__((always_inline)) void mm_pack(const int q4, con
     const uint64_t bytes = q4 ? 18 : 34;
     for (int b = 0; b < nkc; b++) {
         const uint64_t off = (uint64_t)(b0 + b) * bytes;
+        if (MM_PF > 0 && (b & 1) == 0)
+            for (int r = 0; r < MM_ROWS; r++) _mm_prefetch((const char *)rows[r] + off + MM_PF, _MM_HINT_T0);
         __m512i o[4], *w = pw + b * 8;
         groups16x4(rows, off + 2, o);
         if (q4) { /* a byte's low nibble is value i, its high one value i + 16 */
@@ -379,6 +384,90 @@ VNNI static inline __attribute__((always_inline)) void mm_panels(const int q4, c
     }
 }
 
+/* Packing at load: the bytes mm_pack regroups per call, regrouped once
+ * (kernels.h, q_panels). */
+VNNI static inline __attribute__((always_inline)) void pack_panels(const int q4, const uint8_t *w, uint64_t row_bytes,
+                                                                   int64_t nrows, int64_t nb, uint8_t *codes,
+                                                                   uint16_t *scales) {
+    const uint64_t bytes = q4 ? 18 : 34;
+    const int cb = KERNELS_PANEL_BYTES(q4);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t r0 = 0, p = 0; r0 < nrows; r0 += MM_ROWS, p++) {
+        const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
+        const uint8_t *rows[MM_ROWS];
+        int32_t roff[MM_ROWS];
+        panel_rows(w, row_bytes, r0, nr, rows, roff);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint64_t off = (uint64_t)b * bytes;
+            __m512i o[4], *dst = (__m512i *)(codes + (size_t)(p * nb + b) * cb);
+            groups16x4(rows, off + 2, o);
+            for (int k = 0; k < 4; k++) _mm512_store_si512(dst + k, q4 ? o[k] : _mm512_xor_si512(o[k], flip));
+            if (!q4) {
+                groups16x4(rows, off + 18, o);
+                for (int k = 0; k < 4; k++) _mm512_store_si512(dst + 4 + k, _mm512_xor_si512(o[k], flip));
+            }
+            uint16_t *sc = scales + (size_t)(p * nb + b) * MM_ROWS;
+            for (int r = 0; r < MM_ROWS; r++) memcpy(sc + r, rows[r] + off, 2);
+        }
+    }
+}
+
+/* The packed matrix's panels [p0, ...) for rows [16 p0, 16 p0 + nrows):
+ * the chunk loop of mm_panels with the chunk read in place (q8_0) or its
+ * nibbles split (q4_0) instead of regrouped, then the same mm_tokens. */
+VNNI static inline __attribute__((always_inline)) void mm_panels_packed(const int q4, const q_panels *w, int64_t p0,
+                                                                        int64_t nrows, const act_q8 *x, int64_t nb,
+                                                                        int ntok, float *out, size_t stride) {
+    __m512i pw[MM_KC * 8];
+    __m512 pd[MM_KC];
+    const int32_t off = q4 ? 8 : 128;
+    const int cb = KERNELS_PANEL_BYTES(q4);
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t r0 = 0, p = p0; r0 < nrows; r0 += MM_ROWS, p++) {
+        const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
+        const __mmask16 mask = (__mmask16)((1u << nr) - 1);
+        float *o = out + r0;
+        const uint8_t *pc = w->codes + (size_t)p * (size_t)nb * cb;
+        const uint16_t *ps = w->scales + (size_t)p * (size_t)nb * MM_ROWS;
+        for (int64_t b0 = 0; b0 < nb; b0 += MM_KC) {
+            const int nkc = nb - b0 < MM_KC ? (int)(nb - b0) : MM_KC;
+            const __m512i *cw = (const __m512i *)(pc + (size_t)b0 * cb);
+            for (int b = 0; b < nkc; b++) {
+                pd[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + (size_t)(b0 + b) * MM_ROWS)));
+                if (q4)
+                    for (int k = 0; k < 4; k++) {
+                        const __m512i v = _mm512_load_si512(cw + b * 4 + k);
+                        pw[b * 8 + k] = _mm512_and_si512(v, low);
+                        pw[b * 8 + k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    }
+            }
+            const __m512i *src = q4 ? pw : cw;
+            int t = 0;
+            for (; t + 8 <= ntok; t += 8) mm_tokens(src, pd, nkc, x, nb, b0, t, 8, off, b0 == 0, o, stride, mask);
+            if (ntok - t >= 4) mm_tokens(src, pd, nkc, x, nb, b0, t, 4, off, b0 == 0, o, stride, mask), t += 4;
+            if (ntok - t >= 2) mm_tokens(src, pd, nkc, x, nb, b0, t, 2, off, b0 == 0, o, stride, mask), t += 2;
+            if (ntok - t >= 1) mm_tokens(src, pd, nkc, x, nb, b0, t, 1, off, b0 == 0, o, stride, mask);
+        }
+    }
+}
+
+VNNI static void pack_q4_0_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrows, int64_t nb, uint8_t *codes,
+                                uint16_t *scales) {
+    pack_panels(1, w, row_bytes, nrows, nb, codes, scales);
+}
+VNNI static void pack_q8_0_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrows, int64_t nb, uint8_t *codes,
+                                uint16_t *scales) {
+    pack_panels(0, w, row_bytes, nrows, nb, codes, scales);
+}
+VNNI static void mmp_q4_0_vnni(const q_panels *w, int64_t p0, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                               float *out, size_t stride) {
+    mm_panels_packed(1, w, p0, nrows, x, nb, ntok, out, stride);
+}
+VNNI static void mmp_q8_0_vnni(const q_panels *w, int64_t p0, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                               float *out, size_t stride) {
+    mm_panels_packed(0, w, p0, nrows, x, nb, ntok, out, stride);
+}
+
 VNNI static void mm_q4_0_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
                               float *out, size_t stride) {
     mm_panels(1, w, row_bytes, nrows, x, nb, ntok, out, stride);
@@ -429,6 +518,10 @@ int kernels_variant(const char *name, cpu_kernels *out) {
             k.name = "avx512vnni";
             k.q8_0_mm = mm_q8_0_vnni;
             k.q4_0_mm = mm_q4_0_vnni;
+            k.q8_0_pack = pack_q8_0_vnni;
+            k.q4_0_pack = pack_q4_0_vnni;
+            k.q8_0_mmp = mmp_q8_0_vnni;
+            k.q4_0_mmp = mmp_q4_0_vnni;
             kernels_k_vnni(&k);
             ok = !strcmp(name, "avx512vnni");
         }

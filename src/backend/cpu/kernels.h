@@ -74,6 +74,29 @@ typedef float (*dot_q8k_fn)(const uint8_t *row, const act_q8k *x, int64_t block0
 typedef void (*mm_q8k_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, const act_q8k *x, int64_t nb,
                           int ntok, float *out, size_t out_stride);
 
+/* A q8_0/q4_0 matrix packed once (at load) into the sixteen-row panels the
+ * multi-row kernels work on, so a call reads each panel as one stream
+ * instead of regrouping sixteen separate rows every time: panel p (rows
+ * 16p..16p+15; a short last panel repeats its last row) holds, for each
+ * block b in order, its codes (q8_0: 8 x 64 bytes, group g = values
+ * 4g..4g+3 of the 16 rows, stored +128; q4_0: 4 x 64 bytes of the stored
+ * code bytes, group g = bytes 4g..4g+3, values 4g.. in the low nibbles and
+ * 16 + 4g.. in the high ones) at codes + (p nb + b) * KERNELS_PANEL_BYTES(q4),
+ * and the 16 rows' f16 scales at scales + (p nb + b) * 16. The packed
+ * kernel computes the same canonical sums as the unpacked one (mm_q8_fn),
+ * bit for bit. */
+#define KERNELS_PANEL_BYTES(q4) ((q4) ? 256 : 512)
+typedef struct {
+    const uint8_t *codes; /* 64-byte aligned */
+    const uint16_t *scales;
+} q_panels;
+typedef void (*pack_q8_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, int64_t nb, uint8_t *codes,
+                           uint16_t *scales);
+/* Rows [16 p0, 16 p0 + nrows) of a packed matrix (nrows <= its rows past
+ * 16 p0): out[t * out_stride + r] for r < nrows, as mm_q8_fn. */
+typedef void (*mm_packed_fn)(const q_panels *w, int64_t p0, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
+                             float *out, size_t out_stride);
+
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
@@ -82,6 +105,9 @@ typedef struct {
     /* every tile size, one token included, where set (AVX512-VNNI): the
      * one-row kernels above are then not used for these types */
     mm_q8_fn q8_0_mm, q4_0_mm;
+    /* the same on matrices packed at load (set with the mm kernels) */
+    pack_q8_fn q8_0_pack, q4_0_pack;
+    mm_packed_fn q8_0_mmp, q4_0_mmp;
     void (*quantize_act)(const float *x, int64_t n, act_q8 *out, int64_t block0);
     /* k-quants on act_q8k activations: set in every variant (the portable
      * ones define the canonical sum above; kernels_k.c) */

@@ -217,6 +217,7 @@ static be_weight *sh_weight_split(backend *b, const gguf_tensor *t, be_split sp,
                 memcpy(p + r * keep, (const uint8_t *)t->data + r * row_bytes + skip, keep);
             w->packed[i] = p;
             ct.data = p;
+            ct.mapped = 0; /* this copy, not the file: never released */
             ct.ne[0] = cn;
             ct.n_elems = cn * ne1;
             ct.n_bytes = keep * ne1;
