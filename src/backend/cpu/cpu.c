@@ -74,15 +74,26 @@ static void cpu_weight_pack(const cpu_backend *c, be_weight *w, const gguf_tenso
     const size_t cbytes = panels * nb * KERNELS_PANEL_BYTES(q4), sbytes = panels * nb * 16 * sizeof(uint16_t);
     void *mem = NULL;
     if (posix_memalign(&mem, 64, cbytes + sbytes)) return;
-    pack(w->data, w->row_bytes, w->ne1, (int64_t)nb, (uint8_t *)mem, (uint16_t *)((uint8_t *)mem + cbytes));
-    w->packed.codes = mem;
-    w->packed.scales = (const uint16_t *)((const uint8_t *)mem + cbytes);
-    w->packed_mem = mem;
-    if (t->mapped) {
-        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, e = a + t->n_bytes;
-        const uintptr_t a0 = (a + pg - 1) / pg * pg, e0 = e / pg * pg;
-        if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+    uint8_t *codes = mem;
+    uint16_t *scales = (uint16_t *)((uint8_t *)mem + cbytes);
+    /* in slices of rows, each released once packed: the resident peak is
+     * the packed copy plus one slice, not plus the whole matrix */
+    const int64_t slice = 4096; /* rows, a multiple of 16 */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += slice) {
+        const int64_t nr = w->ne1 - r0 < slice ? w->ne1 - r0 : slice;
+        const size_t p0 = (size_t)(r0 / 16);
+        pack(w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes, nr, (int64_t)nb,
+             codes + p0 * nb * KERNELS_PANEL_BYTES(q4), scales + p0 * nb * 16);
+        if (t->mapped) { /* whole pages within the slice */
+            const uintptr_t a = (uintptr_t)(w->data + (uint64_t)r0 * w->row_bytes), e = a + (uint64_t)nr * w->row_bytes;
+            const uintptr_t a0 = (a + pg - 1) / pg * pg, e0 = e / pg * pg;
+            if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+        }
     }
+    w->packed.codes = codes;
+    w->packed.scales = scales;
+    w->packed_mem = mem;
 }
 
 static be_weight *cpu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
