@@ -386,6 +386,23 @@ static void k_tile_contract(const cpu_kernels *k) {
         CHECKF(same, "%s %s: a token's row depends on the tile", k->name, quant_type_name(type));
         CHECKF(canon, "%s %s%s: rows differ from the canonical sum", k->name, quant_type_name(type),
                mm ? " (multi-row)" : "");
+        /* packed at load (kernels.h, KERNELS_KWORDS): the tile's bits, whole
+         * and from the second panel on, the short last panel included */
+        const mm_kpacked_fn mmp = type == QT_Q4_K ? k->q4_k_mmp : type == QT_Q5_K ? k->q5_k_mmp : k->q6_k_mmp;
+        CHECKF(!mmp == !mm, "%s %s: the packed kernel comes with the multi-row one", k->name, quant_type_name(type));
+        if (mmp) {
+            const uint32_t bb = quant_type_size(type), kw = KERNELS_KWORDS(bb);
+            void *mem = NULL;
+            CHECK(!posix_memalign(&mem, 64, (size_t)(R + 15) / 16 * NB * kw * 64));
+            kernels_kpack(rows, rb, R, NB, bb, mem);
+            float *pk = malloc(sizeof(float) * R * KTOK);
+            mmp(mem, 0, 16, &all, NB, KTOK, pk, R);
+            mmp(mem, 1, R - 16, &all, NB, KTOK, pk + 16, R);
+            CHECKF(!memcmp(pk, tile, sizeof(float) * R * KTOK), "%s %s: the packed matrix's rows differ from the tile's",
+                   k->name, quant_type_name(type));
+            free(pk);
+            free(mem);
+        }
     }
     free(rows), free(x), free(tile), free(one);
     free(all.d), free(all.q), free(all.bs), free(alone.d), free(alone.q), free(alone.bs);

@@ -70,6 +70,27 @@ int main(void) {
                 CHECKF(same, "%s, %s, %d tokens: a row differs from its one-token product", cfg[c].name,
                        quant_type_name(types[ti]), n);
             }
+            /* row lookups (embeddings, tied to the output head) give the
+             * stored rows whatever the backend keeps for its products (the
+             * fast path packs q8_0, q4_0 and the k-quants at load) */
+            {
+                static const int32_t ids[] = {0, 1, 15, 16, 17, 100, 191, 192, 198, N - 1};
+                enum { NI = sizeof ids / sizeof *ids };
+                be_buf *eb = b->alloc(b, (size_t)K * NI, &err);
+                float *got = malloc(sizeof(float) * K * NI), *want = malloc(sizeof(float) * K);
+                int same = eb && got && want;
+                if (same) {
+                    b->embed(b, W, ids, NI, 1.0f, eb);
+                    b->download(b, eb, 0, got, (size_t)K * NI);
+                    for (int i = 0; i < NI; i++) {
+                        quant_dequant_row(types[ti], data + rb * (uint64_t)ids[i], want, K);
+                        if (memcmp(want, got + (size_t)i * K, sizeof(float) * K)) same = 0;
+                    }
+                }
+                CHECKF(same, "%s, %s: embedded rows differ from the stored rows", cfg[c].name, quant_type_name(types[ti]));
+                if (eb) b->buf_free(b, eb);
+                free(got), free(want);
+            }
             b->weight_free(b, W);
         }
         b->buf_free(b, xb), b->buf_free(b, x1), b->buf_free(b, ob), b->buf_free(b, o1);

@@ -30,10 +30,12 @@ struct be_weight {
     uint32_t type;
     int64_t ne0, ne1;
     uint64_t row_bytes;
-    /* q8_0/q4_0 on the AVX512-VNNI kernels: the matrix packed into panels
-     * at load (kernels.h, q_panels; owned), which the products read;
-     * data stays for row lookups (embeddings) */
+    /* q8_0/q4_0 and the k-quants on the AVX512-VNNI kernels: the matrix
+     * packed into panels at load (kernels.h: q_panels, KERNELS_KWORDS;
+     * packed_mem owns it), which the products read; data stays for row
+     * lookups (embeddings) */
     q_panels packed;
+    const uint32_t *kwords;
     void *packed_mem;
 };
 
@@ -60,39 +62,45 @@ static cpu_backend *cpu_of(backend *b) { return (cpu_backend *)b; }
 
 /* ---- memory ---- */
 
-/* Packs a q8_0/q4_0 matrix for the VNNI products (cpu_backend.k has the
- * packer). The copy replaces the file's pages as what the products read:
- * those of a mapped file are released from this process (MADV_DONTNEED:
- * read again from the file if a row lookup needs them), so the resident
- * memory stays about the file's. A matrix that cannot be packed (no
- * memory) keeps the unpacked kernels. */
+/* Packs a q8_0/q4_0 or k-quant matrix for the VNNI products (the backend
+ * has their packed kernels). The copy replaces the file's pages as what the
+ * products read: those of a mapped file are released from this process
+ * (MADV_DONTNEED: read again from the file if a row lookup needs them), in
+ * slices of rows as they are packed, so the resident memory stays about
+ * the file's and its peak the copy plus one slice. A matrix that cannot be
+ * packed (no memory) keeps the unpacked kernels. */
 static void cpu_weight_pack(const cpu_backend *c, be_weight *w, const gguf_tensor *t) {
-    const int q4 = w->type == QT_Q4_0;
-    pack_q8_fn pack = q4 ? c->k.q4_0_pack : c->k.q8_0_pack;
-    if (c->reference || !pack || w->ne0 % 32 || w->ne1 < 1) return;
-    const size_t nb = (size_t)(w->ne0 / 32), panels = (size_t)((w->ne1 + 15) / 16);
-    const size_t cbytes = panels * nb * KERNELS_PANEL_BYTES(q4), sbytes = panels * nb * 16 * sizeof(uint16_t);
+    const int q4 = w->type == QT_Q4_0, q8 = w->type == QT_Q8_0;
+    const int kq = w->type == QT_Q4_K ? 144 : w->type == QT_Q5_K ? 176 : w->type == QT_Q6_K ? 210 : 0;
+    const int have = q4 ? c->k.q4_0_pack && c->k.q4_0_mmp
+                   : q8 ? c->k.q8_0_pack && c->k.q8_0_mmp
+                        : kq && (kq == 144 ? c->k.q4_k_mmp : kq == 176 ? c->k.q5_k_mmp : c->k.q6_k_mmp);
+    const int qk = kq ? 256 : 32;
+    if (c->reference || !have || w->ne0 % qk || w->ne1 < 1) return;
+    const size_t nb = (size_t)(w->ne0 / qk), panels = (size_t)((w->ne1 + 15) / 16);
+    const size_t per = kq ? (size_t)KERNELS_KWORDS(kq) * 64 : (size_t)KERNELS_PANEL_BYTES(q4); /* a panel's block */
+    const size_t cbytes = panels * nb * per, sbytes = kq ? 0 : panels * nb * 16 * sizeof(uint16_t);
     void *mem = NULL;
     if (posix_memalign(&mem, 64, cbytes + sbytes)) return;
     uint8_t *codes = mem;
     uint16_t *scales = (uint16_t *)((uint8_t *)mem + cbytes);
-    /* in slices of rows, each released once packed: the resident peak is
-     * the packed copy plus one slice, not plus the whole matrix */
     const int64_t slice = 4096; /* rows, a multiple of 16 */
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int64_t r0 = 0; r0 < w->ne1; r0 += slice) {
         const int64_t nr = w->ne1 - r0 < slice ? w->ne1 - r0 : slice;
         const size_t p0 = (size_t)(r0 / 16);
-        pack(w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes, nr, (int64_t)nb,
-             codes + p0 * nb * KERNELS_PANEL_BYTES(q4), scales + p0 * nb * 16);
+        const uint8_t *src = w->data + (uint64_t)r0 * w->row_bytes;
+        if (kq) kernels_kpack(src, w->row_bytes, nr, (int64_t)nb, (uint32_t)kq, (uint32_t *)(codes + p0 * nb * per));
+        else (q4 ? c->k.q4_0_pack : c->k.q8_0_pack)(src, w->row_bytes, nr, (int64_t)nb, codes + p0 * nb * per,
+                                                     scales + p0 * nb * 16);
         if (t->mapped) { /* whole pages within the slice */
-            const uintptr_t a = (uintptr_t)(w->data + (uint64_t)r0 * w->row_bytes), e = a + (uint64_t)nr * w->row_bytes;
+            const uintptr_t a = (uintptr_t)src, e = a + (uint64_t)nr * w->row_bytes;
             const uintptr_t a0 = (a + pg - 1) / pg * pg, e0 = e / pg * pg;
             if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
         }
     }
-    w->packed.codes = codes;
-    w->packed.scales = scales;
+    if (kq) w->kwords = (const uint32_t *)codes;
+    else w->packed.codes = codes, w->packed.scales = scales;
     w->packed_mem = mem;
 }
 
@@ -111,7 +119,7 @@ static be_weight *cpu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     w->ne0 = (int64_t)t->ne[0];
     w->ne1 = (int64_t)(t->n_elems / t->ne[0]);
     quant_row_bytes(t->type, w->ne0, &w->row_bytes);
-    if (t->type == QT_Q8_0 || t->type == QT_Q4_0) cpu_weight_pack(cpu_of(b), w, t);
+    cpu_weight_pack(cpu_of(b), w, t);
     return w;
 }
 
@@ -160,13 +168,52 @@ static void cpu_sync(backend *b) { (void)b; }
 
 /* ---- elementwise ---- */
 
+/* Row r of a matrix in the file's layout: the mapping's bytes, or for a
+ * packed matrix its bytes put back together in buf (row_bytes), so row
+ * lookups (embeddings, tied to the output head) do not fault the released
+ * file pages back in. */
+static const uint8_t *cpu_row(const be_weight *w, int64_t r, uint8_t *buf) {
+    const int64_t p = r / 16, l = r % 16;
+    if (w->kwords) {
+        const uint32_t bb = w->type == QT_Q4_K ? 144 : w->type == QT_Q5_K ? 176 : 210, kw = KERNELS_KWORDS(bb);
+        const int64_t nb = w->ne0 / 256;
+        for (int64_t b = 0; b < nb; b++)
+            for (uint32_t i = 0; i < kw; i++) {
+                const uint32_t v = w->kwords[((size_t)(p * nb + b) * kw + i) * 16 + (size_t)l];
+                memcpy(buf + (size_t)b * bb + 4 * i, &v, bb - 4 * i < 4 ? bb - 4 * i : 4);
+            }
+        return buf;
+    }
+    if (w->packed.codes) {
+        const int q4 = w->type == QT_Q4_0, bytes = q4 ? 18 : 34, cb = KERNELS_PANEL_BYTES(q4);
+        const int64_t nb = w->ne0 / 32;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = buf + (size_t)b * bytes;
+            const uint8_t *pc = w->packed.codes + (size_t)(p * nb + b) * cb;
+            memcpy(blk, w->packed.scales + (size_t)(p * nb + b) * 16 + l, 2);
+            for (int g = 0; g < cb / 64; g++) /* group g: the row's 4 bytes in lane l */
+                for (int k = 0; k < 4; k++) blk[2 + 4 * g + k] = (uint8_t)(pc[64 * g + 4 * l + k] ^ (q4 ? 0 : 0x80));
+        }
+        return buf;
+    }
+    return w->data + (uint64_t)r * w->row_bytes;
+}
+
 static void cpu_embed(backend *b, const be_weight *E, const int32_t *ids, int n, float scale, be_buf *out) {
     (void)b;
+    uint8_t *buf = E->packed_mem ? malloc(E->row_bytes) : NULL;
+    if (E->packed_mem && !buf) { /* no memory for a row: the mapping's bytes (re-read from the file) */
+        be_weight plain = *E;
+        plain.packed.codes = NULL, plain.kwords = NULL, plain.packed_mem = NULL;
+        cpu_embed(b, &plain, ids, n, scale, out);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         float *row = out->p + (size_t)i * (size_t)E->ne0;
-        quant_dequant_row(E->type, E->data + (uint64_t)ids[i] * E->row_bytes, row, E->ne0);
+        quant_dequant_row(E->type, cpu_row(E, ids[i], buf), row, E->ne0);
         for (int64_t k = 0; k < E->ne0; k++) row[k] *= scale;
     }
+    free(buf);
 }
 
 static const float *vec_f32(const be_weight *w) { return (const float *)w->data; }
@@ -270,6 +317,7 @@ typedef struct {
     const act_q8 *xq;
     dot_q8k_fn q8k; /* k-quant kernel on act_q8k activations, or NULL */
     mm_q8k_fn mmk;  /* its multi-row form for every tile size, or NULL */
+    mm_kpacked_fn mmkp; /* the same on the matrix packed at load, or NULL */
     const act_q8k *xk;
 } mm_job;
 
@@ -289,6 +337,10 @@ static void mm_task(void *ctx, int t) {
     if (j->mm) { /* one token and a tile alike: the same bits per token (kernels.h) */
         j->mm(W->data + (uint64_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, j->xq, in / 32, j->n, j->out + r0,
               (size_t)W->ne1);
+        return;
+    }
+    if (j->mmkp) { /* r0 is a multiple of 16 (whole panels per task) */
+        j->mmkp(W->kwords, r0 / 16, r1 - r0, j->xk, in / 256, j->n, j->out + r0, (size_t)W->ne1);
         return;
     }
     if (j->mmk) {
@@ -338,7 +390,7 @@ static int prep_act_k(cpu_backend *c, const be_buf *x, int64_t ne0, int n, mm_jo
 
 static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out) {
     cpu_backend *c = cpu_of(b);
-    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    mm_job j = {W, x->p, out->p, n, 0, NULL, c->k.dot, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     switch (W->type) {
     case QT_Q8_0: j.fused = c->k.q8_0; j.q8 = c->k.q8_0_q8; j.mm = c->k.q8_0_mm; j.mmp = c->k.q8_0_mmp; break;
     case QT_Q4_0: j.fused = c->k.q4_0; j.q8 = c->k.q4_0_q8; j.mm = c->k.q4_0_mm; j.mmp = c->k.q4_0_mmp; break;
@@ -346,12 +398,13 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     case QT_F32: j.fused = c->k.f32; break;
     /* k-quants: integer kernels on the fast path; the reference path
      * dequantizes each row and takes the f32 dot (the oracle) */
-    case QT_Q4_K: j.q8k = c->k.q4_k_q8k; j.mmk = c->k.q4_k_mm; break;
-    case QT_Q5_K: j.q8k = c->k.q5_k_q8k; j.mmk = c->k.q5_k_mm; break;
-    case QT_Q6_K: j.q8k = c->k.q6_k_q8k; j.mmk = c->k.q6_k_mm; break;
+    case QT_Q4_K: j.q8k = c->k.q4_k_q8k; j.mmk = c->k.q4_k_mm; j.mmkp = c->k.q4_k_mmp; break;
+    case QT_Q5_K: j.q8k = c->k.q5_k_q8k; j.mmk = c->k.q5_k_mm; j.mmkp = c->k.q5_k_mmp; break;
+    case QT_Q6_K: j.q8k = c->k.q6_k_q8k; j.mmk = c->k.q6_k_mm; j.mmkp = c->k.q6_k_mmp; break;
     default: break;
     }
-    if (c->reference || (j.q8k && !prep_act_k(c, x, W->ne0, n, &j))) j.q8k = NULL, j.mmk = NULL; /* the f32 path */
+    if (c->reference || (j.q8k && !prep_act_k(c, x, W->ne0, n, &j))) j.q8k = NULL, j.mmk = NULL, j.mmkp = NULL; /* the f32 path */
+    if (!W->kwords) j.mmkp = NULL;
     /* the multi-row kernels gather the rows' scales with 32-bit offsets */
     if (W->row_bytes > (uint64_t)INT32_MAX / 16) j.mm = NULL, j.mmk = NULL;
     if (!W->packed.codes) j.mmp = NULL;
@@ -384,7 +437,7 @@ static void cpu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, b
     int tasks = c->reference ? 1 : pool_threads(c->pool) * 8;
     if (tasks > W->ne1) tasks = (int)W->ne1;
     j.rows_per_task = (W->ne1 + tasks - 1) / tasks;
-    if (j.mm || j.mmp || j.mmk) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
+    if (j.mm || j.mmp || j.mmk || j.mmkp) j.rows_per_task = (j.rows_per_task + 15) / 16 * 16; /* whole sixteen-row panels per task */
     tasks = (int)((W->ne1 + j.rows_per_task - 1) / j.rows_per_task);
     if (c->reference) mm_task(&j, 0);
     else pool_run(c->pool, mm_task, &j, tasks);

@@ -97,6 +97,18 @@ typedef void (*pack_q8_fn)(const uint8_t *w, uint64_t row_bytes, int64_t nrows, 
 typedef void (*mm_packed_fn)(const q_panels *w, int64_t p0, int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
                              float *out, size_t out_stride);
 
+/* A q4_k/q5_k/q6_k matrix packed at load for the same panels: panel p,
+ * super-block b holds the 16 rows' block bytes as 32-bit words, word i of
+ * row r at words[((p nb + b) KERNELS_KWORDS(bytes) + i) 16 + r] (q6_k's
+ * 210 bytes padded with zeros to 53 words), so a chunk loads grouped words
+ * where the unpacked kernel regroups sixteen rows. Same canonical sums
+ * (mm_q8k_fn), bit for bit. kernels_kpack (portable) packs. */
+#define KERNELS_KWORDS(block_bytes) (((block_bytes) + 3) / 4)
+void kernels_kpack(const uint8_t *w, uint64_t row_bytes, int64_t nrows, int64_t nb, uint32_t block_bytes,
+                   uint32_t *words);
+typedef void (*mm_kpacked_fn)(const uint32_t *words, int64_t p0, int64_t nrows, const act_q8k *x, int64_t nb,
+                              int ntok, float *out, size_t out_stride);
+
 typedef struct {
     const char *name; /* "avx512vnni", "avx2" or "scalar" */
     dot_fn q8_0, q4_0, f16, f32;
@@ -113,6 +125,7 @@ typedef struct {
      * ones define the canonical sum above; kernels_k.c) */
     dot_q8k_fn q4_k_q8k, q5_k_q8k, q6_k_q8k;
     mm_q8k_fn q4_k_mm, q5_k_mm, q6_k_mm; /* every tile size where set (AVX512-VNNI) */
+    mm_kpacked_fn q4_k_mmp, q5_k_mmp, q6_k_mmp; /* the same on matrices packed at load */
     void (*quantize_act_k)(const float *x, int64_t n, act_q8k *out, int64_t block0); /* n: whole blocks */
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
     /* out = gelu_tanh(g) * u and x = cap tanh(x / cap): tanhf in the

@@ -139,6 +139,26 @@ void kernels_k_portable(cpu_kernels *k) {
 }
 
 /* ---- AVX2 ---- */
+void kernels_kpack(const uint8_t *w, uint64_t row_bytes, int64_t nrows, int64_t nb, uint32_t block_bytes,
+                   uint32_t *words) {
+    const uint32_t kw = KERNELS_KWORDS(block_bytes);
+    for (int64_t p = 0; p * 16 < nrows; p++)
+        for (int r = 0; r < 16; r++) {
+            /* a short last panel repeats its last row (panel_rows) */
+            const int64_t row = p * 16 + r < nrows ? p * 16 + r : nrows - 1;
+            const uint8_t *src = w + (uint64_t)row * row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                uint32_t *dst = words + ((size_t)(p * nb + b) * kw) * 16 + r;
+                const uint8_t *blk = src + (uint64_t)b * block_bytes;
+                for (uint32_t i = 0; i < kw; i++) {
+                    uint32_t v = 0;
+                    memcpy(&v, blk + 4 * i, block_bytes - 4 * i < 4 ? block_bytes - 4 * i : 4);
+                    dst[(size_t)i * 16] = v;
+                }
+            }
+        }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -338,20 +358,47 @@ typedef struct {
     __m512 d[KC], dmin[KC];
 } kchunk;
 
+/* Where a chunk's bytes come from: a panel's sixteen rows in the file's
+ * layout (regrouped here, per call), or the panel packed at load
+ * (kernels.h, KERNELS_KWORDS: the same 32-bit words, already grouped).
+ * packed is a constant wherever these are inlined. */
+typedef struct {
+    const uint8_t *const *rows;
+    __m512i roff;
+    const __m512i *pw; /* packed: the panel's first super-block */
+    int kw;            /* packed: words per super-block */
+} ksrc;
+
+/* bytes [at, at + 16) of super-block b (at a multiple of 4) of the 16
+ * rows: o[k] = bytes at + 4k.. of row i in lane i (groups16x4) */
+VNNI static inline __attribute__((always_inline)) void kgroups(const int packed, const ksrc *s, uint64_t bytes,
+                                                               int64_t b, int at, __m512i o[4]) {
+    if (packed)
+        for (int k = 0; k < 4; k++) o[k] = _mm512_load_si512(s->pw + (size_t)b * s->kw + at / 4 + k);
+    else
+        groups16x4(s->rows, (uint64_t)b * bytes + (uint64_t)at, o);
+}
+/* bytes [at, at + 4) of super-block b of the 16 rows, one row a lane */
+VNNI static inline __attribute__((always_inline)) __m512i kword(const int packed, const ksrc *s, uint64_t bytes,
+                                                                int64_t b, int at) {
+    return packed ? _mm512_load_si512(s->pw + (size_t)b * s->kw + at / 4)
+                  : _mm512_i32gather_epi32(s->roff, s->rows[0] + (uint64_t)b * bytes + (uint64_t)at, 1);
+}
+
 /* Super-blocks [b0, b0 + n) of a q4_k (q5 = 0) or q5_k panel into c. */
-VNNI static inline __attribute__((always_inline)) void kpack45(const int q5, const uint8_t *const *rows, __m512i roff,
+VNNI static inline __attribute__((always_inline)) void kpack45(const int packed, const int q5, const ksrc *src,
                                                                int64_t b0, int n, kchunk *c) {
-    const uint64_t bytes = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;
+    const uint64_t bytes = q5 ? 176 : 144;
+    const int qs_at = q5 ? 48 : 16;
     const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
     for (int b = 0; b < n; b++) {
-        const uint64_t off = (uint64_t)(b0 + b) * bytes;
-        const uint8_t *base = rows[0] + off;
+        const int64_t sb = b0 + b;
         /* d and dmin, then the scale words (k4_unpack_avx2's formulas, per row) */
-        const __m512i h = _mm512_i32gather_epi32(roff, base, 1);
+        const __m512i h = kword(packed, src, bytes, sb, 0);
         c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         c->dmin[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-        const __m512i u0 = _mm512_i32gather_epi32(roff, base + 4, 1), u1 = _mm512_i32gather_epi32(roff, base + 8, 1),
-                      u2 = _mm512_i32gather_epi32(roff, base + 12, 1);
+        const __m512i u0 = kword(packed, src, bytes, sb, 4), u1 = kword(packed, src, bytes, sb, 8),
+                      u2 = kword(packed, src, bytes, sb, 12);
         const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
                       top = _mm512_set1_epi32(0x30303030);
         const __m512i sc_lo = _mm512_and_si512(u0, m6), m_lo = _mm512_and_si512(u1, m6);
@@ -372,10 +419,10 @@ VNNI static inline __attribute__((always_inline)) void kpack45(const int q5, con
          * of the same groups, bit j for sub-block j */
         for (int hh = 0; hh < 2; hh++) {
             __m512i qh[4];
-            if (q5) groups16x4(rows, off + 16 + 16 * hh, qh);
+            if (q5) kgroups(packed, src, bytes, sb, 16 + 16 * hh, qh);
             for (int q = 0; q < 4; q++) {
                 __m512i o[4];
-                groups16x4(rows, off + qs_at + 32 * q + 16 * hh, o);
+                kgroups(packed, src, bytes, sb, qs_at + 32 * q + 16 * hh, o);
                 for (int k = 0; k < 4; k++) {
                     const int g = 4 * hh + k;
                     __m512i lo = _mm512_and_si512(o[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(o[k], 4), low);
@@ -397,26 +444,27 @@ VNNI static inline __attribute__((always_inline)) void kpack45(const int q5, con
  * 16j..16j + 15) lies in half j / 8 at k = j % 8 / 2, l from 16 (j % 2):
  * low bits in ql bytes 64 half + 32 (k & 1) + l (low nibble for k < 2),
  * high bits 2k..2k+1 of qh bytes 32 half + l. */
-VNNI static inline void kpack6(const uint8_t *const *rows, __m512i roff, int64_t b0, int n, kchunk *c) {
+VNNI static inline __attribute__((always_inline)) void kpack6(const int packed, const ksrc *src, int64_t b0, int n,
+                                                              kchunk *c) {
     const __m512i low = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(3);
     for (int b = 0; b < n; b++) {
-        const uint64_t off = (uint64_t)(b0 + b) * 210;
-        const uint8_t *base = rows[0] + off;
-        /* bytes 206..209: the last two scales and d (a gather at 208 would
-         * read past the block) */
-        const __m512i dw = _mm512_i32gather_epi32(roff, base + 206, 1);
-        c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dw, 16)));
+        const int64_t sb = b0 + b;
+        /* d: unpacked, bytes 206..209 (the last two scales and d: a gather
+         * at 208 would read past the block); packed, word 52 (d and the
+         * two bytes of padding) */
+        const __m512i dw = packed ? kword(1, src, 210, sb, 208) : _mm512_srli_epi32(kword(0, src, 210, sb, 206), 16);
+        c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
         for (int q = 0; q < 4; q++) {
-            const __m512i s4 = _mm512_i32gather_epi32(roff, base + 192 + 4 * q, 1);
+            const __m512i s4 = kword(packed, src, 210, sb, 192 + 4 * q);
             for (int i = 0; i < 4; i++) /* byte i of the word, sign-extended */
                 c->sc[b][4 * q + i] = _mm512_srai_epi32(_mm512_slli_epi32(s4, 24 - 8 * i), 24);
         }
         for (int half = 0; half < 2; half++) {
             for (int part = 0; part < 2; part++) { /* l in [16 part, 16 part + 16) */
                 __m512i qh[4], l0[4], l1[4];
-                groups16x4(rows, off + 128 + 32 * half + 16 * part, qh);
-                groups16x4(rows, off + 64 * half + 16 * part, l0);      /* ql for k = 0, 2 */
-                groups16x4(rows, off + 64 * half + 32 + 16 * part, l1); /* ql for k = 1, 3 */
+                kgroups(packed, src, 210, sb, 128 + 32 * half + 16 * part, qh);
+                kgroups(packed, src, 210, sb, 64 * half + 16 * part, l0);      /* ql for k = 0, 2 */
+                kgroups(packed, src, 210, sb, 64 * half + 32 + 16 * part, l1); /* ql for k = 1, 3 */
                 for (int k = 0; k < 4; k++) {
                     const int j = 8 * half + 2 * k + part;
                     for (int g = 0; g < 4; g++) {
@@ -488,6 +536,24 @@ VNNI static inline __attribute__((always_inline)) void ktokens(const int q6, con
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * stride, mask, acc[t]);
 }
 
+/* One panel of nr rows (type: 4 q4_k, 5 q5_k, 6 q6_k) against ntok tokens
+ * into o, a chunk of KC super-blocks at a time through c. */
+VNNI static inline __attribute__((always_inline)) void kpanel(const int packed, const int type, const ksrc *src, int nr,
+                                                              const act_q8k *x, int64_t nb, int ntok, float *o,
+                                                              size_t stride, kchunk *c) {
+    const __mmask16 mask = (__mmask16)((1u << nr) - 1);
+    for (int64_t b0 = 0; b0 < nb; b0 += KC) {
+        const int n = nb - b0 < KC ? (int)(nb - b0) : KC;
+        if (type == 6) kpack6(packed, src, b0, n, c);
+        else kpack45(packed, type == 5, src, b0, n, c);
+        /* the same per-token code at every width: 4, then 2, 1 */
+        int t = 0;
+        for (; t + 4 <= ntok; t += 4) ktokens(type == 6, c, n, x, nb, b0, t, 4, b0 == 0, o, stride, mask);
+        if (ntok - t >= 2) ktokens(type == 6, c, n, x, nb, b0, t, 2, b0 == 0, o, stride, mask), t += 2;
+        if (ntok - t >= 1) ktokens(type == 6, c, n, x, nb, b0, t, 1, b0 == 0, o, stride, mask);
+    }
+}
+
 /* type: 4 (q4_k), 5 (q5_k) or 6 (q6_k) */
 VNNI static inline __attribute__((always_inline)) void kpanels(const int type, const uint8_t *w, uint64_t row_bytes,
                                                                int64_t nrows, const act_q8k *x, int64_t nb, int ntok,
@@ -498,19 +564,21 @@ VNNI static inline __attribute__((always_inline)) void kpanels(const int type, c
         const uint8_t *rows[MM_ROWS];
         int32_t roff[MM_ROWS];
         panel_rows(w, row_bytes, r0, nr, rows, roff);
-        const __m512i vroff = _mm512_loadu_si512(roff);
-        const __mmask16 mask = (__mmask16)((1u << nr) - 1);
-        float *o = out + r0;
-        for (int64_t b0 = 0; b0 < nb; b0 += KC) {
-            const int n = nb - b0 < KC ? (int)(nb - b0) : KC;
-            if (type == 6) kpack6(rows, vroff, b0, n, &c);
-            else kpack45(type == 5, rows, vroff, b0, n, &c);
-            /* the same per-token code at every width: 4, then 2, 1 */
-            int t = 0;
-            for (; t + 4 <= ntok; t += 4) ktokens(type == 6, &c, n, x, nb, b0, t, 4, b0 == 0, o, stride, mask);
-            if (ntok - t >= 2) ktokens(type == 6, &c, n, x, nb, b0, t, 2, b0 == 0, o, stride, mask), t += 2;
-            if (ntok - t >= 1) ktokens(type == 6, &c, n, x, nb, b0, t, 1, b0 == 0, o, stride, mask);
-        }
+        const ksrc src = {rows, _mm512_loadu_si512(roff), NULL, 0};
+        kpanel(0, type, &src, nr, x, nb, ntok, out + r0, stride, &c);
+    }
+}
+
+/* The packed matrix's panels [p0, ...) for rows [16 p0, 16 p0 + nrows). */
+VNNI static inline __attribute__((always_inline)) void kpanels_packed(const int type, const uint32_t *words, int64_t p0,
+                                                                      int64_t nrows, const act_q8k *x, int64_t nb,
+                                                                      int ntok, float *out, size_t stride) {
+    kchunk c;
+    const int kw = KERNELS_KWORDS(type == 6 ? 210 : type == 5 ? 176 : 144);
+    for (int64_t r0 = 0, p = p0; r0 < nrows; r0 += MM_ROWS, p++) {
+        const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
+        const ksrc src = {NULL, _mm512_setzero_si512(), (const __m512i *)(words + (size_t)p * (size_t)nb * kw * 16), kw};
+        kpanel(1, type, &src, nr, x, nb, ntok, out + r0, stride, &c);
     }
 }
 
@@ -529,10 +597,26 @@ VNNI static void q6_k_mm_vnni(const uint8_t *w, uint64_t row_bytes, int64_t nrow
     kpanels(6, w, row_bytes, nrows, x, nb, ntok, out, stride);
 }
 
+VNNI static void q4_k_mmp_vnni(const uint32_t *words, int64_t p0, int64_t nrows, const act_q8k *x, int64_t nb, int ntok,
+                               float *out, size_t stride) {
+    kpanels_packed(4, words, p0, nrows, x, nb, ntok, out, stride);
+}
+VNNI static void q5_k_mmp_vnni(const uint32_t *words, int64_t p0, int64_t nrows, const act_q8k *x, int64_t nb, int ntok,
+                               float *out, size_t stride) {
+    kpanels_packed(5, words, p0, nrows, x, nb, ntok, out, stride);
+}
+VNNI static void q6_k_mmp_vnni(const uint32_t *words, int64_t p0, int64_t nrows, const act_q8k *x, int64_t nb, int ntok,
+                               float *out, size_t stride) {
+    kpanels_packed(6, words, p0, nrows, x, nb, ntok, out, stride);
+}
+
 void kernels_k_vnni(cpu_kernels *k) {
     k->q4_k_mm = q4_k_mm_vnni;
     k->q5_k_mm = q5_k_mm_vnni;
     k->q6_k_mm = q6_k_mm_vnni;
+    k->q4_k_mmp = q4_k_mmp_vnni;
+    k->q5_k_mmp = q5_k_mmp_vnni;
+    k->q6_k_mmp = q6_k_mmp_vnni;
 }
 #else
 void kernels_k_avx2(cpu_kernels *k) { (void)k; }
