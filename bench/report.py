@@ -249,6 +249,22 @@ if f:
                      f"{r['gem_ttft_p50']:.2f} / {r['llama_ttft_p50']:.2f} | {r['gem_ttft_p95']:.2f} / "
                      f"{r['llama_ttft_p95']:.2f} | {r['gem_stream_p50']:.1f} / {r['llama_stream_p50']:.1f} |")
     lines += [""] + [n for n in d.get("notes", [])[:1]] + [""]
+# CPU weights packed at load (bench/cpu_bench.py --gem-base: gem, the build before, the reference in one run)
+packed = sorted(glob.glob("bench/results/cpu-packed-*.json"))
+if packed:
+    d0 = json.load(open(packed[-1]))
+    lines += [f"CPU, {d0['cpu']}, {d0['threads']} threads: gem with weights packed into its sixteen-row panels at load, "
+              "against the build before and llama-bench in one run (`bench/cpu_bench.py --gem-base`), A/B/C/C/B/A, "
+              f"{d0['reps']} repetitions, medians (" + ", ".join(f"`{f}`" for f in packed) + "):", "",
+              "| model | test | gem tok/s | before | llama.cpp | ratio | before: ratio |", "|---|---|---|---|---|---|---|"]
+    for f in packed:
+        d = json.load(open(f))
+        prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
+        for t, r in d["results"].items():
+            for k in r["gem_median"]:
+                lines.append(f"| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
+                             f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |")
+    lines += [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
