@@ -32,8 +32,8 @@ struct be_weight {
     uint64_t row_bytes;
     /* q8_0/q4_0 and the k-quants on the AVX512-VNNI kernels: the matrix
      * packed into panels at load (kernels.h: q_panels, KERNELS_KWORDS;
-     * packed_mem owns it), which the products read; data stays for row
-     * lookups (embeddings) */
+     * packed_mem owns it), which the products and row lookups read (data
+     * stays: the fallbacks when scratch cannot be allocated) */
     q_panels packed;
     const uint32_t *kwords;
     void *packed_mem;
