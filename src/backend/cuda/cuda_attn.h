@@ -143,6 +143,20 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned &r0, unsigned &r1, unsigned &
                  : "r"(s));
 }
 
+/* Four 8x8 f16 matrices as they are: lane l names row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(s));
+}
+
+/* lo and hi rounded to f16, as one 32-bit fragment register (lo low) */
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const unsigned *)&h;
+}
+
 __device__ __forceinline__ void st_half4(__half *p, float4 x) {
     *(__half2 *)p = __floats2half2_rn(x.x, x.y);
     *(__half2 *)(p + 2) = __floats2half2_rn(x.z, x.w);

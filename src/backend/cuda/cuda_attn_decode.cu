@@ -456,23 +456,12 @@ __device__ __forceinline__ void tc_norm_row(const float *src, const float *w, fl
     }
 }
 
-/* Four 8x8 f16 matrices: lane l names row l % 8 of matrix l / 8. */
-__device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(s));
-}
 /* The transpose of an 8x8 f16 matrix held as a fragment (lane l: row l / 4,
  * columns 2 (l % 4) and 2 (l % 4) + 1), in the same layout. */
 __device__ __forceinline__ unsigned movm_t(unsigned x) {
     unsigned y;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
     return y;
-}
-__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *(const unsigned *)&h;
 }
 
 /* This step's key and value row (f32, KV head h's: the step buffers' or,

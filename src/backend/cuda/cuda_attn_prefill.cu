@@ -264,24 +264,12 @@ __device__ __forceinline__ void fa_issue_tile(__half *dst, const __half *cache, 
 template <typename KT> struct fa_is_half { static constexpr bool v = false; };
 template <> struct fa_is_half<__half> { static constexpr bool v = true; };
 
-/* Four 8x8 f16 matrices as they are: lane l names row l % 8 of matrix
- * l / 8 (volatile: shared memory that barriers order). */
-__device__ __forceinline__ void fa_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(s));
-}
 /* mma_f16 without volatile: registers only, so the scheduler may move it */
 __device__ __forceinline__ void fa_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                        unsigned b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *(const unsigned *)&h;
 }
 
 template <int D, typename KT>
@@ -386,11 +374,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #pragma unroll 4
             for (int kk = 0; kk < D; kk += 16) {
                 unsigned a0, a1, a2, a3;
-                fa_ldsm_x4(a0, a1, a2, a3, qa + kk);
+                ldsm_x4(a0, a1, a2, a3, qa + kk);
 #pragma unroll
                 for (int nt = 0; nt < NS; nt += 2) {
                     unsigned b0, b1, b2, b3;
-                    fa_ldsm_x4(b0, b1, b2, b3, kb + nt * 8 * F::LD + kk);
+                    ldsm_x4(b0, b1, b2, b3, kb + nt * 8 * F::LD + kk);
                     fa_mma(s[nt], a0, a1, a2, a3, b0, b1);
                     fa_mma(s[nt + 1], a0, a1, a2, a3, b2, b3);
                 }
@@ -432,7 +420,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 const float p0 = mnew == -INFINITY ? 0.0f : expf(s[nt][2 * hi] - mnew);
                 const float p1 = mnew == -INFINITY ? 0.0f : expf(s[nt][2 * hi + 1] - mnew);
                 sum += p0 + p1;
-                *(unsigned *)(Ps + (wr * 16 + g + 8 * hi) * F::PLD + wc * NS * 8 + nt * 8 + 2 * c) = fa_pack(p0, p1);
+                *(unsigned *)(Ps + (wr * 16 + g + 8 * hi) * F::PLD + wc * NS * 8 + nt * 8 + 2 * c) = pack_h2(p0, p1);
             }
             lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
@@ -448,7 +436,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #pragma unroll
             for (int kk = 0; kk < FA_BC; kk += 16) {
                 unsigned a0, a1, a2, a3;
-                fa_ldsm_x4(a0, a1, a2, a3, pa + kk);
+                ldsm_x4(a0, a1, a2, a3, pa + kk);
                 const __half *vb = Vs + (kk + (lane & 7) + (lane & 8)) * F::LD + wc * (D / WC) + (lane >> 4) * 8;
 #pragma unroll
                 for (int t = 0; t < NO; t += 2) {
