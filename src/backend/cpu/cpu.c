@@ -101,10 +101,11 @@ static void pack_task(void *ctx, int i) {
  * A matrix that cannot be packed (no memory) keeps the unpacked kernels. */
 static void cpu_weight_pack(const cpu_backend *c, be_weight *w, const gguf_tensor *t) {
     const int q4 = w->type == QT_Q4_0, q8 = w->type == QT_Q8_0;
-    const int kq = w->type == QT_Q4_K ? 144 : w->type == QT_Q5_K ? 176 : w->type == QT_Q6_K ? 210 : 0;
+    /* k-quants: their block's bytes, the words kernels_kpack groups */
+    const int kq = w->type == QT_Q4_K || w->type == QT_Q5_K || w->type == QT_Q6_K ? (int)quant_type_size(w->type) : 0;
     const int have = q4 ? c->k.q4_0_pack && c->k.q4_0_mmp
                    : q8 ? c->k.q8_0_pack && c->k.q8_0_mmp
-                        : kq && (kq == 144 ? c->k.q4_k_mmp : kq == 176 ? c->k.q5_k_mmp : c->k.q6_k_mmp);
+                        : kq && (w->type == QT_Q4_K ? c->k.q4_k_mmp : w->type == QT_Q5_K ? c->k.q5_k_mmp : c->k.q6_k_mmp);
     const int qk = kq ? 256 : 32;
     if (c->reference || !have || w->ne0 % qk || w->ne1 < 1) return;
     const size_t nb = (size_t)(w->ne0 / qk), panels = (size_t)((w->ne1 + 15) / 16);
@@ -199,7 +200,7 @@ static void cpu_sync(backend *b) { (void)b; }
 static const uint8_t *cpu_row(const be_weight *w, int64_t r, uint8_t *buf) {
     const int64_t p = r / 16, l = r % 16;
     if (w->kwords) {
-        const uint32_t bb = w->type == QT_Q4_K ? 144 : w->type == QT_Q5_K ? 176 : 210, kw = KERNELS_KWORDS(bb);
+        const uint32_t bb = quant_type_size(w->type), kw = KERNELS_KWORDS(bb);
         const int64_t nb = w->ne0 / 256;
         for (int64_t b = 0; b < nb; b++)
             for (uint32_t i = 0; i < kw; i++) {
@@ -209,7 +210,7 @@ static const uint8_t *cpu_row(const be_weight *w, int64_t r, uint8_t *buf) {
         return buf;
     }
     if (w->packed.codes) {
-        const int q4 = w->type == QT_Q4_0, bytes = q4 ? 18 : 34, cb = KERNELS_PANEL_BYTES(q4);
+        const int q4 = w->type == QT_Q4_0, bytes = (int)quant_type_size(w->type), cb = KERNELS_PANEL_BYTES(q4);
         const int64_t nb = w->ne0 / 32;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *blk = buf + (size_t)b * bytes;

@@ -357,6 +357,19 @@ VNNI static inline __attribute__((always_inline)) void mm_tokens(const __m512i *
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * stride, mask, acc[t]);
 }
 
+/* Every token of the call against one chunk: the same per-token code at
+ * every width, 8 tokens at a time, then 4, 2, 1. */
+VNNI static inline __attribute__((always_inline)) void mm_chunk(const __m512i *pw, const __m512 *pd, int nkc,
+                                                                const act_q8 *x, int64_t nb, int64_t b0, int ntok,
+                                                                const int32_t off, float *o, size_t stride,
+                                                                __mmask16 mask) {
+    int t = 0;
+    for (; t + 8 <= ntok; t += 8) mm_tokens(pw, pd, nkc, x, nb, b0, t, 8, off, b0 == 0, o, stride, mask);
+    if (ntok - t >= 4) mm_tokens(pw, pd, nkc, x, nb, b0, t, 4, off, b0 == 0, o, stride, mask), t += 4;
+    if (ntok - t >= 2) mm_tokens(pw, pd, nkc, x, nb, b0, t, 2, off, b0 == 0, o, stride, mask), t += 2;
+    if (ntok - t >= 1) mm_tokens(pw, pd, nkc, x, nb, b0, t, 1, off, b0 == 0, o, stride, mask);
+}
+
 VNNI static inline __attribute__((always_inline)) void mm_panels(const int q4, const uint8_t *w, uint64_t row_bytes,
                                                                  int64_t nrows, const act_q8 *x, int64_t nb, int ntok,
                                                                  float *out, size_t stride) {
@@ -374,12 +387,7 @@ VNNI static inline __attribute__((always_inline)) void mm_panels(const int q4, c
         for (int64_t b0 = 0; b0 < nb; b0 += MM_KC) {
             const int nkc = nb - b0 < MM_KC ? (int)(nb - b0) : MM_KC;
             mm_pack(q4, rows, vroff, b0, nkc, pw, pd);
-            /* the same per-token code at every width: 8, then 4, 2, 1 */
-            int t = 0;
-            for (; t + 8 <= ntok; t += 8) mm_tokens(pw, pd, nkc, x, nb, b0, t, 8, off, b0 == 0, o, stride, mask);
-            if (ntok - t >= 4) mm_tokens(pw, pd, nkc, x, nb, b0, t, 4, off, b0 == 0, o, stride, mask), t += 4;
-            if (ntok - t >= 2) mm_tokens(pw, pd, nkc, x, nb, b0, t, 2, off, b0 == 0, o, stride, mask), t += 2;
-            if (ntok - t >= 1) mm_tokens(pw, pd, nkc, x, nb, b0, t, 1, off, b0 == 0, o, stride, mask);
+            mm_chunk(pw, pd, nkc, x, nb, b0, ntok, off, o, stride, mask);
         }
     }
 }
@@ -442,11 +450,7 @@ VNNI static inline __attribute__((always_inline)) void mm_panels_packed(const in
                     }
             }
             const __m512i *src = q4 ? pw : cw;
-            int t = 0;
-            for (; t + 8 <= ntok; t += 8) mm_tokens(src, pd, nkc, x, nb, b0, t, 8, off, b0 == 0, o, stride, mask);
-            if (ntok - t >= 4) mm_tokens(src, pd, nkc, x, nb, b0, t, 4, off, b0 == 0, o, stride, mask), t += 4;
-            if (ntok - t >= 2) mm_tokens(src, pd, nkc, x, nb, b0, t, 2, off, b0 == 0, o, stride, mask), t += 2;
-            if (ntok - t >= 1) mm_tokens(src, pd, nkc, x, nb, b0, t, 1, off, b0 == 0, o, stride, mask);
+            mm_chunk(src, pd, nkc, x, nb, b0, ntok, off, o, stride, mask);
         }
     }
 }
