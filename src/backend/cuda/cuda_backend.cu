@@ -506,7 +506,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
-                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv};
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);

@@ -148,6 +148,7 @@ typedef struct {
     void *stage;            /* weight upload staging */
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
+    scratch vr_part, vr_done; /* k_vr_q's split-row part sums and per-tile counts (zero between launches) */
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* op timing (op_timing, or GEM_CUDA_PROFILE=1 for the whole run,

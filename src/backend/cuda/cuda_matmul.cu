@@ -91,6 +91,10 @@ typedef struct {
     /* k_mv_q's staggered start: block i < wave waits (i % levels) *
      * stagger ns after pdl_wait (stagger 0: none) */
     int wave, stagger, levels;
+    /* k_vr_q with split rows: each part's sums ([tile][part][row][token])
+     * and per tile the parts done so far (0 between launches) */
+    float *vr_part;
+    unsigned *vr_done;
 } mv_job;
 
 /* The rows of this warp: per slot a matrix base and a row index; *mi is the
@@ -613,10 +617,15 @@ __global__ void __launch_bounds__(MMT_THREADS, MMT_MINB)
  * part with one accumulator per class, so a class's chain is one register's
  * chain; warp_sum's partners 16 .. VR_WARPS pair classes of one thread
  * (vr_tree over i), partners below pair warps (vr_tree over w, through
- * shared memory). A part's blocks stream through a cp.async pipeline of
- * VR_ST stages of half a 32-block chunk (16 blocks: lanes 0-15 or 16-31),
- * part by part, weights, codes and scales alike, so the weights are read
- * once per tile and the loads of three stages are in flight per CTA. The
+ * shared memory). A split row's SP parts go to SP CTAs of the tile
+ * (blockIdx.x = tile * SP + part: a short row of tiles alone would leave
+ * multiprocessors idle), each writing its part's sums to job.vr_part; the
+ * tile's last CTA to finish (job.vr_done) adds them in k_mv_q's order, so
+ * which CTA finishes last never shows in the bits. A part's blocks stream
+ * through a cp.async pipeline of VR_ST stages of half a 32-block chunk (16
+ * blocks: lanes 0-15 or 16-31), weights, codes and scales alike, so the
+ * weights are read once per tile and the loads of three stages are in
+ * flight per CTA. The
  * activations go through L1 (every CTA reads all of them: from L2 alone
  * they were a hot spot that halved the product's speed); tokens past nt
  * are never loaded, their columns never stored.
@@ -770,11 +779,15 @@ __device__ __forceinline__ void vr_stage(const uint8_t *st, int b0, int nb, floa
             const uint8_t *br = B + (nt * 8 + g) * G::B_STRIDE + lb * 32;
             const unsigned x0 = *(const unsigned *)(br + 4 * c), x1 = *(const unsigned *)(br + 16 + 4 * c);
             const float dx[2] = {Bs[(nt * 8 + 2 * c) * VR_BS_STRIDE + lb], Bs[(nt * 8 + 2 * c + 1) * VR_BS_STRIDE + lb]};
-            int r[4] = {0, 0, 0, 0};
+            /* the accumulator starts at the bits of 1.5 * 2^23, so the
+             * block sum r lands in the mantissa: (float)r is then one
+             * subtraction, exactly (|r| < 2^22), and no integer add runs
+             * per (row, token) */
+            int r[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
             mma_s8(r, a0, a1, a2, a3, x0, x1);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float f = __int_as_float(r[e] + 0x4B400000) - 12582912.0f; /* (float)r exactly: |r| < 2^22 */
+                const float f = __int_as_float(r[e]) - 12582912.0f;
                 float &a = acc[HALF * (VR_CPW / 2) + j][nt][e];
                 a = __fmaf_rn(__fmul_rn(dw[e >> 1], dx[e & 1]), f, a); /* k_mv_q's step */
             }
@@ -794,8 +807,10 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     constexpr int NTOK = G::NTOK;
     extern __shared__ __align__(16) uint8_t vr_sh[];
     float *red = (float *)(vr_sh + G::STAGE * VR_ST); /* [warp][row][token] */
-    /* this CTA's matrix and rows (selects, never job.m[runtime index]) */
-    int bid = blockIdx.x, mi = 0;
+    /* this CTA's tile, part, matrix and rows (selects, never
+     * job.m[runtime index]) */
+    const int tile = blockIdx.x / SP, part = blockIdx.x % SP;
+    int bid = tile, mi = 0;
     if (job.count > 1 && bid >= job.m[0].blocks) bid -= job.m[0].blocks, mi = 1;
     if (job.count > 2 && mi == 1 && bid >= job.m[1].blocks) bid -= job.m[1].blocks, mi = 2;
     const int M = mi == 0 ? job.m[0].M : mi == 1 ? job.m[1].M : job.m[2].M;
@@ -810,7 +825,7 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     const int nb = K / 32, tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const int w = (tid >> 5) % VR_WARPS, mt = tid / (VR_WARPS * 32); /* class owner, m16 tile */
     const vr_stream<SP> sm(nb);
-    const int nst = sm.begin[SP];
+    const int s0 = sm.first(part), s1 = sm.first(part + 1); /* this part's stages */
     float acc[VR_CPW][NTT][4];
 #pragma unroll
     for (int i = 0; i < VR_CPW; i++)
@@ -825,55 +840,73 @@ __global__ void __launch_bounds__(VR_THREADS, 4 / VR_MT)
     float tot[2] = {0, 0};
 #pragma unroll
     for (int s = 0; s < VR_ST - 1; s++) {
-        if (s < nst) {
+        if (s0 + s < s1) {
             int P, h, b0;
-            sm.at(s, P, h, b0);
+            sm.at(s0 + s, P, h, b0);
             vr_load<Q4, NTT>(vr_sh + s * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
     }
-    for (int s = 0; s < nst; s++) {
+    for (int s = s0; s < s1; s++) {
         cp_async_wait<VR_ST - 2>();
         __syncthreads(); /* stage s landed for all; stage s - 1 is read by nobody */
         const int nx = s + VR_ST - 1;
-        if (nx < nst) {
+        if (nx < s1) {
             int P, h, b0;
             sm.at(nx, P, h, b0);
-            vr_load<Q4, NTT>(vr_sh + (nx % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
+            vr_load<Q4, NTT>(vr_sh + ((nx - s0) % VR_ST) * G::STAGE, W, xq, xd, nb, K, nt, b0);
         }
         cp_async_commit();
         int P, h, b0;
         sm.at(s, P, h, b0);
-        const uint8_t *st = vr_sh + (s % VR_ST) * G::STAGE;
+        const uint8_t *st = vr_sh + ((s - s0) % VR_ST) * G::STAGE;
         if (h == 0) vr_stage<Q4, NTT, 0>(st, b0, nb, acc);
         else vr_stage<Q4, NTT, 1>(st, b0, nb, acc);
-        if (s + 1 == sm.first(P + 1)) { /* the part's last stage */
-#pragma unroll
-            for (int t = 0; t < NTT; t++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float v[VR_CPW];
-#pragma unroll
-                    for (int i = 0; i < VR_CPW; i++) v[i] = acc[i][t][e], acc[i][t][e] = 0;
-                    red[((mt * VR_WARPS + w) * 16 + g + 8 * (e >> 1)) * NTOK + t * 8 + 2 * c + (e & 1)] = vr_tree(v);
-                }
-            __syncthreads();
-            if (outs)
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    float v[VR_WARPS];
-#pragma unroll
-                    for (int q = 0; q < VR_WARPS; q++) v[q] = red[((omt * VR_WARPS + q) * 16 + orow + 8 * k) * NTOK + otok];
-                    const float part = vr_tree(v);
-                    tot[k] = P == 0 ? part : tot[k] + part;
-                }
-            /* red is written again only after the next part's first stage,
-             * behind the barrier at the top of the loop */
-        }
     }
     cp_async_wait<0>(); /* no copy may still target shared memory at exit */
+#pragma unroll
+    for (int t = 0; t < NTT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v[VR_CPW];
+#pragma unroll
+            for (int i = 0; i < VR_CPW; i++) v[i] = acc[i][t][e];
+            red[((mt * VR_WARPS + w) * 16 + g + 8 * (e >> 1)) * NTOK + t * 8 + 2 * c + (e & 1)] = vr_tree(v);
+        }
+    __syncthreads();
+    if (outs)
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            float v[VR_WARPS];
+#pragma unroll
+            for (int q = 0; q < VR_WARPS; q++) v[q] = red[((omt * VR_WARPS + q) * 16 + orow + 8 * k) * NTOK + otok];
+            tot[k] = vr_tree(v);
+        }
+    if (SP > 1) {
+        /* slot of (row 16 omt + orow + 8 k, token otok) in this tile's part */
+        float *pt = job.vr_part + (size_t)tile * SP * VR_ROWS * NTOK;
+        const int slot = (16 * omt + orow) * NTOK + otok;
+        if (outs) pt[part * VR_ROWS * NTOK + slot] = tot[0], pt[part * VR_ROWS * NTOK + slot + 8 * NTOK] = tot[1];
+        __threadfence(); /* the sums are visible before the count says so */
+        __syncthreads();
+        __shared__ int last;
+        if (tid == 0) {
+            last = atomicAdd(job.vr_done + tile, 1u) == (unsigned)(SP - 1);
+            if (last) job.vr_done[tile] = 0; /* every part has counted: ready for the next launch */
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence(); /* the other parts' sums, written before their counts */
+        if (outs)
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                float v = __ldcg(pt + slot + 8 * NTOK * k); /* k_mv_q's order: (p0 + p1) + p2 ... */
+#pragma unroll
+                for (int p = 1; p < SP; p++) v = v + __ldcg(pt + p * VR_ROWS * NTOK + slot + 8 * NTOK * k);
+                tot[k] = v + 0.0f; /* k_mv_q's closing warp_sum with zeros */
+            }
+    }
     if (!outs || otok >= nt) return;
-    if (SP > 1) tot[0] = tot[0] + 0.0f, tot[1] = tot[1] + 0.0f; /* k_mv_q's closing warp_sum with zeros */
     if (job.pair) {
         const int row = r0 + 8 * omt + orow;
         if (row < M) out[(size_t)otok * M + row] = gelu_tanh_f(tot[0]) * tot[1];
@@ -1470,7 +1503,17 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                 vgrid += (unsigned)job.m[i].blocks;
             }
             const int ntt = n > 8 ? 2 : 1, q4 = fmt == DW_Q4_0;
-            launch(c, vr_q[q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid, VR_THREADS, vr_smem(q4, ntt), job,
+            if (sp > 1) {
+                const size_t cap0 = c->vr_done.cap;
+                if (grow(c, &c->vr_part, (size_t)vgrid * sp * VR_ROWS * 8 * ntt * sizeof(float)) ||
+                    grow(c, &c->vr_done, (size_t)vgrid * sizeof(unsigned)))
+                    return;
+                /* a new count buffer starts at zero; launches leave it so */
+                if (c->vr_done.cap != cap0 && CK(c, cudaMemsetAsync(c->vr_done.p, 0, c->vr_done.cap, c->st))) return;
+                job.vr_part = (float *)c->vr_part.p;
+                job.vr_done = (unsigned *)c->vr_done.p;
+            }
+            launch(c, vr_q[q4][ntt - 1][sp == 4 ? 2 : sp == 2 ? 1 : 0], vgrid * (unsigned)sp, VR_THREADS, vr_smem(q4, ntt), job,
                    (const int8_t *)c->xq.p, (const float *)c->xd.p, K, n);
             LAUNCHED(c, label);
             goto quantized_done;
