@@ -50,6 +50,10 @@ tensor make_tensor(uint32_t type, int64_t cols, int64_t rows) {
                 uint16_t d = quant_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
                 if (type == QT_Q6_K) memcpy(blk + ts - 2, &d, 2); /* d is the block's last field */
                 else memcpy(blk, &d, 2);
+                if (type == QT_Q4_K || type == QT_Q5_K) { /* dmin follows d */
+                    const uint16_t dm = quant_f32_to_f16(0.005f + 0.01f * fabsf(frand()));
+                    memcpy(blk + 2, &dm, 2);
+                }
             }
         }
         quant_dequant_row(type, row, x.deq + cols * r, cols);
@@ -71,11 +75,15 @@ tensor make_tensor(uint32_t type, int64_t cols, int64_t rows) {
  * bound of 8-bit activation codes, sum over 32-value blocks of
  * sum |w| max |x| / 254 (with a 1e-4 margin for its own rounding). */
 double row_mag(const tensor *W, const float *x, int64_t K, int i, int64_t o, double *bound8) {
+    return row_mag_blocks(W, x, K, i, o, 32, bound8);
+}
+
+double row_mag_blocks(const tensor *W, const float *x, int64_t K, int i, int64_t o, int bs, double *bound8) {
     double mag = 0, bound = 0;
-    for (int64_t b = 0; b < K / 32; b++) {
+    for (int64_t b = 0; b < K / bs; b++) {
         double sw = 0, amax = 0;
-        for (int k = 0; k < 32; k++) {
-            const double wv = W->deq[o * K + b * 32 + k], xv = x[(size_t)i * K + b * 32 + k];
+        for (int k = 0; k < bs; k++) {
+            const double wv = W->deq[o * K + b * bs + k], xv = x[(size_t)i * K + b * bs + k];
             mag += fabs(wv * xv);
             sw += fabs(wv);
             amax = fmax(amax, fabs(xv));

@@ -55,6 +55,9 @@ tensor make_tensor(uint32_t type, int64_t cols, int64_t rows);
 void free_tensor(tensor *x);
 /* sum |w x| of row o of W times token i of x; *bound8: the 8-bit codes' bound */
 double row_mag(const tensor *W, const float *x, int64_t K, int i, int64_t o, double *bound8);
+/* row_mag with the activation-rounding bound of bs-value blocks (256: the
+ * k-quants' activation codes) */
+double row_mag_blocks(const tensor *W, const float *x, int64_t K, int i, int64_t o, int bs, double *bound8);
 
 float *rand_vec(size_t n, float scale);
 be_buf *put(backend *b, const float *v, size_t n); /* v, or NaN poison when v is NULL */

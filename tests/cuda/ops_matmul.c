@@ -11,8 +11,8 @@
  * from gu (GEM_CUDA_MV_SPLIT=0): the fused pair never splits a row, the
  * default's one-token products of K >= 8192 do (another order). */
 static void test_fused_matmul(backend *gu) {
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16};
-    for (size_t t = 0; t < 3; t++)
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_F16, QT_Q4_K, QT_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int n = 1; n <= 9; n += 8)
         for (int64_t K = 1024; K <= 16384; K *= 16) { /* 16384: long rows */
             tensor A = make_tensor(types[t], K, 300), B = make_tensor(types[t], K, 64), C = make_tensor(types[t], K, 300);
@@ -118,18 +118,21 @@ static void test_matmul_stagger(backend *g0, backend *gl) {
 }
 
 static void test_matmul(void) {
-    const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q6_K};
+    const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q5_K, QT_Q6_K};
     /* 70 and 300: prefill tiles (tensor cores unless GEM_CUDA_MMA=0) over
      * one and three token tiles of the staged kernel, two and five of the
-     * direct one */
+     * direct one; k-quants: 16-token launches, the last one partial */
     const int ns[] = {1, 3, 8, 13, 70, 300};
     /* K = 16384: long matrix-vector rows (decode sizes only); 1536 (48 blocks) takes the staged tensor-core kernel, 1568 (49,
-     * not a multiple of its 4-block stage) the direct one; q6_k rows need a
-     * multiple of 256 */
-    const int64_t Ks[] = {16384, 1536, 1568};
+     * not a multiple of its 4-block stage) the direct one; k-quant rows
+     * need a multiple of 256: 1536 (6 super-blocks, fewer than a warp's 8
+     * slots) and 5376 (21: the 31B's width, a last round of 5) */
+    const int64_t Ks[] = {16384, 1536, 1568}, Kk[] = {16384, 1536, 5376};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-    for (size_t ki = 0; ki < (types[t] == QT_Q8_0 || types[t] == QT_Q4_0 ? 3u : 2u); ki++) {
-        const int64_t K = Ks[ki], M = 333; /* M odd: a warp's second row runs off the end */
+    for (size_t ki = 0; ki < (types[t] == QT_Q8_0 || types[t] == QT_Q4_0 || quant_block_size(types[t]) == 256 ? 3u : 2u);
+         ki++) {
+        const int kq = quant_block_size(types[t]) == 256;
+        const int64_t K = kq ? Kk[ki] : Ks[ki], M = 333; /* M odd: a warp's second row runs off the end */
         tensor W = make_tensor(types[t], K, M);
         gem_err err;
         be_weight *wr = cpu_ref->weight(cpu_ref, &W.t, &err), *wf = cpu_fast->weight(cpu_fast, &W.t, &err),
@@ -151,7 +154,7 @@ static void test_matmul(void) {
             for (int i = 0; i < n && ok; i++)
                 for (int64_t o = 0; o < M && ok; o++) {
                     double bound;
-                    const double mag = row_mag(&W, x, K, i, o, &bound);
+                    const double mag = row_mag_blocks(&W, x, K, i, o, kq ? 256 : 32, &bound);
                     const double got = a[(size_t)i * M + o], ref = r[(size_t)i * M + o], fast = f[(size_t)i * M + o];
                     const int quant8 = types[t] == QT_Q8_0 || types[t] == QT_Q4_0;
                     /* prefill tiles with K a multiple of 128 run k_mm_h: f16
@@ -159,11 +162,10 @@ static void test_matmul(void) {
                      * per product) instead of 8-bit activation codes; tiles
                      * up to BE_EXACT_ROWS stay on the one-token kernels */
                     const int f16 = quant8 && n > BE_EXACT_ROWS && mma_on() && (K / 32) % 4 == 0;
-                    const int int8 = quant8 && !f16;
-                    const double tol_ref = f16    ? (1.0 / 1024 + 1e-5) * mag * 1.0001
-                                           : int8 ? bound + 1e-5 * mag
-                                           : types[t] == QT_Q6_K ? 1e-3 * mag
-                                                                 : 1e-5 * mag;
+                    /* k-quants: 8-bit codes per 256 activations, the CPU
+                     * fast path's, so it differs in f32 order alone */
+                    const int int8 = (quant8 && !f16) || kq;
+                    const double tol_ref = f16 ? (1.0 / 1024 + 1e-5) * mag * 1.0001 : int8 ? bound + 1e-5 * mag : 1e-5 * mag;
                     if (!(fabs(got - ref) <= tol_ref + 1e-6)) {
                         fprintf(stderr, "matmul %s n=%d row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
                                 quant_type_name(types[t]), n, (long long)o, i, got, ref, tol_ref);

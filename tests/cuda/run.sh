@@ -111,9 +111,15 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     for spec in "tiny q8_0 1 int8" "tiny q4_0 2 int8" "tiny q4_0 2 int8 kv-f16" "tiny f32 3 strict" \
                 "tiny f32 3 int8 kv-f16" "tiny f32 3 int8 kv-f16-full" "tiny f16 4 strict" "1b f32 5 strict" \
                 "1b f32 5 int8 kv-f16" "1b f32 5 int8 kv-f16-full" \
-                "1b q4_0 6 int8" "1b q4_0 6 int8 kv-f16 tbt-agree=80 cpu-agree=80"; do
+                "1b q4_0 6 int8" "1b q4_0 6 int8 kv-f16 tbt-agree=80 cpu-agree=80" "tiny q4_k_m 7 int8" \
+                "1b q4_k_m 8 int8"; do
         set -- $spec
-        [ "$made" = "$1 $2 $3" ] || ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null
+        # k-quant mixes (cuda_matmul_k.cu): quantized from an f32 file as users get them
+        case "$2" in
+        q*_k*) [ "$made" = "$1 $2 $3" ] || { ./gem synth --profile "gemma4-$1" --type f32 --seed "$3" -o "$tmp/f.gguf" >/dev/null &&
+                   ./gem quantize "$tmp/f.gguf" "$tmp/m.gguf" --type "$2" >/dev/null; rm -f "$tmp/f.gguf"; } ;;
+        *) [ "$made" = "$1 $2 $3" ] || ./gem synth --profile "gemma4-$1" --type "$2" --seed "$3" -o "$tmp/m.gguf" >/dev/null ;;
+        esac
         made="$1 $2 $3"
         if [ "$1" = 1b ]; then len=300; else len=100; fi # both over three sliding windows
         run_model "cuda_model $1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/m.gguf" $len 128 "$4" \
@@ -127,9 +133,13 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # f32 file under the strict criteria, prompts over two 64-token chunks,
     # and a q8_0 file under the int8 ones (qwen35-small: the tiny profile's
     # 64-wide attention heads are not CUDA's, and cuda is refused for it)
-    for spec in "small f32 1 strict" "small q8_0 2 int8"; do
+    for spec in "small f32 1 strict" "small q8_0 2 int8" "small q4_k_m 3 int8"; do
         set -- $spec
-        ./gem synth --profile "qwen35-$1" --type "$2" --seed "$3" -o "$tmp/q.gguf" >/dev/null
+        case "$2" in
+        q*_k*) ./gem synth --profile "qwen35-$1" --type f32 --seed "$3" -o "$tmp/f.gguf" >/dev/null &&
+                   ./gem quantize "$tmp/f.gguf" "$tmp/q.gguf" --type "$2" >/dev/null; rm -f "$tmp/f.gguf" ;;
+        *) ./gem synth --profile "qwen35-$1" --type "$2" --seed "$3" -o "$tmp/q.gguf" >/dev/null ;;
+        esac
         run_model "cuda_model qwen35-$1 $2" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/q.gguf" 150 64 "$4"
     done
     rm -f "$tmp/q.gguf"

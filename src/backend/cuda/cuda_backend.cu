@@ -144,6 +144,34 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
                 w->hexp = ldexpf(1.0f, we);
             }
         }
+    } else if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && w->ne0 % 256 == 0) {
+        /* k-quant blocks as stored (cuda_matmul_k.cu) */
+        w->fmt = t->type == QT_Q4_K ? DW_Q4_K : DW_Q5_K;
+        what = "cudaMalloc";
+        if ((e = cudaMalloc(&w->q, t->n_bytes)) == cudaSuccess) {
+            what = "cudaMemcpy";
+            e = cudaMemcpy(w->q, t->data, t->n_bytes, cudaMemcpyHostToDevice);
+        }
+    } else if (t->type == QT_Q6_K && w->ne0 % 256 == 0) {
+        /* 208-byte blocks and their scales apart (cuda_matmul_k.cu) */
+        w->fmt = DW_Q6_K;
+        const int64_t nblk = n / 256;
+        what = "cudaMalloc";
+        if ((e = cudaMalloc(&w->q, (size_t)nblk * 208)) == cudaSuccess &&
+            (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
+            if (stage_grow(c, STAGE_BYTES)) e = cudaErrorMemoryAllocation;
+            const int64_t per = (int64_t)(STAGE_BYTES / 210);
+            for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
+                const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
+                what = "cudaMemcpy";
+                e = cudaMemcpy(c->stage, (const uint8_t *)t->data + b0 * 210, (size_t)(nb * 210), cudaMemcpyHostToDevice);
+                if (e != cudaSuccess) break;
+                what = "repack";
+                k_repack_q6_k<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb, (uint8_t *)w->q + b0 * 208,
+                                                                     w->d + b0);
+                if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
+            }
+        }
     } else if (quant_type_supported(t->type)) {
         /* expanded to f16 row by row on the host */
         w->fmt = DW_F16;
@@ -194,8 +222,9 @@ static uint64_t cu_pages(uint64_t n) {
 }
 
 /* What cu_weight allocates for t, as the device counts it (cu_pages):
- * f32/f16/bf16 as stored; q8_0/q4_0 as codes plus f16 scales (the file's
- * bytes split in two allocations); other types expanded to f16. */
+ * f32/f16/bf16, q4_k and q5_k as stored; q8_0/q4_0 as codes plus f16
+ * scales (the file's bytes split in two allocations), q6_k as 208-byte
+ * blocks plus their f16 scales; other types expanded to f16. */
 static uint64_t cu_weight_bytes(backend *b, const gguf_tensor *t) {
     (void)b;
     if (t->type == QT_F32 || t->type == QT_F16 || t->type == QT_BF16) return cu_pages(t->n_bytes);
@@ -203,6 +232,9 @@ static uint64_t cu_weight_bytes(backend *b, const gguf_tensor *t) {
         const uint64_t nblk = t->n_elems / 32;
         return cu_pages(nblk * (t->type == QT_Q8_0 ? 32 : 16)) + cu_pages(nblk * sizeof(__half));
     }
+    if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && t->ne[0] % 256 == 0) return cu_pages(t->n_bytes);
+    if (t->type == QT_Q6_K && t->ne[0] % 256 == 0)
+        return cu_pages(t->n_elems / 256 * 208) + cu_pages(t->n_elems / 256 * sizeof(__half));
     return cu_pages(t->n_elems * sizeof(__half));
 }
 
@@ -506,7 +538,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
-                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done};
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done, &c->xkq, &c->xkd, &c->xks};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);

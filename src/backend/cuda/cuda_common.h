@@ -64,7 +64,7 @@ extern "C" {
 #include "quant/quant.h"
 }
 
-enum { DW_F32, DW_F16, DW_BF16, DW_Q8_0, DW_Q4_0 };
+enum { DW_F32, DW_F16, DW_BF16, DW_Q8_0, DW_Q4_0, DW_Q4_K, DW_Q5_K, DW_Q6_K };
 
 struct be_buf {
     float *d;
@@ -149,6 +149,8 @@ typedef struct {
     unsigned *dmax;         /* device: the largest |scale| bits of the weight being uploaded */
     scratch xh, xhinv;      /* f16 activations of k_mm_h and their per-token 2^-ea */
     scratch vr_part, vr_done; /* k_vr_q's split-row part sums and per-tile counts (zero between launches) */
+    scratch xkq, xkd, xks;    /* k-quant activations: codes, scales per 256, sums per 16 (cuda_matmul_k.cu) */
+    act_cache xk_of;          /* the buffer whose codes xkq/xkd/xks hold */
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* op timing (op_timing, or GEM_CUDA_PROFILE=1 for the whole run,
@@ -267,12 +269,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_VR_Q, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_VR_Q, CT_MV_K, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,vr_q"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,vr_q,mv_k"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;

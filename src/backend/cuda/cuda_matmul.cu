@@ -1416,6 +1416,10 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
 static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
                    int pair) {
     const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
+    if (kq_format(fmt)) {
+        kq_run(c, count, W, x, n, outs, pair);
+        return;
+    }
     char label[64] = "matmul";
     if (c->profile)
         snprintf(label, sizeof label, "matmul%s x%d %s %dx%d n%d", pair ? "+geglu" : "", count,

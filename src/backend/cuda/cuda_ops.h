@@ -45,6 +45,13 @@ void cu_qkv_norm_rope(backend *b, be_buf *q, const be_weight *qw, be_buf *k, con
                       int v_from_k, int n, int n_head, int n_kv_head, int d, float eps, int pos0, float base,
                       const be_weight *ff);
 
+/* cuda_matmul_k.cu: products of k-quant weights (q4_k, q5_k, q6_k in
+ * their own blocks) for any token count, and q6_k's load-time repacking */
+int kq_format(int fmt);
+void kq_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
+            int pair);
+__global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d);
+
 /* cuda_matmul.cu: matmul, matmul_multi, matmul_geglu */
 void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
 void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *out);

@@ -1,0 +1,363 @@
+/* CUDA products of k-quant weights (q4_k, q5_k, q6_k) kept in their own
+ * blocks on the device, for every token count: one-token decode steps,
+ * row-exact tiles and, in launches of KQ_MAXT tokens, prefill tiles.
+ *
+ * Storage (cu_weight): q4_k and q5_k blocks as the file has them (144 and
+ * 176 bytes: 16-byte aligned rows of 256-value super-blocks); q6_k blocks
+ * without their trailing f16 scale (208 bytes: ql, qh, scales) and the
+ * scales apart (d[]), since 210-byte blocks would leave every other block
+ * unaligned.
+ *
+ * Arithmetic: the CPU's canonical k-quant sum (backend/cpu/kernels.h).
+ * Activations are quantized per 256 values exactly as the CPU does it
+ * (scale max|x| / 127, codes rounded to nearest even, a sum per 16 codes),
+ * so the integer sums S (and M, the mins' term) of every super-block equal
+ * the CPU's; per super-block the same fused multiply-adds
+ *     acc = fma((float)S, d * dx, acc); acc = fma(-(float)M, dmin * dx, acc)
+ * (q6_k: the first only) run on one chain per super-block slot of a warp,
+ * and only the order in which the chains meet differs from the CPU's
+ * sequential sum. A token's arithmetic never depends on the other tokens
+ * of a launch, so a tile's rows are bitwise its one-token products
+ * (rows_exact, backend.h).
+ *
+ * Work split: a warp owns KQ_ROWS rows (pair mode: row R of the gate and
+ * of the up matrix, written as gelu_tanh(gate) * up); lane 4s + c takes
+ * quarter c (64 values) of super-blocks s, s + 8, s + 16, ...; the four
+ * quarters' integer sums meet by shuffles (exact), then each lane of the
+ * slot holds the whole S and M. */
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ops.h"
+
+#define KQ_WARPS 4 /* warps per block */
+#define KQ_ROWS 2  /* rows per warp: each activation load serves both */
+#define KQ_UNROLL 2 /* super-block rounds loaded before the first use */
+#define KQ_MAXT BE_EXACT_ROWS /* tokens per launch: a row-exact tile in one */
+
+/* Bytes per block as stored on the device (q6_k: without its scale). */
+__host__ __device__ constexpr int kq_block_bytes(int fmt) {
+    return fmt == DW_Q4_K ? 144 : fmt == DW_Q5_K ? 176 : 208;
+}
+
+/* ---- activations: 8-bit codes per 256 values (the CPU's act_q8k) ---- */
+
+/* One warp per 256-value block: lane L holds values 8L .. 8L + 7. */
+__global__ void k_quantize_act_k(const float *x, int64_t nblk, int8_t *q, float *d, int *s16) {
+    CU_TRACE(CT_QUANTIZE_ACT);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (blk >= nblk) return;
+    const float4 a = ((const float4 *)(x + blk * 256))[2 * lane], b = ((const float4 *)(x + blk * 256))[2 * lane + 1];
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    amax = warp_max(amax); /* max is exact in any order */
+    const float id = amax > 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int sum = 0;
+    unsigned packed[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float t = __fmul_rn(v[i], id);
+        /* the CPU's rounding (to nearest even) and its -128 for NaN */
+        const int c = t == t ? __float2int_rn(fminf(fmaxf(t, -128.0f), 127.0f)) : -128;
+        sum += c;
+        packed[i >> 2] |= (unsigned)(c & 0xFF) << (8 * (i & 3));
+    }
+    ((uint2 *)(q + blk * 256))[lane] = make_uint2(packed[0], packed[1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* lanes 2g, 2g + 1: codes 16g .. 16g + 15 */
+    if (!(lane & 1)) s16[blk * 16 + (lane >> 1)] = sum;
+    if (lane == 0) d[blk] = __fdiv_rn(amax, 127.0f);
+}
+
+/* ---- the product ---- */
+
+typedef struct {
+    const void *q[3];
+    const __half *d[3]; /* q6_k's scales; NULL otherwise */
+    float *out[3];
+    int M[3];
+    int blocks[3]; /* thread blocks dealt to each matrix */
+    int count, pair;
+} kq_job;
+
+/* One lane's quarter of one super-block of one row, as loaded. */
+struct kq_w {
+    uint4 a, b;   /* q4_k/q5_k: qs bytes 32c .. 32c + 31; q6_k: ql bytes 64n + 32j .. + 31 */
+    uint4 h0, h1; /* q5_k: qh (all 32 bytes); q6_k: qh bytes 32n .. 32n + 31 */
+    uint4 hdr;    /* q4_k/q5_k: d, dmin, scales[12]; q6_k: the 16 int8 scales */
+    float d, dmin;
+};
+
+template <int FMT>
+__device__ __forceinline__ void kq_load(kq_w &w, const uint8_t *blk, const __half *d6, int c) {
+    if (FMT == DW_Q6_K) {
+        const int n = c >> 1, j = c & 1;
+        w.a = __ldg((const uint4 *)(blk + 64 * n + 32 * j));
+        w.b = __ldg((const uint4 *)(blk + 64 * n + 32 * j + 16));
+        w.h0 = __ldg((const uint4 *)(blk + 128 + 32 * n));
+        w.h1 = __ldg((const uint4 *)(blk + 128 + 32 * n + 16));
+        w.hdr = __ldg((const uint4 *)(blk + 192));
+        w.d = __half2float(*d6);
+        w.dmin = 0;
+    } else {
+        const int qs = FMT == DW_Q5_K ? 48 : 16;
+        w.hdr = __ldg((const uint4 *)blk);
+        w.a = __ldg((const uint4 *)(blk + qs + 32 * c));
+        w.b = __ldg((const uint4 *)(blk + qs + 32 * c + 16));
+        if (FMT == DW_Q5_K) {
+            w.h0 = __ldg((const uint4 *)(blk + 16));
+            w.h1 = __ldg((const uint4 *)(blk + 32));
+        }
+        __half2 dd = *(const __half2 *)&w.hdr.x;
+        w.d = __low2float(dd);
+        w.dmin = __high2float(dd);
+    }
+}
+
+/* byte i (run-time, 0..15) of a 16-byte group */
+__device__ __forceinline__ unsigned kq_byte(const uint4 &v, int i) {
+    const unsigned w = (i >> 2) == 0 ? v.x : (i >> 2) == 1 ? v.y : (i >> 2) == 2 ? v.z : v.w;
+    return (w >> (8 * (i & 3))) & 0xFFu;
+}
+
+/* q4_k/q5_k: the 6-bit scale and min of sub-block j (scales at hdr bytes
+ * 4 .. 15), the file's packing */
+__device__ __forceinline__ void kq_scale_min(const uint4 &hdr, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = (int)(kq_byte(hdr, 4 + j) & 63);
+        m = (int)(kq_byte(hdr, 8 + j) & 63);
+    } else {
+        sc = (int)((kq_byte(hdr, 8 + j) & 15) | ((kq_byte(hdr, j) >> 6) << 4));
+        m = (int)((kq_byte(hdr, 8 + j) >> 4) | ((kq_byte(hdr, 4 + j) >> 6) << 4));
+    }
+}
+
+/* This lane's integer sums of one super-block against one token's codes:
+ * S (scaled code products) and M (mins against code sums). a: the 32
+ * values' codes this quarter meets (q4_k/q5_k: 64c .. 64c + 63; q6_k: runs
+ * at 128n + 32j and 128n + 32j + 64), s: the four 16-code sums. */
+template <int FMT>
+__device__ __forceinline__ void kq_sums(const kq_w &w, const int (&a)[16], const int4 &s, int c, int &S, int &M) {
+    const unsigned q[8] = {w.a.x, w.a.y, w.a.z, w.a.w, w.b.x, w.b.y, w.b.z, w.b.w};
+    int lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0; /* per 16 values: q6_k scales apply per 16 */
+    if (FMT == DW_Q6_K) {
+        const int j = c & 1;
+        const unsigned h[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const unsigned vlo = (q[i] & 0x0F0F0F0Fu) | (((h[i] >> (2 * j)) & 0x03030303u) << 4);
+            const unsigned vhi = ((q[i] >> 4) & 0x0F0F0F0Fu) | (((h[i] >> (2 * j + 4)) & 0x03030303u) << 4);
+            if (i < 4) lo0 = __dp4a((int)vlo, a[i], lo0), hi0 = __dp4a((int)vhi, a[8 + i], hi0);
+            else lo1 = __dp4a((int)vlo, a[i], lo1), hi1 = __dp4a((int)vhi, a[8 + i], hi1);
+        }
+        /* codes minus 32: each 16-value group's code sum times 32 comes off */
+        const int n = c >> 1, g = 8 * n + 2 * j;
+        const int sc0 = (int)(signed char)kq_byte(w.hdr, g), sc1 = (int)(signed char)kq_byte(w.hdr, g + 1);
+        const int sc2 = (int)(signed char)kq_byte(w.hdr, g + 4), sc3 = (int)(signed char)kq_byte(w.hdr, g + 5);
+        S = sc0 * (lo0 - 32 * s.x) + sc1 * (lo1 - 32 * s.y) + sc2 * (hi0 - 32 * s.z) + sc3 * (hi1 - 32 * s.w);
+        M = 0;
+    } else {
+        unsigned hb[8];
+        if (FMT == DW_Q5_K) {
+            const unsigned h[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) hb[i] = h[i] >> (2 * c);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned vlo = q[i] & 0x0F0F0F0Fu, vhi = (q[i] >> 4) & 0x0F0F0F0Fu;
+            if (FMT == DW_Q5_K) vlo |= (hb[i] & 0x01010101u) << 4, vhi |= ((hb[i] >> 1) & 0x01010101u) << 4;
+            lo0 = __dp4a((int)vlo, a[i], lo0);
+            hi0 = __dp4a((int)vhi, a[8 + i], hi0);
+        }
+        int sc0, m0, sc1, m1;
+        kq_scale_min(w.hdr, 2 * c, sc0, m0);
+        kq_scale_min(w.hdr, 2 * c + 1, sc1, m1);
+        S = sc0 * lo0 + sc1 * hi0;
+        M = m0 * (s.x + s.y) + m1 * (s.z + s.w);
+    }
+}
+
+/* NT: tokens this instance can take (nt <= NT run); every token's
+ * arithmetic is the same whatever NT and nt are. */
+template <int FMT, int NT>
+__global__ void __launch_bounds__(KQ_WARPS * 32)
+    k_mv_k(kq_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K,
+           int nt) {
+    CU_TRACE(CT_MV_K);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    int bid = blockIdx.x, mi = 0;
+    if (job.count > 1 && bid >= job.blocks[0]) bid -= job.blocks[0], mi = 1;
+    if (job.count > 2 && mi == 1 && bid >= job.blocks[1]) bid -= job.blocks[1], mi = 2;
+    const int M = mi == 0 ? job.M[0] : mi == 1 ? job.M[1] : job.M[2];
+    float *out = mi == 0 ? job.out[0] : mi == 1 ? job.out[1] : job.out[2];
+    const int warp = bid * KQ_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31, c = lane & 3, slot = lane >> 2;
+    const int row0 = job.pair ? warp : warp * KQ_ROWS;
+    if (row0 >= M) return;
+    const uint8_t *wq[KQ_ROWS];
+    const __half *wd[KQ_ROWS];
+#pragma unroll
+    for (int k = 0; k < KQ_ROWS; k++) {
+        const int mk = job.pair ? k : mi;
+        const int row = job.pair ? row0 : min(row0 + k, M - 1);
+        const int nsb = K / 256;
+        wq[k] = (const uint8_t *)(mk == 0 ? job.q[0] : mk == 1 ? job.q[1] : job.q[2]) +
+                (size_t)row * nsb * kq_block_bytes(FMT);
+        wd[k] = FMT == DW_Q6_K ? (mk == 0 ? job.d[0] : mk == 1 ? job.d[1] : job.d[2]) + (size_t)row * nsb : NULL;
+    }
+    const int nsb = K / 256;
+    float acc[KQ_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < KQ_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0;
+    /* this lane's code offsets within a super-block: q6_k's two runs of 32 */
+    const int a0 = FMT == DW_Q6_K ? 128 * (c >> 1) + 32 * (c & 1) : 64 * c, a1 = FMT == DW_Q6_K ? a0 + 64 : a0 + 32;
+    const int g0 = a0 / 16, g1 = a1 / 16; /* their 16-code sums: g0, g0 + 1, g1, g1 + 1 */
+    /* the loop is the same for the whole warp (its shuffles need every
+     * lane); slots past the row's end add nothing */
+    for (int b0 = slot; b0 - slot < nsb; b0 += 8 * KQ_UNROLL) {
+        kq_w w[KQ_UNROLL][KQ_ROWS];
+#pragma unroll
+        for (int u = 0; u < KQ_UNROLL; u++) {
+            const int b = b0 + 8 * u;
+#pragma unroll
+            for (int k = 0; k < KQ_ROWS; k++)
+                if (b < nsb) kq_load<FMT>(w[u][k], wq[k] + (size_t)b * kq_block_bytes(FMT), FMT == DW_Q6_K ? wd[k] + b : NULL, c);
+        }
+#pragma unroll
+        for (int u = 0; u < KQ_UNROLL; u++) {
+            const int b = b0 + 8 * u;
+            /* the same for the 4 lanes of a slot, which shuffle together */
+            const bool live = b < nsb;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                int a[16];
+                int4 s = make_int4(0, 0, 0, 0);
+                float dx = 0;
+                if (live) {
+                    const int8_t *xb = xq + (size_t)t * K + (size_t)b * 256;
+                    const int4 v0 = __ldg((const int4 *)(xb + a0)), v1 = __ldg((const int4 *)(xb + a0 + 16));
+                    const int4 v2 = __ldg((const int4 *)(xb + a1)), v3 = __ldg((const int4 *)(xb + a1 + 16));
+                    a[0] = v0.x, a[1] = v0.y, a[2] = v0.z, a[3] = v0.w, a[4] = v1.x, a[5] = v1.y, a[6] = v1.z, a[7] = v1.w;
+                    a[8] = v2.x, a[9] = v2.y, a[10] = v2.z, a[11] = v2.w, a[12] = v3.x, a[13] = v3.y, a[14] = v3.z,
+                    a[15] = v3.w;
+                    const int *sb = xs + ((size_t)t * nsb + b) * 16;
+                    s = make_int4(__ldg(sb + g0), __ldg(sb + g0 + 1), __ldg(sb + g1), __ldg(sb + g1 + 1));
+                    dx = __ldg(xd + (size_t)t * nsb + b);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 16; i++) a[i] = 0;
+                }
+#pragma unroll
+                for (int k = 0; k < KQ_ROWS; k++) {
+                    int S = 0, Mn = 0;
+                    if (live) kq_sums<FMT>(w[u][k], a, s, c, S, Mn);
+                    /* the quarters meet: exact integer sums, all 4 lanes hold them */
+                    S += __shfl_xor_sync(0xffffffffu, S, 1);
+                    S += __shfl_xor_sync(0xffffffffu, S, 2);
+                    if (FMT != DW_Q6_K) {
+                        Mn += __shfl_xor_sync(0xffffffffu, Mn, 1);
+                        Mn += __shfl_xor_sync(0xffffffffu, Mn, 2);
+                    }
+                    if (live) {
+                        float v = __fmaf_rn((float)S, __fmul_rn(w[u][k].d, dx), acc[k][t]);
+                        if (FMT != DW_Q6_K) v = __fmaf_rn(-(float)Mn, __fmul_rn(w[u][k].dmin, dx), v);
+                        acc[k][t] = v;
+                    }
+                }
+            }
+        }
+    }
+    /* the 8 slots' chains meet (lanes of one c hold the same values) */
+#pragma unroll
+    for (int k = 0; k < KQ_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = acc[k][t];
+#pragma unroll
+            for (int o = 16; o >= 4; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[k][t] = v;
+        }
+    if (lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= nt) break;
+        if (job.pair) {
+            out[(size_t)t * M + row0] = gelu_tanh_f(acc[0][t]) * acc[1][t];
+        } else {
+#pragma unroll
+            for (int k = 0; k < KQ_ROWS; k++)
+                if (row0 + k < M) out[(size_t)t * M + row0 + k] = acc[k][t];
+        }
+    }
+}
+
+typedef void (*kq_fn)(kq_job, const int8_t *, const float *, const int *, int, int);
+#define KQ_TABLE(F) {k_mv_k<F, 1>, k_mv_k<F, 2>, k_mv_k<F, 4>, k_mv_k<F, 8>, k_mv_k<F, KQ_MAXT>}
+static const kq_fn kq_tab[3][5] = {KQ_TABLE(DW_Q4_K), KQ_TABLE(DW_Q5_K), KQ_TABLE(DW_Q6_K)};
+
+int kq_format(int fmt) { return fmt == DW_Q4_K || fmt == DW_Q5_K || fmt == DW_Q6_K; }
+
+void kq_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
+            int pair) {
+    const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
+    char label[64] = "matmul";
+    if (c->profile)
+        snprintf(label, sizeof label, "matmul%s x%d %s %dx%d n%d", pair ? "+geglu" : "", count,
+                 fmt == DW_Q4_K ? "q4_k" : fmt == DW_Q5_K ? "q5_k" : "q6_k", (int)W[0]->ne1, K, n);
+    const size_t nblk = (size_t)n * (size_t)(K / 256);
+    if (!act_cache_holds(c, &c->xk_of, x->d, n, K)) {
+        if (grow(c, &c->xkq, nblk * 256) || grow(c, &c->xkd, nblk * sizeof(float)) ||
+            grow(c, &c->xks, nblk * 16 * sizeof(int)))
+            return;
+        launch(c, k_quantize_act_k, blocks_for(nblk * 32, 256), 256, 0, x->d, (int64_t)nblk, (int8_t *)c->xkq.p,
+               (float *)c->xkd.p, (int *)c->xks.p);
+        LAUNCHED(c, "quantize activations (k-quants)");
+    }
+    kq_job job;
+    memset(&job, 0, sizeof job);
+    job.count = pair ? 1 : count;
+    job.pair = pair;
+    unsigned grid = 0;
+    for (int i = 0; i < (pair ? 2 : count); i++) {
+        job.q[i] = W[i]->q;
+        job.d[i] = W[i]->d;
+        job.M[i] = (int)W[i]->ne1;
+    }
+    for (int i = 0; i < job.count; i++) {
+        job.blocks[i] = (int)blocks_for((size_t)job.M[i], pair ? KQ_WARPS : KQ_WARPS * KQ_ROWS);
+        grid += (unsigned)job.blocks[i];
+    }
+    const int f = fmt == DW_Q4_K ? 0 : fmt == DW_Q5_K ? 1 : 2;
+    for (int t0 = 0; t0 < n; t0 += KQ_MAXT) {
+        const int nt = n - t0 < KQ_MAXT ? n - t0 : KQ_MAXT;
+        const int ti = nt == 1 ? 0 : nt == 2 ? 1 : nt <= 4 ? 2 : nt <= 8 ? 3 : 4;
+        kq_job jt = job;
+        for (int i = 0; i < job.count; i++) jt.out[i] = outs[i]->d + (size_t)t0 * job.M[i];
+        const size_t bo = (size_t)t0 * (size_t)(K / 256);
+        launch(c, kq_tab[f][ti], grid, KQ_WARPS * 32, 0, jt, (const int8_t *)c->xkq.p + bo * 256,
+               (const float *)c->xkd.p + bo, (const int *)c->xks.p + bo * 16, K, nt);
+        LAUNCHED(c, label);
+    }
+    int writes_x = 0;
+    for (int i = 0; i < job.count; i++) writes_x |= outs[i]->d == x->d;
+    if (!writes_x) act_cache_set(c, &c->xk_of, x->d, n, K);
+}
+
+/* q6_k blocks to the device layout: 208 bytes of ql, qh and scales, the
+ * f16 scale apart (one thread per block) */
+__global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d) {
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblk) return;
+    const uint8_t *src = raw + b * 210;
+    uint8_t *dst = q + b * 208;
+    for (int i = 0; i < 208; i++) dst[i] = src[i];
+    __half_raw h;
+    h.x = (unsigned short)(src[208] | (src[209] << 8));
+    d[b] = __half(h);
+}
