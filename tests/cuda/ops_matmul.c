@@ -126,11 +126,13 @@ static void test_matmul(void) {
     /* K = 16384: long matrix-vector rows (decode sizes only); 1536 (48 blocks) takes the staged tensor-core kernel, 1568 (49,
      * not a multiple of its 4-block stage) the direct one; k-quant rows
      * need a multiple of 256: 1536 (6 super-blocks, fewer than a warp's 8
-     * slots) and 5376 (21: the 31B's width, a last round of 5) */
-    const int64_t Ks[] = {16384, 1536, 1568}, Kk[] = {16384, 1536, 5376};
+     * slots), 5376 (21: the 31B's width, a last round of 5), 10240 (40:
+     * two warps a row, the second's last round partial) and 16384 (64:
+     * four warps a row) */
+    const int64_t Ks[] = {16384, 1536, 1568}, Kk[] = {16384, 1536, 5376, 10240};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-    for (size_t ki = 0; ki < (types[t] == QT_Q8_0 || types[t] == QT_Q4_0 || quant_block_size(types[t]) == 256 ? 3u : 2u);
-         ki++) {
+    for (size_t ki = 0;
+         ki < (quant_block_size(types[t]) == 256 ? 4u : types[t] == QT_Q8_0 || types[t] == QT_Q4_0 ? 3u : 2u); ki++) {
         const int kq = quant_block_size(types[t]) == 256;
         const int64_t K = kq ? Kk[ki] : Ks[ki], M = 333; /* M odd: a warp's second row runs off the end */
         tensor W = make_tensor(types[t], K, M);

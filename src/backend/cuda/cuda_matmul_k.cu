@@ -30,8 +30,23 @@
 
 #define KQ_WARPS 4 /* warps per block */
 #define KQ_ROWS 2  /* rows per warp: each activation load serves both */
-#define KQ_UNROLL 2 /* super-block rounds loaded before the first use */
+#ifndef KQ_UNROLL
+#define KQ_UNROLL 2 /* super-block rounds loaded before the first use (a tuning build may set it) */
+#endif
+#ifdef KQ_MINB /* a tuning build may size registers for KQ_MINB blocks per multiprocessor */
+#define KQ_BOUNDS __launch_bounds__(KQ_WARPS * 32, KQ_MINB)
+#else
+#define KQ_BOUNDS __launch_bounds__(KQ_WARPS * 32)
+#endif
 #define KQ_MAXT BE_EXACT_ROWS /* tokens per launch: a row-exact tile in one */
+/* super-blocks per row from which 2 or 4 warps share a row (a tuning
+ * build may set them) */
+#ifndef KQ_SPLIT2
+#define KQ_SPLIT2 32
+#endif
+#ifndef KQ_SPLIT4
+#define KQ_SPLIT4 48
+#endif
 
 /* Bytes per block as stored on the device (q6_k: without its scale). */
 __host__ __device__ constexpr int kq_block_bytes(int fmt) {
@@ -82,14 +97,16 @@ typedef struct {
     int count, pair;
 } kq_job;
 
-/* One lane's quarter of one super-block of one row, as loaded. */
+/* One lane's quarter of one super-block of one row. */
 struct kq_w {
     uint4 a, b;   /* q4_k/q5_k: qs bytes 32c .. 32c + 31; q6_k: ql bytes 64n + 32j .. + 31 */
     uint4 h0, h1; /* q5_k: qh (all 32 bytes); q6_k: qh bytes 32n .. 32n + 31 */
-    uint4 hdr;    /* q4_k/q5_k: d, dmin, scales[12]; q6_k: the 16 int8 scales */
+    uint4 hdr;    /* as loaded: q4_k/q5_k: d, dmin, scales[12]; q6_k: x = its 4 scales' bytes */
+    unsigned sc;  /* kq_prep: the 4 scales this quarter needs, a byte each (q4_k/q5_k: sc0, sc1, m0, m1) */
     float d, dmin;
 };
 
+/* Issues the loads (nothing waits on them here). */
 template <int FMT>
 __device__ __forceinline__ void kq_load(kq_w &w, const uint8_t *blk, const __half *d6, int c) {
     if (FMT == DW_Q6_K) {
@@ -98,7 +115,9 @@ __device__ __forceinline__ void kq_load(kq_w &w, const uint8_t *blk, const __hal
         w.b = __ldg((const uint4 *)(blk + 64 * n + 32 * j + 16));
         w.h0 = __ldg((const uint4 *)(blk + 128 + 32 * n));
         w.h1 = __ldg((const uint4 *)(blk + 128 + 32 * n + 16));
-        w.hdr = __ldg((const uint4 *)(blk + 192));
+        /* scales 8n + 2j, + 1 (values 32j ..) and 8n + 2j + 4, + 5 (32j + 64 ..) */
+        const int g = 192 + 8 * n + 2 * j;
+        w.hdr.x = (unsigned)__ldg((const unsigned short *)(blk + g)) | (unsigned)__ldg((const unsigned short *)(blk + g + 4)) << 16;
         w.d = __half2float(*d6);
         w.dmin = 0;
     } else {
@@ -110,9 +129,6 @@ __device__ __forceinline__ void kq_load(kq_w &w, const uint8_t *blk, const __hal
             w.h0 = __ldg((const uint4 *)(blk + 16));
             w.h1 = __ldg((const uint4 *)(blk + 32));
         }
-        __half2 dd = *(const __half2 *)&w.hdr.x;
-        w.d = __low2float(dd);
-        w.dmin = __high2float(dd);
     }
 }
 
@@ -124,13 +140,29 @@ __device__ __forceinline__ unsigned kq_byte(const uint4 &v, int i) {
 
 /* q4_k/q5_k: the 6-bit scale and min of sub-block j (scales at hdr bytes
  * 4 .. 15), the file's packing */
-__device__ __forceinline__ void kq_scale_min(const uint4 &hdr, int j, int &sc, int &m) {
+__device__ __forceinline__ void kq_scale_min(const uint4 &hdr, int j, unsigned &sc, unsigned &m) {
     if (j < 4) {
-        sc = (int)(kq_byte(hdr, 4 + j) & 63);
-        m = (int)(kq_byte(hdr, 8 + j) & 63);
+        sc = kq_byte(hdr, 4 + j) & 63;
+        m = kq_byte(hdr, 8 + j) & 63;
     } else {
-        sc = (int)((kq_byte(hdr, 8 + j) & 15) | ((kq_byte(hdr, j) >> 6) << 4));
-        m = (int)((kq_byte(hdr, 8 + j) >> 4) | ((kq_byte(hdr, 4 + j) >> 6) << 4));
+        sc = (kq_byte(hdr, 8 + j) & 15) | ((kq_byte(hdr, j) >> 6) << 4);
+        m = (kq_byte(hdr, 8 + j) >> 4) | ((kq_byte(hdr, 4 + j) >> 6) << 4);
+    }
+}
+
+/* After the loads: the quarter's scales into one register (the header's
+ * four are then dead while the tokens run). */
+template <int FMT> __device__ __forceinline__ void kq_prep(kq_w &w, int c) {
+    if (FMT == DW_Q6_K) {
+        w.sc = w.hdr.x;
+    } else {
+        unsigned sc0, m0, sc1, m1;
+        kq_scale_min(w.hdr, 2 * c, sc0, m0);
+        kq_scale_min(w.hdr, 2 * c + 1, sc1, m1);
+        w.sc = sc0 | sc1 << 8 | m0 << 16 | m1 << 24;
+        const __half2 dd = *(const __half2 *)&w.hdr.x;
+        w.d = __low2float(dd);
+        w.dmin = __high2float(dd);
     }
 }
 
@@ -153,9 +185,8 @@ __device__ __forceinline__ void kq_sums(const kq_w &w, const int (&a)[16], const
             else lo1 = __dp4a((int)vlo, a[i], lo1), hi1 = __dp4a((int)vhi, a[8 + i], hi1);
         }
         /* codes minus 32: each 16-value group's code sum times 32 comes off */
-        const int n = c >> 1, g = 8 * n + 2 * j;
-        const int sc0 = (int)(signed char)kq_byte(w.hdr, g), sc1 = (int)(signed char)kq_byte(w.hdr, g + 1);
-        const int sc2 = (int)(signed char)kq_byte(w.hdr, g + 4), sc3 = (int)(signed char)kq_byte(w.hdr, g + 5);
+        const int sc0 = (int)(signed char)(w.sc & 0xFF), sc1 = (int)(signed char)(w.sc >> 8 & 0xFF);
+        const int sc2 = (int)(signed char)(w.sc >> 16 & 0xFF), sc3 = (int)(signed char)(w.sc >> 24);
         S = sc0 * (lo0 - 32 * s.x) + sc1 * (lo1 - 32 * s.y) + sc2 * (hi0 - 32 * s.z) + sc3 * (hi1 - 32 * s.w);
         M = 0;
     } else {
@@ -172,18 +203,21 @@ __device__ __forceinline__ void kq_sums(const kq_w &w, const int (&a)[16], const
             lo0 = __dp4a((int)vlo, a[i], lo0);
             hi0 = __dp4a((int)vhi, a[8 + i], hi0);
         }
-        int sc0, m0, sc1, m1;
-        kq_scale_min(w.hdr, 2 * c, sc0, m0);
-        kq_scale_min(w.hdr, 2 * c + 1, sc1, m1);
-        S = sc0 * lo0 + sc1 * hi0;
-        M = m0 * (s.x + s.y) + m1 * (s.z + s.w);
+        S = (int)(w.sc & 0xFF) * lo0 + (int)(w.sc >> 8 & 0xFF) * hi0;
+        M = (int)(w.sc >> 16 & 0xFF) * (s.x + s.y) + (int)(w.sc >> 24) * (s.z + s.w);
     }
 }
 
 /* NT: tokens this instance can take (nt <= NT run); every token's
- * arithmetic is the same whatever NT and nt are. */
-template <int FMT, int NT>
-__global__ void __launch_bounds__(KQ_WARPS * 32)
+ * arithmetic is the same whatever NT and nt are. SP > 1 (rows of
+ * KQ_SPLIT2 super-blocks or more, chosen by K alone so a tile's rows stay
+ * its one-token products): SP consecutive warps share a warp's rows, part
+ * P taking rounds P, P + SP, ...; the parts meet in shared memory, added
+ * in order by part 0 (short rows alone leave too few warps to keep enough
+ * loads in flight: a 3840-row product of 60 super-blocks a row is half a
+ * wave of blocks). */
+template <int FMT, int NT, int SP>
+__global__ void KQ_BOUNDS
     k_mv_k(kq_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K,
            int nt) {
     CU_TRACE(CT_MV_K);
@@ -194,21 +228,22 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
     if (job.count > 2 && mi == 1 && bid >= job.blocks[1]) bid -= job.blocks[1], mi = 2;
     const int M = mi == 0 ? job.M[0] : mi == 1 ? job.M[1] : job.M[2];
     float *out = mi == 0 ? job.out[0] : mi == 1 ? job.out[1] : job.out[2];
-    const int warp = bid * KQ_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31, c = lane & 3, slot = lane >> 2;
+    const int wib = threadIdx.x >> 5, part = wib % SP;
+    const int warp = bid * (KQ_WARPS / SP) + wib / SP, lane = threadIdx.x & 31, c = lane & 3, slot = lane >> 2;
     const int row0 = job.pair ? warp : warp * KQ_ROWS;
-    if (row0 >= M) return;
+    const bool valid = row0 < M;
+    if (SP == 1 && !valid) return;
+    const int nsb = valid ? K / 256 : 0;
     const uint8_t *wq[KQ_ROWS];
     const __half *wd[KQ_ROWS];
 #pragma unroll
     for (int k = 0; k < KQ_ROWS; k++) {
         const int mk = job.pair ? k : mi;
         const int row = job.pair ? row0 : min(row0 + k, M - 1);
-        const int nsb = K / 256;
         wq[k] = (const uint8_t *)(mk == 0 ? job.q[0] : mk == 1 ? job.q[1] : job.q[2]) +
                 (size_t)row * nsb * kq_block_bytes(FMT);
         wd[k] = FMT == DW_Q6_K ? (mk == 0 ? job.d[0] : mk == 1 ? job.d[1] : job.d[2]) + (size_t)row * nsb : NULL;
     }
-    const int nsb = K / 256;
     float acc[KQ_ROWS][NT];
 #pragma unroll
     for (int k = 0; k < KQ_ROWS; k++)
@@ -219,18 +254,23 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
     const int g0 = a0 / 16, g1 = a1 / 16; /* their 16-code sums: g0, g0 + 1, g1, g1 + 1 */
     /* the loop is the same for the whole warp (its shuffles need every
      * lane); slots past the row's end add nothing */
-    for (int b0 = slot; b0 - slot < nsb; b0 += 8 * KQ_UNROLL) {
+    for (int r0 = 8 * KQ_UNROLL * part; r0 < nsb; r0 += 8 * KQ_UNROLL * SP) {
         kq_w w[KQ_UNROLL][KQ_ROWS];
 #pragma unroll
         for (int u = 0; u < KQ_UNROLL; u++) {
-            const int b = b0 + 8 * u;
+            const int b = r0 + 8 * u + slot;
 #pragma unroll
             for (int k = 0; k < KQ_ROWS; k++)
                 if (b < nsb) kq_load<FMT>(w[u][k], wq[k] + (size_t)b * kq_block_bytes(FMT), FMT == DW_Q6_K ? wd[k] + b : NULL, c);
         }
 #pragma unroll
+        for (int u = 0; u < KQ_UNROLL; u++)
+#pragma unroll
+            for (int k = 0; k < KQ_ROWS; k++)
+                if (r0 + 8 * u + slot < nsb) kq_prep<FMT>(w[u][k], c);
+#pragma unroll
         for (int u = 0; u < KQ_UNROLL; u++) {
-            const int b = b0 + 8 * u;
+            const int b = r0 + 8 * u + slot;
             /* the same for the 4 lanes of a slot, which shuffle together */
             const bool live = b < nsb;
 #pragma unroll
@@ -283,6 +323,25 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
             for (int o = 16; o >= 4; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
             acc[k][t] = v;
         }
+    if (SP > 1) {
+        __shared__ float parts[KQ_WARPS][KQ_ROWS][NT];
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < KQ_ROWS; k++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) parts[wib][k][t] = acc[k][t];
+        __syncthreads();
+        if (!valid || part != 0) return;
+#pragma unroll
+        for (int k = 0; k < KQ_ROWS; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = parts[wib][k][t];
+#pragma unroll
+                for (int p = 1; p < SP; p++) v = v + parts[wib + p][k][t];
+                acc[k][t] = v;
+            }
+    }
     if (lane != 0) return;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -298,8 +357,9 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
 }
 
 typedef void (*kq_fn)(kq_job, const int8_t *, const float *, const int *, int, int);
-#define KQ_TABLE(F) {k_mv_k<F, 1>, k_mv_k<F, 2>, k_mv_k<F, 4>, k_mv_k<F, 8>, k_mv_k<F, KQ_MAXT>}
-static const kq_fn kq_tab[3][5] = {KQ_TABLE(DW_Q4_K), KQ_TABLE(DW_Q5_K), KQ_TABLE(DW_Q6_K)};
+#define KQ_NTS(F, SP) {k_mv_k<F, 1, SP>, k_mv_k<F, 2, SP>, k_mv_k<F, 4, SP>, k_mv_k<F, 8, SP>, k_mv_k<F, KQ_MAXT, SP>}
+#define KQ_TABLE(F) {KQ_NTS(F, 1), KQ_NTS(F, 2), KQ_NTS(F, 4)}
+static const kq_fn kq_tab[3][3][5] = {KQ_TABLE(DW_Q4_K), KQ_TABLE(DW_Q5_K), KQ_TABLE(DW_Q6_K)}; /* [fmt][sp 1, 2, 4][nt] */
 
 int kq_format(int fmt) { return fmt == DW_Q4_K || fmt == DW_Q5_K || fmt == DW_Q6_K; }
 
@@ -329,18 +389,21 @@ void kq_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf 
         job.d[i] = W[i]->d;
         job.M[i] = (int)W[i]->ne1;
     }
+    /* warps per row (by K alone: the rows of a tile are then its
+     * one-token products) */
+    const int nsb = K / 256, sp = nsb >= KQ_SPLIT4 ? 4 : nsb >= KQ_SPLIT2 ? 2 : 1;
     for (int i = 0; i < job.count; i++) {
-        job.blocks[i] = (int)blocks_for((size_t)job.M[i], pair ? KQ_WARPS : KQ_WARPS * KQ_ROWS);
+        job.blocks[i] = (int)blocks_for((size_t)job.M[i], (pair ? KQ_WARPS : KQ_WARPS * KQ_ROWS) / sp);
         grid += (unsigned)job.blocks[i];
     }
-    const int f = fmt == DW_Q4_K ? 0 : fmt == DW_Q5_K ? 1 : 2;
+    const int f = fmt == DW_Q4_K ? 0 : fmt == DW_Q5_K ? 1 : 2, si = sp == 4 ? 2 : sp == 2 ? 1 : 0;
     for (int t0 = 0; t0 < n; t0 += KQ_MAXT) {
         const int nt = n - t0 < KQ_MAXT ? n - t0 : KQ_MAXT;
         const int ti = nt == 1 ? 0 : nt == 2 ? 1 : nt <= 4 ? 2 : nt <= 8 ? 3 : 4;
         kq_job jt = job;
         for (int i = 0; i < job.count; i++) jt.out[i] = outs[i]->d + (size_t)t0 * job.M[i];
         const size_t bo = (size_t)t0 * (size_t)(K / 256);
-        launch(c, kq_tab[f][ti], grid, KQ_WARPS * 32, 0, jt, (const int8_t *)c->xkq.p + bo * 256,
+        launch(c, kq_tab[f][si][ti], grid, KQ_WARPS * 32, 0, jt, (const int8_t *)c->xkq.p + bo * 256,
                (const float *)c->xkd.p + bo, (const int *)c->xks.p + bo * 16, K, nt);
         LAUNCHED(c, label);
     }
