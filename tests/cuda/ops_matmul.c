@@ -163,10 +163,12 @@ static void test_matmul(void) {
                      * activations and weights (relative 2^-11 each, so 2^-10
                      * per product) instead of 8-bit activation codes; tiles
                      * up to BE_EXACT_ROWS stay on the one-token kernels */
-                    const int f16 = quant8 && n > BE_EXACT_ROWS && mma_on() && (K / 32) % 4 == 0;
+                    /* k-quants: expanded to f16 (kq_f16, one rounding of
+                     * each value) for the same k_mm_w */
+                    const int f16 = (quant8 || kq) && n > BE_EXACT_ROWS && mma_on() && (K / 32) % 4 == 0;
                     /* k-quants: 8-bit codes per 256 activations, the CPU
                      * fast path's, so it differs in f32 order alone */
-                    const int int8 = (quant8 && !f16) || kq;
+                    const int int8 = (quant8 || kq) && !f16;
                     const double tol_ref = f16 ? (1.0 / 1024 + 1e-5) * mag * 1.0001 : int8 ? bound + 1e-5 * mag : 1e-5 * mag;
                     if (!(fabs(got - ref) <= tol_ref + 1e-6)) {
                         fprintf(stderr, "matmul %s n=%d row %lld token %d: gpu %.9g ref %.9g (tol %.3g)\n",
@@ -244,11 +246,12 @@ static void test_matmul_split(backend *gu) {
 /* Prefill geglu makes the down product's f16 activations in the same
  * launch (k_geglu_f16): the pair and the down product equal separate
  * products, k_geglu and a down product that converts its input itself
- * (k_act_f16), bit for bit (the same arithmetic); q8_0 and q4_0, a token
- * count that is not a multiple of the tile. */
+ * (k_act_f16), bit for bit (the same arithmetic); q8_0, q4_0 and the
+ * k-quants (expanded to f16 per product, kq_f16), a token count that is
+ * not a multiple of the tile. */
 static void test_geglu_f16(void) {
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
-    for (size_t t = 0; t < 2; t++) {
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int64_t K = 1536, F = 1024;
         const int n = 300;
         tensor G = make_tensor(types[t], K, F), U = make_tensor(types[t], K, F), D = make_tensor(types[t], F, 200);

@@ -72,8 +72,9 @@ static int stage_grow(cuda_backend *c, size_t bytes) {
  * activations (128 MiB), the attention partials of a split-kernel tile
  * (2048 x 32 heads x 512 floats: 256 MiB, with GEM_CUDA_MMA=0 or tiles of
  * under 16; a decode step's 256 splits need 16 MiB), matmul_geglu's
- * unfused up projection (256 MiB), the 64 MiB weight staging buffer:
- * about 0.8 GiB at most (the README's 31B benchmark left about 0.3 GiB
+ * unfused up projection (256 MiB), the 64 MiB weight staging buffer, for
+ * k-quant files a matrix expanded to f16 (256 MiB at most, KQ_F16_MAX):
+ * about 1.05 GiB at most (the README's 31B benchmark left about 0.3 GiB
  * beyond its rounded weights, caches and buffers). Then the caches' own
  * page rounding (at most 2 MiB per allocation, two per layer: 0.23 GiB
  * for the 31B), the recorded graphs, the step buffers, argmax and top-k
@@ -147,6 +148,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     } else if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && w->ne0 % 256 == 0) {
         /* k-quant blocks as stored (cuda_matmul_k.cu) */
         w->fmt = t->type == QT_Q4_K ? DW_Q4_K : DW_Q5_K;
+        w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, n / 256);
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, t->n_bytes)) == cudaSuccess) {
             what = "cudaMemcpy";
@@ -156,6 +158,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         /* 208-byte blocks and their scales apart (cuda_matmul_k.cu) */
         w->fmt = DW_Q6_K;
         const int64_t nblk = n / 256;
+        w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, nblk);
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, (size_t)nblk * 208)) == cudaSuccess &&
             (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
@@ -538,7 +541,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
-                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done, &c->xkq, &c->xkd, &c->xks};
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done, &c->xkq, &c->xkd, &c->xks, &c->kqh};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);

@@ -76,7 +76,7 @@ struct be_weight {
     int64_t ne0, ne1;
     void *q;   /* codes or plain values */
     __half *d; /* per-block scales (q8_0, q4_0) */
-    float hexp; /* q8_0/q4_0: 2^we for k_mm_h (see there); 0: no f16 path (a scale is inf or NaN) */
+    float hexp; /* q8_0/q4_0/k-quants: 2^we for k_mm_h/k_mm_w (see there); 0: no f16 path (a scale is inf or NaN) */
 };
 
 struct be_kv {
@@ -151,6 +151,7 @@ typedef struct {
     scratch vr_part, vr_done; /* k_vr_q's split-row part sums and per-tile counts (zero between launches) */
     scratch xkq, xkd, xks;    /* k-quant activations: codes, scales per 256, sums per 16 (cuda_matmul_k.cu) */
     act_cache xk_of;          /* the buffer whose codes xkq/xkd/xks hold */
+    scratch kqh;              /* a k-quant matrix expanded to f16 for a prefill tile (kq_f16) */
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* op timing (op_timing, or GEM_CUDA_PROFILE=1 for the whole run,

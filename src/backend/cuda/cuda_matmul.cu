@@ -1111,7 +1111,7 @@ __global__ void __launch_bounds__(MMH_THREADS, 2)
     const int n0 = blockIdx.x * MMH_BN, m0 = blockIdx.y * MMH_BM;
     const int nb = K / 32, nsteps = nb / MMT_KS;
     const __half wsc = __float2half_rn(wexp);
-    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    const __half2 off = Q4 == 1 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
     float acc[2][8][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -1219,12 +1219,15 @@ static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 #define MMW_THREADS 256
 #define MMW_ST 2
 
+/* Q4: 0 q8_0, 1 q4_0, MMW_F16 f16 weights already in the expansion's
+ * order and scaled by 2^we (kq_f16: k-quant prefill), 64 bytes a block */
+#define MMW_F16 2
 template <int Q4> struct mmw_geom {
-    static constexpr int WB = Q4 ? 16 : 32;
+    static constexpr int WB = Q4 == MMW_F16 ? 64 : Q4 ? 16 : 32;
     static constexpr int A_STRIDE = MMT_KS * WB + 16;
     static constexpr int B_BYTES = MMT_KS / 2 * MMW_BN * 128; /* MMT_KS blocks = MMT_KS / 2 swizzle atoms */
     static constexpr int A_BYTES = MMW_BM * A_STRIDE;
-    static constexpr int AS_BYTES = MMW_BM * MMT_KS * 2;
+    static constexpr int AS_BYTES = Q4 == MMW_F16 ? 0 : MMW_BM * MMT_KS * 2;
     static constexpr int STAGE = (B_BYTES + A_BYTES + AS_BYTES + 1023) / 1024 * 1024; /* B of every stage 1024-aligned */
     static constexpr int SMEM = STAGE * MMW_ST + 1024;                                 /* + the base's alignment */
 };
@@ -1269,7 +1272,7 @@ __device__ __forceinline__ void mmw_load(uint8_t *st, const uint8_t *__restrict_
         const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
         cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
     }
-    if (tid < MMW_BM) {
+    if (Q4 != MMW_F16 && tid < MMW_BM) {
         const int row = min(m0 + tid, M - 1);
         cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
     }
@@ -1292,7 +1295,7 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
     const int n0 = blockIdx.x * MMW_BN, m0 = blockIdx.y * MMW_BM;
     const int nb = K / 32, nsteps = nb / MMT_KS;
     const __half wsc = __float2half_rn(wexp);
-    const __half2 off = Q4 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
+    const __half2 off = Q4 == 1 ? __half2half2(__ushort_as_half(0x6408)) : __half2half2(__ushort_as_half(0x6480));
     float acc[64]; /* written first by a wgmma with scale_d 0 */
     unsigned af[2][2][4]; /* [block parity][k16 step][fragment register] */
 #pragma unroll
@@ -1321,7 +1324,12 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
             for (int h = 0; h < 2; h++) {
                 const int r = wg * 64 + w * 16 + g + 8 * h;
                 const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
-                mmh_expand_row<Q4>(a, h, ar, c, off, __half2half2(__hmul(As[r * MMT_KS + kb], wsc)));
+                if (Q4 == MMW_F16) { /* the fragment words as stored (kq_f16's order) */
+                    const uint4 v = *(const uint4 *)(ar + 16 * c);
+                    a[0][h] = v.x, a[0][h + 2] = v.y, a[1][h] = v.z, a[1][h + 2] = v.w;
+                } else {
+                    mmh_expand_row<Q4>(a, h, ar, c, off, __half2half2(__hmul(As[r * MMT_KS + kb], wsc)));
+                }
             }
             acc_fence(acc);
             wgmma_fence();
@@ -1355,6 +1363,8 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<1>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<MMW_F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<MMW_F16>::SMEM);
     /* every k_vr_q instance: a typed vr_fn, so that indexing the table
      * with too few subscripts (an array, which the runtime's template
      * overload would take) fails to compile */
@@ -1371,15 +1381,45 @@ cudaError_t mmh_allow(void) {
  * or k_mm_h with GEM_CUDA_MMH=2);
  * the f16 activations of x are reused while nothing but products ran
  * since. Returns -1 when scratch could not grow (nothing launched). */
+/* x's f16 activations in xh/xhinv (reused while nothing but products ran
+ * since); -1 when scratch could not grow (nothing launched) */
+static int mmh_act(cuda_backend *c, const be_buf *x, int n, int K) {
+    if (act_cache_holds(c, &c->xh_of, x->d, n, K)) return 0;
+    if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
+    launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p, c->mmh_wgmma ? 1 : 0);
+    LAUNCHED(c, "activations to f16");
+    return 0;
+}
+
+/* Prefill tiles of k-quant weights on k_mm_w: each matrix expanded to
+ * f16 (kq_f16, into scratch) and multiplied like a q8_0 one's expansion
+ * (the same operand order and the 2^we range scaling, cu_weight's hexp);
+ * -1 when scratch could not grow (nothing launched for that matrix). */
+/* the largest matrix kq_mmw_run expands (the 31B's gate, 21504 x 5376, is
+ * 231 MB); a larger one (a tied output head's logits for a whole tile, as
+ * perplexity asks) takes the integer kernel */
+#define KQ_F16_MAX ((size_t)256 << 20)
+static int kq_mmw_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
+    const int K = (int)W[0]->ne0;
+    if (mmh_act(c, x, n, K)) return -1;
+    int writes_x = 0;
+    for (int i = 0; i < count; i++) {
+        const int M = (int)W[i]->ne1;
+        if (grow(c, &c->kqh, (size_t)M * K * sizeof(__half))) return -1;
+        kq_f16(c, W[i], (__half *)c->kqh.p);
+        const dim3 g((unsigned)((n + MMW_BN - 1) / MMW_BN), (unsigned)((M + MMW_BM - 1) / MMW_BM));
+        launch(c, k_mm_w<MMW_F16>, g, MMW_THREADS, mmw_geom<MMW_F16>::SMEM, (const uint8_t *)c->kqh.p, (const __half *)NULL,
+               W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+        LAUNCHED(c, "matmul k-quant (f16 tensor cores)");
+        writes_x |= outs[i]->d == x->d;
+    }
+    if (!writes_x) act_cache_set(c, &c->xh_of, x->d, n, K);
+    return 0;
+}
+
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
     const int K = (int)W[0]->ne0;
-    const int cached = act_cache_holds(c, &c->xh_of, x->d, n, K);
-    if (!cached) {
-        if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
-        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
-               c->mmh_wgmma ? 1 : 0);
-        LAUNCHED(c, "activations to f16");
-    }
+    if (mmh_act(c, x, n, K)) return -1;
     int writes_x = 0;
     for (int i = 0; i < count; i++) {
         const int M = (int)W[i]->ne1;
@@ -1417,6 +1457,10 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
                    int pair) {
     const int K = (int)W[0]->ne0, fmt = W[0]->fmt;
     if (kq_format(fmt)) {
+        /* prefill tiles on the tensor cores where the f16 range allows */
+        int f16 = n > BE_EXACT_ROWS && !pair && c->mma && c->mmh_wgmma && (K / 32) % MMT_KS == 0;
+        for (int i = 0; i < count && f16; i++) f16 = W[i]->hexp > 0 && (size_t)W[i]->ne1 * K * sizeof(__half) <= KQ_F16_MAX;
+        if (f16 && !kq_mmw_run(c, count, W, x, n, outs)) return;
         kq_run(c, count, W, x, n, outs, pair);
         return;
     }
@@ -1584,7 +1628,7 @@ void cu_matmul_multi(backend *b, int count, const be_weight *const *W, const be_
 void cu_matmul_geglu(backend *b, const be_weight *Wg, const be_weight *Wu, const be_buf *x, int n, be_buf *out) {
     cuda_backend *c = cu_of(b);
     const be_weight *W[2] = {Wg, Wu};
-    const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0;
+    const int quant = Wg->fmt == DW_Q8_0 || Wg->fmt == DW_Q4_0 || kq_format(Wg->fmt);
     if (c->gelu_fp16 || Wg->fmt != Wu->fmt || Wg->ne1 != Wu->ne1 || (c->mma && quant && n > BE_EXACT_ROWS)) {
         /* the table GELU and mixed formats go the long way, through scratch */
         const size_t len = (size_t)n * (size_t)Wu->ne1;

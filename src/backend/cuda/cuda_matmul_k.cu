@@ -424,3 +424,90 @@ __global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __ha
     h.x = (unsigned short)(src[208] | (src[209] << 8));
     d[b] = __half(h);
 }
+
+/* ---- prefill tiles: the matrix expanded to f16 for k_mm_w ---- */
+
+/* Value l (0..31) of 32-value block j (0..7) of a super-block, as
+ * quant.c's dequantization computes it (unfused). */
+template <int FMT> __device__ __forceinline__ float kq_value(const uint8_t *blk, const __half *d6, int j, int l) {
+    if (FMT == DW_Q6_K) {
+        const int v = 32 * j + l, n = v / 128, kk = (v % 128) / 32;
+        const uint8_t lb = blk[64 * n + l + 32 * (kk & 1)];
+        const int code = ((kk < 2 ? lb & 15 : lb >> 4) | (((blk[128 + 32 * n + l] >> (2 * kk)) & 3) << 4)) - 32;
+        const int sc = (int)(signed char)blk[192 + 8 * n + l / 16 + 2 * kk];
+        return __fmul_rn(__fmul_rn(__half2float(*d6), (float)sc), (float)code);
+    }
+    const int q5 = FMT == DW_Q5_K, c = j / 2, hi = j & 1;
+    unsigned sc, m;
+    const uint4 hdr = *(const uint4 *)blk;
+    kq_scale_min(hdr, j, sc, m);
+    const uint8_t byte = blk[(q5 ? 48 : 16) + 32 * c + l];
+    int code = hi ? byte >> 4 : byte & 15;
+    if (q5 && (blk[16 + l] >> (2 * c + hi) & 1)) code += 16;
+    const float dd = __half2float(*(const __half *)blk), dmin = __half2float(*(const __half *)(blk + 2));
+    return __fsub_rn(__fmul_rn(__fmul_rn(dd, (float)sc), (float)code), __fmul_rn(dmin, (float)m));
+}
+
+/* One thread per 32-value block: its values times 2^we in f16, as 16
+ * words in the order k_mm_w's q8_0 expansion makes its fragments (word 4c
+ * + s: values 4c, 4c + 2 / 4c + 1, 4c + 3 / 16 + 4c, 16 + 4c + 2 /
+ * 16 + 4c + 1, 16 + 4c + 3, the first in the low half). */
+template <int FMT>
+__global__ void k_kq_f16(const uint8_t *__restrict__ q, const __half *__restrict__ d6, int64_t nblk32, float wexp,
+                         __half *__restrict__ out) {
+    CU_TRACE(CT_MV_K);
+    pdl_wait();
+    CU_TRACE_RELEASED();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblk32) return;
+    const int64_t sb = i / 8;
+    const int j = (int)(i % 8);
+    const uint8_t *blk = q + sb * kq_block_bytes(FMT);
+    const __half *dd = FMT == DW_Q6_K ? d6 + sb : NULL;
+    unsigned w[16];
+#pragma unroll
+    for (int cc = 0; cc < 4; cc++) {
+        const int base[4] = {4 * cc, 4 * cc + 1, 16 + 4 * cc, 16 + 4 * cc + 1};
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const __half lo = __float2half_rn(__fmul_rn(kq_value<FMT>(blk, dd, j, base[s]), wexp));
+            const __half hi = __float2half_rn(__fmul_rn(kq_value<FMT>(blk, dd, j, base[s] + 2), wexp));
+            w[4 * cc + s] = (unsigned)__half_as_ushort(lo) | (unsigned)__half_as_ushort(hi) << 16;
+        }
+    }
+    uint4 *o = (uint4 *)(out + i * 32);
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+}
+
+void kq_f16(cuda_backend *c, const be_weight *W, __half *out) {
+    const int64_t nblk32 = W->ne0 * W->ne1 / 32;
+    const unsigned grid = blocks_for((size_t)nblk32, 256);
+    if (W->fmt == DW_Q4_K)
+        launch(c, k_kq_f16<DW_Q4_K>, grid, 256, 0, (const uint8_t *)W->q, (const __half *)NULL, nblk32, W->hexp, out);
+    else if (W->fmt == DW_Q5_K)
+        launch(c, k_kq_f16<DW_Q5_K>, grid, 256, 0, (const uint8_t *)W->q, (const __half *)NULL, nblk32, W->hexp, out);
+    else
+        launch(c, k_kq_f16<DW_Q6_K>, grid, 256, 0, (const uint8_t *)W->q, (const __half *)W->d, nblk32, W->hexp, out);
+    LAUNCHED(c, "k-quant weights to f16");
+}
+
+float kq_hexp(uint32_t type, const uint8_t *data, int64_t nblk) {
+    /* the largest |value| a block can hold: |d| 63 15 + |dmin| 63 (q4_k),
+     * |d| 63 31 + |dmin| 63 (q5_k), |d| 128 32 (q6_k) */
+    const int q6 = type == QT_Q6_K, bytes = type == QT_Q4_K ? 144 : type == QT_Q5_K ? 176 : 210;
+    float big = 0;
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint8_t *blk = data + b * bytes;
+        const float d = fabsf(quant_get_f16(q6 ? blk + 208 : blk)), dm = q6 ? 0.0f : fabsf(quant_get_f16(blk + 2));
+        if (!isfinite(d) || !isfinite(dm)) return 0;
+        const float v = q6 ? d * 4096.0f : d * 63.0f * (type == QT_Q5_K ? 31.0f : 15.0f) + dm * 63.0f;
+        big = v > big ? v : big;
+    }
+    if (!isfinite(big)) return 0;
+    int ex = 0;
+    if (big > 0) frexpf(big, &ex);
+    int we = big > 0 ? 15 - ex : 0;
+    we = we < -14 ? -14 : we > 15 ? 15 : we;
+    return ldexpf(1.0f, we);
+}

@@ -51,6 +51,12 @@ int kq_format(int fmt);
 void kq_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs,
             int pair);
 __global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __half *d);
+/* W expanded to f16 times W->hexp, each 32-value block's 32 values in
+ * k_mm_w's fragment order (k_mm_w<MMW_F16>), into out (ne1 * ne0 values) */
+void kq_f16(cuda_backend *c, const be_weight *W, __half *out);
+/* 2^we for a k-quant tensor's f16 products (be_weight.hexp; 0: a scale is
+ * inf or NaN), from its blocks as stored in the file */
+float kq_hexp(uint32_t type, const uint8_t *data, int64_t nblk);
 
 /* cuda_matmul.cu: matmul, matmul_multi, matmul_geglu */
 void cu_matmul(backend *b, const be_weight *W, const be_buf *x, int n, be_buf *out);
