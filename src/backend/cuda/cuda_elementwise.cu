@@ -5,6 +5,7 @@
  * replayed step embeds the ids of the latest call. */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_kquant.h"
 
 /* Element k of row `row` of a weight in any resident format (the
  * embedding's lookup; products have kernels of their own). */
@@ -19,28 +20,9 @@ __device__ __forceinline__ float w_value(int fmt, const void *q, const __half *d
         const int code = (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
         return (float)(code - 8) * __half2float(d[i / 32]);
     }
-    case DW_Q4_K:
-    case DW_Q5_K: { /* quant.c's d1 * q - m1, unfused */
-        const int q5 = fmt == DW_Q5_K;
-        const uint8_t *blk = (const uint8_t *)q + (i / 256) * (q5 ? 176 : 144), *s = blk + 4;
-        const int v = (int)(k % 256), c = v / 64, l = v % 32, j = v / 32, hi = (v % 64) >= 32;
-        int sc, m;
-        if (j < 4) sc = s[j] & 63, m = s[j + 4] & 63;
-        else sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        const uint8_t byte = blk[(q5 ? 48 : 16) + 32 * c + l];
-        int code = hi ? byte >> 4 : byte & 15;
-        if (q5 && (blk[16 + l] >> (2 * c + hi) & 1)) code += 16;
-        const float dd = __half2float(*(const __half *)blk), dmin = __half2float(*(const __half *)(blk + 2));
-        return __fsub_rn(__fmul_rn(__fmul_rn(dd, (float)sc), (float)code), __fmul_rn(dmin, (float)m));
-    }
-    case DW_Q6_K: { /* quant.c's d * sc * q, left to right */
-        const uint8_t *blk = (const uint8_t *)q + (i / 256) * 208;
-        const int v = (int)(k % 256), n = v / 128, r = v % 128, kk = r / 32, l = r % 32;
-        const uint8_t lb = blk[64 * n + l + 32 * (kk & 1)];
-        const int code = ((kk < 2 ? lb & 15 : lb >> 4) | (((blk[128 + 32 * n + l] >> (2 * kk)) & 3) << 4)) - 32;
-        const int sc = (int)(signed char)blk[192 + 8 * n + l / 16 + 2 * kk];
-        return __fmul_rn(__fmul_rn(__half2float(d[i / 256]), (float)sc), (float)code);
-    }
+    case DW_Q4_K: return kq_value<DW_Q4_K>((const uint8_t *)q + (i / 256) * kq_block_bytes(DW_Q4_K), NULL, (int)(k % 256) / 32, (int)(k % 32));
+    case DW_Q5_K: return kq_value<DW_Q5_K>((const uint8_t *)q + (i / 256) * kq_block_bytes(DW_Q5_K), NULL, (int)(k % 256) / 32, (int)(k % 32));
+    case DW_Q6_K: return kq_value<DW_Q6_K>((const uint8_t *)q + (i / 256) * kq_block_bytes(DW_Q6_K), d + i / 256, (int)(k % 256) / 32, (int)(k % 32));
     default: return ((const float *)q)[i];
     }
 }

@@ -27,6 +27,7 @@
  * slot holds the whole S and M. */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_kquant.h"
 
 #define KQ_WARPS 4 /* warps per block */
 #define KQ_ROWS 2  /* rows per warp: each activation load serves both */
@@ -47,11 +48,6 @@
 #ifndef KQ_SPLIT4
 #define KQ_SPLIT4 48
 #endif
-
-/* Bytes per block as stored on the device (q6_k: without its scale). */
-__host__ __device__ constexpr int kq_block_bytes(int fmt) {
-    return fmt == DW_Q4_K ? 144 : fmt == DW_Q5_K ? 176 : 208;
-}
 
 /* ---- activations: 8-bit codes per 256 values (the CPU's act_q8k) ---- */
 
@@ -129,24 +125,6 @@ __device__ __forceinline__ void kq_load(kq_w &w, const uint8_t *blk, const __hal
             w.h0 = __ldg((const uint4 *)(blk + 16));
             w.h1 = __ldg((const uint4 *)(blk + 32));
         }
-    }
-}
-
-/* byte i (run-time, 0..15) of a 16-byte group */
-__device__ __forceinline__ unsigned kq_byte(const uint4 &v, int i) {
-    const unsigned w = (i >> 2) == 0 ? v.x : (i >> 2) == 1 ? v.y : (i >> 2) == 2 ? v.z : v.w;
-    return (w >> (8 * (i & 3))) & 0xFFu;
-}
-
-/* q4_k/q5_k: the 6-bit scale and min of sub-block j (scales at hdr bytes
- * 4 .. 15), the file's packing */
-__device__ __forceinline__ void kq_scale_min(const uint4 &hdr, int j, unsigned &sc, unsigned &m) {
-    if (j < 4) {
-        sc = kq_byte(hdr, 4 + j) & 63;
-        m = kq_byte(hdr, 8 + j) & 63;
-    } else {
-        sc = (kq_byte(hdr, 8 + j) & 15) | ((kq_byte(hdr, j) >> 6) << 4);
-        m = (kq_byte(hdr, 8 + j) >> 4) | ((kq_byte(hdr, 4 + j) >> 6) << 4);
     }
 }
 
@@ -426,27 +404,6 @@ __global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __ha
 }
 
 /* ---- prefill tiles: the matrix expanded to f16 for k_mm_w ---- */
-
-/* Value l (0..31) of 32-value block j (0..7) of a super-block, as
- * quant.c's dequantization computes it (unfused). */
-template <int FMT> __device__ __forceinline__ float kq_value(const uint8_t *blk, const __half *d6, int j, int l) {
-    if (FMT == DW_Q6_K) {
-        const int v = 32 * j + l, n = v / 128, kk = (v % 128) / 32;
-        const uint8_t lb = blk[64 * n + l + 32 * (kk & 1)];
-        const int code = ((kk < 2 ? lb & 15 : lb >> 4) | (((blk[128 + 32 * n + l] >> (2 * kk)) & 3) << 4)) - 32;
-        const int sc = (int)(signed char)blk[192 + 8 * n + l / 16 + 2 * kk];
-        return __fmul_rn(__fmul_rn(__half2float(*d6), (float)sc), (float)code);
-    }
-    const int q5 = FMT == DW_Q5_K, c = j / 2, hi = j & 1;
-    unsigned sc, m;
-    const uint4 hdr = *(const uint4 *)blk;
-    kq_scale_min(hdr, j, sc, m);
-    const uint8_t byte = blk[(q5 ? 48 : 16) + 32 * c + l];
-    int code = hi ? byte >> 4 : byte & 15;
-    if (q5 && (blk[16 + l] >> (2 * c + hi) & 1)) code += 16;
-    const float dd = __half2float(*(const __half *)blk), dmin = __half2float(*(const __half *)(blk + 2));
-    return __fsub_rn(__fmul_rn(__fmul_rn(dd, (float)sc), (float)code), __fmul_rn(dmin, (float)m));
-}
 
 /* One thread per 32-value block: its values times 2^we in f16, as 16
  * words in the order k_mm_w's q8_0 expansion makes its fragments (word 4c
