@@ -32,13 +32,9 @@
 #define KQ_WARPS 4 /* warps per block */
 #define KQ_ROWS 2  /* rows per warp: each activation load serves both */
 #ifndef KQ_UNROLL
-#define KQ_UNROLL 2 /* super-block rounds loaded before the first use (a tuning build may set it) */
+#define KQ_UNROLL 1 /* super-block rounds loaded before the first use: 1 beat 2 (more warps resident), bench/results/kquant-12b-h100-2026-12-07.json */
 #endif
-#ifdef KQ_MINB /* a tuning build may size registers for KQ_MINB blocks per multiprocessor */
-#define KQ_BOUNDS __launch_bounds__(KQ_WARPS * 32, KQ_MINB)
-#else
-#define KQ_BOUNDS __launch_bounds__(KQ_WARPS * 32)
-#endif
+
 #define KQ_MAXT BE_EXACT_ROWS /* tokens per launch: a row-exact tile in one */
 /* super-blocks per row from which 2 or 4 warps share a row (a tuning
  * build may set them) */
@@ -195,7 +191,7 @@ __device__ __forceinline__ void kq_sums(const kq_w &w, const int (&a)[16], const
  * loads in flight: a 3840-row product of 60 super-blocks a row is half a
  * wave of blocks). */
 template <int FMT, int NT, int SP>
-__global__ void KQ_BOUNDS
+__global__ void __launch_bounds__(KQ_WARPS * 32)
     k_mv_k(kq_job job, const int8_t *__restrict__ xq, const float *__restrict__ xd, const int *__restrict__ xs, int K,
            int nt) {
     CU_TRACE(CT_MV_K);
