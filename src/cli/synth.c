@@ -48,7 +48,7 @@ int cli_synth(int argc, char **argv) {
         i += takes;
     }
     if (!profile || !type || !out)
-        return fail("usage: gem synth --profile P --type q4_0|q8_0|f16|bf16|f32 [--embd-type q8_0|q6_k|q4_0] "
+        return fail("usage: gem synth --profile P --type q4_0|q8_0|q4_k_m|q4_k|q5_k|q6_k|f16|bf16|f32 [--embd-type q8_0|q6_k|q4_0] "
                     "[--seed N] [--ctx-train N] [-t N] [--vocab FILE] -o FILE", NULL);
     /* the family is in the profile's name; everything else is common */
     const int qwen = !strncmp(profile, "qwen35", 6);
@@ -56,16 +56,21 @@ int cli_synth(int argc, char **argv) {
     const gemma4_profile *gp = qwen ? NULL : gemma4_profile_find(profile);
     if (qwen && !qp) return fail("unknown profile (qwen35-27b, qwen35-small, qwen35-tiny)", profile);
     if (!qwen && !gp) return fail("unknown profile (gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny, qwen35-27b, qwen35-small, qwen35-tiny)", profile);
-    const int t = quant_type_from_name(type), e = quant_type_from_name(embd);
+    /* q4_k_m: q4_k matrices in llama-quantize's Q4_K_M mix (Gemma
+     * profiles), its q6_k embedding unless told */
+    const int mix = !strcmp(type, "q4_k_m");
+    if (mix && qwen) return fail("the q4_k_m mix is drawn for Gemma profiles; for qwen35: gem quantize --type q4_k_m", type);
+    int embd_given = 0;
+    for (int i = 0; i < argc; i++) embd_given |= !strcmp(argv[i], "--embd-type");
+    if (mix && !embd_given) embd = "q6_k";
+    const int t = quant_type_from_name(mix ? "q4_k" : type), e = quant_type_from_name(embd);
     if (t < 0) return fail("unknown type", type);
     if (e < 0) return fail("unknown embedding type", embd);
     const uint32_t mt = (uint32_t)t;
     uint32_t et = (uint32_t)e;
     /* An unquantized model keeps its embedding in the same type unless told. */
     if (mt == QT_F32 || mt == QT_F16 || mt == QT_BF16) {
-        int given = 0;
-        for (int i = 0; i < argc; i++) given |= !strcmp(argv[i], "--embd-type");
-        if (!given) et = mt;
+        if (!embd_given) et = mt;
     }
     char vbuf[4096];
     const char *vocab_path = vocab ? vocab : cli_data_path(qwen ? "vocab/qwen35.gguf" : "vocab/gemma-4.gguf", vbuf,
@@ -79,14 +84,14 @@ int cli_synth(int argc, char **argv) {
         cli_progress_start(&pg, "synth", &q.progress, &q.progress_ctx);
         rc = qwen35_synth(&q, &err);
     } else {
-        gemma4_synth_opts o = {.profile = gp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
+        gemma4_synth_opts o = {.profile = gp, .type = mt, .q4_k_m = mix, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
                                .out_path = out, .threads = (int)threads, .n_ctx_train = (uint32_t)ctx_train};
         cli_progress_start(&pg, "synth", &o.progress, &o.progress_ctx);
         rc = gemma4_synth(&o, &err);
     }
     if (rc) return cli_progress_fail(&pg, err.msg);
     fprintf(stderr, "gem synth: wrote %s (%s, %s matrices, %s embedding, seed %llu) in %.1f s\n", out,
-            qwen ? qp->name : gp->name, quant_type_name(mt), quant_type_name(et), (unsigned long long)seed,
+            qwen ? qp->name : gp->name, mix ? "q4_k_m" : quant_type_name(mt), quant_type_name(et), (unsigned long long)seed,
             cli_progress_seconds(&pg));
     return 0;
 }

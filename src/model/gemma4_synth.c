@@ -23,9 +23,37 @@ uint32_t gemma4_file_type(uint32_t t) {
     case QT_F16: return 1;
     case QT_Q4_0: return 2;
     case QT_Q8_0: return 7;
+    case QT_Q4_K: return 14; /* mostly q4_k (llama.cpp's Q4_K_S) */
+    case QT_Q5_K: return 16; /* mostly q5_k (Q5_K_S) */
+    case QT_Q6_K: return 18;
     case QT_BF16: return 32;
     default: return 0;
     }
+}
+
+/* The reference's "more bits" layers (llama-quantize's Q4_K_M rule, as
+ * convert/quantize.c applies it): the first and last eighth, and every
+ * third layer in between. */
+static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* The type of tensor i: vectors f32, the embedding its own, matrices the
+ * matrix type; under the q4_k_m mix attn_v (counted over the attn_v
+ * tensors) and ffn_down (counted over the layers) in the "more bits"
+ * layers are q6_k. A row that is not whole k-quant blocks is q8_0 (the
+ * reference falls back to q5_0 there; synth draws no q5_0). */
+static uint32_t tensor_type(const gemma4_synth_opts *o, const gemma4_tensor_spec *specs, size_t n, size_t i) {
+    const gemma4_tensor_spec *s = &specs[i];
+    if (s->kind == G4_KIND_VECTOR) return QT_F32;
+    if (s->kind == G4_KIND_EMBD) return o->embd_type;
+    uint32_t t = o->type;
+    if (o->q4_k_m && (s->role == G4_ATTN_V || s->role == G4_FFN_DOWN)) {
+        int at = 0, count = 0;
+        for (size_t k = 0; k < n; k++)
+            if (specs[k].role == G4_ATTN_V) count++, at += k < i;
+        if (s->role == G4_ATTN_V ? more_bits(at, count) : more_bits(s->layer, (int)o->profile->n_layer)) t = QT_Q6_K;
+    }
+    if (quant_block_size(t) == 256 && s->ne[0] % 256) t = QT_Q8_0;
+    return t;
 }
 
 /* ---- deterministic randomness ---- */
@@ -122,6 +150,23 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
             memcpy(blk + 10, &q1, 8);
         }
         break;
+    case QT_Q4_K: /* codes uniform in [0, 15], 6-bit scales and mins uniform: with dmin = 7.5 d a
+                     value d (sc q - 7.5 m) has mean 0 and std 257 d; random sign on d */
+    case QT_Q5_K: /* the same with 5-bit codes: dmin = 15.5 d, std 525 d */
+        for (uint64_t b = 0; b < n / 256; b++) {
+            const int q5 = g->type == QT_Q5_K, bytes = q5 ? 176 : 144;
+            uint8_t *blk = out + bytes * b;
+            const uint64_t bits = row_next(&r);
+            float d = std / (q5 ? 525.0f : 257.0f) * (1.0f + 0.25f * row_sym(&r));
+            if (bits & 1) d = -d;
+            quant_put_f16(blk, d);
+            quant_put_f16(blk + 2, d * (q5 ? 15.5f : 7.5f));
+            for (int j = 4; j < bytes; j += 4) {
+                const uint32_t q = (uint32_t)row_next(&r);
+                memcpy(blk + j, &q, 4);
+            }
+        }
+        break;
     case QT_Q6_K: /* codes uniform in [-32, 31] (std 18.5), scales in [-64, 63] (std 37) */
         for (uint64_t b = 0; b < n / 256; b++) {
             uint8_t *blk = out + 210 * b;
@@ -150,7 +195,7 @@ static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
 static int write_meta(gguf_writer *w, const gemma4_synth_opts *o, const gguf_file *vocab, gem_err *err) {
     const gemma4_profile *p = o->profile;
     char name[128];
-    snprintf(name, sizeof name, "gem synth %s %s seed %llu", p->name, quant_type_name(o->type),
+    snprintf(name, sizeof name, "gem synth %s %s seed %llu", p->name, o->q4_k_m ? "q4_k_m" : quant_type_name(o->type),
              (unsigned long long)o->seed);
     int32_t kv_heads[256];
     uint8_t swa[256];
@@ -181,7 +226,7 @@ static int write_meta(gguf_writer *w, const gemma4_synth_opts *o, const gguf_fil
         gguf_w_f32(w, k[8], 1e-6f, err) ||
         gguf_w_u32(w, k[9], GEMMA4_HEAD_DIM_FULL, err) ||
         gguf_w_u32(w, k[10], GEMMA4_HEAD_DIM_FULL, err) ||
-        gguf_w_u32(w, "general.file_type", gemma4_file_type(o->type), err) ||
+        gguf_w_u32(w, "general.file_type", o->q4_k_m ? 15 : gemma4_file_type(o->type), err) ||
         (!asst && gguf_w_f32(w, k[11], 30.0f, err)) ||
         gguf_w_u32(w, k[12], p->window, err) ||
         gguf_w_u32(w, k[13], asst ? p->n_layer : 0, err) ||
@@ -219,9 +264,11 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     const gemma4_profile *p = o->profile;
     /* synth draws blocks of these types only (the contract accepts more) */
     const uint32_t mt = o->type;
-    if (mt != QT_Q4_0 && mt != QT_Q8_0 && mt != QT_F16 && mt != QT_BF16 && mt != QT_F32)
-        return gem_err_set(err, "synth: matrix type %s is not allowed (q4_0, q8_0, f16, bf16, f32)",
+    if (mt != QT_Q4_0 && mt != QT_Q8_0 && mt != QT_Q4_K && mt != QT_Q5_K && mt != QT_Q6_K && mt != QT_F16 &&
+        mt != QT_BF16 && mt != QT_F32)
+        return gem_err_set(err, "synth: matrix type %s is not allowed (q4_0, q8_0, q4_k, q5_k, q6_k, f16, bf16, f32)",
                            quant_type_name(o->type) ? quant_type_name(o->type) : "?");
+    if (o->q4_k_m && mt != QT_Q4_K) return gem_err_set(err, "synth: the q4_k_m mix needs q4_k matrices");
     if (!gemma4_type_allowed(G4_KIND_EMBD, o->embd_type) ||
         (o->embd_type != QT_Q8_0 && o->embd_type != QT_Q6_K && o->embd_type != QT_Q4_0 && o->embd_type != o->type))
         return gem_err_set(err, "synth: embedding type %s is not allowed (q8_0, q6_k, q4_0, or the matrix type)",
@@ -245,14 +292,14 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     if (write_meta(w, o, vocab, err)) goto done;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t t = specs[i].kind == G4_KIND_VECTOR ? QT_F32 : specs[i].kind == G4_KIND_EMBD ? o->embd_type : o->type;
+        const uint32_t t = tensor_type(o, specs, n, i);
         if (gguf_w_tensor(w, specs[i].name, t, specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
     if (sr_begin(&so, w, o->out_path, CHUNK_BYTES, o->threads, total, o->progress, o->progress_ctx, err)) goto done;
     for (size_t i = 0; i < n; i++) {
         const gemma4_tensor_spec *s = &specs[i];
-        uint32_t t = s->kind == G4_KIND_VECTOR ? QT_F32 : s->kind == G4_KIND_EMBD ? o->embd_type : o->type;
+        const uint32_t t = tensor_type(o, specs, n, i);
         gen_tensor g = {s, t, o->seed, i, 0};
         quant_row_bytes(t, (int64_t)s->ne[0], &g.row_bytes);
         const sr_tensor st = {s->name, s->n_dims == 1 ? 1 : s->ne[1], g.row_bytes, fill_rows, &g};

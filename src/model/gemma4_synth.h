@@ -20,7 +20,8 @@
 
 typedef struct {
     const gemma4_profile *profile;
-    uint32_t type;      /* matrices: q4_0, q8_0, f16, bf16 or f32 */
+    uint32_t type;      /* matrices: q4_0, q8_0, q4_k, q5_k, q6_k, f16, bf16 or f32 */
+    int q4_k_m;         /* with type q4_k: llama-quantize's Q4_K_M mix (attn_v, ffn_down in q6_k in its layers) */
     uint32_t embd_type; /* token_embd: q8_0, q6_k, q4_0, f16, bf16 or f32 */
     uint64_t seed;
     uint32_t n_ctx_train; /* context_length written; 0: the profile's */

@@ -124,6 +124,56 @@ static int files_equal(const char *a, const char *b) {
     return eq;
 }
 
+/* The q4_k_m mix: q4_k matrices, q6_k for the embedding and for attn_v and
+ * ffn_down in llama-quantize's "more bits" layers (tiny: 6 layers, ffn_down
+ * of layers 2 and 5, attn_v of sliding layers 2 and 4, the same 37 q4_k
+ * and 5 q6_k tensors gem quantize --type q4_k_m makes of it); k-quant
+ * rows of norm about 1 like the other types'. */
+static void test_synth_q4_k_m(const char *dir) {
+    char a[512];
+    snprintf(a, sizeof a, "%s/km.gguf", dir);
+    gemma4_synth_opts o = {0};
+    o.profile = gemma4_profile_find("gemma4-tiny");
+    o.type = QT_Q4_K;
+    o.q4_k_m = 1;
+    o.embd_type = QT_Q6_K;
+    o.seed = 3;
+    o.vocab_path = vocab_path;
+    o.out_path = a;
+    gem_err err = {{0}};
+    CHECKF(!gemma4_synth(&o, &err), "%s", err.msg);
+    gguf_file *f = gguf_open(a, &err);
+    CHECKF(f != NULL, "%s", err.msg);
+    if (!f) return;
+    gemma4_model *m = gemma4_bind(f, &err);
+    CHECKF(m != NULL, "%s", err.msg);
+    if (m) {
+        int n4 = 0, n6 = 0;
+        for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+            n4 += gguf_tensor_at(f, i)->type == QT_Q4_K;
+            n6 += gguf_tensor_at(f, i)->type == QT_Q6_K;
+        }
+        CHECKF(n4 == 37 && n6 == 5, "%d q4_k, %d q6_k", n4, n6);
+        CHECK(m->token_embd->type == QT_Q6_K);
+        CHECK(m->layers[2].ffn_down->type == QT_Q6_K && m->layers[5].ffn_down->type == QT_Q6_K);
+        CHECK(m->layers[1].ffn_down->type == QT_Q4_K && m->layers[3].ffn_down->type == QT_Q4_K);
+        CHECK(m->layers[2].attn_v->type == QT_Q6_K && m->layers[4].attn_v->type == QT_Q6_K);
+        CHECK(m->layers[3].attn_v->type == QT_Q4_K && m->layers[0].attn_q->type == QT_Q4_K);
+        int64_t k = gguf_find_key(f, "general.file_type"), ft;
+        CHECK(k >= 0 && !gguf_kv_int(f, (uint64_t)k, &ft) && ft == 15);
+        float row[256];
+        double ss = 0;
+        for (int r = 0; r < 64; r++) {
+            quant_dequant_row(QT_Q4_K, (const uint8_t *)m->layers[0].attn_q->data + 144 * r, row, 256);
+            for (int i = 0; i < 256; i++) ss += (double)row[i] * row[i];
+        }
+        CHECKF(ss / 64 > 0.5 && ss / 64 < 2.0, "q4_k row norm^2 %g", ss / 64);
+        gemma4_free(m);
+    }
+    gguf_close(f);
+    remove(a);
+}
+
 static void test_synth(const char *dir) {
     char a[512], b[512], c[512];
     snprintf(a, sizeof a, "%s/a.gguf", dir);
@@ -177,12 +227,17 @@ static void test_synth(const char *dir) {
     /* bad options */
     gemma4_synth_opts o = {0};
     o.profile = gemma4_profile_find("gemma4-tiny");
-    o.type = QT_Q6_K;
+    o.type = QT_Q5_0;
     o.embd_type = QT_Q8_0;
     o.vocab_path = vocab_path;
     o.out_path = c;
     CHECK(gemma4_synth(&o, &err) == -1);
-    CHECK_ERR(err.msg, "matrix type q6_k is not allowed");
+    CHECK_ERR(err.msg, "matrix type q5_0 is not allowed");
+    o.type = QT_Q8_0;
+    o.q4_k_m = 1;
+    CHECK(gemma4_synth(&o, &err) == -1);
+    CHECK_ERR(err.msg, "the q4_k_m mix needs q4_k matrices");
+    o.q4_k_m = 0;
     o.type = QT_Q4_0;
     o.vocab_path = "tests/data/malformed/02_version_1.gguf";
     CHECK(gemma4_synth(&o, &err) == -1);
@@ -432,6 +487,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     test_manifests();
     test_synth(dir);
+    test_synth_q4_k_m(dir);
     test_assistant(dir);
     char a[512];
     snprintf(a, sizeof a, "%s/a.gguf", dir);
