@@ -56,13 +56,13 @@ int cli_synth(int argc, char **argv) {
     const gemma4_profile *gp = qwen ? NULL : gemma4_profile_find(profile);
     if (qwen && !qp) return fail("unknown profile (qwen35-27b, qwen35-small, qwen35-tiny)", profile);
     if (!qwen && !gp) return fail("unknown profile (gemma4-31b, gemma4-12b, gemma4-1b, gemma4-tiny, qwen35-27b, qwen35-small, qwen35-tiny)", profile);
-    /* q4_k_m: q4_k matrices in llama-quantize's Q4_K_M mix (Gemma
-     * profiles), its q6_k embedding unless told */
+    /* q4_k_m: q4_k matrices in llama-quantize's Q4_K_M mix */
     const int mix = !strcmp(type, "q4_k_m");
-    if (mix && qwen) return fail("the q4_k_m mix is drawn for Gemma profiles; for qwen35: gem quantize --type q4_k_m", type);
     int embd_given = 0;
     for (int i = 0; i < argc; i++) embd_given |= !strcmp(argv[i], "--embd-type");
-    if (mix && !embd_given) embd = "q6_k";
+    /* the reference's token_embd under Q4_K_M: q6_k where it is the head
+     * (tied), else the default q4_k */
+    if (mix && !embd_given) embd = qwen && !qp->tied ? "q4_k" : "q6_k";
     const int t = quant_type_from_name(mix ? "q4_k" : type), e = quant_type_from_name(embd);
     if (t < 0) return fail("unknown type", type);
     if (e < 0) return fail("unknown embedding type", embd);
@@ -79,7 +79,7 @@ int cli_synth(int argc, char **argv) {
     gem_err err = {{0}};
     int rc;
     if (qwen) {
-        qwen35_synth_opts q = {.profile = qp, .type = mt, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
+        qwen35_synth_opts q = {.profile = qp, .type = mt, .q4_k_m = mix, .embd_type = et, .seed = seed, .vocab_path = vocab_path,
                                .out_path = out, .threads = (int)threads, .n_ctx_train = (uint32_t)ctx_train};
         cli_progress_start(&pg, "synth", &q.progress, &q.progress_ctx);
         rc = qwen35_synth(&q, &err);

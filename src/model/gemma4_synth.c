@@ -38,18 +38,20 @@ static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - 
 
 /* The type of tensor i: vectors f32, the embedding its own, matrices the
  * matrix type; under the q4_k_m mix attn_v (counted over the attn_v
- * tensors) and ffn_down (counted over the layers) in the "more bits"
- * layers are q6_k. A row that is not whole k-quant blocks is q8_0 (the
+ * tensors in layer order) and ffn_down (counted over the layers) in the
+ * "more bits" layers are q6_k. A row that is not whole k-quant blocks is q8_0 (the
  * reference falls back to q5_0 there; synth draws no q5_0). */
-static uint32_t tensor_type(const gemma4_synth_opts *o, const gemma4_tensor_spec *specs, size_t n, size_t i) {
+uint32_t gemma4_synth_type(const gemma4_synth_opts *o, const gemma4_tensor_spec *specs, size_t n, size_t i) {
     const gemma4_tensor_spec *s = &specs[i];
     if (s->kind == G4_KIND_VECTOR) return QT_F32;
     if (s->kind == G4_KIND_EMBD) return o->embd_type;
     uint32_t t = o->type;
     if (o->q4_k_m && (s->role == G4_ATTN_V || s->role == G4_FFN_DOWN)) {
+        /* counted in layer order (the manifest's is the converter's,
+         * blk.1 before blk.10 before blk.2) */
         int at = 0, count = 0;
         for (size_t k = 0; k < n; k++)
-            if (specs[k].role == G4_ATTN_V) count++, at += k < i;
+            if (specs[k].role == G4_ATTN_V) count++, at += specs[k].layer < s->layer;
         if (s->role == G4_ATTN_V ? more_bits(at, count) : more_bits(s->layer, (int)o->profile->n_layer)) t = QT_Q6_K;
     }
     if (quant_block_size(t) == 256 && s->ne[0] % 256) t = QT_Q8_0;
@@ -292,14 +294,14 @@ int gemma4_synth(const gemma4_synth_opts *o, gem_err *err) {
     if (write_meta(w, o, vocab, err)) goto done;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint32_t t = tensor_type(o, specs, n, i);
+        const uint32_t t = gemma4_synth_type(o, specs, n, i);
         if (gguf_w_tensor(w, specs[i].name, t, specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
     if (sr_begin(&so, w, o->out_path, CHUNK_BYTES, o->threads, total, o->progress, o->progress_ctx, err)) goto done;
     for (size_t i = 0; i < n; i++) {
         const gemma4_tensor_spec *s = &specs[i];
-        const uint32_t t = tensor_type(o, specs, n, i);
+        const uint32_t t = gemma4_synth_type(o, specs, n, i);
         gen_tensor g = {s, t, o->seed, i, 0};
         quant_row_bytes(t, (int64_t)s->ne[0], &g.row_bytes);
         const sr_tensor st = {s->name, s->n_dims == 1 ? 1 : s->ne[1], g.row_bytes, fill_rows, &g};

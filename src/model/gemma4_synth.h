@@ -34,6 +34,10 @@ typedef struct {
 
 int gemma4_synth(const gemma4_synth_opts *o, gem_err *err);
 
+/* The type synth writes tensor i of the manifest specs[0..n) in (the
+ * q4_k_m mix's choice included). */
+uint32_t gemma4_synth_type(const gemma4_synth_opts *o, const gemma4_tensor_spec *specs, size_t n, size_t i);
+
 /* The llama.cpp file-type code for a matrix type (general.file_type). */
 uint32_t gemma4_file_type(uint32_t matrix_type);
 

@@ -232,9 +232,22 @@ static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     return rc;
 }
 
+/* llama-quantize's "more bits" layers: the first and last eighth, and
+ * every third layer between (convert/quantize.c states the whole rule) */
+static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
 static uint32_t tensor_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s) {
     if (s->kind == Q35_KIND_VECTOR) return QT_F32;
     uint32_t t = s->kind == Q35_KIND_EMBD ? o->embd_type : o->type;
+    if (o->q4_k_m) {
+        /* one attn_v-like tensor per layer (attn_qkv or attn_v), so the
+         * reference's count over them is the layer index */
+        const int n = (int)o->profile->n_layer;
+        if (s->role == Q35_OUTPUT) t = QT_Q6_K;
+        else if ((s->role == Q35_ATTN_QKV || s->role == Q35_ATTN_V || s->role == Q35_FFN_DOWN) && more_bits(s->layer, n))
+            t = QT_Q6_K;
+        if (s->ne[0] % quant_block_size(t)) t = t == QT_Q4_K ? QT_Q5_0 : t == QT_Q6_K ? QT_Q8_0 : t;
+    }
     /* a row that is not whole blocks of the type is written as the
      * quantize tool would fall back: q8_0 (blocks of 32) */
     if (s->ne[0] % quant_block_size(t)) t = QT_Q8_0;
@@ -249,6 +262,7 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
     if (!quant_can_quantize(o->embd_type) && o->embd_type != QT_F32)
         return gem_err_set(err, "synth: embedding type %s cannot be written",
                            quant_type_name(o->embd_type) ? quant_type_name(o->embd_type) : "?");
+    if (o->q4_k_m && o->type != QT_Q4_K) return gem_err_set(err, "synth: the q4_k_m mix needs q4_k matrices");
     if (!qwen35_type_allowed(Q35_KIND_MATRIX, o->type) || !qwen35_type_allowed(Q35_KIND_EMBD, o->embd_type))
         return gem_err_set(err, "synth: the qwen35 contract does not take matrices of %s",
                            quant_type_name(o->type) ? quant_type_name(o->type) : "?");
@@ -265,11 +279,12 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
     }
     qwen35_manifest(p, specs, n);
     char name[128];
-    snprintf(name, sizeof name, "gem synth %s %s seed %llu", p->name, quant_type_name(o->type),
+    snprintf(name, sizeof name, "gem synth %s %s seed %llu", p->name, o->q4_k_m ? "q4_k_m" : quant_type_name(o->type),
              (unsigned long long)o->seed);
     if (gguf_w_str(w, "general.architecture", QWEN35_ARCH, err) || gguf_w_str(w, "general.type", "model", err) ||
         gguf_w_str(w, "general.name", name, err) ||
-        qwen35_write_arch_keys(w, p, o->n_ctx_train ? o->n_ctx_train : p->n_ctx_train, file_type(o->type), NULL, err) ||
+        qwen35_write_arch_keys(w, p, o->n_ctx_train ? o->n_ctx_train : p->n_ctx_train, o->q4_k_m ? 15 : file_type(o->type),
+                               NULL, err) ||
         gguf_w_u32(w, "general.quantization_version", 2, err) || qwen35_write_vocab(w, vocab, p->n_vocab, err))
         goto done;
     uint64_t total = 0;

@@ -19,7 +19,11 @@
 typedef struct {
     const qwen35_profile *profile;
     uint32_t type;      /* matrices: any type quant_quantize_row makes */
-    uint32_t embd_type; /* token_embd and output */
+    uint32_t embd_type; /* token_embd and output (q4_k_m: token_embd only; output is q6_k) */
+    /* with type q4_k: llama-quantize's Q4_K_M mix (attn_v/attn_qkv and
+     * ffn_down of its "more bits" layers and the output head in q6_k, rows
+     * that are not whole blocks in q5_0 or q8_0 as it falls back) */
+    int q4_k_m;
     uint64_t seed;
     uint32_t n_ctx_train; /* context_length written; 0: the profile's */
     const char *vocab_path; /* GGUF with the Qwen3.5 tokenizer keys (data/vocab/qwen35.gguf) */

@@ -37,7 +37,6 @@ expect 2 "--seed needs" -- $GEM synth --profile gemma4-tiny --type q4_0 --seed -
 expect 2 "missing value" -- $GEM synth --profile gemma4-tiny --type
 expect 2 "usage: gem synth" -- $GEM synth --profile gemma4-tiny
 expect 1 "matrix type q5_0 is not allowed" -- $GEM synth --profile gemma4-tiny --type q5_0 -o "$tmp/x.gguf"
-expect 2 "the q4_k_m mix is drawn for Gemma profiles" -- $GEM synth --profile qwen35-tiny --type q4_k_m -o "$tmp/x.gguf"
 expect 1 "embedding type q5_0 is not allowed" -- $GEM synth --profile gemma4-tiny --type q4_0 --embd-type q5_0 -o "$tmp/x.gguf"
 expect 1 "not a Gemma 4 vocabulary" -- $GEM synth --profile gemma4-tiny --type q4_0 --vocab tests/data/malformed/55_model_other_arch.gguf -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed synth left its output behind"

@@ -99,5 +99,23 @@ d = [abs(a["logprob"] - b["logprob"]) for a, b in zip(f, r)]
 sys.exit(0 if len(f) == len(r) == 8 and max(d) < 0.25 else (print(d, file=sys.stderr) or 1))
 PY
 
+# gem synth --type q4_k_m draws the tensor types gem quantize --type q4_k_m
+# (the reference's) gives the same profile: the Gemma tiny profile, whose
+# manifest order (blk.1, blk.10, blk.2, ...) is not the layer order the mix
+# counts attn_v in, and a Qwen3.5 hybrid (attn_qkv and attn_v, an untied
+# head)
+types() { $GEM inspect "$1" --tensors | awk '$1 == "tensor" { print $2, $3 }' | sort; }
+for profile in gemma4-tiny qwen35-small; do
+    $GEM synth --profile $profile --type f32 --seed 4 -o "$tmp/mf.gguf" 2>/dev/null &&
+        $GEM quantize "$tmp/mf.gguf" "$tmp/mq.gguf" --type q4_k_m 2>/dev/null &&
+        $GEM synth --profile $profile --type q4_k_m --seed 4 -o "$tmp/ms.gguf" 2>/dev/null
+    types "$tmp/mq.gguf" >"$tmp/tq.txt"
+    types "$tmp/ms.gguf" >"$tmp/ts.txt"
+    if [ -s "$tmp/tq.txt" ] && cmp -s "$tmp/tq.txt" "$tmp/ts.txt" && grep -q " q6_k" "$tmp/ts.txt"; then ok; else
+        ko "synth q4_k_m $profile: tensor types differ from gem quantize's"
+        diff "$tmp/tq.txt" "$tmp/ts.txt" | head -5 >&2
+    fi
+done
+
 echo "test_quantize: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -172,6 +172,31 @@ static void test_synth_q4_k_m(const char *dir) {
     }
     gguf_close(f);
     remove(a);
+    /* 1b: 26 layers, so the manifest's order (blk.1, blk.10, ...) is not
+     * the layer order the mix counts attn_v in; gem quantize (byte-identical
+     * to llama-quantize) gives blk.10.attn_v q6_k, blk.12.attn_v q4_k,
+     * blk.4.ffn_down q6_k and blk.5.ffn_down q4_k */
+    o.profile = gemma4_profile_find("gemma4-1b");
+    const size_t n = gemma4_manifest_count(o.profile);
+    gemma4_tensor_spec *sp = malloc(n * sizeof *sp);
+    if (!sp || !gemma4_manifest(o.profile, sp, n)) {
+        CHECK(0);
+        free(sp);
+        return;
+    }
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t want = !strcmp(sp[i].name, "blk.10.attn_v.weight")   ? QT_Q6_K
+                              : !strcmp(sp[i].name, "blk.12.attn_v.weight") ? QT_Q4_K
+                              : !strcmp(sp[i].name, "blk.4.ffn_down.weight") ? QT_Q6_K
+                              : !strcmp(sp[i].name, "blk.5.ffn_down.weight") ? QT_Q4_K
+                                                                             : QT_COUNT;
+        if (want == QT_COUNT) continue;
+        seen++;
+        CHECKF(gemma4_synth_type(&o, sp, n, i) == want, "%s", sp[i].name);
+    }
+    CHECK(seen == 4);
+    free(sp);
 }
 
 static void test_synth(const char *dir) {
