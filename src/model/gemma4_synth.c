@@ -39,13 +39,14 @@ static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - 
 /* The type of tensor i: vectors f32, the embedding its own, matrices the
  * matrix type; under the q4_k_m mix attn_v (counted over the attn_v
  * tensors in layer order) and ffn_down (counted over the layers) in the
- * "more bits" layers are q6_k. A row that is not whole k-quant blocks is q8_0 (the
- * reference falls back to q5_0 there; synth draws no q5_0). */
+ * "more bits" layers are q6_k. A row that is not whole k-quant blocks is
+ * q8_0, the embedding's too (a drafter's 128-wide rows: the reference's
+ * tied head falls back to q8_0; its matrices to q5_0, which synth does not
+ * draw). */
 uint32_t gemma4_synth_type(const gemma4_synth_opts *o, const gemma4_tensor_spec *specs, size_t n, size_t i) {
     const gemma4_tensor_spec *s = &specs[i];
     if (s->kind == G4_KIND_VECTOR) return QT_F32;
-    if (s->kind == G4_KIND_EMBD) return o->embd_type;
-    uint32_t t = o->type;
+    uint32_t t = s->kind == G4_KIND_EMBD ? o->embd_type : o->type;
     if (o->q4_k_m && (s->role == G4_ATTN_V || s->role == G4_FFN_DOWN)) {
         /* counted in layer order (the manifest's is the converter's,
          * blk.1 before blk.10 before blk.2) */

@@ -172,7 +172,7 @@ static void test_synth_q4_k_m(const char *dir) {
     }
     gguf_close(f);
     remove(a);
-    /* 1b: 26 layers, so the manifest's order (blk.1, blk.10, ...) is not
+    /* 1b: 18 layers, so the manifest's order (blk.1, blk.10, ...) is not
      * the layer order the mix counts attn_v in; gem quantize (byte-identical
      * to llama-quantize) gives blk.10.attn_v q6_k, blk.12.attn_v q4_k,
      * blk.4.ffn_down q6_k and blk.5.ffn_down q4_k */
@@ -197,6 +197,16 @@ static void test_synth_q4_k_m(const char *dir) {
     }
     CHECK(seen == 4);
     free(sp);
+    /* a drafter's 128-wide embedding rows are not whole q6_k blocks: q8_0 */
+    o.profile = gemma4_profile_find("gemma4-tiny-assistant");
+    o.embd_type = QT_Q6_K;
+    snprintf(a, sizeof a, "%s/kma.gguf", dir);
+    CHECKF(!gemma4_synth(&o, &err), "%s", err.msg);
+    f = gguf_open(a, &err);
+    const gguf_tensor *te = f ? gguf_find_tensor(f, "token_embd.weight") : NULL;
+    CHECK(te != NULL && te->type == QT_Q8_0);
+    if (f) gguf_close(f);
+    remove(a);
 }
 
 static void test_synth(const char *dir) {
