@@ -124,6 +124,19 @@ static int files_equal(const char *a, const char *b) {
     return eq;
 }
 
+/* path opened and bound (checked); *m NULL when binding failed, the
+ * result NULL when opening did */
+static gguf_file *open_bound(const char *path, gemma4_model **m) {
+    gem_err err = {{0}};
+    *m = NULL;
+    gguf_file *f = gguf_open(path, &err);
+    CHECKF(f != NULL, "%s", err.msg);
+    if (!f) return NULL;
+    *m = gemma4_bind(f, &err);
+    CHECKF(*m != NULL, "%s", err.msg);
+    return f;
+}
+
 /* The q4_k_m mix: q4_k matrices, q6_k for the embedding and for attn_v and
  * ffn_down in llama-quantize's "more bits" layers (tiny: 6 layers, ffn_down
  * of layers 2 and 5, attn_v of sliding layers 2 and 4, the same 37 q4_k
@@ -142,11 +155,9 @@ static void test_synth_q4_k_m(const char *dir) {
     o.out_path = a;
     gem_err err = {{0}};
     CHECKF(!gemma4_synth(&o, &err), "%s", err.msg);
-    gguf_file *f = gguf_open(a, &err);
-    CHECKF(f != NULL, "%s", err.msg);
+    gemma4_model *m;
+    gguf_file *f = open_bound(a, &m);
     if (!f) return;
-    gemma4_model *m = gemma4_bind(f, &err);
-    CHECKF(m != NULL, "%s", err.msg);
     if (m) {
         int n4 = 0, n6 = 0;
         for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
@@ -220,11 +231,9 @@ static void test_synth(const char *dir) {
     CHECK(files_equal(a, b));  /* thread count does not change the bytes */
     CHECK(!files_equal(a, c)); /* the seed does */
     gem_err err = {{0}};
-    gguf_file *f = gguf_open(a, &err);
-    CHECKF(f != NULL, "%s", err.msg);
+    gemma4_model *m;
+    gguf_file *f = open_bound(a, &m);
     if (!f) return;
-    gemma4_model *m = gemma4_bind(f, &err);
-    CHECKF(m != NULL, "%s", err.msg);
     if (m) {
         const gemma4_profile *p = m->profile;
         CHECK(!strcmp(p->name, "gemma4-tiny"));
