@@ -137,9 +137,6 @@ typedef struct {
     int n_layer, i_ffn_down;
 } selector;
 
-/* The reference's "more bits" layers: the first and last eighth, and every
- * third layer in between. */
-static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* The reference's per-tensor choice (llama_tensor_get_type_impl) for the
  * file types gem offers, on a dense model without an importance matrix:
@@ -167,12 +164,12 @@ static uint32_t mix_type(selector *s, const item *it, category cat, uint32_t t) 
     } else if (cat == CAT_TOKEN_EMBD) {
         /* no rule for these file types */
     } else if (is_attn_v(cat)) {
-        if (km && use_more_bits(s->i_attn_v, s->n_attn_v)) t = QT_Q6_K;
+        if (km && quant_more_bits(s->i_attn_v, s->n_attn_v)) t = QT_Q6_K;
         else if (s->ftype == FT_Q4_K_S && s->i_attn_v < 4) t = QT_Q5_K;
         s->i_attn_v++;
     } else if (cat == CAT_FFN_DOWN) {
         /* the layer index is the counter, in sorted order, not the name's */
-        if (km && use_more_bits(s->i_ffn_down, s->n_layer)) t = QT_Q6_K;
+        if (km && quant_more_bits(s->i_ffn_down, s->n_layer)) t = QT_Q6_K;
         else if (s->ftype == FT_Q4_K_S && s->i_ffn_down < s->n_layer / 8) t = QT_Q5_K;
         s->i_ffn_down++;
     }

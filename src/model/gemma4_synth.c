@@ -13,6 +13,7 @@
 #include "gguf/gguf_write.h"
 #include "model/synth_rows.h"
 #include "quant/quant.h"
+#include "quant/quantize.h"
 #include "util/rng.h"
 
 #define CHUNK_BYTES (64u << 20)
@@ -31,10 +32,6 @@ uint32_t gemma4_file_type(uint32_t t) {
     }
 }
 
-/* The reference's "more bits" layers (llama-quantize's Q4_K_M rule, as
- * convert/quantize.c applies it): the first and last eighth, and every
- * third layer in between. */
-static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* The type of tensor i: vectors f32, the embedding its own, matrices the
  * matrix type; under the q4_k_m mix attn_v (counted over the attn_v
@@ -53,7 +50,7 @@ uint32_t gemma4_synth_type(const gemma4_synth_opts *o, const gemma4_tensor_spec 
         int at = 0, count = 0;
         for (size_t k = 0; k < n; k++)
             if (specs[k].role == G4_ATTN_V) count++, at += specs[k].layer < s->layer;
-        if (s->role == G4_ATTN_V ? more_bits(at, count) : more_bits(s->layer, (int)o->profile->n_layer)) t = QT_Q6_K;
+        if (s->role == G4_ATTN_V ? quant_more_bits(at, count) : quant_more_bits(s->layer, (int)o->profile->n_layer)) t = QT_Q6_K;
     }
     if (quant_block_size(t) == 256 && s->ne[0] % 256) t = QT_Q8_0;
     return t;

@@ -232,9 +232,6 @@ static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     return rc;
 }
 
-/* llama-quantize's "more bits" layers: the first and last eighth, and
- * every third layer between (convert/quantize.c states the whole rule) */
-static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 static uint32_t tensor_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s) {
     if (s->kind == Q35_KIND_VECTOR) return QT_F32;
@@ -244,7 +241,7 @@ static uint32_t tensor_type(const qwen35_synth_opts *o, const qwen35_tensor_spec
          * reference's count over them is the layer index */
         const int n = (int)o->profile->n_layer;
         if (s->role == Q35_OUTPUT) t = QT_Q6_K;
-        else if ((s->role == Q35_ATTN_QKV || s->role == Q35_ATTN_V || s->role == Q35_FFN_DOWN) && more_bits(s->layer, n))
+        else if ((s->role == Q35_ATTN_QKV || s->role == Q35_ATTN_V || s->role == Q35_FFN_DOWN) && quant_more_bits(s->layer, n))
             t = QT_Q6_K;
         if (s->ne[0] % quant_block_size(t)) t = t == QT_Q4_K ? QT_Q5_0 : t == QT_Q6_K ? QT_Q8_0 : t;
     }

@@ -398,6 +398,8 @@ static void q6_k_block(const float *x, uint8_t *y) {
 
 /* ---- dispatch ---- */
 
+int quant_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
 int quant_can_quantize(uint32_t type) {
     switch (type) {
     case QT_Q8_0: case QT_Q4_0: case QT_Q5_0: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:

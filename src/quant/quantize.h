@@ -21,6 +21,11 @@
  * q4_k, q5_k, q6_k, f16, bf16, f32). */
 int quant_can_quantize(uint32_t type);
 
+/* llama-quantize's "more bits" layers of the K mixes (Q4_K_M, Q5_K_M:
+ * attn_v-like and ffn_down tensors there become q6_k): index i of n, the
+ * first and last eighth and every third one between. */
+int quant_more_bits(int i, int n);
+
 /* Quantizes n floats (a whole number of blocks of type) into dst.
  * Returns -1 for an unsupported type or a partial block. */
 int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
