@@ -63,6 +63,28 @@ static int stage_grow(cuda_backend *c, size_t bytes) {
 
 #define STAGE_BYTES ((size_t)64 << 20)
 
+/* A file's nblk blocks of blk_bytes each through the staging buffer, as
+ * many at a time as it holds: repack(b0, nb) launches the kernel that
+ * rewrites blocks [b0, b0 + nb) from c->stage into the device layout.
+ * *what names the step that failed. */
+template <class F>
+static cudaError_t staged_repack(cuda_backend *c, const uint8_t *src, int64_t nblk, int64_t blk_bytes, const char **what,
+                                 F repack) {
+    if (stage_grow(c, STAGE_BYTES)) return cudaErrorMemoryAllocation;
+    const int64_t per = (int64_t)(STAGE_BYTES / blk_bytes);
+    cudaError_t e = cudaSuccess;
+    for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
+        const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
+        *what = "cudaMemcpy";
+        e = cudaMemcpy(c->stage, src + b0 * blk_bytes, (size_t)(nb * blk_bytes), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) break;
+        *what = "repack";
+        repack(b0, nb);
+        if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    return e;
+}
+
 /* backend.h work_reserve: what the backend takes beyond the weights (whose
  * page rounding cu_weight_bytes counts), the KV plan and the model's
  * buffers. Its scratch grows lazily in powers of two from 4 KiB
@@ -111,25 +133,17 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, (size_t)nblk * (q8 ? 32 : 16))) == cudaSuccess &&
             (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
-            if (stage_grow(c, STAGE_BYTES)) e = cudaErrorMemoryAllocation;
-            if (e == cudaSuccess && !c->dmax) e = cudaMalloc(&c->dmax, sizeof(unsigned));
+            if (!c->dmax) e = cudaMalloc(&c->dmax, sizeof(unsigned));
             if (e == cudaSuccess) e = cudaMemset(c->dmax, 0, sizeof(unsigned));
-            const int64_t per = (int64_t)(STAGE_BYTES / blk_bytes);
-            for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
-                const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
-                what = "cudaMemcpy";
-                e = cudaMemcpy(c->stage, (const uint8_t *)t->data + b0 * blk_bytes, (size_t)(nb * blk_bytes),
-                               cudaMemcpyHostToDevice);
-                if (e != cudaSuccess) break;
-                what = "repack";
-                if (q8)
-                    k_repack_q8_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
-                                                                         (int8_t *)w->q + b0 * 32, w->d + b0, c->dmax);
-                else
-                    k_repack_q4_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
-                                                                         (uint8_t *)w->q + b0 * 16, w->d + b0, c->dmax);
-                if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
-            }
+            if (e == cudaSuccess)
+                e = staged_repack(c, (const uint8_t *)t->data, nblk, blk_bytes, &what, [&](int64_t b0, int64_t nb) {
+                    if (q8)
+                        k_repack_q8_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
+                                                                             (int8_t *)w->q + b0 * 32, w->d + b0, c->dmax);
+                    else
+                        k_repack_q4_0<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
+                                                                             (uint8_t *)w->q + b0 * 16, w->d + b0, c->dmax);
+                });
             unsigned bits = 0;
             if (e == cudaSuccess) e = cudaMemcpy(&bits, c->dmax, sizeof bits, cudaMemcpyDeviceToHost);
             /* |code x scale x 2^we| < 2^15 (|code| <= 128 or 8); no f16
@@ -137,12 +151,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
             if (bits < 0x7C00u) {
                 __half_raw hr;
                 hr.x = (unsigned short)bits;
-                const float big = (q8 ? 128.0f : 8.0f) * __half2float(__half(hr));
-                int ex = 0;
-                if (big > 0) frexpf(big, &ex);
-                int we = big > 0 ? 15 - ex : 0;
-                we = we < -14 ? -14 : we > 15 ? 15 : we;
-                w->hexp = ldexpf(1.0f, we);
+                w->hexp = weight_hexp((q8 ? 128.0f : 8.0f) * __half2float(__half(hr)));
             }
         }
     } else if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && w->ne0 % 256 == 0) {
@@ -162,18 +171,10 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, (size_t)nblk * 208)) == cudaSuccess &&
             (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
-            if (stage_grow(c, STAGE_BYTES)) e = cudaErrorMemoryAllocation;
-            const int64_t per = (int64_t)(STAGE_BYTES / 210);
-            for (int64_t b0 = 0; e == cudaSuccess && b0 < nblk; b0 += per) {
-                const int64_t nb = nblk - b0 < per ? nblk - b0 : per;
-                what = "cudaMemcpy";
-                e = cudaMemcpy(c->stage, (const uint8_t *)t->data + b0 * 210, (size_t)(nb * 210), cudaMemcpyHostToDevice);
-                if (e != cudaSuccess) break;
-                what = "repack";
-                k_repack_q6_k<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb, (uint8_t *)w->q + b0 * 208,
-                                                                     w->d + b0);
-                if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
-            }
+            e = staged_repack(c, (const uint8_t *)t->data, nblk, 210, &what, [&](int64_t b0, int64_t nb) {
+                k_repack_q6_k<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
+                                                                     (uint8_t *)w->q + b0 * 208, w->d + b0);
+            });
         }
     } else if (quant_type_supported(t->type)) {
         /* expanded to f16 row by row on the host */

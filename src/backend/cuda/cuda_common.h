@@ -270,12 +270,12 @@ enum {
     CT_EMBED = 1, CT_RMSNORM4, CT_RMSNORM, CT_GEGLU, CT_SOFTCAP, CT_RMSNORM_ROPE, CT_QKV_NORM_ROPE, CT_ARGMAX_PART,
     CT_ARGMAX_FINAL, CT_TOPK_PART, CT_TOPK_FINAL, CT_ATTN_SPLIT, CT_ATTN_COMBINE, CT_ATTN_FA, CT_ATTN_COMBINE_WIDE,
     CT_ATTN_DEC, CT_ATTN_TC, CT_KV_STORE, CT_QUANTIZE_ACT, CT_MV_Q, CT_MV_F, CT_MM_Q, CT_MM_TILED, CT_ACT_F16,
-    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_VR_Q, CT_MV_K, CT_COUNT
+    CT_GEGLU_F16, CT_MM_H, CT_MM_W, CT_VR_Q, CT_MV_K, CT_KQ_F16, CT_COUNT
 };
 #define CT_NAMES                                                                                                      \
     "-,embed,rmsnorm4,rmsnorm,geglu,softcap,rmsnorm_rope,qkv_norm_rope,argmax_part,argmax_final,topk_part,topk_final," \
     "attn_split,attn_combine,attn_fa,attn_combine_wide,attn_dec,attn_tc,kv_store,quantize_act,mv_q,mv_f,mm_q,"        \
-    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,vr_q,mv_k"
+    "mm_tiled,act_f16,geglu_f16,mm_h,mm_w,vr_q,mv_k,kq_f16"
 /* record 0's first word counts the records ever written */
 struct cu_trace_rec {
     unsigned long long t0, t1, t2, grid;
@@ -438,6 +438,18 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 
 /* ------------------------------------------------------------------ */
 /* helpers shared by the parts                                         */
+
+/* A weight's f16 range scale (be_weight.hexp) from the largest |value|
+ * its blocks can hold: the power of two 2^we (we in [-14, 15]) that keeps
+ * |value| 2^we below 2^15, so k_mm_h/k_mm_w's f16 operands cannot
+ * overflow. */
+static inline float weight_hexp(float big) {
+    int ex = 0;
+    if (big > 0) frexpf(big, &ex);
+    int we = big > 0 ? 15 - ex : 0;
+    we = we < -14 ? -14 : we > 15 ? 15 : we;
+    return ldexpf(1.0f, we);
+}
 
 /* After a launch that left buffer p's (n rows of K) converted activations
  * in a scratch: the next product of p reuses them (see mv_run). */

@@ -1377,49 +1377,32 @@ cudaError_t mmh_allow(void) {
     return e;
 }
 
-/* Prefill products of q8_0/q4_0 weights on the f16 tensor cores (k_mm_w,
- * or k_mm_h with GEM_CUDA_MMH=2);
- * the f16 activations of x are reused while nothing but products ran
- * since. Returns -1 when scratch could not grow (nothing launched). */
-/* x's f16 activations in xh/xhinv (reused while nothing but products ran
- * since); -1 when scratch could not grow (nothing launched) */
-static int mmh_act(cuda_backend *c, const be_buf *x, int n, int K) {
-    if (act_cache_holds(c, &c->xh_of, x->d, n, K)) return 0;
-    if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
-    launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p, c->mmh_wgmma ? 1 : 0);
-    LAUNCHED(c, "activations to f16");
-    return 0;
-}
-
-/* Prefill tiles of k-quant weights on k_mm_w: each matrix expanded to
- * f16 (kq_f16, into scratch) and multiplied like a q8_0 one's expansion
- * (the same operand order and the 2^we range scaling, cu_weight's hexp);
- * -1 when scratch could not grow (nothing launched for that matrix). */
-/* the largest matrix kq_mmw_run expands (the 31B's gate, 21504 x 5376, is
- * 231 MB); a larger one (a tied output head's logits for a whole tile, as
- * perplexity asks) takes the integer kernel */
+/* the largest matrix a prefill tile expands to f16 (the 31B's gate,
+ * 21504 x 5376, is 231 MB); a larger k-quant one (a tied output head's
+ * logits for a whole tile, as perplexity asks) takes the integer kernel */
 #define KQ_F16_MAX ((size_t)256 << 20)
-static int kq_mmw_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
-    const int K = (int)W[0]->ne0;
-    if (mmh_act(c, x, n, K)) return -1;
-    int writes_x = 0;
-    for (int i = 0; i < count; i++) {
-        const int M = (int)W[i]->ne1;
-        if (grow(c, &c->kqh, (size_t)M * K * sizeof(__half))) return -1;
-        kq_f16(c, W[i], (__half *)c->kqh.p);
-        const dim3 g((unsigned)((n + MMW_BN - 1) / MMW_BN), (unsigned)((M + MMW_BM - 1) / MMW_BM));
-        launch(c, k_mm_w<MMW_F16>, g, MMW_THREADS, mmw_geom<MMW_F16>::SMEM, (const uint8_t *)c->kqh.p, (const __half *)NULL,
-               W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
-        LAUNCHED(c, "matmul k-quant (f16 tensor cores)");
-        writes_x |= outs[i]->d == x->d;
-    }
-    if (!writes_x) act_cache_set(c, &c->xh_of, x->d, n, K);
-    return 0;
-}
 
+/* Prefill products on the f16 tensor cores: q8_0/q4_0 weights on k_mm_w
+ * (or k_mm_h with GEM_CUDA_MMH=2), k-quant weights on k_mm_w only, each
+ * matrix expanded to f16 first (kq_f16, into scratch) and multiplied like
+ * a q8_0 one's expansion (the same operand order and the 2^we range
+ * scaling, cu_weight's hexp); the f16 activations of x are reused while
+ * nothing but products ran since. Returns -1 when scratch could not grow
+ * (nothing launched). */
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
     const int K = (int)W[0]->ne0;
-    if (mmh_act(c, x, n, K)) return -1;
+    size_t kq_bytes = 0;
+    for (int i = 0; i < count; i++)
+        if (kq_format(W[i]->fmt) && (size_t)W[i]->ne1 * K * sizeof(__half) > kq_bytes)
+            kq_bytes = (size_t)W[i]->ne1 * K * sizeof(__half);
+    if (kq_bytes && grow(c, &c->kqh, kq_bytes)) return -1;
+    const int cached = act_cache_holds(c, &c->xh_of, x->d, n, K);
+    if (!cached) {
+        if (grow(c, &c->xh, (size_t)n * K * sizeof(__half)) || grow(c, &c->xhinv, (size_t)n * sizeof(float))) return -1;
+        launch(c, k_act_f16, n, 256, 0, (const float *)x->d, K, (__half *)c->xh.p, (float *)c->xhinv.p,
+               c->mmh_wgmma ? 1 : 0);
+        LAUNCHED(c, "activations to f16");
+    }
     int writes_x = 0;
     for (int i = 0; i < count; i++) {
         const int M = (int)W[i]->ne1;
@@ -1429,7 +1412,12 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
     launch(c, k_mm_h<Q4>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * MMH_ST, (const uint8_t *)W[i]->q,                     \
            (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
            outs[i]->d)
-        if (c->mmh_wgmma) {
+        if (kq_format(W[i]->fmt)) {
+            kq_f16(c, W[i], (__half *)c->kqh.p);
+            launch(c, k_mm_w<MMW_F16>, g, MMW_THREADS, mmw_geom<MMW_F16>::SMEM, (const uint8_t *)c->kqh.p,
+                   (const __half *)NULL, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,
+                   outs[i]->d);
+        } else if (c->mmh_wgmma) {
             if (W[i]->fmt == DW_Q4_0)
                 launch(c, k_mm_w<1>, g, MMW_THREADS, mmw_geom<1>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
                        W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
@@ -1460,7 +1448,7 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
         /* prefill tiles on the tensor cores where the f16 range allows */
         int f16 = n > BE_EXACT_ROWS && !pair && c->mma && c->mmh_wgmma && (K / 32) % MMT_KS == 0;
         for (int i = 0; i < count && f16; i++) f16 = W[i]->hexp > 0 && (size_t)W[i]->ne1 * K * sizeof(__half) <= KQ_F16_MAX;
-        if (f16 && !kq_mmw_run(c, count, W, x, n, outs)) return;
+        if (f16 && !mmh_run(c, count, W, x, n, outs)) return;
         kq_run(c, count, W, x, n, outs, pair);
         return;
     }

@@ -408,7 +408,7 @@ __global__ void k_repack_q6_k(const uint8_t *raw, int64_t nblk, uint8_t *q, __ha
 template <int FMT>
 __global__ void k_kq_f16(const uint8_t *__restrict__ q, const __half *__restrict__ d6, int64_t nblk32, float wexp,
                          __half *__restrict__ out) {
-    CU_TRACE(CT_MV_K);
+    CU_TRACE(CT_KQ_F16);
     pdl_wait();
     CU_TRACE_RELEASED();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -448,7 +448,8 @@ void kq_f16(cuda_backend *c, const be_weight *W, __half *out) {
 float kq_hexp(uint32_t type, const uint8_t *data, int64_t nblk) {
     /* the largest |value| a block can hold: |d| 63 15 + |dmin| 63 (q4_k),
      * |d| 63 31 + |dmin| 63 (q5_k), |d| 128 32 (q6_k) */
-    const int q6 = type == QT_Q6_K, bytes = type == QT_Q4_K ? 144 : type == QT_Q5_K ? 176 : 210;
+    const int q6 = type == QT_Q6_K;
+    const uint32_t bytes = quant_type_size(type);
     float big = 0;
     for (int64_t b = 0; b < nblk; b++) {
         const uint8_t *blk = data + b * bytes;
@@ -457,10 +458,5 @@ float kq_hexp(uint32_t type, const uint8_t *data, int64_t nblk) {
         const float v = q6 ? d * 4096.0f : d * 63.0f * (type == QT_Q5_K ? 31.0f : 15.0f) + dm * 63.0f;
         big = v > big ? v : big;
     }
-    if (!isfinite(big)) return 0;
-    int ex = 0;
-    if (big > 0) frexpf(big, &ex);
-    int we = big > 0 ? 15 - ex : 0;
-    we = we < -14 ? -14 : we > 15 ? 15 : we;
-    return ldexpf(1.0f, we);
+    return isfinite(big) ? weight_hexp(big) : 0;
 }
