@@ -32,7 +32,6 @@ uint32_t gemma4_file_type(uint32_t t) {
     }
 }
 
-
 /* The type of tensor i: vectors f32, the embedding its own, matrices the
  * matrix type; under the q4_k_m mix attn_v (counted over the attn_v
  * tensors in layer order) and ffn_down (counted over the layers) in the
@@ -154,7 +153,7 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
                      value d (sc q - 7.5 m) has mean 0 and std 257 d; random sign on d */
     case QT_Q5_K: /* the same with 5-bit codes: dmin = 15.5 d, std 525 d */
         for (uint64_t b = 0; b < n / 256; b++) {
-            const int q5 = g->type == QT_Q5_K, bytes = q5 ? 176 : 144;
+            const int q5 = g->type == QT_Q5_K, bytes = (int)quant_type_size(g->type);
             uint8_t *blk = out + bytes * b;
             const uint64_t bits = row_next(&r);
             float d = std / (q5 ? 525.0f : 257.0f) * (1.0f + 0.25f * row_sym(&r));

@@ -232,7 +232,6 @@ static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     return rc;
 }
 
-
 static uint32_t tensor_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s) {
     if (s->kind == Q35_KIND_VECTOR) return QT_F32;
     uint32_t t = s->kind == Q35_KIND_EMBD ? o->embd_type : o->type;
