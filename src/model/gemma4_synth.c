@@ -57,18 +57,8 @@ uint32_t gemma4_synth_type(const gemma4_synth_opts *o, const gemma4_tensor_spec 
 
 /* ---- deterministic randomness ---- */
 
-/* A row's stream feeds its state back through rng_mix64 instead of
- * stepping it by RNG_GAMMA; changing that would change every synthetic
- * file's bytes. */
-typedef struct { uint64_t s; } row_stream;
-
-static uint64_t row_next(row_stream *r) { return r->s = rng_mix64(r->s); }
-
-/* Uniform in [-1, 1). */
-static float row_sym(row_stream *r) { return (float)((int64_t)(row_next(r) >> 40) - (1 << 23)) / (float)(1 << 23); }
-
-static row_stream row_rng(uint64_t seed, uint64_t tensor, uint64_t row) {
-    row_stream r = {rng_mix64(seed ^ rng_mix64(tensor * 0x100000001b3ull + 1) ^ rng_mix64(row + 0x51ed27ull))};
+static sr_stream row_rng(uint64_t seed, uint64_t tensor, uint64_t row) {
+    sr_stream r = {rng_mix64(seed ^ rng_mix64(tensor * 0x100000001b3ull + 1) ^ rng_mix64(row + 0x51ed27ull))};
     return r;
 }
 
@@ -86,28 +76,28 @@ typedef struct {
  * activations of order one through every projection. */
 static float entry_std(const gemma4_tensor_spec *s) { return 1.0f / sqrtf((float)s->ne[0]); }
 
-static void gen_vector(const gen_tensor *g, row_stream *r, float *out) {
+static void gen_vector(const gen_tensor *g, sr_stream *r, float *out) {
     const gemma4_tensor_spec *s = g->spec;
     for (uint64_t i = 0; i < s->ne[0]; i++) {
         switch (s->role) {
         case G4_ROPE_FREQS: /* proportional RoPE: 64 rotated pairs, the rest frozen */
             out[i] = i < GEMMA4_ROT_DIM_FULL / 2 ? 1.0f : 1e30f;
             break;
-        case G4_LAYER_OUT_SCALE: out[i] = 0.65f + 0.35f * row_sym(r); break;
+        case G4_LAYER_OUT_SCALE: out[i] = 0.65f + 0.35f * sr_sym(r); break;
         case G4_ATTN_Q_NORM:
         case G4_ATTN_K_NORM:
             /* d^(-1/4) each keeps attention scores q.k of order one (scale is
              * 1.0): a softmax that is not a hard argmax, as in trained models */
-            out[i] = (1.0f + 0.25f * row_sym(r)) / sqrtf(sqrtf((float)s->ne[0]));
+            out[i] = (1.0f + 0.25f * sr_sym(r)) / sqrtf(sqrtf((float)s->ne[0]));
             break;
-        default: out[i] = 1.0f + 0.25f * row_sym(r); break;
+        default: out[i] = 1.0f + 0.25f * sr_sym(r); break;
         }
     }
 }
 
 static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
     const gemma4_tensor_spec *s = g->spec;
-    row_stream r = row_rng(g->seed, g->index, row);
+    sr_stream r = row_rng(g->seed, g->index, row);
     const uint64_t n = s->ne[0];
     const float std = entry_std(s);
     const float a = std * 1.7320508f; /* uniform [-a, a] has this std */
@@ -117,67 +107,22 @@ static void gen_row(const gen_tensor *g, uint64_t row, uint8_t *out) {
             gen_vector(g, &r, (float *)out);
         } else {
             for (uint64_t i = 0; i < n; i++) {
-                float v = a * row_sym(&r);
+                float v = a * sr_sym(&r);
                 memcpy(out + 4 * i, &v, 4);
             }
         }
         break;
     case QT_F16:
-        for (uint64_t i = 0; i < n; i++) quant_put_f16(out + 2 * i, a * row_sym(&r));
+        for (uint64_t i = 0; i < n; i++) quant_put_f16(out + 2 * i, a * sr_sym(&r));
         break;
     case QT_BF16:
         for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = quant_f32_to_bf16(a * row_sym(&r));
+            uint16_t h = quant_f32_to_bf16(a * sr_sym(&r));
             memcpy(out + 2 * i, &h, 2);
         }
         break;
-    case QT_Q8_0: /* codes uniform in [-127, 127]: std 73.3 */
-        for (uint64_t b = 0; b < n / 32; b++) {
-            uint8_t *blk = out + 34 * b;
-            quant_put_f16(blk, std / 73.3f * (1.0f + 0.25f * row_sym(&r)));
-            for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)(int8_t)((int)(row_next(&r) % 255) - 127);
-        }
-        break;
-    case QT_Q4_0: /* codes uniform in [0, 15] minus 8: std 4.61; random sign on d removes the -0.5 bias */
-        for (uint64_t b = 0; b < n / 32; b++) {
-            uint8_t *blk = out + 18 * b;
-            uint64_t bits = row_next(&r);
-            float d = std / 4.61f * (1.0f + 0.25f * row_sym(&r));
-            quant_put_f16(blk, (bits & 1) ? -d : d);
-            uint64_t q0 = row_next(&r), q1 = row_next(&r);
-            memcpy(blk + 2, &q0, 8);
-            memcpy(blk + 10, &q1, 8);
-        }
-        break;
-    case QT_Q4_K: /* codes uniform in [0, 15], 6-bit scales and mins uniform: with dmin = 7.5 d a
-                     value d (sc q - 7.5 m) has mean 0 and std 257 d; random sign on d */
-    case QT_Q5_K: /* the same with 5-bit codes: dmin = 15.5 d, std 525 d */
-        for (uint64_t b = 0; b < n / 256; b++) {
-            const int q5 = g->type == QT_Q5_K, bytes = (int)quant_type_size(g->type);
-            uint8_t *blk = out + bytes * b;
-            const uint64_t bits = row_next(&r);
-            float d = std / (q5 ? 525.0f : 257.0f) * (1.0f + 0.25f * row_sym(&r));
-            if (bits & 1) d = -d;
-            quant_put_f16(blk, d);
-            quant_put_f16(blk + 2, d * (q5 ? 15.5f : 7.5f));
-            for (int j = 4; j < bytes; j += 4) {
-                const uint32_t q = (uint32_t)row_next(&r);
-                memcpy(blk + j, &q, 4);
-            }
-        }
-        break;
-    case QT_Q6_K: /* codes uniform in [-32, 31] (std 18.5), scales in [-64, 63] (std 37) */
-        for (uint64_t b = 0; b < n / 256; b++) {
-            uint8_t *blk = out + 210 * b;
-            for (int j = 0; j < 192; j += 8) {
-                uint64_t q = row_next(&r);
-                memcpy(blk + j, &q, 8);
-            }
-            for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(int8_t)((int)(row_next(&r) % 128) - 64);
-            quant_put_f16(blk + 208, std / (18.5f * 37.0f) * (1.0f + 0.25f * row_sym(&r)));
-        }
-        break;
-    default:
+    default: /* quantized: random blocks */
+        sr_quant_blocks(g->type, n, std, &r, out);
         break;
     }
 }

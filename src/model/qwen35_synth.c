@@ -184,24 +184,35 @@ done:
 
 /* ---- weights ---- */
 
-typedef struct { uint64_t s; } row_stream;
-static uint64_t row_next(row_stream *r) { return r->s = rng_mix64(r->s); }
-/* uniform in [-1, 1) */
-static float row_sym(row_stream *r) { return (float)((int64_t)(row_next(r) >> 40) - (1 << 23)) / (float)(1 << 23); }
-
 typedef struct {
     const qwen35_tensor_spec *spec;
     uint32_t type;
     uint64_t seed, index, row_bytes;
 } gen_tensor;
 
+static sr_stream row_rng(const gen_tensor *g, uint64_t row) {
+    sr_stream r = {rng_mix64(g->seed ^ rng_mix64(g->index * 0x100000001b3ull + 7) ^ rng_mix64(row + 0x9e37ull))};
+    return r;
+}
+
+/* a tensor whose entries are plain uniform values (gen_floats' default) */
+static int plain_entries(int role) {
+    switch (role) {
+    case Q35_SSM_A: case Q35_SSM_DT: case Q35_SSM_CONV1D:
+    case Q35_ATTN_NORM: case Q35_POST_ATTN_NORM: case Q35_OUTPUT_NORM: case Q35_SSM_NORM:
+    case Q35_ATTN_Q_NORM: case Q35_ATTN_K_NORM:
+        return 0;
+    default: return 1;
+    }
+}
+
 static void gen_floats(const gen_tensor *g, uint64_t row, float *out) {
     const qwen35_tensor_spec *s = g->spec;
-    row_stream r = {rng_mix64(g->seed ^ rng_mix64(g->index * 0x100000001b3ull + 7) ^ rng_mix64(row + 0x9e37ull))};
+    sr_stream r = row_rng(g, row);
     const uint64_t n = s->ne[0];
     const float a = 1.7320508f / sqrtf((float)n); /* rows of norm about 1 */
     for (uint64_t i = 0; i < n; i++) {
-        const float u = row_sym(&r);
+        const float u = sr_sym(&r);
         switch (s->role) {
         case Q35_SSM_A: out[i] = -0.55f + 0.45f * u; break;  /* [-1, -0.1] */
         case Q35_SSM_DT: out[i] = -0.5f + 0.5f * u; break;   /* [-1, 0] */
@@ -216,9 +227,18 @@ static void gen_floats(const gen_tensor *g, uint64_t row, float *out) {
 }
 
 /* synth_rows' fill: rows [row0, row0 + n), each from its own seed,
- * quantized from floats */
+ * quantized from floats; plain k-quant matrices drawn as random blocks
+ * (sr_quant_blocks: quantizing a 27B's rows to k-quants took minutes) */
 static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     const gen_tensor *g = ctx;
+    if (quant_block_size(g->type) == 256 && plain_entries(g->spec->role)) {
+        for (uint64_t r = 0; r < n; r++) {
+            sr_stream st = row_rng(g, row0 + r);
+            if (sr_quant_blocks(g->type, g->spec->ne[0], 1.0f / sqrtf((float)g->spec->ne[0]), &st, out + r * g->row_bytes))
+                return -1;
+        }
+        return 0;
+    }
     float *f = malloc(g->spec->ne[0] * sizeof *f);
     if (!f) return -1;
     int rc = 0;

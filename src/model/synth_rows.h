@@ -16,6 +16,21 @@
 
 #define SR_MAX_THREADS 64
 
+/* A row's random stream: the state fed back through rng_mix64 (changing
+ * that would change every synthetic file's bytes). */
+typedef struct {
+    uint64_t s;
+} sr_stream;
+uint64_t sr_next(sr_stream *r);
+float sr_sym(sr_stream *r); /* uniform in [-1, 1) */
+
+/* n values (a multiple of type's block) of random blocks of a quantized
+ * type, drawn directly as codes and scales (no float rows to quantize:
+ * a 27B's k-quant matrices in seconds instead of minutes), with entries of
+ * about standard deviation std and mean 0. 0, or -1 for a type it does not
+ * draw (q8_0, q4_0, q4_k, q5_k, q6_k are drawn). */
+int sr_quant_blocks(uint32_t type, uint64_t n, float std, sr_stream *r, uint8_t *out);
+
 /* One tensor's rows. fill writes rows [row0, row0 + n) to out (n *
  * row_bytes bytes); 0, or -1 when it could not. */
 typedef struct {
