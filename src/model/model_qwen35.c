@@ -22,6 +22,7 @@ typedef struct {
     const char *path;
     qwen35_model *m;
     int n_ctx, tile;
+    int kv_f16; /* --kv-type f16 (or f16-full: every cache of this model grows with the context) */
     qwen35_mem mem;
 } q35;
 
@@ -92,9 +93,12 @@ static int q35_backend_check(const gem_model *m, const backend *b, gem_err *err)
 static int q35_plan(gem_model *m, backend *b, const model_plan_opts *o, model_plan *out, gem_err *err) {
     q35 *q = Q(m);
     const qwen35_profile *p = q->m->profile;
-    if (o->kv_type != 0)
-        return gem_err_set(err, "--kv-type %s: %s keeps its KV caches in f32 (f16 caches are a Gemma 4 option)",
-                           o->kv_type_name, p->name);
+    /* its attention layers are all full (no sliding rings): f16 and
+     * f16-full both make every cache f16 */
+    q->kv_f16 = o->kv_type != 0;
+    if (q->kv_f16 && !b->kv_f16)
+        return gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
+                           o->kv_type_name, b->name);
     if (o->layers > 0) return gem_err_set(err, "%s: runs of the first layers only are a Gemma 4 test option", p->name);
     char key[64];
     const int64_t k = gguf_find_key(q->file, qwen35_key(Q35K_CONTEXT_LENGTH, key, sizeof key));
@@ -102,10 +106,10 @@ static int q35_plan(gem_model *m, backend *b, const model_plan_opts *o, model_pl
     if (k < 0 || gguf_kv_int(q->file, (uint64_t)k, &trained) || trained < 0) trained = 0;
     if (gemma4_ctx_resolve(o->n_ctx, trained, q->path, &q->n_ctx, err)) return -1;
     q->tile = o->tile;
-    qwen35_plan(p, q->n_ctx, q->tile, &q->mem);
+    qwen35_plan(p, q->n_ctx, q->tile, q->kv_f16, &q->mem);
     out->n_ctx = q->n_ctx;
     out->tile = q->tile;
-    out->kv_type = "f32";
+    out->kv_type = o->kv_type_name && q->kv_f16 ? o->kv_type_name : "f32";
     out->state_bytes = q->mem.kv_bytes + q->mem.recurrent_bytes;
     out->act_bytes = q->mem.act_bytes;
     out->checkpoint_bytes = q->mem.checkpoint_bytes;
@@ -133,7 +137,7 @@ static int q35_fit(const gem_model *m, int sessions, uint64_t weights, uint64_t 
 }
 
 static void *q35_state_new(gem_model *m, backend *b, gem_err *err) {
-    return qwen35_state_new(Q(m)->m, b, Q(m)->n_ctx, Q(m)->tile, err);
+    return qwen35_state_new(Q(m)->m, b, Q(m)->n_ctx, Q(m)->tile, Q(m)->kv_f16, err);
 }
 
 static void q35_state_free(void *st) { qwen35_state_free(st); }

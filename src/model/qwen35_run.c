@@ -124,12 +124,12 @@ void qwen35_state_free(qwen35_state *s) {
 static size_t conv_floats(const qwen35_profile *p) { return (size_t)(QWEN35_CONV_KERNEL - 1) * qwen35_conv_dim(p); }
 static size_t ssm_floats(const qwen35_profile *p) { return (size_t)p->n_v_heads * p->d_state * p->d_state; }
 
-void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, qwen35_mem *out) {
+void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, int kv_f16, qwen35_mem *out) {
     memset(out, 0, sizeof *out);
     uint64_t kv = 0, rec = 0;
     for (uint32_t il = 0; il < p->n_layer; il++) {
-        /* f32 keys and values of n_ctx positions (kv_new's linear cache) */
-        if (qwen35_layer_is_attn(il)) kv += 2ull * (uint64_t)n_ctx * p->n_head_kv * p->head_dim * 4;
+        /* keys and values of n_ctx positions (kv_new's linear cache) */
+        if (qwen35_layer_is_attn(il)) kv += 2ull * (uint64_t)n_ctx * p->n_head_kv * p->head_dim * (kv_f16 ? 2 : 4);
         else rec += (uint64_t)(conv_floats(p) + ssm_floats(p)) * 4;
     }
     size_t nf[Q35T_COUNT];
@@ -142,8 +142,12 @@ void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, qwen35_mem *out) 
     out->checkpoint_bytes = kv + rec + (uint64_t)p->n_vocab * 4;
 }
 
-qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int tile, gem_err *err) {
+qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int tile, int kv_f16, gem_err *err) {
     if (qwen35_backend_check(b, err)) return NULL;
+    if (kv_f16 && !b->kv_f16) {
+        gem_err_set(err, "f16 KV caches: backend '%s' keeps its caches in f32", b->name);
+        return NULL;
+    }
     const qwen35_profile *p = m->profile;
     if (n_ctx < 1) {
         gem_err_set(err, "context of %d tokens: must be at least 1", n_ctx);
@@ -180,7 +184,7 @@ qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int
         if (g->is_attn) {
             UP(l->q, g->attn_q); UP(l->k, g->attn_k); UP(l->v, g->attn_v); UP(l->o, g->attn_output);
             UP(l->q_norm, g->attn_q_norm); UP(l->k_norm, g->attn_k_norm);
-            if (!(s->kv[il] = b->kv_new(b, (int)p->n_head_kv, (int)p->head_dim, n_ctx, 0, BE_KV_F32, err))) {
+            if (!(s->kv[il] = b->kv_new(b, (int)p->n_head_kv, (int)p->head_dim, n_ctx, 0, kv_f16 ? BE_KV_F16 : BE_KV_F32, err))) {
                 gem_err_wrap(err, "layer %u's KV cache", il);
                 goto fail;
             }

@@ -32,7 +32,9 @@ int qwen35_backend_check(const backend *b, gem_err *err);
 
 /* A sequence of up to n_ctx positions evaluated in tiles of at most `tile`
  * tokens (0: the backend's prompt_tile). */
-qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int tile, gem_err *err);
+/* kv_f16: the attention layers' caches hold f16 entries (backends with
+ * kv_f16; else f32, the oracle's). */
+qwen35_state *qwen35_state_new(const qwen35_model *m, backend *b, int n_ctx, int tile, int kv_f16, gem_err *err);
 void qwen35_state_free(qwen35_state *s);
 
 int qwen35_n_past(const qwen35_state *s);
@@ -58,14 +60,14 @@ int qwen35_logits(qwen35_state *s, float *dst, gem_err *err);
 int qwen35_topk(qwen35_state *s, int k, float *vals, int32_t *ids, gem_err *err);
 
 /* What a state of n_ctx positions and prompt tiles of `tile` tokens
- * allocates besides the weights: the attention layers' f32 KV caches
- * (kv_bytes, grows with the context), the GDN layers' recurrent states
+ * allocates besides the weights: the attention layers' KV caches (f32,
+ * or f16 with kv_f16: kv_bytes, grows with the context), the GDN layers' recurrent states
  * (recurrent_bytes, fixed), the tile's activation buffers (act_bytes);
  * and what an exact checkpoint of a full context takes. */
 typedef struct {
     uint64_t kv_bytes, recurrent_bytes, act_bytes, checkpoint_bytes;
 } qwen35_mem;
-void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, qwen35_mem *out);
+void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, int kv_f16, qwen35_mem *out);
 
 /* Back to an empty sequence (position 0, zero recurrent state). */
 void qwen35_reset(qwen35_state *s);

@@ -132,15 +132,16 @@ if [ -z "${GEM_TEST_ONLY_12B:-}" ]; then
     # Qwen3.5 (the Gated DeltaNet ops of cuda_hybrid.cu in the model): an
     # f32 file under the strict criteria, prompts over two 64-token chunks,
     # and a q8_0 file under the int8 ones (qwen35-small: the tiny profile's
-    # 64-wide attention heads are not CUDA's, and cuda is refused for it)
-    for spec in "small f32 1 strict" "small q8_0 2 int8" "small q4_k_m 3 int8"; do
+    # 64-wide attention heads are not CUDA's, and cuda is refused for it),
+    # the q8_0 file also with f16 caches
+    for spec in "small f32 1 strict" "small q8_0 2 int8" "small q8_0 2 int8 kv-f16" "small q4_k_m 3 int8"; do
         set -- $spec
         case "$2" in
         q*_k*) ./gem synth --profile "qwen35-$1" --type f32 --seed "$3" -o "$tmp/f.gguf" >/dev/null &&
                    ./gem quantize "$tmp/f.gguf" "$tmp/q.gguf" --type "$2" >/dev/null; rm -f "$tmp/f.gguf" ;;
         *) ./gem synth --profile "qwen35-$1" --type "$2" --seed "$3" -o "$tmp/q.gguf" >/dev/null ;;
         esac
-        run_model "cuda_model qwen35-$1 $2" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/q.gguf" 150 64 "$4"
+        run_model "cuda_model qwen35-$1 $2${5:+ $5}" env GEM_CUDA_MMA=0 build/tests/cuda/cuda_model "$tmp/q.gguf" 150 64 "$4" ${5:-}
     done
     rm -f "$tmp/q.gguf"
     # at depth: 32 positions and 32 greedy tokens after a 33000-token

@@ -68,7 +68,7 @@ static int direct_greedy(const int32_t *p, int np, int n, int32_t *out) {
     qwen35_model *m = f ? qwen35_bind(f, &err) : NULL;
     backend_opts bo = {0};
     backend *b = m ? backend_create("cpu", &bo, &err) : NULL;
-    qwen35_state *st = b ? qwen35_state_new(m, b, CTX, 0, &err) : NULL;
+    qwen35_state *st = b ? qwen35_state_new(m, b, CTX, 0, 0, &err) : NULL;
     const uint32_t V = m ? m->profile->n_vocab : 0;
     float *logits = st ? malloc(V * sizeof *logits) : NULL;
     int rc = logits ? qwen35_eval(st, p, np, logits, 0, &err) : -1;
@@ -238,7 +238,7 @@ static void test_refusals(void) {
     o.mtp_path = NULL;
     o.kv_type = GEMMA4_KV_F16;
     CHECK(gem_engine_open(&o, &err) == NULL);
-    CHECKF(!strcmp(err.msg, "--kv-type f16: qwen35-tiny keeps its KV caches in f32 (f16 caches are a Gemma 4 option)"),
+    CHECKF(!strcmp(err.msg, "--kv-type f16: backend 'cpu' keeps its KV caches in f32 (f16 caches are a CUDA option)"),
            "%s", err.msg);
     o.kv_type = GEMMA4_KV_F32;
     o.mem_free = 4096;

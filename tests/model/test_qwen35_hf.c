@@ -270,7 +270,7 @@ static void test_goldens(void) {
         backend_opts bo = {0};
         bo.reference = ref;
         backend *b = backend_create("cpu", &bo, &err);
-        qwen35_state *s = b ? qwen35_state_new(m, b, 512, 48, &err) : NULL;
+        qwen35_state *s = b ? qwen35_state_new(m, b, 512, 48, 0, &err) : NULL;
         CHECKF(s && !qwen35_eval(s, ids, (int)n_pos, got, 1, &err), "%s", err.msg);
         double worst = 0;
         int argmax_bad = 0;

@@ -34,7 +34,7 @@ static double maxdiff(const float *a, const float *b, size_t n) {
 static int run(const qwen35_model *m, backend *b, int tile, int step, const int32_t *ids, float *logits,
                float *state3) {
     gem_err err = {{0}};
-    qwen35_state *s = qwen35_state_new(m, b, 256, tile, &err);
+    qwen35_state *s = qwen35_state_new(m, b, 256, tile, 0, &err);
     if (!s) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
@@ -95,7 +95,7 @@ int main(void) {
            d64, ds64, dr, dsr, mag);
 
     /* checkpoints */
-    qwen35_state *s = qwen35_state_new(m, fast, 256, 64, &err);
+    qwen35_state *s = qwen35_state_new(m, fast, 256, 64, 0, &err);
     CHECKF(s != NULL, "%s", err.msg);
     if (s) {
         qwen35_snap *snap = NULL;
@@ -139,8 +139,24 @@ int main(void) {
     /* a backend lacking an op is refused by name */
     backend lacking = *fast;
     lacking.gated_delta = NULL;
-    CHECK(qwen35_state_new(m, &lacking, 16, 4, &err) == NULL);
+    CHECK(qwen35_state_new(m, &lacking, 16, 4, 0, &err) == NULL);
     CHECK_ERR(err.msg, "no 'gated_delta' op");
+    /* f16 caches only where the backend has them (the CPU's are f32) */
+    CHECK(qwen35_state_new(m, fast, 16, 4, 1, &err) == NULL);
+    CHECK_ERR(err.msg, "f16 KV caches: backend 'cpu' keeps its caches in f32");
+
+    /* the plan's cache bytes: 16 attention layers of the 27B, 4 kv heads
+     * of 256, keys and values, 4 bytes an entry (2 with f16) */
+    {
+        qwen35_mem m32, m16;
+        const qwen35_profile *p27 = qwen35_profile_find("qwen35-27b");
+        qwen35_plan(p27, 131072, 64, 0, &m32);
+        qwen35_plan(p27, 131072, 64, 1, &m16);
+        CHECK(m32.kv_bytes == 16ull * 2 * 131072 * 4 * 256 * 4);
+        CHECK(m16.kv_bytes == 16ull * 2 * 131072 * 4 * 256 * 2);
+        CHECK(m16.recurrent_bytes == m32.recurrent_bytes && m16.recurrent_bytes > 0);
+        CHECK(m16.checkpoint_bytes == m32.checkpoint_bytes - m32.kv_bytes / 2);
+    }
 
     free(tok), free(t16), free(t64), free(rl), free(s_tok), free(s16), free(s64), free(sr);
     ref->destroy(ref);
