@@ -170,7 +170,8 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, nblk);
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, (size_t)nblk * 208)) == cudaSuccess &&
-            (e = cudaMalloc(&w->d, (size_t)nblk * sizeof(__half))) == cudaSuccess) {
+            /* an even count: k_mm_w copies the aligned pair holding a block's scale */
+            (e = cudaMalloc(&w->d, (size_t)((nblk + 1) & ~(int64_t)1) * sizeof(__half))) == cudaSuccess) {
             e = staged_repack(c, (const uint8_t *)t->data, nblk, 210, &what, [&](int64_t b0, int64_t nb) {
                 k_repack_q6_k<<<blocks_for((size_t)nb, 256), 256>>>((const uint8_t *)c->stage, nb,
                                                                      (uint8_t *)w->q + b0 * 208, w->d + b0);
@@ -566,7 +567,7 @@ static void cu_destroy(backend *b) {
  * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
-    CS_PROFILE, CS_ATTN_ROWS, CS_N
+    CS_PROFILE, CS_ATTN_ROWS, CS_KQ_F16, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -575,7 +576,7 @@ static const struct cu_setting {
     {"GEM_CUDA_MMA", 0, 1, 1},          {"GEM_CUDA_MMH", 1, 2, 1},          {"GEM_CUDA_MV_SPLIT", 0, 1, 1},
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
-    {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},
+    {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},    {"GEM_CUDA_KQ_F16", 0, 1, 0},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
@@ -692,6 +693,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mma = (int)set[CS_MMA];
     c->mmh_wgmma = set[CS_MMH] != 2;
     c->mv_split = (int)set[CS_MV_SPLIT];
+    c->kq_f16 = (int)set[CS_KQ_F16];
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];

@@ -16,6 +16,7 @@
  * (act_cache), whoever made them. */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_kquant.h"
 
 /* ------------------------------------------------------------------ */
 /* matrix products                                                     */
@@ -1220,14 +1221,25 @@ static const mv_f_fn mv_bf16[MV_MAXT] = NT_TABLE(k_mv_f, DW_BF16);
 #define MMW_ST 2
 
 /* Q4: 0 q8_0, 1 q4_0, MMW_F16 f16 weights already in the expansion's
- * order and scaled by 2^we (kq_f16: k-quant prefill), 64 bytes a block */
+ * order and scaled by 2^we (kq_f16: k-quant prefill), 64 bytes a block;
+ * MMW_K4/K5/K6 q4_k/q5_k/q6_k blocks expanded in the kernel (mmw_kq_*):
+ * a stage of MMT_KS = 4 blocks is half a super-block, each row's bytes of
+ * that half staged as [header 16 | qs 64] (q4_k), [header 16 | qh 32 | qs
+ * 64] (q5_k), [ql 64 | qh 32 | scales 16 | the scale's f16 pair 4] (q6_k);
+ * strides of 80, 112 and 144 bytes keep the fragment loads of a warp's 8
+ * rows on distinct banks */
 #define MMW_F16 2
+#define MMW_K4 3
+#define MMW_K5 4
+#define MMW_K6 5
 template <int Q4> struct mmw_geom {
-    static constexpr int WB = Q4 == MMW_F16 ? 64 : Q4 ? 16 : 32;
-    static constexpr int A_STRIDE = MMT_KS * WB + 16;
+    static constexpr bool KQ = Q4 >= MMW_K4;
+    static constexpr int WB = Q4 == MMW_F16 ? 64 : Q4 == 1 ? 16 : 32;
+    static constexpr int A_STRIDE = Q4 == MMW_K4 ? 80 : Q4 == MMW_K5 ? 112 : Q4 == MMW_K6 ? 144 : MMT_KS * WB + 16;
+    static constexpr int A_CHUNKS = Q4 == MMW_K4 ? 5 : 7; /* k-quants: 16-byte copies per row and stage */
     static constexpr int B_BYTES = MMT_KS / 2 * MMW_BN * 128; /* MMT_KS blocks = MMT_KS / 2 swizzle atoms */
     static constexpr int A_BYTES = MMW_BM * A_STRIDE;
-    static constexpr int AS_BYTES = Q4 == MMW_F16 ? 0 : MMW_BM * MMT_KS * 2;
+    static constexpr int AS_BYTES = Q4 == MMW_F16 || KQ ? 0 : MMW_BM * MMT_KS * 2;
     static constexpr int STAGE = (B_BYTES + A_BYTES + AS_BYTES + 1023) / 1024 * 1024; /* B of every stage 1024-aligned */
     static constexpr int SMEM = STAGE * MMW_ST + 1024;                                 /* + the base's alignment */
 };
@@ -1254,6 +1266,101 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const unsigned 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
+/* the device format of a k-quant k_mm_w instance */
+template <int Q4> __host__ __device__ constexpr int mmw_dw() {
+    return Q4 == MMW_K4 ? DW_Q4_K : Q4 == MMW_K5 ? DW_Q5_K : DW_Q6_K;
+}
+
+/* One row's scales for one stage (half hf of a super-block) of a k-quant
+ * k_mm_w: dw = d 2^we, and q4_k/q5_k: mw = dmin 2^we, sc/mn the half's
+ * four 6-bit scales and mins a byte each (the file's packing, as
+ * kq_scale_min unpacks it); q6_k: sc/mn its 8 signed scales. */
+struct mmw_kq_row {
+    float dw, mw;
+    unsigned sc, mn;
+};
+template <int Q4>
+__device__ __forceinline__ mmw_kq_row mmw_kq_prep(const uint8_t *ar, int hf, int parity, float wexp) {
+    mmw_kq_row s;
+    if (Q4 == MMW_K6) {
+        const uint2 sw = *(const uint2 *)(ar + 96 + 8 * hf);
+        const __half2 dp = *(const __half2 *)(ar + 112);
+        s.sc = sw.x, s.mn = sw.y;
+        s.dw = __fmul_rn(parity ? __high2float(dp) : __low2float(dp), wexp);
+        s.mw = 0;
+    } else {
+        const uint4 hd = *(const uint4 *)ar;
+        const __half2 dd = *(const __half2 *)&hd.x;
+        s.dw = __fmul_rn(__low2float(dd), wexp);
+        s.mw = __fmul_rn(__high2float(dd), wexp);
+        if (hf == 0) { /* sub-blocks 0..3: scales at bytes 4.., mins at 8.., 6 bits each */
+            s.sc = hd.y & 0x3F3F3F3Fu;
+            s.mn = hd.z & 0x3F3F3F3Fu;
+        } else { /* 4..7: low 4 bits at bytes 12.. (scale low, min high), top 2 in bits 6-7 of bytes 0.. / 4.. */
+            s.sc = (hd.w & 0x0F0F0F0Fu) | ((hd.x >> 2) & 0x30303030u);
+            s.mn = ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+        }
+    }
+    return s;
+}
+
+/* byte i of w (a small integer) as a float, exactly: 2^23 + b minus 2^23
+ * + bias (no I2F on the path) */
+__device__ __forceinline__ float mmw_byte_f(unsigned w, int i, float bias) {
+    return __int_as_float(__byte_perm(w, 0x4B00u, 0x5440u | (unsigned)i)) - bias;
+}
+
+/* Row half h of a lane's A fragments for block kb of a k-quant stage at
+ * ar, the same f16 values as kq_f16 (so the same products as the expanded
+ * path): each quant.c value times 2^we, rounded once. With 2^we folded into
+ * the scales (a power of two: exact), q4_k/q5_k's value
+ * fma(code, d sc 2^we, -dmin m 2^we) is quant.c's d sc code - dmin m,
+ * since d sc code is exact in f32 (at most 11 + 6 + 5 bits); q6_k's is its
+ * rounded product (d sc) code, as in quant.c. Fragment order: word s of
+ * each half of the block as at kq_f16 (values 4c, 4c + 2 / 4c + 1, 4c + 3,
+ * then the same 16 further). */
+template <int Q4>
+__device__ __forceinline__ void mmw_kq_expand(unsigned (&f)[2][4], int h, const uint8_t *ar, int c, int kb, int hf,
+                                              const mmw_kq_row &s) {
+    unsigned cw[2]; /* the codes of values 4c .. 4c + 3 and 16 + 4c .., a byte each */
+    float d1[2], m1 = 0;
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        if (Q4 == MMW_K6) {
+            const unsigned ql = *(const unsigned *)(ar + 32 * (kb & 1) + 16 * p + 4 * c);
+            const unsigned qh = *(const unsigned *)(ar + 64 + 16 * p + 4 * c);
+            cw[p] = ((ql >> (4 * (kb >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * kb)) & 0x03030303u) << 4);
+            /* scale 2 kb + p of the half, signed: (b ^ 0x80) = b + 128 */
+            const float scf = mmw_byte_f((kb < 2 ? s.sc : s.mn) ^ 0x80808080u, 2 * (kb & 1) + p, 8388736.0f);
+            d1[p] = __fmul_rn(s.dw, scf);
+        } else {
+            const int qs = Q4 == MMW_K5 ? 48 : 16;
+            const unsigned w = *(const unsigned *)(ar + qs + 32 * (kb >> 1) + 16 * p + 4 * c);
+            cw[p] = (w >> (4 * (kb & 1))) & 0x0F0F0F0Fu;
+            if (Q4 == MMW_K5) {
+                const unsigned qh = *(const unsigned *)(ar + 16 + 16 * p + 4 * c);
+                cw[p] |= ((qh >> (4 * hf + kb)) & 0x01010101u) << 4;
+            }
+        }
+    }
+    if (Q4 != MMW_K6) {
+        d1[0] = d1[1] = __fmul_rn(s.dw, mmw_byte_f(s.sc, kb, 8388608.0f));
+        m1 = __fmul_rn(s.mw, mmw_byte_f(s.mn, kb, 8388608.0f));
+    }
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float code = mmw_byte_f(cw[p], i, Q4 == MMW_K6 ? 8388640.0f : 8388608.0f); /* q6_k: minus 32 */
+            v[i] = Q4 == MMW_K6 ? __fmul_rn(d1[p], code) : __fmaf_rn(code, d1[p], -m1);
+        }
+        const __half2 e0 = __floats2half2_rn(v[0], v[2]), e1 = __floats2half2_rn(v[1], v[3]);
+        f[p][h] = *(const unsigned *)&e0;
+        f[p][h + 2] = *(const unsigned *)&e1;
+    }
+}
+
 template <int Q4>
 __device__ __forceinline__ void mmw_load(uint8_t *st, const uint8_t *__restrict__ q, const __half *__restrict__ d,
                                          const __half *__restrict__ xh, int nb, int M, int N, int m0, int n0, int kb0) {
@@ -1267,14 +1374,31 @@ __device__ __forceinline__ void mmw_load(uint8_t *st, const uint8_t *__restrict_
         cp_async16(B + atom * (MMW_BN * 128) + t * 128 + ((c ^ (t & 7)) << 4),
                    (const uint8_t *)(xh + ((size_t)tok * nb + kb0) * 32) + ch * 16);
     }
+    if constexpr (G::KQ) {
+        /* half hf of super-block sb (layouts at mmw_geom) */
+        const int nsb = nb >> 3, sb = kb0 >> 3, hf = (kb0 >> 2) & 1;
 #pragma unroll
-    for (int i = tid; i < MMW_BM * ACH; i += MMW_THREADS) {
-        const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
-        cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
-    }
-    if (Q4 != MMW_F16 && tid < MMW_BM) {
-        const int row = min(m0 + tid, M - 1);
-        cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+        for (int i = tid; i < MMW_BM * G::A_CHUNKS; i += MMW_THREADS) {
+            const int r = i / G::A_CHUNKS, ch = i % G::A_CHUNKS, row = min(m0 + r, M - 1);
+            const int off = Q4 == MMW_K4   ? (ch ? 64 * hf + 16 * ch : 0)
+                            : Q4 == MMW_K5 ? (ch < 3 ? 16 * ch : 64 * hf + 16 * ch)
+                                           : (ch < 4 ? 64 * hf + 16 * ch : ch < 6 ? 64 + 32 * hf + 16 * ch : 192);
+            cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nsb + sb) * kq_block_bytes(mmw_dw<Q4>()) + off);
+        }
+        if (Q4 == MMW_K6 && tid < MMW_BM) { /* the aligned pair holding the block's scale (d has an even count) */
+            const size_t idx = (size_t)min(m0 + tid, M - 1) * nsb + sb;
+            cp_async4(A + tid * G::A_STRIDE + 112, d + (idx & ~(size_t)1));
+        }
+    } else {
+#pragma unroll
+        for (int i = tid; i < MMW_BM * ACH; i += MMW_THREADS) {
+            const int r = i / ACH, ch = i % ACH, row = min(m0 + r, M - 1);
+            cp_async16(A + r * G::A_STRIDE + ch * 16, q + ((size_t)row * nb + kb0) * G::WB + ch * 16);
+        }
+        if (Q4 != MMW_F16 && tid < MMW_BM) {
+            const int row = min(m0 + tid, M - 1);
+            cp_async8(As + tid * MMT_KS * 2, d + (size_t)row * nb + kb0);
+        }
     }
 }
 
@@ -1316,6 +1440,16 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
         const uint8_t *A = st + G::B_BYTES;
         const __half *As = (const __half *)(A + G::A_BYTES);
         const unsigned bs = (unsigned)__cvta_generic_to_shared(st);
+        /* k-quants: this stage is half hf of super-block step / 2 */
+        const int hf = step & 1;
+        int par = 0; /* q6_k: bit h, the parity of row half h's scale index */
+        if constexpr (Q4 == MMW_K6) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wg * 64 + w * 16 + g + 8 * h;
+                par |= (int)(((size_t)min(m0 + r, M - 1) * (size_t)(nb >> 3) + (size_t)(step >> 1)) & 1) << h;
+            }
+        }
 #pragma unroll
         for (int kb = 0; kb < MMT_KS; kb++) {
             unsigned(&a)[2][4] = af[kb & 1];
@@ -1324,7 +1458,11 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
             for (int h = 0; h < 2; h++) {
                 const int r = wg * 64 + w * 16 + g + 8 * h;
                 const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
-                if (Q4 == MMW_F16) { /* the fragment words as stored (kq_f16's order) */
+                if constexpr (G::KQ) {
+                    /* the row's scales again per block: kept across the blocks they spill */
+                    const mmw_kq_row ks = mmw_kq_prep<Q4>(A + r * G::A_STRIDE, hf, (par >> h) & 1, wexp);
+                    mmw_kq_expand<Q4>(a, h, A + r * G::A_STRIDE, c, kb, hf, ks);
+                } else if constexpr (Q4 == MMW_F16) { /* the fragment words as stored (kq_f16's order) */
                     const uint4 v = *(const uint4 *)(ar + 16 * c);
                     a[0][h] = v.x, a[0][h + 2] = v.y, a[1][h] = v.z, a[1][h + 2] = v.w;
                 } else {
@@ -1365,6 +1503,12 @@ cudaError_t mmh_allow(void) {
         e = cudaFuncSetAttribute(k_mm_w<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<0>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_mm_w<MMW_F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<MMW_F16>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<MMW_K4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<MMW_K4>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<MMW_K5>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<MMW_K5>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_mm_w<MMW_K6>, cudaFuncAttributeMaxDynamicSharedMemorySize, mmw_geom<MMW_K6>::SMEM);
     /* every k_vr_q instance: a typed vr_fn, so that indexing the table
      * with too few subscripts (an array, which the runtime's template
      * overload would take) fails to compile */
@@ -1392,7 +1536,7 @@ cudaError_t mmh_allow(void) {
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
     const int K = (int)W[0]->ne0;
     size_t kq_bytes = 0;
-    for (int i = 0; i < count; i++)
+    for (int i = 0; i < count && c->kq_f16; i++)
         if (kq_format(W[i]->fmt) && (size_t)W[i]->ne1 * K * sizeof(__half) > kq_bytes)
             kq_bytes = (size_t)W[i]->ne1 * K * sizeof(__half);
     if (kq_bytes && grow(c, &c->kqh, kq_bytes)) return -1;
@@ -1412,7 +1556,15 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
     launch(c, k_mm_h<Q4>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * MMH_ST, (const uint8_t *)W[i]->q,                     \
            (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
            outs[i]->d)
-        if (kq_format(W[i]->fmt)) {
+#define MMW_KQ_LAUNCH(Q4)                                                                                           \
+    launch(c, k_mm_w<Q4>, g, MMW_THREADS, mmw_geom<Q4>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,       \
+           W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d)
+        if (kq_format(W[i]->fmt) && !c->kq_f16) {
+            if (W[i]->fmt == DW_Q4_K) MMW_KQ_LAUNCH(MMW_K4);
+            else if (W[i]->fmt == DW_Q5_K) MMW_KQ_LAUNCH(MMW_K5);
+            else MMW_KQ_LAUNCH(MMW_K6);
+#undef MMW_KQ_LAUNCH
+        } else if (kq_format(W[i]->fmt)) {
             kq_f16(c, W[i], (__half *)c->kqh.p);
             launch(c, k_mm_w<MMW_F16>, g, MMW_THREADS, mmw_geom<MMW_F16>::SMEM, (const uint8_t *)c->kqh.p,
                    (const __half *)NULL, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,
@@ -1447,7 +1599,8 @@ static void mv_run(cuda_backend *c, int count, const be_weight *const *W, const 
     if (kq_format(fmt)) {
         /* prefill tiles on the tensor cores where the f16 range allows */
         int f16 = n > BE_EXACT_ROWS && !pair && c->mma && c->mmh_wgmma && (K / 32) % MMT_KS == 0;
-        for (int i = 0; i < count && f16; i++) f16 = W[i]->hexp > 0 && (size_t)W[i]->ne1 * K * sizeof(__half) <= KQ_F16_MAX;
+        for (int i = 0; i < count && f16; i++)
+            f16 = W[i]->hexp > 0 && (!c->kq_f16 || (size_t)W[i]->ne1 * K * sizeof(__half) <= KQ_F16_MAX);
         if (f16 && !mmh_run(c, count, W, x, n, outs)) return;
         kq_run(c, count, W, x, n, outs, pair);
         return;
