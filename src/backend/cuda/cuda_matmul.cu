@@ -1296,9 +1296,9 @@ __device__ __forceinline__ mmw_kq_row mmw_kq_prep(const uint8_t *ar, int hf, int
         if (hf == 0) { /* sub-blocks 0..3: scales at bytes 4.., mins at 8.., 6 bits each */
             s.sc = hd.y & 0x3F3F3F3Fu;
             s.mn = hd.z & 0x3F3F3F3Fu;
-        } else { /* 4..7: low 4 bits at bytes 12.. (scale low, min high), top 2 in bits 6-7 of bytes 0.. / 4.. */
-            s.sc = (hd.w & 0x0F0F0F0Fu) | ((hd.x >> 2) & 0x30303030u);
-            s.mn = ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+        } else { /* 4..7: low 4 bits at bytes 12.. (scale low, min high), top 2 in bits 6-7 of bytes 4.. / 8.. */
+            s.sc = (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+            s.mn = ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
         }
     }
     return s;
