@@ -481,9 +481,10 @@ static void test_matmul_tiles_exact(void) {
         }
 }
 
-/* k-quant prefill tiles: k_mm_w expanding the blocks itself gives the
- * products of the f16 expansion (kq_f16, gx: GEM_CUDA_KQ_F16=1) bit for
- * bit, since both make the same f16 values and the same wgmma sequence.
+/* k-quant prefill tiles: k_mm_w expanding the blocks itself (gx:
+ * GEM_CUDA_KQ_F16=0) gives the products of the f16 expansion (kq_f16, the
+ * default) bit for bit, since both make the same f16 values and the same
+ * wgmma sequence.
  * K = 5376: 21 super-blocks (42 stages), M = 333: clamped last rows and an
  * odd count of q6_k scales; 300 tokens: three token tiles, the last
  * partial. */
@@ -531,7 +532,7 @@ void ops_matmul(const backend_opts *g) {
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();
-    backend *gx = variant("GEM_CUDA_KQ_F16", "1", g);
+    backend *gx = variant("GEM_CUDA_KQ_F16", "0", g);
     if (gx && mma_on()) test_matmul_kq_inkernel(gx);
     variant_done(gx);
     backend *g2 = variant("GEM_CUDA_MMH", "2", g);

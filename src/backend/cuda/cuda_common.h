@@ -169,7 +169,11 @@ typedef struct {
     int mma;
     int mmh_wgmma; /* f16 prefill products on k_mm_w (GEM_CUDA_MMH=2: k_mm_h) */
     int mv_split;  /* one-token products of long rows split over warps (GEM_CUDA_MV_SPLIT=0: off) */
-    int kq_f16;    /* k-quant prefill tiles expanded to f16 first (kq_f16, GEM_CUDA_KQ_F16=1) instead of in k_mm_w */
+    /* k-quant prefill tiles: 1 each matrix expanded to f16 first (kq_f16
+     * + k_mm_w<MMW_F16>), 0 k_mm_w<MMW_K4..K6> expanding the blocks itself
+     * (GEM_CUDA_KQ_F16=0). The default stays 1 until the corrected
+     * q4_k/q5_k scales of 0 have passed cuda_ops on a GPU (docs/cuda.md) */
+    int kq_f16;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int attn_rows;    /* a row-exact tile's attention in one launch per kernel (attention_tile;
