@@ -16,6 +16,7 @@
 #include "model/gemma4.h"
 #include "model/gemma4_kvplan.h"
 #include "model/qwen35.h"
+#include "model/qwen35_run.h" /* qwen35_plan */
 #include "quant/quant.h"
 #include "tok/tok.h"
 
@@ -114,8 +115,10 @@ static int print_plan(const gguf_file *f, const gemma4_model *m, const char *pat
 }
 
 /* A Qwen3.5 hybrid (qwen35.h): the profile, its layer kinds and the
- * per-sequence state that does not grow with the context. */
-static int inspect_qwen35(const gguf_file *f) {
+ * per-sequence state that does not grow with the context; with ctx >= 0
+ * the plan of a session of that context (qwen35_plan: its attention
+ * caches are all full-context, so f16 and f16-full are the same). */
+static int inspect_qwen35(const gguf_file *f, const char *path, int ctx, gemma4_kv_type type, int tile) {
     gem_err err = {{0}};
     qwen35_model *m = qwen35_bind(f, &err);
     if (!m) {
@@ -142,9 +145,36 @@ static int inspect_qwen35(const gguf_file *f) {
     db += m->token_embd->n_bytes / m->token_embd->ne[1];
     if (p->tied) db += m->token_embd->n_bytes - m->token_embd->n_bytes / m->token_embd->ne[1];
     printf("decode bytes:  %" PRIu64 " per token (%.3f GiB)\n", db, db / 1073741824.0);
-    printf("verdict:       OK: supported (%s) by the CPU backend's qwen35 layer loop\n", p->name);
+    printf("verdict:       OK: supported (%s) by the qwen35 layer loop (CPU and CUDA)\n", p->name);
+    int rc = 0;
+    if (ctx >= 0) {
+        char key[64], b1[64];
+        const int64_t k = gguf_find_key(f, qwen35_key(Q35K_CONTEXT_LENGTH, key, sizeof key));
+        int64_t trained = 0;
+        if (k < 0 || gguf_kv_int(f, (uint64_t)k, &trained) || trained < 0) trained = 0;
+        int n_ctx = 0;
+        if (gemma4_ctx_resolve(ctx, trained, path, &n_ctx, &err)) {
+            printf("kv plan:       REFUSED: %s\n", err.msg);
+            fprintf(stderr, "gem inspect: error: %s\n", err.msg);
+            rc = 1;
+        } else {
+            qwen35_mem mem;
+            const int f16 = type != GEMMA4_KV_F32;
+            qwen35_plan(p, n_ctx, tile, f16, &mem);
+            printf("kv plan:       context %d tokens, --kv-type %s\n", n_ctx, gemma4_kv_type_name(type));
+            printf("  attention:   %u layers x %d positions x %u kv heads x %u dims, K and V %s: %s in all\n", n_attn,
+                   n_ctx, p->n_head_kv, p->head_dim, f16 ? "f16" : "f32", bytes_str(mem.kv_bytes, b1, sizeof b1));
+            printf("  recurrent:   %s (f32, whatever the context)\n", bytes_str(mem.recurrent_bytes, b1, sizeof b1));
+            printf("  activations: %s for prompt tiles of %d tokens (--tile)\n", bytes_str(mem.act_bytes, b1, sizeof b1),
+                   tile);
+            printf("  plan total:  %s\n",
+                   bytes_str(mem.kv_bytes + mem.recurrent_bytes + mem.act_bytes, b1, sizeof b1));
+            printf("  checkpoint:  %s at a full context (taken only where it fits)\n",
+                   bytes_str(mem.checkpoint_bytes, b1, sizeof b1));
+        }
+    }
     qwen35_free(m);
-    return 0;
+    return rc;
 }
 
 int cli_inspect(int argc, char **argv) {
@@ -233,7 +263,7 @@ int cli_inspect(int argc, char **argv) {
     int64_t ai = gguf_find_key(f, "general.architecture");
     gguf_str arch;
     if (ai >= 0 && !gguf_kv_str(f, (uint64_t)ai, &arch) && gguf_str_eq(arch, QWEN35_ARCH)) {
-        const int qrc = inspect_qwen35(f);
+        const int qrc = inspect_qwen35(f, path, ctx, kv_type, tile);
         gguf_close(f);
         return qrc;
     }

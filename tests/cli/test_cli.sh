@@ -70,6 +70,11 @@ for line in "  sliding:     5 layers x 48 ring slots (window 32 + 16) x 2 kv hea
     if grep -qF -- "$line" "$tmp/out"; then ok; else bad "gem inspect --ctx 4096 --kv-type f16-full lacks '$line'"; fi
 done
 expect 0 "  kv caches:   16.94 MiB (17760256 bytes)" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4096
+# a Qwen3.5 file's plan: its attention caches are all full-context, f16 halves them
+$GEM synth --profile qwen35-small --type q8_0 -o "$tmp/qs.gguf" >/dev/null 2>&1
+expect 0 "K and V f16: 16.00 MiB (16777216 bytes) in all" -- $GEM inspect "$tmp/qs.gguf" --ctx 4096 --kv-type f16-full
+expect 0 "K and V f32: 32.00 MiB (33554432 bytes) in all" -- $GEM inspect "$tmp/qs.gguf" --ctx 4096
+expect 0 "recurrent:   2.34 MiB (2451456 bytes)" -- $GEM inspect "$tmp/qs.gguf" --ctx 4096
 expect 0 "  kv caches:   8.47 MiB (8880128 bytes)" -- $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 4096 --kv-type f16
 expect 0 "activations: 2.94 MiB (3081220 bytes) for prompt tiles of 64 tokens" -- \
     $GEM inspect "$tmp/tiny-q4_0.gguf" --ctx 100 --tile 64
