@@ -1,7 +1,7 @@
 /* cuda_ops family norm (see ops_harness.h): rmsnorm, add_rmsnorm and
  * add_rmsnorm_norm against the CPU, and the 8-bit codes a norm leaves for
  * the next product; on the defaults and with 256-thread one-token norms
- * (GEM_CUDA_NORM_WIDE=0). */
+ * (GEM_CUDA_NORM_WIDE=0); the k-quant codes with GEM_CUDA_KQ_NORM=1. */
 #include "ops_harness.h"
 
 /* g: the default backend (single rows wider than 2048 on one block of up
@@ -101,6 +101,54 @@ static void test_norm_handoff(backend *g) {
                 }
 }
 
+/* k-quant products after a norm: with GEM_CUDA_KQ_NORM=1 (fused set) the
+ * norm leaves the 256-value codes (kq_act_block), the product launches no
+ * k_quantize_act_k (counted through op_timing's rows), and its results
+ * equal those of a copy quantized by the product itself bit for bit;
+ * without it the product quantizes. One token and a row-exact tile of 13,
+ * the plain norm and the fused residual add + norm, K 1024, 3840 and the
+ * 31B's 5376 (multiples of 256). */
+static void test_norm_handoff_kq(backend *g, int fused_codes) {
+    const uint32_t types[] = {QT_Q4_K, QT_Q6_K};
+    const int Ks[] = {1024, 3840, 5376}, ns[] = {1, 13};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < 3; ki++)
+            for (int ni = 0; ni < 2; ni++)
+                for (int fused = 0; fused < 2; fused++) {
+                    const int K = Ks[ki], n = ns[ni];
+                    tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
+                    gem_err err;
+                    be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
+                    float *x = rand_vec((size_t)n * K, 3.0f), *h = rand_vec((size_t)n * K, 1.0f);
+                    be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
+                           *copy = put(g, NULL, (size_t)n * K), *hg = put(g, h, (size_t)n * K);
+                    be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
+                    be_op_time rows[32];
+                    g->op_timing(g, 1);
+                    g->op_times(g, rows, 32, 1); /* an empty table */
+                    if (fused) g->add_rmsnorm_norm(g, hg, xg, ng, NULL, ng, n, K, 1e-6f, a);
+                    else g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
+                    g->matmul(g, wg, a, n, o1); /* codes from the norm, if it left them */
+                    const int nr = g->op_times(g, rows, 32, 1);
+                    g->op_timing(g, 0);
+                    long quantized = 0;
+                    for (int i = 0; i < nr; i++)
+                        if (!strcmp(rows[i].op, "quantize activations (k-quants)")) quantized += rows[i].calls;
+                    CHECKF(quantized == (fused_codes ? 0 : 1), "%s -> matmul %s K=%d n=%d: %ld k-quant quantizations",
+                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, quantized);
+                    g->copy(g, a, 0, copy, 0, (size_t)n * K);
+                    g->matmul(g, wg, copy, n, o2); /* codes of its own */
+                    float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
+                    CHECKF(!memcmp(r1, r2, sizeof(float) * (size_t)n * 200), "k-quant norm handoff: %s -> matmul %s K=%d n=%d",
+                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n);
+                    free(r1), free(r2), free(x), free(h);
+                    be_buf *bufs[] = {xg, a, copy, hg, o1, o2};
+                    for (int i = 0; i < 6; i++) g->buf_free(g, bufs[i]);
+                    g->weight_free(g, wg), g->weight_free(g, ng);
+                    free_tensor(&W), free_tensor(&nw);
+                }
+}
+
 void ops_norm(const backend_opts *g) {
     test_norms(gpu);
     test_norm_handoff(gpu);
@@ -110,4 +158,13 @@ void ops_norm(const backend_opts *g) {
         test_norm_handoff(gnw);
     }
     variant_done(gnw);
+    test_norm_handoff_kq(gpu, 0);
+    backend *gk = variant("GEM_CUDA_KQ_NORM", "1", g);
+    if (gk) test_norm_handoff_kq(gk, 1);
+    variant_done(gk);
+    setenv("GEM_CUDA_NORM_WIDE", "0", 1); /* the 256-thread one-token norms */
+    gk = variant("GEM_CUDA_KQ_NORM", "1", g);
+    unsetenv("GEM_CUDA_NORM_WIDE");
+    if (gk) test_norm_handoff_kq(gk, 1);
+    variant_done(gk);
 }

@@ -157,6 +157,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     } else if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && w->ne0 % 256 == 0) {
         /* k-quant blocks as stored (cuda_matmul_k.cu) */
         w->fmt = t->type == QT_Q4_K ? DW_Q4_K : DW_Q5_K;
+        c->kq_acts = 1;
         w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, n / 256);
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, t->n_bytes)) == cudaSuccess) {
@@ -166,6 +167,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     } else if (t->type == QT_Q6_K && w->ne0 % 256 == 0) {
         /* 208-byte blocks and their scales apart (cuda_matmul_k.cu) */
         w->fmt = DW_Q6_K;
+        c->kq_acts = 1;
         const int64_t nblk = n / 256;
         w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, nblk);
         what = "cudaMalloc";
@@ -567,7 +569,7 @@ static void cu_destroy(backend *b) {
  * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
-    CS_PROFILE, CS_ATTN_ROWS, CS_KQ_F16, CS_N
+    CS_PROFILE, CS_ATTN_ROWS, CS_KQ_F16, CS_KQ_NORM, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -577,6 +579,7 @@ static const struct cu_setting {
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
     {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},    {"GEM_CUDA_KQ_F16", 0, 1, 1},
+    {"GEM_CUDA_KQ_NORM", 0, 1, 0},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
@@ -694,6 +697,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mmh_wgmma = set[CS_MMH] != 2;
     c->mv_split = (int)set[CS_MV_SPLIT];
     c->kq_f16 = (int)set[CS_KQ_F16];
+    c->kq_norm = (int)set[CS_KQ_NORM];
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];

@@ -174,6 +174,10 @@ typedef struct {
      * (GEM_CUDA_KQ_F16=0). The default stays 1 until the corrected
      * q4_k/q5_k scales of 0 have passed cuda_ops on a GPU (docs/cuda.md) */
     int kq_f16;
+    /* norms feeding products leave k-quant codes too (GEM_CUDA_KQ_NORM=1:
+     * kq_act_block, the k_quantize_act_k launch of a k-quant product
+     * saved); only once k-quant weights were loaded (kq_acts) */
+    int kq_norm, kq_acts;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int attn_rows;    /* a row-exact tile's attention in one launch per kernel (attention_tile;

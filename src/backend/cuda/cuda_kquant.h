@@ -52,4 +52,33 @@ template <int FMT> __device__ __forceinline__ float kq_value(const uint8_t *blk,
     return __fsub_rn(__fmul_rn(__fmul_rn(dd, (float)sc), (float)code), __fmul_rn(dmin, (float)m));
 }
 
+/* One warp quantizes one 256-value block x (the CPU fast path's act_q8k:
+ * scale max|x| / 127, codes rounded to nearest even, -128 for NaN, a sum
+ * per 16 codes); lane L takes values 8L .. 8L + 7. k_quantize_act_k and
+ * the norms that leave k-quant codes (cuda_norm.cu) share it, so their
+ * codes are the same bits. */
+__device__ __forceinline__ void kq_act_block(const float *x, int lane, int8_t *q, float *d, int *s16) {
+    const float4 a = ((const float4 *)x)[2 * lane], b = ((const float4 *)x)[2 * lane + 1];
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    amax = warp_max(amax); /* max is exact in any order */
+    const float id = amax > 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int sum = 0;
+    unsigned packed[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float t = __fmul_rn(v[i], id);
+        /* the CPU's rounding (to nearest even) and its -128 for NaN */
+        const int c = t == t ? __float2int_rn(fminf(fmaxf(t, -128.0f), 127.0f)) : -128;
+        sum += c;
+        packed[i >> 2] |= (unsigned)(c & 0xFF) << (8 * (i & 3));
+    }
+    ((uint2 *)q)[lane] = make_uint2(packed[0], packed[1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* lanes 2g, 2g + 1: codes 16g .. 16g + 15 */
+    if (!(lane & 1)) s16[lane >> 1] = sum;
+    if (lane == 0) *d = __fdiv_rn(amax, 127.0f);
+}
+
 #endif

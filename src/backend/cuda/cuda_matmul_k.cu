@@ -55,27 +55,7 @@ __global__ void k_quantize_act_k(const float *x, int64_t nblk, int8_t *q, float 
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
-    const float4 a = ((const float4 *)(x + blk * 256))[2 * lane], b = ((const float4 *)(x + blk * 256))[2 * lane + 1];
-    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float amax = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-    amax = warp_max(amax); /* max is exact in any order */
-    const float id = amax > 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
-    int sum = 0;
-    unsigned packed[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float t = __fmul_rn(v[i], id);
-        /* the CPU's rounding (to nearest even) and its -128 for NaN */
-        const int c = t == t ? __float2int_rn(fminf(fmaxf(t, -128.0f), 127.0f)) : -128;
-        sum += c;
-        packed[i >> 2] |= (unsigned)(c & 0xFF) << (8 * (i & 3));
-    }
-    ((uint2 *)(q + blk * 256))[lane] = make_uint2(packed[0], packed[1]);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* lanes 2g, 2g + 1: codes 16g .. 16g + 15 */
-    if (!(lane & 1)) s16[blk * 16 + (lane >> 1)] = sum;
-    if (lane == 0) d[blk] = __fdiv_rn(amax, 127.0f);
+    kq_act_block(x + blk * 256, lane, q + blk * 256, d + blk, s16 + blk * 16);
 }
 
 /* ---- the product ---- */

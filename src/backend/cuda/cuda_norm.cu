@@ -9,6 +9,7 @@
  * read their weights before the grid dependency wait (EARLY), which is
  * safe because no kernel writes them. */
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_kquant.h"
 #include "backend/cuda/cuda_ops.h"
 
 /* The 8-bit codes of one 32-value block held as float4s by 8 consecutive
@@ -35,7 +36,8 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
 /* Stage 1: out = rmsnorm(x) w, or with add: out += rmsnorm(x) w, then
  * times scale. Stage 2 (w2 set): out2 = rmsnorm(out) w2 from the values
  * still in registers (a residual add and the next layer's norm in one
- * launch). The last output written gets 8-bit codes when xq is set.
+ * launch). The last output written gets 8-bit codes when xq is set, and
+ * k-quant codes per 256 values when kq is set.
  * EARLY (one-token steps): the weights and the scale, which no kernel
  * writes, are read before pdl_wait, and the residual with the input, so a
  * step's norm is one round of loads and two block sums instead of four
@@ -48,7 +50,8 @@ __device__ __forceinline__ void quantize_block8(float4 v, int64_t blk, int8_t *q
 template <int NV, bool EARLY, int MAXT = 256>
 __global__ void __launch_bounds__(MAXT) k_rmsnorm4(const float *x, const float *__restrict__ w, int width, float eps, float *out, int add,
                            const float *__restrict__ scale, const float *__restrict__ w2, float *__restrict__ out2,
-                           int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+                           int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs,
+                           int8_t *__restrict__ kq, float *__restrict__ kd, int *__restrict__ ks) {
     CU_TRACE(CT_RMSNORM4);
     const int n4 = width / 4, lane = threadIdx.x & 31;
     float4 we[EARLY ? NV : 1], w2e[EARLY ? NV : 1];
@@ -111,21 +114,34 @@ __global__ void __launch_bounds__(MAXT) k_rmsnorm4(const float *x, const float *
         v[i] = t;
         if (xq && !w2) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
     }
-    if (!w2) return;
-    float ss2 = 0;
+    if (w2) {
+        float ss2 = 0;
 #pragma unroll
-    for (int i = 0; i < NV; i++) ss2 += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-    ss2 = block_sum(ss2, sh);
-    const float r2 = 1.0f / sqrtf(ss2 / (float)width + eps);
-    float4 *o2 = (float4 *)(out2 + (size_t)blockIdx.x * width);
+        for (int i = 0; i < NV; i++) ss2 += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+        ss2 = block_sum(ss2, sh);
+        const float r2 = 1.0f / sqrtf(ss2 / (float)width + eps);
+        float4 *o2 = (float4 *)(out2 + (size_t)blockIdx.x * width);
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int idx = threadIdx.x + i * blockDim.x;
-        if (idx - lane >= n4) break;
-        const float4 wv = EARLY ? w2e[EARLY ? i : 0] : idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
-        const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
-        if (idx < n4) o2[idx] = t;
-        if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
+        for (int i = 0; i < NV; i++) {
+            const int idx = threadIdx.x + i * blockDim.x;
+            if (idx - lane >= n4) break;
+            const float4 wv = EARLY ? w2e[EARLY ? i : 0] : idx < n4 ? ((const float4 *)w2)[idx] : make_float4(1, 1, 1, 1);
+            const float4 t = make_float4(v[i].x * r2 * wv.x, v[i].y * r2 * wv.y, v[i].z * r2 * wv.z, v[i].w * r2 * wv.w);
+            if (idx < n4) o2[idx] = t;
+            if (xq) quantize_block8(t, ((int64_t)blockIdx.x * n4 + idx) / 8, xq, xd, xs, idx < n4);
+        }
+    }
+    /* kq set (width a multiple of 256): the k-quant codes of the row just
+     * written, a warp per 256 values read back after the barrier (the
+     * block's own stores are visible to it then), kq_act_block as
+     * k_quantize_act_k makes them */
+    if (kq) {
+        __syncthreads();
+        const float *row = (w2 ? out2 : out) + (size_t)blockIdx.x * width;
+        const int nb = width / 256;
+        const size_t b0 = (size_t)blockIdx.x * nb;
+        for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5)
+            kq_act_block(row + 256 * b, lane, kq + (b0 + b) * 256, kd + b0 + b, ks + (b0 + b) * 16);
     }
 }
 
@@ -147,16 +163,18 @@ __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, 
     }
 }
 
-/* Returns 1 when the kernel also left the 8-bit codes of `out` in the
- * quantized-activation scratch (quant set, width a multiple of 32). */
+/* Returns bit 0 when the kernel also left the 8-bit codes of `out` in the
+ * quantized-activation scratch (quant set, width a multiple of 32), bit 1
+ * when also the k-quant codes (xkq/xkd/xks: k-quant weights loaded,
+ * GEM_CUDA_KQ_NORM=1, width a multiple of 256). */
 static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int rows, int width, float eps, float *out,
                           int add, const float *scale, const float *w2, float *out2, int quant) {
     const int n4 = width / 4;
     if (width % 4 == 0 && n4 <= 8 * 256) {
-        int8_t *xq = NULL;
-        float *xd = NULL;
-        int *xs = NULL;
-        const size_t nblk = (size_t)rows * (size_t)(width / 32);
+        int8_t *xq = NULL, *kq = NULL;
+        float *xd = NULL, *kd = NULL;
+        int *xs = NULL, *ks = NULL;
+        const size_t nblk = (size_t)rows * (size_t)(width / 32), kblk = (size_t)rows * (size_t)(width / 256);
         /* scratch only grows outside a capture (a step's scratch was sized
          * by the tiles before it; if not, the product quantizes itself) */
         if (quant && width % 32 == 0 &&
@@ -166,11 +184,20 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
             xd = (float *)c->xd.p;
             xs = (int *)c->xs.p;
         }
+        if (quant && c->kq_norm && c->kq_acts && width % 256 == 0 &&
+            (!c->capturing ||
+             (kblk * 256 <= c->xkq.cap && kblk * sizeof(float) <= c->xkd.cap && kblk * 16 * sizeof(int) <= c->xks.cap)) &&
+            !grow(c, &c->xkq, kblk * 256) && !grow(c, &c->xkd, kblk * sizeof(float)) &&
+            !grow(c, &c->xks, kblk * 16 * sizeof(int))) {
+            kq = (int8_t *)c->xkq.p;
+            kd = (float *)c->xkd.p;
+            ks = (int *)c->xks.p;
+        }
         int threads = (n4 + 31) / 32 * 32;
         if (threads > 256) threads = 256;
         int nv = (n4 + threads - 1) / threads;
 #define NORM_LAUNCH(NV, E, T) \
-    launch(c, k_rmsnorm4<NV, E, T>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs)
+    launch(c, k_rmsnorm4<NV, E, T>, rows, threads, 0, x, w, width, eps, out, add, scale, w2, out2, xq, xd, xs, kq, kd, ks)
 #define NORM_LAUNCH_NV(E)                     \
     if (nv <= 1) NORM_LAUNCH(1, E, 256);      \
     else if (nv <= 2) NORM_LAUNCH(2, E, 256); \
@@ -205,13 +232,19 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         }
 #undef NORM_LAUNCH_NV
 #undef NORM_LAUNCH
-        return xq != NULL;
+        return (xq != NULL) | (kq != NULL) << 1;
     }
     launch(c, k_rmsnorm, rows, 256, 0, x, w, width, eps, out, add, scale);
     if (w2) launch(c, k_rmsnorm, rows, 256, 0, out, w2, width, eps, out2, 0, (const float *)NULL);
     return 0;
 }
 
+
+/* the activation caches of the codes rmsnorm_launch says it left */
+static void norm_codes_set(cuda_backend *c, int quant, const float *out, int rows, int width) {
+    if (quant & 1) quantized_cache_set(c, out, rows, width);
+    if (quant & 2) act_cache_set(c, &c->xk_of, out, rows, width);
+}
 
 void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int width, float eps, be_buf *out) {
     cuda_backend *c = cu_of(b);
@@ -220,7 +253,7 @@ void cu_rmsnorm(backend *b, const be_buf *x, const be_weight *w, int rows, int w
     const int quant =
         rmsnorm_launch(c, x->d, w ? (const float *)w->q : NULL, rows, width, eps, out->d, 0, NULL, NULL, NULL, 1);
     LAUNCHED(c, "rmsnorm");
-    if (quant) quantized_cache_set(c, out->d, rows, width);
+    norm_codes_set(c, quant, out->d, rows, width);
 }
 
 void cu_add_rmsnorm(backend *b, be_buf *h, const be_buf *x, const be_weight *w, int rows, int width, float eps,
@@ -237,5 +270,5 @@ void cu_add_rmsnorm_norm(backend *b, be_buf *h, const be_buf *x, const be_weight
     const int quant = rmsnorm_launch(c, x->d, (const float *)w->q, rows, width, eps, h->d, 1,
                                      s ? (const float *)s->q : NULL, (const float *)w_next->q, out->d, 1);
     LAUNCHED(c, "add_rmsnorm+rmsnorm");
-    if (quant) quantized_cache_set(c, out->d, rows, width);
+    norm_codes_set(c, quant, out->d, rows, width);
 }
