@@ -482,13 +482,15 @@ static void test_matmul_tiles_exact(void) {
 }
 
 /* k-quant prefill tiles: k_mm_w expanding the blocks itself (gx:
- * GEM_CUDA_KQ_F16=0) gives the products of the f16 expansion (kq_f16, the
- * default) bit for bit, since both make the same f16 values and the same
- * wgmma sequence.
+ * GEM_CUDA_KQ_F16=0) gives the products of the f16 expansion (gy: kq_f16,
+ * GEM_CUDA_KQ_F16=1) bit for bit, since both make the same f16 values and
+ * the same wgmma sequence. Both set explicitly, so the comparison holds
+ * whatever the default; with GEM_CUDA_MMH=2 (no k_mm_w) there is nothing
+ * to compare.
  * K = 5376: 21 super-blocks (42 stages), M = 333: clamped last rows and an
  * odd count of q6_k scales; 300 tokens: three token tiles, the last
  * partial. */
-static void test_matmul_kq_inkernel(backend *gx) {
+static void test_matmul_kq_inkernel(backend *gx, backend *gy) {
     const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
     const int64_t Ks[] = {1536, 5376};
     for (size_t t = 0; t < 3; t++)
@@ -496,20 +498,33 @@ static void test_matmul_kq_inkernel(backend *gx) {
             const int64_t K = Ks[ki], M = 333;
             const int n = 300;
             tensor W = make_tensor(types[t], K, M);
+            /* negative scales too (make_tensor's are positive): d of every
+             * other super-block, dmin of every third (deq goes stale: this
+             * test compares the two GPU paths only) */
+            const uint32_t bb = quant_type_size(types[t]);
+            for (int64_t b = 0; b < K / 256 * M; b++) {
+                uint8_t *blk = W.data + b * bb;
+                if (types[t] == QT_Q6_K) {
+                    if (b & 1) blk[209] ^= 0x80;
+                } else {
+                    if (b & 1) blk[1] ^= 0x80;
+                    if (b % 3 == 0) blk[3] ^= 0x80;
+                }
+            }
             gem_err err;
-            be_weight *wx = gx->weight(gx, &W.t, &err), *wg = gpu->weight(gpu, &W.t, &err);
+            be_weight *wx = gx->weight(gx, &W.t, &err), *wg = gy->weight(gy, &W.t, &err);
             CHECKF(wx && wg, "%s", err.msg);
             float *x = rand_vec((size_t)n * K, 1.0f);
-            be_buf *xx = put(gx, x, (size_t)n * K), *xg = put(gpu, x, (size_t)n * K);
-            be_buf *ox = put(gx, NULL, (size_t)n * M), *og = put(gpu, NULL, (size_t)n * M);
+            be_buf *xx = put(gx, x, (size_t)n * K), *xg = put(gy, x, (size_t)n * K);
+            be_buf *ox = put(gx, NULL, (size_t)n * M), *og = put(gy, NULL, (size_t)n * M);
             gx->matmul(gx, wx, xx, n, ox);
-            gpu->matmul(gpu, wg, xg, n, og);
-            float *a = get(gx, ox, (size_t)n * M), *b = get(gpu, og, (size_t)n * M);
+            gy->matmul(gy, wg, xg, n, og);
+            float *a = get(gx, ox, (size_t)n * M), *b = get(gy, og, (size_t)n * M);
             CHECKF(!memcmp(a, b, sizeof(float) * (size_t)n * M), "matmul %s K=%lld n=%d: k_mm_w's own expansion differs from kq_f16's",
                    quant_type_name(types[t]), (long long)K, n);
             free(a), free(b), free(x);
-            gx->buf_free(gx, xx), gpu->buf_free(gpu, xg), gx->buf_free(gx, ox), gpu->buf_free(gpu, og);
-            gx->weight_free(gx, wx), gpu->weight_free(gpu, wg);
+            gx->buf_free(gx, xx), gy->buf_free(gy, xg), gx->buf_free(gx, ox), gy->buf_free(gy, og);
+            gx->weight_free(gx, wx), gy->weight_free(gy, wg);
             free_tensor(&W);
         }
 }
@@ -532,9 +547,13 @@ void ops_matmul(const backend_opts *g) {
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();
-    backend *gx = variant("GEM_CUDA_KQ_F16", "0", g);
-    if (gx && mma_on()) test_matmul_kq_inkernel(gx);
-    variant_done(gx);
+    const char *mmh = getenv("GEM_CUDA_MMH");
+    if (mma_on() && !(mmh && !strcmp(mmh, "2"))) {
+        backend *gx = variant("GEM_CUDA_KQ_F16", "0", g), *gy = variant("GEM_CUDA_KQ_F16", "1", g);
+        if (gx && gy) test_matmul_kq_inkernel(gx, gy);
+        variant_done(gx);
+        variant_done(gy);
+    }
     backend *g2 = variant("GEM_CUDA_MMH", "2", g);
     if (g2) {
         if (mma_on()) {
