@@ -252,7 +252,7 @@ static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     return rc;
 }
 
-static uint32_t tensor_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s) {
+uint32_t qwen35_synth_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s) {
     if (s->kind == Q35_KIND_VECTOR) return QT_F32;
     uint32_t t = s->kind == Q35_KIND_EMBD ? o->embd_type : o->type;
     if (o->q4_k_m) {
@@ -305,12 +305,12 @@ int qwen35_synth(const qwen35_synth_opts *o, gem_err *err) {
         goto done;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (gguf_w_tensor(w, specs[i].name, tensor_type(o, &specs[i]), specs[i].n_dims, specs[i].ne, err)) goto done;
+        if (gguf_w_tensor(w, specs[i].name, qwen35_synth_type(o, &specs[i]), specs[i].n_dims, specs[i].ne, err)) goto done;
         total += gguf_w_tensor_bytes(w, i);
     }
     if (sr_begin(&so, w, o->out_path, CHUNK_BYTES, o->threads, total, o->progress, o->progress_ctx, err)) goto done;
     for (size_t i = 0; i < n; i++) {
-        gen_tensor g = {&specs[i], tensor_type(o, &specs[i]), o->seed, i, 0};
+        gen_tensor g = {&specs[i], qwen35_synth_type(o, &specs[i]), o->seed, i, 0};
         quant_row_bytes(g.type, (int64_t)specs[i].ne[0], &g.row_bytes);
         const sr_tensor st = {specs[i].name, specs[i].n_dims == 1 ? 1 : specs[i].ne[1], g.row_bytes, fill_rows, &g};
         if (sr_write(&so, &st, err)) goto done;

@@ -2,8 +2,9 @@
  * deterministic random weights, as gemma4_synth.h does for Gemma 4.
  *
  * Values are generated per row from (seed, tensor index, row) as floats and
- * stored in the requested type through the quantizers, so the bytes depend
- * only on the options. The scales keep activations of order one and the
+ * stored in the requested type through the quantizers, except plain
+ * k-quant matrices, drawn directly as random blocks (sr_quant_blocks), so
+ * the bytes depend only on the options. The scales keep activations of order one and the
  * Gated DeltaNet's decay in a useful range: ssm_a in [-1, -0.1] and dt
  * biases in [-1, 0] give per-token decays exp(g) spread over about
  * (0.3, 0.95), a memory of a few to tens of tokens. */
@@ -34,6 +35,10 @@ typedef struct {
 } qwen35_synth_opts;
 
 int qwen35_synth(const qwen35_synth_opts *o, gem_err *err);
+
+/* The type qwen35_synth writes tensor s in (under q4_k_m, gem quantize's
+ * and llama-quantize's Q4_K_M mix). */
+uint32_t qwen35_synth_type(const qwen35_synth_opts *o, const qwen35_tensor_spec *s);
 
 /* Writes the tokenizer.* keys of `vocab` (a gpt2/qwen35 vocabulary GGUF)
  * sized to n_vocab tokens, as the reference converter sizes a checkpoint's
