@@ -43,6 +43,16 @@
 #define KQ_PREFETCH 0
 #endif
 
+/* 1: each lane keeps its quarter's chain (float(S_c) d dx per super-block)
+ * and the 4 quarters meet only at the end with the slots, instead of
+ * exact integer shuffles per super-block, row and token (4 shuffles each:
+ * the tiles of 16 tokens are bound by such per-token work). Same sums in
+ * another f32 order, for one-token steps and tiles alike; a tuning
+ * build's variant until measured */
+#ifndef KQ_LANE_ACC
+#define KQ_LANE_ACC 0
+#endif
+
 #define KQ_MAXT BE_EXACT_ROWS /* tokens per launch: a row-exact tile in one */
 /* super-blocks per row from which 2 or 4 warps share a row (a tuning
  * build may set them) */
@@ -270,12 +280,14 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
                 for (int k = 0; k < KQ_ROWS; k++) {
                     int S = 0, Mn = 0;
                     if (live) kq_sums<FMT>(w[u][k], a, s, c, S, Mn);
-                    /* the quarters meet: exact integer sums, all 4 lanes hold them */
-                    S += __shfl_xor_sync(0xffffffffu, S, 1);
-                    S += __shfl_xor_sync(0xffffffffu, S, 2);
-                    if (FMT != DW_Q6_K) {
-                        Mn += __shfl_xor_sync(0xffffffffu, Mn, 1);
-                        Mn += __shfl_xor_sync(0xffffffffu, Mn, 2);
+                    if (!KQ_LANE_ACC) {
+                        /* the quarters meet: exact integer sums, all 4 lanes hold them */
+                        S += __shfl_xor_sync(0xffffffffu, S, 1);
+                        S += __shfl_xor_sync(0xffffffffu, S, 2);
+                        if (FMT != DW_Q6_K) {
+                            Mn += __shfl_xor_sync(0xffffffffu, Mn, 1);
+                            Mn += __shfl_xor_sync(0xffffffffu, Mn, 2);
+                        }
                     }
                     if (live) {
                         float v = __fmaf_rn((float)S, __fmul_rn(w[u][k].d, dx), acc[k][t]);
@@ -286,14 +298,15 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
             }
         }
     }
-    /* the 8 slots' chains meet (lanes of one c hold the same values) */
+    /* the 8 slots' chains meet (lanes of one c hold the same values; with
+     * KQ_LANE_ACC the 4 quarters' chains too) */
 #pragma unroll
     for (int k = 0; k < KQ_ROWS; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float v = acc[k][t];
 #pragma unroll
-            for (int o = 16; o >= 4; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            for (int o = 16; o >= (KQ_LANE_ACC ? 1 : 4); o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
             acc[k][t] = v;
         }
     if (SP > 1) {
