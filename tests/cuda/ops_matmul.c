@@ -485,8 +485,7 @@ static void test_matmul_tiles_exact(void) {
  * GEM_CUDA_KQ_F16=0) gives the products of the f16 expansion (gy: kq_f16,
  * GEM_CUDA_KQ_F16=1) bit for bit, since both make the same f16 values and
  * the same wgmma sequence. Both set explicitly, so the comparison holds
- * whatever the default; with GEM_CUDA_MMH=2 (no k_mm_w) there is nothing
- * to compare.
+ * whatever the default.
  * K = 5376: 21 super-blocks (42 stages), M = 333: clamped last rows and an
  * odd count of q6_k scales; 300 tokens: three token tiles, the last
  * partial. */
@@ -547,8 +546,7 @@ void ops_matmul(const backend_opts *g) {
     variant_done(g0);
     variant_done(gl);
     if (mma_on()) test_geglu_f16();
-    const char *mmh = getenv("GEM_CUDA_MMH");
-    if (mma_on() && !(mmh && !strcmp(mmh, "2"))) {
+    if (mma_on()) { /* cuda_ops clears GEM_CUDA_MMH: k_mm_w is on */
         backend *gx = variant("GEM_CUDA_KQ_F16", "0", g), *gy = variant("GEM_CUDA_KQ_F16", "1", g);
         if (gx && gy) test_matmul_kq_inkernel(gx, gy);
         variant_done(gx);

@@ -105,14 +105,15 @@ static void test_norm_handoff(backend *g) {
  * norm leaves the 256-value codes (kq_act_block), the product launches no
  * k_quantize_act_k (counted through op_timing's rows), and its results
  * equal those of a copy quantized by the product itself bit for bit;
- * without it the product quantizes. One token and a row-exact tile of 13,
- * the plain norm and the fused residual add + norm, K 1024, 3840 and the
- * 31B's 5376 (multiples of 256). */
+ * without it the product quantizes (the product's own row shows that the
+ * timing saw it). One token and a row-exact tile of 13, the plain norm and
+ * the fused residual add + norm, K 1024, 3840, the 31B's 5376 and 8192 (a
+ * 1024-thread one-token norm), multiples of 256. */
 static void test_norm_handoff_kq(backend *g, int fused_codes) {
     const uint32_t types[] = {QT_Q4_K, QT_Q6_K};
-    const int Ks[] = {1024, 3840, 5376}, ns[] = {1, 13};
+    const int Ks[] = {1024, 3840, 5376, 8192}, ns[] = {1, 13};
     for (size_t t = 0; t < 2; t++)
-        for (size_t ki = 0; ki < 3; ki++)
+        for (size_t ki = 0; ki < 4; ki++)
             for (int ni = 0; ni < 2; ni++)
                 for (int fused = 0; fused < 2; fused++) {
                     const int K = Ks[ki], n = ns[ni];
@@ -131,9 +132,13 @@ static void test_norm_handoff_kq(backend *g, int fused_codes) {
                     g->matmul(g, wg, a, n, o1); /* codes from the norm, if it left them */
                     const int nr = g->op_times(g, rows, 32, 1);
                     g->op_timing(g, 0);
-                    long quantized = 0;
-                    for (int i = 0; i < nr; i++)
+                    long quantized = 0, products = 0;
+                    for (int i = 0; i < nr; i++) {
                         if (!strcmp(rows[i].op, "quantize activations (k-quants)")) quantized += rows[i].calls;
+                        if (!strncmp(rows[i].op, "matmul", 6)) products += rows[i].calls;
+                    }
+                    CHECKF(products == 1, "%s -> matmul %s K=%d n=%d: the timing saw %ld products",
+                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, products);
                     CHECKF(quantized == (fused_codes ? 0 : 1), "%s -> matmul %s K=%d n=%d: %ld k-quant quantizations",
                            fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, quantized);
                     g->copy(g, a, 0, copy, 0, (size_t)n * K);
@@ -158,7 +163,7 @@ void ops_norm(const backend_opts *g) {
         test_norm_handoff(gnw);
     }
     variant_done(gnw);
-    test_norm_handoff_kq(gpu, 0);
+    test_norm_handoff_kq(gpu, 0); /* cuda_ops clears GEM_CUDA_KQ_NORM: off */
     backend *gk = variant("GEM_CUDA_KQ_NORM", "1", g);
     if (gk) test_norm_handoff_kq(gk, 1);
     variant_done(gk);

@@ -35,10 +35,10 @@
 #define KQ_UNROLL 1 /* super-block rounds loaded before the first use: 1 beat 2 (more warps resident), bench/results/kquant-12b-h100-2026-12-07.json */
 #endif
 
-/* 1: each round also asks L2 for the warp's next round of blocks
- * (prefetch.global.L2, no registers held), so that round's loads wait on
- * L2 rather than memory; a tuning build's variant until measured (more
- * loads in flight by unrolling cost occupancy: KQ_UNROLL) */
+/* 1: each round also asks L2 for the warp's next round of blocks (a bulk
+ * prefetch per row, nothing held in registers), so that round's loads
+ * wait on L2 rather than memory; a tuning build's variant until measured
+ * (more loads in flight by unrolling cost occupancy: KQ_UNROLL) */
 #ifndef KQ_PREFETCH
 #define KQ_PREFETCH 0
 #endif
@@ -235,16 +235,16 @@ __global__ void __launch_bounds__(KQ_WARPS * 32)
             for (int k = 0; k < KQ_ROWS; k++)
                 if (b < nsb) kq_load<FMT>(w[u][k], wq[k] + (size_t)b * kq_block_bytes(FMT), FMT == DW_Q6_K ? wd[k] + b : NULL, c);
         }
-        if (KQ_PREFETCH) {
-            /* lane c's point c (bytes - 1) / 3 of its slot's next block:
-             * points at most 70 bytes apart touch every 128-byte line of a
-             * block */
-            const int b = r0 + 8 * KQ_UNROLL * SP + slot;
-            if (b < nsb)
-#pragma unroll
-                for (int k = 0; k < KQ_ROWS; k++)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(wq[k] + (size_t)b * kq_block_bytes(FMT) +
-                                                                c * (kq_block_bytes(FMT) - 1) / 3));
+        if (KQ_PREFETCH && lane < KQ_ROWS) {
+            /* lane k asks for row k's next round, its blocks contiguous and
+             * 16-byte aligned: one bulk prefetch (sm_90) */
+            const int bn = r0 + 8 * KQ_UNROLL * SP;
+            if (bn < nsb) {
+                const uint8_t *p = (lane == 0 ? wq[0] : wq[KQ_ROWS - 1]) + (size_t)bn * kq_block_bytes(FMT);
+                const unsigned bytes = (unsigned)(min(8 * KQ_UNROLL, nsb - bn) * kq_block_bytes(FMT));
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(bytes)
+                             : "memory");
+            }
         }
 #pragma unroll
         for (int u = 0; u < KQ_UNROLL; u++)

@@ -166,7 +166,8 @@ __global__ void k_rmsnorm(const float *x, const float *w, int width, float eps, 
 /* Returns bit 0 when the kernel also left the 8-bit codes of `out` in the
  * quantized-activation scratch (quant set, width a multiple of 32), bit 1
  * when also the k-quant codes (xkq/xkd/xks: k-quant weights loaded,
- * GEM_CUDA_KQ_NORM=1, width a multiple of 256). */
+ * GEM_CUDA_KQ_NORM=1, width a multiple of 256, rows the one-token kernels
+ * take). */
 static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int rows, int width, float eps, float *out,
                           int add, const float *scale, const float *w2, float *out2, int quant) {
     const int n4 = width / 4;
@@ -184,7 +185,10 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
             xd = (float *)c->xd.p;
             xs = (int *)c->xs.p;
         }
+        /* not for prompt tiles the tensor cores take (mv_run: they read
+         * f16 activations, not codes) */
         if (quant && c->kq_norm && c->kq_acts && width % 256 == 0 &&
+            (rows <= BE_EXACT_ROWS || !(c->mma && c->mmh_wgmma)) &&
             (!c->capturing ||
              (kblk * 256 <= c->xkq.cap && kblk * sizeof(float) <= c->xkd.cap && kblk * 16 * sizeof(int) <= c->xks.cap)) &&
             !grow(c, &c->xkq, kblk * 256) && !grow(c, &c->xkd, kblk * sizeof(float)) &&
