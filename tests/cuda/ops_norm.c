@@ -106,15 +106,17 @@ static void test_norm_handoff(backend *g) {
  * k_quantize_act_k (counted through op_timing's rows), and its results
  * equal those of a copy quantized by the product itself bit for bit;
  * without it the product quantizes (the product's own row shows that the
- * timing saw it). One token and a row-exact tile of 13, the plain norm and
- * the fused residual add + norm, K 1024, 3840, the 31B's 5376 and 8192 (a
- * 1024-thread one-token norm), multiples of 256. */
-static void test_norm_handoff_kq(backend *g, int fused_codes) {
+ * timing saw it: one launch per 16 tokens). Token counts ns (one token and
+ * a row-exact tile of 13; with GEM_CUDA_MMA=0 also a 40-token prompt tile,
+ * whose products take k_mv_k too), the plain norm and the fused residual
+ * add + norm, K 1024, 3840, the 31B's 5376 and 8192 (a 1024-thread
+ * one-token norm), multiples of 256. */
+static void test_norm_handoff_kq(backend *g, int fused_codes, const int *ns, int nn) {
     const uint32_t types[] = {QT_Q4_K, QT_Q6_K};
-    const int Ks[] = {1024, 3840, 5376, 8192}, ns[] = {1, 13};
+    const int Ks[] = {1024, 3840, 5376, 8192};
     for (size_t t = 0; t < 2; t++)
         for (size_t ki = 0; ki < 4; ki++)
-            for (int ni = 0; ni < 2; ni++)
+            for (int ni = 0; ni < nn; ni++)
                 for (int fused = 0; fused < 2; fused++) {
                     const int K = Ks[ki], n = ns[ni];
                     tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
@@ -137,7 +139,7 @@ static void test_norm_handoff_kq(backend *g, int fused_codes) {
                         if (!strcmp(rows[i].op, "quantize activations (k-quants)")) quantized += rows[i].calls;
                         if (!strncmp(rows[i].op, "matmul", 6)) products += rows[i].calls;
                     }
-                    CHECKF(products == 1, "%s -> matmul %s K=%d n=%d: the timing saw %ld products",
+                    CHECKF(products == (n + 15) / 16, "%s -> matmul %s K=%d n=%d: the timing saw %ld product launches",
                            fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, products);
                     CHECKF(quantized == (fused_codes ? 0 : 1), "%s -> matmul %s K=%d n=%d: %ld k-quant quantizations",
                            fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, quantized);
@@ -163,13 +165,25 @@ void ops_norm(const backend_opts *g) {
         test_norm_handoff(gnw);
     }
     variant_done(gnw);
-    test_norm_handoff_kq(gpu, 0); /* cuda_ops clears GEM_CUDA_KQ_NORM: off */
+    static const int tiles[] = {1, 13}, prompt[] = {40};
+    test_norm_handoff_kq(gpu, 0, tiles, 2); /* cuda_ops clears GEM_CUDA_KQ_NORM: off */
     backend *gk = variant("GEM_CUDA_KQ_NORM", "1", g);
-    if (gk) test_norm_handoff_kq(gk, 1);
+    if (gk) test_norm_handoff_kq(gk, 1, tiles, 2);
     variant_done(gk);
     setenv("GEM_CUDA_NORM_WIDE", "0", 1); /* the 256-thread one-token norms */
     gk = variant("GEM_CUDA_KQ_NORM", "1", g);
     unsetenv("GEM_CUDA_NORM_WIDE");
-    if (gk) test_norm_handoff_kq(gk, 1);
+    if (gk) test_norm_handoff_kq(gk, 1, tiles, 2);
+    variant_done(gk);
+    /* prompt tiles on k_mv_k: the norm leaves their codes too (the
+     * runner's own GEM_CUDA_MMA, which mma_on reads, restored after) */
+    const char *mma = getenv("GEM_CUDA_MMA");
+    char *saved = mma ? strdup(mma) : NULL;
+    setenv("GEM_CUDA_MMA", "0", 1);
+    gk = variant("GEM_CUDA_KQ_NORM", "1", g);
+    if (saved) setenv("GEM_CUDA_MMA", saved, 1);
+    else unsetenv("GEM_CUDA_MMA");
+    free(saved);
+    if (gk) test_norm_handoff_kq(gk, 1, prompt, 1);
     variant_done(gk);
 }
