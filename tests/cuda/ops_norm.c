@@ -64,6 +64,54 @@ static void test_norms(backend *g) {
     }
 }
 
+/* One norm-to-product handoff on g: rmsnorm of x (fused: the residual add
+ * and the next norm, whose second stage writes the codes) into a, then
+ * *r1 = W a (the codes the norm left, if any) and *r2 = W of a copy of a
+ * (codes the product makes itself), 200 rows of type, n tokens of K (the
+ * caller frees both). want_kq >= 0: the first product runs under op
+ * timing, which must show its (n + 15) / 16 launches (so the timing saw
+ * it) and want_kq k-quant quantizations. */
+static void handoff(backend *g, uint32_t type, int K, int n, int fused, int want_kq, float **r1, float **r2) {
+    const char *what = fused ? "add_rmsnorm_norm" : "rmsnorm";
+    tensor W = make_tensor(type, K, 200), nw = make_tensor(QT_F32, K, 1);
+    gem_err err;
+    be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
+    float *x = rand_vec((size_t)n * K, 3.0f), *h = rand_vec((size_t)n * K, 1.0f);
+    be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K), *copy = put(g, NULL, (size_t)n * K),
+           *hg = put(g, h, (size_t)n * K);
+    be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
+    be_op_time rows[32];
+    if (want_kq >= 0) {
+        g->op_timing(g, 1);
+        g->op_times(g, rows, 32, 1); /* an empty table */
+    }
+    if (fused) g->add_rmsnorm_norm(g, hg, xg, ng, NULL, ng, n, K, 1e-6f, a);
+    else g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
+    g->matmul(g, wg, a, n, o1); /* codes from the norm, if it left them */
+    if (want_kq >= 0) {
+        const int nr = g->op_times(g, rows, 32, 1);
+        g->op_timing(g, 0);
+        long quantized = 0, products = 0;
+        for (int i = 0; i < nr; i++) {
+            if (!strcmp(rows[i].op, "quantize activations (k-quants)")) quantized += rows[i].calls;
+            if (!strncmp(rows[i].op, "matmul", 6)) products += rows[i].calls;
+        }
+        CHECKF(products == (n + 15) / 16, "%s -> matmul %s K=%d n=%d: the timing saw %ld product launches", what,
+               quant_type_name(type), K, n, products);
+        CHECKF(quantized == want_kq, "%s -> matmul %s K=%d n=%d: %ld k-quant quantizations", what, quant_type_name(type),
+               K, n, quantized);
+    }
+    g->copy(g, a, 0, copy, 0, (size_t)n * K);
+    g->matmul(g, wg, copy, n, o2); /* codes of its own */
+    *r1 = get(g, o1, (size_t)n * 200);
+    *r2 = get(g, o2, (size_t)n * 200);
+    free(x), free(h);
+    be_buf *bufs[] = {xg, a, copy, hg, o1, o2};
+    for (int i = 0; i < 6; i++) g->buf_free(g, bufs[i]);
+    g->weight_free(g, wg), g->weight_free(g, ng);
+    free_tensor(&W), free_tensor(&nw);
+}
+
 /* The codes a norm leaves for the next product equal those the product
  * makes of a copy of its input itself (bit for bit: the same codes, the
  * same kernel); g: as in test_norms. The plain norm and the fused residual
@@ -78,36 +126,20 @@ static void test_norm_handoff(backend *g) {
             for (int n = 1; n <= 300; n += 299)
                 for (int fused = 0; fused < 2; fused++) {
                     const int K = Ks[ki];
-                    tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
-                    gem_err err;
-                    be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
-                    float *x = rand_vec((size_t)n * K, 3.0f), *h = rand_vec((size_t)n * K, 1.0f);
-                    be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
-                           *copy = put(g, NULL, (size_t)n * K), *hg = put(g, h, (size_t)n * K);
-                    be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
-                    if (fused) g->add_rmsnorm_norm(g, hg, xg, ng, NULL, ng, n, K, 1e-6f, a);
-                    else g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
-                    g->matmul(g, wg, a, n, o1); /* codes from the norm */
-                    g->copy(g, a, 0, copy, 0, (size_t)n * K);
-                    g->matmul(g, wg, copy, n, o2); /* codes of its own */
-                    float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
+                    float *r1, *r2;
+                    handoff(g, types[t], K, n, fused, -1, &r1, &r2);
                     CHECKF(close_enough("norm handoff", r1, r2, (size_t)n * 200, 0, 0), "%s -> matmul %s K=%d n=%d",
                            fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n);
-                    free(r1), free(r2), free(x), free(h);
-                    be_buf *bufs[] = {xg, a, copy, hg, o1, o2};
-                    for (int i = 0; i < 6; i++) g->buf_free(g, bufs[i]);
-                    g->weight_free(g, wg), g->weight_free(g, ng);
-                    free_tensor(&W), free_tensor(&nw);
+                    free(r1), free(r2);
                 }
 }
 
-/* k-quant products after a norm: with GEM_CUDA_KQ_NORM=1 (fused set) the
- * norm leaves the 256-value codes (kq_act_block), the product launches no
- * k_quantize_act_k (counted through op_timing's rows), and its results
+/* k-quant products after a norm: with GEM_CUDA_KQ_NORM=1 (fused_codes set)
+ * the norm leaves the 256-value codes (kq_act_block), the product launches
+ * no k_quantize_act_k (counted through op_timing's rows), and its results
  * equal those of a copy quantized by the product itself bit for bit;
- * without it the product quantizes (the product's own row shows that the
- * timing saw it: one launch per 16 tokens). Token counts ns (one token and
- * a row-exact tile of 13; with GEM_CUDA_MMA=0 also a 40-token prompt tile,
+ * without it the product quantizes once. Token counts ns (one token and a
+ * row-exact tile of 13; with GEM_CUDA_MMA=0 also a 40-token prompt tile,
  * whose products take k_mv_k too), the plain norm and the fused residual
  * add + norm, K 1024, 3840, the 31B's 5376 and 8192 (a 1024-thread
  * one-token norm), multiples of 256. */
@@ -119,40 +151,11 @@ static void test_norm_handoff_kq(backend *g, int fused_codes, const int *ns, int
             for (int ni = 0; ni < nn; ni++)
                 for (int fused = 0; fused < 2; fused++) {
                     const int K = Ks[ki], n = ns[ni];
-                    tensor W = make_tensor(types[t], K, 200), nw = make_tensor(QT_F32, K, 1);
-                    gem_err err;
-                    be_weight *wg = g->weight(g, &W.t, &err), *ng = g->weight(g, &nw.t, &err);
-                    float *x = rand_vec((size_t)n * K, 3.0f), *h = rand_vec((size_t)n * K, 1.0f);
-                    be_buf *xg = put(g, x, (size_t)n * K), *a = put(g, NULL, (size_t)n * K),
-                           *copy = put(g, NULL, (size_t)n * K), *hg = put(g, h, (size_t)n * K);
-                    be_buf *o1 = put(g, NULL, (size_t)n * 200), *o2 = put(g, NULL, (size_t)n * 200);
-                    be_op_time rows[32];
-                    g->op_timing(g, 1);
-                    g->op_times(g, rows, 32, 1); /* an empty table */
-                    if (fused) g->add_rmsnorm_norm(g, hg, xg, ng, NULL, ng, n, K, 1e-6f, a);
-                    else g->rmsnorm(g, xg, ng, n, K, 1e-6f, a);
-                    g->matmul(g, wg, a, n, o1); /* codes from the norm, if it left them */
-                    const int nr = g->op_times(g, rows, 32, 1);
-                    g->op_timing(g, 0);
-                    long quantized = 0, products = 0;
-                    for (int i = 0; i < nr; i++) {
-                        if (!strcmp(rows[i].op, "quantize activations (k-quants)")) quantized += rows[i].calls;
-                        if (!strncmp(rows[i].op, "matmul", 6)) products += rows[i].calls;
-                    }
-                    CHECKF(products == (n + 15) / 16, "%s -> matmul %s K=%d n=%d: the timing saw %ld product launches",
-                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, products);
-                    CHECKF(quantized == (fused_codes ? 0 : 1), "%s -> matmul %s K=%d n=%d: %ld k-quant quantizations",
-                           fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n, quantized);
-                    g->copy(g, a, 0, copy, 0, (size_t)n * K);
-                    g->matmul(g, wg, copy, n, o2); /* codes of its own */
-                    float *r1 = get(g, o1, (size_t)n * 200), *r2 = get(g, o2, (size_t)n * 200);
+                    float *r1, *r2;
+                    handoff(g, types[t], K, n, fused, fused_codes ? 0 : 1, &r1, &r2);
                     CHECKF(!memcmp(r1, r2, sizeof(float) * (size_t)n * 200), "k-quant norm handoff: %s -> matmul %s K=%d n=%d",
                            fused ? "add_rmsnorm_norm" : "rmsnorm", quant_type_name(types[t]), K, n);
-                    free(r1), free(r2), free(x), free(h);
-                    be_buf *bufs[] = {xg, a, copy, hg, o1, o2};
-                    for (int i = 0; i < 6; i++) g->buf_free(g, bufs[i]);
-                    g->weight_free(g, wg), g->weight_free(g, ng);
-                    free_tensor(&W), free_tensor(&nw);
+                    free(r1), free(r2);
                 }
 }
 
