@@ -817,11 +817,8 @@ static void attention_run(cuda_backend *c, const be_buf *q, const be_buf *k, con
      * are made here (as in cu_rmsnorm) */
     /* a row of a row-exact tile (att_row > 0) writes its codes at its row */
     const size_t nblk = (size_t)(n + c->att_row) * n_head * d / 32, code0 = (size_t)c->att_row * n_head * d;
-    const int quant = d % 32 == 0 &&
-                      (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
-                                         nblk * sizeof(int) <= c->xs.cap)) &&
-                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
-                      !grow(c, &c->xs, nblk * sizeof(int));
+    const int quant =
+        d % 32 == 0 && codes_room(c, &c->xq, nblk * 32, &c->xd, nblk * sizeof(float), &c->xs, nblk * sizeof(int));
     const int gall = n_head / n_kv_head;
     const int gb = attn_dec_heads(gall);
     const int dec = c->attn_dec && n == 1, staged = c->attn_dec >= 2, tc = attn_tc_step(c, kv, n);
@@ -908,10 +905,7 @@ static int attention_tile(cuda_backend *c, const be_buf *q, const be_buf *k, con
     const size_t rows = (size_t)n * n_head * nsplit;
     if (grow(c, &c->part, rows * d * sizeof(float)) || grow(c, &c->pml, rows * 2 * sizeof(float))) return 1;
     const size_t nblk = (size_t)n * n_head * d / 32;
-    const int quant = (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap &&
-                                         nblk * sizeof(int) <= c->xs.cap)) &&
-                      !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) &&
-                      !grow(c, &c->xs, nblk * sizeof(int));
+    const int quant = codes_room(c, &c->xq, nblk * 32, &c->xd, nblk * sizeof(float), &c->xs, nblk * sizeof(int));
     if (nr) {
 #define NR_STORE(DIM)                                                                                                \
     launch(c, k_kv_store_nr<DIM>, dim3(n_kv_head, n), TC_WARPS * 32, 0, k->d, v->d, (const int *)c->step_rows,     \

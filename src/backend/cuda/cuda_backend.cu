@@ -157,7 +157,6 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     } else if ((t->type == QT_Q4_K || t->type == QT_Q5_K) && w->ne0 % 256 == 0) {
         /* k-quant blocks as stored (cuda_matmul_k.cu) */
         w->fmt = t->type == QT_Q4_K ? DW_Q4_K : DW_Q5_K;
-        c->kq_acts = 1;
         w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, n / 256);
         what = "cudaMalloc";
         if ((e = cudaMalloc(&w->q, t->n_bytes)) == cudaSuccess) {
@@ -167,7 +166,6 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
     } else if (t->type == QT_Q6_K && w->ne0 % 256 == 0) {
         /* 208-byte blocks and their scales apart (cuda_matmul_k.cu) */
         w->fmt = DW_Q6_K;
-        c->kq_acts = 1;
         const int64_t nblk = n / 256;
         w->hexp = kq_hexp(t->type, (const uint8_t *)t->data, nblk);
         what = "cudaMalloc";
@@ -207,6 +205,7 @@ static be_weight *cu_weight(backend *b, const gguf_tensor *t, gem_err *err) {
         free_weight(w);
         return NULL;
     }
+    if (kq_format(w->fmt)) c->kq_acts = 1; /* norms may leave k-quant codes (GEM_CUDA_KQ_NORM) */
     return w;
 }
 

@@ -259,6 +259,15 @@ static inline int grow(cuda_backend *c, scratch *s, size_t bytes) {
     return 0;
 }
 
+/* Room for a launch's activation codes in three scratches (codes, scales,
+ * sums: qb, db and sb bytes), 1 or 0. They grow outside a graph capture;
+ * inside one only what the step before it sized is there (growing would
+ * fail the capture), else 0 and the product quantizes its input itself. */
+static inline int codes_room(cuda_backend *c, scratch *q, size_t qb, scratch *d, size_t db, scratch *s, size_t sb) {
+    if (c->capturing && (qb > q->cap || db > d->cap || sb > s->cap)) return 0;
+    return !grow(c, q, qb) && !grow(c, d, db) && !grow(c, s, sb);
+}
+
 /* ------------------------------------------------------------------ */
 /* block trace (trace builds only)                                     */
 

@@ -1457,11 +1457,11 @@ __global__ void __launch_bounds__(MMW_THREADS, 2)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = wg * 64 + w * 16 + g + 8 * h;
-                const uint8_t *ar = A + r * G::A_STRIDE + kb * G::WB;
+                const uint8_t *arow = A + r * G::A_STRIDE, *ar = arow + kb * G::WB;
                 if constexpr (G::KQ) {
                     /* the row's scales again per block: kept across the blocks they spill */
-                    const mmw_kq_row ks = mmw_kq_prep<Q4>(A + r * G::A_STRIDE, hf, (par >> h) & 1, wexp);
-                    mmw_kq_expand<Q4>(a, h, A + r * G::A_STRIDE, c, kb, hf, ks);
+                    const mmw_kq_row ks = mmw_kq_prep<Q4>(arow, hf, (par >> h) & 1, wexp);
+                    mmw_kq_expand<Q4>(a, h, arow, c, kb, hf, ks);
                 } else if constexpr (Q4 == MMW_F16) { /* the fragment words as stored (kq_f16's order) */
                     const uint4 v = *(const uint4 *)(ar + 16 * c);
                     a[0][h] = v.x, a[0][h + 2] = v.y, a[1][h] = v.z, a[1][h + 2] = v.w;
@@ -1530,7 +1530,8 @@ cudaError_t mmh_allow(void) {
  * (or k_mm_h with GEM_CUDA_MMH=2), k-quant weights on k_mm_w only, each
  * matrix expanded to f16 first (kq_f16, into scratch) and multiplied like
  * a q8_0 one's expansion (the same operand order and the 2^we range
- * scaling, cu_weight's hexp); the f16 activations of x are reused while
+ * scaling, cu_weight's hexp), or with GEM_CUDA_KQ_F16=0 expanded by
+ * k_mm_w<MMW_K4..K6> itself; the f16 activations of x are reused while
  * nothing but products ran since. Returns -1 when scratch could not grow
  * (nothing launched). */
 static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const be_buf *x, int n, be_buf *const *outs) {
@@ -1556,31 +1557,26 @@ static int mmh_run(cuda_backend *c, int count, const be_weight *const *W, const 
     launch(c, k_mm_h<Q4>, g, MMH_THREADS, mmh_geom<Q4>::STAGE * MMH_ST, (const uint8_t *)W[i]->q,                     \
            (const __half *)W[i]->d, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,        \
            outs[i]->d)
-#define MMW_KQ_LAUNCH(Q4)                                                                                           \
-    launch(c, k_mm_w<Q4>, g, MMW_THREADS, mmw_geom<Q4>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,       \
+/* WQ: the weights k_mm_w<Q4> reads (MMW_F16: kq_f16's expansion, no scales read) */
+#define MMW_LAUNCH(Q4, WQ)                                                                                          \
+    launch(c, k_mm_w<Q4>, g, MMW_THREADS, mmw_geom<Q4>::SMEM, (const uint8_t *)(WQ), (const __half *)W[i]->d,         \
            W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d)
         if (kq_format(W[i]->fmt) && !c->kq_f16) {
-            if (W[i]->fmt == DW_Q4_K) MMW_KQ_LAUNCH(MMW_K4);
-            else if (W[i]->fmt == DW_Q5_K) MMW_KQ_LAUNCH(MMW_K5);
-            else MMW_KQ_LAUNCH(MMW_K6);
-#undef MMW_KQ_LAUNCH
+            if (W[i]->fmt == DW_Q4_K) MMW_LAUNCH(MMW_K4, W[i]->q);
+            else if (W[i]->fmt == DW_Q5_K) MMW_LAUNCH(MMW_K5, W[i]->q);
+            else MMW_LAUNCH(MMW_K6, W[i]->q);
         } else if (kq_format(W[i]->fmt)) {
             kq_f16(c, W[i], (__half *)c->kqh.p);
-            launch(c, k_mm_w<MMW_F16>, g, MMW_THREADS, mmw_geom<MMW_F16>::SMEM, (const uint8_t *)c->kqh.p,
-                   (const __half *)NULL, W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n,
-                   outs[i]->d);
+            MMW_LAUNCH(MMW_F16, c->kqh.p);
         } else if (c->mmh_wgmma) {
-            if (W[i]->fmt == DW_Q4_0)
-                launch(c, k_mm_w<1>, g, MMW_THREADS, mmw_geom<1>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
-                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
-            else
-                launch(c, k_mm_w<0>, g, MMW_THREADS, mmw_geom<0>::SMEM, (const uint8_t *)W[i]->q, (const __half *)W[i]->d,
-                       W[i]->hexp, (const __half *)c->xh.p, (const float *)c->xhinv.p, K, M, n, outs[i]->d);
+            if (W[i]->fmt == DW_Q4_0) MMW_LAUNCH(1, W[i]->q);
+            else MMW_LAUNCH(0, W[i]->q);
         } else if (W[i]->fmt == DW_Q4_0) {
             MMH_LAUNCH(1);
         } else {
             MMH_LAUNCH(0);
         }
+#undef MMW_LAUNCH
 #undef MMH_LAUNCH
         LAUNCHED(c, "matmul (f16 tensor cores)");
         writes_x |= outs[i]->d == x->d;

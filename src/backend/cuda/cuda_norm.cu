@@ -179,8 +179,7 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
         /* scratch only grows outside a capture (a step's scratch was sized
          * by the tiles before it; if not, the product quantizes itself) */
         if (quant && width % 32 == 0 &&
-            (!c->capturing || (nblk * 32 <= c->xq.cap && nblk * sizeof(float) <= c->xd.cap && nblk * sizeof(int) <= c->xs.cap)) &&
-            !grow(c, &c->xq, nblk * 32) && !grow(c, &c->xd, nblk * sizeof(float)) && !grow(c, &c->xs, nblk * sizeof(int))) {
+            codes_room(c, &c->xq, nblk * 32, &c->xd, nblk * sizeof(float), &c->xs, nblk * sizeof(int))) {
             xq = (int8_t *)c->xq.p;
             xd = (float *)c->xd.p;
             xs = (int *)c->xs.p;
@@ -189,10 +188,7 @@ static int rmsnorm_launch(cuda_backend *c, const float *x, const float *w, int r
          * f16 activations, not codes) */
         if (quant && c->kq_norm && c->kq_acts && width % 256 == 0 &&
             (rows <= BE_EXACT_ROWS || !(c->mma && c->mmh_wgmma)) &&
-            (!c->capturing ||
-             (kblk * 256 <= c->xkq.cap && kblk * sizeof(float) <= c->xkd.cap && kblk * 16 * sizeof(int) <= c->xks.cap)) &&
-            !grow(c, &c->xkq, kblk * 256) && !grow(c, &c->xkd, kblk * sizeof(float)) &&
-            !grow(c, &c->xks, kblk * 16 * sizeof(int))) {
+            codes_room(c, &c->xkq, kblk * 256, &c->xkd, kblk * sizeof(float), &c->xks, kblk * 16 * sizeof(int))) {
             kq = (int8_t *)c->xkq.p;
             kd = (float *)c->xkd.p;
             ks = (int *)c->xks.p;
