@@ -80,10 +80,14 @@ static uint64_t qwen_weights_of(const qwen35_profile *p, uint32_t t, int q4_k_m)
     return bytes;
 }
 
+/* One cell: the sum and the cards (78 and 139 GiB free) it fits */
+static void print_fit(double need) {
+    printf(" %.1f GiB: %s |", need, need <= 78.0 ? "H100, H200" : need <= 139.0 ? "H200 only" : "neither");
+}
+
 int main(void) {
     static const char *const profiles[] = {"gemma4-31b", "gemma4-12b"};
     static const int ctxs[] = {32768, 65536, 131072, 262144};
-    const double cards[2] = {78.0, 139.0};
     const uint64_t reserve = (uint64_t)3 << 29; /* CU_WORK_RESERVE */
     printf("| model (weights) | context | f32 | f16-full | f16 |\n|---|---|---|---|---|\n");
     for (int m = 0; m < 3; m++) {
@@ -100,9 +104,7 @@ int main(void) {
                     fprintf(stderr, "kv_fit_table: %s\n", err.msg);
                     return 1;
                 }
-                const double need = (w + gemma4_kv_plan_total(&plan) + reserve) / GIB;
-                printf(" %.1f GiB: %s |", need,
-                       need <= cards[0] ? "H100, H200" : need <= cards[1] ? "H200 only" : "neither");
+                print_fit((w + gemma4_kv_plan_total(&plan) + reserve) / GIB);
             }
             printf("\n");
         }
@@ -118,9 +120,7 @@ int main(void) {
             for (int ti = 0; ti < 3; ti++) {
                 qwen35_mem mem;
                 qwen35_plan(q, ctxs[ci], 2048, ti > 0, &mem);
-                const double need = (w + mem.kv_bytes + mem.recurrent_bytes + mem.act_bytes + reserve) / GIB;
-                printf(" %.1f GiB: %s |", need,
-                       need <= cards[0] ? "H100, H200" : need <= cards[1] ? "H200 only" : "neither");
+                print_fit((w + qwen35_mem_total(&mem) + reserve) / GIB);
             }
             printf("\n");
         }

@@ -148,12 +148,9 @@ static int inspect_qwen35(const gguf_file *f, const char *path, int ctx, gemma4_
     printf("verdict:       OK: supported (%s) by the qwen35 layer loop (CPU and CUDA)\n", p->name);
     int rc = 0;
     if (ctx >= 0) {
-        char key[64], b1[64];
-        const int64_t k = gguf_find_key(f, qwen35_key(Q35K_CONTEXT_LENGTH, key, sizeof key));
-        int64_t trained = 0;
-        if (k < 0 || gguf_kv_int(f, (uint64_t)k, &trained) || trained < 0) trained = 0;
+        char b1[64];
         int n_ctx = 0;
-        if (gemma4_ctx_resolve(ctx, trained, path, &n_ctx, &err)) {
+        if (gemma4_ctx_resolve(ctx, qwen35_trained_ctx(f), path, &n_ctx, &err)) {
             printf("kv plan:       REFUSED: %s\n", err.msg);
             fprintf(stderr, "gem inspect: error: %s\n", err.msg);
             rc = 1;
@@ -167,8 +164,7 @@ static int inspect_qwen35(const gguf_file *f, const char *path, int ctx, gemma4_
             printf("  recurrent:   %s (f32, whatever the context)\n", bytes_str(mem.recurrent_bytes, b1, sizeof b1));
             printf("  activations: %s for prompt tiles of %d tokens (--tile)\n", bytes_str(mem.act_bytes, b1, sizeof b1),
                    tile);
-            printf("  plan total:  %s\n",
-                   bytes_str(mem.kv_bytes + mem.recurrent_bytes + mem.act_bytes, b1, sizeof b1));
+            printf("  plan total:  %s\n", bytes_str(qwen35_mem_total(&mem), b1, sizeof b1));
             printf("  checkpoint:  %s at a full context (taken only where it fits)\n",
                    bytes_str(mem.checkpoint_bytes, b1, sizeof b1));
         }

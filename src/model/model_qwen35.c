@@ -100,11 +100,7 @@ static int q35_plan(gem_model *m, backend *b, const model_plan_opts *o, model_pl
         return gem_err_set(err, "--kv-type %s: backend '%s' keeps its KV caches in f32 (f16 caches are a CUDA option)",
                            o->kv_type_name, b->name);
     if (o->layers > 0) return gem_err_set(err, "%s: runs of the first layers only are a Gemma 4 test option", p->name);
-    char key[64];
-    const int64_t k = gguf_find_key(q->file, qwen35_key(Q35K_CONTEXT_LENGTH, key, sizeof key));
-    int64_t trained = 0;
-    if (k < 0 || gguf_kv_int(q->file, (uint64_t)k, &trained) || trained < 0) trained = 0;
-    if (gemma4_ctx_resolve(o->n_ctx, trained, q->path, &q->n_ctx, err)) return -1;
+    if (gemma4_ctx_resolve(o->n_ctx, qwen35_trained_ctx(q->file), q->path, &q->n_ctx, err)) return -1;
     q->tile = o->tile;
     qwen35_plan(p, q->n_ctx, q->tile, q->kv_f16, &q->mem);
     out->n_ctx = q->n_ctx;

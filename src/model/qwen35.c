@@ -62,6 +62,14 @@ const char *qwen35_key(int k, char *buf, size_t cap) {
     return buf;
 }
 
+int64_t qwen35_trained_ctx(const gguf_file *f) {
+    char key[64];
+    const int64_t k = gguf_find_key(f, qwen35_key(Q35K_CONTEXT_LENGTH, key, sizeof key));
+    int64_t v = 0;
+    if (k < 0 || gguf_kv_int(f, (uint64_t)k, &v) || v < 0) return 0;
+    return v;
+}
+
 /* ---- manifest ---- */
 
 typedef struct {

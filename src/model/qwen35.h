@@ -95,6 +95,8 @@ enum {
 };
 /* "qwen35.<suffix of key k>" into buf; returns buf. */
 const char *qwen35_key(int k, char *buf, size_t cap);
+/* The file's trained context (context_length), 0 when absent or invalid. */
+int64_t qwen35_trained_ctx(const gguf_file *f);
 
 size_t qwen35_manifest_count(const qwen35_profile *p);
 /* Fills out[0..count) in the order the reference converter writes a

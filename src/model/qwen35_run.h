@@ -68,6 +68,8 @@ typedef struct {
     uint64_t kv_bytes, recurrent_bytes, act_bytes, checkpoint_bytes;
 } qwen35_mem;
 void qwen35_plan(const qwen35_profile *p, int n_ctx, int tile, int kv_f16, qwen35_mem *out);
+/* What a session allocates in all (caches, recurrent state, tile buffers) */
+static inline uint64_t qwen35_mem_total(const qwen35_mem *m) { return m->kv_bytes + m->recurrent_bytes + m->act_bytes; }
 
 /* Back to an empty sequence (position 0, zero recurrent state). */
 void qwen35_reset(qwen35_state *s);

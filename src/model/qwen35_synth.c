@@ -195,17 +195,6 @@ static sr_stream row_rng(const gen_tensor *g, uint64_t row) {
     return r;
 }
 
-/* a tensor whose entries are plain uniform values (gen_floats' default) */
-static int plain_entries(int role) {
-    switch (role) {
-    case Q35_SSM_A: case Q35_SSM_DT: case Q35_SSM_CONV1D:
-    case Q35_ATTN_NORM: case Q35_POST_ATTN_NORM: case Q35_OUTPUT_NORM: case Q35_SSM_NORM:
-    case Q35_ATTN_Q_NORM: case Q35_ATTN_K_NORM:
-        return 0;
-    default: return 1;
-    }
-}
-
 static void gen_floats(const gen_tensor *g, uint64_t row, float *out) {
     const qwen35_tensor_spec *s = g->spec;
     sr_stream r = row_rng(g, row);
@@ -227,11 +216,13 @@ static void gen_floats(const gen_tensor *g, uint64_t row, float *out) {
 }
 
 /* synth_rows' fill: rows [row0, row0 + n), each from its own seed,
- * quantized from floats; plain k-quant matrices drawn as random blocks
- * (sr_quant_blocks: quantizing a 27B's rows to k-quants took minutes) */
+ * quantized from floats; k-quant matrices drawn as random blocks
+ * (sr_quant_blocks: quantizing a 27B's rows to k-quants took minutes).
+ * Only gen_floats' plain entries can be k-quants: the tensors with their
+ * own value ranges (ssm_a, dt, the conv, the norms) are vectors, f32. */
 static int fill_rows(const void *ctx, uint64_t row0, uint64_t n, uint8_t *out) {
     const gen_tensor *g = ctx;
-    if (quant_block_size(g->type) == 256 && plain_entries(g->spec->role)) {
+    if (quant_block_size(g->type) == 256) {
         for (uint64_t r = 0; r < n; r++) {
             sr_stream st = row_rng(g, row0 + r);
             if (sr_quant_blocks(g->type, g->spec->ne[0], 1.0f / sqrtf((float)g->spec->ne[0]), &st, out + r * g->row_bytes))
