@@ -188,7 +188,8 @@ struct backend {
      * channels, then SiLU: out[t][c] = silu(sum_k w[c][k] xe[t + k][c]),
      * where xe is the 3 rows of `state` followed by x's n rows and w the
      * [4, ch] tensor (4 taps per channel). state (3 x ch) then holds the
-     * last 3 rows of xe: the next call continues the sequence. */
+     * last 3 rows of xe: the next call continues the sequence. out is not
+     * x (a tile's outputs are written while other rows still read x). */
     void (*conv_silu)(backend *b, const be_buf *x, be_buf *state, const be_weight *w, int n, int ch, be_buf *out);
     /* In place, for each of n rows (stride floats apart) the first `heads`
      * heads of d values: x = x / sqrt(sum x^2 + eps). */

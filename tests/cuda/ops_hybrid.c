@@ -1,8 +1,9 @@
 /* cuda_ops family hybrid (see ops_harness.h): the Gated DeltaNet ops of
  * Qwen3.5 (backend.h, src/backend/cuda/cuda_hybrid.cu) against the CPU
  * scalar reference on the same random inputs: conv_silu with its rolling
- * state over calls of 1 and 37 tokens, l2norm on q/k heads inside a qkv
- * row, gated_delta (the recurrence) over 1, 5 and 70 tokens with its
+ * state over calls of 1, 2, 5, 16 and 37 tokens (both CUDA forms), l2norm
+ * on q/k heads inside a qkv row, gated_delta over 1, 5, 70, 150 and 600
+ * tokens (the recurrence up to 16, the chunked form beyond) with its
  * state carried between calls, in the shapes of qwen35-small, qwen35-tiny
  * and the 27B's heads (V heads a multiple of the QK heads), rmsnorm_gated,
  * split_q / attn_gate, swiglu, add and scale_f.
@@ -52,7 +53,7 @@ static void test_conv(void) {
     wpair w = wmake(4, ch, 0.5f, 0.0f);
     float *st = rand_vec((size_t)3 * ch, 1.0f);
     be_buf *sc = put(cpu_ref, st, (size_t)3 * ch), *sg = put(gpu, st, (size_t)3 * ch);
-    const int calls[] = {37, 1, 1, 16};
+    const int calls[] = {37, 1, 1, 16, 2, 5}; /* tiles past HY_CONV_SEQ (4) take the parallel form */
     for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
         const int n = calls[k];
         float *x = rand_vec((size_t)n * ch, 2.0f);
@@ -78,7 +79,9 @@ static void test_gdn(int n_k, int n_v, int d) {
     wpair a = wmake(n_v, 1, 0.4f, -0.6f), dt = wmake(n_v, 1, 1.0f, 0.0f);
     float *s0 = rand_vec(sn, 0.1f);
     be_buf *stc = put(cpu_ref, s0, sn), *stg = put(gpu, s0, sn);
-    const int calls[] = {1, 5, 70, 1};
+    /* 70 and 150: the chunked form (one partial chunk, three chunks);
+     * 600: more chunks than one prep/scan segment of 512 tokens */
+    const int calls[] = {1, 5, 70, 1, 150, 600};
     for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
         const int n = calls[k];
         float *qkv = rand_vec((size_t)n * stride, 1.0f), *al = rand_vec((size_t)n * n_v, 2.0f),

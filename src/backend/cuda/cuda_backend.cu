@@ -544,7 +544,7 @@ static void cu_destroy(backend *b) {
                     c->prof[i].s * 1e3, 100 * c->prof[i].s / (total > 0 ? total : 1), 1e6 * c->prof[i].s / c->prof[i].calls);
     }
     scratch *s[] = {&c->xq, &c->xd,        &c->xs, &c->part,  &c->pml,    &c->amax_v,
-                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done, &c->xkq, &c->xkd, &c->xks, &c->kqh};
+                    &c->amax_i, &c->up, &c->topk_part, &c->xh, &c->xhinv, &c->vr_part, &c->vr_done, &c->xkq, &c->xkd, &c->xks, &c->kqh, &c->gdn};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) cudaFree(s[i]->p);
     cudaFree(c->stage);
     cudaFree(c->dmax);
@@ -568,7 +568,7 @@ static void cu_destroy(backend *b) {
  * runner's variables are GEM_TEST_*, not the backend's. */
 enum {
     CS_MMA, CS_MMH, CS_MV_SPLIT, CS_NORM_WIDE, CS_ATTN_FUSE, CS_MV_STAGGER, CS_MV_LEVELS, CS_ATTN_DEC, CS_PDL,
-    CS_PROFILE, CS_ATTN_ROWS, CS_KQ_F16, CS_KQ_NORM, CS_N
+    CS_PROFILE, CS_ATTN_ROWS, CS_KQ_F16, CS_KQ_NORM, CS_GDN_CHUNKED, CS_N
 };
 static const struct cu_setting {
     const char *name;
@@ -578,7 +578,7 @@ static const struct cu_setting {
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
     {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},    {"GEM_CUDA_KQ_F16", 0, 1, 1},
-    {"GEM_CUDA_KQ_NORM", 0, 1, 0},
+    {"GEM_CUDA_KQ_NORM", 0, 1, 0},      {"GEM_CUDA_GDN_CHUNKED", 0, 1, 1},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 
@@ -624,7 +624,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
         (e = cudaEventCreateWithFlags(&c->step_copied, cudaEventDisableTiming)) != cudaSuccess ||
         (e = topk_allow()) != cudaSuccess ||
         (e = attn_allow_all()) != cudaSuccess ||
-        (e = mmh_allow()) != cudaSuccess) {
+        (e = mmh_allow()) != cudaSuccess || (e = gdn_allow()) != cudaSuccess) {
         gem_err_set(err, "backend 'cuda': %s", cudaGetErrorString(e));
         free(c);
         return NULL;
@@ -697,6 +697,7 @@ extern "C" backend *backend_cuda_create(const backend_opts *o, gem_err *err) {
     c->mv_split = (int)set[CS_MV_SPLIT];
     c->kq_f16 = (int)set[CS_KQ_F16];
     c->kq_norm = (int)set[CS_KQ_NORM];
+    c->gdn_chunked = (int)set[CS_GDN_CHUNKED];
     c->norm_wide = (int)set[CS_NORM_WIDE];
     c->attn_fuse = (int)set[CS_ATTN_FUSE];
     c->attn_rows = (int)set[CS_ATTN_ROWS];

@@ -152,6 +152,7 @@ typedef struct {
     scratch xkq, xkd, xks;    /* k-quant activations: codes, scales per 256, sums per 16 (cuda_matmul_k.cu) */
     act_cache xk_of;          /* the buffer whose codes xkq/xkd/xks hold */
     scratch kqh;              /* a k-quant matrix expanded to f16 for a prefill tile (kq_f16) */
+    scratch gdn;              /* the chunked delta rule's per-chunk G, P, U, W (cuda_hybrid.cu) */
     act_cache xh_of; /* the buffer whose f16 activations xh holds */
     size_t stage_cap;
     /* op timing (op_timing, or GEM_CUDA_PROFILE=1 for the whole run,
@@ -178,6 +179,9 @@ typedef struct {
      * kq_act_block, the k_quantize_act_k launch of a k-quant product
      * saved); only once k-quant weights were loaded (kq_acts) */
     int kq_norm, kq_acts;
+    /* prompt tiles of the delta rule in chunks (cuda_hybrid.cu;
+     * GEM_CUDA_GDN_CHUNKED=0: the recurrence, token by token) */
+    int gdn_chunked;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */
     int attn_rows;    /* a row-exact tile's attention in one launch per kernel (attention_tile;

@@ -89,5 +89,6 @@ void cu_argmax(backend *b, const be_buf *x, int rows, int width, be_buf *out);
 void cu_argmax_prob(backend *b, const be_buf *x, int width, be_buf *out);
 void cu_topk(backend *b, const be_buf *x, int width, int k, be_buf *out);
 cudaError_t topk_allow(void); /* shared-memory limit of the final top-k block */
+cudaError_t gdn_allow(void);  /* shared-memory limits of the chunked delta rule */
 
 #endif
