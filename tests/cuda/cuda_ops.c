@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
     backend_opts ref = {.threads = 1, .reference = 1}, fast = {.threads = 2}, g = {0};
     static const char *const switches[] = {"GEM_CUDA_MV_SPLIT", "GEM_CUDA_MMH",       "GEM_CUDA_ATTN_DEC",
                                            "GEM_CUDA_MV_STAGGER", "GEM_CUDA_NORM_WIDE", "GEM_CUDA_MV_LEVELS",
-                                           "GEM_CUDA_ATTN_FUSE", "GEM_CUDA_KQ_F16",    "GEM_CUDA_KQ_NORM"};
+                                           "GEM_CUDA_ATTN_FUSE", "GEM_CUDA_KQ_F16",    "GEM_CUDA_KQ_NORM",
+                                           "GEM_CUDA_GDN_CHUNKED"};
     for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) unsetenv(switches[i]);
     cpu_ref = backend_create("cpu", &ref, &err);
     cpu_fast = backend_create("cpu", &fast, &err);
