@@ -437,6 +437,34 @@ VNNI static inline __attribute__((always_inline)) void mm_panels_packed(const in
         float *o = out + r0;
         const uint8_t *pc = w->codes + (size_t)p * (size_t)nb * cb;
         const uint16_t *ps = w->scales + (size_t)p * (size_t)nb * MM_ROWS;
+        if (q4 && ntok == 1) {
+            /* one token: each block's nibbles split in registers and used at
+             * once, so the weight loads stream without the chunk's store
+             * and reload; mm_tokens' arithmetic for T = 1 in its order
+             * (the running sum kept in a register across chunks, where
+             * mm_tokens stores and reloads it exactly), the same bits */
+            const __m512i *cw = (const __m512i *)pc;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i wv[8];
+                for (int k = 0; k < 4; k++) {
+                    const __m512i v = _mm512_load_si512(cw + b * 4 + k);
+                    wv[k] = _mm512_and_si512(v, low);
+                    wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                }
+                const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + (size_t)b * MM_ROWS)));
+                const uint8_t *q = (const uint8_t *)x->q + b * 32;
+                __m512i sum = _mm512_set1_epi32(-off * x->s[b]);
+                for (int g = 0; g < 8; g++) {
+                    int32_t v;
+                    memcpy(&v, q + 4 * g, 4);
+                    sum = _mm512_dpbusd_epi32(sum, wv[g], _mm512_set1_epi32(v));
+                }
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(x->d[b])), acc);
+            }
+            _mm512_mask_storeu_ps(o, mask, acc);
+            continue;
+        }
         for (int64_t b0 = 0; b0 < nb; b0 += MM_KC) {
             const int nkc = nb - b0 < MM_KC ? (int)(nb - b0) : MM_KC;
             const __m512i *cw = (const __m512i *)(pc + (size_t)b0 * cb);
