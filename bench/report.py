@@ -265,6 +265,23 @@ if packed:
                 lines.append(f"| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
                              f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |")
     lines += [""]
+# CPU one-token q4_0 products with the nibbles split in registers (the same paired run)
+fused = sorted(glob.glob("bench/results/cpu-fused-*.json"))
+if fused:
+    d0 = json.load(open(fused[-1]))
+    lines += [f"Then one-token q4_0 products splitting each block's nibbles in registers instead of unpacking "
+              f"32-block chunks to the stack first (CPU, {d0['cpu']}, {d0['threads']} threads, the same paired run "
+              f"against the build before and llama-bench, {d0['reps']} repetitions, medians: "
+              + ", ".join(f"`{f}`" for f in fused) + "):", "",
+              "| model | test | gem tok/s | before | llama.cpp | ratio | before: ratio |", "|---|---|---|---|---|---|---|"]
+    for f in fused:
+        d = json.load(open(f))
+        prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
+        for t, r in d["results"].items():
+            for k in r["gem_median"]:
+                lines.append(f"| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
+                             f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |")
+    lines += [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
 if "<!-- perf:begin -->" in readme:
