@@ -569,6 +569,118 @@ VNNI static inline __attribute__((always_inline)) void kpanels(const int type, c
     }
 }
 
+/* One token against a packed panel, each super-block's codes made in
+ * registers and used at once (kpack's chunk, 5 KiB a super-block stored and
+ * reloaded, made a decode step bound by that traffic, not by memory). The
+ * integer sums S and M are exact in any order, so only ktokens' float
+ * steps must be repeated, in its order: a row's bits are ktokens' for T =
+ * 1 (test_cpu_tile holds tiles to one-token rows). */
+VNNI static inline __attribute__((always_inline)) void kfused1(const int type, const ksrc *src, const act_q8k *x,
+                                                               int64_t nb, float *o, __mmask16 mask) {
+    const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
+    const uint64_t bytes = type == 6 ? 210 : type == 5 ? 176 : 144;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nb; sb++) {
+        const int8_t *a = x->q + sb * QK;
+        const int16_t *bs = x->bs + sb * 16;
+        const __m512 dx = _mm512_set1_ps(x->d[sb]);
+        __m512i S = _mm512_setzero_si512();
+        if (type == 6) {
+            const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kword(1, src, 210, sb, 208)));
+            __m512i sc[16];
+            #pragma GCC unroll 16
+            for (int q = 0; q < 4; q++) {
+                const __m512i s4 = kword(1, src, 210, sb, 192 + 4 * q);
+                #pragma GCC unroll 16
+                for (int i = 0; i < 4; i++) sc[4 * q + i] = _mm512_srai_epi32(_mm512_slli_epi32(s4, 24 - 8 * i), 24);
+            }
+            const __m512i two = _mm512_set1_epi8(3);
+            #pragma GCC unroll 16
+            for (int half = 0; half < 2; half++)
+                #pragma GCC unroll 16
+                for (int part = 0; part < 2; part++) {
+                    __m512i qh[4], l0[4], l1[4];
+                    kgroups(1, src, 210, sb, 128 + 32 * half + 16 * part, qh);
+                    kgroups(1, src, 210, sb, 64 * half + 16 * part, l0);
+                    kgroups(1, src, 210, sb, 64 * half + 32 + 16 * part, l1);
+                    #pragma GCC unroll 16
+                    for (int k = 0; k < 4; k++) {
+                        const int j = 8 * half + 2 * k + part;
+                        __m512i sj = _mm512_set1_epi32(-32 * bs[j]);
+                        #pragma GCC unroll 16
+                        for (int g = 0; g < 4; g++) {
+                            const __m512i lb = k & 1 ? l1[g] : l0[g];
+                            const __m512i lo4 = _mm512_and_si512(k < 2 ? lb : _mm512_srli_epi16(lb, 4), low);
+                            const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(qh[g], 2 * k), two);
+                            int32_t v;
+                            memcpy(&v, a + 16 * j + 4 * g, 4);
+                            sj = _mm512_dpbusd_epi32(sj, _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4)), _mm512_set1_epi32(v));
+                        }
+                        S = _mm512_add_epi32(S, _mm512_mullo_epi32(sj, sc[j]));
+                    }
+                }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dx), acc);
+            continue;
+        }
+        const int q5 = type == 5, qs_at = q5 ? 48 : 16;
+        const __m512i h = kword(1, src, bytes, sb, 0);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+        const __m512i u0 = kword(1, src, bytes, sb, 4), u1 = kword(1, src, bytes, sb, 8), u2 = kword(1, src, bytes, sb, 12);
+        const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                      top = _mm512_set1_epi32(0x30303030);
+        const __m512i sc_lo = _mm512_and_si512(u0, m6), m_lo = _mm512_and_si512(u1, m6);
+        const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
+        const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                             _mm512_and_si512(_mm512_srli_epi32(u1, 2), top));
+        __m512i M = _mm512_setzero_si512();
+        __m512i qh[2][4];
+        if (q5) kgroups(1, src, bytes, sb, 16, qh[0]), kgroups(1, src, bytes, sb, 32, qh[1]);
+        #pragma GCC unroll 16
+        for (int q = 0; q < 4; q++) {
+            /* sub-blocks 2q (low nibbles) and 2q + 1 (high): groups 0-3 from
+             * bytes 32q.., 4-7 from 32q + 16.. */
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            #pragma GCC unroll 16
+            for (int hh = 0; hh < 2; hh++) {
+                __m512i ob[4];
+                kgroups(1, src, bytes, sb, qs_at + 32 * q + 16 * hh, ob);
+                #pragma GCC unroll 16
+                for (int k = 0; k < 4; k++) {
+                    const int g = 4 * hh + k;
+                    __m512i lo = _mm512_and_si512(ob[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(ob[k], 4), low);
+                    if (q5) {
+                        const __m512i f0 = _mm512_and_si512(_mm512_srli_epi16(qh[hh][k], 2 * q), one);
+                        const __m512i f1 = _mm512_and_si512(_mm512_srli_epi16(qh[hh][k], 2 * q + 1), one);
+                        lo = _mm512_or_si512(lo, _mm512_slli_epi16(f0, 4));
+                        hi = _mm512_or_si512(hi, _mm512_slli_epi16(f1, 4));
+                    }
+                    int32_t v0, v1;
+                    memcpy(&v0, a + 32 * (2 * q) + 4 * g, 4);
+                    memcpy(&v1, a + 32 * (2 * q + 1) + 4 * g, 4);
+                    s0 = _mm512_dpbusd_epi32(s0, lo, _mm512_set1_epi32(v0));
+                    s1 = _mm512_dpbusd_epi32(s1, hi, _mm512_set1_epi32(v1));
+                }
+            }
+            /* sub-block j's scale and min: byte j % 4 of the lo (j < 4) or hi word */
+            const int j0 = 2 * q, j1 = 2 * q + 1;
+            const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(j0 < 4 ? sc_lo : sc_hi, 8 * (j0 % 4)), byte);
+            const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(j1 < 4 ? sc_lo : sc_hi, 8 * (j1 % 4)), byte);
+            S = _mm512_add_epi32(S, _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
+            #pragma GCC unroll 16
+            for (int j = j0; j <= j1; j++) {
+                const __m512i ml = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? m_lo : m_hi, 8 * (j % 4)), byte);
+                int32_t pair;
+                memcpy(&pair, bs + 2 * j, 4);
+                M = _mm512_dpwssd_epi32(M, _mm512_or_si512(ml, _mm512_slli_epi32(ml, 16)), _mm512_set1_epi32(pair));
+            }
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dx), acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, dx), acc);
+    }
+    _mm512_mask_storeu_ps(o, mask, acc);
+}
+
 /* The packed matrix's panels [p0, ...) for rows [16 p0, 16 p0 + nrows). */
 VNNI static inline __attribute__((always_inline)) void kpanels_packed(const int type, const uint32_t *words, int64_t p0,
                                                                       int64_t nrows, const act_q8k *x, int64_t nb,
@@ -578,7 +690,8 @@ VNNI static inline __attribute__((always_inline)) void kpanels_packed(const int 
     for (int64_t r0 = 0, p = p0; r0 < nrows; r0 += MM_ROWS, p++) {
         const int nr = nrows - r0 < MM_ROWS ? (int)(nrows - r0) : MM_ROWS;
         const ksrc src = {NULL, _mm512_setzero_si512(), (const __m512i *)(words + (size_t)p * (size_t)nb * kw * 16), kw};
-        kpanel(1, type, &src, nr, x, nb, ntok, out + r0, stride, &c);
+        if (ntok == 1) kfused1(type, &src, x, nb, out + r0, (__mmask16)((1u << nr) - 1));
+        else kpanel(1, type, &src, nr, x, nb, ntok, out + r0, stride, &c);
     }
 }
 
