@@ -569,6 +569,12 @@ VNNI static inline __attribute__((always_inline)) void kpanels(const int type, c
     }
 }
 
+#ifndef KF_PF
+/* super-blocks ahead that kfused1 prefetches: 2 to 8 measured alike on
+ * gemma4-1b q4_k_m, 1 like none (bench/results/cpu-fused-1b-q4km-2026-12-07b.json) */
+#define KF_PF 4
+#endif
+
 /* One token against a packed panel, each super-block's codes made in
  * registers and used at once (kpack's chunk, 5 KiB a super-block stored and
  * reloaded, made a decode step bound by that traffic, not by memory). The
@@ -581,33 +587,36 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
     const uint64_t bytes = type == 6 ? 210 : type == 5 ? 176 : 144;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nb; sb++) {
+        /* super-block sb + KF_PF on its way: one super-block's work is
+         * longer than the reorder window, so its loads would not start
+         * before this one's arithmetic retires (past the panel's end: the
+         * next panel's, which follows it in memory) */
+        for (int l = 0; l < src->kw; l++) _mm_prefetch((const char *)(src->pw + (size_t)(sb + KF_PF) * src->kw + l), _MM_HINT_T0);
         const int8_t *a = x->q + sb * QK;
         const int16_t *bs = x->bs + sb * 16;
         const __m512 dx = _mm512_set1_ps(x->d[sb]);
         __m512i S = _mm512_setzero_si512();
         if (type == 6) {
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kword(1, src, 210, sb, 208)));
-            __m512i sc[16];
-            #pragma GCC unroll 16
-            for (int q = 0; q < 4; q++) {
-                const __m512i s4 = kword(1, src, 210, sb, 192 + 4 * q);
-                #pragma GCC unroll 16
-                for (int i = 0; i < 4; i++) sc[4 * q + i] = _mm512_srai_epi32(_mm512_slli_epi32(s4, 24 - 8 * i), 24);
-            }
+            /* the 16 scales as 4 words of 4 bytes, each sign-extended where
+             * it is used (16 registers of scales would spill the codes) */
+            __m512i s4[4];
+#pragma GCC unroll 16
+            for (int q = 0; q < 4; q++) s4[q] = kword(1, src, 210, sb, 192 + 4 * q);
             const __m512i two = _mm512_set1_epi8(3);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int half = 0; half < 2; half++)
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int part = 0; part < 2; part++) {
                     __m512i qh[4], l0[4], l1[4];
                     kgroups(1, src, 210, sb, 128 + 32 * half + 16 * part, qh);
                     kgroups(1, src, 210, sb, 64 * half + 16 * part, l0);
                     kgroups(1, src, 210, sb, 64 * half + 32 + 16 * part, l1);
-                    #pragma GCC unroll 16
+#pragma GCC unroll 16
                     for (int k = 0; k < 4; k++) {
                         const int j = 8 * half + 2 * k + part;
                         __m512i sj = _mm512_set1_epi32(-32 * bs[j]);
-                        #pragma GCC unroll 16
+#pragma GCC unroll 16
                         for (int g = 0; g < 4; g++) {
                             const __m512i lb = k & 1 ? l1[g] : l0[g];
                             const __m512i lo4 = _mm512_and_si512(k < 2 ? lb : _mm512_srli_epi16(lb, 4), low);
@@ -616,7 +625,8 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
                             memcpy(&v, a + 16 * j + 4 * g, 4);
                             sj = _mm512_dpbusd_epi32(sj, _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4)), _mm512_set1_epi32(v));
                         }
-                        S = _mm512_add_epi32(S, _mm512_mullo_epi32(sj, sc[j]));
+                        const __m512i scj = _mm512_srai_epi32(_mm512_slli_epi32(s4[j / 4], 24 - 8 * (j % 4)), 24);
+                        S = _mm512_add_epi32(S, _mm512_mullo_epi32(sj, scj));
                     }
                 }
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dx), acc);
@@ -636,16 +646,16 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
         __m512i M = _mm512_setzero_si512();
         __m512i qh[2][4];
         if (q5) kgroups(1, src, bytes, sb, 16, qh[0]), kgroups(1, src, bytes, sb, 32, qh[1]);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int q = 0; q < 4; q++) {
             /* sub-blocks 2q (low nibbles) and 2q + 1 (high): groups 0-3 from
              * bytes 32q.., 4-7 from 32q + 16.. */
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int hh = 0; hh < 2; hh++) {
                 __m512i ob[4];
                 kgroups(1, src, bytes, sb, qs_at + 32 * q + 16 * hh, ob);
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int k = 0; k < 4; k++) {
                     const int g = 4 * hh + k;
                     __m512i lo = _mm512_and_si512(ob[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(ob[k], 4), low);
@@ -667,7 +677,7 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
             const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(j0 < 4 ? sc_lo : sc_hi, 8 * (j0 % 4)), byte);
             const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(j1 < 4 ? sc_lo : sc_hi, 8 * (j1 % 4)), byte);
             S = _mm512_add_epi32(S, _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = j0; j <= j1; j++) {
                 const __m512i ml = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? m_lo : m_hi, 8 * (j % 4)), byte);
                 int32_t pair;
