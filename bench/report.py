@@ -269,18 +269,20 @@ if packed:
 fused = sorted(glob.glob("bench/results/cpu-fused-*.json"))
 if fused:
     d0 = json.load(open(fused[-1]))
-    lines += [f"Then one-token q4_0 products splitting each block's nibbles in registers instead of unpacking "
-              f"32-block chunks to the stack first (CPU, {d0['cpu']}, {d0['threads']} threads, the same paired run "
-              f"against the build before and llama-bench, {d0['reps']} repetitions, medians: "
+    lines += [f"Then one-token products that make each block's codes in registers and use them at once, instead of "
+              f"unpacking chunks of a panel to the stack first (CPU, {d0['cpu']}, {d0['threads']} threads, each change "
+              f"in its own paired run against the build before it and llama-bench, medians: "
               + ", ".join(f"`{f}`" for f in fused) + "):", "",
-              "| model | test | gem tok/s | before | llama.cpp | ratio | before: ratio |", "|---|---|---|---|---|---|---|"]
+              "| change | model | test | gem tok/s | before | llama.cpp | ratio | before: ratio |",
+              "|---|---|---|---|---|---|---|---|"]
     for f in fused:
         d = json.load(open(f))
         prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
         for t, r in d["results"].items():
             for k in r["gem_median"]:
-                lines.append(f"| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
-                             f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |")
+                lines.append(f"| {d.get('change', '')} | {prof} {t} | {k} | {r['gem_median'][k]:.1f} | "
+                             f"{r['gem_base_median'][k]:.1f} | {r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | "
+                             f"{r['ratio_base'][k]:.2f}x |")
     lines += [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
