@@ -3,8 +3,8 @@
  * scalar reference on the same random inputs: conv_silu with its rolling
  * state over calls of 1, 2, 5, 16 and 37 tokens (both CUDA forms), l2norm
  * on q/k heads inside a qkv row, gated_delta over 1, 5, 70, 150 and 600
- * tokens (the recurrence up to 16, the chunked form beyond) with its
- * state carried between calls, in the shapes of qwen35-small, qwen35-tiny
+ * tokens (the recurrence, then GEM_CUDA_GDN_CHUNKED=1: the chunked form
+ * for the calls past 16 tokens) with its state carried between calls, in the shapes of qwen35-small, qwen35-tiny
  * and the 27B's heads (V heads a multiple of the QK heads), rmsnorm_gated,
  * split_q / attn_gate, swiglu, add and scale_f.
  *
@@ -23,22 +23,24 @@ typedef struct {
     be_weight *c, *g;
 } wpair;
 
-static wpair wmake(int64_t cols, int64_t rows, float scale, float bias) {
+static wpair wmake_on(backend *gb, int64_t cols, int64_t rows, float scale, float bias) {
     wpair w = {make_tensor(QT_F32, cols, rows), NULL, NULL};
     float *v = (float *)w.t.data;
     for (int64_t i = 0; i < cols * rows; i++) v[i] = v[i] * scale + bias;
     gem_err err;
     w.c = cpu_ref->weight(cpu_ref, &w.t.t, &err);
-    w.g = gpu->weight(gpu, &w.t.t, &err);
+    w.g = gb->weight(gb, &w.t.t, &err);
     CHECKF(w.c && w.g, "weight: %s", err.msg);
     return w;
 }
+static wpair wmake(int64_t cols, int64_t rows, float scale, float bias) { return wmake_on(gpu, cols, rows, scale, bias); }
 
-static void wfree(wpair *w) {
+static void wfree_on(backend *gb, wpair *w) {
     if (w->c) cpu_ref->weight_free(cpu_ref, w->c);
-    if (w->g) gpu->weight_free(gpu, w->g);
+    if (w->g) gb->weight_free(gb, w->g);
     free_tensor(&w->t);
 }
+static void wfree(wpair *w) { wfree_on(gpu, w); }
 
 /* a's n values against the reference b's */
 static int same(const char *what, backend *gb, be_buf *ga, backend *cb, be_buf *ca, size_t n, double rel, double abs_tol) {
@@ -73,12 +75,12 @@ static void test_conv(void) {
 
 /* The delta rule in one shape over calls of 1, 5 and 70 tokens, each step
  * as the model feeds it: q and k L2-normed in place inside the qkv rows. */
-static void test_gdn(int n_k, int n_v, int d) {
+static void test_gdn(backend *gb, int n_k, int n_v, int d) {
     const size_t stride = (size_t)(2 * n_k + n_v) * d, sn = (size_t)n_v * d * d;
     /* a = -exp(A_log) as stored: negative, of order one */
-    wpair a = wmake(n_v, 1, 0.4f, -0.6f), dt = wmake(n_v, 1, 1.0f, 0.0f);
+    wpair a = wmake_on(gb, n_v, 1, 0.4f, -0.6f), dt = wmake_on(gb, n_v, 1, 1.0f, 0.0f);
     float *s0 = rand_vec(sn, 0.1f);
-    be_buf *stc = put(cpu_ref, s0, sn), *stg = put(gpu, s0, sn);
+    be_buf *stc = put(cpu_ref, s0, sn), *stg = put(gb, s0, sn);
     /* 70 and 150: the chunked form (one partial chunk, three chunks);
      * 600: more chunks than one prep/scan segment of 512 tokens */
     const int calls[] = {1, 5, 70, 1, 150, 600};
@@ -86,29 +88,29 @@ static void test_gdn(int n_k, int n_v, int d) {
         const int n = calls[k];
         float *qkv = rand_vec((size_t)n * stride, 1.0f), *al = rand_vec((size_t)n * n_v, 2.0f),
               *be = rand_vec((size_t)n * n_v, 3.0f);
-        be_buf *qc = put(cpu_ref, qkv, (size_t)n * stride), *qg = put(gpu, qkv, (size_t)n * stride);
-        be_buf *ac = put(cpu_ref, al, (size_t)n * n_v), *ag = put(gpu, al, (size_t)n * n_v);
-        be_buf *bc = put(cpu_ref, be, (size_t)n * n_v), *bg = put(gpu, be, (size_t)n * n_v);
-        be_buf *oc = put(cpu_ref, NULL, (size_t)n * n_v * d), *og = put(gpu, NULL, (size_t)n * n_v * d);
+        be_buf *qc = put(cpu_ref, qkv, (size_t)n * stride), *qg = put(gb, qkv, (size_t)n * stride);
+        be_buf *ac = put(cpu_ref, al, (size_t)n * n_v), *ag = put(gb, al, (size_t)n * n_v);
+        be_buf *bc = put(cpu_ref, be, (size_t)n * n_v), *bg = put(gb, be, (size_t)n * n_v);
+        be_buf *oc = put(cpu_ref, NULL, (size_t)n * n_v * d), *og = put(gb, NULL, (size_t)n * n_v * d);
         /* q and k of every row: 2 n_k heads from the row's start */
         cpu_ref->l2norm(cpu_ref, qc, n, 2 * n_k, d, (int)stride, 1e-6f);
-        gpu->l2norm(gpu, qg, n, 2 * n_k, d, (int)stride, 1e-6f);
-        CHECKF(same("l2norm", gpu, qg, cpu_ref, qc, (size_t)n * stride, 2e-5, 1e-7), "l2norm %d x %d heads of %d", n,
+        gb->l2norm(gb, qg, n, 2 * n_k, d, (int)stride, 1e-6f);
+        CHECKF(same("l2norm", gb, qg, cpu_ref, qc, (size_t)n * stride, 2e-5, 1e-7), "l2norm %d x %d heads of %d", n,
                2 * n_k, d);
         cpu_ref->gated_delta(cpu_ref, qc, ac, bc, a.c, dt.c, stc, n, n_k, n_v, d, oc);
-        gpu->gated_delta(gpu, qg, ag, bg, a.g, dt.g, stg, n, n_k, n_v, d, og);
-        CHECKF(same("gated_delta out", gpu, og, cpu_ref, oc, (size_t)n * n_v * d, 1e-4, 1e-5),
+        gb->gated_delta(gb, qg, ag, bg, a.g, dt.g, stg, n, n_k, n_v, d, og);
+        CHECKF(same("gated_delta out", gb, og, cpu_ref, oc, (size_t)n * n_v * d, 1e-4, 1e-5),
                "gated_delta n_k %d n_v %d d %d, call %zu (%d tokens)", n_k, n_v, d, k, n);
-        CHECKF(same("gated_delta state", gpu, stg, cpu_ref, stc, sn, 1e-4, 1e-5),
+        CHECKF(same("gated_delta state", gb, stg, cpu_ref, stc, sn, 1e-4, 1e-5),
                "gated_delta state n_k %d n_v %d d %d after call %zu", n_k, n_v, d, k);
         cpu_ref->buf_free(cpu_ref, qc), cpu_ref->buf_free(cpu_ref, ac), cpu_ref->buf_free(cpu_ref, bc);
-        cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, qg), gpu->buf_free(gpu, ag), gpu->buf_free(gpu, bg);
-        gpu->buf_free(gpu, og);
+        cpu_ref->buf_free(cpu_ref, oc), gb->buf_free(gb, qg), gb->buf_free(gb, ag), gb->buf_free(gb, bg);
+        gb->buf_free(gb, og);
         free(qkv), free(al), free(be);
     }
-    cpu_ref->buf_free(cpu_ref, stc), gpu->buf_free(gpu, stg);
+    cpu_ref->buf_free(cpu_ref, stc), gb->buf_free(gb, stg);
     free(s0);
-    wfree(&a), wfree(&dt);
+    wfree_on(gb, &a), wfree_on(gb, &dt);
 }
 
 static void test_elementwise_hybrid(void) {
@@ -153,11 +155,18 @@ static void test_elementwise_hybrid(void) {
 }
 
 void ops_hybrid(const backend_opts *g) {
-    (void)g;
     test_conv();
-    test_gdn(2, 6, 128);  /* qwen35-small's heads */
-    test_gdn(16, 48, 128); /* the 27B's: 48 V heads over 16 QK heads */
-    test_gdn(2, 4, 64);   /* qwen35-tiny's GDN heads */
-    test_gdn(1, 3, 32);   /* one QK head for every V head, the narrowest state */
+    /* the delta rule on the default backend (the recurrence for every
+     * call), then with the chunked form for the calls past 16 tokens */
+    backend *gc = variant("GEM_CUDA_GDN_CHUNKED", "1", g);
+    backend *const gbs[2] = {gpu, gc};
+    for (int i = 0; i < 2; i++) {
+        if (!gbs[i]) continue;
+        test_gdn(gbs[i], 2, 6, 128);   /* qwen35-small's heads */
+        test_gdn(gbs[i], 16, 48, 128); /* the 27B's: 48 V heads over 16 QK heads */
+        test_gdn(gbs[i], 2, 4, 64);    /* qwen35-tiny's GDN heads */
+        test_gdn(gbs[i], 1, 3, 32);    /* one QK head for every V head, the narrowest state */
+    }
+    variant_done(gc);
     test_elementwise_hybrid();
 }

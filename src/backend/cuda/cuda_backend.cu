@@ -578,7 +578,7 @@ static const struct cu_setting {
     {"GEM_CUDA_NORM_WIDE", 0, 1, 1},    {"GEM_CUDA_ATTN_FUSE", 0, 1, 1},    {"GEM_CUDA_MV_STAGGER", 0, 99999, 500},
     {"GEM_CUDA_MV_LEVELS", 2, 64, 8},   {"GEM_CUDA_ATTN_DEC", 0, 3, 3},     {"GEM_CUDA_PDL", 0, 1, 1},
     {"GEM_CUDA_PROFILE", 0, 1, 0},      {"GEM_CUDA_ATTN_ROWS", 0, 1, 1},    {"GEM_CUDA_KQ_F16", 0, 1, 1},
-    {"GEM_CUDA_KQ_NORM", 0, 1, 0},      {"GEM_CUDA_GDN_CHUNKED", 0, 1, 1},
+    {"GEM_CUDA_KQ_NORM", 0, 1, 0},      {"GEM_CUDA_GDN_CHUNKED", 0, 1, 0},
 };
 static const char *const cu_names_only[] = {"GEM_CUDA_TRACE"};
 

@@ -179,8 +179,9 @@ typedef struct {
      * kq_act_block, the k_quantize_act_k launch of a k-quant product
      * saved); only once k-quant weights were loaded (kq_acts) */
     int kq_norm, kq_acts;
-    /* prompt tiles of the delta rule in chunks (cuda_hybrid.cu;
-     * GEM_CUDA_GDN_CHUNKED=0: the recurrence, token by token) */
+    /* prompt tiles of the delta rule in chunks (cuda_hybrid.cu), with
+     * GEM_CUDA_GDN_CHUNKED=1; 0, the default until the chunked form has
+     * passed cuda_ops on a GPU: the recurrence, token by token */
     int gdn_chunked;
     int norm_wide;    /* one-token norms on one block of up to 1024 threads (GEM_CUDA_NORM_WIDE=0: 256) */
     int attn_fuse;    /* one-token k_attn_tc with the q/k/v norms and rope inside (GEM_CUDA_ATTN_FUSE=0: off) */

@@ -10,7 +10,8 @@
  * floats over the keys) in one warp's registers for the whole call: the
  * columns are independent (each reads the token's k, q and its own v), so
  * a call of n tokens is n sequential steps per warp with no block-wide
- * synchronisation. Prompt tiles take the chunked form below. */
+ * synchronisation. Prompt tiles may take the chunked form below
+ * (GEM_CUDA_GDN_CHUNKED=1). */
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
 
@@ -175,7 +176,7 @@ __global__ void k_gated_delta(const float *qkv, const float *alpha, const float 
         if (m < epl) S[lane + 32 * m] = row[m];
 }
 
-/* ---- the chunked form (prompt tiles) ----
+/* ---- the chunked form (prompt tiles, GEM_CUDA_GDN_CHUNKED=1) ----
  * The CPU's hyb_gdn_chunked (backend/cpu/hybrid.c) per chunk of GDN_C
  * tokens with the state S0 before it, G the cumulative log-decay, b the
  * write strengths:
@@ -183,7 +184,7 @@ __global__ void k_gated_delta(const float *qkv, const float *alpha, const float 
  *   U = (I + A)^-1 (b v),  W = (I + A)^-1 (b exp(G) k)   (forward substitution)
  *   u = U - W S0,  O_r = (exp(G_r) q_r S0 + sum_{s<=r} P[r][s] u_s) / sqrt(d)
  *   S = exp(G_L) S0 + sum_s exp(G_L - G_s) k_s u_s^T
- * Everything but the last three lines depends on the chunk's own inputs
+ * Everything but the last two lines depends on the chunk's own inputs
  * alone: k_gdn_prep computes G, P, U and W of every chunk at once (a block
  * per head and chunk), and k_gdn_scan then walks the chunks in order, a
  * block per head and GDN_DV value columns of its state (the columns are
