@@ -1,7 +1,8 @@
 /* cuda_ops family hybrid (see ops_harness.h): the Gated DeltaNet ops of
  * Qwen3.5 (backend.h, src/backend/cuda/cuda_hybrid.cu) against the CPU
  * scalar reference on the same random inputs: conv_silu with its rolling
- * state over calls of 1, 2, 5, 16 and 37 tokens (both CUDA forms), l2norm
+ * state over calls of 1, 2, 5, 16 and 37 tokens (both CUDA forms, each call
+ * also bitwise equal to its rows one call each), l2norm
  * on q/k heads inside a qkv row, gated_delta over 1, 5, 70, 150 and 600
  * tokens (the recurrence, then GEM_CUDA_GDN_CHUNKED=1: the chunked form
  * for the calls past 16 tokens) with its state carried between calls, in the shapes of qwen35-small, qwen35-tiny
@@ -54,7 +55,7 @@ static void test_conv(void) {
     const int ch = 1000; /* not a multiple of the 128-thread blocks: the tail guard */
     wpair w = wmake(4, ch, 0.5f, 0.0f);
     float *st = rand_vec((size_t)3 * ch, 1.0f);
-    be_buf *sc = put(cpu_ref, st, (size_t)3 * ch), *sg = put(gpu, st, (size_t)3 * ch);
+    be_buf *sc = put(cpu_ref, st, (size_t)3 * ch), *sg = put(gpu, st, (size_t)3 * ch), *s1 = put(gpu, st, (size_t)3 * ch);
     const int calls[] = {37, 1, 1, 16, 2, 5}; /* tiles past HY_CONV_SEQ (4) take the parallel form */
     for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
         const int n = calls[k];
@@ -65,17 +66,31 @@ static void test_conv(void) {
         gpu->conv_silu(gpu, xg, sg, w.g, n, ch, og);
         CHECKF(same("conv_silu", gpu, og, cpu_ref, oc, (size_t)n * ch, 2e-5, 1e-6), "conv_silu call %zu (%d rows)", k, n);
         CHECKF(same("conv state", gpu, sg, cpu_ref, sc, (size_t)3 * ch, 0, 0), "conv state after call %zu", k);
+        /* the same rows one call each (the per-channel form): the tile's
+         * outputs and state bit for bit (the same products in one order) */
+        float *o1 = malloc(sizeof(float) * (size_t)n * ch);
+        for (int t = 0; t < n; t++) {
+            be_buf *xt = put(gpu, x + (size_t)t * ch, (size_t)ch), *ot = put(gpu, NULL, (size_t)ch);
+            gpu->conv_silu(gpu, xt, s1, w.g, 1, ch, ot);
+            float *r = get(gpu, ot, (size_t)ch);
+            memcpy(o1 + (size_t)t * ch, r, sizeof(float) * (size_t)ch);
+            free(r), gpu->buf_free(gpu, xt), gpu->buf_free(gpu, ot);
+        }
+        float *ot = get(gpu, og, (size_t)n * ch), *sa = get(gpu, sg, (size_t)3 * ch), *sb = get(gpu, s1, (size_t)3 * ch);
+        CHECKF(!memcmp(ot, o1, sizeof(float) * (size_t)n * ch) && !memcmp(sa, sb, sizeof(float) * (size_t)3 * ch),
+               "conv_silu call %zu (%d rows) differs from its rows one call each", k, n);
+        free(ot), free(sa), free(sb), free(o1);
         cpu_ref->buf_free(cpu_ref, xc), cpu_ref->buf_free(cpu_ref, oc), gpu->buf_free(gpu, xg), gpu->buf_free(gpu, og);
         free(x);
     }
-    cpu_ref->buf_free(cpu_ref, sc), gpu->buf_free(gpu, sg);
+    cpu_ref->buf_free(cpu_ref, sc), gpu->buf_free(gpu, sg), gpu->buf_free(gpu, s1);
     free(st);
     wfree(&w);
 }
 
-/* The delta rule in one shape over calls of 1, 5 and 70 tokens, each step
+/* The delta rule in one shape over calls of 1 to 600 tokens, each step
  * as the model feeds it: q and k L2-normed in place inside the qkv rows. */
-static void test_gdn(backend *gb, int n_k, int n_v, int d) {
+static void test_gdn(backend *gb, int want_chunks, int n_k, int n_v, int d) {
     const size_t stride = (size_t)(2 * n_k + n_v) * d, sn = (size_t)n_v * d * d;
     /* a = -exp(A_log) as stored: negative, of order one */
     wpair a = wmake_on(gb, n_v, 1, 0.4f, -0.6f), dt = wmake_on(gb, n_v, 1, 1.0f, 0.0f);
@@ -98,7 +113,23 @@ static void test_gdn(backend *gb, int n_k, int n_v, int d) {
         CHECKF(same("l2norm", gb, qg, cpu_ref, qc, (size_t)n * stride, 2e-5, 1e-7), "l2norm %d x %d heads of %d", n,
                2 * n_k, d);
         cpu_ref->gated_delta(cpu_ref, qc, ac, bc, a.c, dt.c, stc, n, n_k, n_v, d, oc);
+        be_op_time rows[32];
+        gb->op_timing(gb, 1);
+        gb->op_times(gb, rows, 32, 1); /* an empty table */
         gb->gated_delta(gb, qg, ag, bg, a.g, dt.g, stg, n, n_k, n_v, d, og);
+        /* the form that ran, by its launches' labels (a tolerance alone would
+         * pass with either) */
+        const int nr = gb->op_times(gb, rows, 32, 1);
+        gb->op_timing(gb, 0);
+        long chunked = 0, recurrent = 0;
+        for (int i = 0; i < nr; i++) {
+            if (!strcmp(rows[i].op, "gated_delta (chunk prep)")) chunked += rows[i].calls;
+            if (!strcmp(rows[i].op, "gated_delta (recurrence)")) recurrent += rows[i].calls;
+        }
+        const int want_chunked = want_chunks && n > BE_EXACT_ROWS;
+        CHECKF(want_chunked ? chunked == (n + 511) / 512 && !recurrent : recurrent == 1 && !chunked,
+               "gated_delta %d tokens: %ld chunk-prep and %ld recurrence launches (the %s form expected)", n, chunked,
+               recurrent, want_chunked ? "chunked" : "recurrent");
         CHECKF(same("gated_delta out", gb, og, cpu_ref, oc, (size_t)n * n_v * d, 1e-4, 1e-5),
                "gated_delta n_k %d n_v %d d %d, call %zu (%d tokens)", n_k, n_v, d, k, n);
         CHECKF(same("gated_delta state", gb, stg, cpu_ref, stc, sn, 1e-4, 1e-5),
@@ -162,10 +193,10 @@ void ops_hybrid(const backend_opts *g) {
     backend *const gbs[2] = {gpu, gc};
     for (int i = 0; i < 2; i++) {
         if (!gbs[i]) continue;
-        test_gdn(gbs[i], 2, 6, 128);   /* qwen35-small's heads */
-        test_gdn(gbs[i], 16, 48, 128); /* the 27B's: 48 V heads over 16 QK heads */
-        test_gdn(gbs[i], 2, 4, 64);    /* qwen35-tiny's GDN heads */
-        test_gdn(gbs[i], 1, 3, 32);    /* one QK head for every V head, the narrowest state */
+        test_gdn(gbs[i], i, 2, 6, 128);   /* qwen35-small's heads */
+        test_gdn(gbs[i], i, 16, 48, 128); /* the 27B's: 48 V heads over 16 QK heads */
+        test_gdn(gbs[i], i, 2, 4, 64);    /* qwen35-tiny's GDN heads */
+        test_gdn(gbs[i], i, 1, 3, 32);    /* one QK head for every V head, the narrowest state */
     }
     variant_done(gc);
     test_elementwise_hybrid();
