@@ -385,27 +385,48 @@ VNNI static inline __attribute__((always_inline)) __m512i kword(const int packed
                   : _mm512_i32gather_epi32(s->roff, s->rows[0] + (uint64_t)b * bytes + (uint64_t)at, 1);
 }
 
+/* A q4_k/q5_k super-block's 6-bit scales and mins from its three scale
+ * words, one row a lane (k4_unpack_avx2's formulas): byte j of sc_lo
+ * (j < 4) or sc_hi (j - 4) is sub-block j's scale, of m_lo / m_hi its min. */
+VNNI static inline __attribute__((always_inline)) void k45_scales(__m512i u0, __m512i u1, __m512i u2, __m512i *sc_lo,
+                                                                  __m512i *sc_hi, __m512i *m_lo, __m512i *m_hi) {
+    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                  top = _mm512_set1_epi32(0x30303030);
+    *sc_lo = _mm512_and_si512(u0, m6);
+    *m_lo = _mm512_and_si512(u1, m6);
+    *sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
+    *m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(u1, 2), top));
+}
+
+/* The codes of group g of sub-blocks 2q (lo) and 2q + 1 (hi) from their
+ * qs word o (low and high nibbles) and, for q5_k, qh word h (bits 2q and
+ * 2q + 1 of each byte). */
+VNNI static inline __attribute__((always_inline)) void k45_codes(const int q5, __m512i o, __m512i h, int q, __m512i *lo,
+                                                                 __m512i *hi) {
+    const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    *lo = _mm512_and_si512(o, low);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(o, 4), low);
+    if (q5) {
+        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * q), one), 4));
+        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * q + 1), one), 4));
+    }
+}
+
 /* Super-blocks [b0, b0 + n) of a q4_k (q5 = 0) or q5_k panel into c. */
 VNNI static inline __attribute__((always_inline)) void kpack45(const int packed, const int q5, const ksrc *src,
                                                                int64_t b0, int n, kchunk *c) {
     const uint64_t bytes = q5 ? 176 : 144;
     const int qs_at = q5 ? 48 : 16;
-    const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
+    const __m512i byte = _mm512_set1_epi32(0xff);
     for (int b = 0; b < n; b++) {
         const int64_t sb = b0 + b;
         /* d and dmin, then the scale words (k4_unpack_avx2's formulas, per row) */
         const __m512i h = kword(packed, src, bytes, sb, 0);
         c->d[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         c->dmin[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-        const __m512i u0 = kword(packed, src, bytes, sb, 4), u1 = kword(packed, src, bytes, sb, 8),
-                      u2 = kword(packed, src, bytes, sb, 12);
-        const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
-                      top = _mm512_set1_epi32(0x30303030);
-        const __m512i sc_lo = _mm512_and_si512(u0, m6), m_lo = _mm512_and_si512(u1, m6);
-        const __m512i sc_hi =
-            _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
-        const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                                             _mm512_and_si512(_mm512_srli_epi32(u1, 2), top));
+        __m512i sc_lo, sc_hi, m_lo, m_hi;
+        k45_scales(kword(packed, src, bytes, sb, 4), kword(packed, src, bytes, sb, 8), kword(packed, src, bytes, sb, 12),
+                   &sc_lo, &sc_hi, &m_lo, &m_hi);
         for (int j = 0; j < 4; j++) {
             c->sc[b][j] = _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * j), byte);
             c->sc[b][j + 4] = _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * j), byte);
@@ -425,13 +446,8 @@ VNNI static inline __attribute__((always_inline)) void kpack45(const int packed,
                 kgroups(packed, src, bytes, sb, qs_at + 32 * q + 16 * hh, o);
                 for (int k = 0; k < 4; k++) {
                     const int g = 4 * hh + k;
-                    __m512i lo = _mm512_and_si512(o[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(o[k], 4), low);
-                    if (q5) {
-                        const __m512i f0 = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q), one);
-                        const __m512i f1 = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * q + 1), one);
-                        lo = _mm512_or_si512(lo, _mm512_slli_epi16(f0, 4));
-                        hi = _mm512_or_si512(hi, _mm512_slli_epi16(f1, 4));
-                    }
+                    __m512i lo, hi;
+                    k45_codes(q5, o[k], q5 ? qh[k] : o[k], q, &lo, &hi);
                     c->w[b][8 * (2 * q) + g] = lo;
                     c->w[b][8 * (2 * q + 1) + g] = hi;
                 }
@@ -583,7 +599,7 @@ VNNI static inline __attribute__((always_inline)) void kpanels(const int type, c
  * 1 (test_cpu_tile holds tiles to one-token rows). */
 VNNI static inline __attribute__((always_inline)) void kfused1(const int type, const ksrc *src, const act_q8k *x,
                                                                int64_t nb, float *o, __mmask16 mask) {
-    const __m512i low = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), byte = _mm512_set1_epi32(0xff);
+    const __m512i low = _mm512_set1_epi8(0x0f), byte = _mm512_set1_epi32(0xff);
     const uint64_t bytes = type == 6 ? 210 : type == 5 ? 176 : 144;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nb; sb++) {
@@ -636,13 +652,9 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
         const __m512i h = kword(1, src, bytes, sb, 0);
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-        const __m512i u0 = kword(1, src, bytes, sb, 4), u1 = kword(1, src, bytes, sb, 8), u2 = kword(1, src, bytes, sb, 12);
-        const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
-                      top = _mm512_set1_epi32(0x30303030);
-        const __m512i sc_lo = _mm512_and_si512(u0, m6), m_lo = _mm512_and_si512(u1, m6);
-        const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top));
-        const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                                             _mm512_and_si512(_mm512_srli_epi32(u1, 2), top));
+        __m512i sc_lo, sc_hi, m_lo, m_hi;
+        k45_scales(kword(1, src, bytes, sb, 4), kword(1, src, bytes, sb, 8), kword(1, src, bytes, sb, 12), &sc_lo, &sc_hi,
+                   &m_lo, &m_hi);
         __m512i M = _mm512_setzero_si512();
         __m512i qh[2][4];
         if (q5) kgroups(1, src, bytes, sb, 16, qh[0]), kgroups(1, src, bytes, sb, 32, qh[1]);
@@ -658,13 +670,8 @@ VNNI static inline __attribute__((always_inline)) void kfused1(const int type, c
 #pragma GCC unroll 16
                 for (int k = 0; k < 4; k++) {
                     const int g = 4 * hh + k;
-                    __m512i lo = _mm512_and_si512(ob[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(ob[k], 4), low);
-                    if (q5) {
-                        const __m512i f0 = _mm512_and_si512(_mm512_srli_epi16(qh[hh][k], 2 * q), one);
-                        const __m512i f1 = _mm512_and_si512(_mm512_srli_epi16(qh[hh][k], 2 * q + 1), one);
-                        lo = _mm512_or_si512(lo, _mm512_slli_epi16(f0, 4));
-                        hi = _mm512_or_si512(hi, _mm512_slli_epi16(f1, 4));
-                    }
+                    __m512i lo, hi;
+                    k45_codes(q5, ob[k], q5 ? qh[hh][k] : ob[k], q, &lo, &hi);
                     int32_t v0, v1;
                     memcpy(&v0, a + 32 * (2 * q) + 4 * g, 4);
                     memcpy(&v1, a + 32 * (2 * q + 1) + 4 * g, 4);
