@@ -447,6 +447,7 @@ VNNI static inline __attribute__((always_inline)) void mm_panels_packed(const in
             __m512 acc = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; b++) {
                 __m512i wv[8];
+#pragma GCC unroll 8
                 for (int k = 0; k < 4; k++) {
                     const __m512i v = _mm512_load_si512(cw + b * 4 + k);
                     wv[k] = _mm512_and_si512(v, low);
@@ -455,6 +456,7 @@ VNNI static inline __attribute__((always_inline)) void mm_panels_packed(const in
                 const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + (size_t)b * MM_ROWS)));
                 const uint8_t *q = (const uint8_t *)x->q + b * 32;
                 __m512i sum = _mm512_set1_epi32(-off * x->s[b]);
+#pragma GCC unroll 8
                 for (int g = 0; g < 8; g++) {
                     int32_t v;
                     memcpy(&v, q + 4 * g, 4);
