@@ -249,6 +249,15 @@ if f:
                      f"{r['gem_ttft_p50']:.2f} / {r['llama_ttft_p50']:.2f} | {r['gem_ttft_p95']:.2f} / "
                      f"{r['llama_ttft_p95']:.2f} | {r['gem_stream_p50']:.1f} / {r['llama_stream_p50']:.1f} |")
     lines += [""] + [n for n in d.get("notes", [])[:1]] + [""]
+# The rows of one bench/cpu_bench.py --gem-base file: model and type, test,
+# gem, the build before, the reference, both ratios (lead: leading cells).
+def cpu_paired_rows(d, lead):
+    prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
+    return [f"{lead}| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
+            f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |"
+            for t, r in d["results"].items() for k in r["gem_median"]]
+
+
 # CPU weights packed at load (bench/cpu_bench.py --gem-base: gem, the build before, the reference in one run)
 packed = sorted(glob.glob("bench/results/cpu-packed-*.json"))
 if packed:
@@ -258,12 +267,7 @@ if packed:
               f"{d0['reps']} repetitions, medians (" + ", ".join(f"`{f}`" for f in packed) + "):", "",
               "| model | test | gem tok/s | before | llama.cpp | ratio | before: ratio |", "|---|---|---|---|---|---|---|"]
     for f in packed:
-        d = json.load(open(f))
-        prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
-        for t, r in d["results"].items():
-            for k in r["gem_median"]:
-                lines.append(f"| {prof} {t} | {k} | {r['gem_median'][k]:.1f} | {r['gem_base_median'][k]:.1f} | "
-                             f"{r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | {r['ratio_base'][k]:.2f}x |")
+        lines += cpu_paired_rows(json.load(open(f)), "")
     lines += [""]
 # CPU one-token q4_0 products with the nibbles split in registers (the same paired run)
 fused = sorted(glob.glob("bench/results/cpu-fused-*.json"))
@@ -277,12 +281,7 @@ if fused:
               "|---|---|---|---|---|---|---|---|"]
     for f in fused:
         d = json.load(open(f))
-        prof = d["benchmark"].split(", ")[1].split(" synthetic")[0] if ", " in d["benchmark"] else ""
-        for t, r in d["results"].items():
-            for k in r["gem_median"]:
-                lines.append(f"| {d.get('change', '')} | {prof} {t} | {k} | {r['gem_median'][k]:.1f} | "
-                             f"{r['gem_base_median'][k]:.1f} | {r['reference_median'][k]:.1f} | {r['ratio'][k]:.2f}x | "
-                             f"{r['ratio_base'][k]:.2f}x |")
+        lines += cpu_paired_rows(d, f"| {d.get('change', '')} ")
     lines += [""]
 readme = open("README.md").read()
 section = "<!-- perf:begin -->\n" + "\n".join(lines) + "<!-- perf:end -->"
