@@ -314,6 +314,27 @@ __global__ void __launch_bounds__(256)
     if (tid < C) base[tid] = Gs[tid];
 }
 
+/* acc[x][y] = rows r0 + x of X (shared, stride D + 4) dotted with state
+ * columns jj + y of S (the same stride), blocked over 4 keys at a time:
+ * k_gdn_scan's W S0 and Q S0. */
+template <int D>
+__device__ __forceinline__ void gdn_rows_dot(const float *Xs, const float *Ss, int r0, int jj, float (&acc)[4][2]) {
+    constexpr int XS = gdn_scan_geom<D>::XS;
+#pragma unroll
+    for (int x = 0; x < 4; x++) acc[x][0] = acc[x][1] = 0.0f;
+    for (int i = 0; i < D; i += 4) {
+        float4 xv[4], sv[2];
+#pragma unroll
+        for (int x = 0; x < 4; x++) xv[x] = *(const float4 *)(Xs + (r0 + x) * XS + i);
+#pragma unroll
+        for (int y = 0; y < 2; y++) sv[y] = *(const float4 *)(Ss + (jj + y) * XS + i);
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+#pragma unroll
+            for (int y = 0; y < 2; y++) acc[x][y] = dot4(xv[x], sv[y], acc[x][y]);
+    }
+}
+
 /* Block (head h, value columns j0 = GDN_DV blockIdx.y ..): the segment's
  * nck chunks in order, the state's columns in shared memory throughout. */
 template <int D>
@@ -349,18 +370,8 @@ __global__ void __launch_bounds__(256)
         __syncthreads();
         /* (a) u = U - W S0 */
         {
-            float acc[4][2] = {};
-            for (int i = 0; i < D; i += 4) {
-                float4 w[4], sv[2];
-#pragma unroll
-                for (int x = 0; x < 4; x++) w[x] = *(const float4 *)(Xs + (r0 + x) * XS + i);
-#pragma unroll
-                for (int y = 0; y < 2; y++) sv[y] = *(const float4 *)(Ss + (jj + y) * XS + i);
-#pragma unroll
-                for (int x = 0; x < 4; x++)
-#pragma unroll
-                    for (int y = 0; y < 2; y++) acc[x][y] = dot4(w[x], sv[y], acc[x][y]);
-            }
+            float acc[4][2];
+            gdn_rows_dot<D>(Xs, Ss, r0, jj, acc);
 #pragma unroll
             for (int x = 0; x < 4; x++)
 #pragma unroll
@@ -378,18 +389,8 @@ __global__ void __launch_bounds__(256)
         __syncthreads();
         /* (b) O = exp(G) Q S0 + P u, over sqrt(d) */
         {
-            float acc[4][2] = {};
-            for (int i = 0; i < D; i += 4) {
-                float4 q[4], sv[2];
-#pragma unroll
-                for (int x = 0; x < 4; x++) q[x] = *(const float4 *)(Xs + (r0 + x) * XS + i);
-#pragma unroll
-                for (int y = 0; y < 2; y++) sv[y] = *(const float4 *)(Ss + (jj + y) * XS + i);
-#pragma unroll
-                for (int x = 0; x < 4; x++)
-#pragma unroll
-                    for (int y = 0; y < 2; y++) acc[x][y] = dot4(q[x], sv[y], acc[x][y]);
-            }
+            float acc[4][2];
+            gdn_rows_dot<D>(Xs, Ss, r0, jj, acc);
 #pragma unroll
             for (int x = 0; x < 4; x++) {
                 const int r = r0 + x;
